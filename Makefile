@@ -1,0 +1,246 @@
+# tiercache: one non-recursive GNU Makefile.
+#
+#   make                  release library (.a and .so) and benchmarks
+#   make debug            debug library and unit test binaries
+#   make unit             build and run the unit tests of $(VARIANT) (debug)
+#   make VARIANT=asan unit
+#   make test             every test suite of $(VARIANT) (unit for now)
+#   make asan / tsan      unit tests under ASan+UBSan / TSan
+#   make check            test, asan and tsan, one after the other
+#   make bench            build the benchmarks, run perf/run_all.sh
+#   make exports          fail unless libtiercache.so exports only tc_* names
+#   make format / format-check / clean
+#
+# Objects live under build/<variant>/, mirroring the source paths. All four
+# variants have rules in this one make, so a release benchmark and a debug
+# test can be built by the same invocation. The asan, tsan, test and check
+# targets run sub-makes of this same file (not of other directories) only to
+# run the suites one after the other: tests share /dev/shm pool paths and
+# must not run concurrently under -j.
+
+VARIANTS := release debug asan tsan
+VARIANT ?= debug
+ifeq ($(filter $(VARIANT),$(VARIANTS)),)
+$(error VARIANT must be one of: $(VARIANTS) (got '$(VARIANT)'))
+endif
+
+CC ?= gcc
+AR ?= ar
+# clang-format 14 is the reference: its output is what format-check compares.
+CLANG_FORMAT ?= $(or $(shell command -v clang-format-14),clang-format)
+
+# ---- flags ------------------------------------------------------------------
+
+TC_CPPFLAGS := -D_GNU_SOURCE -I. -MMD -MP
+TC_WARN := -Wall -Wextra -Wshadow -Wformat=2 -Wmissing-prototypes \
+	-Wstrict-prototypes -Wpointer-arith -Wvla
+ifeq ($(CI),true)
+TC_WARN += -Werror
+endif
+TC_CFLAGS := -std=c11 $(TC_WARN)
+
+VFLAGS_release := -O2 -g -DNDEBUG
+VFLAGS_debug := -O0 -g
+VFLAGS_asan := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+	-fno-sanitize-recover=undefined
+VFLAGS_tsan := -O1 -g -fsanitize=thread
+
+# Link flags per variant: the sanitizers need their runtime at link time.
+VLDFLAGS_release :=
+VLDFLAGS_debug :=
+VLDFLAGS_asan := -fsanitize=address,undefined
+VLDFLAGS_tsan := -fsanitize=thread
+
+# The shared library must resolve every symbol at link time (-z defs), except
+# under the sanitizers, whose runtime is supplied by the executable.
+SOFLAGS_release := -Wl,-z,defs
+SOFLAGS_debug := -Wl,-z,defs
+SOFLAGS_asan :=
+SOFLAGS_tsan :=
+
+# Library objects: position independent (one set for the .a and the .so) and
+# hidden by default, so only TC_API (tc_*) symbols leave libtiercache.so.
+LIB_CFLAGS := -fPIC -fvisibility=hidden
+
+LIBS := -lpmem -lmemkind -luring -lurcu-memb -lurcu-common -lpthread -lm
+TEST_LIBS := -lcmocka
+
+# User additions (make CFLAGS=... LDFLAGS=...) go last.
+CFLAGS ?=
+LDFLAGS ?=
+
+# ---- sources ----------------------------------------------------------------
+
+# src/tiercached.c is the server's main(): never part of the library.
+LIB_SRCS := $(filter-out src/tiercached.c,\
+	$(wildcard src/base/*.c alloc/*.c tier/*.c src/*.c))
+UNIT_SRCS := $(wildcard tests/unit/test_*.c)
+BENCH_SRCS := $(wildcard perf/bench_*.c)
+
+# ---- per-variant rules ------------------------------------------------------
+
+# $(1) = variant. Defines build/$(1)/{libtiercache.a,libtiercache.so}, the
+# unit test binaries and the object rules for that variant.
+define VARIANT_RULES
+LIB_OBJS_$(1) := $$(patsubst %.c,build/$(1)/%.o,$$(LIB_SRCS))
+UNIT_BINS_$(1) := $$(patsubst %.c,build/$(1)/%,$$(UNIT_SRCS))
+UNIT_OBJS_$(1) := $$(UNIT_BINS_$(1):=.o)
+CFLAGS_$(1) := $$(TC_CPPFLAGS) $$(TC_CFLAGS) $$(VFLAGS_$(1)) $$(CPPFLAGS) \
+	$$(CFLAGS)
+LDFLAGS_$(1) := $$(VLDFLAGS_$(1)) $$(LDFLAGS)
+DEPS += $$(LIB_OBJS_$(1):.o=.d) $$(UNIT_OBJS_$(1):.o=.d)
+
+$$(LIB_OBJS_$(1)): build/$(1)/%.o: %.c
+	@mkdir -p $$(@D)
+	$$(CC) $$(CFLAGS_$(1)) $$(LIB_CFLAGS) -c $$< -o $$@
+
+$$(UNIT_OBJS_$(1)): build/$(1)/%.o: %.c
+	@mkdir -p $$(@D)
+	$$(CC) $$(CFLAGS_$(1)) -c $$< -o $$@
+
+build/$(1)/libtiercache.a: $$(LIB_OBJS_$(1))
+	@mkdir -p $$(@D)
+	@rm -f $$@
+	$$(AR) rcs $$@ $$^
+
+build/$(1)/libtiercache.so: $$(LIB_OBJS_$(1))
+	@mkdir -p $$(@D)
+	$$(CC) -shared $$(SOFLAGS_$(1)) $$(LDFLAGS_$(1)) -o $$@ $$^ $$(LIBS)
+
+# A unit test is one .c file; tests/unit/test_X.wrap, when present, holds
+# extra link flags for it (-Wl,--wrap=symbol ...) and is a prerequisite, so
+# editing it relinks the test.
+$$(UNIT_BINS_$(1)): build/$(1)/tests/unit/%: build/$(1)/tests/unit/%.o \
+		build/$(1)/libtiercache.a $$$$(wildcard tests/unit/$$$$*.wrap)
+	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$< $$(call wrap_flags,tests/unit/$$*.wrap) build/$(1)/libtiercache.a $$(LIBS) $$(TEST_LIBS)
+
+.PHONY: lib-$(1) unit-bins-$(1)
+lib-$(1): build/$(1)/libtiercache.a
+unit-bins-$(1): $$(UNIT_BINS_$(1))
+endef
+
+# Contents of a .wrap file (newlines become spaces), or nothing.
+wrap_flags = $(if $(wildcard $(1)),$(shell cat $(1)))
+
+.SECONDEXPANSION:
+$(foreach v,$(VARIANTS),$(eval $(call VARIANT_RULES,$(v))))
+
+# ---- benchmarks (always release) ---------------------------------------------
+
+BENCH_BINS := $(patsubst %.c,build/release/%,$(BENCH_SRCS))
+BENCH_OBJS := $(BENCH_BINS:=.o)
+DEPS += $(BENCH_OBJS:.o=.d)
+
+$(BENCH_OBJS): build/release/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_release) -c $< -o $@
+
+$(BENCH_BINS): build/release/perf/%: build/release/perf/%.o \
+		build/release/libtiercache.a
+	$(CC) $(LDFLAGS_release) -o $@ $< build/release/libtiercache.a $(LIBS)
+
+# ---- server (later) ---------------------------------------------------------
+
+# When src/tiercached.c lands, uncomment and add $(TIERCACHED) to `all`:
+# TIERCACHED := build/release/tiercached
+# DEPS += build/release/src/tiercached.d
+# build/release/src/tiercached.o: src/tiercached.c
+# 	@mkdir -p $(@D)
+# 	$(CC) $(CFLAGS_release) -c $< -o $@
+# $(TIERCACHED): build/release/src/tiercached.o build/release/libtiercache.a
+# 	$(CC) $(LDFLAGS_release) -o $@ $< build/release/libtiercache.a $(LIBS)
+
+# ---- top-level targets --------------------------------------------------------
+
+.DEFAULT_GOAL := all
+.PHONY: all debug unit test asan tsan check bench exports format \
+	format-check clean
+
+all: build/release/libtiercache.a build/release/libtiercache.so \
+	$(BENCH_BINS)
+
+debug: build/debug/libtiercache.a $(UNIT_BINS_debug)
+
+# Suites of `make test`, run in this order by sub-makes. Adding a suite is
+# one line here plus its own target, e.g.
+#   TEST_SUITES += proto        (tests/proto against a started server)
+#   TEST_SUITES += fuzz-replay  (every fuzz corpus replayed once)
+TEST_SUITES := unit
+# Suites run under the sanitizers by `make asan` / `make tsan`.
+ASAN_SUITES := unit
+TSAN_SUITES := unit
+
+# Sanitizer run-time options; user settings in the environment come last and
+# win. The TSan suppressions cover uninstrumented library internals only.
+TSAN_SUPP := $(wildcard tests/tsan.supp)
+RUN_ENV_asan := \
+	ASAN_OPTIONS="detect_leaks=1$(if $(ASAN_OPTIONS),:$(ASAN_OPTIONS))" \
+	UBSAN_OPTIONS="print_stacktrace=1$(if $(UBSAN_OPTIONS),:$(UBSAN_OPTIONS))"
+TSAN_SUPP_OPT := $(if $(TSAN_SUPP),:suppressions=$(abspath $(TSAN_SUPP)))
+RUN_ENV_tsan := \
+	TSAN_OPTIONS="second_deadlock_stack=1$(TSAN_SUPP_OPT)$(if $(TSAN_OPTIONS),:$(TSAN_OPTIONS))"
+
+unit: $(UNIT_BINS_$(VARIANT))
+	$(RUN_ENV_$(VARIANT)) tests/run_tests.sh unit-$(VARIANT) \
+		$(UNIT_BINS_$(VARIANT))
+
+# Each suite runs even when an earlier one failed; the target fails if any
+# did.
+test:
+	@rc=0; for s in $(TEST_SUITES); do \
+		$(MAKE) --no-print-directory VARIANT=$(VARIANT) $$s || rc=1; \
+	done; exit $$rc
+
+asan:
+	@rc=0; for s in $(ASAN_SUITES); do \
+		$(MAKE) --no-print-directory VARIANT=asan $$s || rc=1; \
+	done; exit $$rc
+
+tsan:
+	@rc=0; for s in $(TSAN_SUITES); do \
+		$(MAKE) --no-print-directory VARIANT=tsan $$s || rc=1; \
+	done; exit $$rc
+
+check:
+	@rc=0; for t in test asan tsan; do \
+		$(MAKE) --no-print-directory $$t || rc=1; \
+	done; exit $$rc
+
+bench: $(BENCH_BINS)
+	@if [ -x perf/run_all.sh ]; then \
+		BENCH_DIR=build/release/perf perf/run_all.sh; \
+	elif [ -f perf/run_all.sh ]; then \
+		BENCH_DIR=build/release/perf bash perf/run_all.sh; \
+	else \
+		echo "bench: built $(words $(BENCH_BINS)) benchmark(s);" \
+			"no perf/run_all.sh to run"; \
+	fi
+
+# Every symbol the shared library defines for the dynamic linker (functions
+# and data) must start with tc_, apart from the linker's own (_init, _fini,
+# _edata, _end, __bss_start).
+EXPORTS_OK := _init _fini _edata _end __bss_start
+exports: build/release/libtiercache.so
+	@bad=$$(nm -D --defined-only $< | awk 'NF == 3 {print $$3}' | \
+		grep -v '^tc_' | grep -vxF $(addprefix -e ,$(EXPORTS_OK)) || true); \
+	if [ -n "$$bad" ]; then \
+		echo "exports: $< exports symbols without the tc_ prefix:"; \
+		echo "$$bad" | sed 's/^/  /'; exit 1; \
+	fi; \
+	echo "exports: ok, $$(nm -D --defined-only $< | \
+		awk 'NF == 3 && $$3 ~ /^tc_/' | wc -l) tc_ symbol(s)"
+
+FORMAT_DIRS := src alloc tier tests perf tools
+FORMAT_FILES = $(shell find $(FORMAT_DIRS) -name '*.[ch]' -not -path 'perf/out/*' \
+	2>/dev/null | sort)
+
+format:
+	$(CLANG_FORMAT) -i $(FORMAT_FILES)
+
+format-check:
+	$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES)
+
+clean:
+	rm -rf build
+
+-include $(DEPS)

@@ -1,0 +1,151 @@
+/*
+ * Thread-local quotas: a stash of free chunks per slab class, so that the
+ * common allocation and free take no shared lock. A stash holds up to two
+ * batches; it is refilled with one slab_take() when empty and gives one batch
+ * back with one slab_give() when full.
+ *
+ * Concurrency:
+ *   struct quota   owner thread only, no lock (debug builds assert the
+ *                  owner); quota_destroy() may run elsewhere once the owner
+ *                  no longer uses it.
+ *   The slab calls made here take the class lock (and the pool lock when a
+ *   page is added); this file holds no lock of its own.
+ */
+#include "alloc/quota.h"
+
+#include "src/base/compiler.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QUOTA_DEFAULT_BATCH 32
+#define QUOTA_MAX_BATCH 256
+
+struct quota_stash {
+    uint32_t n;
+    uint64_t *offs; /* capacity 2 * batch */
+};
+
+struct quota {
+    struct slab *slab;
+    unsigned batch;
+    unsigned nclasses;
+    pthread_t owner;
+    uint64_t refills;
+    struct quota_stash stash[SLAB_MAX_CLASSES];
+    uint64_t storage[];
+};
+
+static inline void
+assert_owner(const struct quota *q)
+{
+    assert(pthread_equal(q->owner, pthread_self()));
+    (void)q;
+}
+
+int
+quota_create(struct slab *s, unsigned batch, struct quota **out)
+{
+    if (batch == 0)
+        batch = QUOTA_DEFAULT_BATCH;
+    if (batch > QUOTA_MAX_BATCH)
+        return -EINVAL;
+    unsigned n = slab_nclasses(s);
+    size_t cap = 2 * (size_t)batch;
+    struct quota *q =
+        calloc(1, sizeof(*q) + (size_t)n * cap * sizeof(uint64_t));
+    if (!q)
+        return -ENOMEM;
+    q->slab = s;
+    q->batch = batch;
+    q->nclasses = n;
+    q->owner = pthread_self();
+    for (unsigned i = 0; i < n; i++)
+        q->stash[i].offs = q->storage + i * cap;
+    *out = q;
+    return 0;
+}
+
+static void
+give_all(struct quota *q)
+{
+    for (unsigned i = 0; i < q->nclasses; i++) {
+        struct quota_stash *st = &q->stash[i];
+        if (st->n)
+            slab_give(q->slab, i, st->offs, st->n);
+        st->n = 0;
+    }
+}
+
+void
+quota_destroy(struct quota *q)
+{
+    if (!q)
+        return;
+    give_all(q);
+    free(q);
+}
+
+int
+quota_alloc(struct quota *q, unsigned cls, uint64_t *off)
+{
+    struct quota_stash *st = &q->stash[cls];
+    assert_owner(q);
+    for (;;) {
+        while (likely(st->n)) {
+            uint64_t o = st->offs[--st->n];
+            if (likely(slab_chunk_usable(q->slab, o))) {
+                *off = o;
+                return 0;
+            }
+            /* The page is being drained: hand its chunk back so the page
+             * can leave the class. */
+            slab_give(q->slab, cls, &o, 1);
+        }
+        int n = slab_take(q->slab, cls, st->offs, q->batch);
+        if (n < 0)
+            return n;
+        q->refills++;
+        st->n = (uint32_t)n;
+    }
+}
+
+void
+quota_free(struct quota *q, unsigned cls, uint64_t off)
+{
+    struct quota_stash *st = &q->stash[cls];
+    assert_owner(q);
+    if (unlikely(!slab_chunk_usable(q->slab, off))) {
+        /* keep no chunk of a draining page: an idle owner would stall the
+         * drain */
+        slab_give(q->slab, cls, &off, 1);
+        return;
+    }
+    if (unlikely(st->n == 2 * q->batch)) {
+        st->n -= q->batch;
+        slab_give(q->slab, cls, st->offs + st->n, q->batch);
+    }
+    st->offs[st->n++] = off;
+}
+
+void
+quota_flush(struct quota *q)
+{
+    assert_owner(q);
+    give_all(q);
+}
+
+unsigned
+quota_stashed(const struct quota *q, unsigned cls)
+{
+    return q->stash[cls].n;
+}
+
+uint64_t
+quota_refills(const struct quota *q)
+{
+    return q->refills;
+}

@@ -1,0 +1,728 @@
+/*
+ * Slab classes over the page pool. See slab.h for the model.
+ *
+ * Concurrency:
+ *   class->lock (LOCK_RANK_CLASS) guards: class->pages[], npages, nfree,
+ *     partial list links, stats counters, and for every page the class owns:
+ *     page->nfree, page->free_bits[], page->scan_word, page->class_idx.
+ *   page->cls, page->state: written under the owning class's lock (a page
+ *     entering a class is written before it is published in that class's
+ *     lists); read without a lock by slab_class_of()/slab_chunk_usable()/
+ *     slab_ref() as hints (relaxed atomics), the caller rechecks what matters.
+ *   page->ref_bits[]: relaxed atomic bits. Set by readers without a lock,
+ *     cleared under the class lock by the CLOCK scan. A lost set or clear
+ *     only changes which item is evicted next, never correctness.
+ *   Immutable after slab_create: classes' size/perpage/recip, the page info
+ *     array and its bitmap storage.
+ *   Lock order: class -> pool (slab_take drops the class lock before it asks
+ *     the pool; slab_drain_finish puts the page after unlocking the class).
+ *   No PMEM write ever happens here; new pages are formatted through the
+ *   format hook with no lock held.
+ */
+#include "alloc/slab.h"
+
+#include "src/base/compiler.h"
+#include "src/base/err.h"
+#include "src/base/lock.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PAGE_MASK ((uint64_t)POOL_PAGE_SIZE - 1)
+#define NO_PAGE UINT32_MAX
+/* Exact division of an in-page offset (< 2^20) by a chunk size (< 2^21):
+ * idx = (x * ceil(2^42 / size)) >> 42, exact since the error term is below
+ * 2^22 (Granlund-Montgomery), and it avoids a divide on the read path. */
+#define RECIP_SHIFT 42
+
+enum page_state {
+    PAGE_FREE = 0,   /* in the pool */
+    PAGE_ACTIVE = 1, /* owned by a class, handing out chunks */
+    PAGE_DRAINING = 2, /* owned by a class, being emptied */
+};
+
+struct slab_page {
+    _Atomic uint8_t cls;
+    _Atomic uint8_t state;
+    uint32_t nfree;
+    uint32_t class_idx;  /* index in class->pages */
+    uint32_t next, prev; /* partial list links (page numbers) */
+    uint32_t scan_word;  /* lowest bitmap word that may hold a free bit */
+    uint64_t *free_bits; /* 1 = free chunk */
+    /* two bits per chunk, 32 chunks a word: bit 2i is the CLOCK reference
+     * bit, bit 2i+1 "fetched since stored"; one atomic op sets both */
+    _Atomic uint64_t *ref_bits;
+};
+
+struct slab_class {
+    struct lock lock;
+    uint32_t size;
+    uint32_t perpage;
+    uint32_t nwords;
+    uint64_t recip;
+    uint32_t *pages;     /* page numbers owned, capacity = pool pages */
+    uint32_t npages;
+    uint32_t partial;    /* head of pages with free chunks, or NO_PAGE */
+    uint64_t nfree;
+    uint64_t takes;
+    uint64_t gives;
+    uint64_t pages_added;
+    uint64_t pages_removed;
+} CACHE_ALIGNED;
+
+struct slab {
+    struct pool *pool;
+    slab_format_fn *format;
+    void *format_arg;
+    unsigned nclasses;
+    uint32_t npages;         /* pages in the pool mapping */
+    uint32_t max_words;      /* bitmap words per page (smallest class) */
+    struct slab_page *page;  /* one per pool page */
+    uint64_t *bits;          /* bitmap storage for every page */
+    uint32_t *page_lists;    /* class->pages storage */
+    struct slab_class cls[SLAB_MAX_CLASSES];
+};
+
+static inline uint32_t
+chunk_index(const struct slab_class *c, uint64_t off)
+{
+    return (uint32_t)(((off & PAGE_MASK) * c->recip) >> RECIP_SHIFT);
+}
+
+static inline uint64_t
+chunk_offset(const struct slab_class *c, uint32_t page, uint32_t idx)
+{
+    return ((uint64_t)page << POOL_PAGE_SHIFT) + (uint64_t)idx * c->size;
+}
+
+static int
+setup_classes(struct slab *s, const struct slab_config *cfg)
+{
+    uint32_t max = cfg->chunk_max ? cfg->chunk_max : POOL_PAGE_SIZE / 2;
+    uint32_t min = cfg->min_chunk ? cfg->min_chunk : 64;
+    double factor = cfg->growth_factor > 0 ? cfg->growth_factor : 1.25;
+
+    if (min < 16 || max > POOL_PAGE_SIZE || min > max || factor <= 1.0) {
+        err_set("bad slab settings: min_chunk %u, chunk_max %u, growth "
+                "factor %.2f (need 16 <= min <= max <= 1 MiB, factor > 1)",
+                min, max, factor);
+        return -EINVAL;
+    }
+    if (max % 8) {
+        err_set("chunk_max %u is not a multiple of 8", max);
+        return -EINVAL;
+    }
+    uint32_t size = ALIGN_UP(min, 8u);
+    unsigned n = 0;
+    while (size < max) {
+        if (n == SLAB_MAX_CLASSES - 1) {
+            /* memcached would jump straight to chunk_max here, wasting up
+             * to that much per item; say so instead */
+            err_set("growth factor %.2f from %u to %u bytes needs more than "
+                    "%d slab classes; raise the factor or min_chunk",
+                    factor, min, max, SLAB_MAX_CLASSES);
+            return -EINVAL;
+        }
+        s->cls[n++].size = size;
+        uint32_t next = ALIGN_UP((uint32_t)(size * factor), 8u);
+        size = next > size ? next : size + 8; /* grow by 8 bytes at least */
+    }
+    s->cls[n++].size = max;
+    s->nclasses = n;
+    for (unsigned i = 0; i < n; i++) {
+        struct slab_class *c = &s->cls[i];
+        c->perpage = POOL_PAGE_SIZE / c->size;
+        c->nwords = (c->perpage + 63) / 64;
+        c->recip = ((1ull << RECIP_SHIFT) + c->size - 1) / c->size;
+        c->partial = NO_PAGE;
+    }
+    return 0;
+}
+
+int
+slab_create(const struct slab_config *cfg, struct pool *pool,
+            struct slab **out)
+{
+    struct slab *s = aligned_alloc(CACHE_LINE, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    memset(s, 0, sizeof(*s));
+    s->pool = pool;
+    s->format = cfg->format;
+    s->format_arg = cfg->format_arg;
+    int rc = setup_classes(s, cfg);
+    if (rc)
+        goto err_free;
+    s->npages = pool_npages(pool);
+    s->max_words = s->cls[0].nwords;
+    rc = -ENOMEM;
+    s->page = calloc(s->npages, sizeof(*s->page));
+    s->bits = calloc((size_t)s->npages * s->max_words * 3, sizeof(uint64_t));
+    s->page_lists = malloc((size_t)s->npages * s->nclasses * sizeof(uint32_t));
+    if (!s->page || !s->bits || !s->page_lists)
+        goto err_free_tables;
+    for (uint32_t p = 0; p < s->npages; p++) {
+        uint64_t *b = s->bits + (size_t)p * s->max_words * 3;
+        s->page[p].cls = SLAB_NO_CLASS;
+        s->page[p].free_bits = b;
+        s->page[p].ref_bits = (_Atomic uint64_t *)(b + s->max_words);
+    }
+    for (unsigned i = 0; i < s->nclasses; i++) {
+        s->cls[i].pages = s->page_lists + (size_t)i * s->npages;
+        lock_init(&s->cls[i].lock, LOCK_RANK_CLASS);
+    }
+    *out = s;
+    return 0;
+
+err_free_tables:
+    err_set("no DRAM for slab tables of %u pages", s->npages);
+    free(s->page);
+    free(s->bits);
+    free(s->page_lists);
+err_free:
+    free(s);
+    return rc;
+}
+
+void
+slab_destroy(struct slab *s)
+{
+    if (!s)
+        return;
+    for (unsigned i = 0; i < s->nclasses; i++)
+        lock_fini(&s->cls[i].lock);
+    free(s->page);
+    free(s->bits);
+    free(s->page_lists);
+    free(s);
+}
+
+unsigned
+slab_nclasses(const struct slab *s)
+{
+    return s->nclasses;
+}
+
+uint32_t
+slab_chunk_size(const struct slab *s, unsigned cls)
+{
+    return s->cls[cls].size;
+}
+
+int
+slab_class_for(const struct slab *s, uint32_t size)
+{
+    unsigned lo = 0, hi = s->nclasses;
+    if (size > s->cls[s->nclasses - 1].size)
+        return -1;
+    while (lo < hi) { /* first class with size >= wanted */
+        unsigned mid = (lo + hi) / 2;
+        if (s->cls[mid].size >= size)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return (int)lo;
+}
+
+struct pool *
+slab_pool(const struct slab *s)
+{
+    return s->pool;
+}
+
+/* --- partial list (class lock held) --- */
+
+static void
+partial_push_locked(struct slab *s, struct slab_class *c, uint32_t pg)
+{
+    struct slab_page *p = &s->page[pg];
+    p->prev = NO_PAGE;
+    p->next = c->partial;
+    if (c->partial != NO_PAGE)
+        s->page[c->partial].prev = pg;
+    c->partial = pg;
+}
+
+static void
+partial_remove_locked(struct slab *s, struct slab_class *c, uint32_t pg)
+{
+    struct slab_page *p = &s->page[pg];
+    if (p->prev != NO_PAGE)
+        s->page[p->prev].next = p->next;
+    else
+        c->partial = p->next;
+    if (p->next != NO_PAGE)
+        s->page[p->next].prev = p->prev;
+    p->next = p->prev = NO_PAGE;
+}
+
+static bool
+page_on_partial(const struct slab_class *c, const struct slab_page *p,
+                uint32_t pg)
+{
+    return p->prev != NO_PAGE || c->partial == pg;
+}
+
+/* Take free chunks from the class's partial pages. Locks: class. */
+static unsigned
+take_locked(struct slab *s, struct slab_class *c, uint64_t *offs,
+            unsigned want)
+{
+    unsigned n = 0;
+    while (n < want && c->partial != NO_PAGE) {
+        uint32_t pg = c->partial;
+        struct slab_page *p = &s->page[pg];
+        for (uint32_t w = p->scan_word; w < c->nwords && n < want; w++) {
+            while (p->free_bits[w] && n < want) {
+                unsigned bit = (unsigned)__builtin_ctzll(p->free_bits[w]);
+                p->free_bits[w] &= p->free_bits[w] - 1;
+                offs[n++] = chunk_offset(c, pg, w * 64 + bit);
+                p->nfree--;
+            }
+            if (!p->free_bits[w])
+                p->scan_word = w + 1;
+        }
+        if (p->nfree == 0)
+            partial_remove_locked(s, c, pg);
+    }
+    c->nfree -= n;
+    return n;
+}
+
+/* A fresh page joins class c with every chunk free. Locks: class. */
+static void
+install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
+                    uint32_t pg)
+{
+    struct slab_page *p = &s->page[pg];
+    memset(p->free_bits, 0, c->nwords * sizeof(uint64_t));
+    for (uint32_t w = 0; w < c->perpage / 64; w++)
+        p->free_bits[w] = ~0ull;
+    if (c->perpage % 64)
+        p->free_bits[c->perpage / 64] = (1ull << (c->perpage % 64)) - 1;
+    for (uint32_t w = 0; w < 2 * c->nwords; w++)
+        atomic_store_explicit(&p->ref_bits[w], 0, memory_order_relaxed);
+    p->nfree = c->perpage;
+    p->scan_word = 0;
+    p->class_idx = c->npages;
+    c->pages[c->npages++] = pg;
+    atomic_store_explicit(&p->cls, (uint8_t)cls, memory_order_relaxed);
+    atomic_store_explicit(&p->state, PAGE_ACTIVE, memory_order_relaxed);
+    partial_push_locked(s, c, pg);
+    c->nfree += c->perpage;
+    c->pages_added++;
+}
+
+/* A page from the pool joins class cls. Locks: pool, then class (not
+ * nested); the page is formatted between them, with no lock held. */
+static int
+add_page(struct slab *s, unsigned cls)
+{
+    struct slab_class *c = &s->cls[cls];
+    uint32_t pg;
+
+    if (pool_page_get(s->pool, &pg) != 0)
+        return -ENOSPC;
+    /* PMEM: the page is formatted here, with no lock held (rule 2). */
+    if (s->format)
+        s->format(s->format_arg, pool_base(s->pool) + chunk_offset(c, pg, 0),
+                  c->size, c->perpage);
+    lock_acquire(&c->lock);
+    install_page_locked(s, c, cls, pg);
+    lock_release(&c->lock);
+    return 0;
+}
+
+int
+slab_take_existing(struct slab *s, unsigned cls, uint64_t *offs,
+                   unsigned want)
+{
+    struct slab_class *c = &s->cls[cls];
+
+    lock_acquire(&c->lock);
+    unsigned n = take_locked(s, c, offs, want);
+    if (n)
+        c->takes++;
+    lock_release(&c->lock);
+    return n ? (int)n : -ENOSPC;
+}
+
+int
+slab_take(struct slab *s, unsigned cls, uint64_t *offs, unsigned want)
+{
+    /* a page added here may be emptied by other threads before we take
+     * from it; a few rounds settle that */
+    for (int round = 0; round < 4; round++) {
+        int n = slab_take_existing(s, cls, offs, want);
+        if (n > 0)
+            return n;
+        if (add_page(s, cls) != 0)
+            return -ENOSPC;
+    }
+    return slab_take_existing(s, cls, offs, want);
+}
+
+int
+slab_grow(struct slab *s, unsigned cls)
+{
+    return add_page(s, cls);
+}
+
+void
+slab_give(struct slab *s, unsigned cls, const uint64_t *offs, unsigned n)
+{
+    struct slab_class *c = &s->cls[cls];
+
+    lock_acquire(&c->lock);
+    for (unsigned i = 0; i < n; i++) {
+        uint32_t pg = (uint32_t)(offs[i] >> POOL_PAGE_SHIFT);
+        struct slab_page *p = &s->page[pg];
+        uint32_t idx = chunk_index(c, offs[i]);
+        uint64_t bit = 1ull << (idx % 64);
+
+        if (unlikely(p->cls != cls || (p->free_bits[idx / 64] & bit) ||
+                     (offs[i] & PAGE_MASK) % c->size)) {
+            /* A double or foreign free would hand one chunk to two
+             * items: stop here rather than corrupt the cache. */
+            fprintf(stderr, "slab: bad free of offset %llu in class %u\n",
+                    (unsigned long long)offs[i], cls);
+            abort();
+        }
+        p->free_bits[idx / 64] |= bit;
+        atomic_fetch_and_explicit(&p->ref_bits[idx / 32],
+                                  ~(3ull << (2 * (idx % 32))),
+                                  memory_order_relaxed);
+        if (idx / 64 < p->scan_word)
+            p->scan_word = idx / 64;
+        if (p->nfree++ == 0 && p->state == PAGE_ACTIVE)
+            partial_push_locked(s, c, pg);
+    }
+    c->nfree += n;
+    c->gives += n;
+    lock_release(&c->lock);
+}
+
+unsigned
+slab_class_of(const struct slab *s, uint64_t off)
+{
+    uint32_t pg = (uint32_t)(off >> POOL_PAGE_SHIFT);
+    if (pg >= s->npages)
+        return SLAB_NO_CLASS;
+    return atomic_load_explicit(&s->page[pg].cls, memory_order_relaxed);
+}
+
+bool
+slab_chunk_usable(const struct slab *s, uint64_t off)
+{
+    const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
+    return atomic_load_explicit(&p->state, memory_order_relaxed) ==
+           PAGE_ACTIVE;
+}
+
+void
+slab_ref(struct slab *s, uint64_t off)
+{
+    struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
+    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
+    if (unlikely(cls == SLAB_NO_CLASS))
+        return;
+    uint32_t idx = chunk_index(&s->cls[cls], off);
+    uint64_t both = 3ull << (2 * (idx % 32));
+    _Atomic uint64_t *w = &p->ref_bits[idx / 32];
+    /* Read first: a hot item's bits are already set, and skipping the
+     * read-modify-write keeps its cache line shared between cores. */
+    if ((atomic_load_explicit(w, memory_order_relaxed) & both) != both)
+        atomic_fetch_or_explicit(w, both, memory_order_relaxed);
+}
+
+bool
+slab_fetched(const struct slab *s, uint64_t off)
+{
+    const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
+    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
+    if (cls == SLAB_NO_CLASS)
+        return false;
+    uint32_t idx = chunk_index(&s->cls[cls], off);
+    return atomic_load_explicit(&p->ref_bits[idx / 32],
+                                memory_order_relaxed) &
+           (2ull << (2 * (idx % 32)));
+}
+
+/* --- scanning (eviction CLOCK, expiry sweep) --- */
+
+/* Chunk at the cursor in the class's page list, or false if the class has
+ * no page. Locks: class. */
+static bool
+cursor_normalise_locked(const struct slab_class *c, struct slab_cursor *cur)
+{
+    if (c->npages == 0)
+        return false;
+    if (cur->page_idx >= c->npages) {
+        cur->page_idx = 0;
+        cur->chunk = 0;
+    }
+    if (cur->chunk >= c->perpage) {
+        cur->chunk = 0;
+        cur->page_idx = (cur->page_idx + 1) % c->npages;
+    }
+    return true;
+}
+
+unsigned
+slab_scan(struct slab *s, unsigned cls, struct slab_cursor *cur,
+          enum slab_scan_mode mode, unsigned budget, uint64_t *offs,
+          unsigned max)
+{
+    struct slab_class *c = &s->cls[cls];
+    unsigned n = 0;
+
+    lock_acquire(&c->lock);
+    while (budget-- > 0 && n < max && cursor_normalise_locked(c, cur)) {
+        uint32_t pg = c->pages[cur->page_idx];
+        struct slab_page *p = &s->page[pg];
+        uint32_t idx = cur->chunk++;
+        uint64_t bit = 1ull << (idx % 64);
+
+        if (p->free_bits[idx / 64] & bit)
+            continue;
+        if (mode == SLAB_SCAN_CLOCK) {
+            _Atomic uint64_t *w = &p->ref_bits[idx / 32];
+            uint64_t ref = 1ull << (2 * (idx % 32));
+            if (atomic_load_explicit(w, memory_order_relaxed) & ref) {
+                atomic_fetch_and_explicit(w, ~ref, memory_order_relaxed);
+                continue;
+            }
+        }
+        offs[n++] = chunk_offset(c, pg, idx);
+    }
+    lock_release(&c->lock);
+    return n;
+}
+
+/* --- draining (page reassignment, pool shrink) --- */
+
+int
+slab_drain_pick(struct slab *s, unsigned cls, uint32_t above, uint32_t *page)
+{
+    struct slab_class *c = &s->cls[cls];
+    uint32_t best = NO_PAGE, best_free = 0;
+
+    lock_acquire(&c->lock);
+    for (uint32_t i = 0; i < c->npages; i++) {
+        uint32_t pg = c->pages[i];
+        const struct slab_page *p = &s->page[pg];
+        if (pg < above || p->state != PAGE_ACTIVE)
+            continue;
+        if (best == NO_PAGE || p->nfree > best_free) {
+            best = pg;
+            best_free = p->nfree;
+        }
+    }
+    lock_release(&c->lock);
+    if (best == NO_PAGE)
+        return -ENOENT;
+    *page = best;
+    return 0;
+}
+
+/* Lock the class owning page pg; returns it, or NULL if no class owns it.
+ * The owner is rechecked under the lock since a page can change hands. */
+static struct slab_class *
+lock_page_class(struct slab *s, uint32_t pg)
+{
+    for (;;) {
+        unsigned cls = slab_class_of(s, (uint64_t)pg << POOL_PAGE_SHIFT);
+        if (cls == SLAB_NO_CLASS)
+            return NULL;
+        struct slab_class *c = &s->cls[cls];
+        lock_acquire(&c->lock);
+        if (s->page[pg].cls == cls)
+            return c;
+        lock_release(&c->lock);
+    }
+}
+
+int
+slab_drain_begin(struct slab *s, uint32_t page)
+{
+    if (page >= s->npages)
+        return -EINVAL;
+    struct slab_class *c = lock_page_class(s, page);
+    if (!c)
+        return -EINVAL;
+    struct slab_page *p = &s->page[page];
+    int rc = -EINVAL;
+    if (p->state == PAGE_ACTIVE) {
+        atomic_store_explicit(&p->state, PAGE_DRAINING, memory_order_relaxed);
+        if (page_on_partial(c, p, page))
+            partial_remove_locked(s, c, page);
+        rc = 0;
+    }
+    lock_release(&c->lock);
+    return rc;
+}
+
+unsigned
+slab_drain_live(struct slab *s, uint32_t page, uint64_t *offs, unsigned max)
+{
+    if (page >= s->npages)
+        return 0;
+    struct slab_class *c = lock_page_class(s, page);
+    if (!c)
+        return 0;
+    const struct slab_page *p = &s->page[page];
+    unsigned n = 0;
+    for (uint32_t idx = 0; idx < c->perpage && n < max; idx++)
+        if (!(p->free_bits[idx / 64] & (1ull << (idx % 64))))
+            offs[n++] = chunk_offset(c, page, idx);
+    lock_release(&c->lock);
+    return n;
+}
+
+int
+slab_drain_finish(struct slab *s, uint32_t page)
+{
+    if (page >= s->npages)
+        return -EINVAL;
+    struct slab_class *c = lock_page_class(s, page);
+    if (!c)
+        return -EINVAL;
+    struct slab_page *p = &s->page[page];
+    if (p->state != PAGE_DRAINING || p->nfree != c->perpage) {
+        lock_release(&c->lock);
+        return -EBUSY;
+    }
+    uint32_t last = c->pages[--c->npages];
+    c->pages[p->class_idx] = last;
+    s->page[last].class_idx = p->class_idx;
+    c->nfree -= c->perpage;
+    c->pages_removed++;
+    atomic_store_explicit(&p->state, PAGE_FREE, memory_order_relaxed);
+    atomic_store_explicit(&p->cls, SLAB_NO_CLASS, memory_order_relaxed);
+    p->nfree = 0;
+    lock_release(&c->lock);
+    pool_page_put(s->pool, page);
+    return 0;
+}
+
+void
+slab_drain_abort(struct slab *s, uint32_t page)
+{
+    if (page >= s->npages)
+        return;
+    struct slab_class *c = lock_page_class(s, page);
+    if (!c)
+        return;
+    struct slab_page *p = &s->page[page];
+    if (p->state == PAGE_DRAINING) {
+        atomic_store_explicit(&p->state, PAGE_ACTIVE, memory_order_relaxed);
+        if (p->nfree > 0)
+            partial_push_locked(s, c, page);
+    }
+    lock_release(&c->lock);
+}
+
+void
+slab_class_stats(const struct slab *s, unsigned cls,
+                 struct slab_class_stats *out)
+{
+    struct slab_class *c = (struct slab_class *)&s->cls[cls];
+    lock_acquire(&c->lock);
+    out->chunk_size = c->size;
+    out->perpage = c->perpage;
+    out->pages = c->npages;
+    out->free_chunks = c->nfree;
+    out->takes = c->takes;
+    out->gives = c->gives;
+    out->pages_added = c->pages_added;
+    out->pages_removed = c->pages_removed;
+    lock_release(&c->lock);
+}
+
+uint64_t
+slab_dram_bytes(const struct slab *s)
+{
+    return sizeof(*s) + (uint64_t)s->npages * sizeof(*s->page) +
+           (uint64_t)s->npages * s->max_words * 3 * sizeof(uint64_t) +
+           (uint64_t)s->npages * s->nclasses * sizeof(uint32_t);
+}
+
+/* --- invariants --- */
+
+static int
+check_page_locked(const struct slab *s, const struct slab_class *c,
+                  unsigned cls, uint32_t i)
+{
+    uint32_t pg = c->pages[i];
+    const struct slab_page *p = &s->page[pg];
+    uint32_t count = 0;
+
+    if (p->cls != cls || p->class_idx != i || p->state == PAGE_FREE) {
+        err_set("slab: page %u listed in class %u but owned by %u (state %u)",
+                pg, cls, p->cls, p->state);
+        return -EFAULT;
+    }
+    for (uint32_t w = 0; w < c->nwords; w++)
+        count += (uint32_t)__builtin_popcountll(p->free_bits[w]);
+    if (c->perpage % 64 &&
+        p->free_bits[c->perpage / 64] >> (c->perpage % 64)) {
+        err_set("slab: page %u has free bits past its last chunk", pg);
+        return -EFAULT;
+    }
+    if (count != p->nfree) {
+        err_set("slab: page %u bitmap has %u free, count says %u", pg, count,
+                p->nfree);
+        return -EFAULT;
+    }
+    bool want_partial = p->state == PAGE_ACTIVE && p->nfree > 0;
+    if (want_partial != page_on_partial(c, p, pg)) {
+        err_set("slab: page %u (free %u, state %u) %s the partial list", pg,
+                p->nfree, p->state, want_partial ? "missing from" : "on");
+        return -EFAULT;
+    }
+    return 0;
+}
+
+static int
+check_class(struct slab *s, unsigned cls)
+{
+    struct slab_class *c = &s->cls[cls];
+    int rc = 0;
+    uint64_t nfree = 0;
+
+    lock_acquire(&c->lock);
+    for (uint32_t i = 0; i < c->npages && !rc; i++) {
+        rc = check_page_locked(s, c, cls, i);
+        nfree += s->page[c->pages[i]].nfree;
+    }
+    if (!rc && nfree != c->nfree) {
+        err_set("slab: class %u pages hold %llu free chunks, class says %llu",
+                cls, (unsigned long long)nfree, (unsigned long long)c->nfree);
+        rc = -EFAULT;
+    }
+    lock_release(&c->lock);
+    return rc;
+}
+
+int
+slab_check(struct slab *s)
+{
+    uint32_t owned = 0;
+    for (unsigned cls = 0; cls < s->nclasses; cls++) {
+        int rc = check_class(s, cls);
+        if (rc)
+            return rc;
+        owned += s->cls[cls].npages;
+    }
+    uint32_t free_pages = pool_nfree(s->pool);
+    if (owned + free_pages > s->npages) {
+        err_set("slab: %u pages owned plus %u free exceed the pool's %u",
+                owned, free_pages, s->npages);
+        return -EFAULT;
+    }
+    return 0;
+}

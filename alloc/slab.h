@@ -1,0 +1,158 @@
+#pragma once
+/*
+ * Slab classes over the page pool: each class cuts 1 MiB pages into chunks of
+ * one size (memcached-like: min_chunk, then x growth_factor, 8-byte aligned,
+ * up to chunk_max). All bookkeeping is in DRAM: per-page info (class, state,
+ * free-chunk bitmap, CLOCK reference bitmap), per-class page lists and
+ * partial-page lists. Chunks are named by their byte offset from the pool
+ * base (uint64_t), never by pointer.
+ *
+ * The slab never writes the chunks: a new page is handed to the optional
+ * format hook (which the engine points at the PMEM helpers) after the pool
+ * lock is dropped and before the class lock is taken, so formatting happens
+ * outside every critical section (DESIGN rule 2).
+ *
+ * Concurrency:
+ *   class->lock (LOCK_RANK_CLASS) guards the class's page list, partial list,
+ *     nfree, cursors and, for pages of that class, page->nfree and
+ *     page->free_bits.
+ *   page->ref_bits     atomic, relaxed: reference and fetched bits, set by
+ *                      readers (slab_ref), the reference bit cleared by the
+ *                      CLOCK sweep under the class lock, both by slab_give;
+ *                      a lost update only changes which item is evicted.
+ *   page->cls, ->state written under the owning class lock (and the pool
+ *                      lock when the page moves); read relaxed by
+ *                      slab_chunk_usable() as a hint that the caller rechecks.
+ *   lock order         class -> pool. Never two classes at once.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "alloc/pool.h"
+
+#define SLAB_MAX_CLASSES 63
+#define SLAB_NO_CLASS 0xff
+
+struct slab;
+
+typedef void slab_format_fn(void *arg, char *page, uint32_t chunk_size,
+                            uint32_t nchunks);
+
+struct slab_config {
+    uint32_t min_chunk;    /* smallest chunk, bytes (>= 16); default 64 */
+    double growth_factor;  /* > 1.0; default 1.25 */
+    uint32_t chunk_max;    /* largest chunk (<= POOL_PAGE_SIZE); 0 = 512 KiB */
+    slab_format_fn *format; /* optional: called on every new page */
+    void *format_arg;
+};
+
+struct slab_class_stats {
+    uint32_t chunk_size;
+    uint32_t perpage;
+    uint32_t pages;        /* pages owned (including draining ones) */
+    uint64_t free_chunks;  /* free in bitmaps (not counting quota stashes) */
+    uint64_t takes;        /* slab_take calls that returned chunks */
+    uint64_t gives;        /* chunks given back */
+    uint64_t pages_added;  /* pages taken from the pool */
+    uint64_t pages_removed; /* pages drained back to the pool */
+};
+
+int slab_create(const struct slab_config *cfg, struct pool *pool,
+                struct slab **out);
+void slab_destroy(struct slab *s);
+
+unsigned slab_nclasses(const struct slab *s);
+uint32_t slab_chunk_size(const struct slab *s, unsigned cls);
+/* Smallest class whose chunk holds size bytes, or -1 if none does. */
+int slab_class_for(const struct slab *s, uint32_t size);
+struct pool *slab_pool(const struct slab *s);
+
+/* Batch allocation for the quota layer. Takes up to want (>= 1) free chunks
+ * of class cls into offs[], adding one page from the pool if the class has no
+ * free chunk. Returns the number taken (>= 1), or -ENOSPC when the class has
+ * none and the pool has no free page. Locks: class, then pool. */
+int slab_take(struct slab *s, unsigned cls, uint64_t *offs, unsigned want);
+
+/* Like slab_take, but never adds a page: -ENOSPC when the class has no
+ * free chunk (memcached's SLABS_ALLOC_NO_NEWPAGE, for moving items off a
+ * page being reassigned). Locks: class. */
+int slab_take_existing(struct slab *s, unsigned cls, uint64_t *offs,
+                       unsigned want);
+
+/* Give class cls one more page from the pool: 0 or -ENOSPC. Locks: pool,
+ * then class. */
+int slab_grow(struct slab *s, unsigned cls);
+
+/* Return chunks of class cls. Locks: class. */
+void slab_give(struct slab *s, unsigned cls, const uint64_t *offs, unsigned n);
+
+/* Class of the page holding off, or SLAB_NO_CLASS. Lock-free hint. */
+unsigned slab_class_of(const struct slab *s, uint64_t off);
+
+/* False while the page holding off is being drained: a quota that finds such
+ * a chunk in its stash gives it back instead of using it. Lock-free hint. */
+bool slab_chunk_usable(const struct slab *s, uint64_t off);
+
+/* Mark the chunk recently used (CLOCK). DRAM only, lock-free; does not write
+ * when the bit is already set, so hot items cost no cache-line traffic. */
+void slab_ref(struct slab *s, uint64_t off);
+
+/* Whether the chunk was passed to slab_ref() since it was last taken (for
+ * memcached's evicted_unfetched / expired_unfetched). Lock-free hint. */
+bool slab_fetched(const struct slab *s, uint64_t off);
+
+/* A position in a class's chunks, owned by the caller (one per purpose). */
+struct slab_cursor {
+    uint32_t page_idx; /* index into the class's page list */
+    uint32_t chunk;
+};
+
+enum slab_scan_mode {
+    SLAB_SCAN_ALL = 0, /* every allocated chunk (expiry sweep) */
+    SLAB_SCAN_CLOCK = 1, /* allocated chunks whose ref bit is clear; set bits
+                            are cleared as the hand passes (eviction) */
+};
+
+/* Look at up to budget chunks of class cls from the cursor on, wrapping
+ * around, and copy the offsets of matching allocated chunks into offs[] (at
+ * most max). Returns how many were copied. The chunks may be freed by the
+ * time the caller looks at them: the caller checks liveness itself (the
+ * engine asks its index). Locks: class. */
+unsigned slab_scan(struct slab *s, unsigned cls, struct slab_cursor *cur,
+                   enum slab_scan_mode mode, unsigned budget, uint64_t *offs,
+                   unsigned max);
+
+/* Page draining, for page reassignment and pool shrink. The engine drives:
+ *   slab_drain_begin -> loop { slab_drain_live; move or drop each item;
+ *   wait for deferred frees } -> slab_drain_finish (or _abort). */
+
+/* Pick a page of class cls to drain: the one with the most free chunks.
+ * `above`: only pages numbered >= above (pool shrink), else 0. Returns 0 and
+ * sets *page, or -ENOENT. Locks: class. */
+int slab_drain_pick(struct slab *s, unsigned cls, uint32_t above,
+                    uint32_t *page);
+/* Stop handing out chunks of the page. 0, or -EINVAL if it is not in use or
+ * already draining. Locks: class. */
+int slab_drain_begin(struct slab *s, uint32_t page);
+/* Offsets of the page's allocated chunks (at most max). Locks: class. */
+unsigned slab_drain_live(struct slab *s, uint32_t page, uint64_t *offs,
+                         unsigned max);
+/* If every chunk of the page is free, take it from its class and give it to
+ * the pool: 0. Otherwise -EBUSY and the page stays draining. Locks: class,
+ * pool. */
+int slab_drain_finish(struct slab *s, uint32_t page);
+/* Put a draining page back in service. Locks: class. */
+void slab_drain_abort(struct slab *s, uint32_t page);
+
+void slab_class_stats(const struct slab *s, unsigned cls,
+                      struct slab_class_stats *out);
+
+/* DRAM bytes of the slab's own tables (page info, bitmaps, page lists). */
+uint64_t slab_dram_bytes(const struct slab *s);
+
+/* Debug walker: checks every invariant (bitmap counts match nfree, partial
+ * list holds exactly the pages with free chunks, page/class ownership agrees
+ * with the pool). 0 or -EFAULT with a description in err_msg(). Locks: each
+ * class in turn. */
+int slab_check(struct slab *s);

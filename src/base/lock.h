@@ -1,0 +1,52 @@
+#pragma once
+/*
+ * Lock wrappers with ranks.
+ *
+ * Two kinds: struct lock (a pthread mutex, for slab classes, the page pool,
+ * engine-wide state) and struct spin (a 32-bit spin lock that fits inside a
+ * hash bucket's cache line). Both carry a rank; debug builds (NDEBUG not
+ * defined) keep a per-thread stack of held ranks and abort when a thread
+ * takes a lock whose rank is not strictly greater than the last one it holds.
+ * Ranks, lowest taken first (the global order, also in README):
+ *
+ *   LOCK_RANK_ENGINE  engine-wide admin (flush, resize, reassign)
+ *   LOCK_RANK_BUCKET  one hash-index bucket
+ *   LOCK_RANK_CLASS   one slab class
+ *   LOCK_RANK_POOL    the page pool
+ *
+ * lock_held_depth() tells how many locks the calling thread holds (always 0
+ * in release builds): the PMEM write helpers assert it is 0, which is how
+ * "no PMEM writes inside a critical section" is checked.
+ */
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+enum lock_rank {
+    LOCK_RANK_ENGINE = 10,
+    LOCK_RANK_BUCKET = 20,
+    LOCK_RANK_CLASS = 30,
+    LOCK_RANK_POOL = 40,
+};
+
+struct lock {
+    pthread_mutex_t mutex;
+    int rank;
+};
+
+struct spin {
+    _Atomic uint32_t word; /* 0 free, 1 held */
+};
+
+int lock_init(struct lock *l, int rank);
+void lock_fini(struct lock *l);
+void lock_acquire(struct lock *l);
+void lock_release(struct lock *l);
+
+/* spin locks: zero-initialised memory is an unlocked spin. */
+void spin_acquire(struct spin *s, int rank);
+void spin_release(struct spin *s, int rank);
+
+/* Number of locks (either kind) the calling thread holds; 0 when NDEBUG. */
+int lock_held_depth(void);

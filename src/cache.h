@@ -1,0 +1,253 @@
+#pragma once
+/*
+ * Engine internals shared by src/cache.c (lifecycle, threads, memory),
+ * src/store.c (writes), src/fetch.c (reads, touch, delete) and
+ * src/reclaim.c (eviction, expiry sweep, page moves, maintenance).
+ * Not installed; the public API is src/tiercache.h.
+ *
+ * Concurrency (the whole engine's picture; README repeats it):
+ *   index            see src/htab.h: RCU readers, bucket spin locks.
+ *   item chunks      written before publication with no lock held; after
+ *                    publication only exptime changes (one 4-byte store).
+ *   freed chunks     an item unlinked from the index is freed only after an
+ *                    RCU grace period: through the thread's deferred batch
+ *                    and call_rcu (ordinary deletes and overwrites), or by
+ *                    synchronize_rcu then quota_free (eviction, which needs
+ *                    the memory back at once).
+ *   cache->cas_seq, flush_cas, flush_at
+ *                    atomics; see the functions that use them.
+ *   cache->admin     serialises maintenance: the expiry sweep cursors, page
+ *                    reassignment, memlimit drains. It is an ownership
+ *                    token, not a lock over shared DRAM state: relocation
+ *                    copies items (PMEM writes) while a thread holds it, so
+ *                    it is a plain mutex outside the rank and no-PMEM-write
+ *                    checks, and no hot path waits on it (only an
+ *                    allocation whose class has nothing left to evict).
+ *   cache->threads_lock guards the list of thread contexts and the stats of
+ *                    threads that left (a plain mutex, rank-free: it is
+ *                    never held with another lock).
+ *   evict_cur[cls]   guarded by that slab class's lock (slab_scan takes it).
+ *   struct cache_thread: owner thread only, except stats, which other
+ *                    threads read with relaxed loads when summing.
+ *   RCU flavour      liburcu memb: read-side sections cost two thread-local
+ *                    stores and need no periodic quiescent state, which an
+ *                    embedding application's threads cannot promise.
+ */
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <urcu/urcu-memb.h>
+
+#include "alloc/pool.h"
+#include "alloc/quota.h"
+#include "alloc/slab.h"
+#include "src/base/compiler.h"
+#include "src/base/lock.h"
+#include "src/htab.h"
+#include "src/item.h"
+#include "src/tiercache.h"
+#include "tier/region.h"
+
+#define CACHE_DEFER_BATCH 64
+#define CACHE_REALTIME_MAXDELTA 2592000 /* 30 days, memcached's rule */
+
+/* Per-thread counters, summed on demand. Owner writes with relaxed
+ * load+store (no lock prefix); readers use relaxed loads. */
+enum cache_stat {
+    ST_CMD_GET, ST_CMD_SET, ST_CMD_TOUCH, ST_CMD_FLUSH,
+    ST_GET_HITS, ST_GET_MISSES, ST_GET_EXPIRED, ST_GET_FLUSHED,
+    ST_DELETE_HITS, ST_DELETE_MISSES, ST_INCR_HITS, ST_INCR_MISSES,
+    ST_DECR_HITS, ST_DECR_MISSES, ST_CAS_HITS, ST_CAS_MISSES, ST_CAS_BADVAL,
+    ST_TOUCH_HITS, ST_TOUCH_MISSES, ST_STORE_TOO_LARGE, ST_STORE_NO_MEMORY,
+    ST_EVICTIONS, ST_RECLAIMED, ST_EXPIRED_UNFETCHED, ST_EVICTED_UNFETCHED,
+    ST_TOTAL_ITEMS, ST_SWEEP_RECLAIMED, ST_REASSIGNS,
+    /* gauges kept as per-thread deltas (may be negative per thread) */
+    ST_CURR_ITEMS, ST_BYTES,
+    ST_COUNT
+};
+#define ST_FIRST_GAUGE ST_CURR_ITEMS
+
+struct cache;
+
+struct cache_thread {
+    struct cache *cache;
+    struct quota *quota;
+    struct cache_thread *next; /* cache->threads list */
+    bool in_admin; /* holds cache->admin: allocation must not reassign */
+    unsigned ndefer;
+    uint64_t defer[CACHE_DEFER_BATCH]; /* head offsets awaiting a grace
+                                          period */
+    _Atomic int64_t stat[ST_COUNT] CACHE_ALIGNED;
+    _Atomic int64_t cls_chunks[SLAB_MAX_CLASSES]; /* chunks of live items */
+};
+
+struct cache {
+    uint64_t id; /* unique per open, so a stale thread slot never matches */
+    struct tc_config cfg;
+    struct region *region;
+    struct pool *pool;
+    struct slab *slab;
+    struct htab *htab;
+    char *base;
+    uint64_t hash_seed;
+    uint32_t chunk_max;
+
+    _Atomic uint64_t cas_seq CACHE_ALIGNED;
+    _Atomic uint64_t flush_cas; /* items with cas <= this are flushed */
+    _Atomic uint32_t flush_at;  /* pending delayed flush time, 0 none */
+
+    pthread_mutex_t admin CACHE_ALIGNED;
+    struct slab_cursor sweep_cur[SLAB_MAX_CLASSES];
+    unsigned sweep_cls;
+    _Atomic uint32_t shrink_target; /* pages wanted after a pending shrink,
+                                       0 none */
+
+    pthread_mutex_t threads_lock;
+    struct cache_thread *threads;
+    int64_t retired[ST_COUNT]; /* stats of threads that left */
+    int64_t retired_cls[SLAB_MAX_CLASSES];
+    int64_t reset_base[ST_COUNT]; /* subtracted after "stats reset" */
+
+    pthread_t bg;
+    bool bg_running;
+    _Atomic bool bg_stop;
+    pthread_mutex_t bg_lock;
+    pthread_cond_t bg_cond;
+
+    struct slab_cursor evict_cur[SLAB_MAX_CLASSES];
+};
+
+/* --- cache.c --- */
+
+/* RCU read-side sections. Under TSan, each section's end releases a token
+ * that code running after a grace period acquires (cache_rcu_synced), so
+ * TSan sees what the grace period guarantees. */
+extern char cache_rcu_token;
+
+static inline void
+cache_read_lock(void)
+{
+    urcu_memb_read_lock();
+}
+
+static inline void
+cache_read_unlock(void)
+{
+    TSAN_RELEASE(&cache_rcu_token);
+    urcu_memb_read_unlock();
+}
+
+/* Call after a grace period ended (synchronize_rcu, in a call_rcu
+ * callback). */
+static inline void
+cache_rcu_synced(void)
+{
+    TSAN_ACQUIRE(&cache_rcu_token);
+}
+
+int cache_open(const struct tc_config *cfg, struct cache **out);
+void cache_close(struct cache *c);
+/* tc_check(): index <-> items <-> stats <-> slabs. No writer may run. */
+int cache_check(struct cache *c);
+
+/* Key comparison for htab lookups. */
+struct cache_key {
+    const struct cache *c;
+    const void *key;
+    uint32_t klen;
+};
+bool cache_match_key(void *arg, uint64_t loc);
+
+/* The calling thread's context for c, registering it on first use; NULL
+ * only when DRAM runs out (err_msg says so). */
+struct cache_thread *cache_thread_get(struct cache *c);
+void cache_thread_put(struct cache *c);
+
+static inline void
+cache_stat_add(struct cache_thread *t, enum cache_stat s, int64_t n)
+{
+    int64_t v = atomic_load_explicit(&t->stat[s], memory_order_relaxed);
+    atomic_store_explicit(&t->stat[s], v + n, memory_order_relaxed);
+}
+#define cache_stat_inc(t, s) cache_stat_add((t), (s), 1)
+
+void cache_stats_sum(struct cache *c, int64_t *sum);
+/* Chunks of live items in class cls, summed over threads. */
+int64_t cache_class_chunks(struct cache *c, unsigned cls);
+
+/* Locations in the index: chunk offset / 8 + 1, so 0 means empty. */
+static inline uint64_t
+cache_loc(uint64_t off)
+{
+    return (off >> 3) + 1;
+}
+
+static inline uint64_t
+cache_off(uint64_t loc)
+{
+    return (loc - 1) << 3;
+}
+
+uint64_t cache_hash(const struct cache *c, const void *key, uint32_t klen);
+
+/* memcached's exptime rule: 0 never, up to 30 days relative, else absolute
+ * unix time, negative already expired (returned as 1, long past). */
+uint32_t cache_exptime(int64_t exptime, uint32_t now);
+
+/* Applies a delayed flush whose time has come. Call before any decision
+ * that depends on flush state. */
+void cache_flush_check(struct cache *c, uint32_t now);
+
+enum cache_dead {
+    CACHE_LIVE = 0,
+    CACHE_EXPIRED = 1,
+    CACHE_FLUSHED = 2,
+};
+/* Whether an item is still visible at now. */
+enum cache_dead cache_item_dead(const struct cache *c,
+                                const struct item_hdr *it, uint32_t now);
+
+/* Chunks for an item per plan: the head in *head, tails in tails[]. May
+ * evict (when enabled). 0 or -ENOMEM. Context: no lock, no RCU section. */
+int cache_alloc_item(struct cache_thread *t, const struct item_plan *plan,
+                     uint64_t *head, uint64_t *tails);
+/* Give back the chunks of an item that was never published. */
+void cache_free_unpublished(struct cache_thread *t,
+                            const struct item_plan *plan, uint64_t head,
+                            const uint64_t *tails);
+/* Free an item unlinked from the index after a grace period. */
+void cache_defer_free(struct cache_thread *t, uint64_t head);
+/* Hand the thread's deferred batch to call_rcu now. */
+void cache_defer_flush(struct cache_thread *t);
+/* Free an unlinked item's chunks right away into the thread's quota (the
+ * caller has waited for a grace period). */
+void cache_free_now(struct cache_thread *t, uint64_t head);
+
+/* An item entered (sign 1) or left (sign -1) the index: curr_items, bytes
+ * and per-class chunk counts. Reads the item's header and tail list. */
+void cache_account(struct cache_thread *t, uint64_t head, int sign);
+/* An item left the index for good (evicted, expired, flushed, deleted):
+ * cache_account(-1) plus the eviction/reclaim counters for `dead`. */
+void cache_account_unlink(struct cache_thread *t, uint64_t head,
+                          int dead, bool evicted);
+
+/* Bytes an item accounts for in the "bytes" stat. */
+uint64_t cache_item_bytes(const struct cache *c, const struct item_hdr *it);
+
+/* Unlink the item at loc if the index still holds it for this hash: true
+ * when this call removed it (the caller then frees it). */
+bool cache_unlink_loc(struct cache *c, uint64_t hash, uint64_t loc);
+
+/* --- reclaim.c --- */
+
+/* Evict up to a batch of cold items of class cls, wait for readers and
+ * free them into the thread's quota: the number freed. */
+int reclaim_evict(struct cache_thread *t, unsigned cls);
+/* Expiry sweep over budget chunks: items reclaimed. Locks: admin. */
+int reclaim_sweep(struct cache_thread *t, unsigned budget);
+int reclaim_reassign(struct cache_thread *t, int src, int dst);
+int reclaim_shrink(struct cache_thread *t);
+int reclaim_start(struct cache *c);
+void reclaim_stop(struct cache *c);

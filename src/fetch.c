@@ -1,0 +1,163 @@
+/*
+ * The read path: get, gat, touch, delete.
+ *
+ * A get runs inside one RCU read section: index lookup (DRAM, comparing the
+ * key in PMEM only on a tag match), expiry and flush checks, the CLOCK bit
+ * (DRAM), and the caller's callback over the value in place. A read never
+ * writes PMEM. An expired or flushed item met on the way is unlinked after
+ * the section and freed after a grace period.
+ *
+ * touch and gat change an item's exptime in place with one aligned 4-byte
+ * store through the PMEM helpers, with no lock held: rewriting a whole item
+ * to move its expiry would cost far more PMEM bandwidth than it saves, and a
+ * concurrent overwrite simply wins (the touch is ordered before it).
+ *
+ * Concurrency: no state of its own; see src/cache.h.
+ */
+#include "src/fetch.h"
+
+#include "src/base/clock.h"
+#include "src/base/compiler.h"
+#include "src/cache.h"
+#include "tier/pm.h"
+
+#include <urcu/urcu-memb.h>
+
+/* Unlink a dead item met by a reader, if it is still in the index. */
+static void
+reap_dead(struct cache_thread *t, uint64_t hash, uint64_t loc,
+          enum cache_dead dead)
+{
+    if (!cache_unlink_loc(t->cache, hash, loc))
+        return;
+    cache_account_unlink(t, cache_off(loc), dead, false);
+    cache_defer_free(t, cache_off(loc));
+}
+
+int
+fetch_get(struct cache_thread *t, const void *key, uint32_t klen, bool touch,
+          int64_t exptime, tc_value_fn *fn, void *arg)
+{
+    struct cache *c = t->cache;
+    struct cache_key k = {c, key, klen};
+    uint64_t hash = cache_hash(c, key, klen);
+    uint32_t now = clock_now();
+    enum cache_dead dead = CACHE_LIVE;
+
+    cache_flush_check(c, now);
+    cache_stat_inc(t, ST_CMD_GET);
+    if (touch)
+        cache_stat_inc(t, ST_CMD_TOUCH);
+    cache_read_lock();
+    uint64_t loc = htab_lookup_rcu(c->htab, hash, cache_match_key, &k);
+    if (loc) {
+        struct item_hdr *it = (struct item_hdr *)item_at(c->base,
+                                                         cache_off(loc));
+        dead = cache_item_dead(c, it, now);
+        if (dead == CACHE_LIVE) {
+            uint64_t off = cache_off(loc);
+            struct tc_item_info info;
+            struct iovec iov[ITEM_MAX_TAILS + 1];
+            if (touch)
+                pm_store32(&it->exptime, cache_exptime(exptime, now));
+            slab_ref(c->slab, off);
+            info.flags = it->flags;
+            info.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+            info.cas = it->cas;
+            info.vlen = it->vlen;
+            int n = item_value_iov(c->base, it, c->chunk_max, iov);
+            if (fn)
+                fn(arg, &info, iov, n);
+        }
+    }
+    cache_read_unlock();
+
+    if (loc && dead == CACHE_LIVE) {
+        cache_stat_inc(t, ST_GET_HITS);
+        if (touch)
+            cache_stat_inc(t, ST_TOUCH_HITS);
+        return TC_OK;
+    }
+    cache_stat_inc(t, ST_GET_MISSES);
+    if (touch)
+        cache_stat_inc(t, ST_TOUCH_MISSES);
+    if (dead == CACHE_EXPIRED)
+        cache_stat_inc(t, ST_GET_EXPIRED);
+    else if (dead == CACHE_FLUSHED)
+        cache_stat_inc(t, ST_GET_FLUSHED);
+    if (dead != CACHE_LIVE)
+        reap_dead(t, hash, loc, dead);
+    return TC_NOT_FOUND;
+}
+
+int
+fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
+            int64_t exptime)
+{
+    struct cache *c = t->cache;
+    struct cache_key k = {c, key, klen};
+    uint64_t hash = cache_hash(c, key, klen);
+    uint32_t now = clock_now();
+    enum cache_dead dead = CACHE_LIVE;
+
+    cache_flush_check(c, now);
+    cache_stat_inc(t, ST_CMD_TOUCH);
+    cache_read_lock();
+    uint64_t loc = htab_lookup_rcu(c->htab, hash, cache_match_key, &k);
+    if (loc) {
+        struct item_hdr *it = (struct item_hdr *)item_at(c->base,
+                                                         cache_off(loc));
+        dead = cache_item_dead(c, it, now);
+        if (dead == CACHE_LIVE) {
+            pm_store32(&it->exptime, cache_exptime(exptime, now));
+            slab_ref(c->slab, cache_off(loc));
+        }
+    }
+    cache_read_unlock();
+
+    if (loc && dead == CACHE_LIVE) {
+        cache_stat_inc(t, ST_TOUCH_HITS);
+        return TC_OK;
+    }
+    cache_stat_inc(t, ST_TOUCH_MISSES);
+    if (dead != CACHE_LIVE)
+        reap_dead(t, hash, loc, dead);
+    return TC_NOT_FOUND;
+}
+
+int
+fetch_delete(struct cache_thread *t, const void *key, uint32_t klen,
+             uint64_t cas_in)
+{
+    struct cache *c = t->cache;
+    struct cache_key k = {c, key, klen};
+    uint64_t hash = cache_hash(c, key, klen);
+    uint32_t now = clock_now();
+    int rc = TC_NOT_FOUND;
+    uint64_t loc = 0;
+    enum cache_dead dead = CACHE_LIVE;
+
+    cache_flush_check(c, now);
+    struct htab_bucket *b = htab_lock(c->htab, hash);
+    _Atomic uint64_t *slot = htab_find_locked(b, hash, cache_match_key, &k);
+    if (slot) {
+        loc = htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed));
+        const struct item_hdr *it = item_at(c->base, cache_off(loc));
+        dead = cache_item_dead(c, it, now);
+        if (dead == CACHE_LIVE && cas_in && it->cas != cas_in) {
+            rc = TC_EXISTS;
+            loc = 0;
+        } else {
+            htab_remove_locked(slot);
+            rc = dead == CACHE_LIVE ? TC_OK : TC_NOT_FOUND;
+        }
+    }
+    htab_unlock(b);
+
+    if (loc) {
+        cache_account_unlink(t, cache_off(loc), dead, false);
+        cache_defer_free(t, cache_off(loc));
+    }
+    cache_stat_inc(t, rc == TC_OK ? ST_DELETE_HITS : ST_DELETE_MISSES);
+    return rc;
+}

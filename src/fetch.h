@@ -1,0 +1,20 @@
+#pragma once
+/*
+ * The read path (see fetch.c): get, get-and-touch, touch, delete. Returns
+ * follow src/tiercache.h. Keys are already validated.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "src/tiercache.h"
+
+struct cache_thread;
+
+/* touch: apply exptime (memcached rules) before calling fn. */
+int fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
+              bool touch, int64_t exptime, tc_value_fn *fn, void *arg);
+int fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
+                int64_t exptime);
+int fetch_delete(struct cache_thread *t, const void *key, uint32_t klen,
+                 uint64_t cas_in);

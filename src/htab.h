@@ -1,0 +1,100 @@
+#pragma once
+/*
+ * The hash index, all in DRAM: buckets of one cache line, each holding a spin
+ * lock, a pointer to an overflow bucket and HTAB_SLOTS slots. A slot is one
+ * 64-bit word: a 16-bit tag from the key's hash (never 0) and a 48-bit
+ * location (the engine's encoding of where the item lives; never 0). A lookup
+ * touches item memory (PMEM) only to compare the key of a tag match, through
+ * the caller's match function.
+ *
+ * Concurrency:
+ *   readers     lock-free, inside an RCU read-side section (liburcu memb):
+ *               slots and next pointers are read with acquire loads.
+ *   writers     hold the bucket's spin lock (LOCK_RANK_BUCKET) of the home
+ *               bucket for every change to that bucket or its overflow
+ *               chain; slots are written with release stores, one word at a
+ *               time, so a reader sees the old or the new entry.
+ *   overflow    buckets are allocated under the home bucket's lock and
+ *               linked with a release store; they are never unlinked while
+ *               the table lives (freed at htab_destroy), so readers need no
+ *               grace period for them.
+ *   No PMEM writes happen here; the lock is held for DRAM work only.
+ *   The table does not grow: expected_items sizes it (about 70% full at
+ *   that count) and overflow buckets absorb the excess.
+ */
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "src/base/compiler.h"
+#include "src/base/lock.h"
+
+#define HTAB_SLOTS 6
+#define HTAB_LOC_BITS 48
+#define HTAB_LOC_MASK ((1ull << HTAB_LOC_BITS) - 1)
+
+struct htab_bucket {
+    struct spin lock;
+    uint32_t pad;
+    struct htab_bucket *_Atomic next;
+    _Atomic uint64_t slot[HTAB_SLOTS];
+} CACHE_ALIGNED;
+
+_Static_assert(sizeof(struct htab_bucket) == CACHE_LINE,
+               "a bucket is one cache line");
+
+struct htab;
+
+/* Does the item at loc carry the key the caller is looking for? */
+typedef bool htab_match_fn(void *arg, uint64_t loc);
+
+int htab_create(uint64_t expected_items, struct htab **out);
+void htab_destroy(struct htab *h);
+
+static inline uint16_t
+htab_tag(uint64_t hash)
+{
+    uint16_t t = (uint16_t)(hash >> 48);
+    return t ? t : 1;
+}
+
+/* Location of the entry whose tag matches and for which match() is true, or
+ * 0. Context: inside an RCU read-side section; the result is valid only
+ * there. */
+uint64_t htab_lookup_rcu(struct htab *h, uint64_t hash, htab_match_fn *match,
+                         void *arg);
+
+/* Writers. htab_lock() returns the home bucket, locked. */
+struct htab_bucket *htab_lock(struct htab *h, uint64_t hash);
+void htab_unlock(struct htab_bucket *b);
+
+/* The slot holding the matching entry in b's chain, or NULL. Locks: b. */
+_Atomic uint64_t *htab_find_locked(struct htab_bucket *b, uint64_t hash,
+                                   htab_match_fn *match, void *arg);
+/* Slot holding exactly this location in b's chain, or NULL. Locks: b. */
+_Atomic uint64_t *htab_find_loc_locked(struct htab_bucket *b, uint64_t loc);
+
+/* Put a new entry in a free slot of b's chain (allocating an overflow
+ * bucket if all are full): 0 or -ENOMEM. Locks: b. */
+int htab_insert_locked(struct htab *h, struct htab_bucket *b, uint64_t hash,
+                       uint64_t loc);
+/* Point an existing slot at a new location (same key). Locks: b. */
+void htab_replace_locked(_Atomic uint64_t *slot, uint64_t hash, uint64_t loc);
+/* Empty a slot. Locks: b. */
+void htab_remove_locked(_Atomic uint64_t *slot);
+
+static inline uint64_t
+htab_slot_loc(uint64_t word)
+{
+    return word & HTAB_LOC_MASK;
+}
+
+/* Visit every entry (no locks; for tc_check and tests with no writer
+ * running). Stops when fn returns non-zero and returns that value. */
+typedef int htab_visit_fn(void *arg, uint64_t loc);
+int htab_foreach(struct htab *h, htab_visit_fn *fn, void *arg);
+
+uint64_t htab_nbuckets(const struct htab *h);
+uint64_t htab_noverflow(const struct htab *h); /* overflow buckets */
+uint64_t htab_dram_bytes(const struct htab *h);

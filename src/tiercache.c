@@ -1,0 +1,397 @@
+/*
+ * The public embedding API (src/tiercache.h): argument checks, the calling
+ * thread's context, then the engine. The only file whose functions are
+ * exported; they carry the tc_ prefix of the installed header rather than
+ * this file's stem.
+ *
+ * Concurrency: no state of its own; see src/cache.h.
+ */
+#include "src/tiercache.h"
+
+#include "src/base/clock.h"
+#include "src/base/err.h"
+#include "src/cache.h"
+#include "src/fetch.h"
+#include "src/store.h"
+
+#include <errno.h>
+#include <string.h>
+
+struct tc_cache {
+    struct cache c;
+};
+
+static inline struct cache *
+engine(struct tc_cache *tc)
+{
+    return &tc->c;
+}
+
+/* The calling thread's context; NULL after a bad key or no DRAM. */
+static struct cache_thread *
+enter(struct tc_cache *tc, size_t klen, int *rc)
+{
+    if (klen == 0 || klen > TC_KEY_MAX) {
+        *rc = -EINVAL;
+        return NULL;
+    }
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (!t)
+        *rc = -ENOMEM;
+    return t;
+}
+
+TC_API void
+tc_config_init(struct tc_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->pool_path = REGION_DEFAULT_PATH;
+    cfg->pool_size = 64ull << 20;
+    cfg->min_chunk = 64;
+    cfg->growth_factor = 1.25;
+    cfg->chunk_max = POOL_PAGE_SIZE / 2;
+    cfg->item_size_max = 1u << 20;
+    cfg->evict = true;
+    cfg->quota_batch = 32;
+    cfg->background = true;
+    cfg->sweep_budget = 1024;
+}
+
+TC_API int
+tc_open(const struct tc_config *cfg, struct tc_cache **out)
+{
+    struct cache *c;
+    err_clear();
+    int rc = cache_open(cfg, &c);
+    if (rc)
+        return rc;
+    /* struct tc_cache is the engine's struct under the public name */
+    *out = (struct tc_cache *)c;
+    return 0;
+}
+
+TC_API void
+tc_close(struct tc_cache *tc)
+{
+    if (tc)
+        cache_close(engine(tc));
+}
+
+TC_API const char *
+tc_errmsg(void)
+{
+    return err_msg();
+}
+
+TC_API int
+tc_thread_register(struct tc_cache *tc)
+{
+    return cache_thread_get(engine(tc)) ? 0 : -ENOMEM;
+}
+
+TC_API void
+tc_thread_unregister(struct tc_cache *tc)
+{
+    cache_thread_put(engine(tc));
+}
+
+TC_API int
+tc_get(struct tc_cache *tc, const void *key, size_t klen, tc_value_fn *fn,
+       void *arg)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? fetch_get(t, key, (uint32_t)klen, false, 0, fn, arg) : rc;
+}
+
+TC_API int
+tc_gat(struct tc_cache *tc, const void *key, size_t klen, int64_t exptime,
+       tc_value_fn *fn, void *arg)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? fetch_get(t, key, (uint32_t)klen, true, exptime, fn, arg) : rc;
+}
+
+struct copy_arg {
+    void *buf;
+    size_t cap;
+    struct tc_item_info *info;
+};
+
+static void
+copy_value(void *arg, const struct tc_item_info *info,
+           const struct iovec *iov, int niov)
+{
+    struct copy_arg *a = arg;
+    size_t at = 0;
+    for (int i = 0; i < niov && at < a->cap; i++) {
+        size_t n = MIN(iov[i].iov_len, a->cap - at);
+        memcpy((char *)a->buf + at, iov[i].iov_base, n);
+        at += n;
+    }
+    if (a->info)
+        *a->info = *info;
+}
+
+TC_API int
+tc_get_copy(struct tc_cache *tc, const void *key, size_t klen, void *buf,
+            size_t cap, struct tc_item_info *info)
+{
+    struct copy_arg a = {buf, cap, info};
+    return tc_get(tc, key, klen, copy_value, &a);
+}
+
+TC_API int
+tc_store(struct tc_cache *tc, enum tc_store_mode mode, const void *key,
+         size_t klen, const void *val, size_t vlen, uint32_t flags,
+         int64_t exptime, uint64_t cas_in, uint64_t *cas_out)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    if (!t)
+        return rc;
+    switch (mode) {
+    case TC_SET:
+    case TC_ADD:
+    case TC_REPLACE:
+    case TC_CAS:
+        return store_plain(t, mode, key, (uint32_t)klen, val, vlen, flags,
+                           exptime, cas_in, cas_out);
+    case TC_APPEND:
+    case TC_PREPEND:
+        return store_concat(t, mode == TC_APPEND, key, (uint32_t)klen, val,
+                            vlen, 0, cas_out);
+    }
+    return -EINVAL;
+}
+
+TC_API int
+tc_set(struct tc_cache *tc, const void *key, size_t klen, const void *val,
+       size_t vlen, uint32_t flags, int64_t exptime)
+{
+    return tc_store(tc, TC_SET, key, klen, val, vlen, flags, exptime, 0,
+                    NULL);
+}
+
+TC_API int
+tc_incr(struct tc_cache *tc, const void *key, size_t klen, uint64_t delta,
+        uint64_t *value, uint64_t *cas_out)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? store_arith(t, true, key, (uint32_t)klen, delta, value, cas_out)
+             : rc;
+}
+
+TC_API int
+tc_decr(struct tc_cache *tc, const void *key, size_t klen, uint64_t delta,
+        uint64_t *value, uint64_t *cas_out)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? store_arith(t, false, key, (uint32_t)klen, delta, value,
+                           cas_out)
+             : rc;
+}
+
+TC_API int
+tc_delete(struct tc_cache *tc, const void *key, size_t klen, uint64_t cas_in)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? fetch_delete(t, key, (uint32_t)klen, cas_in) : rc;
+}
+
+TC_API int
+tc_touch(struct tc_cache *tc, const void *key, size_t klen, int64_t exptime)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? fetch_touch(t, key, (uint32_t)klen, exptime) : rc;
+}
+
+TC_API int
+tc_flush_all(struct tc_cache *tc, int64_t delay)
+{
+    struct cache *c = engine(tc);
+    struct cache_thread *t = cache_thread_get(c);
+    uint32_t now = clock_now();
+
+    if (!t)
+        return -ENOMEM;
+    cache_stat_inc(t, ST_CMD_FLUSH);
+    if (delay > 0) {
+        /* memcached: the delay follows the exptime rules, so a value past
+         * 30 days is an absolute time */
+        atomic_store_explicit(&c->flush_at, cache_exptime(delay, now),
+                              memory_order_release);
+        return TC_OK;
+    }
+    atomic_store_explicit(&c->flush_at, 0, memory_order_release);
+    uint64_t seq = atomic_load_explicit(&c->cas_seq, memory_order_relaxed);
+    /* release pairs with the acquire in cache_item_dead() */
+    atomic_store_explicit(&c->flush_cas, seq, memory_order_release);
+    return TC_OK;
+}
+
+TC_API int
+tc_set_mem_limit(struct tc_cache *tc, uint64_t bytes)
+{
+    struct cache *c = engine(tc);
+    struct cache_thread *t = cache_thread_get(c);
+    uint64_t pages = bytes >> POOL_PAGE_SHIFT;
+
+    if (!t)
+        return -ENOMEM;
+    if (pages < 1 || pages > pool_npages(c->pool)) {
+        err_set("memory limit %llu bytes is outside 1 MiB .. %llu MiB",
+                (unsigned long long)bytes,
+                (unsigned long long)pool_npages(c->pool));
+        return -EINVAL;
+    }
+    uint32_t old = pool_limit(c->pool);
+    pool_set_limit(c->pool, (uint32_t)pages);
+    c->cfg.mem_limit = pages << POOL_PAGE_SHIFT;
+    if (pages >= old) {
+        atomic_store(&c->shrink_target, 0);
+        return 0;
+    }
+    atomic_store(&c->shrink_target, (uint32_t)pages);
+    return reclaim_shrink(t);
+}
+
+TC_API int
+tc_slab_reassign(struct tc_cache *tc, int src, int dst)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    return t ? reclaim_reassign(t, src, dst) : -ENOMEM;
+}
+
+TC_API int
+tc_maintain(struct tc_cache *tc)
+{
+    struct cache *c = engine(tc);
+    struct cache_thread *t = cache_thread_get(c);
+    if (!t)
+        return -ENOMEM;
+    cache_flush_check(c, clock_now());
+    int n = reclaim_sweep(t, c->cfg.sweep_budget);
+    if (atomic_load(&c->shrink_target))
+        reclaim_shrink(t);
+    return n;
+}
+
+TC_API void
+tc_stats(struct tc_cache *tc, struct tc_stats *out)
+{
+    struct cache *c = engine(tc);
+    int64_t s[ST_COUNT];
+
+    cache_stats_sum(c, s);
+    memset(out, 0, sizeof(*out));
+    out->curr_items = (uint64_t)s[ST_CURR_ITEMS];
+    out->total_items = (uint64_t)s[ST_TOTAL_ITEMS];
+    out->bytes = (uint64_t)s[ST_BYTES];
+    out->limit_maxbytes = (uint64_t)pool_limit(c->pool) << POOL_PAGE_SHIFT;
+    out->evictions = (uint64_t)s[ST_EVICTIONS];
+    out->reclaimed = (uint64_t)s[ST_RECLAIMED];
+    out->expired_unfetched = (uint64_t)s[ST_EXPIRED_UNFETCHED];
+    out->evicted_unfetched = (uint64_t)s[ST_EVICTED_UNFETCHED];
+    out->cmd_get = (uint64_t)s[ST_CMD_GET];
+    out->cmd_set = (uint64_t)s[ST_CMD_SET];
+    out->cmd_touch = (uint64_t)s[ST_CMD_TOUCH];
+    out->cmd_flush = (uint64_t)s[ST_CMD_FLUSH];
+    out->get_hits = (uint64_t)s[ST_GET_HITS];
+    out->get_misses = (uint64_t)s[ST_GET_MISSES];
+    out->get_expired = (uint64_t)s[ST_GET_EXPIRED];
+    out->get_flushed = (uint64_t)s[ST_GET_FLUSHED];
+    out->delete_hits = (uint64_t)s[ST_DELETE_HITS];
+    out->delete_misses = (uint64_t)s[ST_DELETE_MISSES];
+    out->incr_hits = (uint64_t)s[ST_INCR_HITS];
+    out->incr_misses = (uint64_t)s[ST_INCR_MISSES];
+    out->decr_hits = (uint64_t)s[ST_DECR_HITS];
+    out->decr_misses = (uint64_t)s[ST_DECR_MISSES];
+    out->cas_hits = (uint64_t)s[ST_CAS_HITS];
+    out->cas_misses = (uint64_t)s[ST_CAS_MISSES];
+    out->cas_badval = (uint64_t)s[ST_CAS_BADVAL];
+    out->touch_hits = (uint64_t)s[ST_TOUCH_HITS];
+    out->touch_misses = (uint64_t)s[ST_TOUCH_MISSES];
+    out->store_too_large = (uint64_t)s[ST_STORE_TOO_LARGE];
+    out->store_no_memory = (uint64_t)s[ST_STORE_NO_MEMORY];
+    out->slab_reassign_count = (uint64_t)s[ST_REASSIGNS];
+    out->sweep_reclaimed = (uint64_t)s[ST_SWEEP_RECLAIMED];
+
+    uint64_t free_pages = pool_nfree(c->pool);
+    out->pmem_bytes = region_data_size(c->region);
+    out->pmem_pages_total = pool_limit(c->pool);
+    out->pmem_pages_free = free_pages;
+    out->total_malloced = 0;
+    for (unsigned i = 0; i < slab_nclasses(c->slab); i++) {
+        struct slab_class_stats st;
+        slab_class_stats(c->slab, i, &st);
+        out->total_malloced += (uint64_t)st.pages << POOL_PAGE_SHIFT;
+    }
+    out->pmem_is_pmem = region_is_pmem(c->region);
+    out->dram_index_bytes = htab_dram_bytes(c->htab);
+    out->dram_meta_bytes = slab_dram_bytes(c->slab);
+    out->index_buckets = htab_nbuckets(c->htab);
+    out->index_overflow_buckets = htab_noverflow(c->htab);
+    pthread_mutex_lock(&c->threads_lock);
+    for (struct cache_thread *t = c->threads; t; t = t->next)
+        out->quota_refills += quota_refills(t->quota);
+    pthread_mutex_unlock(&c->threads_lock);
+}
+
+TC_API void
+tc_stats_reset(struct tc_cache *tc)
+{
+    struct cache *c = engine(tc);
+    int64_t s[ST_COUNT];
+    cache_stats_sum(c, s);
+    pthread_mutex_lock(&c->threads_lock);
+    for (int i = 0; i < ST_FIRST_GAUGE; i++)
+        c->reset_base[i] += s[i];
+    pthread_mutex_unlock(&c->threads_lock);
+}
+
+TC_API int
+tc_slab_nclasses(struct tc_cache *tc)
+{
+    return (int)slab_nclasses(engine(tc)->slab);
+}
+
+TC_API int
+tc_slab_stats(struct tc_cache *tc, int cls, struct tc_slab_stats *out)
+{
+    struct cache *c = engine(tc);
+    struct slab_class_stats st;
+    if (cls < 0 || cls >= (int)slab_nclasses(c->slab))
+        return -EINVAL;
+    slab_class_stats(c->slab, (unsigned)cls, &st);
+    out->chunk_size = st.chunk_size;
+    out->chunks_per_page = st.perpage;
+    out->total_pages = st.pages;
+    out->total_chunks = (uint64_t)st.pages * st.perpage;
+    out->free_chunks = st.free_chunks;
+    out->used_chunks = (uint64_t)cache_class_chunks(c, (unsigned)cls);
+    return 0;
+}
+
+TC_API int
+tc_check(struct tc_cache *tc)
+{
+    return cache_check(engine(tc));
+}
+
+TC_API void
+tc_clock_set(uint32_t t)
+{
+    clock_set_fake(t);
+}
+
+TC_API void
+tc_clock_advance(uint32_t secs)
+{
+    clock_advance(secs);
+}

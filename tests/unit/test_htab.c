@@ -1,0 +1,701 @@
+/*
+ * Unit tests for src/htab.c, against a fake item store: an array of items
+ * indexed by location, each holding its key. match() compares keys, so a
+ * tag collision is resolved exactly as the engine resolves it.
+ *
+ * Seeded randomness: HTAB_TEST_SEED=<n> replays a run; the seed is printed
+ * when a randomized test fails.
+ */
+#include "src/htab.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+/* A fake item: key and payload are written once, before the location is
+ * published in the index, and never again. */
+struct fake_item {
+    uint64_t key;
+    uint64_t payload;
+};
+
+struct fake_store {
+    struct fake_item *items; /* items[0] unused: location 0 means none */
+    uint64_t nitems;
+    uint64_t next; /* next unused location */
+    unsigned long match_calls;
+};
+
+struct fixture {
+    struct htab *h;
+    struct fake_store st;
+};
+
+struct probe {
+    struct fake_store *st;
+    uint64_t key;
+};
+
+static uint64_t test_seed = 0x5eed1234abcdull;
+
+static uint64_t
+mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t
+rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static uint64_t
+key_hash(uint64_t key)
+{
+    return mix64(key);
+}
+
+/* A hash with the given tag and bucket index bits. */
+static uint64_t
+craft_hash(uint16_t tag, uint64_t bucket)
+{
+    return (uint64_t)tag << 48 | bucket;
+}
+
+static bool
+fake_match(void *arg, uint64_t loc)
+{
+    struct probe *p = arg;
+
+    p->st->match_calls++;
+    return loc < p->st->nitems && p->st->items[loc].key == p->key;
+}
+
+/* A fresh location holding key. */
+static uint64_t
+fake_put(struct fake_store *st, uint64_t key)
+{
+    uint64_t loc = st->next++;
+
+    assert_true(loc < st->nitems);
+    st->items[loc].key = key;
+    st->items[loc].payload = ~key;
+    return loc;
+}
+
+static void
+store_init(struct fake_store *st, uint64_t nitems)
+{
+    st->items = calloc(nitems, sizeof(*st->items));
+    assert_non_null(st->items);
+    st->nitems = nitems;
+    st->next = 1;
+    st->match_calls = 0;
+}
+
+static int
+setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    if (f == NULL)
+        return -1;
+    f->st.items = calloc(1 << 16, sizeof(*f->st.items));
+    if (f->st.items == NULL) {
+        free(f);
+        return -1;
+    }
+    f->st.nitems = 1 << 16;
+    f->st.next = 1;
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    htab_destroy(f->h);
+    free(f->st.items);
+    free(f);
+    return 0;
+}
+
+static uint64_t
+lookup(struct htab *h, struct fake_store *st, uint64_t hash, uint64_t key)
+{
+    struct probe p = {st, key};
+
+    return htab_lookup_rcu(h, hash, fake_match, &p);
+}
+
+static int
+insert(struct htab *h, uint64_t hash, uint64_t loc)
+{
+    struct htab_bucket *b = htab_lock(h, hash);
+    int rc = htab_insert_locked(h, b, hash, loc);
+
+    htab_unlock(b);
+    return rc;
+}
+
+/* Remove key's entry; true if there was one. */
+static bool
+remove_key(struct htab *h, struct fake_store *st, uint64_t hash, uint64_t key)
+{
+    struct probe p = {st, key};
+    struct htab_bucket *b = htab_lock(h, hash);
+    _Atomic uint64_t *slot = htab_find_locked(b, hash, fake_match, &p);
+
+    if (slot != NULL)
+        htab_remove_locked(slot);
+    htab_unlock(b);
+    return slot != NULL;
+}
+
+static void
+test_sizing(void **state)
+{
+    struct fixture *f = *state;
+    struct htab *h;
+
+    assert_int_equal(htab_create(0, &f->h), 0);
+    assert_int_equal(htab_nbuckets(f->h), 64);
+    assert_int_equal(htab_noverflow(f->h), 0);
+    assert_true(htab_dram_bytes(f->h) >= 64 * sizeof(struct htab_bucket));
+    assert_true(htab_dram_bytes(f->h) <=
+                64 * sizeof(struct htab_bucket) + 4096);
+
+    /* 1M items at 4.2 a bucket: 238096 -> 262144 buckets (mmap path). */
+    assert_int_equal(htab_create(1000000, &h), 0);
+    assert_int_equal(htab_nbuckets(h), 262144);
+    assert_true(htab_dram_bytes(h) >= 262144ull * 64);
+    assert_true(htab_dram_bytes(h) <= 262144ull * 64 + 4096);
+    /* the mmap'd table is zeroed and works */
+    for (uint64_t k = 0; k < 1000; k++)
+        assert_int_equal(insert(h, key_hash(k), fake_put(&f->st, k)), 0);
+    for (uint64_t k = 0; k < 1000; k++)
+        assert_int_equal(lookup(h, &f->st, key_hash(k), k), k + 1);
+    assert_int_equal(lookup(h, &f->st, key_hash(5000), 5000), 0);
+    htab_destroy(h);
+
+    /* exactly at a power of two boundary: 64 * 4.2 = 268.8 */
+    assert_int_equal(htab_create(268, &h), 0);
+    assert_int_equal(htab_nbuckets(h), 64);
+    htab_destroy(h);
+    assert_int_equal(htab_create(269, &h), 0);
+    assert_int_equal(htab_nbuckets(h), 128);
+    htab_destroy(h);
+
+    h = NULL;
+    assert_int_equal(htab_create(UINT64_MAX, &h), -EINVAL);
+    assert_null(h);
+    htab_destroy(NULL);
+}
+
+static void
+test_insert_lookup_replace_remove(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    uint64_t locs[200];
+
+    assert_int_equal(htab_create(1000, &f->h), 0);
+    for (uint64_t k = 0; k < 200; k++) {
+        locs[k] = fake_put(st, k);
+        assert_int_equal(insert(f->h, key_hash(k), locs[k]), 0);
+    }
+    for (uint64_t k = 0; k < 200; k++)
+        assert_int_equal(lookup(f->h, st, key_hash(k), k), locs[k]);
+    for (uint64_t k = 200; k < 400; k++)
+        assert_int_equal(lookup(f->h, st, key_hash(k), k), 0);
+
+    /* replace key 7 with a new location holding the same key */
+    {
+        struct probe p = {st, 7};
+        uint64_t nloc = fake_put(st, 7);
+        struct htab_bucket *b = htab_lock(f->h, key_hash(7));
+        _Atomic uint64_t *slot =
+            htab_find_locked(b, key_hash(7), fake_match, &p);
+
+        assert_non_null(slot);
+        assert_int_equal(htab_slot_loc(*slot), locs[7]);
+        assert_ptr_equal(htab_find_loc_locked(b, locs[7]), slot);
+        htab_replace_locked(slot, key_hash(7), nloc);
+        assert_int_equal(htab_slot_loc(*slot), nloc);
+        assert_ptr_equal(htab_find_loc_locked(b, nloc), slot);
+        assert_null(htab_find_loc_locked(b, locs[7]));
+        htab_unlock(b);
+        assert_int_equal(lookup(f->h, st, key_hash(7), 7), nloc);
+        locs[7] = nloc;
+    }
+
+    /* remove every odd key */
+    for (uint64_t k = 1; k < 200; k += 2)
+        assert_true(remove_key(f->h, st, key_hash(k), k));
+    for (uint64_t k = 1; k < 200; k += 2)
+        assert_false(remove_key(f->h, st, key_hash(k), k));
+    for (uint64_t k = 0; k < 200; k++)
+        assert_int_equal(lookup(f->h, st, key_hash(k), k), k % 2 ? 0 : locs[k]);
+}
+
+static void
+test_overflow_chains(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    const uint64_t n = 5000; /* ~78 a bucket: chains of ~13 */
+    uint64_t noverflow, dram;
+
+    assert_int_equal(htab_create(1, &f->h), 0);
+    assert_int_equal(htab_nbuckets(f->h), 64);
+    dram = htab_dram_bytes(f->h);
+    for (uint64_t k = 0; k < n; k++)
+        assert_int_equal(insert(f->h, key_hash(k), fake_put(st, k)), 0);
+    noverflow = htab_noverflow(f->h);
+    assert_true(htab_dram_bytes(f->h) >= dram + (noverflow - 64) * 64);
+    /* at least ceil(5000 / 6) buckets in all */
+    assert_true(64 + noverflow >= (n + HTAB_SLOTS - 1) / HTAB_SLOTS);
+    assert_true(htab_dram_bytes(f->h) >=
+                (64 + noverflow) * sizeof(struct htab_bucket));
+    for (uint64_t k = 0; k < n; k++)
+        assert_int_equal(lookup(f->h, st, key_hash(k), k), k + 1);
+    for (uint64_t k = n; k < 2 * n; k++)
+        assert_int_equal(lookup(f->h, st, key_hash(k), k), 0);
+
+    /* empty it, then refill: freed slots are reused, no new buckets */
+    for (uint64_t k = 0; k < n; k++)
+        assert_true(remove_key(f->h, st, key_hash(k), k));
+    for (uint64_t k = 0; k < n; k++)
+        assert_int_equal(lookup(f->h, st, key_hash(k), k), 0);
+    for (uint64_t k = 0; k < n; k++)
+        assert_int_equal(insert(f->h, key_hash(k), fake_put(st, k)), 0);
+    assert_int_equal(htab_noverflow(f->h), noverflow);
+    for (uint64_t k = 0; k < n; k++)
+        assert_int_equal(lookup(f->h, st, key_hash(k), k), n + k + 1);
+}
+
+static void
+test_colliding_tags(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    /* 20 keys, all with the same bucket and the same tag: 4 buckets */
+    const uint64_t hash = craft_hash(0xbeef, 5);
+    uint64_t locs[20];
+
+    assert_int_equal(htab_create(100, &f->h), 0);
+    for (uint64_t k = 0; k < 20; k++) {
+        locs[k] = fake_put(st, 1000 + k);
+        assert_int_equal(insert(f->h, hash, locs[k]), 0);
+    }
+    assert_int_equal(htab_noverflow(f->h), 3);
+    for (uint64_t k = 0; k < 20; k++) {
+        st->match_calls = 0;
+        assert_int_equal(lookup(f->h, st, hash, 1000 + k), locs[k]);
+        assert_int_equal(st->match_calls, k + 1);
+    }
+    /* same tag and bucket, absent key: every entry is compared, none hit */
+    st->match_calls = 0;
+    assert_int_equal(lookup(f->h, st, hash, 999), 0);
+    assert_int_equal(st->match_calls, 20);
+
+    /* tag 0 is stored as tag 1: a hash with top bits 0 and one with top
+     * bits 1 collide, and match() tells them apart */
+    {
+        uint64_t h0 = craft_hash(0, 9), h1 = craft_hash(1, 9);
+        uint64_t l0 = fake_put(st, 2000), l1 = fake_put(st, 2001);
+
+        assert_int_equal(htab_tag(h0), htab_tag(h1));
+        assert_int_equal(insert(f->h, h0, l0), 0);
+        assert_int_equal(insert(f->h, h1, l1), 0);
+        assert_int_equal(lookup(f->h, st, h0, 2000), l0);
+        assert_int_equal(lookup(f->h, st, h1, 2001), l1);
+        assert_int_equal(lookup(f->h, st, h0, 2001), l1);
+    }
+
+    /* a different tag in the same bucket is never handed to match() */
+    st->match_calls = 0;
+    assert_int_equal(lookup(f->h, st, craft_hash(0xbeee, 5), 1000), 0);
+    assert_int_equal(st->match_calls, 0);
+
+    /* remove in the middle of the chain; the slot is the first free one
+     * and the next insert into this bucket takes it */
+    {
+        struct htab_bucket *b = htab_lock(f->h, hash);
+        _Atomic uint64_t *slot = htab_find_loc_locked(b, locs[8]);
+        uint64_t nloc;
+
+        assert_non_null(slot);
+        htab_remove_locked(slot);
+        htab_unlock(b);
+        assert_int_equal(lookup(f->h, st, hash, 1008), 0);
+        for (uint64_t k = 0; k < 20; k++)
+            if (k != 8)
+                assert_int_equal(lookup(f->h, st, hash, 1000 + k), locs[k]);
+
+        nloc = fake_put(st, 3000);
+        b = htab_lock(f->h, craft_hash(0x1234, 5)); /* same bucket */
+        assert_int_equal(
+            htab_insert_locked(f->h, b, craft_hash(0x1234, 5), nloc), 0);
+        assert_ptr_equal(htab_find_loc_locked(b, nloc), slot);
+        htab_unlock(b);
+        assert_int_equal(htab_noverflow(f->h), 3);
+        assert_int_equal(lookup(f->h, st, craft_hash(0x1234, 5), 3000), nloc);
+    }
+}
+
+static void
+test_find_loc_locked(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    const uint64_t hash = craft_hash(0x77, 3);
+    struct htab_bucket *b;
+    uint64_t locs[10];
+
+    assert_int_equal(htab_create(0, &f->h), 0);
+    for (int i = 0; i < 10; i++) {
+        locs[i] = fake_put(st, (uint64_t)i);
+        assert_int_equal(insert(f->h, hash, locs[i]), 0);
+    }
+    /* a location in another bucket's chain is not found from this one */
+    assert_int_equal(insert(f->h, craft_hash(0x77, 4), 500), 0);
+
+    b = htab_lock(f->h, hash);
+    for (int i = 0; i < 10; i++) {
+        _Atomic uint64_t *slot = htab_find_loc_locked(b, locs[i]);
+
+        assert_non_null(slot);
+        assert_int_equal(htab_slot_loc(*slot), locs[i]);
+        assert_int_equal(*slot >> HTAB_LOC_BITS, 0x77);
+    }
+    assert_null(htab_find_loc_locked(b, 500));
+    assert_null(htab_find_loc_locked(b, 0));
+    assert_null(htab_find_loc_locked(b, HTAB_LOC_MASK));
+    htab_remove_locked(htab_find_loc_locked(b, locs[9])); /* overflow */
+    assert_null(htab_find_loc_locked(b, locs[9]));
+    htab_unlock(b);
+
+    /* the largest location fits */
+    assert_int_equal(insert(f->h, hash, HTAB_LOC_MASK), 0);
+    b = htab_lock(f->h, hash);
+    assert_non_null(htab_find_loc_locked(b, HTAB_LOC_MASK));
+    htab_unlock(b);
+}
+
+struct visit {
+    uint8_t *seen;
+    uint64_t nseen;
+    uint64_t limit; /* stop with 7 after this many, 0: never */
+    uint64_t bad;
+};
+
+static int
+visit_fn(void *arg, uint64_t loc)
+{
+    struct visit *v = arg;
+
+    if (v->seen[loc]++ != 0)
+        v->bad++;
+    v->nseen++;
+    if (v->limit != 0 && v->nseen == v->limit)
+        return 7;
+    return 0;
+}
+
+static void
+test_foreach(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    const uint64_t nkeys = 3000;
+    uint64_t *live = calloc(nkeys, sizeof(*live)); /* key -> loc or 0 */
+    uint8_t *seen = calloc(st->nitems, 1);
+    uint64_t s = test_seed, nlive = 0;
+    struct visit v;
+
+    assert_non_null(live);
+    assert_non_null(seen);
+    assert_int_equal(htab_create(500, &f->h), 0); /* overfull: chains */
+
+    v = (struct visit){seen, 0, 0, 0};
+    assert_int_equal(htab_foreach(f->h, visit_fn, &v), 0);
+    assert_int_equal(v.nseen, 0);
+
+    for (int i = 0; i < 20000; i++) {
+        uint64_t k = rng_next(&s) % nkeys;
+
+        if (live[k] != 0) {
+            if (!remove_key(f->h, st, key_hash(k), k))
+                fail_msg("seed %llu: key %llu lost",
+                         (unsigned long long)test_seed, (unsigned long long)k);
+            live[k] = 0;
+            nlive--;
+        } else if (st->next < st->nitems) {
+            live[k] = fake_put(st, k);
+            assert_int_equal(insert(f->h, key_hash(k), live[k]), 0);
+            nlive++;
+        }
+    }
+    assert_true(nlive > 0);
+
+    v = (struct visit){seen, 0, 0, 0};
+    assert_int_equal(htab_foreach(f->h, visit_fn, &v), 0);
+    if (v.nseen != nlive || v.bad != 0)
+        fail_msg("seed %llu: visited %llu (%llu twice), live %llu",
+                 (unsigned long long)test_seed, (unsigned long long)v.nseen,
+                 (unsigned long long)v.bad, (unsigned long long)nlive);
+    for (uint64_t k = 0; k < nkeys; k++)
+        if (live[k] != 0 && seen[live[k]] != 1)
+            fail_msg("seed %llu: key %llu at %llu not visited",
+                     (unsigned long long)test_seed, (unsigned long long)k,
+                     (unsigned long long)live[k]);
+
+    /* early stop returns fn's value */
+    memset(seen, 0, st->nitems);
+    v = (struct visit){seen, 0, 3, 0};
+    assert_int_equal(htab_foreach(f->h, visit_fn, &v), 7);
+    assert_int_equal(v.nseen, 3);
+
+    free(live);
+    free(seen);
+}
+
+/*
+ * One writer inserting, replacing and removing under the bucket lock; one
+ * lock-free reader. Each location is written once (key, payload) before it
+ * is published, never rewritten, so the reader's plain reads of the item are
+ * race-free exactly when the index's release/acquire pairing is right (TSan
+ * checks that). Keys below NSTABLE are only ever replaced, never removed: a
+ * reader must always find them.
+ */
+#define CC_NKEYS 256
+#define CC_NSTABLE 16
+#define CC_NBUCKETS_USED 8
+#define CC_WRITER_OPS 500000
+#define CC_READER_OPS 5000000
+#define CC_SECONDS 10
+
+struct cc_state {
+    struct htab *h;
+    struct fake_store st;
+    uint64_t seed;
+    _Atomic int writer_done;
+    /* reader results, read after join */
+    uint64_t reads, hits, bad_loc, bad_payload, stable_miss;
+    uint64_t first_bad_key, first_bad_loc;
+    uint64_t writer_ops;
+    int writer_err;
+};
+
+/* Keys crowd into a few buckets so that chains grow while reading. */
+static uint64_t
+cc_hash(uint64_t key)
+{
+    return (mix64(key) & ~(uint64_t)63) | (key % CC_NBUCKETS_USED);
+}
+
+static double
+now_sec(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *
+cc_writer(void *arg)
+{
+    struct cc_state *cs = arg;
+    uint64_t s = cs->seed;
+    double deadline = now_sec() + CC_SECONDS;
+    uint64_t i;
+
+    for (i = 0; i < CC_WRITER_OPS; i++) {
+        uint64_t k = rng_next(&s) % CC_NKEYS;
+        uint64_t hash = cc_hash(k);
+        struct probe p = {&cs->st, k};
+        struct htab_bucket *b;
+        _Atomic uint64_t *slot;
+        uint64_t loc;
+
+        if (cs->st.next >= cs->st.nitems)
+            break;
+        if ((i & 1023) == 0 && now_sec() > deadline)
+            break;
+        /* the item is complete before it is published */
+        loc = cs->st.next++;
+        cs->st.items[loc].key = k;
+        cs->st.items[loc].payload = mix64(loc) ^ k;
+
+        b = htab_lock(cs->h, hash);
+        slot = htab_find_locked(b, hash, fake_match, &p);
+        if (slot == NULL) {
+            if (htab_insert_locked(cs->h, b, hash, loc) != 0)
+                cs->writer_err = 1;
+        } else if (k < CC_NSTABLE || rng_next(&s) % 2) {
+            htab_replace_locked(slot, hash, loc);
+        } else {
+            htab_remove_locked(slot);
+        }
+        htab_unlock(b);
+    }
+    cs->writer_ops = i;
+    /* Release: pairs with the reader's acquire load; orders nothing the
+     * reader needs (it joins us anyway) but keeps TSan's view simple. */
+    atomic_store_explicit(&cs->writer_done, 1, memory_order_release);
+    return NULL;
+}
+
+/* match() for the reader: reads the item with plain loads. */
+static bool
+cc_match(void *arg, uint64_t loc)
+{
+    struct probe *p = arg;
+
+    return p->st->items[loc].key == p->key;
+}
+
+static void *
+cc_reader(void *arg)
+{
+    struct cc_state *cs = arg;
+    uint64_t s = cs->seed ^ 0xabcdef;
+    uint64_t i;
+
+    for (i = 0; i < CC_READER_OPS; i++) {
+        uint64_t k = rng_next(&s) % CC_NKEYS;
+        struct probe p = {&cs->st, k};
+        uint64_t loc;
+
+        /* Acquire: pairs with the writer's release store of writer_done. */
+        if (atomic_load_explicit(&cs->writer_done, memory_order_acquire))
+            break;
+        loc = htab_lookup_rcu(cs->h, cc_hash(k), cc_match, &p);
+        if (loc == 0) {
+            if (k < CC_NSTABLE)
+                cs->stable_miss++;
+            continue;
+        }
+        cs->hits++;
+        if (loc >= cs->st.nitems || cs->st.items[loc].key != k) {
+            if (cs->bad_loc++ == 0) {
+                cs->first_bad_key = k;
+                cs->first_bad_loc = loc;
+            }
+        } else if (cs->st.items[loc].payload != (mix64(loc) ^ k)) {
+            cs->bad_payload++;
+        }
+    }
+    cs->reads = i;
+    return NULL;
+}
+
+static void
+test_concurrent_reader_writer(void **state)
+{
+    struct fixture *f = *state;
+    struct cc_state *cs = calloc(1, sizeof(*cs));
+    pthread_t w, r;
+
+    assert_non_null(cs);
+    cs->seed = test_seed;
+    store_init(&cs->st, CC_WRITER_OPS + CC_NSTABLE + 2);
+    assert_int_equal(htab_create(0, &cs->h), 0);
+    for (uint64_t k = 0; k < CC_NSTABLE; k++) {
+        uint64_t loc = cs->st.next++;
+
+        cs->st.items[loc].key = k;
+        cs->st.items[loc].payload = mix64(loc) ^ k;
+        assert_int_equal(insert(cs->h, cc_hash(k), loc), 0);
+    }
+    atomic_init(&cs->writer_done, 0);
+
+    assert_int_equal(pthread_create(&r, NULL, cc_reader, cs), 0);
+    assert_int_equal(pthread_create(&w, NULL, cc_writer, cs), 0);
+    assert_int_equal(pthread_join(w, NULL), 0);
+    assert_int_equal(pthread_join(r, NULL), 0);
+
+    print_message("concurrent: seed %llu, %llu writes, %llu reads, "
+                  "%llu hits, %llu overflow buckets\n",
+                  (unsigned long long)test_seed,
+                  (unsigned long long)cs->writer_ops,
+                  (unsigned long long)cs->reads, (unsigned long long)cs->hits,
+                  (unsigned long long)htab_noverflow(cs->h));
+    if (cs->writer_err || cs->bad_loc || cs->bad_payload || cs->stable_miss)
+        fail_msg("seed %llu: writer_err %d, bad loc %llu (first key %llu "
+                 "loc %llu), bad payload %llu, stable misses %llu",
+                 (unsigned long long)test_seed, cs->writer_err,
+                 (unsigned long long)cs->bad_loc,
+                 (unsigned long long)cs->first_bad_key,
+                 (unsigned long long)cs->first_bad_loc,
+                 (unsigned long long)cs->bad_payload,
+                 (unsigned long long)cs->stable_miss);
+    assert_true(htab_noverflow(cs->h) > 0);
+
+    /* quiescent now: the index holds each key at most once */
+    {
+        uint8_t *seen = calloc(cs->st.nitems, 1);
+        struct visit v = {seen, 0, 0, 0};
+        uint64_t per_key[CC_NKEYS] = {0};
+
+        assert_non_null(seen);
+        assert_int_equal(htab_foreach(cs->h, visit_fn, &v), 0);
+        assert_int_equal(v.bad, 0);
+        for (uint64_t loc = 1; loc < cs->st.nitems; loc++)
+            if (seen[loc] && per_key[cs->st.items[loc].key]++ != 0)
+                fail_msg("seed %llu: key %llu indexed twice",
+                         (unsigned long long)test_seed,
+                         (unsigned long long)cs->st.items[loc].key);
+        for (uint64_t k = 0; k < CC_NSTABLE; k++)
+            assert_int_equal(per_key[k], 1);
+        free(seen);
+    }
+
+    htab_destroy(cs->h);
+    free(cs->st.items);
+    free(cs);
+    (void)f;
+}
+
+int
+main(void)
+{
+    const char *seed = getenv("HTAB_TEST_SEED");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_sizing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_insert_lookup_replace_remove,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_overflow_chains, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_colliding_tags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_find_loc_locked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreach, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_reader_writer, setup,
+                                        teardown),
+    };
+
+    if (seed != NULL)
+        test_seed = strtoull(seed, NULL, 0);
+    if (test_seed == 0)
+        test_seed = 1; /* xorshift needs a non-zero state */
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

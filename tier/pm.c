@@ -1,0 +1,114 @@
+/*
+ * PMEM write (and read) helpers: the one seam every store into the PMEM
+ * region goes through (see tier/pm.h).
+ *
+ * Concurrency:
+ *   pm_write_hook    set once at setup, before any worker thread starts
+ *                    (thread creation orders the store before every load);
+ *                    read with a relaxed load on every write
+ *   PMEM contents    written outside any lock: debug builds assert that the
+ *                    calling thread holds none (DESIGN rule 2)
+ *   otherwise        stateless; callable from any thread
+ *
+ * Nothing here flushes or fences: PMEM is volatile capacity. Note that
+ * PMEM_F_MEM_NOFLUSH makes libpmem use plain (temporal) stores for every
+ * size; its non-temporal path is only taken when flushing is allowed.
+ */
+#include "tier/pm.h"
+
+#include "src/base/compiler.h"
+#include "src/base/lock.h"
+
+#include <assert.h>
+#include <libpmem.h>
+#include <string.h>
+
+static pm_write_hook_fn *pm_write_hook;
+
+/*
+ * Debug builds: a PMEM write while the thread holds a lock aborts. Reads are
+ * not checked: rule 2 is about writes, and a writer holding a bucket lock
+ * may legitimately compare a key stored in PMEM.
+ */
+static inline void
+pm_check_unlocked(void)
+{
+    assert(lock_held_depth() == 0 && "PMEM write inside a critical section");
+}
+
+static inline void
+pm_note_write(const void *pmem_dst, size_t n)
+{
+    pm_write_hook_fn *fn = __atomic_load_n(&pm_write_hook, __ATOMIC_RELAXED);
+
+    if (unlikely(fn != NULL))
+        fn(pmem_dst, n);
+}
+
+void
+pm_copy(void *pmem_dst, const void *src, size_t n)
+{
+    pm_check_unlocked();
+    pmem_memcpy(pmem_dst, src, n, PMEM_F_MEM_NOFLUSH);
+    pm_note_write(pmem_dst, n);
+}
+
+void
+pm_set(void *pmem_dst, int c, size_t n)
+{
+    pm_check_unlocked();
+    pmem_memset(pmem_dst, c, n, PMEM_F_MEM_NOFLUSH);
+    pm_note_write(pmem_dst, n);
+}
+
+void
+pm_store32(uint32_t *pmem_dst, uint32_t v)
+{
+    pm_check_unlocked();
+    assert(((uintptr_t)pmem_dst & (sizeof(v) - 1)) == 0);
+    /* Relaxed: single-copy atomicity only; publication is the caller's
+     * (index switch with release semantics). */
+    __atomic_store_n(pmem_dst, v, __ATOMIC_RELAXED);
+    pm_note_write(pmem_dst, sizeof(v));
+}
+
+void
+pm_store64(uint64_t *pmem_dst, uint64_t v)
+{
+    pm_check_unlocked();
+    assert(((uintptr_t)pmem_dst & (sizeof(v) - 1)) == 0);
+    /* Relaxed: as in pm_store32(). */
+    __atomic_store_n(pmem_dst, v, __ATOMIC_RELAXED);
+    pm_note_write(pmem_dst, sizeof(v));
+}
+
+/*
+ * pmem_drain() is libpmem's store fence (sfence on x86): it orders
+ * non-temporal stores, which a release store alone does not (today's
+ * helpers use temporal stores only, see the top). For the C memory model
+ * the publishing store that follows still needs release order; this call
+ * is opaque, so it is also a compiler barrier. No __atomic_thread_fence:
+ * TSan does not support it.
+ */
+void
+pm_fence(void)
+{
+    pmem_drain();
+}
+
+void
+pm_read(void *dst, const void *pmem_src, size_t n)
+{
+    memcpy(dst, pmem_src, n);
+}
+
+/*
+ * Context: setup, before worker threads start (or in a single-threaded
+ * test). Relaxed: thread creation publishes the hook and whatever state it
+ * uses.
+ */
+void
+pm_set_write_hook(pm_write_hook_fn *fn)
+{
+    __atomic_store_n(&pm_write_hook, fn, __ATOMIC_RELAXED);
+}

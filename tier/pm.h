@@ -1,0 +1,37 @@
+#pragma once
+/*
+ * PMEM write (and read) helpers. Every store into the PMEM region goes
+ * through these: they are the single place where write-hotspot accounting and
+ * latency emulation hook in (issue 5), and in debug builds they assert that
+ * the calling thread holds no lock (DESIGN rule 2: no PMEM writes inside a
+ * critical section).
+ *
+ * PMEM is used as volatile capacity: nothing is flushed or fenced for
+ * durability here. pm_copy() uses libpmem's pmem_memcpy() with
+ * PMEM_F_MEM_NOFLUSH, which picks non-temporal stores for large copies so
+ * that item bodies do not evict DRAM metadata from the CPU caches.
+ *
+ * Concurrency: stateless apart from the hooks (set once at setup, before any
+ * worker runs).
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+void pm_copy(void *pmem_dst, const void *src, size_t n);
+void pm_set(void *pmem_dst, int c, size_t n);
+void pm_store32(uint32_t *pmem_dst, uint32_t v); /* one atomic 4-byte store */
+void pm_store64(uint64_t *pmem_dst, uint64_t v); /* one atomic 8-byte store */
+
+/* Order every earlier helper write (including non-temporal stores) before
+ * later stores: called once per item, before the index publishes it. */
+void pm_fence(void);
+
+/* Copy out of PMEM (reads go through here only where latency emulation of
+ * reads matters: value copies to clients). */
+void pm_read(void *dst, const void *pmem_src, size_t n);
+
+/* Hook for accounting (issue 5): called with the destination and length of
+ * every write when set; NULL (the default) costs one predictable branch. */
+typedef void pm_write_hook_fn(const void *pmem_dst, size_t n);
+void pm_set_write_hook(pm_write_hook_fn *fn);

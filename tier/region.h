@@ -1,0 +1,57 @@
+#pragma once
+/*
+ * The PMEM region: the pool file mapped with libpmem. On machines without
+ * PMEM the same file on tmpfs (/dev/shm) is the emulation.
+ *
+ * region_open() creates or reopens the file, posix_fallocate()s it first (so
+ * a full disk fails at start, not later), maps it with pmem_map_file(),
+ * validates or writes the header (tier/region_layout.h) and clears the clean
+ * flag. region_close() sets the clean flag and unmaps. A bad path, a size
+ * below REGION_MIN_SIZE or an existing file that is too small fail with a
+ * negative errno and one sentence in err_msg().
+ *
+ * Concurrency: a region is opened and closed by one thread; between those,
+ * region_data()/region_*() are read-only and safe from any thread.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define REGION_DEFAULT_PATH "/dev/shm/tiercache.pool"
+
+struct region_config {
+    const char *path; /* NULL: REGION_DEFAULT_PATH */
+    /* Bytes of the whole file. 0: use an existing file's size (it must
+     * exist and be at least REGION_MIN_SIZE). A regular file is created or
+     * resized to this size. */
+    uint64_t size;
+};
+
+struct region;
+
+/* 0 or -EINVAL (size below minimum), -ENOENT / -EACCES / ... (path), -ENOSPC
+ * (fallocate), -EBADF? no: -EIO for a mapping failure. *out set on success. */
+int region_open(const struct region_config *cfg, struct region **out);
+
+/* Mark clean, unmap, free. NULL is a no-op. */
+void region_close(struct region *r);
+
+/* Base and length of the data area (1 MiB aligned, length a multiple of
+ * 1 MiB). */
+void *region_data(const struct region *r);
+uint64_t region_data_size(const struct region *r);
+
+/* libpmem's is_pmem answer for the mapping (false on /dev/shm). */
+bool region_is_pmem(const struct region *r);
+
+/* Whether the previous holder closed the file gracefully (false for a file
+ * created by this open). */
+bool region_was_clean(const struct region *r);
+
+const char *region_path(const struct region *r);
+
+/* Give the memory behind [data_off, data_off + len) of the data area back
+ * to the system (fallocate punch-hole; pages then read as zeros). Used after
+ * a shrink. 0, or a negative errno (-EOPNOTSUPP where the file system cannot
+ * punch holes). Context: the range must not be in use. */
+int region_discard(struct region *r, uint64_t data_off, uint64_t len);
