@@ -38,6 +38,14 @@
  * 2^22 (Granlund-Montgomery), and it avoids a divide on the read path. */
 #define RECIP_SHIFT 42
 
+/* per-chunk DRAM bits in page->ref_bits (4 per chunk) */
+#define BIT_REF 1ull
+#define BIT_FETCHED 2ull
+#define BIT_WIN 4ull
+#define BITS_ALL 15ull
+#define BITS_WORD(idx) ((idx) / 16)
+#define BITS_SHIFT(idx) (4 * ((idx) % 16))
+
 enum page_state {
     PAGE_FREE = 0,   /* in the pool */
     PAGE_ACTIVE = 1, /* owned by a class, handing out chunks */
@@ -52,8 +60,9 @@ struct slab_page {
     uint32_t next, prev; /* partial list links (page numbers) */
     uint32_t scan_word;  /* lowest bitmap word that may hold a free bit */
     uint64_t *free_bits; /* 1 = free chunk */
-    /* two bits per chunk, 32 chunks a word: bit 2i is the CLOCK reference
-     * bit, bit 2i+1 "fetched since stored"; one atomic op sets both */
+    /* four bits per chunk, 16 chunks a word: the CLOCK reference bit,
+     * "fetched since stored", "recache win claimed", one spare; one atomic
+     * op sets reference and fetched together */
     _Atomic uint64_t *ref_bits;
 };
 
@@ -160,12 +169,12 @@ slab_create(const struct slab_config *cfg, struct pool *pool,
     s->max_words = s->cls[0].nwords;
     rc = -ENOMEM;
     s->page = calloc(s->npages, sizeof(*s->page));
-    s->bits = calloc((size_t)s->npages * s->max_words * 3, sizeof(uint64_t));
+    s->bits = calloc((size_t)s->npages * s->max_words * 5, sizeof(uint64_t));
     s->page_lists = malloc((size_t)s->npages * s->nclasses * sizeof(uint32_t));
     if (!s->page || !s->bits || !s->page_lists)
         goto err_free_tables;
     for (uint32_t p = 0; p < s->npages; p++) {
-        uint64_t *b = s->bits + (size_t)p * s->max_words * 3;
+        uint64_t *b = s->bits + (size_t)p * s->max_words * 5;
         s->page[p].cls = SLAB_NO_CLASS;
         s->page[p].free_bits = b;
         s->page[p].ref_bits = (_Atomic uint64_t *)(b + s->max_words);
@@ -304,7 +313,7 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
         p->free_bits[w] = ~0ull;
     if (c->perpage % 64)
         p->free_bits[c->perpage / 64] = (1ull << (c->perpage % 64)) - 1;
-    for (uint32_t w = 0; w < 2 * c->nwords; w++)
+    for (uint32_t w = 0; w < 4 * c->nwords; w++)
         atomic_store_explicit(&p->ref_bits[w], 0, memory_order_relaxed);
     p->nfree = c->perpage;
     p->scan_word = 0;
@@ -393,8 +402,8 @@ slab_give(struct slab *s, unsigned cls, const uint64_t *offs, unsigned n)
             abort();
         }
         p->free_bits[idx / 64] |= bit;
-        atomic_fetch_and_explicit(&p->ref_bits[idx / 32],
-                                  ~(3ull << (2 * (idx % 32))),
+        atomic_fetch_and_explicit(&p->ref_bits[BITS_WORD(idx)],
+                                  ~(BITS_ALL << BITS_SHIFT(idx)),
                                   memory_order_relaxed);
         if (idx / 64 < p->scan_word)
             p->scan_word = idx / 64;
@@ -423,16 +432,35 @@ slab_chunk_usable(const struct slab *s, uint64_t off)
            PAGE_ACTIVE;
 }
 
+bool
+slab_page_draining(const struct slab *s, uint32_t page)
+{
+    return page < s->npages &&
+           atomic_load_explicit(&s->page[page].state, memory_order_relaxed) ==
+               PAGE_DRAINING;
+}
+
+/* The word and shift of a chunk's DRAM bits, or NULL for a free page. */
+static _Atomic uint64_t *
+chunk_bits(const struct slab *s, uint64_t off, unsigned *shift)
+{
+    const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
+    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
+    if (unlikely(cls == SLAB_NO_CLASS))
+        return NULL;
+    uint32_t idx = chunk_index(&s->cls[cls], off);
+    *shift = BITS_SHIFT(idx);
+    return &p->ref_bits[BITS_WORD(idx)];
+}
+
 void
 slab_ref(struct slab *s, uint64_t off)
 {
-    struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
-    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
-    if (unlikely(cls == SLAB_NO_CLASS))
+    unsigned shift;
+    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
+    if (!w)
         return;
-    uint32_t idx = chunk_index(&s->cls[cls], off);
-    uint64_t both = 3ull << (2 * (idx % 32));
-    _Atomic uint64_t *w = &p->ref_bits[idx / 32];
+    uint64_t both = (BIT_REF | BIT_FETCHED) << shift;
     /* Read first: a hot item's bits are already set, and skipping the
      * read-modify-write keeps its cache line shared between cores. */
     if ((atomic_load_explicit(w, memory_order_relaxed) & both) != both)
@@ -442,14 +470,33 @@ slab_ref(struct slab *s, uint64_t off)
 bool
 slab_fetched(const struct slab *s, uint64_t off)
 {
-    const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
-    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
-    if (cls == SLAB_NO_CLASS)
+    unsigned shift;
+    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
+    return w && (atomic_load_explicit(w, memory_order_relaxed) &
+                 (BIT_FETCHED << shift));
+}
+
+bool
+slab_claim(struct slab *s, uint64_t off)
+{
+    unsigned shift;
+    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
+    if (!w)
         return false;
-    uint32_t idx = chunk_index(&s->cls[cls], off);
-    return atomic_load_explicit(&p->ref_bits[idx / 32],
-                                memory_order_relaxed) &
-           (2ull << (2 * (idx % 32)));
+    /* relaxed: the bit itself is the whole message, nothing else is
+     * published with it */
+    uint64_t old = atomic_fetch_or_explicit(w, BIT_WIN << shift,
+                                            memory_order_relaxed);
+    return !(old & (BIT_WIN << shift));
+}
+
+bool
+slab_claimed(const struct slab *s, uint64_t off)
+{
+    unsigned shift;
+    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
+    return w && (atomic_load_explicit(w, memory_order_relaxed) &
+                 (BIT_WIN << shift));
 }
 
 /* --- scanning (eviction CLOCK, expiry sweep) --- */
@@ -490,8 +537,8 @@ slab_scan(struct slab *s, unsigned cls, struct slab_cursor *cur,
         if (p->free_bits[idx / 64] & bit)
             continue;
         if (mode == SLAB_SCAN_CLOCK) {
-            _Atomic uint64_t *w = &p->ref_bits[idx / 32];
-            uint64_t ref = 1ull << (2 * (idx % 32));
+            _Atomic uint64_t *w = &p->ref_bits[BITS_WORD(idx)];
+            uint64_t ref = BIT_REF << BITS_SHIFT(idx);
             if (atomic_load_explicit(w, memory_order_relaxed) & ref) {
                 atomic_fetch_and_explicit(w, ~ref, memory_order_relaxed);
                 continue;
@@ -569,6 +616,13 @@ slab_drain_begin(struct slab *s, uint32_t page)
 unsigned
 slab_drain_live(struct slab *s, uint32_t page, uint64_t *offs, unsigned max)
 {
+    return slab_drain_live_from(s, page, 0, offs, max);
+}
+
+unsigned
+slab_drain_live_from(struct slab *s, uint32_t page, uint32_t from,
+                     uint64_t *offs, unsigned max)
+{
     if (page >= s->npages)
         return 0;
     struct slab_class *c = lock_page_class(s, page);
@@ -576,7 +630,7 @@ slab_drain_live(struct slab *s, uint32_t page, uint64_t *offs, unsigned max)
         return 0;
     const struct slab_page *p = &s->page[page];
     unsigned n = 0;
-    for (uint32_t idx = 0; idx < c->perpage && n < max; idx++)
+    for (uint32_t idx = from; idx < c->perpage && n < max; idx++)
         if (!(p->free_bits[idx / 64] & (1ull << (idx % 64))))
             offs[n++] = chunk_offset(c, page, idx);
     lock_release(&c->lock);
@@ -647,7 +701,7 @@ uint64_t
 slab_dram_bytes(const struct slab *s)
 {
     return sizeof(*s) + (uint64_t)s->npages * sizeof(*s->page) +
-           (uint64_t)s->npages * s->max_words * 3 * sizeof(uint64_t) +
+           (uint64_t)s->npages * s->max_words * 5 * sizeof(uint64_t) +
            (uint64_t)s->npages * s->nclasses * sizeof(uint32_t);
 }
 

@@ -16,9 +16,10 @@
  *   class->lock (LOCK_RANK_CLASS) guards the class's page list, partial list,
  *     nfree, cursors and, for pages of that class, page->nfree and
  *     page->free_bits.
- *   page->ref_bits     atomic, relaxed: reference and fetched bits, set by
- *                      readers (slab_ref), the reference bit cleared by the
- *                      CLOCK sweep under the class lock, both by slab_give;
+ *   page->ref_bits     atomic, relaxed: reference, fetched and win bits, set
+ *                      by readers (slab_ref, slab_claim), the reference bit
+ *                      cleared by the CLOCK sweep under the class lock, all
+ *                      by slab_give;
  *                      a lost update only changes which item is evicted.
  *   page->cls, ->state written under the owning class lock (and the pool
  *                      lock when the page moves); read relaxed by
@@ -102,6 +103,11 @@ void slab_ref(struct slab *s, uint64_t off);
  * memcached's evicted_unfetched / expired_unfetched). Lock-free hint. */
 bool slab_fetched(const struct slab *s, uint64_t off);
 
+/* Claim the chunk's recache win (meta W): true for the first caller since
+ * the chunk was taken, false after. DRAM only, lock-free. */
+bool slab_claim(struct slab *s, uint64_t off);
+bool slab_claimed(const struct slab *s, uint64_t off);
+
 /* A position in a class's chunks, owned by the caller (one per purpose). */
 struct slab_cursor {
     uint32_t page_idx; /* index into the class's page list */
@@ -138,6 +144,12 @@ int slab_drain_begin(struct slab *s, uint32_t page);
 /* Offsets of the page's allocated chunks (at most max). Locks: class. */
 unsigned slab_drain_live(struct slab *s, uint32_t page, uint64_t *offs,
                          unsigned max);
+/* The same from chunk index `from` on, so a caller can walk a page whose
+ * chunks stay allocated until a grace period has passed. */
+unsigned slab_drain_live_from(struct slab *s, uint32_t page, uint32_t from,
+                              uint64_t *offs, unsigned max);
+/* Whether the page is owned by a class and draining. Lock-free hint. */
+bool slab_page_draining(const struct slab *s, uint32_t page);
 /* If every chunk of the page is free, take it from its class and give it to
  * the pool: 0. Otherwise -EBUSY and the page stays draining. Locks: class,
  * pool. */

@@ -316,28 +316,45 @@ cache_item_bytes(const struct cache *c, const struct item_hdr *it)
 
 /* --- item memory --- */
 
+/* Whether the class owns any page (else eviction there finds nothing). */
+static bool
+class_has_pages(struct cache *c, unsigned cls)
+{
+    struct slab_class_stats st;
+    slab_class_stats(c->slab, cls, &st);
+    return st.pages > 0;
+}
+
+/*
+ * One chunk of the class for size: from the quota; else evict cold items of
+ * the class (CLOCK may need several passes to find one); else wait for
+ * pending deferred frees; else take a page from another class.
+ */
 static int
 alloc_chunk(struct cache_thread *t, uint32_t size, uint64_t *off)
 {
     struct cache *c = t->cache;
-    int cls = slab_class_for(c->slab, size);
+    unsigned cls = (unsigned)slab_class_for(c->slab, size);
+    int evict_misses = 0;
 
-    for (int attempt = 0; attempt < 16; attempt++) {
-        if (quota_alloc(t->quota, (unsigned)cls, off) == 0)
+    for (int attempt = 0; attempt < 32; attempt++) {
+        if (quota_alloc(t->quota, cls, off) == 0)
             return 0;
-        if (attempt == 0) {
-            /* Memory may be waiting in deferred frees: hand ours over and
-             * wait for every pending callback. */
+        if (c->cfg.evict && evict_misses < 8) {
+            if (reclaim_evict(t, cls) > 0)
+                continue;
+            if (++evict_misses < 8 && class_has_pages(c, cls))
+                continue;
+        }
+        if (t->ndefer ||
+            atomic_load_explicit(&c->defer_pending, memory_order_relaxed)) {
+            /* memory waiting in deferred frees: hand ours over and wait
+             * for every pending callback */
             cache_defer_flush(t);
             urcu_memb_barrier();
             continue;
         }
-        if (!c->cfg.evict)
-            break;
-        if (reclaim_evict(t, (unsigned)cls) > 0)
-            continue;
-        /* Nothing to evict in this class: take a page from another. */
-        if (reclaim_reassign(t, -1, cls) != 0 && attempt > 2)
+        if (!c->cfg.evict || reclaim_reassign(t, -1, (int)cls) != 0)
             break;
     }
     return -ENOMEM;
@@ -413,6 +430,8 @@ defer_done(struct rcu_head *rcu)
     cache_rcu_synced();
     for (unsigned i = 0; i < b->n; i++)
         give_item(b->cache, b->head[i]);
+    atomic_fetch_sub_explicit(&b->cache->defer_pending, b->n,
+                              memory_order_relaxed);
     free(b);
 }
 
@@ -435,6 +454,8 @@ cache_defer_flush(struct cache_thread *t)
     b->n = t->ndefer;
     memcpy(b->head, t->defer, t->ndefer * sizeof(uint64_t));
     t->ndefer = 0;
+    atomic_fetch_add_explicit(&t->cache->defer_pending, b->n,
+                              memory_order_relaxed);
     TSAN_RELEASE(b); /* liburcu's queue hands b over unseen by TSan */
     urcu_memb_call_rcu(&b->rcu, defer_done);
 }

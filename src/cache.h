@@ -97,6 +97,8 @@ struct cache {
     _Atomic uint64_t cas_seq CACHE_ALIGNED;
     _Atomic uint64_t flush_cas; /* items with cas <= this are flushed */
     _Atomic uint32_t flush_at;  /* pending delayed flush time, 0 none */
+    _Atomic uint64_t defer_pending; /* items handed to call_rcu, not yet
+                                       freed (relaxed: a hint) */
 
     pthread_mutex_t admin CACHE_ALIGNED;
     struct slab_cursor sweep_cur[SLAB_MAX_CLASSES];

@@ -34,9 +34,52 @@ reap_dead(struct cache_thread *t, uint64_t hash, uint64_t loc,
     cache_defer_free(t, cache_off(loc));
 }
 
+/* Whether this reader should recache (meta W), someone already got that
+ * (Z), or neither. The claim is a DRAM bit of the chunk: a read never writes
+ * PMEM. */
+static uint8_t
+win_state(struct cache *c, const struct item_hdr *it, uint64_t off,
+          const struct tc_get_opts *o, uint32_t now)
+{
+    uint32_t exp = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+    bool due = (it->iflags & ITEM_STALE) ||
+               (o->recache_below && exp != 0 && exp - now < o->recache_below);
+    if (slab_claimed(c->slab, off))
+        return TC_WIN_TAKEN;
+    if (!due)
+        return TC_WIN_NONE;
+    return slab_claim(c->slab, off) ? TC_WIN_YOU : TC_WIN_TAKEN;
+}
+
+/* Serve a live item inside the read section: touch, mark used, describe,
+ * call fn. */
+static void
+serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
+          const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn,
+          void *arg)
+{
+    struct tc_item_info info;
+    struct iovec iov[ITEM_MAX_TAILS + 1];
+
+    if (o->touch)
+        pm_store32(&it->exptime, cache_exptime(o->exptime, now));
+    info.fetched = slab_fetched(c->slab, off);
+    info.win = win_state(c, it, off, o, now);
+    if (!o->no_bump)
+        slab_ref(c->slab, off);
+    info.flags = it->flags;
+    info.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+    info.cas = it->cas;
+    info.vlen = it->vlen;
+    info.stale = it->iflags & ITEM_STALE;
+    int n = item_value_iov(c->base, it, c->chunk_max, iov);
+    if (fn)
+        fn(arg, &info, iov, n);
+}
+
 int
-fetch_get(struct cache_thread *t, const void *key, uint32_t klen, bool touch,
-          int64_t exptime, tc_value_fn *fn, void *arg)
+fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
+          const struct tc_get_opts *o, tc_value_fn *fn, void *arg)
 {
     struct cache *c = t->cache;
     struct cache_key k = {c, key, klen};
@@ -46,7 +89,7 @@ fetch_get(struct cache_thread *t, const void *key, uint32_t klen, bool touch,
 
     cache_flush_check(c, now);
     cache_stat_inc(t, ST_CMD_GET);
-    if (touch)
+    if (o->touch)
         cache_stat_inc(t, ST_CMD_TOUCH);
     cache_read_lock();
     uint64_t loc = htab_lookup_rcu(c->htab, hash, cache_match_key, &k);
@@ -54,32 +97,19 @@ fetch_get(struct cache_thread *t, const void *key, uint32_t klen, bool touch,
         struct item_hdr *it = (struct item_hdr *)item_at(c->base,
                                                          cache_off(loc));
         dead = cache_item_dead(c, it, now);
-        if (dead == CACHE_LIVE) {
-            uint64_t off = cache_off(loc);
-            struct tc_item_info info;
-            struct iovec iov[ITEM_MAX_TAILS + 1];
-            if (touch)
-                pm_store32(&it->exptime, cache_exptime(exptime, now));
-            slab_ref(c->slab, off);
-            info.flags = it->flags;
-            info.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
-            info.cas = it->cas;
-            info.vlen = it->vlen;
-            int n = item_value_iov(c->base, it, c->chunk_max, iov);
-            if (fn)
-                fn(arg, &info, iov, n);
-        }
+        if (dead == CACHE_LIVE)
+            serve_rcu(c, it, cache_off(loc), o, now, fn, arg);
     }
     cache_read_unlock();
 
     if (loc && dead == CACHE_LIVE) {
         cache_stat_inc(t, ST_GET_HITS);
-        if (touch)
+        if (o->touch)
             cache_stat_inc(t, ST_TOUCH_HITS);
         return TC_OK;
     }
     cache_stat_inc(t, ST_GET_MISSES);
-    if (touch)
+    if (o->touch)
         cache_stat_inc(t, ST_TOUCH_MISSES);
     if (dead == CACHE_EXPIRED)
         cache_stat_inc(t, ST_GET_EXPIRED);

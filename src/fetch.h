@@ -11,9 +11,10 @@
 
 struct cache_thread;
 
-/* touch: apply exptime (memcached rules) before calling fn. */
+/* get, gat and meta mg: see struct tc_get_opts. Vivify is done by the
+ * caller (tiercache.c) on a TC_NOT_FOUND. */
 int fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
-              bool touch, int64_t exptime, tc_value_fn *fn, void *arg);
+              const struct tc_get_opts *o, tc_value_fn *fn, void *arg);
 int fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
                 int64_t exptime);
 int fetch_delete(struct cache_thread *t, const void *key, uint32_t klen,

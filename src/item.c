@@ -23,7 +23,7 @@ item_plan(uint32_t klen, uint64_t vlen, uint32_t chunk_max,
     }
     out->tail_room = chunk_max - (uint32_t)sizeof(struct item_tail);
     uint64_t n = (vlen + out->tail_room - 1) / out->tail_room;
-    out->nchain = (uint16_t)MIN(n, (uint64_t)UINT16_MAX);
+    out->nchain = (uint8_t)MIN(n, (uint64_t)ITEM_MAX_TAILS);
     out->head_size = (uint32_t)(ALIGN_UP(sizeof(struct item_hdr) + klen, 8u) +
                                 8 * out->nchain);
     out->last_size = (uint32_t)(sizeof(struct item_tail) + vlen -

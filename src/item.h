@@ -16,7 +16,7 @@
 
 struct item_plan {
     uint32_t head_size;   /* bytes needed in the head chunk */
-    uint16_t nchain;      /* tail chunks */
+    uint8_t nchain;       /* tail chunks */
     uint32_t tail_room;   /* value bytes per full tail chunk */
     uint32_t last_size;   /* bytes needed in the last tail chunk */
     uint64_t total;       /* bytes counted in the "bytes" stat */

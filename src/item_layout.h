@@ -23,10 +23,13 @@
 #define ITEM_KIND_HEAD 0xa1
 #define ITEM_KIND_TAIL 0xa2
 
+#define ITEM_STALE 0x01 /* iflags: invalidated, served until replaced */
+
 struct item_hdr {
     uint8_t kind;     /* ITEM_KIND_HEAD */
     uint8_t klen;     /* 1..250 */
-    uint16_t nchain;  /* tail chunks, 0 for a plain item */
+    uint8_t nchain;   /* tail chunks, 0 for a plain item */
+    uint8_t iflags;   /* ITEM_STALE */
     uint32_t vlen;    /* value bytes */
     uint32_t flags;   /* client flags */
     uint32_t exptime; /* absolute unix seconds, 0 = never */

@@ -240,27 +240,32 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
         cache_free_unpublished(t, &plan, head, tails);
 }
 
-/* Relocate the live chunks of a draining page. */
+/* Relocate the live chunks of a draining page, walking it once. */
 static void
 drain_round(struct cache_thread *t, uint32_t page, bool new_pages)
 {
     struct cache *c = t->cache;
     uint64_t offs[DRAIN_BATCH];
+    uint32_t from = 0;
     unsigned n;
-    unsigned start = 0;
 
     do {
-        n = slab_drain_live(c->slab, page, offs, DRAIN_BATCH);
-        for (unsigned i = start; i < n; i++) {
+        n = slab_drain_live_from(c->slab, page, from, offs, DRAIN_BATCH);
+        for (unsigned i = 0; i < n; i++) {
             struct victim v;
             if (read_victim(c, offs[i], &v))
                 relocate(t, &v, new_pages);
         }
-        /* chunks that stay allocated (stashed, in flight) are skipped */
-        start = n;
-    } while (n == DRAIN_BATCH && start < n);
+        if (n)
+            from = (uint32_t)((offs[n - 1] & (POOL_PAGE_SIZE - 1)) /
+                              slab_chunk_size(c->slab,
+                                              slab_class_of(c->slab, offs[0])) +
+                              1);
+    } while (n == DRAIN_BATCH);
+    /* chunks that stay allocated (stashed, in flight) wait for the next
+     * round; the moved items' old chunks come back after this barrier */
     cache_defer_flush(t);
-    urcu_memb_barrier(); /* deferred frees of moved items are back */
+    urcu_memb_barrier();
     quota_flush(t->quota);
 }
 

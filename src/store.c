@@ -38,7 +38,10 @@ struct store_req {
     struct item_hdr hdr; /* flags, exptime, vlen, klen filled by caller */
     struct item_src val;
     uint64_t cas_in;
-    uint64_t expect; /* loc, for STORE_SWAP */
+    bool cas_check;   /* compare cas_in whatever the mode (meta C) */
+    uint64_t cas_new; /* nonzero: the new item's CAS (meta E) */
+    bool claim_win;   /* the storer holds the recache win (vivify) */
+    uint64_t expect;  /* loc, for STORE_SWAP */
 };
 
 /* Decide under the bucket lock whether the new item may replace what the
@@ -49,6 +52,12 @@ decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
 {
     bool live = old && cache_item_dead(c, item_at(c->base, cache_off(old)),
                                        now) == CACHE_LIVE;
+    if (r->cas_check && r->mode != STORE_SWAP) {
+        if (!live)
+            return TC_NOT_FOUND;
+        if (item_at(c->base, cache_off(old))->cas != r->cas_in)
+            return TC_EXISTS;
+    }
     switch (r->mode) {
     case TC_ADD:
         return live ? TC_NOT_STORED : TC_OK;
@@ -106,6 +115,26 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
     return rc;
 }
 
+/* The CAS for a new item: the next of the counter, or the client's own
+ * (meta E), which then also lifts the counter so that later CAS values stay
+ * unique and above it. */
+static uint64_t
+next_cas(struct cache *c, uint64_t explicit_cas)
+{
+    if (!explicit_cas)
+        return atomic_fetch_add_explicit(&c->cas_seq, 1,
+                                         memory_order_relaxed) +
+               1;
+    uint64_t seq = atomic_load_explicit(&c->cas_seq, memory_order_relaxed);
+    while (seq < explicit_cas &&
+           !atomic_compare_exchange_weak_explicit(&c->cas_seq, &seq,
+                                                  explicit_cas,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+    return explicit_cas;
+}
+
 /* Memory for the item r describes. 0, -E2BIG or -ENOMEM. Context: no lock
  * and no RCU read section (allocation may wait for a grace period). */
 static int
@@ -140,12 +169,13 @@ commit(struct cache_thread *t, struct store_req *r,
     struct cache *c = t->cache;
     uint32_t now = clock_now();
 
-    r->hdr.cas =
-        atomic_fetch_add_explicit(&c->cas_seq, 1, memory_order_relaxed) + 1;
+    r->hdr.cas = next_cas(c, r->cas_new);
     /* PMEM: the item is written here, before it is visible, with no lock
      * held (DESIGN rule 2). */
     item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val);
     pm_fence(); /* the bytes are in place before the index points at them */
+    if (r->claim_win)
+        slab_claim(c->slab, head); /* DRAM; before anyone can read it */
 
     cache_flush_check(c, now);
     int rc = publish(t, r, head, now, old);
@@ -188,29 +218,41 @@ store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     return rc;
 }
 
+static void
+req_init(struct store_req *r, struct cache_thread *t, int mode,
+         const void *key, uint32_t klen)
+{
+    memset(r, 0, sizeof(*r));
+    r->mode = mode;
+    r->key = key;
+    r->klen = klen;
+    r->hash = cache_hash(t->cache, key, klen);
+    r->hdr.klen = (uint8_t)klen;
+}
+
 int
 store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
             uint32_t klen, const void *val, size_t vlen, uint32_t flags,
-            int64_t exptime, uint64_t cas_in, uint64_t *cas_out)
+            int64_t exptime, const struct tc_store_opts *o, uint64_t *cas_out)
 {
     struct iovec iov = {(void *)val, vlen};
-    struct store_req r = {
-        .mode = mode,
-        .key = key,
-        .klen = klen,
-        .hash = cache_hash(t->cache, key, klen),
-        .hdr = {.klen = (uint8_t)klen,
-                .vlen = (uint32_t)vlen,
-                .flags = flags,
-                .exptime = cache_exptime(exptime, clock_now())},
-        .val = {&iov, 1},
-        .cas_in = cas_in,
-    };
+    struct store_req r;
+
+    req_init(&r, t, mode, key, klen);
+    r.hdr.vlen = (uint32_t)vlen;
+    r.hdr.flags = flags;
+    r.hdr.exptime = cache_exptime(exptime, clock_now());
+    r.val = (struct item_src){&iov, 1};
+    if (o) {
+        r.cas_in = o->cas_in;
+        r.cas_check = o->cas_check;
+        r.cas_new = o->cas_new;
+    }
     cache_stat_inc(t, ST_CMD_SET);
     if (vlen > UINT32_MAX)
         return -E2BIG;
     int rc = store_one(t, &r, cas_out);
-    count_outcome(t, mode, rc);
+    count_outcome(t, r.cas_check ? TC_CAS : mode, rc);
     return rc;
 }
 
@@ -236,61 +278,181 @@ snapshot(struct cache *c, const struct store_req *r, struct item_hdr *hdr,
     return hit;
 }
 
-int
-store_concat(struct cache_thread *t, bool append, const void *key,
-             uint32_t klen, const void *val, size_t vlen, uint64_t cas_in,
-             uint64_t *cas_out)
+/*
+ * Rewrite the item r->expect points at (whose header the caller read as
+ * `old`) with header r->hdr and its old value, plus `add` appended or
+ * prepended. -EAGAIN when the item changed meanwhile. The old value is
+ * copied from PMEM inside a read section that starts after allocation, so
+ * the old item cannot be freed under the copy.
+ */
+static int
+rewrite(struct cache_thread *t, struct store_req *r,
+        const struct item_hdr *old, const void *add, size_t alen, bool append,
+        uint64_t *cas_out)
 {
     struct cache *c = t->cache;
-    struct store_req r = {
-        .mode = STORE_SWAP,
-        .key = key,
-        .klen = klen,
-        .hash = cache_hash(c, key, klen),
-    };
+    struct item_plan plan;
+    uint64_t head, tails[ITEM_MAX_TAILS], oldloc = 0;
+    struct iovec iov[ITEM_MAX_TAILS + 2];
+
+    int rc = prepare(t, r, &plan, &head, tails);
+    if (rc)
+        return rc;
+    cache_read_lock();
+    const struct item_hdr *it = item_at(c->base, cache_off(r->expect));
+    int n = item_value_iov(c->base, it, c->chunk_max,
+                           append || !alen ? iov : iov + 1);
+    if (alen && append)
+        iov[n] = (struct iovec){(void *)add, alen};
+    else if (alen)
+        iov[0] = (struct iovec){(void *)add, alen};
+    r->val = (struct item_src){iov, n + (alen ? 1 : 0)};
+    if (it->cas == old->cas) {
+        rc = commit(t, r, &plan, head, tails, &oldloc, cas_out);
+    } else {
+        cache_free_unpublished(t, &plan, head, tails);
+        rc = -EAGAIN;
+    }
+    cache_read_unlock();
+    retire_old(t, oldloc);
+    return rc;
+}
+
+int
+store_concat(struct cache_thread *t, bool append, const void *key,
+             uint32_t klen, const void *val, size_t vlen,
+             const struct tc_store_opts *o, uint64_t *cas_out)
+{
+    struct store_req r;
     struct item_hdr old;
 
     cache_stat_inc(t, ST_CMD_SET);
     for (int i = 0; i < RMW_RETRIES; i++) {
-        if (!snapshot(c, &r, &old, &r.expect))
-            return TC_NOT_STORED;
-        if (cas_in && old.cas != cas_in)
+        req_init(&r, t, STORE_SWAP, key, klen);
+        if (!snapshot(t->cache, &r, &old, &r.expect)) {
+            if (!o || !o->vivify)
+                return TC_NOT_STORED;
+            /* meta N: a miss stores the value as a new item */
+            struct tc_store_opts add = {.cas_new = o->cas_new};
+            int rc = store_plain(t, TC_ADD, key, klen, val, vlen, 0,
+                                 o->vivify_exptime, &add, cas_out);
+            if (rc != TC_NOT_STORED)
+                return rc;
+            continue; /* created meanwhile: append to it */
+        }
+        if (o && o->cas_check && old.cas != o->cas_in)
             return TC_EXISTS;
         if ((uint64_t)old.vlen + vlen > UINT32_MAX)
             return -E2BIG;
         r.hdr = old;
         r.hdr.vlen = old.vlen + (uint32_t)vlen;
-
-        struct item_plan plan;
-        uint64_t head, tails[ITEM_MAX_TAILS], oldloc = 0;
-        int rc = prepare(t, &r, &plan, &head, tails);
-        if (rc)
-            return rc;
-        /* The old value is copied from PMEM inside a read section that
-         * starts after allocation; if the item changed meanwhile, the
-         * swap fails and the loop starts again. */
-        struct iovec iov[ITEM_MAX_TAILS + 2];
-        cache_read_lock();
-        const struct item_hdr *it = item_at(c->base, cache_off(r.expect));
-        int n = item_value_iov(c->base, it, c->chunk_max,
-                               append ? iov : iov + 1);
-        if (append)
-            iov[n] = (struct iovec){(void *)val, vlen};
-        else
-            iov[0] = (struct iovec){(void *)val, vlen};
-        r.val = (struct item_src){iov, n + 1};
-        if (it->cas == old.cas) {
-            rc = commit(t, &r, &plan, head, tails, &oldloc, cas_out);
-        } else {
-            cache_free_unpublished(t, &plan, head, tails);
-            rc = -EAGAIN;
-        }
-        cache_read_unlock();
-        retire_old(t, oldloc);
+        r.cas_new = o ? o->cas_new : 0;
+        int rc = rewrite(t, &r, &old, val, vlen, append, cas_out);
         if (rc != -EAGAIN)
             return rc;
     }
     return -EBUSY;
+}
+
+int
+store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
+                 uint64_t cas_in, int64_t exptime)
+{
+    struct store_req r;
+    struct item_hdr old;
+
+    for (int i = 0; i < RMW_RETRIES; i++) {
+        req_init(&r, t, STORE_SWAP, key, klen);
+        if (!snapshot(t->cache, &r, &old, &r.expect))
+            return TC_NOT_FOUND;
+        if (cas_in && old.cas != cas_in)
+            return TC_EXISTS;
+        r.hdr = old;
+        r.hdr.iflags |= ITEM_STALE;
+        if (exptime >= 0)
+            r.hdr.exptime = cache_exptime(exptime, clock_now());
+        int rc = rewrite(t, &r, &old, NULL, 0, true, NULL);
+        if (rc != -EAGAIN)
+            return rc;
+    }
+    return -EBUSY;
+}
+
+/* meta ms with I: when the client's CAS is older than the item's, the new
+ * value is stored marked stale instead of being refused. */
+static int
+store_or_stale(struct cache_thread *t, const void *key, uint32_t klen,
+               const void *val, size_t vlen, uint32_t flags, int64_t exptime,
+               const struct tc_store_opts *o, uint64_t *cas_out)
+{
+    struct iovec iov = {(void *)val, vlen};
+    struct store_req r;
+    struct item_hdr old;
+
+    for (int i = 0; i < RMW_RETRIES; i++) {
+        req_init(&r, t, STORE_SWAP, key, klen);
+        if (!snapshot(t->cache, &r, &old, &r.expect))
+            return TC_NOT_FOUND;
+        if (o->cas_in > old.cas)
+            return TC_EXISTS;
+        r.hdr.iflags = o->cas_in < old.cas ? ITEM_STALE : 0;
+        r.hdr.vlen = (uint32_t)vlen;
+        r.hdr.flags = flags;
+        r.hdr.exptime = cache_exptime(exptime, clock_now());
+        r.val = (struct item_src){&iov, 1};
+        r.cas_new = o->cas_new;
+        int rc = store_one(t, &r, cas_out);
+        if (rc != -EAGAIN)
+            return rc;
+    }
+    return -EBUSY;
+}
+
+int
+store_ex(struct cache_thread *t, enum tc_store_mode mode, const void *key,
+         uint32_t klen, const void *val, size_t vlen, uint32_t flags,
+         int64_t exptime, const struct tc_store_opts *o, uint64_t *cas_out)
+{
+    if (vlen > UINT32_MAX)
+        return -E2BIG;
+    switch (mode) {
+    case TC_APPEND:
+    case TC_PREPEND:
+        return store_concat(t, mode == TC_APPEND, key, klen, val, vlen, o,
+                            cas_out);
+    case TC_CAS:
+    case TC_SET:
+    case TC_REPLACE:
+        if (o && o->invalidate && (o->cas_check || mode == TC_CAS)) {
+            cache_stat_inc(t, ST_CMD_SET);
+            int rc = store_or_stale(t, key, klen, val, vlen, flags, exptime,
+                                    o, cas_out);
+            count_outcome(t, TC_CAS, rc);
+            return rc;
+        }
+        return store_plain(t, mode, key, klen, val, vlen, flags, exptime, o,
+                           cas_out);
+    case TC_ADD:
+        return store_plain(t, mode, key, klen, val, vlen, flags, exptime, o,
+                           cas_out);
+    }
+    return -EINVAL;
+}
+
+/* meta mg N: an empty placeholder whose storer holds the recache win.
+ * TC_OK when this call created it. */
+int
+store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
+             int64_t exptime)
+{
+    struct iovec iov = {NULL, 0};
+    struct store_req r;
+
+    req_init(&r, t, TC_ADD, key, klen);
+    r.hdr.exptime = cache_exptime(exptime, clock_now());
+    r.val = (struct item_src){&iov, 1};
+    r.claim_win = true;
+    return store_one(t, &r, NULL);
 }
 
 /* memcached's rule for a number: digits, then optional trailing spaces
@@ -317,17 +479,50 @@ parse_u64(const char *s, size_t n, uint64_t *out)
     return true;
 }
 
+static void
+fill_info(struct tc_item_info *info, const struct item_hdr *h)
+{
+    if (!info)
+        return;
+    memset(info, 0, sizeof(*info));
+    info->flags = h->flags;
+    info->exptime = h->exptime;
+    info->cas = h->cas;
+    info->vlen = h->vlen;
+    info->stale = h->iflags & ITEM_STALE;
+}
+
+/* meta ma N/J: a miss creates the item with the initial value. */
+static int
+arith_vivify(struct cache_thread *t, const void *key, uint32_t klen,
+             const struct tc_arith_opts *o, uint64_t *value,
+             struct tc_item_info *info)
+{
+    char digits[24];
+    int len = snprintf(digits, sizeof(digits), "%llu",
+                       (unsigned long long)o->initial);
+    struct iovec iov = {digits, (size_t)len};
+    struct store_req r;
+
+    req_init(&r, t, TC_ADD, key, klen);
+    r.hdr.vlen = (uint32_t)len;
+    r.hdr.exptime = cache_exptime(o->vivify_exptime, clock_now());
+    r.val = (struct item_src){&iov, 1};
+    int rc = store_one(t, &r, NULL);
+    if (rc == TC_OK) {
+        *value = o->initial;
+        fill_info(info, &r.hdr);
+    }
+    return rc;
+}
+
 int
 store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
-            uint64_t delta, uint64_t *value, uint64_t *cas_out)
+            uint64_t delta, const struct tc_arith_opts *o, uint64_t *value,
+            struct tc_item_info *info)
 {
     struct cache *c = t->cache;
-    struct store_req r = {
-        .mode = STORE_SWAP,
-        .key = key,
-        .klen = klen,
-        .hash = cache_hash(c, key, klen),
-    };
+    struct store_req r;
     struct item_hdr old;
     enum cache_stat hit = incr ? ST_INCR_HITS : ST_DECR_HITS;
     enum cache_stat miss = incr ? ST_INCR_MISSES : ST_DECR_MISSES;
@@ -335,10 +530,19 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
     for (int i = 0; i < RMW_RETRIES; i++) {
         char digits[72];
         uint64_t v;
+        req_init(&r, t, STORE_SWAP, key, klen);
         if (!snapshot(c, &r, &old, &r.expect)) {
-            cache_stat_inc(t, miss);
-            return TC_NOT_FOUND;
+            int rc = TC_NOT_FOUND;
+            if (o && o->vivify &&
+                (rc = arith_vivify(t, key, klen, o, value, info)) ==
+                    TC_NOT_STORED)
+                continue; /* created meanwhile: count on it */
+            if (rc == TC_NOT_FOUND)
+                cache_stat_inc(t, miss);
+            return rc;
         }
+        if (o && o->cas_in && old.cas != o->cas_in)
+            return TC_EXISTS;
         if (old.vlen > 64 || old.nchain)
             return TC_NON_NUMERIC;
         cache_read_lock();
@@ -357,13 +561,16 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         struct iovec iov = {digits, (size_t)len};
         r.hdr = old;
         r.hdr.vlen = (uint32_t)len;
+        if (o && o->touch)
+            r.hdr.exptime = cache_exptime(o->exptime, clock_now());
         r.val = (struct item_src){&iov, 1};
-        int rc = store_one(t, &r, cas_out);
+        int rc = store_one(t, &r, NULL);
         if (rc == -EAGAIN)
             continue;
         if (rc == TC_OK) {
             cache_stat_inc(t, hit);
             *value = v;
+            fill_info(info, &r.hdr);
         }
         return rc;
     }

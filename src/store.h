@@ -13,15 +13,27 @@
 
 struct cache_thread;
 
-/* set, add, replace, cas. */
+/* set, add, replace, cas; o (may be NULL) adds cas_check and cas_new. */
 int store_plain(struct cache_thread *t, enum tc_store_mode mode,
                 const void *key, uint32_t klen, const void *val, size_t vlen,
-                uint32_t flags, int64_t exptime, uint64_t cas_in,
+                uint32_t flags, int64_t exptime, const struct tc_store_opts *o,
                 uint64_t *cas_out);
-/* append (or prepend): keeps flags and exptime. cas_in 0 = unconditional. */
+/* append (or prepend): keeps flags and exptime; o may be NULL. */
 int store_concat(struct cache_thread *t, bool append, const void *key,
-                 uint32_t klen, const void *val, size_t vlen, uint64_t cas_in,
-                 uint64_t *cas_out);
+                 uint32_t klen, const void *val, size_t vlen,
+                 const struct tc_store_opts *o, uint64_t *cas_out);
+/* Any mode with the meta options (tc_store_ex). */
+int store_ex(struct cache_thread *t, enum tc_store_mode mode, const void *key,
+             uint32_t klen, const void *val, size_t vlen, uint32_t flags,
+             int64_t exptime, const struct tc_store_opts *o,
+             uint64_t *cas_out);
+/* Mark stale, keeping the value (tc_invalidate). */
+int store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
+                     uint64_t cas_in, int64_t exptime);
+/* An empty placeholder holding the recache win: TC_OK if created. */
+int store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
+                 int64_t exptime);
+/* incr/decr; o (may be NULL) adds the meta options. */
 int store_arith(struct cache_thread *t, bool incr, const void *key,
-                uint32_t klen, uint64_t delta, uint64_t *value,
-                uint64_t *cas_out);
+                uint32_t klen, uint64_t delta, const struct tc_arith_opts *o,
+                uint64_t *value, struct tc_item_info *info);

@@ -96,21 +96,50 @@ tc_thread_unregister(struct tc_cache *tc)
 }
 
 TC_API int
-tc_get(struct tc_cache *tc, const void *key, size_t klen, tc_value_fn *fn,
-       void *arg)
+tc_get_ex(struct tc_cache *tc, const void *key, size_t klen,
+          const struct tc_get_opts *opts, tc_value_fn *fn, void *arg)
 {
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
-    return t ? fetch_get(t, key, (uint32_t)klen, false, 0, fn, arg) : rc;
+    if (!t)
+        return rc;
+    if (opts->vivified)
+        *opts->vivified = false;
+    for (int i = 0; i < 2; i++) {
+        rc = fetch_get(t, key, (uint32_t)klen, opts, fn, arg);
+        if (rc != TC_NOT_FOUND || !opts->vivify)
+            return rc;
+        int made = store_vivify(t, key, (uint32_t)klen, opts->vivify_exptime);
+        if (made == TC_OK) {
+            if (opts->vivified)
+                *opts->vivified = true;
+            return TC_NOT_FOUND;
+        }
+        if (made != TC_NOT_STORED)
+            return made;
+        /* another client vivified it meanwhile: read that one */
+    }
+    return rc;
+}
+
+TC_API int
+tc_get(struct tc_cache *tc, const void *key, size_t klen, tc_value_fn *fn,
+       void *arg)
+{
+    static const struct tc_get_opts plain;
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? fetch_get(t, key, (uint32_t)klen, &plain, fn, arg) : rc;
 }
 
 TC_API int
 tc_gat(struct tc_cache *tc, const void *key, size_t klen, int64_t exptime,
        tc_value_fn *fn, void *arg)
 {
+    struct tc_get_opts o = {.touch = true, .exptime = exptime};
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
-    return t ? fetch_get(t, key, (uint32_t)klen, true, exptime, fn, arg) : rc;
+    return t ? fetch_get(t, key, (uint32_t)klen, &o, fn, arg) : rc;
 }
 
 struct copy_arg {
@@ -143,27 +172,26 @@ tc_get_copy(struct tc_cache *tc, const void *key, size_t klen, void *buf,
 }
 
 TC_API int
+tc_store_ex(struct tc_cache *tc, enum tc_store_mode mode, const void *key,
+            size_t klen, const void *val, size_t vlen, uint32_t flags,
+            int64_t exptime, const struct tc_store_opts *opts,
+            uint64_t *cas_out)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? store_ex(t, mode, key, (uint32_t)klen, val, vlen, flags,
+                        exptime, opts, cas_out)
+             : rc;
+}
+
+TC_API int
 tc_store(struct tc_cache *tc, enum tc_store_mode mode, const void *key,
          size_t klen, const void *val, size_t vlen, uint32_t flags,
          int64_t exptime, uint64_t cas_in, uint64_t *cas_out)
 {
-    int rc;
-    struct cache_thread *t = enter(tc, klen, &rc);
-    if (!t)
-        return rc;
-    switch (mode) {
-    case TC_SET:
-    case TC_ADD:
-    case TC_REPLACE:
-    case TC_CAS:
-        return store_plain(t, mode, key, (uint32_t)klen, val, vlen, flags,
-                           exptime, cas_in, cas_out);
-    case TC_APPEND:
-    case TC_PREPEND:
-        return store_concat(t, mode == TC_APPEND, key, (uint32_t)klen, val,
-                            vlen, 0, cas_out);
-    }
-    return -EINVAL;
+    struct tc_store_opts o = {.cas_in = cas_in};
+    return tc_store_ex(tc, mode, key, klen, val, vlen, flags, exptime, &o,
+                       cas_out);
 }
 
 TC_API int
@@ -175,24 +203,49 @@ tc_set(struct tc_cache *tc, const void *key, size_t klen, const void *val,
 }
 
 TC_API int
-tc_incr(struct tc_cache *tc, const void *key, size_t klen, uint64_t delta,
-        uint64_t *value, uint64_t *cas_out)
+tc_arith_ex(struct tc_cache *tc, const void *key, size_t klen, bool incr,
+            uint64_t delta, const struct tc_arith_opts *opts, uint64_t *value,
+            struct tc_item_info *info)
 {
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
-    return t ? store_arith(t, true, key, (uint32_t)klen, delta, value, cas_out)
+    return t ? store_arith(t, incr, key, (uint32_t)klen, delta, opts, value,
+                           info)
              : rc;
+}
+
+static int
+arith(struct tc_cache *tc, const void *key, size_t klen, bool incr,
+      uint64_t delta, uint64_t *value, uint64_t *cas_out)
+{
+    struct tc_item_info info;
+    int rc = tc_arith_ex(tc, key, klen, incr, delta, NULL, value, &info);
+    if (rc == TC_OK && cas_out)
+        *cas_out = info.cas;
+    return rc;
+}
+
+TC_API int
+tc_incr(struct tc_cache *tc, const void *key, size_t klen, uint64_t delta,
+        uint64_t *value, uint64_t *cas_out)
+{
+    return arith(tc, key, klen, true, delta, value, cas_out);
 }
 
 TC_API int
 tc_decr(struct tc_cache *tc, const void *key, size_t klen, uint64_t delta,
         uint64_t *value, uint64_t *cas_out)
 {
+    return arith(tc, key, klen, false, delta, value, cas_out);
+}
+
+TC_API int
+tc_invalidate(struct tc_cache *tc, const void *key, size_t klen,
+              uint64_t cas_in, int64_t exptime)
+{
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
-    return t ? store_arith(t, false, key, (uint32_t)klen, delta, value,
-                           cas_out)
-             : rc;
+    return t ? store_invalidate(t, key, (uint32_t)klen, cas_in, exptime) : rc;
 }
 
 TC_API int
@@ -254,7 +307,14 @@ tc_set_mem_limit(struct tc_cache *tc, uint64_t bytes)
     pool_set_limit(c->pool, (uint32_t)pages);
     c->cfg.mem_limit = pages << POOL_PAGE_SHIFT;
     if (pages >= old) {
+        /* pages a pending shrink was draining below the new limit go back
+         * into service; admin keeps maintenance from draining meanwhile */
+        pthread_mutex_lock(&c->admin);
+        for (uint32_t p = 0; p < pages; p++)
+            if (slab_page_draining(c->slab, p))
+                slab_drain_abort(c->slab, p);
         atomic_store(&c->shrink_target, 0);
+        pthread_mutex_unlock(&c->admin);
         return 0;
     }
     atomic_store(&c->shrink_target, (uint32_t)pages);

@@ -87,11 +87,20 @@ struct tc_config {
                               default 1024 */
 };
 
+enum tc_win {
+    TC_WIN_NONE = 0,  /* nothing to recache */
+    TC_WIN_YOU = 1,   /* this caller should recache (meta W) */
+    TC_WIN_TAKEN = 2, /* another caller already got the win (meta Z) */
+};
+
 struct tc_item_info {
     uint32_t flags;   /* client flags */
     uint32_t exptime; /* absolute unix seconds, 0 = never */
     uint64_t cas;
     uint32_t vlen;    /* value length in bytes */
+    bool fetched;     /* read before this request (meta h) */
+    bool stale;       /* invalidated, served until replaced (meta X) */
+    uint8_t win;      /* enum tc_win (meta W / Z) */
 };
 
 /* Called on a hit with the value in niov pieces (one unless the item is
@@ -183,6 +192,64 @@ TC_API int tc_gat(struct tc_cache *c, const void *key, size_t klen,
  * *info (info->vlen is the full length). info may be NULL. */
 TC_API int tc_get_copy(struct tc_cache *c, const void *key, size_t klen,
                        void *buf, size_t cap, struct tc_item_info *info);
+
+/* Retrieval with the meta protocol's options. A hit returns TC_OK after
+ * calling fn; info->win says whether this caller should recache (a stale
+ * item, a TTL below recache_below, or a placeholder made by vivify). */
+struct tc_get_opts {
+    bool touch;             /* set the expiry first (meta T, gat) */
+    int64_t exptime;
+    bool vivify;            /* on a miss, store an empty placeholder item
+                               with vivify_exptime and return TC_NOT_FOUND
+                               with *vivified set: the caller won (meta N) */
+    int64_t vivify_exptime;
+    uint32_t recache_below; /* win when the remaining TTL (seconds) is
+                               below this (meta R); 0 = off */
+    bool no_bump;           /* do not mark the item used (meta u) */
+    bool *vivified;         /* out, may be NULL */
+};
+TC_API int tc_get_ex(struct tc_cache *c, const void *key, size_t klen,
+                     const struct tc_get_opts *opts, tc_value_fn *fn,
+                     void *arg);
+
+/* Storage with the meta protocol's options (ms). */
+struct tc_store_opts {
+    uint64_t cas_in;       /* TC_CAS, or with any mode when cas_check */
+    bool cas_check;        /* compare cas_in for any mode (meta C) */
+    uint64_t cas_new;      /* nonzero: use as the new item's CAS (meta E) */
+    bool invalidate;       /* meta I: when cas_in is older than the item's
+                              CAS, store the item marked stale instead of
+                              failing */
+    bool vivify;           /* append/prepend on a miss store the value as a
+                              new item (meta N) */
+    int64_t vivify_exptime;
+};
+TC_API int tc_store_ex(struct tc_cache *c, enum tc_store_mode mode,
+                       const void *key, size_t klen, const void *val,
+                       size_t vlen, uint32_t flags, int64_t exptime,
+                       const struct tc_store_opts *opts, uint64_t *cas_out);
+
+/* Mark an item stale instead of deleting it (meta md I): it keeps being
+ * served, flagged stale, and the next reader wins the recache. exptime >= 0
+ * sets a new expiry (meta T), < 0 keeps it. cas_in 0 = unconditional.
+ * TC_OK, TC_NOT_FOUND, TC_EXISTS. */
+TC_API int tc_invalidate(struct tc_cache *c, const void *key, size_t klen,
+                         uint64_t cas_in, int64_t exptime);
+
+/* Arithmetic with the meta protocol's options (ma). */
+struct tc_arith_opts {
+    bool vivify;           /* on a miss, store `initial` (meta N, J) */
+    uint64_t initial;
+    int64_t vivify_exptime;
+    uint64_t cas_in;       /* nonzero: must match (meta C) */
+    bool touch;            /* set the expiry on success (meta T) */
+    int64_t exptime;
+};
+/* *value the new value; *info (may be NULL) the new item's header. */
+TC_API int tc_arith_ex(struct tc_cache *c, const void *key, size_t klen,
+                       bool incr, uint64_t delta,
+                       const struct tc_arith_opts *opts, uint64_t *value,
+                       struct tc_item_info *info);
 
 /* Storage. cas_in is used by TC_CAS only; *cas_out (may be NULL) receives
  * the new item's CAS. TC_OK when stored, else TC_NOT_STORED, TC_EXISTS,

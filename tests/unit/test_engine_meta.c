@@ -1,0 +1,342 @@
+/*
+ * The engine's meta-protocol extensions through the public API: tc_get_ex
+ * (fetched, stale, win, vivify, recache, no_bump), tc_store_ex (CAS check in
+ * any mode, explicit CAS, invalidate, vivify for append), tc_invalidate and
+ * tc_arith_ex.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "src/tiercache.h"
+
+#define NOW 1700000000u
+
+struct fx {
+    char path[128];
+    struct tc_cache *c;
+};
+
+static int
+setup(void **state)
+{
+    static struct fx f;
+    struct tc_config cfg;
+
+    snprintf(f.path, sizeof(f.path), "/dev/shm/tc-test-meta-%d.pool",
+             (int)getpid());
+    tc_config_init(&cfg);
+    cfg.pool_path = f.path;
+    cfg.pool_size = 16u << 20;
+    cfg.background = false;
+    tc_clock_set(NOW);
+    if (tc_open(&cfg, &f.c) != 0) {
+        fprintf(stderr, "tc_open: %s\n", tc_errmsg());
+        return -1;
+    }
+    *state = &f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(tc_check(f->c), 0);
+    tc_close(f->c);
+    unlink(f->path);
+    tc_clock_set(0);
+    return 0;
+}
+
+struct seen {
+    int calls;
+    struct tc_item_info info;
+    char val[64];
+};
+
+static void
+record(void *arg, const struct tc_item_info *info, const struct iovec *iov,
+       int niov)
+{
+    struct seen *s = arg;
+    size_t at = 0;
+    s->calls++;
+    s->info = *info;
+    for (int i = 0; i < niov && at < sizeof(s->val) - 1; i++) {
+        size_t n = iov[i].iov_len;
+        if (n > sizeof(s->val) - 1 - at)
+            n = sizeof(s->val) - 1 - at;
+        memcpy(s->val + at, iov[i].iov_base, n);
+        at += n;
+    }
+    s->val[at] = 0;
+}
+
+static int
+get(struct tc_cache *c, const char *k, const struct tc_get_opts *o,
+    struct seen *s)
+{
+    memset(s, 0, sizeof(*s));
+    return tc_get_ex(c, k, strlen(k), o, record, s);
+}
+
+static void
+test_fetched_and_no_bump(void **state)
+{
+    struct fx *f = *state;
+    struct tc_get_opts plain = {0}, nobump = {.no_bump = true};
+    struct seen s;
+
+    assert_int_equal(tc_set(f->c, "k", 1, "v", 1, 7, 0), TC_OK);
+    assert_int_equal(get(f->c, "k", &nobump, &s), TC_OK);
+    assert_false(s.info.fetched);
+    assert_int_equal(get(f->c, "k", &plain, &s), TC_OK);
+    assert_false(s.info.fetched); /* the no_bump read did not count */
+    assert_int_equal(get(f->c, "k", &plain, &s), TC_OK);
+    assert_true(s.info.fetched);
+    assert_int_equal(s.info.flags, 7);
+    assert_int_equal(s.info.win, TC_WIN_NONE);
+    assert_false(s.info.stale);
+    /* a new value starts unfetched */
+    assert_int_equal(tc_set(f->c, "k", 1, "w", 1, 7, 0), TC_OK);
+    assert_int_equal(get(f->c, "k", &plain, &s), TC_OK);
+    assert_false(s.info.fetched);
+}
+
+static void
+test_invalidate_then_win(void **state)
+{
+    struct fx *f = *state;
+    struct tc_get_opts plain = {0};
+    struct seen s;
+    uint64_t cas;
+
+    assert_int_equal(tc_invalidate(f->c, "nokey", 5, 0, -1), TC_NOT_FOUND);
+    assert_int_equal(
+        tc_store(f->c, TC_SET, "k", 1, "old", 3, 1, 100, 0, &cas), TC_OK);
+    assert_int_equal(tc_invalidate(f->c, "k", 1, cas + 1, -1), TC_EXISTS);
+    assert_int_equal(tc_invalidate(f->c, "k", 1, cas, 30), TC_OK);
+
+    assert_int_equal(get(f->c, "k", &plain, &s), TC_OK);
+    assert_true(s.info.stale);
+    assert_int_equal(s.info.win, TC_WIN_YOU);
+    assert_string_equal(s.val, "old");
+    assert_true(s.info.cas > cas); /* invalidation bumps the CAS */
+    assert_int_equal(s.info.exptime, NOW + 30);
+    assert_int_equal(get(f->c, "k", &plain, &s), TC_OK);
+    assert_int_equal(s.info.win, TC_WIN_TAKEN);
+
+    /* the winner's set replaces it with a fresh item */
+    assert_int_equal(tc_set(f->c, "k", 1, "new", 3, 1, 0), TC_OK);
+    assert_int_equal(get(f->c, "k", &plain, &s), TC_OK);
+    assert_false(s.info.stale);
+    assert_int_equal(s.info.win, TC_WIN_NONE);
+}
+
+static void
+test_vivify(void **state)
+{
+    struct fx *f = *state;
+    bool made = false;
+    struct tc_get_opts o = {.vivify = true, .vivify_exptime = 30,
+                            .vivified = &made};
+    struct seen s;
+
+    assert_int_equal(get(f->c, "v", &o, &s), TC_NOT_FOUND);
+    assert_true(made);
+    assert_int_equal(s.calls, 0);
+    /* the placeholder is an empty hit whose win is taken */
+    assert_int_equal(get(f->c, "v", &o, &s), TC_OK);
+    assert_false(made);
+    assert_int_equal(s.info.vlen, 0);
+    assert_int_equal(s.info.win, TC_WIN_TAKEN);
+    assert_int_equal(s.info.exptime, NOW + 30);
+    struct tc_stats st;
+    tc_stats(f->c, &st);
+    assert_int_equal(st.curr_items, 1);
+}
+
+static void
+test_recache(void **state)
+{
+    struct fx *f = *state;
+    struct tc_get_opts o = {.recache_below = 30};
+    struct seen s;
+
+    assert_int_equal(tc_set(f->c, "r", 1, "x", 1, 0, 100), TC_OK);
+    assert_int_equal(tc_set(f->c, "forever", 7, "x", 1, 0, 0), TC_OK);
+    assert_int_equal(get(f->c, "r", &o, &s), TC_OK);
+    assert_int_equal(s.info.win, TC_WIN_NONE); /* 100 s left */
+    assert_int_equal(get(f->c, "forever", &o, &s), TC_OK);
+    assert_int_equal(s.info.win, TC_WIN_NONE); /* no TTL, never due */
+    tc_clock_advance(75);
+    assert_int_equal(get(f->c, "r", &o, &s), TC_OK);
+    assert_int_equal(s.info.win, TC_WIN_YOU); /* 25 s left */
+    assert_int_equal(get(f->c, "r", &o, &s), TC_OK);
+    assert_int_equal(s.info.win, TC_WIN_TAKEN);
+}
+
+static void
+test_store_cas_check_any_mode(void **state)
+{
+    struct fx *f = *state;
+    struct tc_store_opts o = {.cas_check = true};
+    uint64_t cas, cas2;
+
+    o.cas_in = 5;
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "c", 1, "a", 1, 0, 0, &o,
+                                 NULL),
+                     TC_NOT_FOUND);
+    assert_int_equal(tc_store(f->c, TC_SET, "c", 1, "a", 1, 0, 0, 0, &cas),
+                     TC_OK);
+    o.cas_in = cas + 100;
+    assert_int_equal(tc_store_ex(f->c, TC_APPEND, "c", 1, "b", 1, 0, 0, &o,
+                                 NULL),
+                     TC_EXISTS);
+    o.cas_in = cas;
+    assert_int_equal(tc_store_ex(f->c, TC_APPEND, "c", 1, "b", 1, 0, 0, &o,
+                                 &cas2),
+                     TC_OK);
+    assert_true(cas2 != cas);
+    o.cas_in = cas2;
+    assert_int_equal(tc_store_ex(f->c, TC_REPLACE, "c", 1, "z", 1, 0, 0, &o,
+                                 NULL),
+                     TC_OK);
+    struct seen s;
+    struct tc_get_opts plain = {0};
+    assert_int_equal(get(f->c, "c", &plain, &s), TC_OK);
+    assert_string_equal(s.val, "z");
+}
+
+static void
+test_explicit_cas(void **state)
+{
+    struct fx *f = *state;
+    struct tc_store_opts o = {.cas_new = 1000000};
+    uint64_t cas;
+
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "e", 1, "a", 1, 0, 0, &o,
+                                 &cas),
+                     TC_OK);
+    assert_int_equal(cas, 1000000);
+    /* the counter moved past it: the next CAS is larger and unique */
+    assert_int_equal(tc_store(f->c, TC_SET, "f", 1, "a", 1, 0, 0, 0, &cas),
+                     TC_OK);
+    assert_true(cas > 1000000);
+    assert_int_equal(tc_store(f->c, TC_CAS, "e", 1, "b", 1, 0, 0, 1000000,
+                              NULL),
+                     TC_OK);
+}
+
+static void
+test_store_invalidate_mode(void **state)
+{
+    struct fx *f = *state;
+    uint64_t cas;
+    struct seen s;
+    struct tc_get_opts plain = {0};
+
+    assert_int_equal(tc_store(f->c, TC_SET, "i", 1, "a", 1, 0, 0, 0, &cas),
+                     TC_OK);
+    /* an older CAS with invalidate stores the value marked stale */
+    struct tc_store_opts o = {.cas_check = true, .cas_in = cas - 1,
+                              .invalidate = true};
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "i", 1, "b", 1, 0, 0, &o,
+                                 NULL),
+                     TC_OK);
+    assert_int_equal(get(f->c, "i", &plain, &s), TC_OK);
+    assert_string_equal(s.val, "b");
+    assert_true(s.info.stale);
+    /* a newer CAS than the item's is refused */
+    o.cas_in = s.info.cas + 10;
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "i", 1, "c", 1, 0, 0, &o,
+                                 NULL),
+                     TC_EXISTS);
+    /* the matching CAS stores a fresh item */
+    o.cas_in = s.info.cas;
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "i", 1, "d", 1, 0, 0, &o,
+                                 NULL),
+                     TC_OK);
+    assert_int_equal(get(f->c, "i", &plain, &s), TC_OK);
+    assert_false(s.info.stale);
+}
+
+static void
+test_append_vivify(void **state)
+{
+    struct fx *f = *state;
+    struct tc_store_opts o = {.vivify = true, .vivify_exptime = 50};
+    struct seen s;
+    struct tc_get_opts plain = {0};
+
+    assert_int_equal(tc_store(f->c, TC_APPEND, "a", 1, "x", 1, 0, 0, 0, NULL),
+                     TC_NOT_STORED);
+    assert_int_equal(tc_store_ex(f->c, TC_APPEND, "a", 1, "x", 1, 0, 0, &o,
+                                 NULL),
+                     TC_OK);
+    assert_int_equal(tc_store_ex(f->c, TC_APPEND, "a", 1, "y", 1, 0, 0, &o,
+                                 NULL),
+                     TC_OK);
+    assert_int_equal(get(f->c, "a", &plain, &s), TC_OK);
+    assert_string_equal(s.val, "xy");
+    assert_int_equal(s.info.exptime, NOW + 50);
+}
+
+static void
+test_arith_ex(void **state)
+{
+    struct fx *f = *state;
+    struct tc_arith_opts o = {.vivify = true, .initial = 42,
+                              .vivify_exptime = 60};
+    struct tc_item_info info;
+    uint64_t v;
+
+    assert_int_equal(tc_arith_ex(f->c, "n", 1, true, 5, NULL, &v, NULL),
+                     TC_NOT_FOUND);
+    assert_int_equal(tc_arith_ex(f->c, "n", 1, true, 5, &o, &v, &info),
+                     TC_OK);
+    assert_int_equal(v, 42); /* created with the initial value */
+    assert_int_equal(info.exptime, NOW + 60);
+    assert_int_equal(tc_arith_ex(f->c, "n", 1, true, 5, &o, &v, &info),
+                     TC_OK);
+    assert_int_equal(v, 47);
+    struct tc_arith_opts c = {.cas_in = info.cas + 1};
+    assert_int_equal(tc_arith_ex(f->c, "n", 1, false, 1, &c, &v, NULL),
+                     TC_EXISTS);
+    c.cas_in = info.cas;
+    c.touch = true;
+    c.exptime = 10;
+    assert_int_equal(tc_arith_ex(f->c, "n", 1, false, 50, &c, &v, &info),
+                     TC_OK);
+    assert_int_equal(v, 0);
+    assert_int_equal(info.exptime, NOW + 10);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_fetched_and_no_bump, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_invalidate_then_win, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_vivify, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recache, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_cas_check_any_mode, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_explicit_cas, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_invalidate_mode, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_append_vivify, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_arith_ex, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
