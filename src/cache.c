@@ -238,15 +238,18 @@ cache_account(struct cache_thread *t, uint64_t head, int sign)
 
 void
 cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
-                     bool evicted)
+                     enum cache_unlink why)
 {
     bool fetched = slab_fetched(t->cache->slab, head);
     cache_account(t, head, -1);
-    if (dead == CACHE_EXPIRED && !fetched)
+    if (dead == CACHE_EXPIRED && !fetched && why != UNLINK_DELETED &&
+        why != UNLINK_REPLACED)
         cache_stat_inc(t, ST_EXPIRED_UNFETCHED);
-    if (dead != CACHE_LIVE) {
+    /* memcached's "reclaimed": memory of a dead item used for a new one */
+    if (dead != CACHE_LIVE &&
+        (why == UNLINK_REPLACED || why == UNLINK_EVICTED))
         cache_stat_inc(t, ST_RECLAIMED);
-    } else if (evicted) {
+    if (dead == CACHE_LIVE && why == UNLINK_EVICTED) {
         cache_stat_inc(t, ST_EVICTIONS);
         if (!fetched)
             cache_stat_inc(t, ST_EVICTED_UNFETCHED);
@@ -340,20 +343,18 @@ alloc_chunk(struct cache_thread *t, uint32_t size, uint64_t *off)
     for (int attempt = 0; attempt < 32; attempt++) {
         if (quota_alloc(t->quota, cls, off) == 0)
             return 0;
+        /* memory freed but waiting for readers comes first: cheaper than
+         * evicting, and eviction must not outrun it */
+        if (attempt == 0 && cache_reclaim_limbo(t) > 0)
+            continue;
         if (c->cfg.evict && evict_misses < 8) {
             if (reclaim_evict(t, cls) > 0)
                 continue;
             if (++evict_misses < 8 && class_has_pages(c, cls))
                 continue;
         }
-        if (t->ndefer ||
-            atomic_load_explicit(&c->defer_pending, memory_order_relaxed)) {
-            /* memory waiting in deferred frees: hand ours over and wait
-             * for every pending callback */
-            cache_defer_flush(t);
-            urcu_memb_barrier();
+        if (cache_reclaim_limbo(t) > 0)
             continue;
-        }
         if (!c->cfg.evict || reclaim_reassign(t, -1, (int)cls) != 0)
             break;
     }
@@ -403,44 +404,61 @@ cache_free_now(struct cache_thread *t, uint64_t head)
     quota_free(t->quota, slab_class_of(c->slab, head), head);
 }
 
-struct defer_batch {
-    struct rcu_head rcu;
-    struct cache *cache;
+/*
+ * Deferred frees. A thread collects the items it unlinks in a batch; a full
+ * batch goes on the cache's limbo list. Whoever needs memory (a failed
+ * allocation, a page drain, the maintenance thread every second, a writer
+ * when limbo grows long) takes the whole list, waits for one grace period
+ * and frees everything on it. One synchronize_rcu thus covers many batches,
+ * and no helper thread or rcu_barrier is involved.
+ */
+struct limbo_batch {
+    struct limbo_batch *next;
     unsigned n;
     uint64_t head[CACHE_DEFER_BATCH];
 };
 
-/* Give chunks back straight to the slab: runs on liburcu's call_rcu thread,
- * which has no quota. */
-static void
-give_item(struct cache *c, uint64_t head)
-{
-    const struct item_hdr *it = item_at(c->base, head);
-    const uint64_t *tails = item_tails(it);
-    for (unsigned i = 0; i < it->nchain; i++)
-        slab_give(c->slab, slab_class_of(c->slab, tails[i]), &tails[i], 1);
-    slab_give(c->slab, slab_class_of(c->slab, head), &head, 1);
-}
+/* Items in limbo past which a writer reclaims inline, bounding the memory
+ * waiting there when nothing else asks for it. */
+#define LIMBO_MAX_ITEMS 8192
 
-static void
-defer_done(struct rcu_head *rcu)
+int
+cache_reclaim_limbo(struct cache_thread *t)
 {
-    struct defer_batch *b = caa_container_of(rcu, struct defer_batch, rcu);
-    TSAN_ACQUIRE(b); /* pairs with the release before call_rcu */
+    struct cache *c = t->cache;
+    int n = 0;
+
+    cache_defer_flush(t);
+    pthread_mutex_lock(&c->limbo_lock);
+    struct limbo_batch *list = c->limbo;
+    c->limbo = NULL;
+    pthread_mutex_unlock(&c->limbo_lock);
+    if (!list)
+        return 0;
+    /* every item on the list was unlinked before it was queued, so one
+     * grace period from here covers them all */
+    urcu_memb_synchronize_rcu();
     cache_rcu_synced();
-    for (unsigned i = 0; i < b->n; i++)
-        give_item(b->cache, b->head[i]);
-    atomic_fetch_sub_explicit(&b->cache->defer_pending, b->n,
-                              memory_order_relaxed);
-    free(b);
+    while (list) {
+        struct limbo_batch *b = list;
+        list = b->next;
+        for (unsigned i = 0; i < b->n; i++)
+            cache_free_now(t, b->head[i]);
+        n += (int)b->n;
+        atomic_fetch_sub_explicit(&c->limbo_items, b->n,
+                                  memory_order_relaxed);
+        free(b);
+    }
+    return n;
 }
 
 void
 cache_defer_flush(struct cache_thread *t)
 {
+    struct cache *c = t->cache;
     if (!t->ndefer)
         return;
-    struct defer_batch *b = malloc(sizeof(*b));
+    struct limbo_batch *b = malloc(sizeof(*b));
     if (!b) {
         /* No DRAM for the batch: wait for readers here instead. */
         urcu_memb_synchronize_rcu();
@@ -450,22 +468,28 @@ cache_defer_flush(struct cache_thread *t)
         t->ndefer = 0;
         return;
     }
-    b->cache = t->cache;
     b->n = t->ndefer;
     memcpy(b->head, t->defer, t->ndefer * sizeof(uint64_t));
     t->ndefer = 0;
-    atomic_fetch_add_explicit(&t->cache->defer_pending, b->n,
-                              memory_order_relaxed);
-    TSAN_RELEASE(b); /* liburcu's queue hands b over unseen by TSan */
-    urcu_memb_call_rcu(&b->rcu, defer_done);
+    pthread_mutex_lock(&c->limbo_lock);
+    b->next = c->limbo;
+    c->limbo = b;
+    pthread_mutex_unlock(&c->limbo_lock);
+    atomic_fetch_add_explicit(&c->limbo_items, b->n, memory_order_relaxed);
 }
 
 void
 cache_defer_free(struct cache_thread *t, uint64_t head)
 {
     t->defer[t->ndefer++] = head;
-    if (t->ndefer == CACHE_DEFER_BATCH)
-        cache_defer_flush(t);
+    if (t->ndefer < CACHE_DEFER_BATCH)
+        return;
+    cache_defer_flush(t);
+    /* Context: callers free outside any read section, so waiting here is
+     * allowed. */
+    if (atomic_load_explicit(&t->cache->limbo_items, memory_order_relaxed) >
+        LIMBO_MAX_ITEMS)
+        cache_reclaim_limbo(t);
 }
 
 bool
@@ -620,6 +644,7 @@ cache_open(const struct tc_config *cfg, struct cache **out)
     atomic_init(&c->cas_seq, 0);
     pthread_mutex_init(&c->admin, NULL);
     pthread_mutex_init(&c->threads_lock, NULL);
+    pthread_mutex_init(&c->limbo_lock, NULL);
     pthread_mutex_init(&c->bg_lock, NULL);
     pthread_cond_init(&c->bg_cond, NULL);
 
@@ -652,19 +677,22 @@ void
 cache_close(struct cache *c)
 {
     reclaim_stop(c);
-    /* Other threads have stopped (API contract): flush everyone's deferred
-     * frees and wait for the callbacks before the slab goes away. */
+    /* Other threads have stopped (API contract): free everything in limbo
+     * before the slab goes away. */
     pthread_mutex_lock(&c->threads_lock);
     for (struct cache_thread *t = c->threads; t; t = t->next)
         cache_defer_flush(t);
     pthread_mutex_unlock(&c->threads_lock);
-    urcu_memb_barrier();
+    struct cache_thread *self = cache_thread_get(c);
+    if (self)
+        cache_reclaim_limbo(self);
     while (c->threads)
         ctx_destroy(c, c->threads);
     registry_remove(c);
     close_memory(c);
     pthread_mutex_destroy(&c->admin);
     pthread_mutex_destroy(&c->threads_lock);
+    pthread_mutex_destroy(&c->limbo_lock);
     pthread_mutex_destroy(&c->bg_lock);
     pthread_cond_destroy(&c->bg_cond);
     free(c);

@@ -10,10 +10,10 @@
  *   item chunks      written before publication with no lock held; after
  *                    publication only exptime changes (one 4-byte store).
  *   freed chunks     an item unlinked from the index is freed only after an
- *                    RCU grace period: through the thread's deferred batch
- *                    and call_rcu (ordinary deletes and overwrites), or by
- *                    synchronize_rcu then quota_free (eviction, which needs
- *                    the memory back at once).
+ *                    RCU grace period: its thread's deferred batch goes on
+ *                    the cache's limbo list, which whoever needs memory
+ *                    empties after one synchronize_rcu (cache.c); eviction
+ *                    waits with synchronize_rcu for its own victims.
  *   cache->cas_seq, flush_cas, flush_at
  *                    atomics; see the functions that use them.
  *   cache->admin     serialises maintenance: the expiry sweep cursors, page
@@ -23,6 +23,7 @@
  *                    it is a plain mutex outside the rank and no-PMEM-write
  *                    checks, and no hot path waits on it (only an
  *                    allocation whose class has nothing left to evict).
+ *   cache->limbo_lock guards the limbo list.
  *   cache->threads_lock guards the list of thread contexts and the stats of
  *                    threads that left (a plain mutex, rank-free: it is
  *                    never held with another lock).
@@ -97,8 +98,9 @@ struct cache {
     _Atomic uint64_t cas_seq CACHE_ALIGNED;
     _Atomic uint64_t flush_cas; /* items with cas <= this are flushed */
     _Atomic uint32_t flush_at;  /* pending delayed flush time, 0 none */
-    _Atomic uint64_t defer_pending; /* items handed to call_rcu, not yet
-                                       freed (relaxed: a hint) */
+    pthread_mutex_t limbo_lock; /* guards limbo (never held with another) */
+    struct limbo_batch *limbo;  /* unlinked items awaiting a grace period */
+    _Atomic uint64_t limbo_items; /* relaxed: a hint */
 
     pthread_mutex_t admin CACHE_ALIGNED;
     struct slab_cursor sweep_cur[SLAB_MAX_CLASSES];
@@ -148,6 +150,8 @@ cache_rcu_synced(void)
 {
     TSAN_ACQUIRE(&cache_rcu_token);
 }
+
+
 
 int cache_open(const struct tc_config *cfg, struct cache **out);
 void cache_close(struct cache *c);
@@ -221,8 +225,12 @@ void cache_free_unpublished(struct cache_thread *t,
                             const uint64_t *tails);
 /* Free an item unlinked from the index after a grace period. */
 void cache_defer_free(struct cache_thread *t, uint64_t head);
-/* Hand the thread's deferred batch to call_rcu now. */
+/* Put the thread's deferred batch on the cache's limbo list now. */
 void cache_defer_flush(struct cache_thread *t);
+/* Take everything in limbo (this thread's batch too), wait for one grace
+ * period and free it into the thread's quota: the number of items freed.
+ * Context: no lock, no RCU read section. */
+int cache_reclaim_limbo(struct cache_thread *t);
 /* Free an unlinked item's chunks right away into the thread's quota (the
  * caller has waited for a grace period). */
 void cache_free_now(struct cache_thread *t, uint64_t head);
@@ -230,10 +238,19 @@ void cache_free_now(struct cache_thread *t, uint64_t head);
 /* An item entered (sign 1) or left (sign -1) the index: curr_items, bytes
  * and per-class chunk counts. Reads the item's header and tail list. */
 void cache_account(struct cache_thread *t, uint64_t head, int sign);
-/* An item left the index for good (evicted, expired, flushed, deleted):
- * cache_account(-1) plus the eviction/reclaim counters for `dead`. */
-void cache_account_unlink(struct cache_thread *t, uint64_t head,
-                          int dead, bool evicted);
+/* Why an item left the index, for memcached's counters. */
+enum cache_unlink {
+    UNLINK_DELETED,  /* delete, or a failed set dropping the old value */
+    UNLINK_REPLACED, /* a store put a new item in its place */
+    UNLINK_EVICTED,  /* taken to make room (evictions, or reclaimed if it
+                        was dead already) */
+    UNLINK_SWEPT,    /* expired, found by the sweep */
+    UNLINK_REAPED,   /* expired or flushed, found by a reader */
+};
+/* An item left the index: cache_account(-1) plus the counters memcached
+ * keeps for the reason and its state (`dead`, enum cache_dead). */
+void cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
+                          enum cache_unlink why);
 
 /* Bytes an item accounts for in the "bytes" stat. */
 uint64_t cache_item_bytes(const struct cache *c, const struct item_hdr *it);

@@ -30,7 +30,7 @@ reap_dead(struct cache_thread *t, uint64_t hash, uint64_t loc,
 {
     if (!cache_unlink_loc(t->cache, hash, loc))
         return;
-    cache_account_unlink(t, cache_off(loc), dead, false);
+    cache_account_unlink(t, cache_off(loc), dead, UNLINK_REAPED);
     cache_defer_free(t, cache_off(loc));
 }
 
@@ -102,15 +102,13 @@ fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
     }
     cache_read_unlock();
 
+    /* memcached counts a gat as a touch: touch_hits/misses, not
+     * get_hits/misses */
     if (loc && dead == CACHE_LIVE) {
-        cache_stat_inc(t, ST_GET_HITS);
-        if (o->touch)
-            cache_stat_inc(t, ST_TOUCH_HITS);
+        cache_stat_inc(t, o->touch ? ST_TOUCH_HITS : ST_GET_HITS);
         return TC_OK;
     }
-    cache_stat_inc(t, ST_GET_MISSES);
-    if (o->touch)
-        cache_stat_inc(t, ST_TOUCH_MISSES);
+    cache_stat_inc(t, o->touch ? ST_TOUCH_MISSES : ST_GET_MISSES);
     if (dead == CACHE_EXPIRED)
         cache_stat_inc(t, ST_GET_EXPIRED);
     else if (dead == CACHE_FLUSHED)
@@ -155,9 +153,9 @@ fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
     return TC_NOT_FOUND;
 }
 
-int
-fetch_delete(struct cache_thread *t, const void *key, uint32_t klen,
-             uint64_t cas_in)
+static int
+delete_key(struct cache_thread *t, const void *key, uint32_t klen,
+           uint64_t cas_in, bool count)
 {
     struct cache *c = t->cache;
     struct cache_key k = {c, key, klen};
@@ -185,9 +183,23 @@ fetch_delete(struct cache_thread *t, const void *key, uint32_t klen,
     htab_unlock(b);
 
     if (loc) {
-        cache_account_unlink(t, cache_off(loc), dead, false);
+        cache_account_unlink(t, cache_off(loc), dead, UNLINK_DELETED);
         cache_defer_free(t, cache_off(loc));
     }
-    cache_stat_inc(t, rc == TC_OK ? ST_DELETE_HITS : ST_DELETE_MISSES);
+    if (count)
+        cache_stat_inc(t, rc == TC_OK ? ST_DELETE_HITS : ST_DELETE_MISSES);
     return rc;
+}
+
+int
+fetch_delete(struct cache_thread *t, const void *key, uint32_t klen,
+             uint64_t cas_in)
+{
+    return delete_key(t, key, klen, cas_in, true);
+}
+
+void
+fetch_drop(struct cache_thread *t, const void *key, uint32_t klen)
+{
+    delete_key(t, key, klen, 0, false);
 }

@@ -32,6 +32,21 @@ item_at(const char *base, uint64_t off)
     return (const struct item_hdr *)(base + off);
 }
 
+/* Copy a published header: exptime may change under a reader (touch, one
+ * atomic store), so it is loaded atomically. */
+static inline void
+item_hdr_load(struct item_hdr *dst, const struct item_hdr *src)
+{
+    dst->kind = src->kind;
+    dst->klen = src->klen;
+    dst->nchain = src->nchain;
+    dst->iflags = src->iflags;
+    dst->vlen = src->vlen;
+    dst->flags = src->flags;
+    dst->exptime = __atomic_load_n(&src->exptime, __ATOMIC_RELAXED);
+    dst->cas = src->cas;
+}
+
 static inline const char *
 item_key(const struct item_hdr *it)
 {

@@ -114,7 +114,7 @@ reclaim_evict(struct cache_thread *t, unsigned cls)
         if (!read_victim(c, offs[i], &v) ||
             !unlink_victim(c, &v, false, &dead))
             continue;
-        cache_account_unlink(t, v.head, dead, true);
+        cache_account_unlink(t, v.head, dead, UNLINK_EVICTED);
         freed[nfreed++] = v.head;
     }
     if (!nfreed)
@@ -148,7 +148,7 @@ reclaim_sweep(struct cache_thread *t, unsigned budget)
             if (!read_victim(c, offs[i], &v) ||
                 !unlink_victim(c, &v, true, &dead))
                 continue;
-            cache_account_unlink(t, v.head, dead, true);
+            cache_account_unlink(t, v.head, dead, UNLINK_SWEPT);
             cache_stat_inc(t, ST_SWEEP_RECLAIMED);
             cache_defer_free(t, v.head);
             reclaimed++;
@@ -201,14 +201,14 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
     enum cache_dead dead;
 
     cache_read_lock();
-    hdr = *item_at(c->base, v->head);
+    item_hdr_load(&hdr, item_at(c->base, v->head));
     cache_read_unlock();
     item_plan(hdr.klen, hdr.vlen, c->chunk_max, &plan);
     int rc = new_pages ? cache_alloc_item(t, &plan, &head, tails)
                        : alloc_existing(c, &plan, &head, tails);
     if (rc != 0) {
         if (unlink_victim(c, v, false, &dead)) {
-            cache_account_unlink(t, v->head, dead, true);
+            cache_account_unlink(t, v->head, dead, UNLINK_EVICTED);
             cache_defer_free(t, v->head);
         }
         return;
@@ -263,9 +263,8 @@ drain_round(struct cache_thread *t, uint32_t page, bool new_pages)
                               1);
     } while (n == DRAIN_BATCH);
     /* chunks that stay allocated (stashed, in flight) wait for the next
-     * round; the moved items' old chunks come back after this barrier */
-    cache_defer_flush(t);
-    urcu_memb_barrier();
+     * round; the moved items' old chunks come back from limbo here */
+    cache_reclaim_limbo(t);
     quota_flush(t->quota);
 }
 
@@ -414,6 +413,7 @@ maintenance_main(void *arg)
             break;
         pthread_mutex_unlock(&c->bg_lock);
         reclaim_sweep(t, c->cfg.sweep_budget);
+        cache_reclaim_limbo(t);
         if (c->shrink_target)
             reclaim_shrink(t);
         pthread_mutex_lock(&c->bg_lock);

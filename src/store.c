@@ -15,6 +15,7 @@
 #include "src/store.h"
 
 #include "src/cache.h"
+#include "src/fetch.h"
 
 #include "src/base/clock.h"
 #include "src/base/compiler.h"
@@ -42,6 +43,9 @@ struct store_req {
     uint64_t cas_new; /* nonzero: the new item's CAS (meta E) */
     bool claim_win;   /* the storer holds the recache win (vivify) */
     uint64_t expect;  /* loc, for STORE_SWAP */
+    bool check_exptime; /* STORE_SWAP also needs the old item's exptime
+                           unchanged (a touch meanwhile must not be lost) */
+    uint32_t expect_exptime;
 };
 
 /* Decide under the bucket lock whether the new item may replace what the
@@ -69,7 +73,13 @@ decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
         return item_at(c->base, cache_off(old))->cas == r->cas_in ? TC_OK
                                                                   : TC_EXISTS;
     case STORE_SWAP:
-        return old == r->expect ? TC_OK : -EAGAIN;
+        if (old != r->expect)
+            return -EAGAIN;
+        if (r->check_exptime &&
+            __atomic_load_n(&item_at(c->base, cache_off(old))->exptime,
+                            __ATOMIC_RELAXED) != r->expect_exptime)
+            return -EAGAIN;
+        return TC_OK;
     default:
         return TC_OK;
     }
@@ -199,7 +209,7 @@ retire_old(struct cache_thread *t, uint64_t old)
         return;
     int dead = cache_item_dead(c, item_at(c->base, cache_off(old)),
                                clock_now());
-    cache_account_unlink(t, cache_off(old), dead, false);
+    cache_account_unlink(t, cache_off(old), dead, UNLINK_REPLACED);
     cache_defer_free(t, cache_off(old));
 }
 
@@ -249,10 +259,12 @@ store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
         r.cas_new = o->cas_new;
     }
     cache_stat_inc(t, ST_CMD_SET);
-    if (vlen > UINT32_MAX)
-        return -E2BIG;
-    int rc = store_one(t, &r, cas_out);
+    int rc = vlen > UINT32_MAX ? -E2BIG : store_one(t, &r, cas_out);
     count_outcome(t, r.cas_check ? TC_CAS : mode, rc);
+    /* memcached: a set that cannot be stored removes the old value rather
+     * than leave stale data behind */
+    if (mode == TC_SET && (rc == -E2BIG || rc == -ENOMEM))
+        fetch_drop(t, key, klen);
     return rc;
 }
 
@@ -272,23 +284,35 @@ snapshot(struct cache *c, const struct store_req *r, struct item_hdr *hdr,
     if (hit) {
         const struct item_hdr *it = item_at(c->base, cache_off(*loc));
         hit = cache_item_dead(c, it, now) == CACHE_LIVE;
-        *hdr = *it;
+        item_hdr_load(hdr, it);
     }
     cache_read_unlock();
     return hit;
 }
 
+/* The new item keeps the old one's expiry as it is at publication: read it
+ * now and have the swap check it did not change (touch does not move the
+ * CAS). Context: inside a read section, it is the old item. */
+static void
+carry_exptime(struct store_req *r, const struct item_hdr *it)
+{
+    r->expect_exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+    r->hdr.exptime = r->expect_exptime;
+    r->check_exptime = true;
+}
+
 /*
  * Rewrite the item r->expect points at (whose header the caller read as
  * `old`) with header r->hdr and its old value, plus `add` appended or
- * prepended. -EAGAIN when the item changed meanwhile. The old value is
+ * prepended; keep_exptime carries the old item's expiry over. -EAGAIN when
+ * the item changed meanwhile. The old value is
  * copied from PMEM inside a read section that starts after allocation, so
  * the old item cannot be freed under the copy.
  */
 static int
 rewrite(struct cache_thread *t, struct store_req *r,
         const struct item_hdr *old, const void *add, size_t alen, bool append,
-        uint64_t *cas_out)
+        bool keep_exptime, uint64_t *cas_out)
 {
     struct cache *c = t->cache;
     struct item_plan plan;
@@ -307,6 +331,8 @@ rewrite(struct cache_thread *t, struct store_req *r,
     else if (alen)
         iov[0] = (struct iovec){(void *)add, alen};
     r->val = (struct item_src){iov, n + (alen ? 1 : 0)};
+    if (keep_exptime)
+        carry_exptime(r, it);
     if (it->cas == old->cas) {
         rc = commit(t, r, &plan, head, tails, &oldloc, cas_out);
     } else {
@@ -347,7 +373,7 @@ store_concat(struct cache_thread *t, bool append, const void *key,
         r.hdr = old;
         r.hdr.vlen = old.vlen + (uint32_t)vlen;
         r.cas_new = o ? o->cas_new : 0;
-        int rc = rewrite(t, &r, &old, val, vlen, append, cas_out);
+        int rc = rewrite(t, &r, &old, val, vlen, append, true, cas_out);
         if (rc != -EAGAIN)
             return rc;
     }
@@ -371,7 +397,7 @@ store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
         r.hdr.iflags |= ITEM_STALE;
         if (exptime >= 0)
             r.hdr.exptime = cache_exptime(exptime, clock_now());
-        int rc = rewrite(t, &r, &old, NULL, 0, true, NULL);
+        int rc = rewrite(t, &r, &old, NULL, 0, true, exptime < 0, NULL);
         if (rc != -EAGAIN)
             return rc;
     }
@@ -455,26 +481,24 @@ store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
     return store_one(t, &r, NULL);
 }
 
-/* memcached's rule for a number: digits, then optional trailing spaces
- * (an earlier decr may have left them). */
+/* memcached's rule for a number (safe_strtoull): optional leading spaces,
+ * digits, then the end or a space (a decr may have left trailing spaces,
+ * and memcached ignores what follows a space). */
 static bool
 parse_u64(const char *s, size_t n, uint64_t *out)
 {
     uint64_t v = 0;
-    size_t i = 0;
-    if (n == 0 || n > 64)
-        return false;
-    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+    size_t i = 0, start;
+    while (i < n && s[i] == ' ')
+        i++;
+    for (start = i; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
         unsigned d = (unsigned)(s[i] - '0');
         if (v > (UINT64_MAX - d) / 10)
             return false;
         v = v * 10 + d;
     }
-    if (i == 0)
+    if (i == start || (i < n && s[i] != ' ' && s[i] != '\r' && s[i] != '\n'))
         return false;
-    for (; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\r' && s[i] != '\n')
-            return false;
     *out = v;
     return true;
 }
@@ -550,6 +574,9 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         bool same = it->cas == old.cas;
         if (same)
             pm_read(digits, item_key(it) + it->klen, old.vlen);
+        r.hdr = old;
+        if (same && !(o && o->touch))
+            carry_exptime(&r, it);
         cache_read_unlock();
         if (!same)
             continue;
@@ -559,7 +586,6 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         int len = snprintf(digits, sizeof(digits), "%llu",
                            (unsigned long long)v);
         struct iovec iov = {digits, (size_t)len};
-        r.hdr = old;
         r.hdr.vlen = (uint32_t)len;
         if (o && o->touch)
             r.hdr.exptime = cache_exptime(o->exptime, clock_now());

@@ -337,6 +337,7 @@ tc_maintain(struct tc_cache *tc)
         return -ENOMEM;
     cache_flush_check(c, clock_now());
     int n = reclaim_sweep(t, c->cfg.sweep_budget);
+    cache_reclaim_limbo(t);
     if (atomic_load(&c->shrink_target))
         reclaim_shrink(t);
     return n;

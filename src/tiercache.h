@@ -283,8 +283,8 @@ TC_API int tc_flush_all(struct tc_cache *c, int64_t delay);
 
 /* Grow or shrink the usable pool online (memcached's cache_memlimit).
  * Shrinking moves live items off the released pages (evicting only when the
- * rest of the pool has no room). 0, -EINVAL (below 1 page or above the pool
- * file), -EBUSY (some pages could not be emptied yet; retried by
+ * rest of the pool has no room). 0, -EINVAL (below 1 MiB or above the
+ * pool's data area, which is pool_size less its 2 MiB header), -EBUSY (some pages could not be emptied yet; retried by
  * maintenance). */
 TC_API int tc_set_mem_limit(struct tc_cache *c, uint64_t bytes);
 
@@ -294,8 +294,8 @@ TC_API int tc_set_mem_limit(struct tc_cache *c, uint64_t bytes);
 TC_API int tc_slab_reassign(struct tc_cache *c, int src, int dst);
 
 /* One step of maintenance on the calling thread: expiry sweep with the
- * configured budget, pending memlimit drains, page reassignment for starving
- * classes. Returns the number of expired items reclaimed. */
+ * configured budget, freeing what waits for a grace period, pending
+ * memlimit drains. Returns the number of expired items the sweep removed. */
 TC_API int tc_maintain(struct tc_cache *c);
 
 TC_API void tc_stats(struct tc_cache *c, struct tc_stats *out);

@@ -783,6 +783,21 @@ test_stress_foreground(void **state)
     run_stress(&cfg);
 }
 
+/* No admin calls, few classes: only the store/read paths under eviction. */
+static void
+test_stress_evict_only(void **state)
+{
+    (void)state;
+    static const struct stress_cfg cfg = {
+        .name = "evict_only",
+        .background = false,
+        .admin = false,
+        .pool_size = 16 * MIB,
+        .growth_factor = 2.0,
+    };
+    run_stress(&cfg);
+}
+
 static void
 test_stress_background(void **state)
 {
@@ -803,6 +818,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stress_foreground),
+        cmocka_unit_test(test_stress_evict_only),
         cmocka_unit_test(test_stress_background),
     };
     /* TC_TEST_FILTER=<glob> runs only the matching tests */

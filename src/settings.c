@@ -1,0 +1,771 @@
+/*
+ * tiercached's settings: one table (opts[] below) drives parsing of
+ * memcached's flags and of -o name=value, the one-line error for a bad
+ * value, the --help text and "stats settings". Each row names its flag,
+ * its type, its default (as text, parsed like a command-line value), its
+ * range and what it means.
+ *
+ * Concurrency: none; main() parses before any thread starts.
+ */
+
+#include "src/settings.h"
+
+#include "src/base/compiler.h"
+#include "src/base/err.h"
+#include "src/tiercache.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+
+enum opt_type {
+    OT_UINT,   /* decimal number */
+    OT_SIZE,   /* bytes, with an optional k, m or g suffix */
+    OT_DOUBLE, /* decimal fraction */
+    OT_OCTAL,  /* octal mask (-a) */
+    OT_STR,    /* text, up to max bytes */
+    OT_LIST,   /* text; a repeated flag appends with a comma (-l) */
+    OT_BOOL,   /* flag without value; under -o optionally =0/1 */
+    OT_COUNT,  /* flag without value, counted (-v, -vv) */
+    OT_SUBOPT, /* -o name=value[,...] */
+    OT_ACTION, /* -h, -V */
+};
+
+/* How "stats settings" shows a value. */
+enum opt_show {
+    SHOW_NONE,     /* not shown */
+    SHOW_NUM,      /* the number */
+    SHOW_MIB,      /* MiB shown as bytes (maxbytes) */
+    SHOW_STR,      /* the text, "NULL" when unset */
+    SHOW_OCTAL,    /* 700 */
+    SHOW_YESNO,    /* yes / no */
+    SHOW_NOT_YESNO, /* inverted bool: no / yes */
+    SHOW_NOT_ONOFF, /* inverted bool: -M shown as evictions on / off */
+};
+
+struct opt {
+    char flag;        /* short flag, 0 for none */
+    const char *name; /* long flag (--name), or the -o name when sub */
+    bool sub;         /* an -o option */
+    enum opt_type type;
+    size_t off;       /* field in struct settings */
+    const char *def;  /* default, as text; NULL = none or computed */
+    uint64_t min, max; /* range of OT_UINT / OT_SIZE / OT_OCTAL / OT_STR
+                          (length) */
+    double dmin, dmax; /* range of OT_DOUBLE */
+    const char *stat; /* name in "stats settings" */
+    enum opt_show show;
+    const char *arg;  /* placeholder in --help */
+    const char *help;
+    const char *bad;  /* replaces the range text in the error, if set */
+};
+
+#define F(field) offsetof(struct settings, field)
+#define SUN_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+
+static const struct opt opts[] = {
+    {'m', "memory-limit", false, OT_UINT, F(maxbytes_mib), "64", 8,
+     16u << 20, 0, 0, "maxbytes", SHOW_MIB, "<MiB>",
+     "item memory in MiB: the pool file's data area", NULL},
+    {'c', "conn-limit", false, OT_UINT, F(maxconns), "1024", 1, 1u << 20, 0,
+     0, "maxconns", SHOW_NUM, "<num>", "most simultaneous connections",
+     NULL},
+    {'p', "port", false, OT_UINT, F(port), "11211", 0, 65535, 0, 0,
+     "tcpport", SHOW_NUM, "<num>", "TCP port to listen on, 0 = no TCP", NULL},
+    {'U', "udp-port", false, OT_UINT, F(udp_port), "0", 0, 0, 0, 0, "udpport",
+     SHOW_NUM, "<num>", "UDP port: only 0 (off), UDP is not supported",
+     "UDP is not supported: only 0 (off) is accepted"},
+    {'l', "listen", false, OT_LIST, F(listen), "127.0.0.1", 1,
+     SETTINGS_LISTEN_MAX - 1, 0, 0, "inter", SHOW_STR, "<addr>",
+     "addresses to listen on, comma-separated (host, or host:port)", NULL},
+    {'v', "verbose", false, OT_COUNT, F(verbose), NULL, 0, 3, 0, 0,
+     "verbosity", SHOW_NUM, NULL,
+     "log to stderr: -v listen and pool info, -vv connections, -vvv more",
+     NULL},
+    {'M', "disable-evictions", false, OT_BOOL, F(no_evict), NULL, 0, 0, 0, 0,
+     "evictions", SHOW_NOT_ONOFF, NULL,
+     "no eviction: a full cache refuses stores with an error", NULL},
+    {'s', "unix-socket", false, OT_STR, F(unix_path), NULL, 1, SUN_PATH_MAX,
+     0, 0, "domain_socket", SHOW_STR, "<path>",
+     "unix socket to listen on; without -p it turns TCP off, as in memcached",
+     NULL},
+    {'a', "unix-mask", false, OT_OCTAL, F(unix_mask), "700", 0, 0777, 0, 0,
+     "umask", SHOW_OCTAL, "<mask>", "access mask of the unix socket, octal",
+     NULL},
+    {'A', "enable-shutdown", false, OT_BOOL, F(shutdown_enabled), NULL, 0, 0,
+     0, 0, "shutdown_command", SHOW_YESNO, NULL,
+     "enable the shutdown command", NULL},
+    {'f', "slab-growth-factor", false, OT_DOUBLE, F(growth_factor), "1.25", 0,
+     0, 1.01, 100, "growth_factor", SHOW_NUM, "<factor>",
+     "chunk size growth factor between slab classes", NULL},
+    {'n', "slab-min-size", false, OT_UINT, F(chunk_size), "48", 1, 1u << 19,
+     0, 0, "chunk_size", SHOW_NUM, "<bytes>",
+     "key + value + flags room of the smallest chunk (chunk = this + 24 "
+     "header bytes, rounded up to 8)",
+     NULL},
+    {'t', "threads", false, OT_UINT, F(threads), "4", 1, 256, 0, 0,
+     "num_threads", SHOW_NUM, "<num>", "worker threads", NULL},
+    {'I', "max-item-size", false, OT_SIZE, F(item_size_max), "1m", 1u << 10,
+     1u << 30, 0, 0, "item_size_max", SHOW_NUM, "<size>",
+     "largest item (header + key + value), k/m/g suffix", NULL},
+    {'e', "memory-file", false, OT_STR, F(pool_path), NULL, 1,
+     SETTINGS_PATH_MAX - 1, 0, 0, "memory_file", SHOW_STR, "<path>",
+     "PMEM pool file (a DAX file, /dev/daxX.Y, or tmpfs to emulate; "
+     "default /dev/shm/tiercache.<port>.pool)",
+     NULL},
+    {'o', "extended", false, OT_SUBOPT, 0, NULL, 0, 0, 0, 0, NULL, SHOW_NONE,
+     "<name=value,...>", "tiercache's own options, listed below", NULL},
+    {'h', "help", false, OT_ACTION, SETTINGS_HELP, NULL, 0, 0, 0, 0, NULL,
+     SHOW_NONE, NULL, "print this help and exit", NULL},
+    {'V', "version", false, OT_ACTION, SETTINGS_VERSION, NULL, 0, 0, 0, 0,
+     NULL, SHOW_NONE, NULL, "print the version and exit", NULL},
+    /* -o options */
+    {0, "idle_timeout", true, OT_UINT, F(idle_timeout), "0", 0, 31536000, 0,
+     0, "idle_timeout", SHOW_NUM, "<secs>",
+     "close connections idle this long, 0 = never", NULL},
+    {0, "slab_chunk_max", true, OT_SIZE, F(slab_chunk_max), "512k", 1u << 10,
+     1u << 20, 0, 0, "slab_chunk_max", SHOW_NUM, "<bytes>",
+     "largest slab chunk; larger items are chained over several", NULL},
+    {0, "hash_items", true, OT_UINT, F(hash_items), "0", 0, 1ull << 44, 0, 0,
+     "tc_hash_items", SHOW_NUM, "<num>",
+     "items the hash index is sized for, 0 = pool bytes / 128", NULL},
+    {0, "quota_batch", true, OT_UINT, F(quota_batch), "32", 1, 256, 0, 0,
+     "tc_quota_batch", SHOW_NUM, "<num>",
+     "chunks a thread takes from a slab class at once", NULL},
+    {0, "sweep_budget", true, OT_UINT, F(sweep_budget), "1024", 1, 1u << 20,
+     0, 0, "tc_sweep_budget", SHOW_NUM, "<num>",
+     "chunks the expiry sweep looks at per step", NULL},
+    {0, "maxconns_fast", true, OT_BOOL, F(maxconns_fast), NULL, 0, 0, 0, 0,
+     "maxconns_fast", SHOW_YESNO, NULL,
+     "accepted for memcached compatibility (always on: a connection over "
+     "-c gets an error and is closed)",
+     NULL},
+    {0, "no_background", true, OT_BOOL, F(no_background), NULL, 0, 0, 0, 0,
+     "tc_background", SHOW_NOT_YESNO, NULL,
+     "no maintenance thread (expiry sweep, pending shrinks); for tests",
+     NULL},
+};
+
+/* Fixed lines of "stats settings" memcached prints and tools may expect. */
+static const char *const fixed_stats[][2] = {
+    {"stat_key_prefix", ":"},
+    {"detail_enabled", "no"},
+    {"cas_enabled", "yes"},
+    {"tcp_backlog", "1024"},
+    {"binding_protocol", "auto-negotiate"},
+    {"auth_enabled_sasl", "no"},
+    {"auth_enabled_ascii", "no"},
+    {"slab_reassign", "yes"},
+    {"flush_enabled", "yes"},
+    {"track_sizes", "no"},
+    {"ssl_enabled", "no"},
+};
+
+/* --- field access --- */
+
+static void *
+field(struct settings *s, const struct opt *o)
+{
+    return (char *)s + o->off;
+}
+
+static const void *
+cfield(const struct settings *s, const struct opt *o)
+{
+    return (const char *)s + o->off;
+}
+
+/* --- number parsing (strict: the whole text, no sign, no overflow) --- */
+
+static bool
+parse_u64(const char *p, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (!*p)
+        return false;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+static bool
+parse_size(const char *p, uint64_t *out)
+{
+    char digits[32];
+    size_t n = strlen(p);
+    uint64_t mult = 1;
+    if (n == 0 || n >= sizeof(digits))
+        return false;
+    switch (p[n - 1]) {
+    case 'k': case 'K': mult = KIB; n--; break;
+    case 'm': case 'M': mult = MIB; n--; break;
+    case 'g': case 'G': mult = GIB; n--; break;
+    default: break;
+    }
+    memcpy(digits, p, n);
+    digits[n] = '\0';
+    uint64_t v;
+    if (!parse_u64(digits, &v) || v > UINT64_MAX / mult)
+        return false;
+    *out = v * mult;
+    return true;
+}
+
+static bool
+parse_octal(const char *p, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (!*p || strlen(p) > 4)
+        return false;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '7')
+            return false;
+        v = v * 8 + (uint64_t)(*p - '0');
+    }
+    *out = v;
+    return true;
+}
+
+static bool
+parse_double(const char *p, double *out)
+{
+    char *end;
+    if (!*p || !((*p >= '0' && *p <= '9') || *p == '.'))
+        return false;
+    errno = 0;
+    double v = strtod(p, &end);
+    if (*end || errno || !isfinite(v))
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool
+parse_bool(const char *p, bool *out)
+{
+    static const char *const yes[] = {"1", "yes", "true", "on"};
+    static const char *const no[] = {"0", "no", "false", "off"};
+    for (unsigned i = 0; i < ARRAY_SIZE(yes); i++) {
+        if (!strcmp(p, yes[i]) || !strcmp(p, no[i])) {
+            *out = !strcmp(p, yes[i]);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* "1k", "512k", "1m", or plain bytes when not a whole multiple. */
+static const char *
+fmt_size(uint64_t v, char *buf, size_t n)
+{
+    if (v && v % GIB == 0)
+        snprintf(buf, n, "%llug", (unsigned long long)(v / GIB));
+    else if (v && v % MIB == 0)
+        snprintf(buf, n, "%llum", (unsigned long long)(v / MIB));
+    else if (v && v % KIB == 0)
+        snprintf(buf, n, "%lluk", (unsigned long long)(v / KIB));
+    else
+        snprintf(buf, n, "%llu", (unsigned long long)v);
+    return buf;
+}
+
+/* What a value of o may be, for errors and --help. */
+static const char *
+range_text(const struct opt *o, char *buf, size_t n)
+{
+    char a[24], b[24];
+    switch (o->type) {
+    case OT_UINT:
+        snprintf(buf, n, "a number from %llu to %llu",
+                 (unsigned long long)o->min, (unsigned long long)o->max);
+        break;
+    case OT_SIZE:
+        snprintf(buf, n, "a size from %s to %s (bytes, or with a k, m or g "
+                 "suffix)", fmt_size(o->min, a, sizeof(a)),
+                 fmt_size(o->max, b, sizeof(b)));
+        break;
+    case OT_DOUBLE:
+        snprintf(buf, n, "a number from %g to %g", o->dmin, o->dmax);
+        break;
+    case OT_OCTAL:
+        snprintf(buf, n, "an octal mask from 0 to %llo",
+                 (unsigned long long)o->max);
+        break;
+    case OT_STR:
+    case OT_LIST:
+        snprintf(buf, n, "a value of 1 to %llu bytes",
+                 (unsigned long long)o->max);
+        break;
+    case OT_BOOL:
+        snprintf(buf, n, "no value, or one of 1, 0, yes, no");
+        break;
+    default:
+        snprintf(buf, n, "no value");
+        break;
+    }
+    return buf;
+}
+
+static int
+bad_value(const struct opt *o, const char *shown, const char *val)
+{
+    char r[128];
+    if (o->bad)
+        err_set("%s: %s, got '%s'", shown, o->bad, val);
+    else
+        err_set("%s: expected %s, got '%s'", shown,
+                range_text(o, r, sizeof(r)), val);
+    return -EINVAL;
+}
+
+/* --- setting one value --- */
+
+static int
+set_list(struct settings *s, const struct opt *o, const char *shown,
+         const char *val)
+{
+    const char **dst = field(s, o);
+    size_t have = *dst == s->listen_buf ? strlen(s->listen_buf) : 0;
+    size_t n = strlen(val);
+    if (n == 0 || have + !!have + n > o->max)
+        return bad_value(o, shown, val);
+    if (have)
+        s->listen_buf[have++] = ',';
+    memcpy(s->listen_buf + have, val, n + 1);
+    *dst = s->listen_buf;
+    return 0;
+}
+
+static int
+set_number(struct settings *s, const struct opt *o, const char *shown,
+           const char *val)
+{
+    uint64_t v;
+    bool ok = o->type == OT_SIZE    ? parse_size(val, &v)
+              : o->type == OT_OCTAL ? parse_octal(val, &v)
+                                    : parse_u64(val, &v);
+    if (!ok || v < o->min || v > o->max)
+        return bad_value(o, shown, val);
+    *(uint64_t *)field(s, o) = v;
+    return 0;
+}
+
+/* Apply val (NULL for a flag without value) to option o. */
+static int
+set_value(struct settings *s, const struct opt *o, const char *shown,
+          const char *val)
+{
+    switch (o->type) {
+    case OT_UINT:
+    case OT_SIZE:
+    case OT_OCTAL:
+        return set_number(s, o, shown, val);
+    case OT_DOUBLE: {
+        double d;
+        if (!parse_double(val, &d) || d < o->dmin || d > o->dmax)
+            return bad_value(o, shown, val);
+        *(double *)field(s, o) = d;
+        return 0;
+    }
+    case OT_STR:
+        if (!*val || strlen(val) > o->max)
+            return bad_value(o, shown, val);
+        *(const char **)field(s, o) = val;
+        return 0;
+    case OT_LIST:
+        return set_list(s, o, shown, val);
+    case OT_BOOL: {
+        bool b = true;
+        if (val && !parse_bool(val, &b))
+            return bad_value(o, shown, val);
+        *(bool *)field(s, o) = b;
+        return 0;
+    }
+    case OT_COUNT: {
+        uint64_t *c = field(s, o);
+        if (*c < o->max)
+            (*c)++;
+        return 0;
+    }
+    case OT_ACTION:
+        s->action = (enum settings_action)o->off;
+        return 0;
+    case OT_SUBOPT:
+        break;
+    }
+    return -EINVAL; /* OT_SUBOPT is handled by parse_subopts() */
+}
+
+static bool
+takes_value(const struct opt *o)
+{
+    return o->type != OT_BOOL && o->type != OT_COUNT && o->type != OT_ACTION;
+}
+
+static const struct opt *
+find_short(char c)
+{
+    for (unsigned i = 0; i < ARRAY_SIZE(opts); i++)
+        if (!opts[i].sub && opts[i].flag == c)
+            return &opts[i];
+    return NULL;
+}
+
+static const struct opt *
+find_name(const char *name, size_t n, bool sub)
+{
+    for (unsigned i = 0; i < ARRAY_SIZE(opts); i++)
+        if (opts[i].sub == sub && strlen(opts[i].name) == n &&
+            !memcmp(opts[i].name, name, n))
+            return &opts[i];
+    return NULL;
+}
+
+/* --- -o name=value[,name=value...] --- */
+
+static int
+parse_subopt(struct settings *s, const char *item)
+{
+    const char *eq = strchr(item, '=');
+    size_t n = eq ? (size_t)(eq - item) : strlen(item);
+    const struct opt *o = find_name(item, n, true);
+    char shown[80];
+    if (!o) {
+        err_set("-o: unknown option '%.*s' (tiercached -h lists them)",
+                (int)MIN(n, 64), item);
+        return -EINVAL;
+    }
+    snprintf(shown, sizeof(shown), "-o %s", o->name);
+    if (!eq && takes_value(o)) {
+        char r[128];
+        err_set("%s: needs a value: %s", shown, range_text(o, r, sizeof(r)));
+        return -EINVAL;
+    }
+    /* the value lives in a copy of the item: only numbers and booleans are
+     * -o options, so nothing keeps pointing into it */
+    return set_value(s, o, shown, eq ? eq + 1 : NULL);
+}
+
+static int
+parse_subopts(struct settings *s, const char *list)
+{
+    char item[256];
+    const char *p = list;
+    if (!*p) {
+        err_set("-o: expected name=value[,name=value...], got ''");
+        return -EINVAL;
+    }
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n >= sizeof(item)) {
+            err_set("-o: option '%.40s...' is too long", p);
+            return -EINVAL;
+        }
+        memcpy(item, p, n);
+        item[n] = '\0';
+        if (n) {
+            int rc = parse_subopt(s, item);
+            if (rc)
+                return rc;
+        }
+        if (!end)
+            return 0;
+        p = end + 1;
+    }
+}
+
+/* --- argv --- */
+
+static int
+apply(struct settings *s, const struct opt *o, const char *shown,
+      const char *val)
+{
+    if (o->flag == 'p')
+        s->port_given = true;
+    if (o->type == OT_SUBOPT)
+        return parse_subopts(s, val);
+    return set_value(s, o, shown, val);
+}
+
+static int
+missing_value(const struct opt *o, const char *shown)
+{
+    char r[128];
+    if (o->type == OT_SUBOPT)
+        err_set("%s: needs a value: name=value[,name=value...]", shown);
+    else if (o->bad)
+        err_set("%s: needs a value (%s)", shown, o->bad);
+    else
+        err_set("%s: needs a value: %s", shown, range_text(o, r, sizeof(r)));
+    return -EINVAL;
+}
+
+/* --name, --name=value or --name value. *i advances past a value taken. */
+static int
+parse_long(struct settings *s, int argc, char *const argv[], int *i)
+{
+    const char *a = argv[*i] + 2;
+    const char *eq = strchr(a, '=');
+    size_t n = eq ? (size_t)(eq - a) : strlen(a);
+    const struct opt *o = find_name(a, n, false);
+    char shown[48];
+    if (!o) {
+        err_set("unknown flag '--%.*s' (tiercached -h lists the flags)",
+                (int)MIN(n, 32), a);
+        return -EINVAL;
+    }
+    snprintf(shown, sizeof(shown), "--%s", o->name);
+    if (!takes_value(o)) {
+        if (eq) {
+            err_set("%s: takes no value, got '%s'", shown, eq + 1);
+            return -EINVAL;
+        }
+        return apply(s, o, shown, NULL);
+    }
+    if (eq)
+        return apply(s, o, shown, eq + 1);
+    if (*i + 1 >= argc)
+        return missing_value(o, shown);
+    return apply(s, o, shown, argv[++*i]);
+}
+
+/* -x, -xVALUE, -x VALUE, or bundled flags without values (-vv, -Mv). */
+static int
+parse_short(struct settings *s, int argc, char *const argv[], int *i)
+{
+    const char *a = argv[*i];
+    for (int j = 1; a[j]; j++) {
+        const struct opt *o = find_short(a[j]);
+        char shown[4] = {'-', a[j], '\0', '\0'};
+        if (!o) {
+            err_set("unknown flag '-%c' (tiercached -h lists the flags)",
+                    a[j]);
+            return -EINVAL;
+        }
+        if (!takes_value(o)) {
+            int rc = apply(s, o, shown, NULL);
+            if (rc || s->action != SETTINGS_RUN)
+                return rc;
+            continue;
+        }
+        if (a[j + 1])
+            return apply(s, o, shown, a + j + 1);
+        if (*i + 1 >= argc)
+            return missing_value(o, shown);
+        return apply(s, o, shown, argv[++*i]);
+    }
+    return 0;
+}
+
+/* --- checks across options, computed values --- */
+
+uint32_t
+settings_min_chunk(const struct settings *s)
+{
+    return (uint32_t)ALIGN_UP(s->chunk_size + SETTINGS_ITEM_HDR, 8ull);
+}
+
+static int
+check_slabs(const struct settings *s)
+{
+    /* the engine chains an item over at most 255 tails of
+     * slab_chunk_max - 16 bytes each (src/item.h) */
+    uint64_t per_tail = s->slab_chunk_max - 16;
+    uint64_t item_max = 255 * per_tail - 1;
+    if (s->slab_chunk_max % 8) {
+        err_set("-o slab_chunk_max: expected a multiple of 8, got %llu",
+                (unsigned long long)s->slab_chunk_max);
+        return -EINVAL;
+    }
+    if (s->item_size_max > item_max) {
+        err_set("-I: at most %llu bytes with -o slab_chunk_max=%llu (raise "
+                "slab_chunk_max, up to 1m), got %llu",
+                (unsigned long long)item_max,
+                (unsigned long long)s->slab_chunk_max,
+                (unsigned long long)s->item_size_max);
+        return -EINVAL;
+    }
+    if (settings_min_chunk(s) > s->slab_chunk_max) {
+        err_set("-n: %llu plus the %d-byte item header is more than "
+                "slab_chunk_max %llu",
+                (unsigned long long)s->chunk_size, SETTINGS_ITEM_HDR,
+                (unsigned long long)s->slab_chunk_max);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int
+finish(struct settings *s)
+{
+    /* memcached: -s turns the network off; tiercached keeps TCP when -p is
+     * also given */
+    if (s->unix_path && !s->port_given)
+        s->port = 0;
+    if (s->port == 0 && !s->unix_path) {
+        err_set("-p: 0 turns TCP off and no -s unix socket was given, so "
+                "there is nothing to listen on");
+        return -EINVAL;
+    }
+    int rc = check_slabs(s);
+    if (rc)
+        return rc;
+    if (!s->pool_path) {
+        snprintf(s->pool_buf, sizeof(s->pool_buf),
+                 "/dev/shm/tiercache.%llu.pool", (unsigned long long)s->port);
+        s->pool_path = s->pool_buf;
+    }
+    return 0;
+}
+
+/* --- public --- */
+
+void
+settings_init(struct settings *s)
+{
+    memset(s, 0, sizeof(*s));
+    for (unsigned i = 0; i < ARRAY_SIZE(opts); i++) {
+        const struct opt *o = &opts[i];
+        if (!o->def)
+            continue;
+        if (o->type == OT_LIST) {
+            /* not in listen_buf: the first -l replaces the default, later
+             * ones append */
+            *(const char **)field(s, o) = o->def;
+            continue;
+        }
+        int rc = set_value(s, o, o->name, o->def);
+        (void)rc; /* the table's defaults are in range */
+    }
+}
+
+int
+settings_parse(struct settings *s, int argc, char *const argv[])
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int rc;
+        if (a[0] != '-' || a[1] == '\0') {
+            err_set("unexpected argument '%.64s' (tiercached -h lists the "
+                    "flags)", a);
+            return -EINVAL;
+        }
+        if (a[1] == '-')
+            rc = parse_long(s, argc, argv, &i);
+        else
+            rc = parse_short(s, argc, argv, &i);
+        if (rc)
+            return rc;
+        if (s->action != SETTINGS_RUN)
+            return 0; /* -h, -V: the rest does not matter */
+    }
+    return finish(s);
+}
+
+/* --- --help --- */
+
+static void
+help_line(FILE *f, const struct opt *o)
+{
+    char left[64], r[128];
+    if (o->sub)
+        snprintf(left, sizeof(left), "  %s%s%s", o->name, o->arg ? "=" : "",
+                 o->arg ? o->arg : "");
+    else
+        snprintf(left, sizeof(left), "  -%c, --%s%s%s", o->flag, o->name,
+                 o->arg ? " " : "", o->arg ? o->arg : "");
+    fprintf(f, "%-34s %s", left, o->help);
+    if (o->type == OT_SUBOPT || o->type == OT_ACTION) {
+        fputc('\n', f);
+        return;
+    }
+    if (o->type == OT_BOOL || o->type == OT_COUNT)
+        fprintf(f, " (default: off)\n");
+    else if (o->def)
+        fprintf(f, " (default: %s; %s)\n", o->def,
+                o->bad ? o->bad : range_text(o, r, sizeof(r)));
+    else
+        fprintf(f, " (%s)\n", range_text(o, r, sizeof(r)));
+}
+
+void
+settings_help(FILE *f)
+{
+    fprintf(f, "Usage: tiercached [flags]\n"
+               "tiercached " TC_VERSION ", a memcached-compatible cache "
+               "server over persistent memory.\n\nFlags:\n");
+    for (unsigned i = 0; i < ARRAY_SIZE(opts); i++)
+        if (!opts[i].sub)
+            help_line(f, &opts[i]);
+    fprintf(f, "\n-o options (-o name=value[,name=value...], or -o name "
+               "for a switch):\n");
+    for (unsigned i = 0; i < ARRAY_SIZE(opts); i++)
+        if (opts[i].sub)
+            help_line(f, &opts[i]);
+    fprintf(f, "\nA bad flag or value exits with status 64 and one line "
+               "saying what is allowed.\n");
+}
+
+/* --- stats settings --- */
+
+static int
+render_one(const struct settings *s, const struct opt *o, struct obuf *out)
+{
+    const void *v = cfield(s, o);
+    switch (o->show) {
+    case SHOW_NONE:
+        return 0;
+    case SHOW_NUM:
+        if (o->type == OT_DOUBLE)
+            return obuf_printf(out, "STAT %s %.2f\r\n", o->stat,
+                               *(const double *)v);
+        return obuf_printf(out, "STAT %s %llu\r\n", o->stat,
+                           (unsigned long long)*(const uint64_t *)v);
+    case SHOW_MIB:
+        return obuf_printf(out, "STAT %s %llu\r\n", o->stat,
+                           (unsigned long long)(*(const uint64_t *)v << 20));
+    case SHOW_STR: {
+        const char *str = *(const char *const *)v;
+        return obuf_printf(out, "STAT %s %s\r\n", o->stat,
+                           str ? str : "NULL");
+    }
+    case SHOW_OCTAL:
+        return obuf_printf(out, "STAT %s %llo\r\n", o->stat,
+                           (unsigned long long)*(const uint64_t *)v);
+    case SHOW_YESNO:
+    case SHOW_NOT_YESNO:
+        return obuf_printf(out, "STAT %s %s\r\n", o->stat,
+                           *(const bool *)v == (o->show == SHOW_YESNO)
+                               ? "yes"
+                               : "no");
+    case SHOW_NOT_ONOFF:
+        return obuf_printf(out, "STAT %s %s\r\n", o->stat,
+                           *(const bool *)v ? "off" : "on");
+    }
+    return 0;
+}
+
+int
+settings_render(const struct settings *s, struct obuf *out)
+{
+    for (unsigned i = 0; i < ARRAY_SIZE(opts); i++)
+        render_one(s, &opts[i], out);
+    obuf_printf(out, "STAT num_threads_per_udp %llu\r\n",
+                (unsigned long long)s->threads);
+    for (unsigned i = 0; i < ARRAY_SIZE(fixed_stats); i++)
+        obuf_printf(out, "STAT %s %s\r\n", fixed_stats[i][0],
+                    fixed_stats[i][1]);
+    obuf_printf(out, "STAT tc_min_chunk %u\r\n", settings_min_chunk(s));
+    return out->err;
+}
