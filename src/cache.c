@@ -468,14 +468,17 @@ cache_defer_flush(struct cache_thread *t)
         t->ndefer = 0;
         return;
     }
-    b->n = t->ndefer;
-    memcpy(b->head, t->defer, t->ndefer * sizeof(uint64_t));
+    unsigned n = t->ndefer;
+    b->n = n;
+    memcpy(b->head, t->defer, n * sizeof(uint64_t));
     t->ndefer = 0;
+    /* count before publishing: once b is on the list another thread may
+     * reclaim and free it */
+    atomic_fetch_add_explicit(&c->limbo_items, n, memory_order_relaxed);
     pthread_mutex_lock(&c->limbo_lock);
     b->next = c->limbo;
     c->limbo = b;
     pthread_mutex_unlock(&c->limbo_lock);
-    atomic_fetch_add_explicit(&c->limbo_items, b->n, memory_order_relaxed);
 }
 
 void

@@ -55,9 +55,9 @@ struct conn_list {
 struct conn_worker {
     int epfd;
     struct conn_list list;
-    struct stats_ctr *ctr;        /* this worker's counters */
+    struct stats_ctr *ctr; /* this worker's counters */
     const struct conn_shared *sh;
-    uint32_t now;                 /* conn_now() at the loop's last wake */
+    uint32_t now; /* conn_now() at the loop's last wake */
 };
 
 /* What "stats conns" shows of a connection (or a listener). */

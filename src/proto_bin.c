@@ -36,6 +36,9 @@
  *
  * A request runs only once all its bytes are in (except the too-large
  * refusal above), so the replies do not depend on how the input is split.
+ * A call runs every complete request in its input, but returns early once
+ * BIN_OUT_YIELD bytes of replies wait, so that the connection's
+ * back-pressure applies between requests.
  *
  * Concurrency: no state of its own; the session (s->swallow, s->need, the
  * counters) belongs to one connection and its worker thread.
@@ -53,6 +56,9 @@
 /* The engine's item header, which item_size_max counts with key and value
  * (src/item_layout.h asserts its size). */
 #define BIN_ITEM_HDR 24
+/* Replies pending past which a call returns before running the next
+ * request (the caller calls again unless its output is backlogged). */
+#define BIN_OUT_YIELD (256u * 1024)
 /* INCREMENT/DECREMENT with this expiration do not create a missing item. */
 #define BIN_NO_CREATE 0xffffffffu
 
@@ -123,8 +129,8 @@ static const struct {
 
 /* One request, its fields in host order; pointers into the input. */
 struct bin_req {
-    uint8_t opcode;  /* as sent: the reply echoes it */
-    int op;          /* enum bin_opcode: the loud form of opcode */
+    uint8_t opcode; /* as sent: the reply echoes it */
+    int op;         /* enum bin_opcode: the loud form of opcode */
     bool quiet;
     uint8_t extlen;
     uint16_t keylen;
@@ -178,13 +184,20 @@ bin_loud(uint8_t opcode, bool *quiet)
     static const struct {
         uint8_t q, loud;
     } qmap[] = {
-        {BIN_GETQ, BIN_GET},         {BIN_GETKQ, BIN_GETK},
-        {BIN_SETQ, BIN_SET},         {BIN_ADDQ, BIN_ADD},
-        {BIN_REPLACEQ, BIN_REPLACE}, {BIN_DELETEQ, BIN_DELETE},
-        {BIN_INCREMENTQ, BIN_INCREMENT}, {BIN_DECREMENTQ, BIN_DECREMENT},
-        {BIN_QUITQ, BIN_QUIT},       {BIN_FLUSHQ, BIN_FLUSH},
-        {BIN_APPENDQ, BIN_APPEND},   {BIN_PREPENDQ, BIN_PREPEND},
-        {BIN_GATQ, BIN_GAT},         {BIN_GATKQ, BIN_GATK},
+        {BIN_GETQ, BIN_GET},
+        {BIN_GETKQ, BIN_GETK},
+        {BIN_SETQ, BIN_SET},
+        {BIN_ADDQ, BIN_ADD},
+        {BIN_REPLACEQ, BIN_REPLACE},
+        {BIN_DELETEQ, BIN_DELETE},
+        {BIN_INCREMENTQ, BIN_INCREMENT},
+        {BIN_DECREMENTQ, BIN_DECREMENT},
+        {BIN_QUITQ, BIN_QUIT},
+        {BIN_FLUSHQ, BIN_FLUSH},
+        {BIN_APPENDQ, BIN_APPEND},
+        {BIN_PREPENDQ, BIN_PREPEND},
+        {BIN_GATQ, BIN_GAT},
+        {BIN_GATKQ, BIN_GATK},
     };
 
     *quiet = false;
@@ -409,16 +422,17 @@ bin_get(struct proto_sess *s, const struct bin_req *r, struct obuf *out)
 
 /* ---- storage: SET, ADD, REPLACE, APPEND, PREPEND (and quiet forms) ----- */
 
-/* Refuse a value that cannot fit, as memcached does when it cannot allocate
- * the item: a SET also drops the key's old value, so that a reader does not
- * go on seeing data the client meant to replace. */
+/* Refuse a value that cannot fit before reading it. As memcached does when
+ * it cannot allocate the item, a SET also drops the key's old value so that
+ * readers do not go on seeing data the client meant to replace (the engine
+ * does the same when it refuses a SET itself). */
 static void
-bin_store_refused(struct proto_sess *s, const struct bin_req *r,
-                  struct obuf *out, uint16_t status)
+bin_refuse_large(struct proto_sess *s, const struct bin_req *r,
+                 struct obuf *out)
 {
     if (r->op == BIN_SET)
         (void)tc_delete(s->cache, r->key, r->keylen, 0);
-    bin_error(out, r, status);
+    bin_error(out, r, BIN_E2BIG);
 }
 
 static void
@@ -480,10 +494,7 @@ bin_store(struct proto_sess *s, const struct bin_req *r, struct obuf *out)
     case -E2BIG:
         /* memcached: an append whose result would be too large is "Not
          * stored." (only the new piece alone being too large is E2BIG) */
-        bin_store_refused(s, r, out, concat ? BIN_NOT_STORED : BIN_E2BIG);
-        break;
-    case -ENOMEM:
-        bin_store_refused(s, r, out, BIN_ENOMEM);
+        bin_error(out, r, concat ? BIN_NOT_STORED : BIN_E2BIG);
         break;
     default:
         bin_error(out, r, bin_errno_status(rc));
@@ -525,8 +536,8 @@ bin_arith(struct proto_sess *s, const struct bin_req *r, struct obuf *out)
     uint64_t value = 0;
     unsigned char body[8];
 
-    int rc = tc_arith_ex(s->cache, r->key, r->keylen,
-                         r->op == BIN_INCREMENT, delta, &o, &value, &info);
+    int rc = tc_arith_ex(s->cache, r->key, r->keylen, r->op == BIN_INCREMENT,
+                         delta, &o, &value, &info);
     switch (rc) {
     case TC_OK:
         if (r->quiet)
@@ -577,8 +588,7 @@ bin_version(const struct bin_req *r, struct obuf *out)
 }
 
 static void
-bin_verbosity(struct proto_sess *s, const struct bin_req *r,
-              struct obuf *out)
+bin_verbosity(struct proto_sess *s, const struct bin_req *r, struct obuf *out)
 {
     uint32_t level = get32(r->ext);
 
@@ -778,7 +788,7 @@ bin_one(struct proto_sess *s, const char *in, size_t len, struct obuf *out)
             }
             r.key = in + BIN_HDR_LEN + r.extlen;
             bin_count(s, false);
-            bin_store_refused(s, &r, out, BIN_E2BIG);
+            bin_refuse_large(s, &r, out);
             s->swallow = r.vlen;
             return (ssize_t)head;
         }
@@ -820,6 +830,11 @@ proto_bin_process(struct proto_sess *s, const char *in, size_t len,
         if (n == 0)
             break;
         done += (size_t)n;
+        /* let the connection apply its back-pressure: a buffer full of
+         * small GETs of large values would otherwise turn into replies
+         * thousands of times its size in one call */
+        if (obuf_pending(out) >= BIN_OUT_YIELD)
+            break;
     }
     return (ssize_t)done;
 }

@@ -36,12 +36,12 @@ enum opt_type {
 
 /* How "stats settings" shows a value. */
 enum opt_show {
-    SHOW_NONE,     /* not shown */
-    SHOW_NUM,      /* the number */
-    SHOW_MIB,      /* MiB shown as bytes (maxbytes) */
-    SHOW_STR,      /* the text, "NULL" when unset */
-    SHOW_OCTAL,    /* 700 */
-    SHOW_YESNO,    /* yes / no */
+    SHOW_NONE,      /* not shown */
+    SHOW_NUM,       /* the number */
+    SHOW_MIB,       /* MiB shown as bytes (maxbytes) */
+    SHOW_STR,       /* the text, "NULL" when unset */
+    SHOW_OCTAL,     /* 700 */
+    SHOW_YESNO,     /* yes / no */
     SHOW_NOT_YESNO, /* inverted bool: no / yes */
     SHOW_NOT_ONOFF, /* inverted bool: -M shown as evictions on / off */
 };
@@ -51,103 +51,133 @@ struct opt {
     const char *name; /* long flag (--name), or the -o name when sub */
     bool sub;         /* an -o option */
     enum opt_type type;
-    size_t off;       /* field in struct settings */
-    const char *def;  /* default, as text; NULL = none or computed */
+    size_t off;        /* field in struct settings */
+    const char *def;   /* default, as text; NULL = none or computed */
     uint64_t min, max; /* range of OT_UINT / OT_SIZE / OT_OCTAL / OT_STR
                           (length) */
     double dmin, dmax; /* range of OT_DOUBLE */
-    const char *stat; /* name in "stats settings" */
+    const char *stat;  /* name in "stats settings" */
     enum opt_show show;
-    const char *arg;  /* placeholder in --help */
+    const char *arg; /* placeholder in --help */
     const char *help;
-    const char *bad;  /* replaces the range text in the error, if set */
+    const char *bad; /* replaces the range text in the error, if set */
 };
 
 #define F(field) offsetof(struct settings, field)
 #define SUN_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
+/* One row an option, packed: reads better as a table. */
+/* clang-format off */
 static const struct opt opts[] = {
-    {'m', "memory-limit", false, OT_UINT, F(maxbytes_mib), "64", 8,
-     16u << 20, 0, 0, "maxbytes", SHOW_MIB, "<MiB>",
-     "item memory in MiB: the pool file's data area", NULL},
-    {'c', "conn-limit", false, OT_UINT, F(maxconns), "1024", 1, 1u << 20, 0,
-     0, "maxconns", SHOW_NUM, "<num>", "most simultaneous connections",
-     NULL},
-    {'p', "port", false, OT_UINT, F(port), "11211", 0, 65535, 0, 0,
-     "tcpport", SHOW_NUM, "<num>", "TCP port to listen on, 0 = no TCP", NULL},
-    {'U', "udp-port", false, OT_UINT, F(udp_port), "0", 0, 0, 0, 0, "udpport",
-     SHOW_NUM, "<num>", "UDP port: only 0 (off), UDP is not supported",
-     "UDP is not supported: only 0 (off) is accepted"},
-    {'l', "listen", false, OT_LIST, F(listen), "127.0.0.1", 1,
-     SETTINGS_LISTEN_MAX - 1, 0, 0, "inter", SHOW_STR, "<addr>",
-     "addresses to listen on, comma-separated (host, or host:port)", NULL},
-    {'v', "verbose", false, OT_COUNT, F(verbose), NULL, 0, 3, 0, 0,
-     "verbosity", SHOW_NUM, NULL,
-     "log to stderr: -v listen and pool info, -vv connections, -vvv more",
-     NULL},
-    {'M', "disable-evictions", false, OT_BOOL, F(no_evict), NULL, 0, 0, 0, 0,
-     "evictions", SHOW_NOT_ONOFF, NULL,
-     "no eviction: a full cache refuses stores with an error", NULL},
-    {'s', "unix-socket", false, OT_STR, F(unix_path), NULL, 1, SUN_PATH_MAX,
-     0, 0, "domain_socket", SHOW_STR, "<path>",
-     "unix socket to listen on; without -p it turns TCP off, as in memcached",
-     NULL},
-    {'a', "unix-mask", false, OT_OCTAL, F(unix_mask), "700", 0, 0777, 0, 0,
-     "umask", SHOW_OCTAL, "<mask>", "access mask of the unix socket, octal",
-     NULL},
-    {'A', "enable-shutdown", false, OT_BOOL, F(shutdown_enabled), NULL, 0, 0,
-     0, 0, "shutdown_command", SHOW_YESNO, NULL,
-     "enable the shutdown command", NULL},
-    {'f', "slab-growth-factor", false, OT_DOUBLE, F(growth_factor), "1.25", 0,
-     0, 1.01, 100, "growth_factor", SHOW_NUM, "<factor>",
-     "chunk size growth factor between slab classes", NULL},
-    {'n', "slab-min-size", false, OT_UINT, F(chunk_size), "48", 1, 1u << 19,
-     0, 0, "chunk_size", SHOW_NUM, "<bytes>",
-     "key + value + flags room of the smallest chunk (chunk = this + 24 "
-     "header bytes, rounded up to 8)",
-     NULL},
-    {'t', "threads", false, OT_UINT, F(threads), "4", 1, 256, 0, 0,
-     "num_threads", SHOW_NUM, "<num>", "worker threads", NULL},
-    {'I', "max-item-size", false, OT_SIZE, F(item_size_max), "1m", 1u << 10,
-     1u << 30, 0, 0, "item_size_max", SHOW_NUM, "<size>",
-     "largest item (header + key + value), k/m/g suffix", NULL},
-    {'e', "memory-file", false, OT_STR, F(pool_path), NULL, 1,
-     SETTINGS_PATH_MAX - 1, 0, 0, "memory_file", SHOW_STR, "<path>",
-     "PMEM pool file (a DAX file, /dev/daxX.Y, or tmpfs to emulate; "
-     "default /dev/shm/tiercache.<port>.pool)",
-     NULL},
-    {'o', "extended", false, OT_SUBOPT, 0, NULL, 0, 0, 0, 0, NULL, SHOW_NONE,
-     "<name=value,...>", "tiercache's own options, listed below", NULL},
-    {'h', "help", false, OT_ACTION, SETTINGS_HELP, NULL, 0, 0, 0, 0, NULL,
-     SHOW_NONE, NULL, "print this help and exit", NULL},
-    {'V', "version", false, OT_ACTION, SETTINGS_VERSION, NULL, 0, 0, 0, 0,
-     NULL, SHOW_NONE, NULL, "print the version and exit", NULL},
+    {.flag = 'm', .name = "memory-limit", .type = OT_UINT,
+     .off = F(maxbytes_mib), .def = "64", .min = 8, .max = 16u << 20,
+     .stat = "maxbytes", .show = SHOW_MIB, .arg = "<MiB>",
+     .help = "item memory in MiB: the pool file's data area",
+     .bad = "expected a number of MiB from 8 (the smallest pool tiercached "
+            "runs on) to 16777216"},
+    {.flag = 'c', .name = "conn-limit", .type = OT_UINT, .off = F(maxconns),
+     .def = "1024", .min = 1, .max = 1u << 20, .stat = "maxconns",
+     .show = SHOW_NUM, .arg = "<num>",
+     .help = "most simultaneous connections"},
+    {.flag = 'p', .name = "port", .type = OT_UINT, .off = F(port),
+     .def = "11211", .min = 0, .max = 65535, .stat = "tcpport",
+     .show = SHOW_NUM, .arg = "<num>",
+     .help = "TCP port to listen on, 0 = no TCP"},
+    {.flag = 'U', .name = "udp-port", .type = OT_UINT, .off = F(udp_port),
+     .def = "0", .min = 0, .max = 0, .stat = "udpport", .show = SHOW_NUM,
+     .arg = "<num>", .help = "UDP port: only 0 (off), UDP is not supported",
+     .bad = "UDP is not supported: only 0 (off) is accepted"},
+    {.flag = 'l', .name = "listen", .type = OT_LIST, .off = F(listen),
+     .def = "127.0.0.1", .min = 1, .max = SETTINGS_LISTEN_MAX - 1,
+     .stat = "inter", .show = SHOW_STR, .arg = "<addr>",
+     .help = "addresses to listen on, comma-separated (host, or host:port); "
+             "repeat -l to add more"},
+    {.flag = 'v', .name = "verbose", .type = OT_COUNT, .off = F(verbose),
+     .max = 3, .stat = "verbosity", .show = SHOW_NUM,
+     .help = "log to stderr: -v listen and pool info, -vv connections"},
+    {.flag = 'M', .name = "disable-evictions", .type = OT_BOOL,
+     .off = F(no_evict), .stat = "evictions", .show = SHOW_NOT_ONOFF,
+     .help = "no eviction: a full cache refuses stores with an error"},
+    {.flag = 's', .name = "unix-socket", .type = OT_STR, .off = F(unix_path),
+     .min = 1, .max = SUN_PATH_MAX, .stat = "domain_socket",
+     .show = SHOW_STR, .arg = "<path>",
+     .help = "unix socket to listen on; without -p it turns TCP off, as in "
+             "memcached"},
+    {.flag = 'a', .name = "unix-mask", .type = OT_OCTAL, .off = F(unix_mask),
+     .def = "700", .min = 0, .max = 0777, .stat = "umask",
+     .show = SHOW_OCTAL, .arg = "<mask>",
+     .help = "access mask of the unix socket, octal"},
+    {.flag = 'A', .name = "enable-shutdown", .type = OT_BOOL,
+     .off = F(shutdown_enabled), .stat = "shutdown_command",
+     .show = SHOW_YESNO, .help = "enable the shutdown command"},
+    {.flag = 'f', .name = "slab-growth-factor", .type = OT_DOUBLE,
+     .off = F(growth_factor), .def = "1.25", .dmin = 1.01, .dmax = 100,
+     .stat = "growth_factor", .show = SHOW_NUM, .arg = "<factor>",
+     .help = "chunk size growth factor between slab classes"},
+    {.flag = 'n', .name = "slab-min-size", .type = OT_UINT,
+     .off = F(chunk_size), .def = "48", .min = 1, .max = 1u << 19,
+     .stat = "chunk_size", .show = SHOW_NUM, .arg = "<bytes>",
+     .help = "key + value + flags room of the smallest chunk (chunk = this "
+             "+ 24 header bytes, rounded up to 8)"},
+    {.flag = 't', .name = "threads", .type = OT_UINT, .off = F(threads),
+     .def = "4", .min = 1, .max = 256, .stat = "num_threads",
+     .show = SHOW_NUM, .arg = "<num>", .help = "worker threads"},
+    {.flag = 'I', .name = "max-item-size", .type = OT_SIZE,
+     .off = F(item_size_max), .def = "1m", .min = 1u << 10, .max = 1u << 30,
+     .stat = "item_size_max", .show = SHOW_NUM, .arg = "<size>",
+     .help = "largest item (header + key + value), k/m/g suffix; at most "
+             "255 x (slab_chunk_max - 16) bytes"},
+    {.flag = 'e', .name = "memory-file", .type = OT_STR, .off = F(pool_path),
+     .min = 1, .max = SETTINGS_PATH_MAX - 1, .stat = "memory_file",
+     .show = SHOW_STR, .arg = "<path>",
+     .help = "PMEM pool file (a DAX file, /dev/daxX.Y, or tmpfs to emulate; "
+             "default /dev/shm/tiercache.<port>.pool)"},
+    {.flag = 'o', .name = "extended", .type = OT_SUBOPT,
+     .arg = "<name=value,...>", .help = "tiercache's own options, below"},
+    {.flag = 'h', .name = "help", .type = OT_ACTION, .off = SETTINGS_HELP,
+     .help = "print this help and exit"},
+    {.flag = 'V', .name = "version", .type = OT_ACTION,
+     .off = SETTINGS_VERSION, .help = "print the version and exit"},
     /* -o options */
-    {0, "idle_timeout", true, OT_UINT, F(idle_timeout), "0", 0, 31536000, 0,
-     0, "idle_timeout", SHOW_NUM, "<secs>",
-     "close connections idle this long, 0 = never", NULL},
-    {0, "slab_chunk_max", true, OT_SIZE, F(slab_chunk_max), "512k", 1u << 10,
-     1u << 20, 0, 0, "slab_chunk_max", SHOW_NUM, "<bytes>",
-     "largest slab chunk; larger items are chained over several", NULL},
-    {0, "hash_items", true, OT_UINT, F(hash_items), "0", 0, 1ull << 44, 0, 0,
-     "tc_hash_items", SHOW_NUM, "<num>",
-     "items the hash index is sized for, 0 = pool bytes / 128", NULL},
-    {0, "quota_batch", true, OT_UINT, F(quota_batch), "32", 1, 256, 0, 0,
-     "tc_quota_batch", SHOW_NUM, "<num>",
-     "chunks a thread takes from a slab class at once", NULL},
-    {0, "sweep_budget", true, OT_UINT, F(sweep_budget), "1024", 1, 1u << 20,
-     0, 0, "tc_sweep_budget", SHOW_NUM, "<num>",
-     "chunks the expiry sweep looks at per step", NULL},
-    {0, "maxconns_fast", true, OT_BOOL, F(maxconns_fast), NULL, 0, 0, 0, 0,
-     "maxconns_fast", SHOW_YESNO, NULL,
-     "accepted for memcached compatibility (always on: a connection over "
-     "-c gets an error and is closed)",
-     NULL},
-    {0, "no_background", true, OT_BOOL, F(no_background), NULL, 0, 0, 0, 0,
-     "tc_background", SHOW_NOT_YESNO, NULL,
-     "no maintenance thread (expiry sweep, pending shrinks); for tests",
-     NULL},
+    {.name = "idle_timeout", .sub = true, .type = OT_UINT,
+     .off = F(idle_timeout), .def = "0", .min = 0, .max = 31536000,
+     .stat = "idle_timeout", .show = SHOW_NUM, .arg = "<secs>",
+     .help = "close connections idle this long, 0 = never"},
+    {.name = "pool_size", .sub = true, .type = OT_SIZE, .off = F(pool_size),
+     .def = "0", .min = 0, .max = 16ull << 40, .stat = "tc_pool_size",
+     .show = SHOW_NUM, .arg = "<size>",
+     .help = "item bytes the pool file holds (whole MiB, at least -m): the "
+             "ceiling cache_memlimit can raise the limit to; 0 = -m"},
+    {.name = "slab_chunk_max", .sub = true, .type = OT_SIZE,
+     .off = F(slab_chunk_max), .def = "512k", .min = 1u << 10,
+     .max = 1u << 20, .stat = "slab_chunk_max", .show = SHOW_NUM,
+     .arg = "<bytes>",
+     .help = "largest slab chunk, a multiple of 8; larger items are chained "
+             "over several"},
+    {.name = "hash_items", .sub = true, .type = OT_UINT, .off = F(hash_items),
+     .def = "0", .min = 0, .max = 1ull << 44, .stat = "tc_hash_items",
+     .show = SHOW_NUM, .arg = "<num>",
+     .help = "items the hash index is sized for, 0 = pool bytes / 128"},
+    {.name = "quota_batch", .sub = true, .type = OT_UINT,
+     .off = F(quota_batch), .def = "32", .min = 1, .max = 256,
+     .stat = "tc_quota_batch", .show = SHOW_NUM, .arg = "<num>",
+     .help = "chunks a thread takes from a slab class at once"},
+    {.name = "sweep_budget", .sub = true, .type = OT_UINT,
+     .off = F(sweep_budget), .def = "1024", .min = 1, .max = 1u << 20,
+     .stat = "tc_sweep_budget", .show = SHOW_NUM, .arg = "<num>",
+     .help = "chunks the expiry sweep looks at per step"},
+    {.name = "maxconns_fast", .sub = true, .type = OT_BOOL,
+     .off = F(maxconns_fast), .def = "1", .stat = "maxconns_fast",
+     .show = SHOW_YESNO,
+     .help = "accepted for memcached compatibility, no effect: a connection "
+             "over -c always gets an error and is closed"},
+    {.name = "no_background", .sub = true, .type = OT_BOOL,
+     .off = F(no_background), .stat = "tc_background",
+     .show = SHOW_NOT_YESNO,
+     .help = "no maintenance thread (expiry sweep, pending shrinks); for "
+             "tests"},
 };
+/* clang-format on */
 
 /* Fixed lines of "stats settings" memcached prints and tools may expect. */
 static const char *const fixed_stats[][2] = {
@@ -207,10 +237,23 @@ parse_size(const char *p, uint64_t *out)
     if (n == 0 || n >= sizeof(digits))
         return false;
     switch (p[n - 1]) {
-    case 'k': case 'K': mult = KIB; n--; break;
-    case 'm': case 'M': mult = MIB; n--; break;
-    case 'g': case 'G': mult = GIB; n--; break;
-    default: break;
+    case 'k':
+    case 'K':
+        mult = KIB;
+        n--;
+        break;
+    case 'm':
+    case 'M':
+        mult = MIB;
+        n--;
+        break;
+    case 'g':
+    case 'G':
+        mult = GIB;
+        n--;
+        break;
+    default:
+        break;
     }
     memcpy(digits, p, n);
     digits[n] = '\0';
@@ -286,12 +329,18 @@ range_text(const struct opt *o, char *buf, size_t n)
     char a[24], b[24];
     switch (o->type) {
     case OT_UINT:
+        if (o->min == o->max) {
+            snprintf(buf, n, "only %llu", (unsigned long long)o->min);
+            break;
+        }
         snprintf(buf, n, "a number from %llu to %llu",
                  (unsigned long long)o->min, (unsigned long long)o->max);
         break;
     case OT_SIZE:
-        snprintf(buf, n, "a size from %s to %s (bytes, or with a k, m or g "
-                 "suffix)", fmt_size(o->min, a, sizeof(a)),
+        snprintf(buf, n,
+                 "a size from %s to %s (bytes, or with a k, m or g "
+                 "suffix)",
+                 fmt_size(o->min, a, sizeof(a)),
                  fmt_size(o->max, b, sizeof(b)));
         break;
     case OT_DOUBLE:
@@ -323,8 +372,8 @@ bad_value(const struct opt *o, const char *shown, const char *val)
     if (o->bad)
         err_set("%s: %s, got '%s'", shown, o->bad, val);
     else
-        err_set("%s: expected %s, got '%s'", shown,
-                range_text(o, r, sizeof(r)), val);
+        err_set("%s: expected %s, got '%s'", shown, range_text(o, r, sizeof(r)),
+                val);
     return -EINVAL;
 }
 
@@ -549,8 +598,7 @@ parse_short(struct settings *s, int argc, char *const argv[], int *i)
         const struct opt *o = find_short(a[j]);
         char shown[4] = {'-', a[j], '\0', '\0'};
         if (!o) {
-            err_set("unknown flag '-%c' (tiercached -h lists the flags)",
-                    a[j]);
+            err_set("unknown flag '-%c' (tiercached -h lists the flags)", a[j]);
             return -EINVAL;
         }
         if (!takes_value(o)) {
@@ -607,6 +655,23 @@ check_slabs(const struct settings *s)
 }
 
 static int
+check_pool(const struct settings *s)
+{
+    if (s->pool_size % MIB) {
+        err_set("-o pool_size: expected whole MiB, got %llu bytes",
+                (unsigned long long)s->pool_size);
+        return -EINVAL;
+    }
+    if (s->pool_size && s->pool_size < s->maxbytes_mib * MIB) {
+        err_set("-o pool_size: %llu MiB is less than -m %llu",
+                (unsigned long long)(s->pool_size / MIB),
+                (unsigned long long)s->maxbytes_mib);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int
 finish(struct settings *s)
 {
     /* memcached: -s turns the network off; tiercached keeps TCP when -p is
@@ -619,6 +684,8 @@ finish(struct settings *s)
         return -EINVAL;
     }
     int rc = check_slabs(s);
+    if (!rc)
+        rc = check_pool(s);
     if (rc)
         return rc;
     if (!s->pool_path) {
@@ -658,7 +725,8 @@ settings_parse(struct settings *s, int argc, char *const argv[])
         int rc;
         if (a[0] != '-' || a[1] == '\0') {
             err_set("unexpected argument '%.64s' (tiercached -h lists the "
-                    "flags)", a);
+                    "flags)",
+                    a);
             return -EINVAL;
         }
         if (a[1] == '-')
@@ -678,25 +746,23 @@ settings_parse(struct settings *s, int argc, char *const argv[])
 static void
 help_line(FILE *f, const struct opt *o)
 {
-    char left[64], r[128];
+    char r[128];
     if (o->sub)
-        snprintf(left, sizeof(left), "  %s%s%s", o->name, o->arg ? "=" : "",
-                 o->arg ? o->arg : "");
+        fprintf(f, "  %s%s%s\n", o->name, o->arg ? "=" : "",
+                o->arg ? o->arg : "");
     else
-        snprintf(left, sizeof(left), "  -%c, --%s%s%s", o->flag, o->name,
-                 o->arg ? " " : "", o->arg ? o->arg : "");
-    fprintf(f, "%-34s %s", left, o->help);
-    if (o->type == OT_SUBOPT || o->type == OT_ACTION) {
-        fputc('\n', f);
+        fprintf(f, "  -%c, --%s%s%s\n", o->flag, o->name, o->arg ? " " : "",
+                o->arg ? o->arg : "");
+    fprintf(f, "        %s\n", o->help);
+    if (o->type == OT_SUBOPT || o->type == OT_ACTION)
         return;
-    }
     if (o->type == OT_BOOL || o->type == OT_COUNT)
-        fprintf(f, " (default: off)\n");
+        fprintf(f, "        default %s\n", o->def ? "on" : "off");
     else if (o->def)
-        fprintf(f, " (default: %s; %s)\n", o->def,
-                o->bad ? o->bad : range_text(o, r, sizeof(r)));
+        fprintf(f, "        default %s; %s\n", o->def,
+                range_text(o, r, sizeof(r)));
     else
-        fprintf(f, " (%s)\n", range_text(o, r, sizeof(r)));
+        fprintf(f, "        %s\n", range_text(o, r, sizeof(r)));
 }
 
 void
@@ -737,8 +803,7 @@ render_one(const struct settings *s, const struct opt *o, struct obuf *out)
                            (unsigned long long)(*(const uint64_t *)v << 20));
     case SHOW_STR: {
         const char *str = *(const char *const *)v;
-        return obuf_printf(out, "STAT %s %s\r\n", o->stat,
-                           str ? str : "NULL");
+        return obuf_printf(out, "STAT %s %s\r\n", o->stat, str ? str : "NULL");
     }
     case SHOW_OCTAL:
         return obuf_printf(out, "STAT %s %llo\r\n", o->stat,
@@ -746,9 +811,8 @@ render_one(const struct settings *s, const struct opt *o, struct obuf *out)
     case SHOW_YESNO:
     case SHOW_NOT_YESNO:
         return obuf_printf(out, "STAT %s %s\r\n", o->stat,
-                           *(const bool *)v == (o->show == SHOW_YESNO)
-                               ? "yes"
-                               : "no");
+                           *(const bool *)v == (o->show == SHOW_YESNO) ? "yes"
+                                                                       : "no");
     case SHOW_NOT_ONOFF:
         return obuf_printf(out, "STAT %s %s\r\n", o->stat,
                            *(const bool *)v ? "off" : "on");

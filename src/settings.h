@@ -44,13 +44,15 @@ struct settings {
     bool shutdown_enabled;  /* -A */
     const char *pool_path;  /* -e */
     /* -o options */
+    uint64_t pool_size;      /* bytes of items the pool file holds, the
+                                ceiling for cache_memlimit; 0 = -m */
     uint64_t idle_timeout;   /* seconds, 0 = off */
     uint64_t slab_chunk_max; /* bytes */
     uint64_t hash_items;     /* 0 = derive from the pool size */
     uint64_t quota_batch;
     uint64_t sweep_budget;
-    bool maxconns_fast;      /* accepted, no effect */
-    bool no_background;      /* no maintenance thread (tests) */
+    bool maxconns_fast; /* accepted, no effect */
+    bool no_background; /* no maintenance thread (tests) */
 
     enum settings_action action;
     bool port_given; /* -p appeared: with -s, keep TCP on too */

@@ -187,14 +187,17 @@ commit(struct cache_thread *t, struct store_req *r,
     if (r->claim_win)
         slab_claim(c->slab, head); /* DRAM; before anyone can read it */
 
+    /* account while the chunk is still ours: once published, another
+     * thread may replace, free and reuse it before we look again */
+    cache_account(t, head, 1);
     cache_flush_check(c, now);
     int rc = publish(t, r, head, now, old);
     if (rc != TC_OK) {
+        cache_account(t, head, -1);
         cache_free_unpublished(t, plan, head, tails);
         return rc;
     }
     cache_stat_inc(t, ST_TOTAL_ITEMS);
-    cache_account(t, head, 1);
     if (cas_out)
         *cas_out = r->hdr.cas;
     return TC_OK;
