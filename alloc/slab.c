@@ -59,7 +59,10 @@ struct slab_page {
     uint32_t class_idx;  /* index in class->pages */
     uint32_t next, prev; /* partial list links (page numbers) */
     uint32_t scan_word;  /* lowest bitmap word that may hold a free bit */
-    uint64_t *free_bits; /* 1 = free chunk */
+    uint32_t bits_words; /* capacity of the bitmaps, in free-bit words */
+    uint64_t *free_bits; /* 1 = free chunk; free_bits and ref_bits share one
+                            allocation, sized for the page's class when it
+                            joins one and only ever grown */
     /* four bits per chunk, 16 chunks a word: the CLOCK reference bit,
      * "fetched since stored", "recache win claimed", one spare; one atomic
      * op sets reference and fetched together */
@@ -88,9 +91,8 @@ struct slab {
     void *format_arg;
     unsigned nclasses;
     uint32_t npages;         /* pages in the pool mapping */
-    uint32_t max_words;      /* bitmap words per page (smallest class) */
     struct slab_page *page;  /* one per pool page */
-    uint64_t *bits;          /* bitmap storage for every page */
+    _Atomic uint64_t bits_bytes; /* bitmap DRAM in use, for stats */
     uint32_t *page_lists;    /* class->pages storage */
     struct slab_class cls[SLAB_MAX_CLASSES];
 };
@@ -166,19 +168,13 @@ slab_create(const struct slab_config *cfg, struct pool *pool,
     if (rc)
         goto err_free;
     s->npages = pool_npages(pool);
-    s->max_words = s->cls[0].nwords;
     rc = -ENOMEM;
     s->page = calloc(s->npages, sizeof(*s->page));
-    s->bits = calloc((size_t)s->npages * s->max_words * 5, sizeof(uint64_t));
     s->page_lists = malloc((size_t)s->npages * s->nclasses * sizeof(uint32_t));
-    if (!s->page || !s->bits || !s->page_lists)
+    if (!s->page || !s->page_lists)
         goto err_free_tables;
-    for (uint32_t p = 0; p < s->npages; p++) {
-        uint64_t *b = s->bits + (size_t)p * s->max_words * 5;
+    for (uint32_t p = 0; p < s->npages; p++)
         s->page[p].cls = SLAB_NO_CLASS;
-        s->page[p].free_bits = b;
-        s->page[p].ref_bits = (_Atomic uint64_t *)(b + s->max_words);
-    }
     for (unsigned i = 0; i < s->nclasses; i++) {
         s->cls[i].pages = s->page_lists + (size_t)i * s->npages;
         lock_init(&s->cls[i].lock, LOCK_RANK_CLASS);
@@ -189,7 +185,6 @@ slab_create(const struct slab_config *cfg, struct pool *pool,
 err_free_tables:
     err_set("no DRAM for slab tables of %u pages", s->npages);
     free(s->page);
-    free(s->bits);
     free(s->page_lists);
 err_free:
     free(s);
@@ -203,8 +198,9 @@ slab_destroy(struct slab *s)
         return;
     for (unsigned i = 0; i < s->nclasses; i++)
         lock_fini(&s->cls[i].lock);
+    for (uint32_t p = 0; p < s->npages; p++)
+        free(s->page[p].free_bits);
     free(s->page);
-    free(s->bits);
     free(s->page_lists);
     free(s);
 }
@@ -315,6 +311,7 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
         p->free_bits[c->perpage / 64] = (1ull << (c->perpage % 64)) - 1;
     for (uint32_t w = 0; w < 4 * c->nwords; w++)
         atomic_store_explicit(&p->ref_bits[w], 0, memory_order_relaxed);
+    p->ref_bits = (_Atomic uint64_t *)(p->free_bits + c->nwords);
     p->nfree = c->perpage;
     p->scan_word = 0;
     p->class_idx = c->npages;
@@ -324,6 +321,27 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
     partial_push_locked(s, c, pg);
     c->nfree += c->perpage;
     c->pages_added++;
+}
+
+/* Give a page that is in the pool (so nobody reads its bits: its chunks
+ * were all freed after a grace period) bitmaps for nwords words of free
+ * bits and 4 * nwords of reference bits. DRAM only, no lock held. */
+static int
+size_bits(struct slab *s, struct slab_page *p, uint32_t nwords)
+{
+    if (p->bits_words >= nwords)
+        return 0;
+    uint64_t *b = calloc((size_t)nwords * 5, sizeof(uint64_t));
+    if (!b)
+        return -ENOMEM;
+    atomic_fetch_add_explicit(&s->bits_bytes,
+                              (uint64_t)(nwords - p->bits_words) * 5 * 8,
+                              memory_order_relaxed);
+    free(p->free_bits);
+    p->free_bits = b;
+    p->ref_bits = (_Atomic uint64_t *)(b + nwords);
+    p->bits_words = nwords;
+    return 0;
 }
 
 /* A page from the pool joins class cls. Locks: pool, then class (not
@@ -336,6 +354,10 @@ add_page(struct slab *s, unsigned cls)
 
     if (pool_page_get(s->pool, &pg) != 0)
         return -ENOSPC;
+    if (size_bits(s, &s->page[pg], c->nwords) != 0) {
+        pool_page_put(s->pool, pg);
+        return -ENOSPC;
+    }
     /* PMEM: the page is formatted here, with no lock held (rule 2). */
     if (s->format)
         s->format(s->format_arg, pool_base(s->pool) + chunk_offset(c, pg, 0),
@@ -451,6 +473,15 @@ chunk_bits(const struct slab *s, uint64_t off, unsigned *shift)
     uint32_t idx = chunk_index(&s->cls[cls], off);
     *shift = BITS_SHIFT(idx);
     return &p->ref_bits[BITS_WORD(idx)];
+}
+
+void
+slab_prefetch(const struct slab *s, uint64_t off)
+{
+    unsigned shift;
+    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
+    if (w)
+        __builtin_prefetch((const void *)w, 1, 3);
 }
 
 void
@@ -701,7 +732,7 @@ uint64_t
 slab_dram_bytes(const struct slab *s)
 {
     return sizeof(*s) + (uint64_t)s->npages * sizeof(*s->page) +
-           (uint64_t)s->npages * s->max_words * 5 * sizeof(uint64_t) +
+           atomic_load_explicit(&s->bits_bytes, memory_order_relaxed) +
            (uint64_t)s->npages * s->nclasses * sizeof(uint32_t);
 }
 

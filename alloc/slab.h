@@ -99,6 +99,10 @@ bool slab_chunk_usable(const struct slab *s, uint64_t off);
  * when the bit is already set, so hot items cost no cache-line traffic. */
 void slab_ref(struct slab *s, uint64_t off);
 
+/* Start loading the chunk's DRAM bits, so that a slab_ref() after reading
+ * the item does not wait for a second cache miss. */
+void slab_prefetch(const struct slab *s, uint64_t off);
+
 /* Whether the chunk was passed to slab_ref() since it was last taken (for
  * memcached's evicted_unfetched / expired_unfetched). Lock-free hint. */
 bool slab_fetched(const struct slab *s, uint64_t off);

@@ -418,9 +418,25 @@ struct limbo_batch {
     uint64_t head[CACHE_DEFER_BATCH];
 };
 
-/* Items in limbo past which a writer reclaims inline, bounding the memory
- * waiting there when nothing else asks for it. */
-#define LIMBO_MAX_ITEMS 8192
+/* Items in limbo past which a writer wakes the maintenance thread to free
+ * them, and past which (or past the soft bound when there is no such
+ * thread) it frees them itself, bounding the memory waiting there. */
+#define LIMBO_SOFT_ITEMS 4096
+#define LIMBO_HARD_ITEMS 65536
+
+/* Deferred entries are head offsets (8-aligned); the low bit marks a
+ * chained item, whose tails must be read from its header when freed. A
+ * plain item is freed without touching PMEM. */
+#define DEFER_CHAINED 1ull
+
+static void
+free_entry(struct cache_thread *t, uint64_t e)
+{
+    if (e & DEFER_CHAINED)
+        cache_free_now(t, e & ~DEFER_CHAINED);
+    else
+        quota_free(t->quota, slab_class_of(t->cache->slab, e), e);
+}
 
 int
 cache_reclaim_limbo(struct cache_thread *t)
@@ -443,7 +459,7 @@ cache_reclaim_limbo(struct cache_thread *t)
         struct limbo_batch *b = list;
         list = b->next;
         for (unsigned i = 0; i < b->n; i++)
-            cache_free_now(t, b->head[i]);
+            free_entry(t, b->head[i]);
         n += (int)b->n;
         atomic_fetch_sub_explicit(&c->limbo_items, b->n,
                                   memory_order_relaxed);
@@ -464,7 +480,7 @@ cache_defer_flush(struct cache_thread *t)
         urcu_memb_synchronize_rcu();
         cache_rcu_synced();
         for (unsigned i = 0; i < t->ndefer; i++)
-            cache_free_now(t, t->defer[i]);
+            free_entry(t, t->defer[i]);
         t->ndefer = 0;
         return;
     }
@@ -484,21 +500,32 @@ cache_defer_flush(struct cache_thread *t)
 void
 cache_defer_free(struct cache_thread *t, uint64_t head)
 {
-    t->defer[t->ndefer++] = head;
+    struct cache *c = t->cache;
+    /* Context: the caller unlinked the item, so its header is still
+     * intact, and likely in the CPU cache */
+    t->defer[t->ndefer++] =
+        head | (item_at(c->base, head)->nchain ? DEFER_CHAINED : 0);
     if (t->ndefer < CACHE_DEFER_BATCH)
         return;
     cache_defer_flush(t);
-    /* Context: callers free outside any read section, so waiting here is
-     * allowed. */
-    if (atomic_load_explicit(&t->cache->limbo_items, memory_order_relaxed) >
-        LIMBO_MAX_ITEMS)
+    uint64_t n = atomic_load_explicit(&c->limbo_items, memory_order_relaxed);
+    if (c->bg_running && n > LIMBO_SOFT_ITEMS && n <= LIMBO_HARD_ITEMS) {
+        if (!atomic_exchange_explicit(&c->bg_kick, true,
+                                      memory_order_relaxed))
+            pthread_cond_signal(&c->bg_cond);
+    } else if (n > LIMBO_SOFT_ITEMS) {
+        /* Context: callers free outside any read section, so waiting for
+         * a grace period here is allowed */
         cache_reclaim_limbo(t);
+    }
 }
 
 bool
 cache_match_key(void *arg, uint64_t loc)
 {
     const struct cache_key *k = arg;
+    /* overlap the miss on the chunk's CLOCK bits with the one on the item */
+    slab_prefetch(k->c->slab, cache_off(loc));
     return item_key_equals(item_at(k->c->base, cache_off(loc)), k->key,
                            k->klen);
 }

@@ -117,6 +117,7 @@ struct cache {
     pthread_t bg;
     bool bg_running;
     _Atomic bool bg_stop;
+    _Atomic bool bg_kick; /* a writer asked for limbo to be freed now */
     pthread_mutex_t bg_lock;
     pthread_cond_t bg_cond;
 

@@ -224,6 +224,29 @@ htab_lookup_rcu(struct htab *h, uint64_t hash, htab_match_fn *match, void *arg)
     return 0;
 }
 
+void
+htab_prefetch(struct htab *h, uint64_t hash)
+{
+    __builtin_prefetch(htab_home(h, hash), 1, 3);
+}
+
+unsigned
+htab_peek(struct htab *h, uint64_t hash, uint64_t *locs, unsigned max)
+{
+    const uint64_t tag = (uint64_t)htab_tag(hash) << HTAB_LOC_BITS;
+    struct htab_bucket *b = htab_home(h, hash);
+    unsigned n = 0;
+
+    /* Relaxed: the result is a hint for prefetching, never dereferenced
+     * here; callers look again under the bucket lock. */
+    for (int i = 0; i < HTAB_SLOTS && n < max; i++) {
+        uint64_t w = atomic_load_explicit(&b->slot[i], memory_order_relaxed);
+        if ((w & ~HTAB_LOC_MASK) == tag)
+            locs[n++] = w & HTAB_LOC_MASK;
+    }
+    return n;
+}
+
 struct htab_bucket *
 htab_lock(struct htab *h, uint64_t hash)
 {

@@ -65,6 +65,15 @@ htab_tag(uint64_t hash)
 uint64_t htab_lookup_rcu(struct htab *h, uint64_t hash, htab_match_fn *match,
                          void *arg);
 
+/* Start loading the home bucket (a writer does this before writing its
+ * item, so the bucket is in cache by the time it takes the lock). */
+void htab_prefetch(struct htab *h, uint64_t hash);
+/* Locations in the home bucket (not the overflow chain) whose tag
+ * matches: a hint, read without the lock and never dereferenced here, for
+ * prefetching the items a writer will compare keys with. */
+unsigned htab_peek(struct htab *h, uint64_t hash, uint64_t *locs,
+                   unsigned max);
+
 /* Writers. htab_lock() returns the home bucket, locked. */
 struct htab_bucket *htab_lock(struct htab *h, uint64_t hash);
 void htab_unlock(struct htab_bucket *b);

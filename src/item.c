@@ -9,6 +9,9 @@
 
 #include <string.h>
 
+/* Items up to this size are staged in DRAM and written in one copy. */
+#define ITEM_STAGE_MAX 512
+
 void
 item_plan(uint32_t klen, uint64_t vlen, uint32_t chunk_max,
           struct item_plan *out)
@@ -69,8 +72,24 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
 
     h.kind = ITEM_KIND_HEAD;
     h.nchain = plan->nchain;
-    pm_copy(head, &h, sizeof(h));
-    pm_copy(head + sizeof(h), key, h.klen);
+    if (!plan->nchain && plan->head_size <= ITEM_STAGE_MAX) {
+        /* small item: build it in DRAM and write it with one copy (one
+         * call into libpmem instead of three or more) */
+        char stage[ITEM_STAGE_MAX];
+        memcpy(stage, &h, sizeof(h));
+        memcpy(stage + sizeof(h), key, h.klen);
+        size_t at = sizeof(h) + h.klen;
+        for (int i = 0; i < val->niov; i++) {
+            memcpy(stage + at, val->iov[i].iov_base, val->iov[i].iov_len);
+            at += val->iov[i].iov_len;
+        }
+        pm_copy(head, stage, at);
+        return;
+    }
+    char hk[sizeof(h) + 255];
+    memcpy(hk, &h, sizeof(h));
+    memcpy(hk + sizeof(h), key, h.klen);
+    pm_copy(head, hk, sizeof(h) + h.klen);
     if (!plan->nchain) {
         stream_copy(head + sizeof(h) + h.klen, &s, h.vlen);
         return;

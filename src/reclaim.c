@@ -396,25 +396,38 @@ reclaim_shrink(struct cache_thread *t)
 
 /* --- maintenance thread --- */
 
+/* The maintenance thread: every second the expiry sweep, limbo and any
+ * pending shrink; in between, limbo whenever a writer kicks it. */
 static void *
 maintenance_main(void *arg)
 {
     struct cache *c = arg;
     struct cache_thread *t = cache_thread_get(c);
+    struct timespec tick;
+
     if (!t)
         return NULL;
+    clock_gettime(CLOCK_REALTIME, &tick);
     pthread_mutex_lock(&c->bg_lock);
     while (!atomic_load_explicit(&c->bg_stop, memory_order_relaxed)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&c->bg_cond, &c->bg_lock, &ts);
+        tick.tv_sec += 1;
+        int rc = 0;
+        while (rc != ETIMEDOUT &&
+               !atomic_load_explicit(&c->bg_stop, memory_order_relaxed)) {
+            rc = pthread_cond_timedwait(&c->bg_cond, &c->bg_lock, &tick);
+            if (atomic_exchange_explicit(&c->bg_kick, false,
+                                         memory_order_relaxed)) {
+                pthread_mutex_unlock(&c->bg_lock);
+                cache_reclaim_limbo(t);
+                pthread_mutex_lock(&c->bg_lock);
+            }
+        }
         if (atomic_load_explicit(&c->bg_stop, memory_order_relaxed))
             break;
         pthread_mutex_unlock(&c->bg_lock);
         reclaim_sweep(t, c->cfg.sweep_budget);
         cache_reclaim_limbo(t);
-        if (c->shrink_target)
+        if (atomic_load(&c->shrink_target))
             reclaim_shrink(t);
         pthread_mutex_lock(&c->bg_lock);
     }

@@ -216,6 +216,18 @@ retire_old(struct cache_thread *t, uint64_t old)
     cache_defer_free(t, cache_off(old));
 }
 
+/* Start loading the items the publish step will compare keys with: their
+ * misses then overlap the item copy instead of stalling under the bucket
+ * lock. */
+static void
+prefetch_old(struct cache *c, uint64_t hash)
+{
+    uint64_t locs[HTAB_SLOTS];
+    unsigned n = htab_peek(c->htab, hash, locs, HTAB_SLOTS);
+    for (unsigned i = 0; i < n; i++)
+        __builtin_prefetch(c->base + cache_off(locs[i]), 0, 3);
+}
+
 /* Prepare, commit and retire: one whole store. */
 static int
 store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
@@ -223,9 +235,11 @@ store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     struct item_plan plan;
     uint64_t head, tails[ITEM_MAX_TAILS], old = 0;
 
+    htab_prefetch(t->cache->htab, r->hash);
     int rc = prepare(t, r, &plan, &head, tails);
     if (rc)
         return rc;
+    prefetch_old(t->cache, r->hash);
     rc = commit(t, r, &plan, head, tails, &old, cas_out);
     retire_old(t, old);
     return rc;
