@@ -120,8 +120,8 @@ test_invalidate_then_win(void **state)
     uint64_t cas;
 
     assert_int_equal(tc_invalidate(f->c, "nokey", 5, 0, -1), TC_NOT_FOUND);
-    assert_int_equal(
-        tc_store(f->c, TC_SET, "k", 1, "old", 3, 1, 100, 0, &cas), TC_OK);
+    assert_int_equal(tc_store(f->c, TC_SET, "k", 1, "old", 3, 1, 100, 0, &cas),
+                     TC_OK);
     assert_int_equal(tc_invalidate(f->c, "k", 1, cas + 1, -1), TC_EXISTS);
     assert_int_equal(tc_invalidate(f->c, "k", 1, cas, 30), TC_OK);
 
@@ -146,8 +146,8 @@ test_vivify(void **state)
 {
     struct fx *f = *state;
     bool made = false;
-    struct tc_get_opts o = {.vivify = true, .vivify_exptime = 30,
-                            .vivified = &made};
+    struct tc_get_opts o = {
+        .vivify = true, .vivify_exptime = 30, .vivified = &made};
     struct seen s;
 
     assert_int_equal(get(f->c, "v", &o, &s), TC_NOT_FOUND);
@@ -192,24 +192,21 @@ test_store_cas_check_any_mode(void **state)
     uint64_t cas, cas2;
 
     o.cas_in = 5;
-    assert_int_equal(tc_store_ex(f->c, TC_SET, "c", 1, "a", 1, 0, 0, &o,
-                                 NULL),
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "c", 1, "a", 1, 0, 0, &o, NULL),
                      TC_NOT_FOUND);
     assert_int_equal(tc_store(f->c, TC_SET, "c", 1, "a", 1, 0, 0, 0, &cas),
                      TC_OK);
     o.cas_in = cas + 100;
-    assert_int_equal(tc_store_ex(f->c, TC_APPEND, "c", 1, "b", 1, 0, 0, &o,
-                                 NULL),
-                     TC_EXISTS);
+    assert_int_equal(
+        tc_store_ex(f->c, TC_APPEND, "c", 1, "b", 1, 0, 0, &o, NULL),
+        TC_EXISTS);
     o.cas_in = cas;
-    assert_int_equal(tc_store_ex(f->c, TC_APPEND, "c", 1, "b", 1, 0, 0, &o,
-                                 &cas2),
-                     TC_OK);
+    assert_int_equal(
+        tc_store_ex(f->c, TC_APPEND, "c", 1, "b", 1, 0, 0, &o, &cas2), TC_OK);
     assert_true(cas2 != cas);
     o.cas_in = cas2;
-    assert_int_equal(tc_store_ex(f->c, TC_REPLACE, "c", 1, "z", 1, 0, 0, &o,
-                                 NULL),
-                     TC_OK);
+    assert_int_equal(
+        tc_store_ex(f->c, TC_REPLACE, "c", 1, "z", 1, 0, 0, &o, NULL), TC_OK);
     struct seen s;
     struct tc_get_opts plain = {0};
     assert_int_equal(get(f->c, "c", &plain, &s), TC_OK);
@@ -223,17 +220,15 @@ test_explicit_cas(void **state)
     struct tc_store_opts o = {.cas_new = 1000000};
     uint64_t cas;
 
-    assert_int_equal(tc_store_ex(f->c, TC_SET, "e", 1, "a", 1, 0, 0, &o,
-                                 &cas),
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "e", 1, "a", 1, 0, 0, &o, &cas),
                      TC_OK);
     assert_int_equal(cas, 1000000);
     /* the counter moved past it: the next CAS is larger and unique */
     assert_int_equal(tc_store(f->c, TC_SET, "f", 1, "a", 1, 0, 0, 0, &cas),
                      TC_OK);
     assert_true(cas > 1000000);
-    assert_int_equal(tc_store(f->c, TC_CAS, "e", 1, "b", 1, 0, 0, 1000000,
-                              NULL),
-                     TC_OK);
+    assert_int_equal(
+        tc_store(f->c, TC_CAS, "e", 1, "b", 1, 0, 0, 1000000, NULL), TC_OK);
 }
 
 static void
@@ -247,23 +242,20 @@ test_store_invalidate_mode(void **state)
     assert_int_equal(tc_store(f->c, TC_SET, "i", 1, "a", 1, 0, 0, 0, &cas),
                      TC_OK);
     /* an older CAS with invalidate stores the value marked stale */
-    struct tc_store_opts o = {.cas_check = true, .cas_in = cas - 1,
-                              .invalidate = true};
-    assert_int_equal(tc_store_ex(f->c, TC_SET, "i", 1, "b", 1, 0, 0, &o,
-                                 NULL),
+    struct tc_store_opts o = {
+        .cas_check = true, .cas_in = cas - 1, .invalidate = true};
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "i", 1, "b", 1, 0, 0, &o, NULL),
                      TC_OK);
     assert_int_equal(get(f->c, "i", &plain, &s), TC_OK);
     assert_string_equal(s.val, "b");
     assert_true(s.info.stale);
     /* a newer CAS than the item's is refused */
     o.cas_in = s.info.cas + 10;
-    assert_int_equal(tc_store_ex(f->c, TC_SET, "i", 1, "c", 1, 0, 0, &o,
-                                 NULL),
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "i", 1, "c", 1, 0, 0, &o, NULL),
                      TC_EXISTS);
     /* the matching CAS stores a fresh item */
     o.cas_in = s.info.cas;
-    assert_int_equal(tc_store_ex(f->c, TC_SET, "i", 1, "d", 1, 0, 0, &o,
-                                 NULL),
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "i", 1, "d", 1, 0, 0, &o, NULL),
                      TC_OK);
     assert_int_equal(get(f->c, "i", &plain, &s), TC_OK);
     assert_false(s.info.stale);
@@ -279,12 +271,10 @@ test_append_vivify(void **state)
 
     assert_int_equal(tc_store(f->c, TC_APPEND, "a", 1, "x", 1, 0, 0, 0, NULL),
                      TC_NOT_STORED);
-    assert_int_equal(tc_store_ex(f->c, TC_APPEND, "a", 1, "x", 1, 0, 0, &o,
-                                 NULL),
-                     TC_OK);
-    assert_int_equal(tc_store_ex(f->c, TC_APPEND, "a", 1, "y", 1, 0, 0, &o,
-                                 NULL),
-                     TC_OK);
+    assert_int_equal(
+        tc_store_ex(f->c, TC_APPEND, "a", 1, "x", 1, 0, 0, &o, NULL), TC_OK);
+    assert_int_equal(
+        tc_store_ex(f->c, TC_APPEND, "a", 1, "y", 1, 0, 0, &o, NULL), TC_OK);
     assert_int_equal(get(f->c, "a", &plain, &s), TC_OK);
     assert_string_equal(s.val, "xy");
     assert_int_equal(s.info.exptime, NOW + 50);
@@ -294,19 +284,17 @@ static void
 test_arith_ex(void **state)
 {
     struct fx *f = *state;
-    struct tc_arith_opts o = {.vivify = true, .initial = 42,
-                              .vivify_exptime = 60};
+    struct tc_arith_opts o = {
+        .vivify = true, .initial = 42, .vivify_exptime = 60};
     struct tc_item_info info;
     uint64_t v;
 
     assert_int_equal(tc_arith_ex(f->c, "n", 1, true, 5, NULL, &v, NULL),
                      TC_NOT_FOUND);
-    assert_int_equal(tc_arith_ex(f->c, "n", 1, true, 5, &o, &v, &info),
-                     TC_OK);
+    assert_int_equal(tc_arith_ex(f->c, "n", 1, true, 5, &o, &v, &info), TC_OK);
     assert_int_equal(v, 42); /* created with the initial value */
     assert_int_equal(info.exptime, NOW + 60);
-    assert_int_equal(tc_arith_ex(f->c, "n", 1, true, 5, &o, &v, &info),
-                     TC_OK);
+    assert_int_equal(tc_arith_ex(f->c, "n", 1, true, 5, &o, &v, &info), TC_OK);
     assert_int_equal(v, 47);
     struct tc_arith_opts c = {.cas_in = info.cas + 1};
     assert_int_equal(tc_arith_ex(f->c, "n", 1, false, 1, &c, &v, NULL),
