@@ -139,16 +139,21 @@ $(BENCH_BINS): build/release/perf/%: build/release/perf/%.o \
 		build/release/libtiercache.a
 	$(CC) $(LDFLAGS_release) -o $@ $< build/release/libtiercache.a $(LIBS)
 
-# ---- server (later) ---------------------------------------------------------
+# ---- server -------------------------------------------------------------------
 
-# When src/tiercached.c lands, uncomment and add $(TIERCACHED) to `all`:
-# TIERCACHED := build/release/tiercached
-# DEPS += build/release/src/tiercached.d
-# build/release/src/tiercached.o: src/tiercached.c
-# 	@mkdir -p $(@D)
-# 	$(CC) $(CFLAGS_release) -c $< -o $@
-# $(TIERCACHED): build/release/src/tiercached.o build/release/libtiercache.a
-# 	$(CC) $(LDFLAGS_release) -o $@ $< build/release/libtiercache.a $(LIBS)
+# build/<variant>/tiercached: the server's main() (src/tiercached.c, never in
+# the library) over that variant's libtiercache.a. `all` builds the release
+# one, `debug` the debug one; the protocol suites use the one they test.
+define SERVER_RULES
+DEPS += build/$(1)/src/tiercached.d
+build/$(1)/src/tiercached.o: src/tiercached.c
+	@mkdir -p $$(@D)
+	$$(CC) $$(CFLAGS_$(1)) -c $$< -o $$@
+build/$(1)/tiercached: build/$(1)/src/tiercached.o build/$(1)/libtiercache.a
+	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$< build/$(1)/libtiercache.a $$(LIBS)
+endef
+$(foreach v,$(VARIANTS),$(eval $(call SERVER_RULES,$(v))))
+TIERCACHED := build/release/tiercached
 
 # ---- top-level targets --------------------------------------------------------
 
@@ -157,9 +162,9 @@ $(BENCH_BINS): build/release/perf/%: build/release/perf/%.o \
 	format-check clean
 
 all: build/release/libtiercache.a build/release/libtiercache.so \
-	$(BENCH_BINS)
+	$(BENCH_BINS) $(TIERCACHED)
 
-debug: build/debug/libtiercache.a $(UNIT_BINS_debug)
+debug: build/debug/libtiercache.a $(UNIT_BINS_debug) build/debug/tiercached
 
 # Suites of `make test`, run in this order by sub-makes. Adding a suite is
 # one line here plus its own target, e.g.
@@ -169,6 +174,9 @@ TEST_SUITES := unit
 # Suites run under the sanitizers by `make asan` / `make tsan`.
 ASAN_SUITES := unit
 TSAN_SUITES := unit
+# Suites of other folders add themselves to the lists above.
+-include tests/proto/proto.mk
+-include tests/fuzz/fuzz.mk
 
 # Sanitizer run-time options; user settings in the environment come last and
 # win. The TSan suppressions cover uninstrumented library internals only.

@@ -304,6 +304,9 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
                     uint32_t pg)
 {
     struct slab_page *p = &s->page[pg];
+    /* the layout follows this class: ref bits right after its free bits
+     * (set before either is written) */
+    p->ref_bits = (_Atomic uint64_t *)(p->free_bits + c->nwords);
     memset(p->free_bits, 0, c->nwords * sizeof(uint64_t));
     for (uint32_t w = 0; w < c->perpage / 64; w++)
         p->free_bits[w] = ~0ull;
@@ -311,7 +314,6 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
         p->free_bits[c->perpage / 64] = (1ull << (c->perpage % 64)) - 1;
     for (uint32_t w = 0; w < 4 * c->nwords; w++)
         atomic_store_explicit(&p->ref_bits[w], 0, memory_order_relaxed);
-    p->ref_bits = (_Atomic uint64_t *)(p->free_bits + c->nwords);
     p->nfree = c->perpage;
     p->scan_word = 0;
     p->class_idx = c->npages;
@@ -505,6 +507,17 @@ slab_fetched(const struct slab *s, uint64_t off)
     _Atomic uint64_t *w = chunk_bits(s, off, &shift);
     return w && (atomic_load_explicit(w, memory_order_relaxed) &
                  (BIT_FETCHED << shift));
+}
+
+void
+slab_reset_bits(struct slab *s, uint64_t off)
+{
+    unsigned shift;
+    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
+    if (w && (atomic_load_explicit(w, memory_order_relaxed) &
+              (BITS_ALL << shift)))
+        atomic_fetch_and_explicit(w, ~(BITS_ALL << shift),
+                                  memory_order_relaxed);
 }
 
 bool

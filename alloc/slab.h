@@ -107,6 +107,10 @@ void slab_prefetch(const struct slab *s, uint64_t off);
  * memcached's evicted_unfetched / expired_unfetched). Lock-free hint. */
 bool slab_fetched(const struct slab *s, uint64_t off);
 
+/* Clear the chunk's reference, fetched and win bits: a chunk reused from a
+ * thread's stash (which slab_give never saw) starts fresh. */
+void slab_reset_bits(struct slab *s, uint64_t off);
+
 /* Claim the chunk's recache win (meta W): true for the first caller since
  * the chunk was taken, false after. DRAM only, lock-free. */
 bool slab_claim(struct slab *s, uint64_t off);

@@ -61,13 +61,13 @@ struct ba_opts {
     unsigned threads[BA_MAX_THREADS];
     unsigned nthreads;
     bool use[BA_NKINDS];
-    uint64_t window;   /* live objects per thread */
-    double seconds;    /* timed part per run */
-    uint64_t max_ops;  /* timed part per thread, at most */
-    const char *dir;   /* where the pool file and memkind's file live */
+    uint64_t window;  /* live objects per thread */
+    double seconds;   /* timed part per run */
+    uint64_t max_ops; /* timed part per thread, at most */
+    const char *dir;  /* where the pool file and memkind's file live */
     uint64_t seed;
     unsigned quota_batch;
-    unsigned repeat;   /* runs per (allocator, size, threads); best kept */
+    unsigned repeat; /* runs per (allocator, size, threads); best kept */
 };
 
 /* One run: one allocator, one size, some threads. */
@@ -92,11 +92,11 @@ struct ba_worker {
     struct ba_run *run;
     unsigned id;
     pthread_t tid;
-    uint64_t *win;  /* offsets (tiercache) or pointers */
+    uint64_t *win; /* offsets (tiercache) or pointers */
     struct quota *q;
     uint64_t ops;
     uint64_t nsec;
-    uint64_t sink;  /* keeps reads from being optimised away */
+    uint64_t sink; /* keeps reads from being optimised away */
 };
 
 struct ba_result {
@@ -336,7 +336,7 @@ ba_map_pool(const char *dir, uint64_t len, char **base_out, char *path,
     unlink(path);
     *base_out = m;
     return 0;
-err_close: {
+err_close : {
     int e = -errno;
     close(fd);
     unlink(path);
@@ -353,10 +353,13 @@ ba_setup(struct ba_run *r, char *path, size_t pathlen)
     path[0] = '\0';
     if (r->kind == BA_TIERCACHE) {
         struct slab_config sc = {
-            .min_chunk = 64, .growth_factor = 1.25, .chunk_max = 0,
+            .min_chunk = 64,
+            .growth_factor = 1.25,
+            .chunk_max = 0,
             /* no format hook: the engine formats new pages through the
              * PMEM helpers; the allocator alone does not write chunks */
-            .format = NULL, .format_arg = NULL,
+            .format = NULL,
+            .format_arg = NULL,
         };
         uint64_t chunk, len;
         int rc;
@@ -366,8 +369,9 @@ ba_setup(struct ba_run *r, char *path, size_t pathlen)
          * bound, each thread's stash (two batches), and 16 pages for
          * partial pages; checked against the real chunk size below. */
         chunk = r->size;
-        len = live * (chunk + chunk / 4 + 8) + (uint64_t)r->nthreads *
-              (o->quota_batch ? o->quota_batch : 32) * 2 * chunk;
+        len = live * (chunk + chunk / 4 + 8) +
+              (uint64_t)r->nthreads * (o->quota_batch ? o->quota_batch : 32) *
+                  2 * chunk;
         len += 16 * (uint64_t)POOL_PAGE_SIZE;
         len = (len + POOL_PAGE_SIZE - 1) & ~(uint64_t)(POOL_PAGE_SIZE - 1);
         rc = ba_map_pool(o->dir, len, &r->base, path, pathlen);
@@ -395,8 +399,9 @@ ba_setup(struct ba_run *r, char *path, size_t pathlen)
         chunk = slab_chunk_size(r->slab, (unsigned)r->cls);
         if (live * chunk > len) {
             fprintf(stderr,
-                    "bench_alloc: pool of %" PRIu64 " MiB too small for %"
-                    PRIu64 " chunks of %" PRIu64 " bytes\n",
+                    "bench_alloc: pool of %" PRIu64
+                    " MiB too small for %" PRIu64 " chunks of %" PRIu64
+                    " bytes\n",
                     len >> 20, live, chunk);
             return -ENOSPC;
         }
@@ -519,20 +524,19 @@ ba_parse_list(const char *s, unsigned *out, unsigned max, unsigned *n)
 static void
 ba_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: bench_alloc [options]\n"
-            "  --sizes LIST      object sizes (default 64,128,1024,4096)\n"
-            "  --threads LIST    thread counts (default 1,2)\n"
-            "  --alloc LIST      tiercache,memkind,malloc (default all)\n"
-            "  --window N        live objects per thread (default 100000)\n"
-            "  --seconds S       timed part per run (default 1)\n"
-            "  --repeat N        runs per case, best kept (default 3)\n"
-            "  --max-ops N       timed ops per thread, at most "
-            "(default 200000000)\n"
-            "  --dir DIR         pool / memkind directory (default "
-            "/dev/shm)\n"
-            "  --quota-batch N   tiercache quota batch (default 32)\n"
-            "  --seed N          random seed (default: time based)\n");
+    fprintf(f, "usage: bench_alloc [options]\n"
+               "  --sizes LIST      object sizes (default 64,128,1024,4096)\n"
+               "  --threads LIST    thread counts (default 1,2)\n"
+               "  --alloc LIST      tiercache,memkind,malloc (default all)\n"
+               "  --window N        live objects per thread (default 100000)\n"
+               "  --seconds S       timed part per run (default 1)\n"
+               "  --repeat N        runs per case, best kept (default 3)\n"
+               "  --max-ops N       timed ops per thread, at most "
+               "(default 200000000)\n"
+               "  --dir DIR         pool / memkind directory (default "
+               "/dev/shm)\n"
+               "  --quota-batch N   tiercache quota batch (default 32)\n"
+               "  --seed N          random seed (default: time based)\n");
 }
 
 static int
@@ -705,8 +709,8 @@ main(int argc, char **argv)
     printf("ops/s is the best of %u runs (worst also shown); ns/op/thr "
            "from the best\n\n",
            o.repeat);
-    printf("%-10s %-6s %-7s %14s %14s %10s\n", "allocator", "size",
-           "threads", "ops/s", "worst ops/s", "ns/op/thr");
+    printf("%-10s %-6s %-7s %14s %14s %10s\n", "allocator", "size", "threads",
+           "ops/s", "worst ops/s", "ns/op/thr");
 
     for (unsigned s = 0; s < o.nsizes; s++) {
         for (unsigned t = 0; t < o.nthreads; t++) {
@@ -750,8 +754,8 @@ main(int argc, char **argv)
                        1e9 * o.threads[t] / best[k]);
                 printf("RESULT bench=alloc alloc=%s size=%u threads=%u "
                        "ops=%.0f worst=%.0f repeat=%u\n",
-                       ba_names[k], o.sizes[s], o.threads[t], best[k],
-                       worst[k], o.repeat);
+                       ba_names[k], o.sizes[s], o.threads[t], best[k], worst[k],
+                       o.repeat);
             }
         }
     }

@@ -30,6 +30,7 @@
 #include "src/tiercache.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -78,6 +79,7 @@ struct be_opts {
     uint64_t expected_items;
     unsigned sample_every;
     bool background;
+    bool prefault;
     bool run[BE_NPHASES];
     uint64_t seed;
 };
@@ -234,8 +236,8 @@ be_run_phase(struct be_worker *w, enum be_phase ph)
     t0 = clock_nsec();
     deadline = t0 + (uint64_t)(secs * 1e9);
     while (done < max_ops) {
-        uint64_t n = max_ops - done < BE_CHECK_EVERY ? max_ops - done
-                                                     : BE_CHECK_EVERY;
+        uint64_t n =
+            max_ops - done < BE_CHECK_EVERY ? max_ops - done : BE_CHECK_EVERY;
         for (uint64_t i = 0; i < n; i++) {
             uint64_t op = done + i;
             uint64_t k = ph == BE_LOAD ? lo + op : be_pick(&w->rng, o->keys);
@@ -270,8 +272,9 @@ be_worker_main(void *arg)
     int rc = tc_thread_register(sh->cache);
 
     if (rc < 0) {
-        fprintf(stderr, "bench_engine: thread %u: tc_thread_register: %s "
-                        "(%s)\n",
+        fprintf(stderr,
+                "bench_engine: thread %u: tc_thread_register: %s "
+                "(%s)\n",
                 w->id, strerror(-rc), tc_errmsg());
     }
     for (;;) {
@@ -351,14 +354,15 @@ be_harness_overhead(uint64_t keys)
 static void
 be_print_header(void)
 {
-    printf("%-6s %-7s %-6s %-9s %13s %9s %9s %9s %9s\n", "phase", "threads",
-           "vsize", "keys", "ops/s", "p50_ns", "p99_ns", "p999_ns",
-           "misses");
+    printf("%-6s %-7s %-6s %-9s %13s %9s %9s %9s %9s %9s\n", "phase", "threads",
+           "vsize", "keys", "ops/s", "p50_ns", "p99_ns", "p999_ns", "misses",
+           "evictions");
 }
 
 /* Merge and report the phase just run. Returns the number of errors. */
 static uint64_t
-be_report(const struct be_opts *o, struct be_worker *w, enum be_phase ph)
+be_report(const struct be_opts *o, struct be_worker *w, enum be_phase ph,
+          uint64_t evictions)
 {
     uint64_t ops = 0, nsec = 0, misses = 0, errors = 0, ns = 0;
     uint32_t *all, p50, p99, p999;
@@ -391,18 +395,19 @@ be_report(const struct be_opts *o, struct be_worker *w, enum be_phase ph)
     /* all threads run for the same seconds; the slowest one bounds */
     rate = nsec ? (double)ops * 1e9 / (double)nsec : 0;
 
-    printf("%-6s %-7u %-6u %-9" PRIu64 " %13.0f %9u %9u %9u %9" PRIu64 "\n",
+    printf("%-6s %-7u %-6u %-9" PRIu64 " %13.0f %9u %9u %9u %9" PRIu64
+           " %9" PRIu64 "\n",
            be_phase_names[ph], o->threads, o->vsize, o->keys, rate, p50, p99,
-           p999, misses);
+           p999, misses, evictions);
     printf("RESULT bench=engine phase=%s threads=%u vsize=%u ops=%.0f "
-           "p50_ns=%u p99_ns=%u p999_ns=%u keys=%" PRIu64 " total_ops=%"
-           PRIu64 " misses=%" PRIu64 " errors=%" PRIu64 " samples=%" PRIu64
-           "\n",
+           "p50_ns=%u p99_ns=%u p999_ns=%u keys=%" PRIu64 " total_ops=%" PRIu64
+           " misses=%" PRIu64 " evictions=%" PRIu64 " errors=%" PRIu64
+           " samples=%" PRIu64 "\n",
            be_phase_names[ph], o->threads, o->vsize, rate, p50, p99, p999,
-           o->keys, ops, misses, errors, ns);
+           o->keys, ops, misses, evictions, errors, ns);
     if (errors != 0)
-        printf("# %s: %" PRIu64 " errors, first: %d (%s)\n",
-               be_phase_names[ph], errors, first_error,
+        printf("# %s: %" PRIu64 " errors, first: %d (%s)\n", be_phase_names[ph],
+               errors, first_error,
                first_error < 0 ? strerror(-first_error) : "result code");
     return errors;
 }
@@ -421,16 +426,16 @@ be_report_meta(const struct be_opts *o, struct tc_cache *c)
     }
     items = (double)st.curr_items;
     dram = (double)(st.dram_index_bytes + st.dram_meta_bytes) / items;
-    pmem_hdr = ((double)st.bytes -
-                items * (double)(BE_KEY_LEN + o->vsize)) / items;
+    pmem_hdr =
+        ((double)st.bytes - items * (double)(BE_KEY_LEN + o->vsize)) / items;
     for (int i = 0; i < ncls; i++) {
         struct tc_slab_stats ss;
         if (tc_slab_stats(c, i, &ss) == 0)
             chunk_bytes += (double)ss.used_chunks * ss.chunk_size;
     }
     /* chunk bytes beyond the item itself: the slab class rounding */
-    slack = chunk_bytes > 0 ? chunk_bytes / items - (double)st.bytes / items
-                            : 0;
+    slack =
+        chunk_bytes > 0 ? chunk_bytes / items - (double)st.bytes / items : 0;
 
     printf("\n# metadata after LOAD: curr_items=%" PRIu64 " (keys %" PRIu64
            ", evictions %" PRIu64 "), key %d B, value %u B\n",
@@ -451,6 +456,41 @@ be_report_meta(const struct be_opts *o, struct tc_cache *c)
            " vsize=%u threads=%u\n\n",
            dram, pmem_hdr, dram + pmem_hdr, BE_MEMCACHED_META, slack,
            st.curr_items, o->vsize, o->threads);
+}
+
+/*
+ * Create the pool file and write it full of zeros, so that its tmpfs pages
+ * exist and are cleared before the engine maps it: a first touch of a
+ * fallocated tmpfs page clears it inside the page fault, which otherwise
+ * dominates a LOAD of large values (seen in perf as clear_page_erms). The
+ * engine formats a zero file like a new one (no valid header). 0 or a
+ * negative errno.
+ */
+static int
+be_prefault(const char *path, uint64_t size)
+{
+    static char zeros[1 << 20];
+    uint64_t t0 = clock_nsec(), done = 0;
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int rc = 0;
+
+    if (fd < 0)
+        return -errno;
+    while (done < size) {
+        size_t n =
+            size - done < sizeof(zeros) ? (size_t)(size - done) : sizeof(zeros);
+        ssize_t w = pwrite(fd, zeros, n, (off_t)done);
+        if (w <= 0) {
+            rc = w < 0 ? -errno : -EIO;
+            break;
+        }
+        done += (uint64_t)w;
+    }
+    close(fd);
+    if (rc == 0)
+        printf("prefault: wrote %" PRIu64 " MiB of zeros in %.2f s\n",
+               size >> 20, (double)(clock_nsec() - t0) / 1e9);
+    return rc;
 }
 
 static void
@@ -474,6 +514,11 @@ be_usage(FILE *f)
             "  --phases LIST       of get,set,mixed (default all; LOAD "
             "always runs)\n"
             "  --no-background     no maintenance thread\n"
+            "  --prefault          write the new pool file full of zeros "
+            "before\n"
+            "                      tc_open, so LOAD does not pay tmpfs's "
+            "first-touch\n"
+            "                      page clearing\n"
             "  --seed N            random seed (default: time based)\n");
 }
 
@@ -493,6 +538,7 @@ be_parse(int argc, char **argv, struct be_opts *o)
         {"sample-every", required_argument, NULL, 'n'},
         {"phases", required_argument, NULL, 'f'},
         {"no-background", no_argument, NULL, 'B'},
+        {"prefault", no_argument, NULL, 'F'},
         {"seed", required_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -589,6 +635,9 @@ be_parse(int argc, char **argv, struct be_opts *o)
         case 'B':
             o->background = false;
             break;
+        case 'F':
+            o->prefault = true;
+            break;
         case 'r':
             o->seed = strtoull(optarg, &end, 0) | 1;
             if (*end)
@@ -644,6 +693,16 @@ main(int argc, char **argv)
         atexit(be_unlink_pool);
         signal(SIGINT, be_on_signal);
         signal(SIGTERM, be_on_signal);
+        if (o.prefault) {
+            rc = be_prefault(o.pool_path, o.pool_size);
+            if (rc < 0) {
+                fprintf(stderr, "bench_engine: prefault %s: %s\n", o.pool_path,
+                        strerror(-rc));
+                return 1;
+            }
+        }
+    } else if (o.prefault) {
+        printf("prefault: %s exists, left as it is\n", o.pool_path);
     }
 
     tc_config_init(&cfg);
@@ -653,8 +712,9 @@ main(int argc, char **argv)
     cfg.background = o.background;
     rc = tc_open(&cfg, &sh.cache);
     if (rc < 0) {
-        fprintf(stderr, "bench_engine: tc_open(%s, %" PRIu64 " bytes): %s: "
-                        "%s\n",
+        fprintf(stderr,
+                "bench_engine: tc_open(%s, %" PRIu64 " bytes): %s: "
+                "%s\n",
                 o.pool_path, o.pool_size, strerror(-rc), tc_errmsg());
         return 1;
     }
@@ -664,10 +724,12 @@ main(int argc, char **argv)
     printf("bench_engine: tiercache %s, keys=%" PRIu64 " (key %d B) value=%u "
            "B threads=%u, %.1f s per phase (at most %" PRIu64
            " ops/thread), pool %" PRIu64 " MiB at %s, expected_items=%" PRIu64
-           ", background=%s, sample every %u ops, seed=0x%" PRIx64 "\n",
+           ", background=%s, prefault=%s, sample every %u ops, seed=0x%" PRIx64
+           "\n",
            TC_VERSION, o.keys, BE_KEY_LEN, o.vsize, o.threads, o.seconds,
            o.max_ops, o.pool_size >> 20, o.pool_path, o.expected_items,
-           o.background ? "on" : "off", o.sample_every, o.seed);
+           o.background ? "on" : "off", o.prefault ? "yes" : "no",
+           o.sample_every, o.seed);
     printf("clock_nsec() costs ~%" PRIu64 " ns; each sampled latency "
            "includes it once\n",
            be_clock_overhead());
@@ -701,17 +763,22 @@ main(int argc, char **argv)
     for (int ph = BE_LOAD; ph < BE_NPHASES; ph++) {
         if (!o.run[ph])
             continue;
+        struct tc_stats before, after;
+
+        tc_stats(sh.cache, &before);
         sh.phase = (enum be_phase)ph;
         pthread_barrier_wait(&sh.barrier); /* start */
         pthread_barrier_wait(&sh.barrier); /* stop */
-        errors += be_report(&o, w, (enum be_phase)ph);
+        tc_stats(sh.cache, &after);
+        errors += be_report(&o, w, (enum be_phase)ph,
+                            after.evictions - before.evictions);
         if (ph == BE_LOAD) {
             uint64_t loaded = 0;
             for (unsigned t = 0; t < o.threads; t++)
                 loaded += w[t].ops;
             if (loaded < o.keys)
-                printf("# LOAD stopped after %.0f s with %" PRIu64 " of %"
-                       PRIu64 " keys: later GETs will miss\n",
+                printf("# LOAD stopped after %.0f s with %" PRIu64
+                       " of %" PRIu64 " keys: later GETs will miss\n",
                        o.load_seconds, loaded, o.keys);
             be_report_meta(&o, sh.cache);
             be_print_header();

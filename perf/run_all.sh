@@ -94,8 +94,10 @@ run() { # label, command...
     shift
     log ""
     log "=== $label: $*"
+    log "# load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
     timeout --signal=INT "$RUN_TIMEOUT" "$@" 2>&1 | tee -a "$out"
     rc=${PIPESTATUS[0]}
+    log "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
     [ "$rc" -eq 124 ] && log "# $label: stopped after ${RUN_TIMEOUT} s"
     [ "$rc" -ne 0 ] && log "# $label: exit status $rc"
     return 0
@@ -109,6 +111,8 @@ log "# cpu: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
 # --- engine --------------------------------------------------------------
 engine=$(find_bin bench_engine)
 if [ -n "$engine" ]; then
+    # --prefault: the pool file is written full of zeros before tc_open,
+    # so LOAD measures the engine, not tmpfs clearing pages on first touch.
     # 4 KiB values: the default pool is keys*(4096+16+64)*1.3 bytes in
     # /dev/shm (tmpfs, counted as RAM). Keep it under half of what
     # /dev/shm and free memory allow.
@@ -124,15 +128,15 @@ if [ -n "$engine" ]; then
     fi
     for t in 1 2; do
         run "engine 100B t=$t" "$engine" --keys "$KEYS_100" --value-size 100 \
-            --threads "$t" --seconds "$SECONDS_PER_PHASE"
+            --threads "$t" --seconds "$SECONDS_PER_PHASE" --prefault
     done
     # The same code path with a keyset that fits in the CPU caches: the gap
     # to the 1M-key rows is memory latency (index bucket + item lines).
     run "engine 100B t=1 cache-resident keys" "$engine" --keys 10000 \
-        --value-size 100 --threads 1 --seconds 2
+        --value-size 100 --threads 1 --seconds 2 --prefault
     for t in 1 2; do
         run "engine 4KiB t=$t" "$engine" --keys "$KEYS_4K" --value-size 4096 \
-            --threads "$t" --seconds "$SECONDS_PER_PHASE"
+            --threads "$t" --seconds "$SECONDS_PER_PHASE" --prefault
     done
 else
     log ""

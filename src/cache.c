@@ -70,7 +70,8 @@ static void
 ctx_destroy(struct cache *c, struct cache_thread *t)
 {
     cache_defer_flush(t);
-    quota_destroy(t->quota);
+    /* unlink first: tc_stats walks c->threads under threads_lock and reads
+     * each quota, which must not be freed under it */
     pthread_mutex_lock(&c->threads_lock);
     for (struct cache_thread **p = &c->threads; *p; p = &(*p)->next) {
         if (*p == t) {
@@ -84,7 +85,9 @@ ctx_destroy(struct cache *c, struct cache_thread *t)
     for (int i = 0; i < SLAB_MAX_CLASSES; i++)
         c->retired_cls[i] += atomic_load_explicit(&t->cls_chunks[i],
                                                   memory_order_relaxed);
+    c->retired_refills += quota_refills(t->quota);
     pthread_mutex_unlock(&c->threads_lock);
+    quota_destroy(t->quota);
     free(t);
 }
 
@@ -150,9 +153,16 @@ thread_exit(void *unused)
 struct cache_thread *
 cache_thread_get(struct cache *c)
 {
-    for (unsigned i = 0; i < tls_count; i++)
-        if (tls[i].cache == c && tls[i].id == c->id)
-            return tls[i].ctx;
+    for (unsigned i = 0; i < tls_count; i++) {
+        if (tls[i].cache == c && tls[i].id == c->id) {
+            struct cache_thread *t = tls[i].ctx;
+            if (unlikely(t->quota_gen != atomic_load_explicit(
+                                             &c->quota_gen,
+                                             memory_order_relaxed)))
+                cache_thread_quiesce(t);
+            return t;
+        }
+    }
 
     pthread_once(&exit_once, exit_key_create);
     pthread_mutex_lock(&registry_lock);
@@ -173,6 +183,15 @@ cache_thread_get(struct cache *c)
     }
     pthread_mutex_unlock(&registry_lock);
     return t;
+}
+
+void
+cache_thread_quiesce(struct cache_thread *t)
+{
+    t->quota_gen =
+        atomic_load_explicit(&t->cache->quota_gen, memory_order_relaxed);
+    quota_flush(t->quota);
+    cache_defer_flush(t);
 }
 
 void

@@ -77,6 +77,7 @@ struct cache_thread {
     struct quota *quota;
     struct cache_thread *next; /* cache->threads list */
     bool in_admin; /* holds cache->admin: allocation must not reassign */
+    uint32_t quota_gen; /* cache->quota_gen when this thread last flushed */
     unsigned ndefer;
     uint64_t defer[CACHE_DEFER_BATCH]; /* head offsets awaiting a grace
                                           period */
@@ -98,6 +99,9 @@ struct cache {
     _Atomic uint64_t cas_seq CACHE_ALIGNED;
     _Atomic uint64_t flush_cas; /* items with cas <= this are flushed */
     _Atomic uint32_t flush_at;  /* pending delayed flush time, 0 none */
+    _Atomic uint32_t quota_gen; /* bumped by a page drain: every thread
+                                   gives its stashed chunks back at its
+                                   next operation (relaxed: a hint) */
     pthread_mutex_t limbo_lock; /* guards limbo (never held with another) */
     struct limbo_batch *limbo;  /* unlinked items awaiting a grace period */
     _Atomic uint64_t limbo_items; /* relaxed: a hint */
@@ -112,6 +116,7 @@ struct cache {
     struct cache_thread *threads;
     int64_t retired[ST_COUNT]; /* stats of threads that left */
     int64_t retired_cls[SLAB_MAX_CLASSES];
+    uint64_t retired_refills;
     int64_t reset_base[ST_COUNT]; /* subtracted after "stats reset" */
 
     pthread_t bg;
@@ -170,6 +175,9 @@ bool cache_match_key(void *arg, uint64_t loc);
 /* The calling thread's context for c, registering it on first use; NULL
  * only when DRAM runs out (err_msg says so). */
 struct cache_thread *cache_thread_get(struct cache *c);
+/* Give back the calling thread's stash and deferred frees (tc_thread_quiesce
+ * and a drain's request). */
+void cache_thread_quiesce(struct cache_thread *t);
 void cache_thread_put(struct cache *c);
 
 static inline void

@@ -198,8 +198,8 @@ fetch_delete(struct cache_thread *t, const void *key, uint32_t klen,
     return delete_key(t, key, klen, cas_in, true);
 }
 
-void
+int
 fetch_drop(struct cache_thread *t, const void *key, uint32_t klen)
 {
-    delete_key(t, key, klen, 0, false);
+    return delete_key(t, key, klen, 0, false);
 }

@@ -20,4 +20,4 @@ int fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
 int fetch_delete(struct cache_thread *t, const void *key, uint32_t klen,
                  uint64_t cas_in);
 /* Remove the key without counting a delete (a set that failed). */
-void fetch_drop(struct cache_thread *t, const void *key, uint32_t klen);
+int fetch_drop(struct cache_thread *t, const void *key, uint32_t klen);

@@ -80,6 +80,8 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
         memcpy(stage + sizeof(h), key, h.klen);
         size_t at = sizeof(h) + h.klen;
         for (int i = 0; i < val->niov; i++) {
+            if (!val->iov[i].iov_len)
+                continue; /* an empty value may come as {NULL, 0} */
             memcpy(stage + at, val->iov[i].iov_base, val->iov[i].iov_len);
             at += val->iov[i].iov_len;
         }

@@ -63,6 +63,7 @@ struct proto_sess {
     void *srv;
     uint32_t item_size_max; /* -I: largest value + key + header accepted */
     bool binary;            /* chosen on the first byte (0x80 = binary) */
+    bool chosen;            /* the protocol is decided for good */
     uint64_t swallow;       /* bytes still to discard (refused value) */
     size_t need;            /* hint: bytes the pending request needs */
     struct proto_counters ctr;

@@ -24,9 +24,11 @@
  *     once. An unknown opcode answers 0x0081 and skips its body.
  *   - A value that cannot fit in an item (header + key + value over
  *     item_size_max) answers "Too large." as soon as the key is in, and the
- *     value is skipped through s->swallow without being buffered. A SET that
- *     fails that way, or for lack of memory, deletes the key's old value, as
- *     memcached does.
+ *     value is skipped through s->swallow without being buffered. A SET
+ *     refused that way also drops the key's old value, as memcached does (the
+ *     engine does the same when it refuses a SET for size or memory).
+ *   - Engine errors: -E2BIG "Too large.", -EINVAL "Invalid arguments",
+ *     anything else (-ENOMEM, -EBUSY) 0x0082 "Out of memory".
  *
  * Where memcached 1.6 is plainly broken we do the sane thing instead:
  * VERBOSITY (extras: the level) is answered (1.6 treats it as unknown and

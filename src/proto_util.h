@@ -15,27 +15,30 @@ struct proto_sess;
 
 /* Every error reply the text and meta protocols send, memcached's text. */
 enum proto_err {
-    PERR_ERROR,          /* "ERROR" (unknown command) */
-    PERR_BAD_FORMAT,     /* "CLIENT_ERROR bad command line format" */
-    PERR_BAD_CHUNK,      /* "CLIENT_ERROR bad data chunk" */
-    PERR_LINE_TOO_LONG,  /* "CLIENT_ERROR line too long" */
-    PERR_NON_NUMERIC,    /* "CLIENT_ERROR cannot increment or decrement
-                            non-numeric value" */
-    PERR_INVALID_DELTA,  /* "CLIENT_ERROR invalid numeric delta argument" */
+    PERR_ERROR,           /* "ERROR" (unknown command) */
+    PERR_BAD_FORMAT,      /* "CLIENT_ERROR bad command line format" */
+    PERR_BAD_CHUNK,       /* "CLIENT_ERROR bad data chunk" */
+    PERR_LINE_TOO_LONG,   /* "CLIENT_ERROR line too long" (tiercache's:
+                             memcached closes such a connection without a
+                             reply) */
+    PERR_NON_NUMERIC,     /* "CLIENT_ERROR cannot increment or decrement
+                             non-numeric value" */
+    PERR_INVALID_DELTA,   /* "CLIENT_ERROR invalid numeric delta argument" */
     PERR_INVALID_EXPTIME, /* "CLIENT_ERROR invalid exptime argument" */
-    PERR_BAD_FLAG,       /* "CLIENT_ERROR invalid flag" (meta) */
-    PERR_KEY_TOO_LONG,   /* "CLIENT_ERROR key too long" ... see table */
-    PERR_TOO_LARGE,      /* "SERVER_ERROR object too large for cache" */
-    PERR_OUT_OF_MEMORY,  /* "SERVER_ERROR out of memory storing object" */
-    PERR_NO_SHUTDOWN,    /* "ERROR: shutdown not enabled" */
+    PERR_BAD_FLAG,        /* "CLIENT_ERROR invalid flag" (meta) */
+    PERR_KEY_TOO_LONG,    /* "CLIENT_ERROR bad command line format"
+                             (memcached has no separate text for a key
+                             over 250 bytes, in text or meta) */
+    PERR_TOO_LARGE,       /* "SERVER_ERROR object too large for cache" */
+    PERR_OUT_OF_MEMORY,   /* "SERVER_ERROR out of memory storing object" */
+    PERR_NO_SHUTDOWN,     /* "ERROR: shutdown not enabled" */
     PERR_COUNT
 };
 
 /* The reply line for e, without "\r\n". */
 const char *proto_err_text(enum proto_err e);
 /* Append the reply line and "\r\n"; counts a protocol error. */
-void proto_reply_err(struct proto_sess *s, struct obuf *out,
-                     enum proto_err e);
+void proto_reply_err(struct proto_sess *s, struct obuf *out, enum proto_err e);
 
 /* A command line split on spaces. */
 #define PROTO_MAX_TOKENS 24

@@ -291,6 +291,8 @@ drain_for_reassign(struct cache_thread *t, uint32_t page)
     int rc = slab_drain_begin(c->slab, page);
     if (rc)
         return rc;
+    /* other threads give their stashes back at their next operation */
+    atomic_fetch_add_explicit(&c->quota_gen, 1, memory_order_relaxed);
     rc = drain_page(t, page, false);
     if (rc)
         slab_drain_abort(c->slab, page);
@@ -376,6 +378,7 @@ reclaim_shrink(struct cache_thread *t)
         while (slab_drain_pick(c->slab, cls, target, &page) == 0)
             slab_drain_begin(c->slab, page);
     }
+    atomic_fetch_add_explicit(&c->quota_gen, 1, memory_order_relaxed);
     for (uint32_t p = target; target && p < pool_npages(c->pool); p++) {
         if (slab_class_of(c->slab, (uint64_t)p << POOL_PAGE_SHIFT) ==
             SLAB_NO_CLASS)

@@ -384,13 +384,34 @@ worker_adopt(struct worker *w)
     }
 }
 
+/* Wait for events. Before blocking, an idle worker gives the engine back
+ * what it holds for later (its chunk stash, its frees awaiting a grace
+ * period): once per idle spell, since a busy worker keeps its stash warm.
+ * The extra non-blocking epoll_wait happens only when there was nothing to
+ * do anyway. */
+static int
+worker_wait(struct worker *w, struct epoll_event *ev, int max, bool *idle)
+{
+    int n = epoll_wait(w->cw.epfd, ev, max, 0);
+    if (n == 0) {
+        if (!*idle)
+            tc_thread_quiesce(w->srv->cache);
+        *idle = true;
+        n = epoll_wait(w->cw.epfd, ev, max, 1000);
+    }
+    if (n > 0)
+        *idle = false;
+    return n;
+}
+
 static void
 worker_loop(struct worker *w)
 {
     struct epoll_event ev[256];
     uint32_t last_sweep = 0;
+    bool idle = false;
     while (!atomic_load_explicit(&w->stop, memory_order_acquire)) {
-        int n = epoll_wait(w->cw.epfd, ev, 256, 1000);
+        int n = worker_wait(w, ev, 256, &idle);
         w->cw.now = conn_now(&w->srv->sh);
         if (n < 0 && errno != EINTR) {
             log_error("worker epoll_wait: %s", strerror(errno));

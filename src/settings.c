@@ -769,7 +769,7 @@ void
 settings_help(FILE *f)
 {
     fprintf(f, "Usage: tiercached [flags]\n"
-               "tiercached " TC_VERSION ", a memcached-compatible cache "
+               "tiercached " TC_RELEASE ", a memcached-compatible cache "
                "server over persistent memory.\n\nFlags:\n");
     for (unsigned i = 0; i < ARRAY_SIZE(opts); i++)
         if (!opts[i].sub)

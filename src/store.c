@@ -184,8 +184,11 @@ commit(struct cache_thread *t, struct store_req *r,
      * held (DESIGN rule 2). */
     item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val);
     pm_fence(); /* the bytes are in place before the index points at them */
+    /* DRAM, before anyone can read it: a reused chunk starts unreferenced,
+     * unfetched and with its recache win unclaimed */
+    slab_reset_bits(c->slab, head);
     if (r->claim_win)
-        slab_claim(c->slab, head); /* DRAM; before anyone can read it */
+        slab_claim(c->slab, head);
 
     /* account while the chunk is still ours: once published, another
      * thread may replace, free and reuse it before we look again */
@@ -257,6 +260,31 @@ req_init(struct store_req *r, struct cache_thread *t, int mode,
     r->hdr.klen = (uint8_t)klen;
 }
 
+static bool snapshot(struct cache *c, const struct store_req *r,
+                     struct item_hdr *hdr, uint64_t *loc);
+
+/* A store whose outcome the index already decides (add on a live key, a
+ * CAS that cannot match, replace of a missing key) is answered without
+ * allocating: under memory pressure that would evict for nothing, or fail
+ * with "out of memory" where memcached says "exists". The decision is
+ * taken again under the bucket lock. */
+static int
+precheck(struct cache_thread *t, const struct store_req *r)
+{
+    struct item_hdr old;
+    uint64_t loc;
+    bool cas = r->cas_check || r->mode == TC_CAS;
+
+    if (!cas && r->mode != TC_ADD && r->mode != TC_REPLACE)
+        return TC_OK;
+    bool hit = snapshot(t->cache, r, &old, &loc);
+    if (cas)
+        return !hit ? TC_NOT_FOUND : old.cas != r->cas_in ? TC_EXISTS : TC_OK;
+    if (r->mode == TC_ADD)
+        return hit ? TC_NOT_STORED : TC_OK;
+    return hit ? TC_OK : TC_NOT_STORED;
+}
+
 int
 store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
             uint32_t klen, const void *val, size_t vlen, uint32_t flags,
@@ -276,7 +304,9 @@ store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
         r.cas_new = o->cas_new;
     }
     cache_stat_inc(t, ST_CMD_SET);
-    int rc = vlen > UINT32_MAX ? -E2BIG : store_one(t, &r, cas_out);
+    int rc = vlen > UINT32_MAX ? -E2BIG : precheck(t, &r);
+    if (rc == TC_OK)
+        rc = store_one(t, &r, cas_out);
     count_outcome(t, r.cas_check ? TC_CAS : mode, rc);
     /* memcached: a set that cannot be stored removes the old value rather
      * than leave stale data behind */
@@ -363,7 +393,7 @@ rewrite(struct cache_thread *t, struct store_req *r,
 
 int
 store_concat(struct cache_thread *t, bool append, const void *key,
-             uint32_t klen, const void *val, size_t vlen,
+             uint32_t klen, const void *val, size_t vlen, uint32_t flags,
              const struct tc_store_opts *o, uint64_t *cas_out)
 {
     struct store_req r;
@@ -377,7 +407,7 @@ store_concat(struct cache_thread *t, bool append, const void *key,
                 return TC_NOT_STORED;
             /* meta N: a miss stores the value as a new item */
             struct tc_store_opts add = {.cas_new = o->cas_new};
-            int rc = store_plain(t, TC_ADD, key, klen, val, vlen, 0,
+            int rc = store_plain(t, TC_ADD, key, klen, val, vlen, flags,
                                  o->vivify_exptime, &add, cas_out);
             if (rc != TC_NOT_STORED)
                 return rc;
@@ -461,8 +491,8 @@ store_ex(struct cache_thread *t, enum tc_store_mode mode, const void *key,
     switch (mode) {
     case TC_APPEND:
     case TC_PREPEND:
-        return store_concat(t, mode == TC_APPEND, key, klen, val, vlen, o,
-                            cas_out);
+        return store_concat(t, mode == TC_APPEND, key, klen, val, vlen,
+                            flags, o, cas_out);
     case TC_CAS:
     case TC_SET:
     case TC_REPLACE:
@@ -582,8 +612,6 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
                 cache_stat_inc(t, miss);
             return rc;
         }
-        if (o && o->cas_in && old.cas != o->cas_in)
-            return TC_EXISTS;
         if (old.vlen > 64 || old.nchain)
             return TC_NON_NUMERIC;
         cache_read_lock();
@@ -599,6 +627,9 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
             continue;
         if (!parse_u64(digits, old.vlen, &v))
             return TC_NON_NUMERIC;
+        /* memcached checks the value before the CAS */
+        if (o && o->cas_in && old.cas != o->cas_in)
+            return TC_EXISTS;
         v = incr ? v + delta : (delta > v ? 0 : v - delta);
         int len = snprintf(digits, sizeof(digits), "%llu",
                            (unsigned long long)v);

@@ -18,9 +18,10 @@ int store_plain(struct cache_thread *t, enum tc_store_mode mode,
                 const void *key, uint32_t klen, const void *val, size_t vlen,
                 uint32_t flags, int64_t exptime, const struct tc_store_opts *o,
                 uint64_t *cas_out);
-/* append (or prepend): keeps flags and exptime; o may be NULL. */
+/* append (or prepend): keeps flags and exptime; o may be NULL. flags are
+ * used only when o->vivify creates the item. */
 int store_concat(struct cache_thread *t, bool append, const void *key,
-                 uint32_t klen, const void *val, size_t vlen,
+                 uint32_t klen, const void *val, size_t vlen, uint32_t flags,
                  const struct tc_store_opts *o, uint64_t *cas_out);
 /* Any mode with the meta options (tc_store_ex). */
 int store_ex(struct cache_thread *t, enum tc_store_mode mode, const void *key,

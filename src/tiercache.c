@@ -95,6 +95,14 @@ tc_thread_unregister(struct tc_cache *tc)
     cache_thread_put(engine(tc));
 }
 
+TC_API void
+tc_thread_quiesce(struct tc_cache *tc)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (t)
+        cache_thread_quiesce(t);
+}
+
 TC_API int
 tc_get_ex(struct tc_cache *tc, const void *key, size_t klen,
           const struct tc_get_opts *opts, tc_value_fn *fn, void *arg)
@@ -257,6 +265,14 @@ tc_delete(struct tc_cache *tc, const void *key, size_t klen, uint64_t cas_in)
 }
 
 TC_API int
+tc_drop(struct tc_cache *tc, const void *key, size_t klen)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? fetch_drop(t, key, (uint32_t)klen) : rc;
+}
+
+TC_API int
 tc_touch(struct tc_cache *tc, const void *key, size_t klen, int64_t exptime)
 {
     int rc;
@@ -399,6 +415,7 @@ tc_stats(struct tc_cache *tc, struct tc_stats *out)
     out->index_buckets = htab_nbuckets(c->htab);
     out->index_overflow_buckets = htab_noverflow(c->htab);
     pthread_mutex_lock(&c->threads_lock);
+    out->quota_refills = c->retired_refills;
     for (struct cache_thread *t = c->threads; t; t = t->next)
         out->quota_refills += quota_refills(t->quota);
     pthread_mutex_unlock(&c->threads_lock);

@@ -43,7 +43,12 @@ extern "C" {
 #define TC_API __attribute__((visibility("default")))
 
 #define TC_KEY_MAX 250
-#define TC_VERSION "0.1.0"
+/* tiercache's own release. */
+#define TC_RELEASE "0.1.0"
+/* What the VERSION command and "stats" report: memcached's numbering first,
+ * since clients and tools (libmemcached among them) parse the major version
+ * and refuse 0, then tiercache's release. */
+#define TC_VERSION "1.6.0-tiercache-" TC_RELEASE
 
 enum tc_result {
     TC_OK = 0,
@@ -180,6 +185,11 @@ TC_API const char *tc_errmsg(void);
 
 TC_API int tc_thread_register(struct tc_cache *c);
 TC_API void tc_thread_unregister(struct tc_cache *c);
+/* A registered thread about to sleep (a server worker before it blocks for
+ * events) gives back what it holds for later: its stash of free chunks and
+ * its batch of frees awaiting a grace period. Cheap; without it an idle
+ * thread can delay page reassignment and keep freed memory. */
+TC_API void tc_thread_quiesce(struct tc_cache *c);
 
 /* Retrieval. exptime values follow memcached: 0 never, 1..2592000 seconds
  * from now, larger an absolute unix time, negative already expired. */
@@ -270,6 +280,11 @@ TC_API int tc_incr(struct tc_cache *c, const void *key, size_t klen,
                    uint64_t delta, uint64_t *value, uint64_t *cas_out);
 TC_API int tc_decr(struct tc_cache *c, const void *key, size_t klen,
                    uint64_t delta, uint64_t *value, uint64_t *cas_out);
+
+/* Remove a key without counting a delete: a server that refuses a set
+ * (value too large, read and discarded) drops the old value as memcached
+ * does. TC_OK or TC_NOT_FOUND. */
+TC_API int tc_drop(struct tc_cache *c, const void *key, size_t klen);
 
 /* cas_in 0: unconditional. Otherwise TC_EXISTS on mismatch. */
 TC_API int tc_delete(struct tc_cache *c, const void *key, size_t klen,

@@ -117,7 +117,8 @@ main(int argc, char **argv)
         return 0;
     }
     if (st.action == SETTINGS_VERSION) {
-        printf("tiercached %s\n", TC_VERSION);
+        printf("tiercached %s (memcached %s compatible)\n", TC_RELEASE,
+               TC_VERSION);
         return 0;
     }
     log_set_level(LOG_WARN + (int)st.verbose);

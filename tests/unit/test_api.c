@@ -114,7 +114,8 @@ test_config_defaults(void **state)
     assert_int_equal(cfg.quota_batch, 32);
     assert_true(cfg.background);
     assert_int_equal(cfg.sweep_budget, 1024);
-    assert_string_equal(TC_VERSION, "0.1.0");
+    assert_string_equal(TC_RELEASE, "0.1.0");
+    assert_string_equal(TC_VERSION, "1.6.0-tiercache-0.1.0");
     assert_int_equal(TC_KEY_MAX, 250);
 }
 

@@ -1,0 +1,376 @@
+#!/usr/bin/env bash
+# Network benchmark: Debian's memcached against tiercached, same load, same
+# flags, one after the other. Figures only: nothing here checks speed.
+#
+#   perf/compare_memcached.sh            # ~6 minutes with both servers
+#   perf/compare_memcached.sh --quick    # ~1 minute
+#   perf/compare_memcached.sh --perf     # also perf stat + perf record on
+#                                        # the server (perturbs the figures)
+#   perf/compare_memcached.sh --only 100B-p1,4K-mget10
+#
+# Workloads (get:set 9:1, uniform keys, every key set once before each
+# measured run, 16 connections, one client thread):
+#   100B-p1  100B-p16  100B-mget10  4K-p1  4K-p16  4K-mget10
+# (value size - pipeline depth per connection, or gets of 10 keys).
+#
+# For each workload, memcached then tiercached: start the server on a free
+# port of PORT_BASE.. (127.0.0.1 only, -t 2 -m 1024 -c 1024), run
+# bench_loadgen against it, stop it by PID. bench_loadgen reads the
+# server's /proc/PID/stat utime+stime at the start and end of the measured
+# run: over loopback the client saturates a core before the server does, so
+# the server's CPU time per request is the steadier figure of the two.
+#
+# Output: a table per workload (memcached, tiercached, tiercached/memcached)
+# and a markdown summary at the end, on stdout and in perf/out/net-<date>.txt,
+# with bench_loadgen's RESULT lines for scripts.
+#
+# Environment knobs (defaults in brackets):
+#   MEMCACHED      memcached binary [/usr/bin/memcached]
+#   TIERCACHED     tiercached binary [build/release/tiercached]; skipped with
+#                  a message when it is not there
+#   LOADGEN        bench_loadgen binary [built into perf/out/bin]
+#   DURATION       measured seconds per run [10; --quick 2]
+#   REPEAT         runs per server and workload, alternating memcached and
+#                  tiercached; the tables keep each server's run with the
+#                  most ops/s (noise on a shared machine only slows a run
+#                  down), every run's figures stay in the output [2; --quick 1]
+#   KEYS           key space [100000; --quick 20000]
+#   CONNS          client connections [16]
+#   PROTO          text or binary (memcached's binary protocol) [text]
+#   CLIENT_THREADS client threads [1]
+#   SERVER_THREADS server -t [2]
+#   MEM_MB         server -m [1024]
+#   PORT_BASE      first port tried [21500]; 100 ports are tried
+#   POOL_DIR       where tiercached's pool file (-e) goes [/dev/shm]
+#   MAX_TOTAL      seconds after which remaining runs are skipped [900]
+#   KEEP_PERF      1 keeps the perf.data files of --perf in perf/out [0]
+
+set -u -o pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root" || exit 1
+
+quick=0
+use_perf=0
+only=""
+while [ $# -gt 0 ]; do
+    case $1 in
+    --quick) quick=1 ;;
+    --perf) use_perf=1 ;;
+    --only) only=${2:-}; shift ;;
+    -h | --help)
+        sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "compare_memcached.sh: unknown option $1 (see --help)" >&2
+        exit 2
+        ;;
+    esac
+    shift
+done
+
+MEMCACHED=${MEMCACHED:-/usr/bin/memcached}
+TIERCACHED=${TIERCACHED:-build/release/tiercached}
+if [ "$quick" = 1 ]; then
+    DURATION=${DURATION:-2}
+    REPEAT=${REPEAT:-1}
+    KEYS=${KEYS:-20000}
+else
+    DURATION=${DURATION:-10}
+    REPEAT=${REPEAT:-2}
+    KEYS=${KEYS:-100000}
+fi
+CONNS=${CONNS:-16}
+PROTO=${PROTO:-text}
+case $PROTO in
+text) proto_flag="" ;;
+binary) proto_flag="--binary" ;;
+*)
+    echo "compare_memcached.sh: PROTO must be text or binary" >&2
+    exit 2
+    ;;
+esac
+CLIENT_THREADS=${CLIENT_THREADS:-1}
+SERVER_THREADS=${SERVER_THREADS:-2}
+MEM_MB=${MEM_MB:-1024}
+PORT_BASE=${PORT_BASE:-21500}
+POOL_DIR=${POOL_DIR:-/dev/shm}
+MAX_TOTAL=${MAX_TOTAL:-900}
+WARMUP_BOUND=30 # seconds bench_loadgen may spend loading the keys
+
+out_dir=perf/out
+mkdir -p "$out_dir/bin"
+stamp=$(date -u +%Y%m%d-%H%M%S)
+out=$out_dir/net-$stamp.txt
+: >"$out"
+log() { printf '%s\n' "$*" | tee -a "$out"; }
+
+# name|value size|pipeline|multiget
+WORKLOADS="100B-p1|100|1|1
+100B-p16|100|16|1
+100B-mget10|100|1|10
+4K-p1|4096|1|1
+4K-p16|4096|16|1
+4K-mget10|4096|1|10"
+
+# ---- the load generator -------------------------------------------------
+if [ -z "${LOADGEN:-}" ]; then
+    # Self-contained: built alone, so a half-edited library cannot stop it.
+    LOADGEN=$out_dir/bin/bench_loadgen
+    if ! gcc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra \
+        perf/bench_loadgen.c -o "$LOADGEN" -lpthread -lm \
+        >>"$out_dir/build.log" 2>&1; then
+        echo "compare_memcached.sh: bench_loadgen did not build" \
+            "(see $out_dir/build.log)" >&2
+        exit 1
+    fi
+fi
+
+# ---- servers --------------------------------------------------------------
+servers="memcached"
+if [ ! -x "$MEMCACHED" ]; then
+    echo "compare_memcached.sh: $MEMCACHED not found (apt-get install" \
+        "memcached)" >&2
+    exit 1
+fi
+if [ -x "$TIERCACHED" ]; then
+    servers="memcached tiercached"
+fi
+
+srv_pid=""
+pool_file=$POOL_DIR/tiercache-net-$$.pool
+perf_pids=""
+
+stop_server() {
+    local _
+    for p in $perf_pids; do
+        kill -INT "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
+    done
+    perf_pids=""
+    [ -n "$srv_pid" ] || return 0
+    kill -TERM "$srv_pid" 2>/dev/null
+    for _ in $(seq 1 50); do
+        kill -0 "$srv_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$srv_pid" 2>/dev/null; then
+        log "# server $srv_pid did not stop on SIGTERM in 5 s: SIGKILL"
+        kill -KILL "$srv_pid" 2>/dev/null
+    fi
+    wait "$srv_pid" 2>/dev/null
+    srv_pid=""
+    rm -f "$pool_file"
+}
+trap 'stop_server; exit 130' INT TERM
+trap 'stop_server' EXIT
+
+port_busy() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
+
+next_port=$PORT_BASE
+pick_port() { # -> port on stdout, or nothing
+    local p
+    for p in $(seq "$next_port" $((PORT_BASE + 99))); do
+        if ! port_busy "$p"; then
+            echo "$p"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# start_server name port: sets srv_pid; 0 when it accepts connections.
+start_server() {
+    local name=$1 port=$2 _
+    local -a cmd
+    case $name in
+    memcached)
+        cmd=("$MEMCACHED" -p "$port" -l 127.0.0.1 -t "$SERVER_THREADS"
+            -m "$MEM_MB" -c 1024)
+        # memcached refuses to run as root without -u
+        [ "$(id -u)" = 0 ] && cmd+=(-u nobody)
+        ;;
+    tiercached)
+        rm -f "$pool_file"
+        cmd=("$TIERCACHED" -p "$port" -l 127.0.0.1 -t "$SERVER_THREADS"
+            -m "$MEM_MB" -c 1024 -e "$pool_file")
+        ;;
+    esac
+    echo "# start: ${cmd[*]}" >>"$out"
+    "${cmd[@]}" >>"$out_dir/net-$stamp.server.log" 2>&1 &
+    srv_pid=$!
+    for _ in $(seq 1 100); do
+        if ! kill -0 "$srv_pid" 2>/dev/null; then
+            wait "$srv_pid" 2>/dev/null
+            srv_pid=""
+            return 1
+        fi
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    stop_server
+    return 1
+}
+
+kv() { # RESULT line, key -> value or "-"
+    local v
+    v=$(printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1)
+    printf '%s\n' "${v:--}"
+}
+
+ratio() { # a b -> b/a to 2 decimals, or "-"
+    awk -v a="$1" -v b="$2" 'BEGIN {
+        if (a == "-" || b == "-" || a + 0 == 0) print "-";
+        else printf "%.2f\n", b / a }'
+}
+
+declare -A R # R[workload,server] = RESULT line
+
+run_one() { # workload server vsize pipeline multiget
+    local wl=$1 name=$2 vsize=$3 pipe=$4 mget=$5 port rc res pdata
+    port=$(pick_port) || {
+        log "# $wl $name: no free port in $PORT_BASE..$((PORT_BASE + 99))"
+        return
+    }
+    next_port=$((port + 1))
+    [ "$next_port" -gt $((PORT_BASE + 99)) ] && next_port=$PORT_BASE
+    if ! start_server "$name" "$port"; then
+        log "# $wl $name: server did not start on port $port" \
+            "(see $out_dir/net-$stamp.server.log)"
+        return
+    fi
+    if [ "$use_perf" = 1 ]; then
+        pdata=$out_dir/net-$stamp-$name-$wl.perf.data
+        perf stat -e task-clock,context-switches,cpu-migrations,page-faults \
+            -p "$srv_pid" -o "$out_dir/net-$stamp-$name-$wl.perf-stat.txt" \
+            >/dev/null 2>&1 &
+        perf_pids="$!"
+        perf record -F 499 -g -p "$srv_pid" -o "$pdata" >/dev/null 2>&1 &
+        perf_pids="$perf_pids $!"
+    fi
+    res=$(timeout --signal=INT $((DURATION + WARMUP_BOUND + 20)) \
+        "$LOADGEN" --host 127.0.0.1 --port "$port" --conns "$CONNS" \
+        --threads "$CLIENT_THREADS" --keys "$KEYS" --value-size "$vsize" \
+        --ratio 9:1 --pipeline "$pipe" --multiget "$mget" \
+        --duration "$DURATION" --warmup "$WARMUP_BOUND" --seed 1 \
+        --label "$name" --server-pid "$srv_pid" $proto_flag 2>&1)
+    rc=$?
+    printf '%s\n' "$res" | sed 's/^/  /' | tee -a "$out" | grep -v '^  RESULT'
+    printf '%s\n' "$res" | grep '^RESULT' | sed "s/^RESULT /RESULT workload=$wl /" \
+        >>"$out"
+    [ "$rc" -eq 3 ] && log "  # $name: protocol, data or connection errors" \
+        "(see above)"
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ] && log "  # $name: bench_loadgen" \
+        "exit status $rc"
+    res=$(printf '%s\n' "$res" | grep '^RESULT' | head -1)
+    # keep the run with the most ops/s
+    if [ -n "$res" ] && { [ -z "${R[$wl,$name]:-}" ] ||
+        awk -v a="$(kv "$res" ops)" -v b="$(kv "${R[$wl,$name]}" ops)" \
+            'BEGIN { exit !(a + 0 > b + 0) }'; }; then
+        R[$wl,$name]=$res
+    fi
+    stop_server
+    if [ "$use_perf" = 1 ] && [ -s "$pdata" ]; then
+        log "  perf stat (server, warmup + run):"
+        sed -n '/Performance counter/,$p' \
+            "$out_dir/net-$stamp-$name-$wl.perf-stat.txt" | grep -v '^$' |
+            sed 's/^/    /' | tee -a "$out"
+        log "  perf report (server, share of samples by binary, then top" \
+            "symbols by self time):"
+        perf report -i "$pdata" --stdio --no-children -g none --sort dso \
+            2>/dev/null | grep '%' | grep -v '^#' | head -6 |
+            sed 's/^ */    /' | tee -a "$out"
+        perf report -i "$pdata" --stdio --no-children -g none \
+            --sort symbol 2>/dev/null | grep '%' | grep -v '^#' | head -25 |
+            sed 's/^ */    /' | tee -a "$out"
+        [ "${KEEP_PERF:-0}" = 1 ] || rm -f "$pdata" "$pdata.old"
+    fi
+}
+
+table() { # workload
+    local wl=$1 mc tc row m a b
+    mc=${R[$wl,memcached]:-}
+    tc=${R[$wl,tiercached]:-}
+    log ""
+    log "  $(printf '%-22s %14s %14s %8s' metric memcached tiercached tc/mc)"
+    for row in "ops/s:ops" "requests/s:reqs" "p50 us:p50_us" "p99 us:p99_us" \
+        "p99.9 us:p999_us" "server CPU us/req:srv_cpu_us_per_req" \
+        "server CPU us/op:srv_cpu_us_per_op" "server cores:srv_cores" \
+        "client cores:cli_cores" "hit ratio:hit" "errors:errors" \
+        "server errors:server_errors" "warmup s (keys set):warm_s"; do
+        m=${row%%:*}
+        a=$( [ -n "$mc" ] && kv "$mc" "${row#*:}" || echo -)
+        b=$( [ -n "$tc" ] && kv "$tc" "${row#*:}" || echo -)
+        log "  $(printf '%-22s %14s %14s %8s' "$m" "$a" "$b" "$(ratio "$a" "$b")")"
+    done
+}
+
+# ---- header ---------------------------------------------------------------
+log "# tiercache network benchmark: memcached vs tiercached, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+log "# host: $(nproc) cores, $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, load $(cut -d' ' -f1-3 /proc/loadavg), shared and noisy: figures, not assertions"
+log "# cpu: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
+log "# commit: $(git rev-parse --short HEAD 2>/dev/null || echo none) $(git status --porcelain 2>/dev/null | grep -q . && echo '(dirty tree)')"
+log "# memcached: $("$MEMCACHED" -V 2>&1 | head -1) ($MEMCACHED)"
+if [ -x "$TIERCACHED" ]; then
+    log "# tiercached: $TIERCACHED, pool file $pool_file"
+else
+    log "# tiercached: $TIERCACHED not found: tiercache skipped, memcached only"
+fi
+log "# servers: -l 127.0.0.1 -t $SERVER_THREADS -m $MEM_MB -c 1024, started fresh for every run"
+log "# client: $LOADGEN ($PROTO protocol) --conns $CONNS --threads $CLIENT_THREADS --keys $KEYS --ratio 9:1 --duration $DURATION --warmup $WARMUP_BOUND (every key set once first, not measured); $REPEAT run(s) per server and workload"
+[ "$use_perf" = 1 ] && log "# --perf: perf stat and perf record (499 Hz) run on the server: they cost CPU, figures are perturbed"
+
+# ---- runs -------------------------------------------------------------------
+t0=$SECONDS
+ran=""
+while IFS='|' read -r wl vsize pipe mget; do
+    if [ -n "$only" ] && ! printf ',%s,' "$only" | grep -q ",$wl,"; then
+        continue
+    fi
+    if [ $((SECONDS - t0)) -gt "$MAX_TOTAL" ]; then
+        log ""
+        log "=== $wl: skipped, MAX_TOTAL=$MAX_TOTAL s reached"
+        continue
+    fi
+    log ""
+    log "=== $wl: $vsize B values, get:set 9:1, pipeline $pipe, multiget $mget"
+    for rep in $(seq 1 "$REPEAT"); do
+        for name in $servers; do
+            [ "$REPEAT" -gt 1 ] && log "  -- $name, run $rep of $REPEAT"
+            run_one "$wl" "$name" "$vsize" "$pipe" "$mget"
+        done
+    done
+    [ "$REPEAT" -gt 1 ] && log "  (best of $REPEAT runs per server by ops/s)"
+    table "$wl"
+    ran="$ran $wl"
+done <<<"$WORKLOADS"
+
+# ---- summary ------------------------------------------------------------------
+log ""
+log "## summary (markdown; ratio = tiercached / memcached)"
+log ""
+log "| workload | mc ops/s | tc ops/s | ratio | mc p99 us | tc p99 us | ratio | mc CPU us/req | tc CPU us/req | ratio |"
+log "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+for wl in $ran; do
+    mc=${R[$wl,memcached]:-}
+    tc=${R[$wl,tiercached]:-}
+    line="| $wl"
+    for k in ops p99_us srv_cpu_us_per_req; do
+        a=$( [ -n "$mc" ] && kv "$mc" "$k" || echo -)
+        b=$( [ -n "$tc" ] && kv "$tc" "$k" || echo -)
+        line="$line | $a | $b | $(ratio "$a" "$b")"
+    done
+    log "$line |"
+done
+log ""
+log "# $(grep -c '^RESULT' "$out") RESULT lines above; total $((SECONDS - t0)) s; output in $out"
+# the servers' own output: kept only when they said something
+srv_log=$out_dir/net-$stamp.server.log
+if [ -s "$srv_log" ]; then
+    log "# server output (stdout, stderr): $srv_log"
+else
+    rm -f "$srv_log"
+fi

@@ -1,0 +1,1098 @@
+/*
+ * The classic text protocol (src/proto_text.c through proto_process)
+ * against a real engine: exact reply bytes for every command and error,
+ * noreply, swallowed values, pipelining split at every byte boundary and in
+ * random chunks, expiry and flush on a frozen clock.
+ *
+ * Each test opens its own cache on a /dev/shm pool (background off, clock
+ * frozen at T0) and a session with a stub proto_server_ops; teardown closes
+ * and removes both. Random chunkings print their seed on failure; set
+ * TC_TEST_SEED to replay one.
+ */
+
+#include "src/proto.h"
+
+#include "src/obuf.h"
+#include "src/proto_util.h"
+#include "src/tiercache.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define T0 1700000000u
+#define MIB (1024u * 1024u)
+#define POOL_SIZE (48ull * MIB)
+#define ITEM_MAX (2u * MIB)
+
+/* ---- stub server -------------------------------------------------------- */
+
+struct stub_srv {
+    int stats_resets;
+    int verbosity;
+    uint64_t memlimit_mib;
+    bool shutdown_enabled;
+    int shutdowns;
+};
+
+static int
+stub_stats(void *srv, struct proto_sess *s, const char *group, struct obuf *out)
+{
+    (void)srv;
+    (void)s;
+    if (strcmp(group, "") == 0)
+        return obuf_add_str(out, "STAT fake 1\r\n");
+    if (strcmp(group, "settings") == 0)
+        return obuf_add_str(out, "STAT maxbytes 67108864\r\n"
+                                 "STAT item_size_max 2097152\r\n");
+    if (strcmp(group, "partial") == 0)
+        obuf_add_str(out, "STAT half 1\r\n"); /* then fails */
+    return -ENOENT;
+}
+
+static void
+stub_stats_reset(void *srv)
+{
+    ((struct stub_srv *)srv)->stats_resets++;
+}
+
+static int
+stub_shutdown(void *srv)
+{
+    struct stub_srv *st = srv;
+    if (!st->shutdown_enabled)
+        return -EPERM;
+    st->shutdowns++;
+    return 0;
+}
+
+static void
+stub_verbosity(void *srv, int level)
+{
+    ((struct stub_srv *)srv)->verbosity = level;
+}
+
+static int
+stub_memlimit(void *srv, uint64_t mib)
+{
+    struct stub_srv *st = srv;
+    if (mib > 1024)
+        return -EINVAL;
+    st->memlimit_mib = mib;
+    return 0;
+}
+
+static const struct proto_server_ops stub_ops = {
+    .stats = stub_stats,
+    .stats_reset = stub_stats_reset,
+    .shutdown = stub_shutdown,
+    .verbosity = stub_verbosity,
+    .memlimit = stub_memlimit,
+};
+
+/* ---- fixture ------------------------------------------------------------ */
+
+struct fx {
+    struct tc_cache *c;
+    char path[192];
+    struct stub_srv srv;
+    struct proto_sess s;
+    struct obuf out;
+    bool closed;
+    char *acc; /* chunked feeding: bytes received, not consumed */
+    size_t acc_len, acc_cap;
+};
+
+static void
+open_cache(struct fx *f)
+{
+    struct tc_config cfg;
+    tc_config_init(&cfg);
+    cfg.pool_path = f->path;
+    cfg.pool_size = POOL_SIZE;
+    cfg.item_size_max = ITEM_MAX;
+    cfg.background = false;
+    int rc = tc_open(&cfg, &f->c);
+    if (rc != 0)
+        fail_msg("tc_open(%s): %d (%s)", f->path, rc, tc_errmsg());
+}
+
+/* A fresh cache and session: the same input gives the same bytes. */
+static void
+fresh(struct fx *f)
+{
+    if (f->c) {
+        proto_sess_fini(&f->s);
+        tc_close(f->c);
+        f->c = NULL;
+    }
+    unlink(f->path);
+    tc_clock_set(T0);
+    open_cache(f);
+    memset(&f->srv, 0, sizeof(f->srv));
+    proto_sess_init(&f->s, f->c, &stub_ops, &f->srv, ITEM_MAX);
+    obuf_fini(&f->out);
+    obuf_init(&f->out);
+    f->closed = false;
+    f->acc_len = 0;
+}
+
+static int
+setup(void **state)
+{
+    static int seq;
+    struct fx *f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return -1;
+    snprintf(f->path, sizeof(f->path), "/dev/shm/tc_test_proto_text_%d_%d.pool",
+             (int)getpid(), seq++);
+    obuf_init(&f->out);
+    fresh(f);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fx *f = *state;
+    proto_sess_fini(&f->s);
+    tc_close(f->c);
+    unlink(f->path);
+    obuf_fini(&f->out);
+    free(f->acc);
+    tc_clock_set(0);
+    free(f);
+    return 0;
+}
+
+/* ---- feeding ------------------------------------------------------------ */
+
+/* Run proto_process over the received bytes as a connection would: again
+ * and again while it consumes, until it wants more or closes. */
+static void
+pump(struct fx *f)
+{
+    size_t pos = 0;
+    while (!f->closed && pos < f->acc_len) {
+        ssize_t rc =
+            proto_process(&f->s, f->acc + pos, f->acc_len - pos, &f->out);
+        if (rc == PROTO_CLOSE) {
+            f->closed = true;
+            break;
+        }
+        assert_true(rc >= 0);
+        assert_true((size_t)rc <= f->acc_len - pos);
+        if (rc == 0)
+            break;
+        pos += (size_t)rc;
+    }
+    memmove(f->acc, f->acc + pos, f->acc_len - pos);
+    f->acc_len -= pos;
+}
+
+static void
+receive(struct fx *f, const char *p, size_t n)
+{
+    if (f->closed)
+        return;
+    if (f->acc_len + n > f->acc_cap) {
+        size_t cap = f->acc_cap ? f->acc_cap : 4096;
+        while (cap < f->acc_len + n)
+            cap *= 2;
+        f->acc = realloc(f->acc, cap);
+        assert_non_null(f->acc);
+        f->acc_cap = cap;
+    }
+    memcpy(f->acc + f->acc_len, p, n);
+    f->acc_len += n;
+    pump(f);
+}
+
+/* The output so far, taken out of the obuf. */
+static char *
+take_output(struct fx *f, size_t *len)
+{
+    *len = obuf_pending(&f->out);
+    char *p = malloc(*len + 1);
+    assert_non_null(p);
+    if (*len)
+        memcpy(p, f->out.buf + f->out.head, *len);
+    p[*len] = '\0';
+    obuf_consume(&f->out, *len);
+    return p;
+}
+
+static void
+print_escaped(const char *label, const char *p, size_t n)
+{
+    fprintf(stderr, "%s (%zu bytes): \"", label, n);
+    for (size_t i = 0; i < n && i < 600; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        if (ch == '\r')
+            fputs("\\r", stderr);
+        else if (ch == '\n')
+            fputs("\\n", stderr);
+        else if (ch < 0x20 || ch >= 0x7f)
+            fprintf(stderr, "\\x%02x", ch);
+        else
+            fputc(ch, stderr);
+    }
+    fputs(n > 600 ? "\"...\n" : "\"\n", stderr);
+}
+
+static void
+assert_bytes(const char *got, size_t glen, const char *want, size_t wlen)
+{
+    if (glen == wlen && memcmp(got, want, glen) == 0)
+        return;
+    print_escaped("expected", want, wlen);
+    print_escaped("got     ", got, glen);
+    fail_msg("reply differs");
+}
+
+/* Send input in one piece; the replies must be exactly want. */
+static void
+expect_n(struct fx *f, const char *in, size_t n, const char *want, size_t wlen)
+{
+    size_t glen;
+    receive(f, in, n);
+    char *got = take_output(f, &glen);
+    assert_bytes(got, glen, want, wlen);
+    free(got);
+}
+
+static void
+expect(struct fx *f, const char *in, const char *want)
+{
+    expect_n(f, in, strlen(in), want, strlen(want));
+}
+
+/* ---- retrieval ---------------------------------------------------------- */
+
+static void
+test_get_miss_and_hit(void **state)
+{
+    struct fx *f = *state;
+    expect(f, "get a\r\n", "END\r\n");
+    expect(f, "set a 5 0 3\r\nabc\r\n", "STORED\r\n");
+    expect(f, "get a\r\n", "VALUE a 5 3\r\nabc\r\nEND\r\n");
+    expect(f, "set b 4294967295 0 0\r\n\r\n", "STORED\r\n");
+    expect(f, "get a b c a\r\n",
+           "VALUE a 5 3\r\nabc\r\nVALUE b 4294967295 0\r\n\r\n"
+           "VALUE a 5 3\r\nabc\r\nEND\r\n");
+    expect(f, "bget a\r\n", "VALUE a 5 3\r\nabc\r\nEND\r\n");
+    /* "\n" alone ends a line; spaces around tokens are ignored */
+    expect(f, "  get   a  \n", "VALUE a 5 3\r\nabc\r\nEND\r\n");
+    expect(f, "get\r\n", "ERROR\r\n");
+    expect(f, "GET a\r\n", "ERROR\r\n");
+    assert_int_equal(f->s.ctr.get_multi, 1);
+}
+
+static void
+test_gets_has_cas(void **state)
+{
+    struct fx *f = *state;
+    struct tc_item_info info;
+    char buf[8], want[128];
+    expect(f, "set k 1 0 2\r\nhi\r\n", "STORED\r\n");
+    assert_int_equal(tc_get_copy(f->c, "k", 1, buf, sizeof(buf), &info), 0);
+    snprintf(want, sizeof(want), "VALUE k 1 2 %" PRIu64 "\r\nhi\r\nEND\r\n",
+             info.cas);
+    expect(f, "gets k\r\n", want);
+}
+
+static void
+test_get_bad_keys(void **state)
+{
+    struct fx *f = *state;
+    char line[600];
+    char key[252];
+    memset(key, 'k', 251);
+    key[251] = '\0';
+    expect(f, "set a 0 0 1\r\n1\r\n", "STORED\r\n");
+    /* a bad key anywhere refuses the whole get */
+    snprintf(line, sizeof(line), "get a %s\r\n", key);
+    expect(f, line, "CLIENT_ERROR bad command line format\r\n");
+    key[250] = '\0'; /* 250 bytes is fine */
+    snprintf(line, sizeof(line), "get a %s\r\n", key);
+    expect(f, line, "VALUE a 0 1\r\n1\r\nEND\r\n");
+    expect(f,
+           "get a\x01"
+           "b\r\n",
+           "CLIENT_ERROR bad command line format\r\n");
+    expect(f, "get a\tb\r\n", "CLIENT_ERROR bad command line format\r\n");
+    expect(f, "get a\x7f\r\n", "CLIENT_ERROR bad command line format\r\n");
+    /* bytes >= 0x80 are fine in a key */
+    expect(f, "get \xc3\xa9t\xc3\xa9\r\n", "END\r\n");
+}
+
+static void
+test_get_many_keys(void **state)
+{
+    struct fx *f = *state;
+    /* more keys than PROTO_MAX_TOKENS, on a line longer than
+     * PROTO_LINE_MAX: a multi-get line may be longer */
+    size_t cap = 40 * 1000 + 64;
+    char *line = malloc(cap);
+    assert_non_null(line);
+    size_t n = (size_t)snprintf(line, cap, "get");
+    for (int i = 0; i < 1000; i++)
+        n += (size_t)snprintf(line + n, cap - n, " key%05d_pad_pad_pad_pad_pad",
+                              i);
+    assert_true(n > PROTO_LINE_MAX);
+    n += (size_t)snprintf(line + n, cap - n, "\r\n");
+    expect(f, "set key00999_pad_pad_pad_pad_pad 0 0 1\r\nz\r\n", "STORED\r\n");
+    expect_n(f, line, n,
+             "VALUE key00999_pad_pad_pad_pad_pad 0 1\r\nz\r\nEND\r\n",
+             strlen("VALUE key00999_pad_pad_pad_pad_pad 0 1\r\nz\r\nEND\r\n"));
+    free(line);
+}
+
+static void
+test_gat_gats(void **state)
+{
+    struct fx *f = *state;
+    struct tc_item_info info;
+    char buf[8], want[128];
+    expect(f, "set t 3 100 2\r\nhi\r\n", "STORED\r\n");
+    expect(f, "gat 0 t nope\r\n", "VALUE t 3 2\r\nhi\r\nEND\r\n");
+    tc_clock_advance(200); /* touched to never expire */
+    expect(f, "get t\r\n", "VALUE t 3 2\r\nhi\r\nEND\r\n");
+    assert_int_equal(tc_get_copy(f->c, "t", 1, buf, sizeof(buf), &info), 0);
+    snprintf(want, sizeof(want), "VALUE t 3 2 %" PRIu64 "\r\nhi\r\nEND\r\n",
+             info.cas);
+    expect(f, "gats 10 t\r\n", want);
+    tc_clock_advance(11);
+    expect(f, "get t\r\n", "END\r\n");
+    expect(f, "gat 10\r\n", "END\r\n"); /* memcached: no keys, END */
+    expect(f, "gat\r\n", "ERROR\r\n");
+    expect(f, "gat x t\r\n", "CLIENT_ERROR invalid exptime argument\r\n");
+    expect(f, "gats 1.5 t\r\n", "CLIENT_ERROR invalid exptime argument\r\n");
+}
+
+/* ---- storage ------------------------------------------------------------ */
+
+static void
+test_store_modes(void **state)
+{
+    struct fx *f = *state;
+    expect(f, "add k 0 0 1\r\na\r\n", "STORED\r\n");
+    expect(f, "add k 0 0 1\r\nb\r\n", "NOT_STORED\r\n");
+    expect(f, "replace nope 0 0 1\r\nb\r\n", "NOT_STORED\r\n");
+    expect(f, "replace k 7 0 1\r\nb\r\n", "STORED\r\n");
+    expect(f, "append k 0 0 2\r\ncd\r\n", "STORED\r\n");
+    expect(f, "prepend k 0 0 2\r\n01\r\n", "STORED\r\n");
+    expect(f, "append nope 0 0 1\r\na\r\n", "NOT_STORED\r\n");
+    expect(f, "prepend nope 0 0 1\r\na\r\n", "NOT_STORED\r\n");
+    /* append and prepend keep the flags */
+    expect(f, "get k\r\n", "VALUE k 7 5\r\n01bcd\r\nEND\r\n");
+    /* a data block may hold any byte, "\r\n" included */
+    expect_n(f, "set bin 0 0 6\r\n\r\n\0\x80 \n\r\n", 23, "STORED\r\n", 8);
+    expect_n(f, "get bin\r\n", 9, "VALUE bin 0 6\r\n\r\n\0\x80 \n\r\nEND\r\n",
+             28);
+    /* a sixth token that is not noreply is ignored, as in memcached */
+    expect(f, "set k 0 0 1 foo\r\nx\r\n", "STORED\r\n");
+    expect(f, "set k 0 0 1\nx\r\nget k\n",
+           "STORED\r\nVALUE k 0 1\r\nx\r\nEND\r\n");
+}
+
+static void
+test_store_expiry(void **state)
+{
+    struct fx *f = *state;
+    expect(f, "set e 0 10 1\r\na\r\nset n 0 -1 1\r\nb\r\n",
+           "STORED\r\nSTORED\r\n");
+    expect(f, "get n\r\n", "END\r\n");
+    tc_clock_advance(9);
+    expect(f, "get e\r\n", "VALUE e 0 1\r\na\r\nEND\r\n");
+    tc_clock_advance(2);
+    expect(f, "get e\r\n", "END\r\n");
+    /* beyond 30 days: an absolute unix time */
+    char line[64];
+    snprintf(line, sizeof(line), "set abs 0 %u 1\r\na\r\n", T0 + 11 + 5);
+    expect(f, line, "STORED\r\n");
+    tc_clock_advance(4);
+    expect(f, "get abs\r\n", "VALUE abs 0 1\r\na\r\nEND\r\n");
+    tc_clock_advance(2);
+    expect(f, "get abs\r\n", "END\r\n");
+}
+
+static void
+test_cas(void **state)
+{
+    struct fx *f = *state;
+    struct tc_item_info info;
+    char buf[8], line[128];
+    expect(f, "cas nope 0 0 1 5\r\nb\r\n", "NOT_FOUND\r\n");
+    expect(f, "set c 0 0 1\r\na\r\n", "STORED\r\n");
+    assert_int_equal(tc_get_copy(f->c, "c", 1, buf, sizeof(buf), &info), 0);
+    snprintf(line, sizeof(line), "cas c 0 0 1 %" PRIu64 "\r\nb\r\n",
+             info.cas + 1);
+    expect(f, line, "EXISTS\r\n");
+    snprintf(line, sizeof(line), "cas c 9 0 1 %" PRIu64 "\r\nb\r\n", info.cas);
+    expect(f, line, "STORED\r\n");
+    expect(f, line, "EXISTS\r\n"); /* the CAS moved on */
+    expect(f, "get c\r\n", "VALUE c 9 1\r\nb\r\nEND\r\n");
+    snprintf(line, sizeof(line), "cas c 0 0 1 %" PRIu64 " noreply\r\nz\r\n",
+             info.cas);
+    expect(f, line, "");
+    expect(f, "cas c 0 0 1\r\nb\r\n", "ERROR\r\nERROR\r\n");
+    expect(f, "cas c 0 0 1 x\r\nb\r\n",
+           "CLIENT_ERROR bad command line format\r\nERROR\r\n");
+    expect(f, "cas c 0 0 1 18446744073709551616\r\nb\r\n",
+           "CLIENT_ERROR bad command line format\r\nERROR\r\n");
+}
+
+static void
+test_store_bad_lines(void **state)
+{
+    struct fx *f = *state;
+    char line[600], key[252];
+    const char *bad = "CLIENT_ERROR bad command line format\r\n";
+    /* the data block of a refused line is read as a command, as memcached
+     * does: "b" is one byte, too short for a command: ERROR */
+    char want[128];
+    snprintf(want, sizeof(want), "%sERROR\r\n", bad);
+    expect(f, "set a x 0 1\r\nb\r\n", want);
+    expect(f, "set a 0 x 1\r\nb\r\n", want);
+    expect(f, "set a 0 0 x\r\nb\r\n", want);
+    expect(f, "set a -1 0 1\r\nb\r\n", want);
+    expect(f, "set a +1 0 1\r\nb\r\n", want);
+    expect(f, "set a 4294967296 0 1\r\nb\r\n", want);
+    expect(f, "set a 0 0 -1\r\n", bad);
+    expect(f, "set a 0 0 2147483646\r\n", bad);
+    memset(key, 'k', 251);
+    key[251] = '\0';
+    snprintf(line, sizeof(line), "set %s 0 0 1\r\nb\r\n", key);
+    expect(f, line, want);
+    expect(f, "set a\x01 0 0 1\r\nb\r\n", want);
+    /* wrong token counts: ERROR, noreply or not */
+    expect(f, "set a 0 0\r\n", "ERROR\r\n");
+    expect(f, "set a 0 0 1 2 3\r\n", "ERROR\r\n");
+    expect(f, "set a 0 0 1 2 noreply\r\n", "ERROR\r\n");
+    expect(f, "get a\r\n", "END\r\n");
+    assert_int_equal(f->s.ctr.protocol_errors, 21);
+}
+
+static void
+test_bad_data_chunk(void **state)
+{
+    struct fx *f = *state;
+    /* bytes + 2 are consumed; what follows is the next command */
+    expect(f, "set a 0 0 1\r\nabc\r\n",
+           "CLIENT_ERROR bad data chunk\r\nERROR\r\n");
+    expect(f, "set a 0 0 1\r\n1\nget a\r\n",
+           "CLIENT_ERROR bad data chunk\r\nERROR\r\n");
+    expect(f, "set a 0 0 1 noreply\r\nabc\r\nget a\r\n", "ERROR\r\nEND\r\n");
+    expect(f, "set a 0 0 2\r\nab\r\nset a 0 0 1\r\nxyz\r\nget a\r\n",
+           "STORED\r\nCLIENT_ERROR bad data chunk\r\nERROR\r\n"
+           "VALUE a 0 2\r\nab\r\nEND\r\n");
+}
+
+static void
+test_large_values(void **state)
+{
+    struct fx *f = *state;
+    size_t max = ITEM_MAX - 24 - 3; /* header 24, key "big" */
+    size_t cap = max + 128;
+    char *in = malloc(cap), *want = malloc(cap);
+    assert_non_null(in);
+    assert_non_null(want);
+
+    for (size_t vlen = max - 1; vlen <= max; vlen++) {
+        size_t n = (size_t)snprintf(in, cap, "set big 1 0 %zu\r\n", vlen);
+        for (size_t i = 0; i < vlen; i++)
+            in[n + i] = (char)('a' + (i * 7 + vlen) % 26);
+        memcpy(in + n + vlen, "\r\n", 2);
+        expect_n(f, in, n + vlen + 2, "STORED\r\n", 8);
+        size_t w = (size_t)snprintf(want, cap, "VALUE big 1 %zu\r\n", vlen);
+        memcpy(want + w, in + n, vlen);
+        memcpy(want + w + vlen, "\r\nEND\r\n", 7);
+        expect_n(f, "get big\r\n", 9, want, w + vlen + 7);
+    }
+    free(in);
+    free(want);
+}
+
+static void
+test_too_large_swallowed(void **state)
+{
+    struct fx *f = *state;
+    size_t vlen = ITEM_MAX - 24 - 3 + 1;
+    char line[64];
+    int n = snprintf(line, sizeof(line), "set big 0 0 %zu\r\n", vlen);
+
+    expect(f, "set big 0 0 1\r\nx\r\n", "STORED\r\n");
+    /* refused from the line alone: nothing of the value is buffered */
+    expect_n(f, line, (size_t)n, "SERVER_ERROR object too large for cache\r\n",
+             41);
+    assert_int_equal(f->s.swallow, vlen + 2);
+    char *chunk = calloc(1, 65536);
+    assert_non_null(chunk);
+    memset(chunk, 'v', 65536);
+    size_t left = vlen;
+    while (left) {
+        size_t k = left < 65536 ? left : 65536;
+        receive(f, chunk, k);
+        assert_int_equal(f->acc_len, 0); /* swallowed as it came */
+        left -= k;
+    }
+    free(chunk);
+    /* a failed set dropped the old value */
+    expect(f, "\r\nget big\r\n", "END\r\n");
+    assert_int_equal(f->s.swallow, 0);
+
+    /* with noreply: no reply, still swallowed */
+    n = snprintf(line, sizeof(line), "set big 0 0 %zu noreply\r\n", vlen);
+    receive(f, line, (size_t)n);
+    char *val = malloc(vlen + 2);
+    assert_non_null(val);
+    memset(val, 'v', vlen);
+    memcpy(val + vlen, "\r\n", 2);
+    receive(f, val, vlen + 2);
+    free(val);
+    expect(f, "version\r\n", "VERSION " TC_VERSION "\r\n");
+    /* an add refused as too large keeps the old value */
+    expect(f, "set k 0 0 1\r\nx\r\n", "STORED\r\n");
+    n = snprintf(line, sizeof(line), "add k 0 0 %zu\r\n", vlen + 2);
+    expect_n(f, line, (size_t)n, "SERVER_ERROR object too large for cache\r\n",
+             41);
+    f->s.swallow = 0; /* the test drops the rest of the value */
+    expect(f, "get k\r\n", "VALUE k 0 1\r\nx\r\nEND\r\n");
+}
+
+/* ---- arithmetic ---------------------------------------------------------- */
+
+static void
+test_incr_decr(void **state)
+{
+    struct fx *f = *state;
+    expect(f, "incr n 1\r\n", "NOT_FOUND\r\n");
+    expect(f, "decr n 1\r\n", "NOT_FOUND\r\n");
+    expect(f, "set n 3 0 2\r\n10\r\n", "STORED\r\n");
+    expect(f, "incr n 5\r\n", "15\r\n");
+    expect(f, "decr n 6\r\n", "9\r\n");
+    expect(f, "get n\r\n", "VALUE n 3 1\r\n9\r\nEND\r\n");
+    expect(f, "decr n 100\r\n", "0\r\n"); /* floor at 0 */
+    expect(f, "incr n 18446744073709551615\r\n", "18446744073709551615\r\n");
+    expect(f, "incr n 1\r\n", "0\r\n"); /* wraps */
+    expect(f, "set n 0 0 20\r\n18446744073709551615\r\n", "STORED\r\n");
+    expect(f, "incr n 2\r\n", "1\r\n");
+    expect(f, "set n 0 0 20\r\n18446744073709551614\r\n", "STORED\r\n");
+    expect(f, "decr n 18446744073709551615\r\n", "0\r\n");
+    const char *delta = "CLIENT_ERROR invalid numeric delta argument\r\n";
+    expect(f, "incr n 18446744073709551616\r\n", delta);
+    expect(f, "incr n 99999999999999999999\r\n", delta);
+    expect(f, "incr n -1\r\n", delta);
+    expect(f, "incr n abc\r\n", delta);
+    expect(f, "incr n 1x\r\n", delta);
+    expect(f, "set s 0 0 2\r\nab\r\n", "STORED\r\n");
+    const char *nonnum =
+        "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
+    expect(f, "incr s 1\r\n", nonnum);
+    expect(f, "decr s 1\r\n", nonnum);
+    expect(f, "set s 0 0 20\r\n18446744073709551616\r\n", "STORED\r\n");
+    expect(f, "incr s 1\r\n", nonnum);
+    expect(f, "incr\r\nincr n\r\nincr n 1 2 3\r\n",
+           "ERROR\r\nERROR\r\nERROR\r\n");
+    expect(f, "incr n 1 junk\r\n", "1\r\n");
+    expect(f,
+           "incr n 1 noreply\r\ndecr n 5 noreply\r\nincr s 1 noreply\r\n"
+           "incr n x noreply\r\nget n\r\n",
+           "VALUE n 0 1\r\n0\r\nEND\r\n");
+}
+
+/* ---- delete, touch ------------------------------------------------------ */
+
+static void
+test_delete(void **state)
+{
+    struct fx *f = *state;
+    const char *usage = "CLIENT_ERROR bad command line format.  "
+                        "Usage: delete <key> [noreply]\r\n";
+    expect(f, "delete d\r\n", "NOT_FOUND\r\n");
+    expect(f, "set d 0 0 1\r\n1\r\n", "STORED\r\n");
+    expect(f, "delete d\r\n", "DELETED\r\n");
+    expect(f, "set d 0 0 1\r\n1\r\n", "STORED\r\n");
+    expect(f, "delete d 0\r\n", "DELETED\r\n");
+    expect(f, "set d 0 0 1\r\n1\r\n", "STORED\r\n");
+    expect(f, "delete d noreply\r\nget d\r\n", "END\r\n");
+    expect(f, "set d 0 0 1\r\n1\r\n", "STORED\r\n");
+    expect(f, "delete d 0 noreply\r\nget d\r\n", "END\r\n");
+    expect(f, "delete d 1\r\n", usage);
+    expect(f, "delete d 0 0\r\n", usage);
+    expect(f, "delete d 1 noreply\r\n", ""); /* suppressed, as memcached */
+    expect(f, "delete d x y z\r\n", "ERROR\r\n");
+    expect(f, "delete\r\n", "ERROR\r\n");
+    char line[300], key[252];
+    memset(key, 'k', 251);
+    key[251] = '\0';
+    snprintf(line, sizeof(line), "delete %s\r\n", key);
+    expect(f, line, "CLIENT_ERROR bad command line format\r\n");
+    snprintf(line, sizeof(line), "delete %s 1\r\n", key);
+    expect(f, line, usage);
+}
+
+static void
+test_touch(void **state)
+{
+    struct fx *f = *state;
+    expect(f, "touch t 10\r\n", "NOT_FOUND\r\n");
+    expect(f, "set t 0 5 1\r\n1\r\n", "STORED\r\n");
+    expect(f, "touch t 100\r\n", "TOUCHED\r\n");
+    tc_clock_advance(50);
+    expect(f, "get t\r\n", "VALUE t 0 1\r\n1\r\nEND\r\n");
+    expect(f, "touch t 1 noreply\r\n", "");
+    tc_clock_advance(2);
+    expect(f, "get t\r\n", "END\r\n");
+    expect(f, "touch t\r\n", "ERROR\r\n");
+    expect(f, "touch t x\r\n", "CLIENT_ERROR invalid exptime argument\r\n");
+    expect(f, "touch t x noreply\r\n", "");
+    expect(f, "touch t 10 x\r\n", "NOT_FOUND\r\n");
+}
+
+/* ---- server commands ---------------------------------------------------- */
+
+static void
+test_flush_all_delay(void **state)
+{
+    struct fx *f = *state;
+    expect(f, "set a 0 0 1\r\n1\r\n", "STORED\r\n");
+    expect(f, "flush_all 10\r\n", "OK\r\n");
+    tc_clock_advance(9);
+    expect(f, "get a\r\n", "VALUE a 0 1\r\n1\r\nEND\r\n");
+    tc_clock_advance(2);
+    expect(f, "get a\r\n", "END\r\n");
+    expect(f, "set b 0 0 1\r\n2\r\n", "STORED\r\n");
+    expect(f, "get b\r\n", "VALUE b 0 1\r\n2\r\nEND\r\n");
+    expect(f, "flush_all\r\nget b\r\n", "OK\r\nEND\r\n");
+    expect(f, "set b 0 0 1\r\n2\r\n", "STORED\r\n");
+    expect(f, "flush_all noreply\r\nget b\r\n", "END\r\n");
+    expect(f, "set b 0 0 1\r\n2\r\n", "STORED\r\n");
+    expect(f, "flush_all 0\r\nget b\r\n", "OK\r\nEND\r\n");
+    expect(f, "flush_all -1\r\n", "OK\r\n");
+    expect(f, "flush_all 10 x\r\n", "OK\r\n");
+    expect(f, "flush_all 0 noreply\r\n", "");
+    expect(f, "flush_all x\r\n", "CLIENT_ERROR invalid exptime argument\r\n");
+    expect(f, "flush_all noreply 5\r\n",
+           "CLIENT_ERROR invalid exptime argument\r\n");
+    expect(f, "flush_all 1 2 3\r\n", "ERROR\r\n");
+    expect(f, "flush_all 10 noreply x\r\n", "ERROR\r\n");
+}
+
+static void
+test_version_verbosity(void **state)
+{
+    struct fx *f = *state;
+    expect(f, "version\r\n", "VERSION 0.1.0\r\n");
+    expect(f, "version x\r\n", "VERSION 0.1.0\r\n");
+    expect(f, "verbosity 1\r\n", "OK\r\n");
+    assert_int_equal(f->srv.verbosity, 1);
+    expect(f, "verbosity 2 noreply\r\n", "");
+    assert_int_equal(f->srv.verbosity, 2);
+    expect(f, "verbosity 1 2\r\n", "OK\r\n");
+    expect(f, "verbosity\r\n", "ERROR\r\n");
+    expect(f, "verbosity 1 2 3\r\n", "ERROR\r\n");
+    expect(f, "verbosity x\r\n", "CLIENT_ERROR bad command line format\r\n");
+}
+
+static void
+test_stats(void **state)
+{
+    struct fx *f = *state;
+    expect(f, "stats\r\n", "STAT fake 1\r\nEND\r\n");
+    expect(f, "stats   \r\n", "STAT fake 1\r\nEND\r\n");
+    expect(f, "stats settings\r\n",
+           "STAT maxbytes 67108864\r\nSTAT item_size_max 2097152\r\nEND\r\n");
+    expect(f, "stats nope\r\n", "ERROR\r\n");
+    expect(f, "stats partial\r\n", "ERROR\r\n"); /* partial lines taken back */
+    expect(f, "stats reset\r\n", "RESET\r\n");
+    expect(f, "stats reset x\r\n", "RESET\r\n");
+    assert_int_equal(f->srv.stats_resets, 2);
+    expect(f, "stats detail\r\n",
+           "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
+    expect(f, "stats detail x\r\n",
+           "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
+    expect(f, "stats detail on\r\nstats detail off\r\nstats detail dump\r\n",
+           "OK\r\nOK\r\nEND\r\n");
+    char line[200];
+    memset(line, 'g', sizeof(line));
+    memcpy(line, "stats ", 6);
+    memcpy(line + sizeof(line) - 2, "\r\n", 2);
+    expect_n(f, line, sizeof(line), "ERROR\r\n", 7);
+}
+
+static void
+test_shutdown(void **state)
+{
+    struct fx *f = *state;
+    expect(f, "shutdown\r\n", "ERROR: shutdown not enabled\r\n");
+    expect(f, "shutdown graceful\r\n", "ERROR: shutdown not enabled\r\n");
+    expect(f, "shutdown x\r\n", "CLIENT_ERROR invalid shutdown mode\r\n");
+    assert_false(f->closed);
+    f->srv.shutdown_enabled = true;
+    expect(f, "shutdown\r\nversion\r\n", "");
+    assert_true(f->closed);
+    assert_int_equal(f->srv.shutdowns, 1);
+}
+
+static void
+test_memlimit(void **state)
+{
+    struct fx *f = *state;
+    expect(f, "cache_memlimit 16\r\n", "OK\r\n");
+    assert_int_equal(f->srv.memlimit_mib, 16);
+    expect(f, "cache_memlimit 32 noreply\r\n", "");
+    assert_int_equal(f->srv.memlimit_mib, 32);
+    expect(f, "cache_memlimit 4\r\n",
+           "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n");
+    expect(f, "cache_memlimit 2000000000\r\n",
+           "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n");
+    expect(f, "cache_memlimit 2048\r\n",
+           "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n");
+    expect(f, "cache_memlimit x\r\n", "ERROR\r\n");
+    expect(f, "cache_memlimit\r\n", "ERROR\r\n");
+    expect(f, "cache_memlimit 1 2 3\r\n", "ERROR\r\n");
+}
+
+static void
+test_quit(void **state)
+{
+    struct fx *f = *state;
+    expect(f, "version\r\nquit\r\nversion\r\n", "VERSION 0.1.0\r\n");
+    assert_true(f->closed);
+}
+
+static void
+test_unknown_and_garbage(void **state)
+{
+    struct fx *f = *state;
+    expect(f, "\r\n", "ERROR\r\n");
+    expect(f, "\n", "ERROR\r\n");
+    expect(f, "x\r\n", "ERROR\r\n");
+    expect(f, "bogus a b c\r\n", "ERROR\r\n");
+    expect(f, "mx\r\n", "ERROR\r\n");
+    /* meta commands go to the meta parser, but a keyless one is ERROR */
+    expect(f, "mn\r\nmg\r\nms\r\nmd \r\nma\r\nmn\r\n",
+           "MN\r\nERROR\r\nERROR\r\nERROR\r\nERROR\r\nMN\r\n");
+    /* binary bytes once the connection is text: ERROR, then carry on */
+    expect_n(f, "\x80\x01\x00\x05garbage\xff\r\n", 14, "ERROR\r\n", 7);
+    expect_n(f, "\0\0\0\n", 4, "ERROR\r\n", 7);
+    expect(f, "version\r\n", "VERSION 0.1.0\r\n");
+    assert_false(f->s.binary);
+    /* memcached hangs up on an HTTP request */
+    expect(f, "GET / HTTP/1.1\r\n", "");
+    assert_true(f->closed);
+}
+
+static void
+test_line_too_long(void **state)
+{
+    struct fx *f = *state;
+    char *line = malloc(PROTO_LINE_MAX + 16);
+    assert_non_null(line);
+    /* PROTO_LINE_MAX bytes before the "\n" is still a line */
+    memset(line, 'a', PROTO_LINE_MAX);
+    line[PROTO_LINE_MAX - 1] = '\r';
+    line[PROTO_LINE_MAX] = '\n';
+    expect_n(f, line, PROTO_LINE_MAX + 1, "ERROR\r\n", 7);
+    /* one more without a "\n": the reply, then the close */
+    memset(line, 'a', PROTO_LINE_MAX + 1);
+    expect_n(f, line, PROTO_LINE_MAX + 1, "CLIENT_ERROR line too long\r\n", 28);
+    assert_true(f->closed);
+    /* the same when the "\n" is there already */
+    fresh(f);
+    memset(line, 'a', PROTO_LINE_MAX + 1);
+    memcpy(line + PROTO_LINE_MAX + 1, "\r\n", 2);
+    expect_n(f, line, PROTO_LINE_MAX + 3, "CLIENT_ERROR line too long\r\n", 28);
+    assert_true(f->closed);
+    free(line);
+}
+
+static void
+test_binary_detected(void **state)
+{
+    struct fx *f = *state;
+    /* a binary NOOP: the first byte picks the binary parser for good */
+    static const char noop[24] = {(char)0x80, 0x0a};
+    receive(f, noop, sizeof(noop));
+    assert_true(f->s.binary);
+    size_t n;
+    free(take_output(f, &n));
+}
+
+static void
+test_counters(void **state)
+{
+    struct fx *f = *state;
+    expect(f, "set a 0 0 1\r\n1\r\nget a a\r\nbogus\r\nversion\r\n",
+           "STORED\r\nVALUE a 0 1\r\n1\r\nVALUE a 0 1\r\n1\r\nEND\r\nERROR\r\n"
+           "VERSION 0.1.0\r\n");
+    assert_int_equal(f->s.ctr.cmd_total, 4);
+    assert_int_equal(f->s.ctr.get_multi, 1);
+    assert_int_equal(f->s.ctr.protocol_errors, 1);
+}
+
+static void
+test_err_table(void **state)
+{
+    (void)state;
+    for (int e = 0; e < PERR_COUNT; e++) {
+        const char *t = proto_err_text((enum proto_err)e);
+        assert_non_null(t);
+        assert_true(strncmp(t, "ERROR", 5) == 0 ||
+                    strncmp(t, "CLIENT_ERROR ", 13) == 0 ||
+                    strncmp(t, "SERVER_ERROR ", 13) == 0);
+    }
+    assert_string_equal(proto_err_text(PERR_KEY_TOO_LONG),
+                        "CLIENT_ERROR bad command line format");
+}
+
+static void
+test_util_parsing(void **state)
+{
+    (void)state;
+    struct proto_token t;
+    uint32_t u32;
+    uint64_t u64;
+    int64_t i64;
+#define TOK(s) (t.p = (s), t.n = strlen(s), &t)
+    assert_true(proto_parse_u32(TOK("4294967295"), &u32));
+    assert_int_equal(u32, 4294967295u);
+    assert_false(proto_parse_u32(TOK("4294967296"), &u32));
+    assert_false(proto_parse_u32(TOK(""), &u32));
+    assert_false(proto_parse_u32(TOK("-0"), &u32));
+    assert_true(proto_parse_u64(TOK("18446744073709551615"), &u64));
+    assert_true(u64 == UINT64_MAX);
+    assert_false(proto_parse_u64(TOK("18446744073709551616"), &u64));
+    assert_true(proto_parse_u64(TOK("000000000000000000000001"), &u64));
+    assert_true(u64 == 1);
+    assert_true(proto_parse_i64(TOK("-9223372036854775808"), &i64));
+    assert_true(i64 == INT64_MIN);
+    assert_false(proto_parse_i64(TOK("-9223372036854775809"), &i64));
+    assert_true(proto_parse_i64(TOK("9223372036854775807"), &i64));
+    assert_false(proto_parse_i64(TOK("9223372036854775808"), &i64));
+    assert_false(proto_parse_i64(TOK("-"), &i64));
+    assert_false(proto_parse_i64(TOK("1 "), &i64));
+#undef TOK
+    struct proto_token tok[3];
+    assert_int_equal(proto_tokenize("  a bb  c ", 10, tok, 3), 3);
+    assert_int_equal(tok[1].n, 2);
+    assert_int_equal(proto_tokenize("a b c d", 7, tok, 3), 4);
+    assert_int_equal(proto_tokenize("   ", 3, tok, 3), 0);
+    assert_int_equal(proto_find_eol("ab\ncd\n", 6), 2);
+    assert_int_equal(proto_find_eol("abcd", 4), -1);
+    assert_false(proto_key_ok("", 0));
+    assert_false(proto_key_ok("a b", 3));
+    assert_true(proto_key_ok("\xff", 1));
+}
+
+/* ---- pipelining --------------------------------------------------------- */
+
+/* Many commands back to back, errors, swallowed and large values included. */
+static char *
+pipeline_script(size_t *len)
+{
+    size_t big = 300000, huge = ITEM_MAX; /* huge is refused */
+    size_t cap = big + huge + 8192;
+    char *p = malloc(cap);
+    assert_non_null(p);
+    size_t n = 0;
+#define ADD(s) (memcpy(p + n, (s), strlen(s)), n += strlen(s))
+    ADD("set a 1 0 3\r\nabc\r\nget a\r\ngets a\r\nset b 0 0 0\r\n\r\n");
+    ADD("add a 0 0 1\r\nx\r\nappend a 0 0 2\r\nde\r\nget a b nope\r\n");
+    ADD("incr n 1\r\nset n 0 0 2\r\n41\r\nincr n 1\r\ndecr n 100\r\n");
+    ADD("set a 0 0 1\r\nabc\r\n\n\r\nbogus\r\nset a 0 x 1\r\nb\r\n");
+    ADD("delete b\r\ndelete b\r\ndelete b 1\r\ntouch a 10\r\n");
+    ADD("gat 100 a\r\ngats 0 a nope\r\nset q 0 0 1 noreply\r\nq\r\n");
+    ADD("incr n x noreply\r\nversion\r\nstats\r\nstats nope\r\n");
+    n += (size_t)snprintf(p + n, cap - n, "set big 2 0 %zu\r\n", big);
+    for (size_t i = 0; i < big; i++)
+        p[n++] = (char)(i % 251);
+    ADD("\r\nget big a\r\n");
+    n += (size_t)snprintf(p + n, cap - n, "set huge 0 0 %zu\r\n", huge);
+    memset(p + n, 'h', huge);
+    n += huge;
+    ADD("\r\nget huge q\r\ncas a 0 0 1 1\r\nz\r\nflush_all\r\nget a\r\n");
+    ADD("\x80\x81 garbage\r\nverbosity 1\r\ncache_memlimit 64\r\n");
+    ADD("version\r\nquit\r\nget a\r\n");
+#undef ADD
+    *len = n;
+    return p;
+}
+
+static char *
+run_chunked(struct fx *f, const char *in, size_t len, uint64_t seed,
+            size_t *olen)
+{
+    fresh(f);
+    uint64_t x = seed ? seed : 1;
+    size_t pos = 0;
+    while (pos < len && !f->closed) {
+        size_t k = 1;
+        if (seed) { /* xorshift64: chunks of 1..4096, mostly small */
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            k = 1 + (size_t)(x % ((x >> 32) % 8 == 0 ? 4096 : 64));
+        }
+        if (k > len - pos)
+            k = len - pos;
+        receive(f, in + pos, k);
+        pos += k;
+    }
+    return take_output(f, olen);
+}
+
+static void
+test_pipeline_split_everywhere(void **state)
+{
+    struct fx *f = *state;
+    size_t len, olen, clen;
+    char *in = pipeline_script(&len);
+
+    fresh(f);
+    receive(f, in, len);
+    assert_true(f->closed);
+    char *once = take_output(f, &olen);
+    assert_non_null(memmem(once, olen, "SERVER_ERROR object too large", 29));
+    assert_non_null(memmem(once, olen, "VERSION 0.1.0\r\n", 15));
+
+    char *bytewise = run_chunked(f, in, len, 0, &clen);
+    assert_bytes(bytewise, clen, once, olen);
+    free(bytewise);
+
+    const char *env = getenv("TC_TEST_SEED");
+    uint64_t seed0 = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
+    for (uint64_t i = 0; i < 8; i++) {
+        uint64_t seed = seed0 * 8 + i + 1;
+        char *got = run_chunked(f, in, len, seed, &clen);
+        if (clen != olen || memcmp(got, once, olen) != 0)
+            fprintf(stderr,
+                    "chunking seed %" PRIu64 " (TC_TEST_SEED=%" PRIu64 ")\n",
+                    seed, seed0);
+        assert_bytes(got, clen, once, olen);
+        free(got);
+    }
+    assert_int_equal(tc_check(f->c), 0);
+    free(once);
+    free(in);
+}
+
+/* Every split point of a short pipeline, as two reads. */
+static void
+test_pipeline_two_reads(void **state)
+{
+    struct fx *f = *state;
+    const char *in = "set k 0 0 5 noreply\r\nhello\r\nget k\r\nincr k 1\r\n"
+                     "set n 0 0 1\r\n7\r\nincr n 3\r\ndelete k\r\nget k n\r\n";
+    size_t len = strlen(in), olen, glen;
+
+    fresh(f);
+    receive(f, in, len);
+    char *once = take_output(f, &olen);
+    for (size_t cut = 1; cut < len; cut++) {
+        fresh(f);
+        receive(f, in, cut);
+        receive(f, in + cut, len - cut);
+        char *got = take_output(f, &glen);
+        if (glen != olen || memcmp(got, once, olen) != 0)
+            fprintf(stderr, "split at %zu\n", cut);
+        assert_bytes(got, glen, once, olen);
+        free(got);
+    }
+    free(once);
+}
+
+static void
+test_need_hint(void **state)
+{
+    struct fx *f = *state;
+    const char *line = "set k 0 0 100\r\n";
+    ssize_t rc = proto_process(&f->s, line, strlen(line), &f->out);
+    assert_int_equal(rc, 0);
+    assert_int_equal(f->s.need, strlen(line) + 102);
+    /* after a complete request the hint is for the one behind it */
+    const char *two = "version\r\nset k 0 0 100\r\n";
+    rc = proto_process(&f->s, two, strlen(two), &f->out);
+    assert_int_equal(rc, 9);
+    assert_int_equal(f->s.need, strlen(line) + 102);
+}
+
+/* A call stops between requests once a lot of replies wait, so that the
+ * connection's back-pressure applies; the rest runs on the next call. */
+static void
+test_yield_on_big_replies(void **state)
+{
+    struct fx *f = *state;
+    size_t vlen = 300000;
+    char *in = malloc(vlen + 64);
+    assert_non_null(in);
+    int n = snprintf(in, 64, "set big 0 0 %zu\r\n", vlen);
+    memset(in + n, 'b', vlen);
+    memcpy(in + n + vlen, "\r\n", 2);
+    expect_n(f, in, (size_t)n + vlen + 2, "STORED\r\n", 8);
+    free(in);
+
+    const char *gets = "get big\r\nget big\r\nversion\r\n";
+    ssize_t rc = proto_process(&f->s, gets, strlen(gets), &f->out);
+    assert_int_equal(rc, 9);
+    rc = proto_process(&f->s, gets + 9, strlen(gets) - 9, &f->out);
+    assert_int_equal(rc, 9);
+    obuf_consume(&f->out, obuf_pending(&f->out));
+    rc = proto_process(&f->s, gets + 18, strlen(gets) - 18, &f->out);
+    assert_int_equal(rc, 9);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_err_table),
+        cmocka_unit_test(test_util_parsing),
+        T(test_get_miss_and_hit),
+        T(test_gets_has_cas),
+        T(test_get_bad_keys),
+        T(test_get_many_keys),
+        T(test_gat_gats),
+        T(test_store_modes),
+        T(test_store_expiry),
+        T(test_cas),
+        T(test_store_bad_lines),
+        T(test_bad_data_chunk),
+        T(test_large_values),
+        T(test_too_large_swallowed),
+        T(test_incr_decr),
+        T(test_delete),
+        T(test_touch),
+        T(test_flush_all_delay),
+        T(test_version_verbosity),
+        T(test_stats),
+        T(test_shutdown),
+        T(test_memlimit),
+        T(test_quit),
+        T(test_unknown_and_garbage),
+        T(test_line_too_long),
+        T(test_binary_detected),
+        T(test_counters),
+        T(test_need_hint),
+        T(test_yield_on_big_replies),
+        T(test_pipeline_two_reads),
+        T(test_pipeline_split_everywhere),
+    };
+    return cmocka_run_group_tests_name("proto_text", tests, NULL, NULL);
+}

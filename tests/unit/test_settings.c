@@ -1,0 +1,497 @@
+/*
+ * Unit tests for src/settings.c: defaults, every flag (short, attached,
+ * bundled, long), k/m/g suffixes, -o options, the one-line error naming the
+ * flag for every bad value, checks across options, --help and
+ * "stats settings".
+ */
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "src/base/err.h"
+#include "src/obuf.h"
+#include "src/settings.h"
+
+#define MAX_ARGS 32
+
+/* A settings struct and the argv its strings point into. */
+struct fx {
+    struct settings s;
+    char line[2048];
+    char *argv[MAX_ARGS];
+    int argc;
+};
+
+static int
+setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    if (!f)
+        return -1;
+    settings_init(&f->s);
+    err_clear();
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    free(*state);
+    return 0;
+}
+
+/* Parse a command line given as one string, split on spaces ("tiercached"
+ * is argv[0]). */
+static int
+parse(struct fx *f, const char *args)
+{
+    snprintf(f->line, sizeof(f->line), "tiercached %s", args);
+    f->argc = 0;
+    for (char *save = NULL, *t = strtok_r(f->line, " ", &save);
+         t && f->argc < MAX_ARGS; t = strtok_r(NULL, " ", &save))
+        f->argv[f->argc++] = t;
+    return settings_parse(&f->s, f->argc, f->argv);
+}
+
+/* Parse on fresh defaults and expect -EINVAL with a message that starts
+ * with prefix (the flag's name) and contains want. */
+static void
+expect_bad(struct fx *f, const char *args, const char *prefix, const char *want)
+{
+    settings_init(&f->s);
+    err_clear();
+    int rc = parse(f, args);
+    if (rc != -EINVAL || strncmp(err_msg(), prefix, strlen(prefix)) != 0 ||
+        (want && !strstr(err_msg(), want)))
+        fail_msg("args '%s': rc %d, message '%s' (want prefix '%s'%s%s)", args,
+                 rc, err_msg(), prefix, want ? " and " : "", want ? want : "");
+    /* one line */
+    assert_null(strchr(err_msg(), '\n'));
+}
+
+static void
+expect_ok(struct fx *f, const char *args)
+{
+    settings_init(&f->s);
+    int rc = parse(f, args);
+    if (rc != 0)
+        fail_msg("args '%s': rc %d, message '%s'", args, rc, err_msg());
+}
+
+static void
+test_defaults(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(parse(f, ""), 0);
+    struct settings *s = &f->s;
+    assert_int_equal(s->action, SETTINGS_RUN);
+    assert_int_equal(s->port, 11211);
+    assert_int_equal(s->udp_port, 0);
+    assert_null(s->unix_path);
+    assert_int_equal(s->unix_mask, 0700);
+    assert_string_equal(s->listen, "127.0.0.1");
+    assert_int_equal(s->maxbytes_mib, 64);
+    assert_false(s->no_evict);
+    assert_int_equal(s->maxconns, 1024);
+    assert_int_equal(s->threads, 4);
+    assert_int_equal(s->item_size_max, 1u << 20);
+    assert_true(s->growth_factor > 1.2499 && s->growth_factor < 1.2501);
+    assert_int_equal(s->chunk_size, 48);
+    assert_int_equal(settings_min_chunk(s), 72);
+    assert_int_equal(s->verbose, 0);
+    assert_false(s->shutdown_enabled);
+    assert_string_equal(s->pool_path, "/dev/shm/tiercache.11211.pool");
+    assert_int_equal(s->idle_timeout, 0);
+    assert_int_equal(s->pool_size, 0);
+    assert_int_equal(s->slab_chunk_max, 512u << 10);
+    assert_int_equal(s->hash_items, 0);
+    assert_int_equal(s->quota_batch, 32);
+    assert_int_equal(s->sweep_budget, 1024);
+    assert_true(s->maxconns_fast);
+    assert_false(s->no_background);
+}
+
+static void
+test_every_flag(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(parse(f, "-p 12345 -U 0 -l 10.0.0.1 -m 128 -M -c 50 "
+                              "-t 8 -I 2m -f 1.5 -n 100 -v -A -e /tmp/x.pool "
+                              "-s /tmp/tc.sock -a 770"),
+                     0);
+    struct settings *s = &f->s;
+    assert_int_equal(s->port, 12345);
+    assert_string_equal(s->listen, "10.0.0.1");
+    assert_int_equal(s->maxbytes_mib, 128);
+    assert_true(s->no_evict);
+    assert_int_equal(s->maxconns, 50);
+    assert_int_equal(s->threads, 8);
+    assert_int_equal(s->item_size_max, 2u << 20);
+    assert_true(s->growth_factor > 1.4999 && s->growth_factor < 1.5001);
+    assert_int_equal(s->chunk_size, 100);
+    assert_int_equal(settings_min_chunk(s), 128);
+    assert_int_equal(s->verbose, 1);
+    assert_true(s->shutdown_enabled);
+    assert_string_equal(s->pool_path, "/tmp/x.pool");
+    assert_string_equal(s->unix_path, "/tmp/tc.sock");
+    assert_int_equal(s->unix_mask, 0770);
+    /* -p given with -s: TCP stays on */
+    assert_int_equal(s->port, 12345);
+}
+
+static void
+test_forms(void **state)
+{
+    struct fx *f = *state;
+    expect_ok(f, "-p12000 -t2");
+    assert_int_equal(f->s.port, 12000);
+    assert_int_equal(f->s.threads, 2);
+    expect_ok(f, "--port=13000 --threads 3 --memory-limit=16 "
+                 "--disable-evictions --enable-shutdown");
+    assert_int_equal(f->s.port, 13000);
+    assert_int_equal(f->s.threads, 3);
+    assert_int_equal(f->s.maxbytes_mib, 16);
+    assert_true(f->s.no_evict);
+    assert_true(f->s.shutdown_enabled);
+    expect_ok(f, "-vv");
+    assert_int_equal(f->s.verbose, 2);
+    expect_ok(f, "-vvv");
+    assert_int_equal(f->s.verbose, 3);
+    expect_ok(f, "-v -v -v -v");
+    assert_int_equal(f->s.verbose, 3); /* capped */
+    expect_ok(f, "-MAv");
+    assert_true(f->s.no_evict);
+    assert_true(f->s.shutdown_enabled);
+    assert_int_equal(f->s.verbose, 1);
+    expect_ok(f, "-vt6"); /* a bundle may end in a flag with its value */
+    assert_int_equal(f->s.verbose, 1);
+    assert_int_equal(f->s.threads, 6);
+    /* the last one wins */
+    expect_ok(f, "-t 2 -t 5");
+    assert_int_equal(f->s.threads, 5);
+}
+
+static void
+test_help_version(void **state)
+{
+    struct fx *f = *state;
+    expect_ok(f, "-h");
+    assert_int_equal(f->s.action, SETTINGS_HELP);
+    expect_ok(f, "--help");
+    assert_int_equal(f->s.action, SETTINGS_HELP);
+    expect_ok(f, "-V");
+    assert_int_equal(f->s.action, SETTINGS_VERSION);
+    expect_ok(f, "--version");
+    assert_int_equal(f->s.action, SETTINGS_VERSION);
+    /* what follows -h does not matter */
+    expect_ok(f, "-h -t nonsense");
+    assert_int_equal(f->s.action, SETTINGS_HELP);
+}
+
+static void
+test_size_suffixes(void **state)
+{
+    struct fx *f = *state;
+    static const struct {
+        const char *arg;
+        uint64_t want;
+    } cases[] = {
+        {"-I 1k", 1024},         {"-I 1K", 1024},     {"-I 512k", 512 * 1024},
+        {"-I 1m", 1u << 20},     {"-I 4M", 4u << 20}, {"-I 1048576", 1u << 20},
+        {"-I 100m", 100u << 20}, {"-I 2000", 2000},
+    };
+    for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        expect_ok(f, cases[i].arg);
+        assert_int_equal(f->s.item_size_max, cases[i].want);
+    }
+    expect_ok(f, "-o slab_chunk_max=1m -I 200m");
+    assert_int_equal(f->s.slab_chunk_max, 1u << 20);
+    assert_int_equal(f->s.item_size_max, 200u << 20);
+    expect_ok(f, "-o slab_chunk_max=16k");
+    assert_int_equal(f->s.slab_chunk_max, 16u << 10);
+    /* a small slab_chunk_max bounds -I (255 chained tails) */
+    expect_bad(f, "-o slab_chunk_max=4096", "-I: ", "slab_chunk_max");
+    expect_ok(f, "-o slab_chunk_max=4096 -I 512k");
+    assert_int_equal(f->s.slab_chunk_max, 4096);
+}
+
+static void
+test_bad_values(void **state)
+{
+    struct fx *f = *state;
+    expect_bad(f, "-t x", "-t: ", "expected a number from 1 to 256, got 'x'");
+    expect_bad(f, "-t 0", "-t: ", "got '0'");
+    expect_bad(f, "-t 257", "-t: ", NULL);
+    expect_bad(f, "-t -1", "-t: ", NULL);
+    expect_bad(f, "-t 4x", "-t: ", NULL);
+    expect_bad(f, "-t 99999999999999999999999", "-t: ", NULL);
+    expect_bad(f, "--threads=x", "--threads: ", NULL);
+    expect_bad(f, "-p 65536", "-p: ", "0 to 65535");
+    expect_bad(f, "-p x", "-p: ", NULL);
+    expect_bad(f, "-U 11211", "-U: ", "UDP is not supported");
+    expect_bad(f, "-U x", "-U: ", "UDP is not supported");
+    expect_bad(f, "-m 4", "-m: ", "8");
+    expect_bad(f, "-m 0", "-m: ", NULL);
+    expect_bad(f, "-m lots", "-m: ", NULL);
+    expect_bad(f, "-c 0", "-c: ", NULL);
+    expect_bad(f, "-c x", "-c: ", NULL);
+    expect_bad(f, "-I 1023", "-I: ", "1k to 1g");
+    expect_bad(f, "-I 2g", "-I: ", NULL);
+    expect_bad(f, "-I 1x", "-I: ", NULL);
+    expect_bad(f, "-I k", "-I: ", NULL);
+    expect_bad(f, "-I 1mb", "-I: ", NULL);
+    expect_bad(f, "-f 1", "-f: ", NULL);
+    expect_bad(f, "-f 1.0", "-f: ", NULL);
+    expect_bad(f, "-f abc", "-f: ", NULL);
+    expect_bad(f, "-f 1.25x", "-f: ", NULL);
+    expect_bad(f, "-f nan", "-f: ", NULL);
+    expect_bad(f, "-f 101", "-f: ", NULL);
+    expect_bad(f, "-n 0", "-n: ", NULL);
+    expect_bad(f, "-n x", "-n: ", NULL);
+    expect_bad(f, "-a 800", "-a: ", "octal");
+    expect_bad(f, "-a 1777", "-a: ", NULL);
+    expect_bad(f, "-a rw", "-a: ", NULL);
+    expect_bad(f,
+               "-s "
+               "/tmp/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+               "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+               "-s: ", "107");
+    /* a flag missing its value */
+    expect_bad(f, "-p", "-p: ", "needs a value");
+    expect_bad(f, "-t", "-t: ", "needs a value");
+    expect_bad(f, "-o", "-o: ", "needs a value");
+    expect_bad(f, "--port", "--port: ", "needs a value");
+    /* flags that take none */
+    expect_bad(f, "--disable-evictions=1",
+               "--disable-evictions: ", "takes no value");
+}
+
+static void
+test_unknown_flags(void **state)
+{
+    struct fx *f = *state;
+    expect_bad(f, "-z", "unknown flag '-z'", NULL);
+    expect_bad(f, "-vz", "unknown flag '-z'", NULL);
+    expect_bad(f, "--frobnicate", "unknown flag '--frobnicate'", NULL);
+    expect_bad(f, "stray", "unexpected argument 'stray'", NULL);
+    expect_bad(f, "-", "unexpected argument '-'", NULL);
+}
+
+static void
+test_subopts(void **state)
+{
+    struct fx *f = *state;
+    expect_ok(f, "-o idle_timeout=30,hash_items=1000000,quota_batch=64,"
+                 "sweep_budget=10,maxconns_fast,no_background");
+    struct settings *s = &f->s;
+    assert_int_equal(s->idle_timeout, 30);
+    assert_int_equal(s->hash_items, 1000000);
+    assert_int_equal(s->quota_batch, 64);
+    assert_int_equal(s->sweep_budget, 10);
+    assert_true(s->maxconns_fast);
+    assert_true(s->no_background);
+    /* repeated -o, empty items, boolean values */
+    expect_ok(f, "-o idle_timeout=5 -o ,no_background=0,, -o "
+                 "maxconns_fast=no");
+    assert_int_equal(f->s.idle_timeout, 5);
+    assert_false(f->s.no_background);
+    assert_false(f->s.maxconns_fast);
+    expect_ok(f, "--extended=no_background=yes");
+    assert_true(f->s.no_background);
+    expect_ok(f, "-ono_background");
+    assert_true(f->s.no_background);
+}
+
+static void
+test_subopts_bad(void **state)
+{
+    struct fx *f = *state;
+    expect_bad(f, "-o frob=1", "-o: unknown option 'frob'", NULL);
+    expect_bad(f, "-o idle_timeout=1,frob", "-o: unknown option 'frob'", NULL);
+    expect_bad(f, "-o idle_timeout", "-o idle_timeout: ", "needs a value");
+    expect_bad(f, "-o idle_timeout=", "-o idle_timeout: ", NULL);
+    expect_bad(f, "-o idle_timeout=x",
+               "-o idle_timeout: ", "expected a number");
+    expect_bad(f, "-o idle_timeout=-1", "-o idle_timeout: ", NULL);
+    expect_bad(f, "-o slab_chunk_max=512", "-o slab_chunk_max: ", NULL);
+    expect_bad(f, "-o slab_chunk_max=2m", "-o slab_chunk_max: ", NULL);
+    expect_bad(f, "-o slab_chunk_max=1028",
+               "-o slab_chunk_max: ", "multiple of 8");
+    expect_bad(f, "-o hash_items=x", "-o hash_items: ", NULL);
+    expect_bad(f, "-o quota_batch=0", "-o quota_batch: ", NULL);
+    expect_bad(f, "-o quota_batch=257", "-o quota_batch: ", NULL);
+    expect_bad(f, "-o sweep_budget=0", "-o sweep_budget: ", NULL);
+    expect_bad(f, "-o no_background=maybe", "-o no_background: ", NULL);
+    expect_bad(f, "-o ", "-o: ", NULL);
+}
+
+static void
+test_cross_checks(void **state)
+{
+    struct fx *f = *state;
+    /* 255 tails of slab_chunk_max - 16 bytes bound an item */
+    expect_bad(f, "-I 200m", "-I: ", "slab_chunk_max");
+    expect_bad(f, "-I 1g -o slab_chunk_max=1m", "-I: ", NULL);
+    expect_bad(f, "-n 5000 -I 512k -o slab_chunk_max=4k", "-n: ", NULL);
+    /* the pool file holds whole MiB, at least -m */
+    expect_bad(f, "-o pool_size=100m -m 128", "-o pool_size: ", "-m 128");
+    expect_bad(f, "-o pool_size=1000000", "-o pool_size: ", "whole MiB");
+    expect_ok(f, "-o pool_size=1g -m 64");
+    assert_int_equal(f->s.pool_size, 1ull << 30);
+    assert_int_equal(f->s.maxbytes_mib, 64);
+    /* nothing to listen on */
+    expect_bad(f, "-p 0", "-p: ", "nothing to listen on");
+}
+
+static void
+test_listen_and_unix(void **state)
+{
+    struct fx *f = *state;
+    expect_ok(f, "-l 0.0.0.0");
+    assert_string_equal(f->s.listen, "0.0.0.0");
+    expect_ok(f, "-l 127.0.0.1,::1");
+    assert_string_equal(f->s.listen, "127.0.0.1,::1");
+    /* repeated -l: the first replaces the default, the next append */
+    expect_ok(f, "-l 10.0.0.1 -l 10.0.0.2:11300");
+    assert_string_equal(f->s.listen, "10.0.0.1,10.0.0.2:11300");
+    /* -s alone turns TCP off, as in memcached */
+    expect_ok(f, "-s /tmp/tc.sock");
+    assert_int_equal(f->s.port, 0);
+    assert_string_equal(f->s.pool_path, "/dev/shm/tiercache.0.pool");
+    expect_ok(f, "-s /tmp/tc.sock -p 11311");
+    assert_int_equal(f->s.port, 11311);
+    assert_string_equal(f->s.pool_path, "/dev/shm/tiercache.11311.pool");
+    expect_ok(f, "-p 0 -s /tmp/tc.sock");
+    assert_int_equal(f->s.port, 0);
+}
+
+static char *
+render(const struct settings *s)
+{
+    struct obuf o;
+    obuf_init(&o);
+    assert_int_equal(settings_render(s, &o), 0);
+    obuf_add(&o, "", 1);
+    char *text = strdup(o.buf);
+    obuf_fini(&o);
+    return text;
+}
+
+static void
+test_render(void **state)
+{
+    struct fx *f = *state;
+    expect_ok(f, "-p 11999 -m 100 -M -c 77 -t 3 -f 1.5 -A -o idle_timeout=9");
+    char *t = render(&f->s);
+    static const char *const want[] = {
+        "STAT maxbytes 104857600\r\n",
+        "STAT maxconns 77\r\n",
+        "STAT tcpport 11999\r\n",
+        "STAT udpport 0\r\n",
+        "STAT inter 127.0.0.1\r\n",
+        "STAT verbosity 0\r\n",
+        "STAT evictions off\r\n",
+        "STAT domain_socket NULL\r\n",
+        "STAT umask 700\r\n",
+        "STAT shutdown_command yes\r\n",
+        "STAT growth_factor 1.50\r\n",
+        "STAT chunk_size 48\r\n",
+        "STAT num_threads 3\r\n",
+        "STAT item_size_max 1048576\r\n",
+        "STAT slab_chunk_max 524288\r\n",
+        "STAT idle_timeout 9\r\n",
+        "STAT maxconns_fast yes\r\n",
+        "STAT cas_enabled yes\r\n",
+        "STAT memory_file /dev/shm/tiercache.11999.pool\r\n",
+        "STAT tc_background yes\r\n",
+    };
+    for (unsigned i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        if (!strstr(t, want[i]))
+            fail_msg("'%s' missing from:\n%s", want[i], t);
+    /* every line is a STAT line */
+    for (char *p = t; *p; p = strstr(p, "\r\n") + 2)
+        assert_int_equal(strncmp(p, "STAT ", 5), 0);
+    free(t);
+    expect_ok(f, "-s /tmp/x.sock");
+    t = render(&f->s);
+    assert_non_null(strstr(t, "STAT domain_socket /tmp/x.sock\r\n"));
+    assert_non_null(strstr(t, "STAT evictions on\r\n"));
+    free(t);
+}
+
+static void
+test_help_lists_everything(void **state)
+{
+    (void)state;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    assert_non_null(m);
+    settings_help(m);
+    fclose(m);
+    static const char *const want[] = {
+        "-p, --port",
+        "-U, --udp-port",
+        "-s, --unix-socket",
+        "-a, --unix-mask",
+        "-l, --listen",
+        "-m, --memory-limit",
+        "-M, --disable-evictions",
+        "-c, --conn-limit",
+        "-t, --threads",
+        "-I, --max-item-size",
+        "-f, --slab-growth-factor",
+        "-n, --slab-min-size",
+        "-v, --verbose",
+        "-A, --enable-shutdown",
+        "-e, --memory-file",
+        "-o, --extended",
+        "-h, --help",
+        "-V, --version",
+        "idle_timeout=",
+        "slab_chunk_max=",
+        "hash_items=",
+        "quota_batch=",
+        "sweep_budget=",
+        "maxconns_fast",
+        "no_background",
+        "default 11211; a number from 0 to 65535",
+        "default 1m; a size from 1k to 1g",
+        "default 4; a number from 1 to 256",
+    };
+    for (unsigned i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        if (!strstr(text, want[i]))
+            fail_msg("help lacks '%s'", want[i]);
+    free(text);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_defaults, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_flag, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_forms, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_help_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_size_suffixes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_values, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_subopts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_subopts_bad, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_checks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_listen_and_unix, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_render, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_help_lists_everything, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
