@@ -374,7 +374,9 @@ alloc_chunk(struct cache_thread *t, uint32_t size, uint64_t *off)
         }
         if (cache_reclaim_limbo(t) > 0)
             continue;
-        if (!c->cfg.evict || reclaim_reassign(t, -1, (int)cls) != 0)
+        /* a page with room elsewhere (with -M too: its items move into
+         * free chunks, none is evicted) */
+        if (reclaim_reassign(t, -1, (int)cls) != 0)
             break;
     }
     return -ENOMEM;

@@ -149,8 +149,8 @@ cache_read_unlock(void)
     urcu_memb_read_unlock();
 }
 
-/* Call after a grace period ended (synchronize_rcu, in a call_rcu
- * callback). */
+/* Call after a grace period ended (after synchronize_rcu, before freeing
+ * what the readers could still see). */
 static inline void
 cache_rcu_synced(void)
 {

@@ -72,6 +72,7 @@ serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
     info.cas = it->cas;
     info.vlen = it->vlen;
     info.stale = it->iflags & ITEM_STALE;
+    info.slab_class = (uint8_t)slab_class_of(c->slab, off);
     int n = item_value_iov(c->base, it, c->chunk_max, iov);
     if (fn)
         fn(arg, &info, iov, n);

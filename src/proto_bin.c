@@ -432,8 +432,7 @@ static void
 bin_refuse_large(struct proto_sess *s, const struct bin_req *r,
                  struct obuf *out)
 {
-    if (r->op == BIN_SET)
-        (void)tc_delete(s->cache, r->key, r->keylen, 0);
+    tc_store_refused(s->cache, r->key, r->keylen, r->op == BIN_SET);
     bin_error(out, r, BIN_E2BIG);
 }
 

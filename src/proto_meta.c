@@ -729,7 +729,7 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
         /* Too large to ever store: refuse now rather than buffer it. */
         if (s->item_size_max &&
             sizeof(struct item_hdr) + r->klen + vlen > s->item_size_max) {
-            tc_delete(s->cache, r->key, r->klen, 0);
+            tc_store_refused(s->cache, r->key, r->klen, true);
             proto_reply_err(s, out, PERR_TOO_LARGE);
             return (ssize_t)ms_discard(s, linelen, len, block);
         }
@@ -781,7 +781,7 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
         /* memcached drops the old item so that no stale value outlives a
          * failed ms, whatever the mode (the engine does it for TC_SET) */
         if (mode != TC_SET)
-            tc_delete(s->cache, r->key, r->klen, 0);
+            tc_drop(s->cache, r->key, r->klen);
         proto_reply_err(s, out,
                         rc == -E2BIG ? PERR_TOO_LARGE : PERR_OUT_OF_MEMORY);
         return (ssize_t)(linelen + block);
@@ -1063,11 +1063,14 @@ me_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
     } else {
         rl_add(&l, r->key, r->klen);
     }
-    int n = snprintf(rest, sizeof(rest),
-                     " exp=%" PRId64 " cas=%" PRIu64 " fetch=%s size=%zu",
-                     ttl_left(info->exptime, clock_now()), info->cas,
-                     info->fetched ? "yes" : "no",
-                     sizeof(struct item_hdr) + r->klen + info->vlen);
+    /* memcached also prints la= (seconds since last access); the engine
+     * keeps no per-item access time, so it is left out */
+    int n =
+        snprintf(rest, sizeof(rest),
+                 " exp=%" PRId64 " cas=%" PRIu64 " fetch=%s cls=%u size=%zu",
+                 ttl_left(info->exptime, clock_now()), info->cas,
+                 info->fetched ? "yes" : "no", info->slab_class + 1u,
+                 sizeof(struct item_hdr) + r->klen + info->vlen);
     rl_add(&l, rest, (size_t)n);
     rl_flush(&l, x->out);
 }

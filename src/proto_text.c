@@ -304,12 +304,12 @@ too_large(const struct proto_sess *s, const struct store_args *a)
 
 /* memcached drops the old value when a set cannot be stored, so that a
  * client never reads what it meant to overwrite. tc_store does so when it
- * refuses a set; this is for a value refused before the engine saw it. */
+ * refuses a set; this is for a value refused before the engine saw it
+ * (tc_drop: not counted as a delete). */
 static void
 drop_old_on_set(struct text_cmd *c, int mode, const struct store_args *a)
 {
-    if (mode == TC_SET)
-        tc_delete(c->s->cache, a->key->p, a->key->n, 0);
+    tc_store_refused(c->s->cache, a->key->p, a->key->n, mode == TC_SET);
 }
 
 static void

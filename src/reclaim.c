@@ -206,6 +206,8 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
     item_plan(hdr.klen, hdr.vlen, c->chunk_max, &plan);
     int rc = new_pages ? cache_alloc_item(t, &plan, &head, tails)
                        : alloc_existing(c, &plan, &head, tails);
+    if (rc != 0 && !c->cfg.evict)
+        return; /* -M: never evict; the page stays and the drain fails */
     if (rc != 0) {
         if (unlink_victim(c, v, false, &dead)) {
             cache_account_unlink(t, v->head, dead, UNLINK_EVICTED);

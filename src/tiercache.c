@@ -272,6 +272,20 @@ tc_drop(struct tc_cache *tc, const void *key, size_t klen)
     return t ? fetch_drop(t, key, (uint32_t)klen) : rc;
 }
 
+TC_API void
+tc_store_refused(struct tc_cache *tc, const void *key, size_t klen,
+                 bool drop_old)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    if (!t)
+        return;
+    cache_stat_inc(t, ST_CMD_SET);
+    cache_stat_inc(t, ST_STORE_TOO_LARGE);
+    if (drop_old)
+        fetch_drop(t, key, (uint32_t)klen);
+}
+
 TC_API int
 tc_touch(struct tc_cache *tc, const void *key, size_t klen, int64_t exptime)
 {

@@ -106,6 +106,8 @@ struct tc_item_info {
     bool fetched;     /* read before this request (meta h) */
     bool stale;       /* invalidated, served until replaced (meta X) */
     uint8_t win;      /* enum tc_win (meta W / Z) */
+    uint8_t slab_class; /* slab class of the item's head chunk, from 0
+                           (meta me cls=, which counts from 1) */
 };
 
 /* Called on a hit with the value in niov pieces (one unless the item is
@@ -281,10 +283,16 @@ TC_API int tc_incr(struct tc_cache *c, const void *key, size_t klen,
 TC_API int tc_decr(struct tc_cache *c, const void *key, size_t klen,
                    uint64_t delta, uint64_t *value, uint64_t *cas_out);
 
-/* Remove a key without counting a delete: a server that refuses a set
- * (value too large, read and discarded) drops the old value as memcached
- * does. TC_OK or TC_NOT_FOUND. */
+/* Remove a key without counting a delete (memcached drops the old value
+ * when a store fails). TC_OK or TC_NOT_FOUND. */
 TC_API int tc_drop(struct tc_cache *c, const void *key, size_t klen);
+
+/* A server refused a store before the engine saw it (the value is larger
+ * than item_size_max and was discarded unread): count it as memcached does
+ * (cmd_set, store_too_large) and, with drop_old, remove the key's old value
+ * without counting a delete. */
+TC_API void tc_store_refused(struct tc_cache *c, const void *key,
+                             size_t klen, bool drop_old);
 
 /* cas_in 0: unconditional. Otherwise TC_EXISTS on mismatch. */
 TC_API int tc_delete(struct tc_cache *c, const void *key, size_t klen,
