@@ -734,7 +734,7 @@ test_me(void **state)
     tc_clock_advance(1);
     EXPECT(f, "me foo\r\n", "ME foo exp=99 cas=77 fetch=yes cls=1 size=29\r\n");
     EXPECT(f, "ms inf 0 E5\r\n\r\n", "HD\r\n");
-    EXPECT(f, "me inf\r\n", "ME inf exp=-1 cas=5 fetch=no size=27\r\n");
+    EXPECT(f, "me inf\r\n", "ME inf exp=-1 cas=5 fetch=no cls=1 size=27\r\n");
     EXPECT(f, "me\r\n", "CLIENT_ERROR bad command line format\r\n");
     assert_int_equal(f->s.ctr.meta_cmds, 8);
 }
