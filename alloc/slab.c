@@ -47,8 +47,8 @@
 #define BITS_SHIFT(idx) (4 * ((idx) % 16))
 
 enum page_state {
-    PAGE_FREE = 0,   /* in the pool */
-    PAGE_ACTIVE = 1, /* owned by a class, handing out chunks */
+    PAGE_FREE = 0,     /* in the pool */
+    PAGE_ACTIVE = 1,   /* owned by a class, handing out chunks */
     PAGE_DRAINING = 2, /* owned by a class, being emptied */
 };
 
@@ -75,9 +75,9 @@ struct slab_class {
     uint32_t perpage;
     uint32_t nwords;
     uint64_t recip;
-    uint32_t *pages;     /* page numbers owned, capacity = pool pages */
+    uint32_t *pages; /* page numbers owned, capacity = pool pages */
     uint32_t npages;
-    uint32_t partial;    /* head of pages with free chunks, or NO_PAGE */
+    uint32_t partial; /* head of pages with free chunks, or NO_PAGE */
     uint64_t nfree;
     uint64_t takes;
     uint64_t gives;
@@ -90,10 +90,10 @@ struct slab {
     slab_format_fn *format;
     void *format_arg;
     unsigned nclasses;
-    uint32_t npages;         /* pages in the pool mapping */
-    struct slab_page *page;  /* one per pool page */
+    uint32_t npages;             /* pages in the pool mapping */
+    struct slab_page *page;      /* one per pool page */
     _Atomic uint64_t bits_bytes; /* bitmap DRAM in use, for stats */
-    uint32_t *page_lists;    /* class->pages storage */
+    uint32_t *page_lists;        /* class->pages storage */
     struct slab_class cls[SLAB_MAX_CLASSES];
 };
 
@@ -154,8 +154,7 @@ setup_classes(struct slab *s, const struct slab_config *cfg)
 }
 
 int
-slab_create(const struct slab_config *cfg, struct pool *pool,
-            struct slab **out)
+slab_create(const struct slab_config *cfg, struct pool *pool, struct slab **out)
 {
     struct slab *s = aligned_alloc(CACHE_LINE, sizeof(*s));
     if (!s)
@@ -274,8 +273,7 @@ page_on_partial(const struct slab_class *c, const struct slab_page *p,
 
 /* Take free chunks from the class's partial pages. Locks: class. */
 static unsigned
-take_locked(struct slab *s, struct slab_class *c, uint64_t *offs,
-            unsigned want)
+take_locked(struct slab *s, struct slab_class *c, uint64_t *offs, unsigned want)
 {
     unsigned n = 0;
     while (n < want && c->partial != NO_PAGE) {
@@ -371,8 +369,7 @@ add_page(struct slab *s, unsigned cls)
 }
 
 int
-slab_take_existing(struct slab *s, unsigned cls, uint64_t *offs,
-                   unsigned want)
+slab_take_existing(struct slab *s, unsigned cls, uint64_t *offs, unsigned want)
 {
     struct slab_class *c = &s->cls[cls];
 
@@ -452,8 +449,7 @@ bool
 slab_chunk_usable(const struct slab *s, uint64_t off)
 {
     const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
-    return atomic_load_explicit(&p->state, memory_order_relaxed) ==
-           PAGE_ACTIVE;
+    return atomic_load_explicit(&p->state, memory_order_relaxed) == PAGE_ACTIVE;
 }
 
 bool
@@ -514,8 +510,8 @@ slab_reset_bits(struct slab *s, uint64_t off)
 {
     unsigned shift;
     _Atomic uint64_t *w = chunk_bits(s, off, &shift);
-    if (w && (atomic_load_explicit(w, memory_order_relaxed) &
-              (BITS_ALL << shift)))
+    if (w &&
+        (atomic_load_explicit(w, memory_order_relaxed) & (BITS_ALL << shift)))
         atomic_fetch_and_explicit(w, ~(BITS_ALL << shift),
                                   memory_order_relaxed);
 }
@@ -529,8 +525,8 @@ slab_claim(struct slab *s, uint64_t off)
         return false;
     /* relaxed: the bit itself is the whole message, nothing else is
      * published with it */
-    uint64_t old = atomic_fetch_or_explicit(w, BIT_WIN << shift,
-                                            memory_order_relaxed);
+    uint64_t old =
+        atomic_fetch_or_explicit(w, BIT_WIN << shift, memory_order_relaxed);
     return !(old & (BIT_WIN << shift));
 }
 
@@ -539,8 +535,8 @@ slab_claimed(const struct slab *s, uint64_t off)
 {
     unsigned shift;
     _Atomic uint64_t *w = chunk_bits(s, off, &shift);
-    return w && (atomic_load_explicit(w, memory_order_relaxed) &
-                 (BIT_WIN << shift));
+    return w &&
+           (atomic_load_explicit(w, memory_order_relaxed) & (BIT_WIN << shift));
 }
 
 /* --- scanning (eviction CLOCK, expiry sweep) --- */
@@ -766,8 +762,7 @@ check_page_locked(const struct slab *s, const struct slab_class *c,
     }
     for (uint32_t w = 0; w < c->nwords; w++)
         count += (uint32_t)__builtin_popcountll(p->free_bits[w]);
-    if (c->perpage % 64 &&
-        p->free_bits[c->perpage / 64] >> (c->perpage % 64)) {
+    if (c->perpage % 64 && p->free_bits[c->perpage / 64] >> (c->perpage % 64)) {
         err_set("slab: page %u has free bits past its last chunk", pg);
         return -EFAULT;
     }
@@ -818,8 +813,8 @@ slab_check(struct slab *s)
     }
     uint32_t free_pages = pool_nfree(s->pool);
     if (owned + free_pages > s->npages) {
-        err_set("slab: %u pages owned plus %u free exceed the pool's %u",
-                owned, free_pages, s->npages);
+        err_set("slab: %u pages owned plus %u free exceed the pool's %u", owned,
+                free_pages, s->npages);
         return -EFAULT;
     }
     return 0;

@@ -41,9 +41,9 @@ typedef void slab_format_fn(void *arg, char *page, uint32_t chunk_size,
                             uint32_t nchunks);
 
 struct slab_config {
-    uint32_t min_chunk;    /* smallest chunk, bytes (>= 16); default 64 */
-    double growth_factor;  /* > 1.0; default 1.25 */
-    uint32_t chunk_max;    /* largest chunk (<= POOL_PAGE_SIZE); 0 = 512 KiB */
+    uint32_t min_chunk;     /* smallest chunk, bytes (>= 16); default 64 */
+    double growth_factor;   /* > 1.0; default 1.25 */
+    uint32_t chunk_max;     /* largest chunk (<= POOL_PAGE_SIZE); 0 = 512 KiB */
     slab_format_fn *format; /* optional: called on every new page */
     void *format_arg;
 };
@@ -51,11 +51,11 @@ struct slab_config {
 struct slab_class_stats {
     uint32_t chunk_size;
     uint32_t perpage;
-    uint32_t pages;        /* pages owned (including draining ones) */
-    uint64_t free_chunks;  /* free in bitmaps (not counting quota stashes) */
-    uint64_t takes;        /* slab_take calls that returned chunks */
-    uint64_t gives;        /* chunks given back */
-    uint64_t pages_added;  /* pages taken from the pool */
+    uint32_t pages;         /* pages owned (including draining ones) */
+    uint64_t free_chunks;   /* free in bitmaps (not counting quota stashes) */
+    uint64_t takes;         /* slab_take calls that returned chunks */
+    uint64_t gives;         /* chunks given back */
+    uint64_t pages_added;   /* pages taken from the pool */
     uint64_t pages_removed; /* pages drained back to the pool */
 };
 
@@ -123,7 +123,7 @@ struct slab_cursor {
 };
 
 enum slab_scan_mode {
-    SLAB_SCAN_ALL = 0, /* every allocated chunk (expiry sweep) */
+    SLAB_SCAN_ALL = 0,   /* every allocated chunk (expiry sweep) */
     SLAB_SCAN_CLOCK = 1, /* allocated chunks whose ref bit is clear; set bits
                             are cleared as the hand passes (eviction) */
 };

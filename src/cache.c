@@ -80,11 +80,11 @@ ctx_destroy(struct cache *c, struct cache_thread *t)
         }
     }
     for (int s = 0; s < ST_COUNT; s++)
-        c->retired[s] += atomic_load_explicit(&t->stat[s],
-                                              memory_order_relaxed);
+        c->retired[s] +=
+            atomic_load_explicit(&t->stat[s], memory_order_relaxed);
     for (int i = 0; i < SLAB_MAX_CLASSES; i++)
-        c->retired_cls[i] += atomic_load_explicit(&t->cls_chunks[i],
-                                                  memory_order_relaxed);
+        c->retired_cls[i] +=
+            atomic_load_explicit(&t->cls_chunks[i], memory_order_relaxed);
     c->retired_refills += quota_refills(t->quota);
     pthread_mutex_unlock(&c->threads_lock);
     quota_destroy(t->quota);
@@ -156,9 +156,9 @@ cache_thread_get(struct cache *c)
     for (unsigned i = 0; i < tls_count; i++) {
         if (tls[i].cache == c && tls[i].id == c->id) {
             struct cache_thread *t = tls[i].ctx;
-            if (unlikely(t->quota_gen != atomic_load_explicit(
-                                             &c->quota_gen,
-                                             memory_order_relaxed)))
+            if (unlikely(
+                    t->quota_gen !=
+                    atomic_load_explicit(&c->quota_gen, memory_order_relaxed)))
                 cache_thread_quiesce(t);
             return t;
         }
@@ -265,8 +265,7 @@ cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
         why != UNLINK_REPLACED)
         cache_stat_inc(t, ST_EXPIRED_UNFETCHED);
     /* memcached's "reclaimed": memory of a dead item used for a new one */
-    if (dead != CACHE_LIVE &&
-        (why == UNLINK_REPLACED || why == UNLINK_EVICTED))
+    if (dead != CACHE_LIVE && (why == UNLINK_REPLACED || why == UNLINK_EVICTED))
         cache_stat_inc(t, ST_RECLAIMED);
     if (dead == CACHE_LIVE && why == UNLINK_EVICTED) {
         cache_stat_inc(t, ST_EVICTIONS);
@@ -308,9 +307,8 @@ cache_flush_check(struct cache *c, uint32_t now)
     uint32_t at = atomic_load_explicit(&c->flush_at, memory_order_acquire);
     if (likely(at == 0) || now < at)
         return;
-    if (atomic_compare_exchange_strong_explicit(&c->flush_at, &at, 0,
-                                                memory_order_acq_rel,
-                                                memory_order_acquire)) {
+    if (atomic_compare_exchange_strong_explicit(
+            &c->flush_at, &at, 0, memory_order_acq_rel, memory_order_acquire)) {
         uint64_t seq = atomic_load_explicit(&c->cas_seq, memory_order_relaxed);
         atomic_store_explicit(&c->flush_cas, seq, memory_order_release);
     }
@@ -482,8 +480,7 @@ cache_reclaim_limbo(struct cache_thread *t)
         for (unsigned i = 0; i < b->n; i++)
             free_entry(t, b->head[i]);
         n += (int)b->n;
-        atomic_fetch_sub_explicit(&c->limbo_items, b->n,
-                                  memory_order_relaxed);
+        atomic_fetch_sub_explicit(&c->limbo_items, b->n, memory_order_relaxed);
         free(b);
     }
     return n;
@@ -531,8 +528,7 @@ cache_defer_free(struct cache_thread *t, uint64_t head)
     cache_defer_flush(t);
     uint64_t n = atomic_load_explicit(&c->limbo_items, memory_order_relaxed);
     if (c->bg_running && n > LIMBO_SOFT_ITEMS && n <= LIMBO_HARD_ITEMS) {
-        if (!atomic_exchange_explicit(&c->bg_kick, true,
-                                      memory_order_relaxed))
+        if (!atomic_exchange_explicit(&c->bg_kick, true, memory_order_relaxed))
             pthread_cond_signal(&c->bg_cond);
     } else if (n > LIMBO_SOFT_ITEMS) {
         /* Context: callers free outside any read section, so waiting for
@@ -590,8 +586,8 @@ check_config(const struct tc_config *cfg)
                 chunk_max);
         return -EINVAL;
     }
-    if (cfg->chunk_max && (cfg->chunk_max < 1024 ||
-                           cfg->chunk_max > POOL_PAGE_SIZE)) {
+    if (cfg->chunk_max &&
+        (cfg->chunk_max < 1024 || cfg->chunk_max > POOL_PAGE_SIZE)) {
         err_set("chunk_max %u is out of range (1 KiB to 1 MiB)",
                 cfg->chunk_max);
         return -EINVAL;

@@ -57,15 +57,37 @@
 /* Per-thread counters, summed on demand. Owner writes with relaxed
  * load+store (no lock prefix); readers use relaxed loads. */
 enum cache_stat {
-    ST_CMD_GET, ST_CMD_SET, ST_CMD_TOUCH, ST_CMD_FLUSH,
-    ST_GET_HITS, ST_GET_MISSES, ST_GET_EXPIRED, ST_GET_FLUSHED,
-    ST_DELETE_HITS, ST_DELETE_MISSES, ST_INCR_HITS, ST_INCR_MISSES,
-    ST_DECR_HITS, ST_DECR_MISSES, ST_CAS_HITS, ST_CAS_MISSES, ST_CAS_BADVAL,
-    ST_TOUCH_HITS, ST_TOUCH_MISSES, ST_STORE_TOO_LARGE, ST_STORE_NO_MEMORY,
-    ST_EVICTIONS, ST_RECLAIMED, ST_EXPIRED_UNFETCHED, ST_EVICTED_UNFETCHED,
-    ST_TOTAL_ITEMS, ST_SWEEP_RECLAIMED, ST_REASSIGNS,
+    ST_CMD_GET,
+    ST_CMD_SET,
+    ST_CMD_TOUCH,
+    ST_CMD_FLUSH,
+    ST_GET_HITS,
+    ST_GET_MISSES,
+    ST_GET_EXPIRED,
+    ST_GET_FLUSHED,
+    ST_DELETE_HITS,
+    ST_DELETE_MISSES,
+    ST_INCR_HITS,
+    ST_INCR_MISSES,
+    ST_DECR_HITS,
+    ST_DECR_MISSES,
+    ST_CAS_HITS,
+    ST_CAS_MISSES,
+    ST_CAS_BADVAL,
+    ST_TOUCH_HITS,
+    ST_TOUCH_MISSES,
+    ST_STORE_TOO_LARGE,
+    ST_STORE_NO_MEMORY,
+    ST_EVICTIONS,
+    ST_RECLAIMED,
+    ST_EXPIRED_UNFETCHED,
+    ST_EVICTED_UNFETCHED,
+    ST_TOTAL_ITEMS,
+    ST_SWEEP_RECLAIMED,
+    ST_REASSIGNS,
     /* gauges kept as per-thread deltas (may be negative per thread) */
-    ST_CURR_ITEMS, ST_BYTES,
+    ST_CURR_ITEMS,
+    ST_BYTES,
     ST_COUNT
 };
 #define ST_FIRST_GAUGE ST_CURR_ITEMS
@@ -76,7 +98,7 @@ struct cache_thread {
     struct cache *cache;
     struct quota *quota;
     struct cache_thread *next; /* cache->threads list */
-    bool in_admin; /* holds cache->admin: allocation must not reassign */
+    bool in_admin;      /* holds cache->admin: allocation must not reassign */
     uint32_t quota_gen; /* cache->quota_gen when this thread last flushed */
     unsigned ndefer;
     uint64_t defer[CACHE_DEFER_BATCH]; /* head offsets awaiting a grace
@@ -97,13 +119,13 @@ struct cache {
     uint32_t chunk_max;
 
     _Atomic uint64_t cas_seq CACHE_ALIGNED;
-    _Atomic uint64_t flush_cas; /* items with cas <= this are flushed */
-    _Atomic uint32_t flush_at;  /* pending delayed flush time, 0 none */
-    _Atomic uint32_t quota_gen; /* bumped by a page drain: every thread
-                                   gives its stashed chunks back at its
-                                   next operation (relaxed: a hint) */
-    pthread_mutex_t limbo_lock; /* guards limbo (never held with another) */
-    struct limbo_batch *limbo;  /* unlinked items awaiting a grace period */
+    _Atomic uint64_t flush_cas;   /* items with cas <= this are flushed */
+    _Atomic uint32_t flush_at;    /* pending delayed flush time, 0 none */
+    _Atomic uint32_t quota_gen;   /* bumped by a page drain: every thread
+                                     gives its stashed chunks back at its
+                                     next operation (relaxed: a hint) */
+    pthread_mutex_t limbo_lock;   /* guards limbo (never held with another) */
+    struct limbo_batch *limbo;    /* unlinked items awaiting a grace period */
     _Atomic uint64_t limbo_items; /* relaxed: a hint */
 
     pthread_mutex_t admin CACHE_ALIGNED;
@@ -156,8 +178,6 @@ cache_rcu_synced(void)
 {
     TSAN_ACQUIRE(&cache_rcu_token);
 }
-
-
 
 int cache_open(const struct tc_config *cfg, struct cache **out);
 void cache_close(struct cache *c);

@@ -55,8 +55,7 @@ win_state(struct cache *c, const struct item_hdr *it, uint64_t off,
  * call fn. */
 static void
 serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
-          const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn,
-          void *arg)
+          const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn, void *arg)
 {
     struct tc_item_info info;
     struct iovec iov[ITEM_MAX_TAILS + 1];
@@ -95,8 +94,8 @@ fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
     cache_read_lock();
     uint64_t loc = htab_lookup_rcu(c->htab, hash, cache_match_key, &k);
     if (loc) {
-        struct item_hdr *it = (struct item_hdr *)item_at(c->base,
-                                                         cache_off(loc));
+        struct item_hdr *it =
+            (struct item_hdr *)item_at(c->base, cache_off(loc));
         dead = cache_item_dead(c, it, now);
         if (dead == CACHE_LIVE)
             serve_rcu(c, it, cache_off(loc), o, now, fn, arg);
@@ -134,8 +133,8 @@ fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
     cache_read_lock();
     uint64_t loc = htab_lookup_rcu(c->htab, hash, cache_match_key, &k);
     if (loc) {
-        struct item_hdr *it = (struct item_hdr *)item_at(c->base,
-                                                         cache_off(loc));
+        struct item_hdr *it =
+            (struct item_hdr *)item_at(c->base, cache_off(loc));
         dead = cache_item_dead(c, it, now);
         if (dead == CACHE_LIVE) {
             pm_store32(&it->exptime, cache_exptime(exptime, now));

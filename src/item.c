@@ -29,8 +29,8 @@ item_plan(uint32_t klen, uint64_t vlen, uint32_t chunk_max,
     out->nchain = (uint8_t)MIN(n, (uint64_t)ITEM_MAX_TAILS);
     out->head_size = (uint32_t)(ALIGN_UP(sizeof(struct item_hdr) + klen, 8u) +
                                 8 * out->nchain);
-    out->last_size = (uint32_t)(sizeof(struct item_tail) + vlen -
-                                (n - 1) * out->tail_room);
+    out->last_size =
+        (uint32_t)(sizeof(struct item_tail) + vlen - (n - 1) * out->tail_room);
     out->total = out->head_size + n * sizeof(struct item_tail) + vlen;
 }
 

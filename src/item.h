@@ -15,11 +15,11 @@
 #define ITEM_MAX_TAILS 255
 
 struct item_plan {
-    uint32_t head_size;   /* bytes needed in the head chunk */
-    uint8_t nchain;       /* tail chunks */
-    uint32_t tail_room;   /* value bytes per full tail chunk */
-    uint32_t last_size;   /* bytes needed in the last tail chunk */
-    uint64_t total;       /* bytes counted in the "bytes" stat */
+    uint32_t head_size; /* bytes needed in the head chunk */
+    uint8_t nchain;     /* tail chunks */
+    uint32_t tail_room; /* value bytes per full tail chunk */
+    uint32_t last_size; /* bytes needed in the last tail chunk */
+    uint64_t total;     /* bytes counted in the "bytes" stat */
 };
 
 /* Lay out an item of klen/vlen given the largest chunk size. */
@@ -79,5 +79,4 @@ int item_value_iov(const char *base, const struct item_hdr *it,
 
 /* Does the chunk hold a head whose key equals key? Bounds-checked against
  * chunk_size so that a stale or half-written chunk is safe to look at. */
-bool item_key_equals(const struct item_hdr *it, const void *key,
-                     uint32_t klen);
+bool item_key_equals(const struct item_hdr *it, const void *key, uint32_t klen);

@@ -16,7 +16,7 @@ struct obuf {
     size_t head; /* first byte not yet written to the socket */
     size_t len;  /* bytes in buf (head <= len <= cap) */
     size_t cap;
-    int err;     /* -ENOMEM once an append failed (reply is then cut) */
+    int err; /* -ENOMEM once an append failed (reply is then cut) */
 };
 
 void obuf_init(struct obuf *o);

@@ -67,8 +67,8 @@ struct proto_sess {
     uint64_t swallow;       /* bytes still to discard (refused value) */
     size_t need;            /* hint: bytes the pending request needs */
     struct proto_counters ctr;
-    void *priv;             /* a parser's own state, freed by
-                               proto_sess_fini */
+    void *priv; /* a parser's own state, freed by
+                   proto_sess_fini */
 };
 
 void proto_sess_init(struct proto_sess *s, struct tc_cache *cache,

@@ -60,8 +60,8 @@ read_victim(const struct cache *c, uint64_t off, struct victim *v)
         uint64_t head = 0;
         for (unsigned i = 0; i < 8; i++)
             head |= (uint64_t)p[8 + i] << (8 * i);
-        if (head % 8 || head >= (uint64_t)pool_npages(c->pool)
-                                    << POOL_PAGE_SHIFT ||
+        if (head % 8 ||
+            head >= (uint64_t)pool_npages(c->pool) << POOL_PAGE_SHIFT ||
             slab_class_of(c->slab, head) == SLAB_NO_CLASS)
             return false;
         off = head;
@@ -111,8 +111,7 @@ reclaim_evict(struct cache_thread *t, unsigned cls)
     for (unsigned i = 0; i < n; i++) {
         struct victim v;
         enum cache_dead dead;
-        if (!read_victim(c, offs[i], &v) ||
-            !unlink_victim(c, &v, false, &dead))
+        if (!read_victim(c, offs[i], &v) || !unlink_victim(c, &v, false, &dead))
             continue;
         cache_account_unlink(t, v.head, dead, UNLINK_EVICTED);
         freed[nfreed++] = v.head;
@@ -139,8 +138,8 @@ reclaim_sweep(struct cache_thread *t, unsigned budget)
     for (unsigned step = 0; step < ncls && budget > 0; step++) {
         unsigned cls = c->sweep_cls;
         unsigned look = MIN(budget, 4096u);
-        unsigned n = slab_scan(c->slab, cls, &c->sweep_cur[cls],
-                               SLAB_SCAN_ALL, look, offs, ARRAY_SIZE(offs));
+        unsigned n = slab_scan(c->slab, cls, &c->sweep_cur[cls], SLAB_SCAN_ALL,
+                               look, offs, ARRAY_SIZE(offs));
         budget -= look;
         for (unsigned i = 0; i < n; i++) {
             struct victim v;
@@ -259,10 +258,11 @@ drain_round(struct cache_thread *t, uint32_t page, bool new_pages)
                 relocate(t, &v, new_pages);
         }
         if (n)
-            from = (uint32_t)((offs[n - 1] & (POOL_PAGE_SIZE - 1)) /
-                              slab_chunk_size(c->slab,
-                                              slab_class_of(c->slab, offs[0])) +
-                              1);
+            from =
+                (uint32_t)((offs[n - 1] & (POOL_PAGE_SIZE - 1)) /
+                               slab_chunk_size(
+                                   c->slab, slab_class_of(c->slab, offs[0])) +
+                           1);
     } while (n == DRAIN_BATCH);
     /* chunks that stay allocated (stashed, in flight) wait for the next
      * round; the moved items' old chunks come back from limbo here */
@@ -338,8 +338,8 @@ reclaim_reassign(struct cache_thread *t, int src, int dst)
     t->in_admin = true;
     if (src < 0)
         src = pick_donor(c, dst);
-    int rc = src < 0 ? -ENOENT : slab_drain_pick(c->slab, (unsigned)src, 0,
-                                                 &page);
+    int rc =
+        src < 0 ? -ENOENT : slab_drain_pick(c->slab, (unsigned)src, 0, &page);
     if (rc == 0)
         rc = drain_for_reassign(t, page);
     if (rc == 0) {

@@ -39,10 +39,10 @@ struct store_req {
     struct item_hdr hdr; /* flags, exptime, vlen, klen filled by caller */
     struct item_src val;
     uint64_t cas_in;
-    bool cas_check;   /* compare cas_in whatever the mode (meta C) */
-    uint64_t cas_new; /* nonzero: the new item's CAS (meta E) */
-    bool claim_win;   /* the storer holds the recache win (vivify) */
-    uint64_t expect;  /* loc, for STORE_SWAP */
+    bool cas_check;     /* compare cas_in whatever the mode (meta C) */
+    uint64_t cas_new;   /* nonzero: the new item's CAS (meta E) */
+    bool claim_win;     /* the storer holds the recache win (vivify) */
+    uint64_t expect;    /* loc, for STORE_SWAP */
     bool check_exptime; /* STORE_SWAP also needs the old item's exptime
                            unchanged (a touch meanwhile must not be lost) */
     uint32_t expect_exptime;
@@ -108,11 +108,10 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
     uint64_t loc = cache_loc(head);
 
     struct htab_bucket *b = htab_lock(c->htab, r->hash);
-    _Atomic uint64_t *slot =
-        htab_find_locked(b, r->hash, cache_match_key, &k);
-    uint64_t old = slot ? htab_slot_loc(atomic_load_explicit(
-                              slot, memory_order_relaxed))
-                        : 0;
+    _Atomic uint64_t *slot = htab_find_locked(b, r->hash, cache_match_key, &k);
+    uint64_t old =
+        slot ? htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed))
+             : 0;
     int rc = decide_locked(c, r, old, now);
     if (rc == TC_OK) {
         if (slot)
@@ -132,15 +131,13 @@ static uint64_t
 next_cas(struct cache *c, uint64_t explicit_cas)
 {
     if (!explicit_cas)
-        return atomic_fetch_add_explicit(&c->cas_seq, 1,
-                                         memory_order_relaxed) +
+        return atomic_fetch_add_explicit(&c->cas_seq, 1, memory_order_relaxed) +
                1;
     uint64_t seq = atomic_load_explicit(&c->cas_seq, memory_order_relaxed);
     while (seq < explicit_cas &&
-           !atomic_compare_exchange_weak_explicit(&c->cas_seq, &seq,
-                                                  explicit_cas,
-                                                  memory_order_relaxed,
-                                                  memory_order_relaxed))
+           !atomic_compare_exchange_weak_explicit(
+               &c->cas_seq, &seq, explicit_cas, memory_order_relaxed,
+               memory_order_relaxed))
         ;
     return explicit_cas;
 }
@@ -213,8 +210,8 @@ retire_old(struct cache_thread *t, uint64_t old)
     struct cache *c = t->cache;
     if (!old)
         return;
-    int dead = cache_item_dead(c, item_at(c->base, cache_off(old)),
-                               clock_now());
+    int dead =
+        cache_item_dead(c, item_at(c->base, cache_off(old)), clock_now());
     cache_account_unlink(t, cache_off(old), dead, UNLINK_REPLACED);
     cache_defer_free(t, cache_off(old));
 }
@@ -249,8 +246,8 @@ store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
 }
 
 static void
-req_init(struct store_req *r, struct cache_thread *t, int mode,
-         const void *key, uint32_t klen)
+req_init(struct store_req *r, struct cache_thread *t, int mode, const void *key,
+         uint32_t klen)
 {
     memset(r, 0, sizeof(*r));
     r->mode = mode;
@@ -357,9 +354,9 @@ carry_exptime(struct store_req *r, const struct item_hdr *it)
  * the old item cannot be freed under the copy.
  */
 static int
-rewrite(struct cache_thread *t, struct store_req *r,
-        const struct item_hdr *old, const void *add, size_t alen, bool append,
-        bool keep_exptime, uint64_t *cas_out)
+rewrite(struct cache_thread *t, struct store_req *r, const struct item_hdr *old,
+        const void *add, size_t alen, bool append, bool keep_exptime,
+        uint64_t *cas_out)
 {
     struct cache *c = t->cache;
     struct item_plan plan;
@@ -491,15 +488,15 @@ store_ex(struct cache_thread *t, enum tc_store_mode mode, const void *key,
     switch (mode) {
     case TC_APPEND:
     case TC_PREPEND:
-        return store_concat(t, mode == TC_APPEND, key, klen, val, vlen,
-                            flags, o, cas_out);
+        return store_concat(t, mode == TC_APPEND, key, klen, val, vlen, flags,
+                            o, cas_out);
     case TC_CAS:
     case TC_SET:
     case TC_REPLACE:
         if (o && o->invalidate && (o->cas_check || mode == TC_CAS)) {
             cache_stat_inc(t, ST_CMD_SET);
-            int rc = store_or_stale(t, key, klen, val, vlen, flags, exptime,
-                                    o, cas_out);
+            int rc = store_or_stale(t, key, klen, val, vlen, flags, exptime, o,
+                                    cas_out);
             count_outcome(t, TC_CAS, rc);
             return rc;
         }
@@ -631,8 +628,8 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         if (o && o->cas_in && old.cas != o->cas_in)
             return TC_EXISTS;
         v = incr ? v + delta : (delta > v ? 0 : v - delta);
-        int len = snprintf(digits, sizeof(digits), "%llu",
-                           (unsigned long long)v);
+        int len =
+            snprintf(digits, sizeof(digits), "%llu", (unsigned long long)v);
         struct iovec iov = {digits, (size_t)len};
         r.hdr.vlen = (uint32_t)len;
         if (o && o->touch)

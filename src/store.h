@@ -26,8 +26,7 @@ int store_concat(struct cache_thread *t, bool append, const void *key,
 /* Any mode with the meta options (tc_store_ex). */
 int store_ex(struct cache_thread *t, enum tc_store_mode mode, const void *key,
              uint32_t klen, const void *val, size_t vlen, uint32_t flags,
-             int64_t exptime, const struct tc_store_opts *o,
-             uint64_t *cas_out);
+             int64_t exptime, const struct tc_store_opts *o, uint64_t *cas_out);
 /* Mark stale, keeping the value (tc_invalidate). */
 int store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
                      uint64_t cas_in, int64_t exptime);

@@ -157,8 +157,8 @@ struct copy_arg {
 };
 
 static void
-copy_value(void *arg, const struct tc_item_info *info,
-           const struct iovec *iov, int niov)
+copy_value(void *arg, const struct tc_item_info *info, const struct iovec *iov,
+           int niov)
 {
     struct copy_arg *a = arg;
     size_t at = 0;
@@ -187,8 +187,8 @@ tc_store_ex(struct tc_cache *tc, enum tc_store_mode mode, const void *key,
 {
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
-    return t ? store_ex(t, mode, key, (uint32_t)klen, val, vlen, flags,
-                        exptime, opts, cas_out)
+    return t ? store_ex(t, mode, key, (uint32_t)klen, val, vlen, flags, exptime,
+                        opts, cas_out)
              : rc;
 }
 
@@ -206,8 +206,7 @@ TC_API int
 tc_set(struct tc_cache *tc, const void *key, size_t klen, const void *val,
        size_t vlen, uint32_t flags, int64_t exptime)
 {
-    return tc_store(tc, TC_SET, key, klen, val, vlen, flags, exptime, 0,
-                    NULL);
+    return tc_store(tc, TC_SET, key, klen, val, vlen, flags, exptime, 0, NULL);
 }
 
 TC_API int

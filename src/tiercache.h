@@ -52,10 +52,10 @@ extern "C" {
 
 enum tc_result {
     TC_OK = 0,
-    TC_NOT_FOUND = 1,  /* miss (absent, expired or flushed) */
-    TC_EXISTS = 2,     /* cas mismatch */
-    TC_NOT_STORED = 3, /* add on present key, replace/append/prepend on
-                          absent key */
+    TC_NOT_FOUND = 1,   /* miss (absent, expired or flushed) */
+    TC_EXISTS = 2,      /* cas mismatch */
+    TC_NOT_STORED = 3,  /* add on present key, replace/append/prepend on
+                           absent key */
     TC_NON_NUMERIC = 4, /* incr/decr on a value that is not a decimal
                            64-bit unsigned number */
 };
@@ -70,26 +70,26 @@ enum tc_store_mode {
 };
 
 struct tc_config {
-    const char *pool_path; /* default "/dev/shm/tiercache.pool" */
-    uint64_t pool_size;    /* bytes of the pool file; default 64 MiB */
-    uint64_t mem_limit;    /* bytes of pages that may be used (memcached's
-                              -m); 0 = the whole pool */
-    uint32_t min_chunk;    /* smallest slab chunk, bytes; default 64 */
-    double growth_factor;  /* slab growth factor; default 1.25 */
-    uint32_t chunk_max;    /* largest slab chunk; default 512 KiB */
-    uint32_t item_size_max; /* largest item (key+value+header); default 1 MiB;
-                               items above chunk_max are chained over
-                               several chunks */
-    bool evict;            /* default true; false = memcached's -M */
+    const char *pool_path;   /* default "/dev/shm/tiercache.pool" */
+    uint64_t pool_size;      /* bytes of the pool file; default 64 MiB */
+    uint64_t mem_limit;      /* bytes of pages that may be used (memcached's
+                                -m); 0 = the whole pool */
+    uint32_t min_chunk;      /* smallest slab chunk, bytes; default 64 */
+    double growth_factor;    /* slab growth factor; default 1.25 */
+    uint32_t chunk_max;      /* largest slab chunk; default 512 KiB */
+    uint32_t item_size_max;  /* largest item (key+value+header); default 1 MiB;
+                                items above chunk_max are chained over
+                                several chunks */
+    bool evict;              /* default true; false = memcached's -M */
     uint64_t expected_items; /* sizes the hash index; 0 = derive from the
                                 pool size (one entry per 128 pool bytes) */
-    uint32_t quota_batch;  /* chunks a thread takes from a class at once;
-                              default 32 */
-    bool background;       /* run the maintenance thread (expiry sweep, page
-                              reassignment); default true. Off, the embedder
-                              calls tc_maintain(). */
-    uint32_t sweep_budget; /* chunks the expiry sweep looks at per step;
-                              default 1024 */
+    uint32_t quota_batch;    /* chunks a thread takes from a class at once;
+                                default 32 */
+    bool background;         /* run the maintenance thread (expiry sweep, page
+                                reassignment); default true. Off, the embedder
+                                calls tc_maintain(). */
+    uint32_t sweep_budget;   /* chunks the expiry sweep looks at per step;
+                                default 1024 */
 };
 
 enum tc_win {
@@ -102,10 +102,10 @@ struct tc_item_info {
     uint32_t flags;   /* client flags */
     uint32_t exptime; /* absolute unix seconds, 0 = never */
     uint64_t cas;
-    uint32_t vlen;    /* value length in bytes */
-    bool fetched;     /* read before this request (meta h) */
-    bool stale;       /* invalidated, served until replaced (meta X) */
-    uint8_t win;      /* enum tc_win (meta W / Z) */
+    uint32_t vlen;      /* value length in bytes */
+    bool fetched;       /* read before this request (meta h) */
+    bool stale;         /* invalidated, served until replaced (meta X) */
+    uint8_t win;        /* enum tc_win (meta W / Z) */
     uint8_t slab_class; /* slab class of the item's head chunk, from 0
                            (meta me cls=, which counts from 1) */
 };
@@ -125,8 +125,8 @@ struct tc_stats {
     uint64_t reclaimed;      /* expired items whose memory was reused */
     uint64_t expired_unfetched;
     uint64_t evicted_unfetched;
-    uint64_t cmd_get;        /* keys requested by get/gat */
-    uint64_t cmd_set;        /* store requests of any mode */
+    uint64_t cmd_get; /* keys requested by get/gat */
+    uint64_t cmd_set; /* store requests of any mode */
     uint64_t cmd_touch;
     uint64_t cmd_flush;
     uint64_t get_hits;
@@ -149,16 +149,16 @@ struct tc_stats {
     uint64_t slab_reassign_count; /* pages moved between classes */
     uint64_t total_malloced;      /* bytes of pages owned by slab classes */
     /* tiercache's own (prefix tc_ in the server's stats) */
-    uint64_t pmem_bytes;        /* pool size, data area */
-    uint64_t pmem_pages_total;  /* pages under the limit */
-    uint64_t pmem_pages_free;   /* pages in the pool, not in any class */
-    bool pmem_is_pmem;          /* libpmem says real PMEM */
-    uint64_t dram_index_bytes;  /* hash index (buckets + overflow) */
-    uint64_t dram_meta_bytes;   /* page info, bitmaps, class tables */
-    uint64_t quota_refills;     /* batches taken by thread quotas */
+    uint64_t pmem_bytes;       /* pool size, data area */
+    uint64_t pmem_pages_total; /* pages under the limit */
+    uint64_t pmem_pages_free;  /* pages in the pool, not in any class */
+    bool pmem_is_pmem;         /* libpmem says real PMEM */
+    uint64_t dram_index_bytes; /* hash index (buckets + overflow) */
+    uint64_t dram_meta_bytes;  /* page info, bitmaps, class tables */
+    uint64_t quota_refills;    /* batches taken by thread quotas */
     uint64_t index_buckets;
     uint64_t index_overflow_buckets;
-    uint64_t sweep_reclaimed;   /* expired items freed by the sweep */
+    uint64_t sweep_reclaimed; /* expired items freed by the sweep */
 };
 
 struct tc_slab_stats {
@@ -209,11 +209,11 @@ TC_API int tc_get_copy(struct tc_cache *c, const void *key, size_t klen,
  * calling fn; info->win says whether this caller should recache (a stale
  * item, a TTL below recache_below, or a placeholder made by vivify). */
 struct tc_get_opts {
-    bool touch;             /* set the expiry first (meta T, gat) */
+    bool touch; /* set the expiry first (meta T, gat) */
     int64_t exptime;
-    bool vivify;            /* on a miss, store an empty placeholder item
-                               with vivify_exptime and return TC_NOT_FOUND
-                               with *vivified set: the caller won (meta N) */
+    bool vivify; /* on a miss, store an empty placeholder item
+                    with vivify_exptime and return TC_NOT_FOUND
+                    with *vivified set: the caller won (meta N) */
     int64_t vivify_exptime;
     uint32_t recache_below; /* win when the remaining TTL (seconds) is
                                below this (meta R); 0 = off */
@@ -226,14 +226,14 @@ TC_API int tc_get_ex(struct tc_cache *c, const void *key, size_t klen,
 
 /* Storage with the meta protocol's options (ms). */
 struct tc_store_opts {
-    uint64_t cas_in;       /* TC_CAS, or with any mode when cas_check */
-    bool cas_check;        /* compare cas_in for any mode (meta C) */
-    uint64_t cas_new;      /* nonzero: use as the new item's CAS (meta E) */
-    bool invalidate;       /* meta I: when cas_in is older than the item's
-                              CAS, store the item marked stale instead of
-                              failing */
-    bool vivify;           /* append/prepend on a miss store the value as a
-                              new item (meta N) */
+    uint64_t cas_in;  /* TC_CAS, or with any mode when cas_check */
+    bool cas_check;   /* compare cas_in for any mode (meta C) */
+    uint64_t cas_new; /* nonzero: use as the new item's CAS (meta E) */
+    bool invalidate;  /* meta I: when cas_in is older than the item's
+                         CAS, store the item marked stale instead of
+                         failing */
+    bool vivify;      /* append/prepend on a miss store the value as a
+                         new item (meta N) */
     int64_t vivify_exptime;
 };
 TC_API int tc_store_ex(struct tc_cache *c, enum tc_store_mode mode,
@@ -250,11 +250,11 @@ TC_API int tc_invalidate(struct tc_cache *c, const void *key, size_t klen,
 
 /* Arithmetic with the meta protocol's options (ma). */
 struct tc_arith_opts {
-    bool vivify;           /* on a miss, store `initial` (meta N, J) */
+    bool vivify; /* on a miss, store `initial` (meta N, J) */
     uint64_t initial;
     int64_t vivify_exptime;
-    uint64_t cas_in;       /* nonzero: must match (meta C) */
-    bool touch;            /* set the expiry on success (meta T) */
+    uint64_t cas_in; /* nonzero: must match (meta C) */
+    bool touch;      /* set the expiry on success (meta T) */
     int64_t exptime;
 };
 /* *value the new value; *info (may be NULL) the new item's header. */
@@ -267,9 +267,9 @@ TC_API int tc_arith_ex(struct tc_cache *c, const void *key, size_t klen,
  * the new item's CAS. TC_OK when stored, else TC_NOT_STORED, TC_EXISTS,
  * TC_NOT_FOUND (TC_CAS on a missing key) or an error. */
 TC_API int tc_store(struct tc_cache *c, enum tc_store_mode mode,
-                    const void *key, size_t klen, const void *val,
-                    size_t vlen, uint32_t flags, int64_t exptime,
-                    uint64_t cas_in, uint64_t *cas_out);
+                    const void *key, size_t klen, const void *val, size_t vlen,
+                    uint32_t flags, int64_t exptime, uint64_t cas_in,
+                    uint64_t *cas_out);
 /* Shorthand for tc_store(TC_SET, ...). */
 TC_API int tc_set(struct tc_cache *c, const void *key, size_t klen,
                   const void *val, size_t vlen, uint32_t flags,
@@ -291,8 +291,8 @@ TC_API int tc_drop(struct tc_cache *c, const void *key, size_t klen);
  * than item_size_max and was discarded unread): count it as memcached does
  * (cmd_set, store_too_large) and, with drop_old, remove the key's old value
  * without counting a delete. */
-TC_API void tc_store_refused(struct tc_cache *c, const void *key,
-                             size_t klen, bool drop_old);
+TC_API void tc_store_refused(struct tc_cache *c, const void *key, size_t klen,
+                             bool drop_old);
 
 /* cas_in 0: unconditional. Otherwise TC_EXISTS on mismatch. */
 TC_API int tc_delete(struct tc_cache *c, const void *key, size_t klen,
@@ -307,8 +307,8 @@ TC_API int tc_flush_all(struct tc_cache *c, int64_t delay);
 /* Grow or shrink the usable pool online (memcached's cache_memlimit).
  * Shrinking moves live items off the released pages (evicting only when the
  * rest of the pool has no room). 0, -EINVAL (below 1 MiB or above the
- * pool's data area, which is pool_size less its 2 MiB header), -EBUSY (some pages could not be emptied yet; retried by
- * maintenance). */
+ * pool's data area, which is pool_size less its 2 MiB header), -EBUSY (some
+ * pages could not be emptied yet; retried by maintenance). */
 TC_API int tc_set_mem_limit(struct tc_cache *c, uint64_t bytes);
 
 /* Move one page from slab class src to dst (memcached's "slabs reassign"),
