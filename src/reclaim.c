@@ -49,24 +49,38 @@ struct victim {
  * only after the index confirms the location under the bucket lock. TSan
  * is told this read is intended.
  */
+/* Size of the chunk at off, read from its page's class once: the page may
+ * leave its class (a drain) at any moment, so a caller holding no lock
+ * must not look twice. False when no class owns it. */
+static bool
+chunk_size_of(const struct cache *c, uint64_t off, uint32_t *size)
+{
+    unsigned cls = slab_class_of(c->slab, off);
+    if (cls == SLAB_NO_CLASS)
+        return false;
+    *size = slab_chunk_size(c->slab, cls);
+    return true;
+}
+
 __attribute__((no_sanitize_thread)) static bool
 read_victim(const struct cache *c, uint64_t off, struct victim *v)
 {
     const volatile uint8_t *p = (const volatile uint8_t *)(c->base + off);
-    uint32_t size = slab_chunk_size(c->slab, slab_class_of(c->slab, off));
+    uint32_t size;
     char key[TC_KEY_MAX];
 
+    if (!chunk_size_of(c, off, &size))
+        return false;
     if (p[0] == ITEM_KIND_TAIL) {
         uint64_t head = 0;
         for (unsigned i = 0; i < 8; i++)
             head |= (uint64_t)p[8 + i] << (8 * i);
         if (head % 8 ||
             head >= (uint64_t)pool_npages(c->pool) << POOL_PAGE_SHIFT ||
-            slab_class_of(c->slab, head) == SLAB_NO_CLASS)
+            !chunk_size_of(c, head, &size))
             return false;
         off = head;
         p = (const volatile uint8_t *)(c->base + off);
-        size = slab_chunk_size(c->slab, slab_class_of(c->slab, off));
     }
     uint8_t klen = p[1];
     if (p[0] != ITEM_KIND_HEAD || klen == 0 || klen > TC_KEY_MAX ||
