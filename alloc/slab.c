@@ -12,8 +12,13 @@
  *   page->ref_bits[]: relaxed atomic bits. Set by readers without a lock,
  *     cleared under the class lock by the CLOCK scan. A lost set or clear
  *     only changes which item is evicted next, never correctness.
- *   Immutable after slab_create: classes' size/perpage/recip, the page info
- *     array and its bitmap storage.
+ *   page->free_bits/bits_words (the bitmap allocation): resized only while
+ *     the page sits in the pool (add_page, no lock: the pool handed the page
+ *     to this thread alone, and no reader can hold one of its chunks, all
+ *     freed after a grace period); ref_bits is repointed under the class
+ *     lock in install_page_locked before either bitmap is written.
+ *   Immutable after slab_create: classes' size/perpage/recip and the page
+ *     info array.
  *   Lock order: class -> pool (slab_take drops the class lock before it asks
  *     the pool; slab_drain_finish puts the page after unlocking the class).
  *   No PMEM write ever happens here; new pages are formatted through the

@@ -17,7 +17,8 @@
  *     thread holding it so that allocation under it never reassigns pages
  *     (which would take admin again).
  *   c->evict_cur[cls]: under the class lock, inside slab_scan().
- *   c->shrink_target: under admin.
+ *   c->shrink_target: written by tc_set_mem_limit, read and cleared under
+ *     admin; an atomic, since the maintenance thread peeks at it unlocked.
  *   Item copies during relocation happen with no lock held.
  */
 #include "src/cache.h"
@@ -387,7 +388,7 @@ reclaim_shrink(struct cache_thread *t)
 
     pthread_mutex_lock(&c->admin);
     t->in_admin = true;
-    uint32_t target = c->shrink_target;
+    uint32_t target = atomic_load(&c->shrink_target);
     for (unsigned cls = 0; target && cls < slab_nclasses(c->slab); cls++) {
         /* stop allocation from every page above the target first, so
          * moved items land below it */
@@ -406,7 +407,7 @@ reclaim_shrink(struct cache_thread *t)
     if (target) {
         discard_above(c, target);
         if (rc == 0)
-            c->shrink_target = 0;
+            atomic_store(&c->shrink_target, 0);
     }
     t->in_admin = false;
     pthread_mutex_unlock(&c->admin);

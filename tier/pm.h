@@ -8,8 +8,9 @@
  *
  * PMEM is used as volatile capacity: nothing is flushed or fenced for
  * durability here. pm_copy() uses libpmem's pmem_memcpy() with
- * PMEM_F_MEM_NOFLUSH, which picks non-temporal stores for large copies so
- * that item bodies do not evict DRAM metadata from the CPU caches.
+ * PMEM_F_MEM_NOFLUSH, which (per PMDK's x86 code) always uses ordinary
+ * cached stores; non-temporal copies would need flushing allowed, which
+ * costs extra on the tmpfs emulation (a choice to measure on real PMEM).
  *
  * Concurrency: stateless apart from the hooks (set once at setup, before any
  * worker runs).

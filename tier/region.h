@@ -29,8 +29,9 @@ struct region_config {
 
 struct region;
 
-/* 0 or -EINVAL (size below minimum), -ENOENT / -EACCES / ... (path), -ENOSPC
- * (fallocate), -EBADF? no: -EIO for a mapping failure. *out set on success. */
+/* 0 or -EINVAL (size below minimum, file too small), -ENOENT / -EACCES /
+ * ... (path), -ENOSPC (fallocate), -EBUSY (another holder has the file
+ * locked), -EIO (mapping failure), -ENOMEM. *out set on success. */
 int region_open(const struct region_config *cfg, struct region **out);
 
 /* Mark clean, unmap, free. NULL is a no-op. */

@@ -2,7 +2,8 @@
  * The engine's meta-protocol extensions through the public API: tc_get_ex
  * (fetched, stale, win, vivify, recache, no_bump), tc_store_ex (CAS check in
  * any mode, explicit CAS, invalidate, vivify for append), tc_invalidate and
- * tc_arith_ex.
+ * tc_arith_ex; and the calls a server makes beside them (tc_drop,
+ * tc_store_refused, tc_thread_quiesce).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -308,6 +309,61 @@ test_arith_ex(void **state)
     assert_int_equal(info.exptime, NOW + 10);
 }
 
+static void
+test_drop_and_refused(void **state)
+{
+    struct fx *f = *state;
+    struct tc_stats st;
+
+    assert_int_equal(tc_set(f->c, "d", 1, "v", 1, 0, 0), TC_OK);
+    assert_int_equal(tc_drop(f->c, "d", 1), TC_OK);
+    assert_int_equal(tc_drop(f->c, "d", 1), TC_NOT_FOUND);
+    assert_int_equal(tc_set(f->c, "d", 1, "v", 1, 0, 0), TC_OK);
+    tc_store_refused(f->c, "d", 1, true);
+    assert_int_equal(tc_get_copy(f->c, "d", 1, NULL, 0, NULL), TC_NOT_FOUND);
+    assert_int_equal(tc_set(f->c, "e", 1, "v", 1, 0, 0), TC_OK);
+    tc_store_refused(f->c, "e", 1, false); /* not a set: the value stays */
+    assert_int_equal(tc_get_copy(f->c, "e", 1, NULL, 0, NULL), TC_OK);
+    tc_stats(f->c, &st);
+    assert_int_equal(st.delete_hits + st.delete_misses, 0);
+    assert_int_equal(st.store_too_large, 2);
+    assert_int_equal(st.curr_items, 1);
+}
+
+/* Free chunks the class holds (not counting thread stashes). */
+static uint64_t
+class_free(struct tc_cache *c, int cls)
+{
+    struct tc_slab_stats ss;
+    assert_int_equal(tc_slab_stats(c, cls, &ss), 0);
+    return ss.free_chunks;
+}
+
+static void
+test_thread_quiesce(void **state)
+{
+    struct fx *f = *state;
+    int cls = -1;
+
+    /* the first store takes a batch of chunks into this thread's stash */
+    assert_int_equal(tc_set(f->c, "q", 1, "v", 1, 0, 0), TC_OK);
+    for (int i = 0; i < tc_slab_nclasses(f->c) && cls < 0; i++) {
+        struct tc_slab_stats ss;
+        tc_slab_stats(f->c, i, &ss);
+        if (ss.used_chunks)
+            cls = i;
+    }
+    assert_true(cls >= 0);
+    uint64_t before = class_free(f->c, cls);
+    tc_thread_quiesce(f->c);
+    uint64_t after = class_free(f->c, cls);
+    /* the stash went back: everything but the one live item is free */
+    assert_true(after > before);
+    struct tc_slab_stats ss;
+    tc_slab_stats(f->c, cls, &ss);
+    assert_int_equal(after, ss.total_chunks - 1);
+}
+
 int
 main(void)
 {
@@ -325,6 +381,8 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_append_vivify, setup, teardown),
         cmocka_unit_test_setup_teardown(test_arith_ex, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drop_and_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_thread_quiesce, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
