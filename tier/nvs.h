@@ -1,0 +1,175 @@
+#pragma once
+/*
+ * The NVMe store (issue 4): cold values in large log-structured segments on
+ * one or more files or block devices opened with O_DIRECT, written and read
+ * through io_uring (liburing). This header is the contract between the
+ * store (tier/nvs*.c) and the engine (src/), which decides what to spill
+ * and keeps each spilled item's header, with its struct nvs_loc, in PMEM.
+ *
+ * Space: every path is cut into segments of seg_size bytes (ext_page_size);
+ * segments are numbered across all paths. One segment at a time is open for
+ * appends; appends fill a DRAM write buffer (wbuf_size, 4 KiB aligned) that
+ * goes out as one aligned write when full (or on nvs_flush). A segment that
+ * is full is sealed; when no segment is free the oldest sealed one is
+ * reclaimed: its generation is bumped, so every locator into it turns stale
+ * (nvs_loc_live() false, a read of it fails with -ESTALE).
+ *
+ * Records on the medium: tier/nvs_layout.h (record header with magic, the
+ * segment's generation, key and value lengths, CRC32C of key and value).
+ * Every read is checked against the locator: segment generation, key,
+ * length and CRC; anything wrong is an error result, never a value.
+ *
+ * Reads go through a per-thread struct nvs_ring (the worker thread's own
+ * io_uring, or, where io_uring is refused, a small shared pool of threads
+ * doing pread). A read of data still in a write buffer is served from DRAM
+ * (it completes at the next nvs_ring_reap without I/O).
+ *
+ * Concurrency: nvs_append/nvs_flush/nvs_release/nvs_loc_live/nvs_stats are
+ * safe from any thread. A ring belongs to the thread that created it. The
+ * store's own locks guard only DRAM bookkeeping; it never writes PMEM.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define NVS_MAX_PATHS 8
+
+struct nvs_config {
+    unsigned npaths;
+    const char *path[NVS_MAX_PATHS]; /* file or block device */
+    uint64_t size[NVS_MAX_PATHS];    /* bytes used of each; a regular file is
+                                        created and fallocate()d to it */
+    uint32_t seg_size;        /* bytes per segment (ext_page_size); default
+                                 64 MiB; a multiple of wbuf_size */
+    uint32_t wbuf_size;       /* bytes per write buffer (ext_wbuf_size);
+                                 default 4 MiB; a multiple of 4 KiB */
+    unsigned nwbuf;           /* write buffers (one filling, the rest being
+                                 written); default 4 */
+    uint32_t read_timeout_ms; /* a read not completed by then fails with
+                                 -ETIMEDOUT; 0 = no deadline */
+    unsigned io_threads;      /* threads of the pread/pwrite fallback;
+                                 default 2 */
+    bool no_uring;            /* use the fallback even where io_uring works
+                                 (tests, measurements) */
+};
+
+/* Where a value lives on the store; kept in the item's PMEM header. */
+struct nvs_loc {
+    uint32_t seg; /* segment number across all paths */
+    uint32_t gen; /* the segment's generation when written */
+    uint32_t off; /* record offset within the segment (8-aligned) */
+    uint32_t vlen;
+    uint32_t crc; /* CRC32C of key and value */
+    uint32_t rsv; /* zero */
+};
+_Static_assert(sizeof(struct nvs_loc) == 24, "locator is 24 bytes");
+
+struct nvs;
+
+/* Open every path with O_DIRECT (a tmpfs path fails: O_DIRECT refused),
+ * check the size fits (a block device's size, free space for a file),
+ * fallocate regular files, set up the write buffers and the writer.
+ * 0 or a negative errno with one sentence in err_msg(). */
+int nvs_open(const struct nvs_config *cfg, struct nvs **out);
+/* Write out the open buffer, wait for writes, free everything. */
+void nvs_close(struct nvs *s);
+
+/* Copy a record (key and value pieces) into the open write buffer: *out
+ * says where it will live. -EAGAIN when every buffer is busy being written
+ * (the flash is behind: the caller evicts instead of waiting), -E2BIG when
+ * the record cannot fit one write buffer. Never blocks on I/O.
+ * Context: any thread, no lock held. */
+int nvs_append(struct nvs *s, const void *key, uint8_t klen,
+               const struct iovec *val, int niov, struct nvs_loc *out);
+/* Send the open buffer now even if not full (maintenance ticks, tests). */
+int nvs_flush(struct nvs *s);
+
+/* Whether loc's segment has not been reclaimed since loc was written
+ * (DRAM check, no I/O). */
+bool nvs_loc_live(const struct nvs *s, const struct nvs_loc *loc);
+/* The engine dropped its reference to loc (delete, overwrite, expiry,
+ * recache that let the flash copy go): counts dead bytes for compaction. */
+void nvs_release(struct nvs *s, const struct nvs_loc *loc);
+
+/* Compaction: pick the sealed segment with the most dead bytes (at least
+ * max_frag of it dead), read it and hand each record still live to fn,
+ * which returns true to keep it (the store appends it again and calls
+ * moved with the new locator) or false to let it go; then the segment is
+ * freed. At most budget bytes are read per call. Returns records moved, 0
+ * when nothing qualified, or a negative errno.
+ * Context: the maintenance thread. */
+typedef bool nvs_keep_fn(void *arg, const void *key, uint8_t klen,
+                         const struct nvs_loc *old);
+typedef void nvs_moved_fn(void *arg, const void *key, uint8_t klen,
+                          const struct nvs_loc *old,
+                          const struct nvs_loc *new_loc);
+int nvs_compact_step(struct nvs *s, double max_frag, uint64_t budget,
+                     nvs_keep_fn *keep, nvs_moved_fn *moved, void *arg);
+
+/* ---- reads ---- */
+
+struct nvs_ring;
+
+/* A ring of depth entries for the calling thread. */
+int nvs_ring_create(struct nvs *s, unsigned depth, struct nvs_ring **out);
+void nvs_ring_destroy(struct nvs_ring *r);
+/* An eventfd that becomes readable when completions are waiting, for the
+ * thread's epoll loop. */
+int nvs_ring_fd(const struct nvs_ring *r);
+
+struct nvs_read {
+    /* in */
+    struct nvs_loc loc;
+    const void *key; /* compared with the record's key; kept by caller */
+    uint8_t klen;
+    void *udata;
+    /* out, valid after reap until nvs_read_done */
+    int res;           /* 0, -EIO, -EBADMSG (CRC, key, length or magic),
+                          -ESTALE (segment reclaimed), -ETIMEDOUT */
+    const char *value; /* loc.vlen bytes when res == 0 */
+    uint64_t lat_ns;   /* submit to completion */
+    /* private to the store */
+    void *priv;
+    struct nvs_read *next;
+};
+
+/* Queue a read (not yet submitted). -EBUSY when the ring is full. */
+int nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd);
+/* Submit everything queued: the number submitted or a negative errno. */
+int nvs_ring_submit(struct nvs_ring *r);
+/* Collect up to max completed reads (checked, res set); waits for at least
+ * wait_nr. Reads past their deadline are completed with -ETIMEDOUT. */
+int nvs_ring_reap(struct nvs_ring *r, struct nvs_read **done, int max,
+                  int wait_nr);
+/* Release a reaped read's buffer. */
+void nvs_read_done(struct nvs_ring *r, struct nvs_read *rd);
+
+/* ---- figures ---- */
+
+struct nvs_stats {
+    uint64_t bytes_total, bytes_used, bytes_dead;
+    uint64_t segs_total, segs_free;
+    uint64_t bytes_written, objects_written;
+    uint64_t bytes_read, objects_read;
+    uint64_t page_reclaims, objects_lost; /* live records in reclaimed
+                                             segments */
+    uint64_t compact_runs, compact_rescues, compact_skipped;
+    uint64_t append_busy; /* -EAGAIN: flash behind */
+    uint64_t read_badcrc, read_ioerr, read_timeout, read_stale;
+    uint64_t read_lat_p50_ns, read_lat_p99_ns, read_lat_p999_ns;
+    bool uring; /* false: the pread/pwrite fallback is in use */
+};
+void nvs_get_stats(struct nvs *s, struct nvs_stats *out);
+
+/* ---- fault injection (tests) ---- */
+
+struct nvs_faults {
+    uint32_t eio_every;   /* every Nth read completes with -EIO, 0 off */
+    uint32_t short_every; /* every Nth read comes back short */
+    uint32_t delay_ms;    /* added before each read completes */
+};
+void nvs_set_faults(struct nvs *s, const struct nvs_faults *f);
+
+/* CRC32C (Castagnoli), continuing from crc (0 to start). */
+uint32_t nvs_crc32c(uint32_t crc, const void *p, uint64_t n);
