@@ -23,9 +23,16 @@
  *     the pool; slab_drain_finish puts the page after unlocking the class).
  *   No PMEM write ever happens here; new pages are formatted through the
  *   format hook with no lock held.
+ *   EXCEPT with the experiment-only ablation switches (issue 5, off by
+ *   default, each costing the default path one predictable branch): with
+ *   meta_write set, the page header mirror (alloc/slab_layout.h) is written
+ *   through the hook under the class lock (and, for CLOCK bits, by
+ *   lock-free readers: a lost mirror update is harmless, the DRAM copy is
+ *   the truth); with format_in_lock, add_page formats under the class lock.
  */
 #include "alloc/slab.h"
 
+#include "alloc/slab_layout.h"
 #include "src/base/compiler.h"
 #include "src/base/err.h"
 #include "src/base/lock.h"
@@ -79,6 +86,7 @@ struct slab_class {
     uint32_t size;
     uint32_t perpage;
     uint32_t nwords;
+    uint32_t reserved; /* ablation: chunks kept for the PMEM header */
     uint64_t recip;
     uint32_t *pages; /* page numbers owned, capacity = pool pages */
     uint32_t npages;
@@ -94,6 +102,9 @@ struct slab {
     struct pool *pool;
     slab_format_fn *format;
     void *format_arg;
+    slab_meta_write_fn *meta_write; /* ablation only, NULL by default */
+    void *meta_arg;
+    bool format_in_lock; /* ablation only */
     unsigned nclasses;
     uint32_t npages;             /* pages in the pool mapping */
     struct slab_page *page;      /* one per pool page */
@@ -112,6 +123,82 @@ static inline uint64_t
 chunk_offset(const struct slab_class *c, uint32_t page, uint32_t idx)
 {
     return ((uint64_t)page << POOL_PAGE_SHIFT) + (uint64_t)idx * c->size;
+}
+
+/* --- EXPERIMENT ONLY: page metadata mirrored into PMEM (ablation) --- */
+
+#define PMETA_ON(s) unlikely((s)->meta_write != NULL)
+
+static inline uint64_t *
+pmeta_word(const struct slab *s, uint32_t pg, uint32_t w)
+{
+    return (uint64_t *)(pool_base(s->pool) +
+                        ((uint64_t)pg << POOL_PAGE_SHIFT)) +
+           w;
+}
+
+static void
+pmeta_put(const struct slab *s, uint32_t pg, uint32_t w, uint64_t v)
+{
+    s->meta_write(s->meta_arg, pmeta_word(s, pg, w), v);
+}
+
+static void
+pmeta_id(const struct slab *s, uint32_t pg)
+{
+    const struct slab_page *p = &s->page[pg];
+    pmeta_put(s, pg, SLAB_PMETA_ID,
+              SLAB_PMETA_MAGIC | (uint64_t)p->cls << 32 |
+                  (uint64_t)p->state << 40);
+}
+
+static void
+pmeta_count(const struct slab *s, uint32_t pg)
+{
+    const struct slab_page *p = &s->page[pg];
+    pmeta_put(s, pg, SLAB_PMETA_COUNT, p->nfree | (uint64_t)p->scan_word << 32);
+}
+
+static void
+pmeta_links(const struct slab *s, uint32_t pg)
+{
+    const struct slab_page *p = &s->page[pg];
+    pmeta_put(s, pg, SLAB_PMETA_LINKS, p->next | (uint64_t)p->prev << 32);
+}
+
+static void
+pmeta_free_word(const struct slab *s, uint32_t pg, uint32_t w)
+{
+    pmeta_put(s, pg, SLAB_PMETA_BITS + w, s->page[pg].free_bits[w]);
+}
+
+/* The chunk's CLOCK bit in the mirror: read, change, store (a racing
+ * reader may lose an update of the mirror, never of the DRAM bits). */
+static void
+pmeta_ref(const struct slab *s, const struct slab_class *c, uint32_t pg,
+          uint32_t idx, bool set)
+{
+    uint32_t w = SLAB_PMETA_BITS + c->nwords + idx / 64;
+    uint64_t bit = 1ull << (idx % 64);
+    uint64_t old = __atomic_load_n(pmeta_word(s, pg, w), __ATOMIC_RELAXED);
+    uint64_t v = set ? old | bit : old & ~bit;
+    if (v != old)
+        pmeta_put(s, pg, w, v);
+}
+
+/* A page joining a class: the whole header, as a format would write it. */
+static void
+pmeta_install(const struct slab *s, const struct slab_class *c, uint32_t pg)
+{
+    const struct slab_page *p = &s->page[pg];
+    pmeta_id(s, pg);
+    pmeta_count(s, pg);
+    pmeta_links(s, pg);
+    pmeta_put(s, pg, SLAB_PMETA_CLASS_IDX, p->class_idx);
+    for (uint32_t w = 0; w < c->nwords; w++) {
+        pmeta_free_word(s, pg, w);
+        pmeta_put(s, pg, SLAB_PMETA_BITS + c->nwords + w, 0);
+    }
 }
 
 static int
@@ -154,6 +241,16 @@ setup_classes(struct slab *s, const struct slab_config *cfg)
         c->nwords = (c->perpage + 63) / 64;
         c->recip = ((1ull << RECIP_SHIFT) + c->size - 1) / c->size;
         c->partial = NO_PAGE;
+        if (cfg->meta_write) {
+            uint64_t b = SLAB_PMETA_BYTES(c->nwords);
+            c->reserved = (uint32_t)((b + c->size - 1) / c->size);
+            if (c->reserved >= c->perpage) {
+                err_set("metadata in PMEM (ablation) leaves no room in %u "
+                        "byte chunks: lower chunk_max below 1 MiB",
+                        c->size);
+                return -EINVAL;
+            }
+        }
     }
     return 0;
 }
@@ -168,6 +265,9 @@ slab_create(const struct slab_config *cfg, struct pool *pool, struct slab **out)
     s->pool = pool;
     s->format = cfg->format;
     s->format_arg = cfg->format_arg;
+    s->meta_write = cfg->meta_write;
+    s->meta_arg = cfg->meta_arg;
+    s->format_in_lock = cfg->format_in_lock;
     int rc = setup_classes(s, cfg);
     if (rc)
         goto err_free;
@@ -253,6 +353,11 @@ partial_push_locked(struct slab *s, struct slab_class *c, uint32_t pg)
     p->next = c->partial;
     if (c->partial != NO_PAGE)
         s->page[c->partial].prev = pg;
+    if (PMETA_ON(s)) {
+        if (c->partial != NO_PAGE)
+            pmeta_links(s, c->partial);
+        pmeta_links(s, pg);
+    }
     c->partial = pg;
 }
 
@@ -266,7 +371,15 @@ partial_remove_locked(struct slab *s, struct slab_class *c, uint32_t pg)
         c->partial = p->next;
     if (p->next != NO_PAGE)
         s->page[p->next].prev = p->prev;
+    if (PMETA_ON(s)) {
+        if (p->prev != NO_PAGE)
+            pmeta_links(s, p->prev);
+        if (p->next != NO_PAGE)
+            pmeta_links(s, p->next);
+    }
     p->next = p->prev = NO_PAGE;
+    if (PMETA_ON(s))
+        pmeta_links(s, pg);
 }
 
 static bool
@@ -291,9 +404,13 @@ take_locked(struct slab *s, struct slab_class *c, uint64_t *offs, unsigned want)
                 offs[n++] = chunk_offset(c, pg, w * 64 + bit);
                 p->nfree--;
             }
+            if (PMETA_ON(s))
+                pmeta_free_word(s, pg, w);
             if (!p->free_bits[w])
                 p->scan_word = w + 1;
         }
+        if (PMETA_ON(s))
+            pmeta_count(s, pg);
         if (p->nfree == 0)
             partial_remove_locked(s, c, pg);
     }
@@ -315,17 +432,21 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
         p->free_bits[w] = ~0ull;
     if (c->perpage % 64)
         p->free_bits[c->perpage / 64] = (1ull << (c->perpage % 64)) - 1;
+    for (uint32_t i = 0; i < c->reserved; i++) /* ablation: the header */
+        p->free_bits[i / 64] &= ~(1ull << (i % 64));
     for (uint32_t w = 0; w < 4 * c->nwords; w++)
         atomic_store_explicit(&p->ref_bits[w], 0, memory_order_relaxed);
-    p->nfree = c->perpage;
+    p->nfree = c->perpage - c->reserved;
     p->scan_word = 0;
     p->class_idx = c->npages;
     c->pages[c->npages++] = pg;
     atomic_store_explicit(&p->cls, (uint8_t)cls, memory_order_relaxed);
     atomic_store_explicit(&p->state, PAGE_ACTIVE, memory_order_relaxed);
     partial_push_locked(s, c, pg);
-    c->nfree += c->perpage;
+    c->nfree += c->perpage - c->reserved;
     c->pages_added++;
+    if (PMETA_ON(s))
+        pmeta_install(s, c, pg);
 }
 
 /* Give a page that is in the pool (so nobody reads its bits: its chunks
@@ -363,11 +484,16 @@ add_page(struct slab *s, unsigned cls)
         pool_page_put(s->pool, pg);
         return -ENOSPC;
     }
+    /* Ablation only (format_in_lock): format inside the class lock. */
+    if (unlikely(s->format_in_lock))
+        lock_acquire(&c->lock);
     /* PMEM: the page is formatted here, with no lock held (rule 2). */
     if (s->format)
-        s->format(s->format_arg, pool_base(s->pool) + chunk_offset(c, pg, 0),
-                  c->size, c->perpage);
-    lock_acquire(&c->lock);
+        s->format(s->format_arg,
+                  pool_base(s->pool) + chunk_offset(c, pg, c->reserved),
+                  c->size, c->perpage - c->reserved);
+    if (likely(!s->format_in_lock))
+        lock_acquire(&c->lock);
     install_page_locked(s, c, cls, pg);
     lock_release(&c->lock);
     return 0;
@@ -435,6 +561,11 @@ slab_give(struct slab *s, unsigned cls, const uint64_t *offs, unsigned n)
             p->scan_word = idx / 64;
         if (p->nfree++ == 0 && p->state == PAGE_ACTIVE)
             partial_push_locked(s, c, pg);
+        if (PMETA_ON(s)) {
+            pmeta_free_word(s, pg, idx / 64);
+            pmeta_ref(s, c, pg, idx, false);
+            pmeta_count(s, pg);
+        }
     }
     c->nfree += n;
     c->gives += n;
@@ -478,6 +609,16 @@ chunk_bits(const struct slab *s, uint64_t off, unsigned *shift)
     return &p->ref_bits[BITS_WORD(idx)];
 }
 
+/* Ablation only: the mirror of the CLOCK bit of the chunk at off. */
+static void
+pmeta_ref_at(const struct slab *s, uint64_t off, bool set)
+{
+    uint32_t pg = (uint32_t)(off >> POOL_PAGE_SHIFT);
+    unsigned cls = atomic_load_explicit(&s->page[pg].cls, memory_order_relaxed);
+    if (cls != SLAB_NO_CLASS)
+        pmeta_ref(s, &s->cls[cls], pg, chunk_index(&s->cls[cls], off), set);
+}
+
 void
 slab_prefetch(const struct slab *s, uint64_t off)
 {
@@ -497,8 +638,11 @@ slab_ref(struct slab *s, uint64_t off)
     uint64_t both = (BIT_REF | BIT_FETCHED) << shift;
     /* Read first: a hot item's bits are already set, and skipping the
      * read-modify-write keeps its cache line shared between cores. */
-    if ((atomic_load_explicit(w, memory_order_relaxed) & both) != both)
+    if ((atomic_load_explicit(w, memory_order_relaxed) & both) != both) {
         atomic_fetch_or_explicit(w, both, memory_order_relaxed);
+        if (PMETA_ON(s))
+            pmeta_ref_at(s, off, true);
+    }
 }
 
 bool
@@ -516,9 +660,12 @@ slab_reset_bits(struct slab *s, uint64_t off)
     unsigned shift;
     _Atomic uint64_t *w = chunk_bits(s, off, &shift);
     if (w &&
-        (atomic_load_explicit(w, memory_order_relaxed) & (BITS_ALL << shift)))
+        (atomic_load_explicit(w, memory_order_relaxed) & (BITS_ALL << shift))) {
         atomic_fetch_and_explicit(w, ~(BITS_ALL << shift),
                                   memory_order_relaxed);
+        if (PMETA_ON(s))
+            pmeta_ref_at(s, off, false);
+    }
 }
 
 bool
@@ -561,6 +708,8 @@ cursor_normalise_locked(const struct slab_class *c, struct slab_cursor *cur)
         cur->chunk = 0;
         cur->page_idx = (cur->page_idx + 1) % c->npages;
     }
+    if (unlikely(cur->chunk < c->reserved)) /* ablation: the header */
+        cur->chunk = c->reserved;
     return true;
 }
 
@@ -586,6 +735,8 @@ slab_scan(struct slab *s, unsigned cls, struct slab_cursor *cur,
             uint64_t ref = BIT_REF << BITS_SHIFT(idx);
             if (atomic_load_explicit(w, memory_order_relaxed) & ref) {
                 atomic_fetch_and_explicit(w, ~ref, memory_order_relaxed);
+                if (PMETA_ON(s))
+                    pmeta_ref(s, c, pg, idx, false);
                 continue;
             }
         }
@@ -652,6 +803,8 @@ slab_drain_begin(struct slab *s, uint32_t page)
         atomic_store_explicit(&p->state, PAGE_DRAINING, memory_order_relaxed);
         if (page_on_partial(c, p, page))
             partial_remove_locked(s, c, page);
+        if (PMETA_ON(s))
+            pmeta_id(s, page);
         rc = 0;
     }
     lock_release(&c->lock);
@@ -675,6 +828,8 @@ slab_drain_live_from(struct slab *s, uint32_t page, uint32_t from,
         return 0;
     const struct slab_page *p = &s->page[page];
     unsigned n = 0;
+    if (from < c->reserved) /* ablation: the header is no item */
+        from = c->reserved;
     for (uint32_t idx = from; idx < c->perpage && n < max; idx++)
         if (!(p->free_bits[idx / 64] & (1ull << (idx % 64))))
             offs[n++] = chunk_offset(c, page, idx);
@@ -691,18 +846,23 @@ slab_drain_finish(struct slab *s, uint32_t page)
     if (!c)
         return -EINVAL;
     struct slab_page *p = &s->page[page];
-    if (p->state != PAGE_DRAINING || p->nfree != c->perpage) {
+    if (p->state != PAGE_DRAINING || p->nfree != c->perpage - c->reserved) {
         lock_release(&c->lock);
         return -EBUSY;
     }
     uint32_t last = c->pages[--c->npages];
     c->pages[p->class_idx] = last;
     s->page[last].class_idx = p->class_idx;
-    c->nfree -= c->perpage;
+    c->nfree -= c->perpage - c->reserved;
     c->pages_removed++;
     atomic_store_explicit(&p->state, PAGE_FREE, memory_order_relaxed);
     atomic_store_explicit(&p->cls, SLAB_NO_CLASS, memory_order_relaxed);
     p->nfree = 0;
+    if (PMETA_ON(s)) {
+        pmeta_put(s, last, SLAB_PMETA_CLASS_IDX, s->page[last].class_idx);
+        pmeta_id(s, page);
+        pmeta_count(s, page);
+    }
     lock_release(&c->lock);
     pool_page_put(s->pool, page);
     return 0;
@@ -721,6 +881,8 @@ slab_drain_abort(struct slab *s, uint32_t page)
         atomic_store_explicit(&p->state, PAGE_ACTIVE, memory_order_relaxed);
         if (p->nfree > 0)
             partial_push_locked(s, c, page);
+        if (PMETA_ON(s))
+            pmeta_id(s, page);
     }
     lock_release(&c->lock);
 }
@@ -740,6 +902,26 @@ slab_class_stats(const struct slab *s, unsigned cls,
     out->pages_added = c->pages_added;
     out->pages_removed = c->pages_removed;
     lock_release(&c->lock);
+}
+
+uint32_t
+slab_reserved(const struct slab *s, unsigned cls)
+{
+    return s->cls[cls].reserved;
+}
+
+/* Ablation only: see slab.h. The item write that follows is a PMEM write
+ * inside this critical section, on purpose. */
+void
+slab_ablate_lock(struct slab *s, unsigned cls)
+{
+    lock_acquire(&s->cls[cls].lock);
+}
+
+void
+slab_ablate_unlock(struct slab *s, unsigned cls)
+{
+    lock_release(&s->cls[cls].lock);
 }
 
 uint64_t
@@ -770,6 +952,12 @@ check_page_locked(const struct slab *s, const struct slab_class *c,
     if (c->perpage % 64 && p->free_bits[c->perpage / 64] >> (c->perpage % 64)) {
         err_set("slab: page %u has free bits past its last chunk", pg);
         return -EFAULT;
+    }
+    for (uint32_t r = 0; r < c->reserved; r++) {
+        if (p->free_bits[r / 64] & (1ull << (r % 64))) {
+            err_set("slab: page %u hands out header chunk %u", pg, r);
+            return -EFAULT;
+        }
     }
     if (count != p->nfree) {
         err_set("slab: page %u bitmap has %u free, count says %u", pg, count,

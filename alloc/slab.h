@@ -39,6 +39,8 @@ struct slab;
 
 typedef void slab_format_fn(void *arg, char *page, uint32_t chunk_size,
                             uint32_t nchunks);
+/* Ablation only: store v at dst, a word of a page's PMEM header. */
+typedef void slab_meta_write_fn(void *arg, uint64_t *pmem_dst, uint64_t v);
 
 struct slab_config {
     uint32_t min_chunk;     /* smallest chunk, bytes (>= 16); default 64 */
@@ -46,6 +48,15 @@ struct slab_config {
     uint32_t chunk_max;     /* largest chunk (<= POOL_PAGE_SIZE); 0 = 512 KiB */
     slab_format_fn *format; /* optional: called on every new page */
     void *format_arg;
+    /* EXPERIMENT ONLY (ablation switches, issue 5; NULL/false by default):
+     * meta_write set: every page reserves its first chunks for a header
+     * (alloc/slab_layout.h) and every change of its allocation state is
+     * also stored there through meta_write, under the class lock or (CLOCK
+     * bits) lock-free, as Tair MDB's metadata-in-PMEM layout did.
+     * format_in_lock: new pages are formatted with the class lock held. */
+    slab_meta_write_fn *meta_write;
+    void *meta_arg;
+    bool format_in_lock;
 };
 
 struct slab_class_stats {
@@ -167,6 +178,15 @@ void slab_drain_abort(struct slab *s, uint32_t page);
 
 void slab_class_stats(const struct slab *s, unsigned cls,
                       struct slab_class_stats *out);
+
+/* Ablation only: chunks at the start of each page of class cls kept for
+ * the PMEM header (0 unless meta_write is set). */
+uint32_t slab_reserved(const struct slab *s, unsigned cls);
+
+/* Ablation only (ablate_init_in_lock): take and drop the class lock around
+ * an item write, as Tair MDB initialised items inside its slab lock. */
+void slab_ablate_lock(struct slab *s, unsigned cls);
+void slab_ablate_unlock(struct slab *s, unsigned cls);
 
 /* DRAM bytes of the slab's own tables (page info, bitmaps, page lists). */
 uint64_t slab_dram_bytes(const struct slab *s);

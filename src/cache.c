@@ -563,12 +563,29 @@ cache_unlink_loc(struct cache *c, uint64_t hash, uint64_t loc)
 static void
 format_page(void *arg, char *page, uint32_t chunk_size, uint32_t nchunks)
 {
-    (void)arg;
+    struct cache *c = arg;
+    /* ablation only (ablate_init_in_lock): slab.c holds the class lock */
+    bool in_lock = unlikely(c->cfg.ablate_init_in_lock);
+    if (in_lock)
+        pm_unchecked_begin();
     /* PMEM: mark every chunk empty so that a scan (or a future warm
      * restart) never mistakes a fresh page's bytes for items. No lock is
      * held here (slab.c calls the hook between its locks). */
     for (uint32_t i = 0; i < nchunks; i++)
         pm_set(page + (uint64_t)i * chunk_size, ITEM_KIND_EMPTY, 1);
+    if (in_lock)
+        pm_unchecked_end();
+}
+
+/* EXPERIMENT ONLY (ablate_meta_in_pmem): a word of a page's PMEM header,
+ * stored under the slab class lock on purpose. */
+static void
+pmeta_write(void *arg, uint64_t *pmem_dst, uint64_t v)
+{
+    (void)arg;
+    pm_unchecked_begin();
+    pm_store64(pmem_dst, v);
+    pm_unchecked_end();
 }
 
 static int
@@ -620,6 +637,9 @@ open_memory(struct cache *c)
         .chunk_max = c->cfg.chunk_max,
         .format = format_page,
         .format_arg = c,
+        /* experiment only (issue 5), off by default */
+        .meta_write = c->cfg.ablate_meta_in_pmem ? pmeta_write : NULL,
+        .format_in_lock = c->cfg.ablate_init_in_lock,
     };
     rcode = slab_create(&sc, c->pool, &c->slab);
     if (rcode)

@@ -165,6 +165,21 @@ prepare(struct cache_thread *t, const struct store_req *r,
     return 0;
 }
 
+/* EXPERIMENT ONLY (ablate_init_in_lock, issue 5): the item written with its
+ * head chunk's slab class lock held, as Tair MDB initialised items inside
+ * its slab lock. Breaks DESIGN rule 2 on purpose. Locks: slab class. */
+static void
+write_in_lock(struct cache *c, uint64_t head, const struct item_plan *plan,
+              const uint64_t *tails, struct store_req *r)
+{
+    unsigned cls = slab_class_of(c->slab, head);
+    slab_ablate_lock(c->slab, cls);
+    pm_unchecked_begin();
+    item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val);
+    pm_unchecked_end();
+    slab_ablate_unlock(c->slab, cls);
+}
+
 /* Write the prepared item and publish it; on failure its chunks go back.
  * *old receives the replaced item's location (0 if none), which the caller
  * retires with retire_old() once outside any RCU read section. */
@@ -179,7 +194,10 @@ commit(struct cache_thread *t, struct store_req *r,
     r->hdr.cas = next_cas(c, r->cas_new);
     /* PMEM: the item is written here, before it is visible, with no lock
      * held (DESIGN rule 2). */
-    item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val);
+    if (likely(!c->cfg.ablate_init_in_lock))
+        item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val);
+    else
+        write_in_lock(c, head, plan, tails, r);
     pm_fence(); /* the bytes are in place before the index points at them */
     /* DRAM, before anyone can read it: a reused chunk starts unreferenced,
      * unfetched and with its recache win unclaimed */

@@ -90,6 +90,14 @@ struct tc_config {
                                 calls tc_maintain(). */
     uint32_t sweep_budget;   /* chunks the expiry sweep looks at per step;
                                 default 1024 */
+    /* EXPERIMENT ONLY, off by default: reproduce Tair MDB's bad layouts
+     * (issue 5; README "Ablation switches"). Never for production. */
+    bool ablate_meta_in_pmem; /* page info also written into a header at the
+                                 start of every 1 MiB PMEM page (a write hot
+                                 spot on one DIMM); the page's first chunks
+                                 hold no items */
+    bool ablate_init_in_lock; /* items written and pages formatted with the
+                                 slab class lock held */
 };
 
 enum tc_win {

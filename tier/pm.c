@@ -8,6 +8,7 @@
  *                    read with a relaxed load on every write
  *   PMEM contents    written outside any lock: debug builds assert that the
  *                    calling thread holds none (DESIGN rule 2)
+ *   pm_unchecked_depth  thread-local (ablation switches only)
  *   otherwise        stateless; callable from any thread
  *
  * Nothing here flushes or fences: PMEM is volatile capacity. Note that
@@ -30,10 +31,15 @@ static pm_write_hook_fn *pm_write_hook;
  * not checked: rule 2 is about writes, and a writer holding a bucket lock
  * may legitimately compare a key stored in PMEM.
  */
+/* Ablation only: > 0 while this thread makes the experiment's deliberate
+ * in-lock writes (pm_unchecked_begin). Owner thread only. */
+static _Thread_local unsigned pm_unchecked_depth;
+
 static inline void
 pm_check_unlocked(void)
 {
-    assert(lock_held_depth() == 0 && "PMEM write inside a critical section");
+    assert((lock_held_depth() == 0 || pm_unchecked_depth > 0) &&
+           "PMEM write inside a critical section");
 }
 
 static inline void
@@ -111,4 +117,19 @@ void
 pm_set_write_hook(pm_write_hook_fn *fn)
 {
     __atomic_store_n(&pm_write_hook, fn, __ATOMIC_RELAXED);
+}
+
+/* --- Ablation (experiment only): see pm.h --- */
+
+void
+pm_unchecked_begin(void)
+{
+    pm_unchecked_depth++;
+}
+
+void
+pm_unchecked_end(void)
+{
+    assert(pm_unchecked_depth > 0);
+    pm_unchecked_depth--;
 }

@@ -36,3 +36,13 @@ void pm_read(void *dst, const void *pmem_src, size_t n);
  * every write when set; NULL (the default) costs one predictable branch. */
 typedef void pm_write_hook_fn(const void *pmem_dst, size_t n);
 void pm_set_write_hook(pm_write_hook_fn *fn);
+
+/* --- Ablation (experiment only, issue 5) ---
+ * The ablation switches (tc_config ablate_meta_in_pmem / ablate_init_in_lock)
+ * reproduce Tair MDB's bad layouts, whose PMEM writes happen inside a
+ * critical section on purpose. Between pm_unchecked_begin() and
+ * pm_unchecked_end() the calling thread's helper writes skip the debug
+ * "no lock held" check (and only that: they are counted and delayed like any
+ * other). Nests; never used on a default path. */
+void pm_unchecked_begin(void);
+void pm_unchecked_end(void);
