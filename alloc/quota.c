@@ -33,6 +33,7 @@ struct quota {
     struct slab *slab;
     unsigned batch;
     unsigned nclasses;
+    bool pmeta; /* ablation only: slab_pmeta_on() */
     pthread_t owner;
     uint64_t refills;
     struct quota_stash stash[SLAB_MAX_CLASSES];
@@ -63,6 +64,7 @@ quota_create(struct slab *s, unsigned batch, struct quota **out)
     q->batch = batch;
     q->nclasses = n;
     q->owner = pthread_self();
+    q->pmeta = slab_pmeta_on(s);
     for (unsigned i = 0; i < n; i++)
         q->stash[i].offs = q->storage + i * cap;
     *out = q;
@@ -99,6 +101,8 @@ quota_alloc(struct quota *q, unsigned cls, uint64_t *off)
             uint64_t o = st->offs[--st->n];
             if (likely(slab_chunk_usable(q->slab, o))) {
                 *off = o;
+                if (unlikely(q->pmeta)) /* ablation: page info in PMEM */
+                    slab_pmeta_use(q->slab, o, true);
                 return 0;
             }
             /* The page is being drained: hand its chunk back so the page
@@ -118,6 +122,8 @@ quota_free(struct quota *q, unsigned cls, uint64_t off)
 {
     struct quota_stash *st = &q->stash[cls];
     assert_owner(q);
+    if (unlikely(q->pmeta)) /* ablation: page info in PMEM */
+        slab_pmeta_use(q->slab, off, false);
     if (unlikely(!slab_chunk_usable(q->slab, off))) {
         /* keep no chunk of a draining page: an idle owner would stall the
          * drain */

@@ -68,13 +68,14 @@ struct slab_page {
     _Atomic uint8_t cls;
     _Atomic uint8_t state;
     uint32_t nfree;
-    uint32_t class_idx;  /* index in class->pages */
-    uint32_t next, prev; /* partial list links (page numbers) */
-    uint32_t scan_word;  /* lowest bitmap word that may hold a free bit */
-    uint32_t bits_words; /* capacity of the bitmaps, in free-bit words */
-    uint64_t *free_bits; /* 1 = free chunk; free_bits and ref_bits share one
-                            allocation, sized for the page's class when it
-                            joins one and only ever grown */
+    uint32_t class_idx;    /* index in class->pages */
+    uint32_t next, prev;   /* partial list links (page numbers) */
+    uint32_t scan_word;    /* lowest bitmap word that may hold a free bit */
+    uint32_t bits_words;   /* capacity of the bitmaps, in free-bit words */
+    _Atomic uint32_t used; /* ablation only: chunks holding an item */
+    uint64_t *free_bits;   /* 1 = free chunk; free_bits and ref_bits share one
+                              allocation, sized for the page's class when it
+                              joins one and only ever grown */
     /* four bits per chunk, 16 chunks a word: the CLOCK reference bit,
      * "fetched since stored", "recache win claimed", one spare; one atomic
      * op sets reference and fetched together */
@@ -186,6 +187,35 @@ pmeta_ref(const struct slab *s, const struct slab_class *c, uint32_t pg,
         pmeta_put(s, pg, w, v);
 }
 
+/* Ablation only: see slab.h. The DRAM count is the truth; racing threads
+ * may lose an update of the mirrored bit word, never of the count. */
+void
+slab_pmeta_use(struct slab *s, uint64_t off, bool used)
+{
+    uint32_t pg = (uint32_t)(off >> POOL_PAGE_SHIFT);
+    struct slab_page *p = &s->page[pg];
+    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
+    if (cls == SLAB_NO_CLASS)
+        return;
+    const struct slab_class *c = &s->cls[cls];
+    uint32_t idx = chunk_index(c, off);
+    uint32_t w = SLAB_PMETA_BITS + 2 * c->nwords + idx / 64;
+    uint64_t old = __atomic_load_n(pmeta_word(s, pg, w), __ATOMIC_RELAXED);
+    uint64_t bit = 1ull << (idx % 64);
+    uint32_t n =
+        used ? atomic_fetch_add_explicit(&p->used, 1, memory_order_relaxed) + 1
+             : atomic_fetch_sub_explicit(&p->used, 1, memory_order_relaxed) - 1;
+    pmeta_put(s, pg, w, used ? old | bit : old & ~bit);
+    pmeta_put(s, pg, SLAB_PMETA_USED, n);
+    pmeta_put(s, pg, SLAB_PMETA_CURSOR, idx);
+}
+
+bool
+slab_pmeta_on(const struct slab *s)
+{
+    return PMETA_ON(s);
+}
+
 /* A page joining a class: the whole header, as a format would write it. */
 static void
 pmeta_install(const struct slab *s, const struct slab_class *c, uint32_t pg)
@@ -195,9 +225,12 @@ pmeta_install(const struct slab *s, const struct slab_class *c, uint32_t pg)
     pmeta_count(s, pg);
     pmeta_links(s, pg);
     pmeta_put(s, pg, SLAB_PMETA_CLASS_IDX, p->class_idx);
+    pmeta_put(s, pg, SLAB_PMETA_USED, 0);
+    pmeta_put(s, pg, SLAB_PMETA_CURSOR, 0);
     for (uint32_t w = 0; w < c->nwords; w++) {
         pmeta_free_word(s, pg, w);
         pmeta_put(s, pg, SLAB_PMETA_BITS + c->nwords + w, 0);
+        pmeta_put(s, pg, SLAB_PMETA_BITS + 2 * c->nwords + w, 0);
     }
 }
 
@@ -438,6 +471,7 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
         atomic_store_explicit(&p->ref_bits[w], 0, memory_order_relaxed);
     p->nfree = c->perpage - c->reserved;
     p->scan_word = 0;
+    atomic_store_explicit(&p->used, 0, memory_order_relaxed);
     p->class_idx = c->npages;
     c->pages[c->npages++] = pg;
     atomic_store_explicit(&p->cls, (uint8_t)cls, memory_order_relaxed);

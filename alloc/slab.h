@@ -179,6 +179,14 @@ void slab_drain_abort(struct slab *s, uint32_t page);
 void slab_class_stats(const struct slab *s, unsigned cls,
                       struct slab_class_stats *out);
 
+/* Ablation only: whether meta_write is set. */
+bool slab_pmeta_on(const struct slab *s);
+/* Ablation only (meta_write set): the chunk at off starts (used) or stops
+ * holding an item, as the thread-local quota hands it out or takes it back:
+ * its in-use bit, the page's item count and its allocation cursor are
+ * stored in the page's PMEM header. Lock-free. */
+void slab_pmeta_use(struct slab *s, uint64_t off, bool used);
+
 /* Ablation only: chunks at the start of each page of class cls kept for
  * the PMEM header (0 unless meta_write is set). */
 uint32_t slab_reserved(const struct slab *s, unsigned cls);

@@ -25,19 +25,24 @@ enum slab_pmeta_word {
     SLAB_PMETA_LINKS = 2,     /* partial list: next | prev << 32 (page numbers,
                                  0xffffffff = none) */
     SLAB_PMETA_CLASS_IDX = 3, /* index of the page in its class's list */
-    SLAB_PMETA_BITS = 8,      /* nwords free-bit words (1 = free chunk), then
+    SLAB_PMETA_USED = 4,      /* chunks holding an item */
+    SLAB_PMETA_CURSOR = 5,    /* chunk index last allocated or freed */
+    SLAB_PMETA_BITS = 8,      /* nwords free-bit words (1 = free in the slab:
+                                 neither an item's nor in a thread's stash),
                                  nwords reference-bit words (one CLOCK bit a
-                                 chunk; "fetched" is set with it) */
+                                 chunk; "fetched" is set with it), nwords
+                                 in-use words (1 = holds an item) */
 };
 
 struct slab_pmeta {
     uint64_t word[SLAB_PMETA_BITS];
-    uint64_t bits[]; /* 2 * nwords */
+    uint64_t bits[]; /* 3 * nwords */
 };
 
 _Static_assert(sizeof(struct slab_pmeta) == 64, "header is one cache line");
 
 /* Bytes of the header of a class with nwords bitmap words, cache-line
- * rounded. */
+ * rounded: within the first 4 KiB of the page for chunks of 88 bytes and
+ * more (the 64-byte class's 6 KiB header spills past it). */
 #define SLAB_PMETA_BYTES(nwords)                                               \
-    (((uint64_t)sizeof(struct slab_pmeta) + 16ull * (nwords) + 63) & ~63ull)
+    (((uint64_t)sizeof(struct slab_pmeta) + 24ull * (nwords) + 63) & ~63ull)

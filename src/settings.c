@@ -176,6 +176,17 @@ static const struct opt opts[] = {
      .show = SHOW_NOT_YESNO,
      .help = "no maintenance thread (expiry sweep, pending shrinks); for "
              "tests"},
+    /* ablation switches (issue 5): EXPERIMENT ONLY, off by default */
+    {.name = "ablate_meta_in_pmem", .sub = true, .type = OT_BOOL,
+     .off = F(ablate_meta_in_pmem), .stat = "tc_ablate_meta_in_pmem",
+     .show = SHOW_YESNO,
+     .help = "EXPERIMENT ONLY: also write page info into PMEM at the start "
+             "of every 1 MiB page (Tair MDB's write hot spot)"},
+    {.name = "ablate_init_in_lock", .sub = true, .type = OT_BOOL,
+     .off = F(ablate_init_in_lock), .stat = "tc_ablate_init_in_lock",
+     .show = SHOW_YESNO,
+     .help = "EXPERIMENT ONLY: write items and format pages inside the slab "
+             "class lock (Tair MDB's critical section)"},
 };
 /* clang-format on */
 

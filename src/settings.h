@@ -53,6 +53,9 @@ struct settings {
     uint64_t sweep_budget;
     bool maxconns_fast; /* accepted, no effect */
     bool no_background; /* no maintenance thread (tests) */
+    /* ablation switches, experiment only (issue 5) */
+    bool ablate_meta_in_pmem;
+    bool ablate_init_in_lock;
 
     enum settings_action action;
     bool port_given; /* -p appeared: with -s, keep TCP on too */

@@ -83,6 +83,9 @@ config_from(const struct settings *st, struct tc_config *cfg)
     cfg->quota_batch = (uint32_t)st->quota_batch;
     cfg->background = !st->no_background;
     cfg->sweep_budget = (uint32_t)st->sweep_budget;
+    /* ablation switches, experiment only (issue 5) */
+    cfg->ablate_meta_in_pmem = st->ablate_meta_in_pmem;
+    cfg->ablate_init_in_lock = st->ablate_init_in_lock;
 }
 
 static int

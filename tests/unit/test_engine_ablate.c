@@ -1,0 +1,189 @@
+/*
+ * Engine tests of the experiment-only ablation switches (issue 5,
+ * tc_config.ablate_meta_in_pmem / ablate_init_in_lock): a set / overwrite /
+ * delete / evict workload stays correct with each switch on (debug builds
+ * also prove that their in-lock PMEM writes pass the helpers' check only on
+ * the ablation paths), and the PMEM write pattern at page starts is what
+ * each layout promises, seen through the PMEM helpers' write hook.
+ */
+
+#include "engine_fx.h"
+
+#include "tier/pm.h"
+
+/* 100-byte values under 6-byte keys: items of 24 + 6 + 100 bytes. */
+#define VLEN 100
+#define KLEN 6
+#define ITEM_BYTES (24 + KLEN + VLEN)
+#define NKEYS 60000 /* about 8 MB of chunks through a 6 MiB data area */
+
+/* What the write hook saw, by offset inside the 1 MiB page. */
+static struct {
+    uint64_t writes;
+    uint64_t line0_bytes;   /* bytes written into a page's first 64 bytes */
+    uint64_t line0_words;   /* of those, aligned 8-byte stores */
+    uint64_t chunk0_beyond; /* writes starting in [0, 64) that end past
+                               ITEM_BYTES (neither a mark nor item data) */
+    uint64_t chunk0_items;  /* writes starting at 0 longer than 8 bytes */
+    uint64_t min_item_off;  /* lowest page offset of a write > 8 bytes */
+} seen;
+
+static void
+record(const void *dst, size_t n)
+{
+    uint64_t off = (uintptr_t)dst & (MIB - 1); /* pages are 1 MiB aligned */
+    seen.writes++;
+    if (off < 64) {
+        uint64_t end = off + n < 64 ? off + n : 64;
+        seen.line0_bytes += end - off;
+        if (n == 8 && off % 8 == 0)
+            seen.line0_words++;
+        if (off + n > ITEM_BYTES)
+            seen.chunk0_beyond++;
+        if (off == 0 && n > 8)
+            seen.chunk0_items++;
+    }
+    if (n > 8 && off < seen.min_item_off)
+        seen.min_item_off = off;
+}
+
+static void
+hook_on(void)
+{
+    memset(&seen, 0, sizeof(seen));
+    seen.min_item_off = UINT64_MAX;
+    pm_set_write_hook(record);
+}
+
+static void
+key_of(char *k, unsigned i)
+{
+    snprintf(k, KLEN + 1, "k%05u", i);
+}
+
+/* Store NKEYS keys (evicting), overwrite and delete some of the last ones,
+ * and check what a reader sees. */
+static void
+workload(struct fx *f)
+{
+    unsigned char v[VLEN], buf[VLEN];
+    char k[KLEN + 1];
+    struct got g;
+    const unsigned tail = 2000; /* the last keys: live after the evictions */
+
+    for (unsigned i = 0; i < NKEYS; i++) {
+        key_of(k, i);
+        fill_pattern(v, VLEN, i);
+        put(f->c, k, v, VLEN, i, 0);
+    }
+    for (unsigned i = NKEYS - tail; i < NKEYS; i += 4) {
+        key_of(k, i);
+        fill_pattern(v, VLEN, i + 1000000);
+        put(f->c, k, v, VLEN, 7, 0);
+        key_of(k, i + 1);
+        assert_int_equal(tc_delete(f->c, k, KLEN, 0), TC_OK);
+    }
+    struct tc_stats st;
+    tc_stats(f->c, &st);
+    assert_true(st.evictions > 0);
+    for (unsigned i = NKEYS - tail; i < NKEYS; i++) {
+        key_of(k, i);
+        int rc = get_cb(f->c, k, &g, buf, sizeof(buf));
+        if (i % 4 == 1) {
+            assert_int_equal(rc, TC_NOT_FOUND);
+            continue;
+        }
+        assert_int_equal(rc, TC_OK);
+        assert_int_equal(g.len, VLEN);
+        fill_pattern(v, VLEN, i % 4 == 0 ? i + 1000000 : i);
+        assert_memory_equal(buf, v, VLEN);
+        assert_int_equal(g.info.flags, i % 4 == 0 ? 7 : i);
+    }
+    assert_int_equal(tc_check(f->c), 0);
+}
+
+static void
+open_with(struct fx *f, bool meta, bool in_lock)
+{
+    f->cfg.pool_size = 8 * MIB; /* 6 MiB of pages */
+    f->cfg.ablate_meta_in_pmem = meta;
+    f->cfg.ablate_init_in_lock = in_lock;
+    assert_int_equal(fx_open(f), 0);
+    hook_on(); /* after the region header is written: pages only */
+}
+
+static void
+finish(void)
+{
+    pm_set_write_hook(NULL);
+}
+
+/* Metadata in PMEM: the workload is correct; page-start lines take many
+ * 8-byte header stores; no item is written in a page's header chunks. */
+static void
+test_meta_in_pmem(void **state)
+{
+    struct fx *f = *state;
+    open_with(f, true, false);
+    workload(f);
+    finish();
+    /* the item count and cursor words, at each allocation and free */
+    assert_true(seen.line0_words > 2 * NKEYS);
+    assert_int_equal(seen.line0_words * 8, seen.line0_bytes);
+    assert_true(seen.min_item_off >= 2048); /* past the header's chunks */
+}
+
+/* Init in lock: the same workload is correct (and in debug builds the
+ * helpers' lock check lets exactly these writes through). */
+static void
+test_init_in_lock(void **state)
+{
+    struct fx *f = *state;
+    open_with(f, false, true);
+    workload(f);
+    finish();
+    assert_int_equal(seen.line0_words, 0);
+    assert_int_equal(seen.chunk0_beyond, 0);
+}
+
+static void
+test_both_on(void **state)
+{
+    struct fx *f = *state;
+    open_with(f, true, true);
+    workload(f);
+    finish();
+    assert_true(seen.line0_words > NKEYS);
+}
+
+/* Both off (the default): the only PMEM bytes at a page's start are chunk
+ * 0's own (its empty mark and its item's bytes, never past them), and no
+ * 8-byte metadata store lands there. */
+static void
+test_both_off(void **state)
+{
+    struct fx *f = *state;
+    open_with(f, false, false);
+    workload(f);
+    finish();
+    assert_true(seen.chunk0_items > 0); /* items do live at chunk 0 */
+    assert_int_equal(seen.min_item_off, 0);
+    assert_int_equal(seen.chunk0_beyond, 0);
+    assert_int_equal(seen.line0_words, 0);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_prestate_setup_teardown(
+            test_meta_in_pmem, setup_noopen, teardown, "ablate_meta"),
+        cmocka_unit_test_prestate_setup_teardown(
+            test_init_in_lock, setup_noopen, teardown, "ablate_lock"),
+        cmocka_unit_test_prestate_setup_teardown(test_both_on, setup_noopen,
+                                                 teardown, "ablate_both"),
+        cmocka_unit_test_prestate_setup_teardown(test_both_off, setup_noopen,
+                                                 teardown, "ablate_off"),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
