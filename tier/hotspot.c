@@ -361,9 +361,10 @@ hotspot_verdict(const struct hotspot_blk *b, struct hotspot_block *out)
     for (int k = 0; k < HOTSPOT_NKINDS; k++) {
         kb[k] = atomic_load_explicit(&b->kind[k], memory_order_relaxed);
         sum += kb[k];
+    }
+    for (int k = 0; k < HOTSPOT_NKINDS; k++)
         if (kb[k] > kb[best])
             best = k;
-    }
     for (int k = 0; k < HOTSPOT_NKINDS; k++)
         out->pct[k] = sum ? (uint8_t)(kb[k] * 100 / sum) : 0;
     if (sum == 0)
