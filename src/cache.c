@@ -19,6 +19,7 @@
 #include "src/base/err.h"
 #include "src/base/hash.h"
 #include "src/base/log.h"
+#include "src/cache_hotspot.h"
 #include "tier/pm.h"
 
 #include <errno.h>
@@ -649,12 +650,16 @@ open_memory(struct cache *c)
     uint64_t expected = c->cfg.expected_items;
     if (!expected)
         expected = MAX(len / 128, 1024ull);
-    return htab_create(expected, &c->htab);
+    rcode = htab_create(expected, &c->htab);
+    if (rcode)
+        return rcode;
+    return cache_hotspot_open(c);
 }
 
 static void
 close_memory(struct cache *c)
 {
+    cache_hotspot_close(c);
     htab_destroy(c->htab);
     slab_destroy(c->slab);
     pool_destroy(c->pool);

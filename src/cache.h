@@ -93,6 +93,7 @@ enum cache_stat {
 #define ST_FIRST_GAUGE ST_CURR_ITEMS
 
 struct cache;
+struct hotspot;
 
 struct cache_thread {
     struct cache *cache;
@@ -149,6 +150,9 @@ struct cache {
     pthread_cond_t bg_cond;
 
     struct slab_cursor evict_cur[SLAB_MAX_CLASSES];
+    /* write-hotspot tracking and latency emulation (src/cache_hotspot.c) */
+    struct hotspot *hotspot; /* NULL: tracking off */
+    bool pm_latency;         /* this cache set the PMEM helpers' latency */
 };
 
 /* --- cache.c --- */

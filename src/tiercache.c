@@ -9,10 +9,12 @@
 #include "src/tiercache.h"
 
 #include "src/base/clock.h"
+#include "src/base/compiler.h"
 #include "src/base/err.h"
 #include "src/cache.h"
 #include "src/fetch.h"
 #include "src/store.h"
+#include "tier/hotspot.h"
 
 #include <errno.h>
 #include <string.h>
@@ -55,6 +57,8 @@ tc_config_init(struct tc_config *cfg)
     cfg->quota_batch = 32;
     cfg->background = true;
     cfg->sweep_budget = 1024;
+    cfg->hotspot_interleave = 4096;
+    cfg->hotspot_sample = 1;
 }
 
 TC_API int
@@ -467,6 +471,75 @@ tc_slab_stats(struct tc_cache *tc, int cls, struct tc_slab_stats *out)
     out->free_chunks = st.free_chunks;
     out->used_chunks = (uint64_t)cache_class_chunks(c, (unsigned)cls);
     return 0;
+}
+
+/* --- write-hotspot tracker (tier/hotspot.h) --- */
+
+_Static_assert(TC_HOTSPOT_MAX_DIMMS == HOTSPOT_MAX_DIMMS,
+               "public and tracker DIMM limits agree");
+_Static_assert(TC_HOTSPOT_TOP_MAX == HOTSPOT_TOP_MAX,
+               "public and tracker top-list limits agree");
+
+TC_API int
+tc_hotspot_get(struct tc_cache *tc, struct tc_hotspot *out)
+{
+    const struct hotspot *h = engine(tc)->hotspot;
+
+    memset(out, 0, sizeof(*out));
+    if (!h)
+        return 0;
+    out->dimms = hotspot_dimm_bytes(h, out->dimm_bytes, TC_HOTSPOT_MAX_DIMMS);
+    hotspot_dimm_writes(h, out->dimm_writes, TC_HOTSPOT_MAX_DIMMS);
+    for (unsigned d = 0; d < out->dimms; d++)
+        out->sampled_bytes += out->dimm_bytes[d];
+    out->skew = hotspot_skew(h);
+    out->interleave = hotspot_config(h)->interleave;
+    out->sample = hotspot_config(h)->sample_every;
+    out->map_bytes = hotspot_map_bytes(h);
+    return 0;
+}
+
+static int
+hotspot_off(void)
+{
+    err_set("write-hotspot tracking is off (hotspot_dimms=0)");
+    return -ENOTSUP;
+}
+
+TC_API int
+tc_hotspot_top(struct tc_cache *tc, struct tc_hotspot_block *out, unsigned k)
+{
+    const struct hotspot *h = engine(tc)->hotspot;
+    struct hotspot_block b[HOTSPOT_TOP_MAX];
+
+    if (!h)
+        return hotspot_off();
+    unsigned n = hotspot_top(h, b, k);
+    for (unsigned i = 0; i < n; i++)
+        out[i] = (struct tc_hotspot_block){b[i].index, b[i].bytes, b[i].writes,
+                                           hotspot_kind_name(b[i].what)};
+    return (int)n;
+}
+
+TC_API int
+tc_hotspot_reset(struct tc_cache *tc)
+{
+    struct hotspot *h = engine(tc)->hotspot;
+
+    if (!h)
+        return hotspot_off();
+    hotspot_reset(h);
+    return 0;
+}
+
+TC_API int
+tc_hotspot_dump(struct tc_cache *tc, FILE *f)
+{
+    const struct hotspot *h = engine(tc)->hotspot;
+
+    if (!h)
+        return hotspot_off();
+    return hotspot_dump(h, f);
 }
 
 TC_API int

@@ -34,6 +34,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/uio.h>
 
 #ifdef __cplusplus
@@ -90,6 +91,21 @@ struct tc_config {
                                 calls tc_maintain(). */
     uint32_t sweep_budget;   /* chunks the expiry sweep looks at per step;
                                 default 1024 */
+    /* Write-hotspot tracking and PMEM latency emulation (README "Finding
+     * write hot spots"). */
+    uint32_t hotspot_dimms;      /* emulated DIMMs the tracker maps writes
+                                    onto, up to TC_HOTSPOT_MAX_DIMMS; 0 = off
+                                    (default). One tracked cache per
+                                    process: a second tc_open() with it on
+                                    fails with -EBUSY. */
+    uint32_t hotspot_interleave; /* bytes per DIMM stripe; default 4096 */
+    uint32_t hotspot_sample;     /* record one PMEM write in this many (per
+                                    thread); default 1 = every write */
+    uint32_t pm_write_ns;        /* busy-wait per 64-byte line written to
+                                    PMEM; 0 = off (default). Process-wide:
+                                    set by tc_open() when nonzero, cleared
+                                    by that cache's tc_close(). */
+    uint32_t pm_read_ns;         /* the same per line of value read */
     /* EXPERIMENT ONLY, off by default: reproduce Tair MDB's bad layouts
      * (issue 5; README "Ablation switches"). Never for production. */
     bool ablate_meta_in_pmem; /* page info also written into a header at the
@@ -335,6 +351,39 @@ TC_API int tc_slab_stats(struct tc_cache *c, int cls,
                          struct tc_slab_stats *out);
 /* Zero the counters memcached's "stats reset" zeroes. */
 TC_API void tc_stats_reset(struct tc_cache *c);
+
+/* Write-hotspot tracker (tc_config.hotspot_dimms > 0). */
+#define TC_HOTSPOT_MAX_DIMMS 64
+#define TC_HOTSPOT_TOP_MAX 64
+struct tc_hotspot {
+    unsigned dimms; /* 0: tracking is off (nothing else is filled) */
+    uint64_t dimm_bytes[TC_HOTSPOT_MAX_DIMMS];  /* sampled bytes per DIMM */
+    double skew;                                /* max / mean of dimm_bytes */
+    uint64_t sampled_bytes;                     /* sum of dimm_bytes */
+    uint64_t dimm_writes[TC_HOTSPOT_MAX_DIMMS]; /* writes touching each */
+    uint32_t interleave;
+    uint32_t sample;    /* one write in this many is recorded */
+    uint64_t map_bytes; /* bytes of the mapped pool file */
+};
+/* One 4 KiB block of the mapped pool file (block = file offset / 4096). */
+struct tc_hotspot_block {
+    uint64_t block;
+    uint64_t bytes;   /* sampled bytes written */
+    uint64_t writes;  /* sampled writes that touched it */
+    const char *what; /* "region_meta", "item_header", "item_value",
+                         "page_meta", "mixed" or "unknown" */
+};
+/* 0 (out->dimms 0 when tracking is off). */
+TC_API int tc_hotspot_get(struct tc_cache *c, struct tc_hotspot *out);
+/* The k (<= TC_HOTSPOT_TOP_MAX) most written blocks, most first: how many
+ * were filled, or -ENOTSUP when tracking is off. */
+TC_API int tc_hotspot_top(struct tc_cache *c, struct tc_hotspot_block *out,
+                          unsigned k);
+/* Zero the tracker's counters: 0 or -ENOTSUP. */
+TC_API int tc_hotspot_reset(struct tc_cache *c);
+/* Write the CSV dump (README "Finding write hot spots") to f: 0, -ENOTSUP
+ * (tracking off) or -EIO. */
+TC_API int tc_hotspot_dump(struct tc_cache *c, FILE *f);
 
 /* Debug walker over every invariant (index <-> slabs agree, bitmaps match
  * counts). 0 or -EFAULT with the first problem in tc_errmsg(). Slow; tests

@@ -3,9 +3,10 @@
  * region goes through (see tier/pm.h).
  *
  * Concurrency:
- *   pm_write_hook    set once at setup, before any worker thread starts
- *                    (thread creation orders the store before every load);
- *                    read with a relaxed load on every write
+ *   pm_write_hook, pm_write_ns, pm_read_ns, pm_slow
+ *                    set at setup, before any worker thread starts
+ *                    (thread creation orders the stores before every load);
+ *                    read with relaxed loads on every write
  *   PMEM contents    written outside any lock: debug builds assert that the
  *                    calling thread holds none (DESIGN rule 2)
  *   pm_unchecked_depth  thread-local (ablation switches only)
@@ -17,24 +18,30 @@
  */
 #include "tier/pm.h"
 
+#include "src/base/clock.h"
 #include "src/base/compiler.h"
 #include "src/base/lock.h"
 
 #include <assert.h>
 #include <libpmem.h>
+#include <stdbool.h>
 #include <string.h>
 
 static pm_write_hook_fn *pm_write_hook;
+static uint32_t pm_write_ns; /* busy-wait per line written, 0 = off */
+static uint32_t pm_read_ns;  /* busy-wait per line read, 0 = off */
+/* Any of the above set: the one flag the fast path tests. */
+static bool pm_slow;
+
+/* Ablation only: > 0 while this thread makes the experiment's deliberate
+ * in-lock writes (pm_unchecked_begin). Owner thread only. */
+static _Thread_local unsigned pm_unchecked_depth;
 
 /*
  * Debug builds: a PMEM write while the thread holds a lock aborts. Reads are
  * not checked: rule 2 is about writes, and a writer holding a bucket lock
  * may legitimately compare a key stored in PMEM.
  */
-/* Ablation only: > 0 while this thread makes the experiment's deliberate
- * in-lock writes (pm_unchecked_begin). Owner thread only. */
-static _Thread_local unsigned pm_unchecked_depth;
-
 static inline void
 pm_check_unlocked(void)
 {
@@ -43,12 +50,45 @@ pm_check_unlocked(void)
 }
 
 static inline void
-pm_note_write(const void *pmem_dst, size_t n)
+pm_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/*
+ * Spin until ns nanoseconds have passed on the monotonic clock (the clock
+ * is the calibration: the wait is wall time whatever the CPU's speed). The
+ * clock read itself costs some tens of nanoseconds, so very small settings
+ * round up.
+ */
+static void
+pm_spin(uint64_t ns)
+{
+    uint64_t end = clock_nsec() + ns;
+
+    while (clock_nsec() < end)
+        pm_pause();
+}
+
+static void __attribute__((noinline))
+pm_note_write_slow(const void *pmem_dst, size_t n)
 {
     pm_write_hook_fn *fn = __atomic_load_n(&pm_write_hook, __ATOMIC_RELAXED);
+    uint32_t ns = __atomic_load_n(&pm_write_ns, __ATOMIC_RELAXED);
 
-    if (unlikely(fn != NULL))
+    if (fn != NULL)
         fn(pmem_dst, n);
+    if (ns != 0)
+        pm_spin(pm_lines(pmem_dst, n) * ns);
+}
+
+static inline void
+pm_note_write(const void *pmem_dst, size_t n)
+{
+    if (unlikely(__atomic_load_n(&pm_slow, __ATOMIC_RELAXED)))
+        pm_note_write_slow(pmem_dst, n);
 }
 
 void
@@ -106,6 +146,20 @@ void
 pm_read(void *dst, const void *pmem_src, size_t n)
 {
     memcpy(dst, pmem_src, n);
+    if (unlikely(__atomic_load_n(&pm_slow, __ATOMIC_RELAXED))) {
+        uint32_t ns = __atomic_load_n(&pm_read_ns, __ATOMIC_RELAXED);
+        if (ns != 0)
+            pm_spin(pm_lines(pmem_src, n) * ns);
+    }
+}
+
+static void
+pm_update_slow(void)
+{
+    bool slow = __atomic_load_n(&pm_write_hook, __ATOMIC_RELAXED) != NULL ||
+                __atomic_load_n(&pm_write_ns, __ATOMIC_RELAXED) != 0 ||
+                __atomic_load_n(&pm_read_ns, __ATOMIC_RELAXED) != 0;
+    __atomic_store_n(&pm_slow, slow, __ATOMIC_RELAXED);
 }
 
 /*
@@ -117,6 +171,16 @@ void
 pm_set_write_hook(pm_write_hook_fn *fn)
 {
     __atomic_store_n(&pm_write_hook, fn, __ATOMIC_RELAXED);
+    pm_update_slow();
+}
+
+/* Context: as pm_set_write_hook(). */
+void
+pm_set_latency(uint32_t write_ns_per_line, uint32_t read_ns_per_line)
+{
+    __atomic_store_n(&pm_write_ns, write_ns_per_line, __ATOMIC_RELAXED);
+    __atomic_store_n(&pm_read_ns, read_ns_per_line, __ATOMIC_RELAXED);
+    pm_update_slow();
 }
 
 /* --- Ablation (experiment only): see pm.h --- */

@@ -37,6 +37,22 @@ void pm_read(void *dst, const void *pmem_src, size_t n);
 typedef void pm_write_hook_fn(const void *pmem_dst, size_t n);
 void pm_set_write_hook(pm_write_hook_fn *fn);
 
+/* Latency emulation (issue 5): a busy-wait of write_ns_per_line for every
+ * 64-byte line a write helper (pm_copy, pm_set, pm_store*) touches and of
+ * read_ns_per_line for every line pm_read() touches, to model a medium
+ * slower than DRAM. 0 = off (the default); off, the helpers pay the same
+ * single predictable branch as for the write hook. Process-wide.
+ * Context: setup, like pm_set_write_hook(). */
+void pm_set_latency(uint32_t write_ns_per_line, uint32_t read_ns_per_line);
+
+/* 64-byte lines that [addr, addr + n) touches (0 for n == 0). */
+static inline uint64_t
+pm_lines(const void *addr, size_t n)
+{
+    uintptr_t a = (uintptr_t)addr;
+    return n ? (uint64_t)(((a + n - 1) >> 6) - (a >> 6) + 1) : 0;
+}
+
 /* --- Ablation (experiment only, issue 5) ---
  * The ablation switches (tc_config ablate_meta_in_pmem / ablate_init_in_lock)
  * reproduce Tair MDB's bad layouts, whose PMEM writes happen inside a

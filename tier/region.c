@@ -403,6 +403,18 @@ region_close(struct region *r)
 }
 
 void *
+region_map_base(const struct region *r)
+{
+    return r->base;
+}
+
+uint64_t
+region_map_len(const struct region *r)
+{
+    return r->mapped_len;
+}
+
+void *
 region_data(const struct region *r)
 {
     return r->base + REGION_DATA_OFFSET;

@@ -51,6 +51,11 @@ bool region_was_clean(const struct region *r);
 
 const char *region_path(const struct region *r);
 
+/* The whole mapping (header included) and its length: what the write-hotspot
+ * tracker covers. */
+void *region_map_base(const struct region *r);
+uint64_t region_map_len(const struct region *r);
+
 /* Give the memory behind [data_off, data_off + len) of the data area back
  * to the system (fallocate punch-hole; pages then read as zeros). Used after
  * a shrink. 0, or a negative errno (-EOPNOTSUPP where the file system cannot

@@ -9,6 +9,7 @@
  */
 #include "tier/pm.h"
 
+#include "src/base/clock.h"
 #include "src/base/lock.h"
 
 #include <fcntl.h>
@@ -297,6 +298,41 @@ test_write_after_unlock_and_read_under_lock_pass(void **state)
 }
 #endif
 
+/* Latency emulation: each helper waits at least lines x ns. Only a lower
+ * bound is asserted (a loaded machine may wait longer). */
+static void
+test_latency_per_line(void **state)
+{
+    struct bufs *b = *state;
+    uint8_t out[4096];
+
+    assert_int_equal(pm_lines(b->pm, 0), 0);
+    assert_int_equal(pm_lines(b->pm, 1), 1);
+    assert_int_equal(pm_lines(b->pm, 64), 1);
+    assert_int_equal(pm_lines(b->pm + 63, 2), 2);
+    assert_int_equal(pm_lines(b->pm + 1, 4096), 65);
+
+    pm_set_latency(2000, 3000); /* 2 us per line written, 3 us read */
+    uint64_t t0 = clock_nsec();
+    pm_copy(b->pm, b->src, 4096); /* 64 lines */
+    uint64_t t1 = clock_nsec();
+    pm_set(b->pm + 8192, 0, 640); /* 10 lines */
+    uint64_t t2 = clock_nsec();
+    pm_store64((uint64_t *)b->pm, 1); /* 1 line */
+    uint64_t t3 = clock_nsec();
+    pm_read(out, b->pm, sizeof(out)); /* 64 lines */
+    uint64_t t4 = clock_nsec();
+    pm_set_latency(0, 0);
+
+    assert_true(t1 - t0 >= 64 * 2000);
+    assert_true(t2 - t1 >= 10 * 2000);
+    assert_true(t3 - t2 >= 2000);
+    assert_true(t4 - t3 >= 64 * 3000);
+    /* the waits do not change what is stored */
+    assert_memory_equal(out, b->pm, sizeof(out));
+    assert_int_equal(b->pm[8192], 0);
+}
+
 int
 main(void)
 {
@@ -308,6 +344,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_stores_land_exactly, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_read_copies_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_latency_per_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hook_sees_each_write, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_write_under_lock_aborts, setup,
