@@ -9,8 +9,8 @@
  * item's header): header, key and tail list count as item_header, the rest
  * of the chunk as item_value, the region header area as region_meta, pages
  * outside any slab class as unknown, and (ablate_meta_in_pmem only) a page's
- * header chunks (alloc/slab_layout.h) as page_meta. It runs only when tracking is on, in
- * the writing thread, after its write.
+ * header chunks (alloc/slab_layout.h) as page_meta. It runs only when tracking
+ * is on, in the writing thread, after its write.
  *
  * Concurrency: c->hotspot and c->pm_latency are set by cache_open() and
  * cleared by cache_close() (no other thread runs then); the tracker's own

@@ -172,6 +172,63 @@ test_both_off(void **state)
     assert_int_equal(seen.line0_words, 0);
 }
 
+/* The tracker over 4 DIMMs at 4 KiB: the skew and the kind of the hottest
+ * block, after the workload with meta_in_pmem on or off. */
+static void
+tracked_run(struct fx *f, bool meta, double *skew, const char **top_what,
+            uint64_t *top_block)
+{
+    struct tc_hotspot h;
+    struct tc_hotspot_block top[4];
+    f->cfg.pool_size = 8 * MIB;
+    f->cfg.ablate_meta_in_pmem = meta;
+    f->cfg.hotspot_dimms = 4;
+    f->cfg.hotspot_interleave = 4096;
+    assert_int_equal(fx_open(f), 0);
+    assert_int_equal(tc_hotspot_reset(f->c), 0); /* from the pages on */
+    workload(f);
+    assert_int_equal(tc_hotspot_get(f->c, &h), 0);
+    assert_int_equal(h.dimms, 4);
+    assert_true(tc_hotspot_top(f->c, top, 4) > 0);
+    print_message("meta_in_pmem %d: skew %.2f, DIMM bytes %llu %llu %llu "
+                  "%llu, hottest block %llu (%s)\n",
+                  meta, h.skew, (unsigned long long)h.dimm_bytes[0],
+                  (unsigned long long)h.dimm_bytes[1],
+                  (unsigned long long)h.dimm_bytes[2],
+                  (unsigned long long)h.dimm_bytes[3],
+                  (unsigned long long)top[0].block, top[0].what);
+    *skew = h.skew;
+    *top_what = top[0].what;
+    *top_block = top[0].block;
+    if (meta) /* DIMM 0 takes the page headers */
+        for (unsigned d = 1; d < 4; d++)
+            assert_true(h.dimm_bytes[0] > h.dimm_bytes[d]);
+}
+
+static void
+test_tracker_sees_meta_hot_spot(void **state)
+{
+    double skew;
+    const char *what;
+    uint64_t block;
+    tracked_run(*state, true, &skew, &what, &block);
+    assert_true(skew > 1.4);
+    assert_string_equal(what, "page_meta");
+    /* a page's first block: pages are 1 MiB = 256 blocks, aligned */
+    assert_int_equal(block % 256, 0);
+}
+
+static void
+test_tracker_default_even(void **state)
+{
+    double skew;
+    const char *what;
+    uint64_t block;
+    tracked_run(*state, false, &skew, &what, &block);
+    assert_true(skew < 1.2);
+    assert_string_not_equal(what, "page_meta");
+}
+
 int
 main(void)
 {
@@ -182,6 +239,12 @@ main(void)
             test_init_in_lock, setup_noopen, teardown, "ablate_lock"),
         cmocka_unit_test_prestate_setup_teardown(test_both_on, setup_noopen,
                                                  teardown, "ablate_both"),
+        cmocka_unit_test_prestate_setup_teardown(
+            test_tracker_sees_meta_hot_spot, setup_noopen, teardown,
+            "ablate_track_meta"),
+        cmocka_unit_test_prestate_setup_teardown(test_tracker_default_even,
+                                                 setup_noopen, teardown,
+                                                 "ablate_track_off"),
         cmocka_unit_test_prestate_setup_teardown(test_both_off, setup_noopen,
                                                  teardown, "ablate_off"),
     };
