@@ -2,7 +2,8 @@
  * memcached's classic text protocol (src/proto.h), executed against the
  * engine: get gets gat gats bget, set add replace append prepend cas, incr
  * decr, delete, touch, flush_all, version, verbosity, stats, shutdown,
- * cache_memlimit, quit. Lines whose command is mg ms md ma mn me go to the
+ * cache_memlimit, hotspot (tiercache's write-hotspot dump and reset), quit.
+ * Lines whose command is mg ms md ma mn me go to the
  * meta parser (proto_meta_process).
  *
  * The replies follow memcached 1.6 byte for byte, including its quirks:
@@ -53,7 +54,9 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A multi-key get line may grow past PROTO_LINE_MAX (memcached: unbounded). */
@@ -82,6 +85,12 @@
     "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"
 #define TEXT_MEMLIMIT_FAILED                                                   \
     "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust"
+
+#define TEXT_HOTSPOT_USAGE                                                     \
+    "CLIENT_ERROR usage: hotspot dump [path] | hotspot reset"
+#define TEXT_HOTSPOT_OFF                                                       \
+    "SERVER_ERROR write-hotspot tracking is off (start with -o "               \
+    "hotspot_dimms=N)"
 
 enum { LINE_INCOMPLETE = -1, LINE_TOO_LONG = -2 };
 
@@ -623,6 +632,98 @@ cmd_stats(struct text_cmd *c, int arg)
     return (ssize_t)c->line_bytes;
 }
 
+/* ---- hotspot (write-hotspot tracker; README "Finding write hot spots") -- */
+
+/* The CSV over the connection, each line ended by "\r\n", then "END". */
+static void
+hotspot_dump_inline(struct text_cmd *c)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    int rc = f ? tc_hotspot_dump(c->s->cache, f) : -ENOMEM;
+
+    if (f && fclose(f) != 0 && rc == 0)
+        rc = -ENOMEM;
+    if (rc == -ENOTSUP) {
+        reply(c, TEXT_HOTSPOT_OFF);
+    } else if (rc != 0) {
+        reply(c, "SERVER_ERROR out of memory");
+    } else {
+        for (size_t at = 0; at < len;) {
+            const char *nl = memchr(buf + at, '\n', len - at);
+            size_t n = nl ? (size_t)(nl - (buf + at)) : len - at;
+            obuf_add(c->out, buf + at, n);
+            obuf_add(c->out, "\r\n", 2);
+            at += n + 1;
+        }
+        reply(c, "END");
+    }
+    free(buf);
+}
+
+/* The CSV into a file the server's user may write: "OK" or
+ * "SERVER_ERROR <reason>". */
+static void
+hotspot_dump_file(struct text_cmd *c, const struct proto_token *t)
+{
+    char path[PATH_MAX];
+    char msg[PATH_MAX + 128];
+    struct tc_hotspot h;
+
+    tc_hotspot_get(c->s->cache, &h);
+    if (h.dimms == 0) {
+        reply(c, TEXT_HOTSPOT_OFF);
+        return;
+    }
+    if (t->n >= sizeof(path)) {
+        reply(c, "SERVER_ERROR path too long");
+        return;
+    }
+    memcpy(path, t->p, t->n);
+    path[t->n] = '\0';
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        snprintf(msg, sizeof(msg), "SERVER_ERROR cannot write %s: %s", path,
+                 strerror(errno));
+        reply(c, msg);
+        return;
+    }
+    int rc = tc_hotspot_dump(c->s->cache, f);
+    int err = errno;
+    if (fclose(f) != 0 && rc == 0) {
+        rc = -EIO;
+        err = errno;
+    }
+    if (rc != 0) {
+        snprintf(msg, sizeof(msg), "SERVER_ERROR cannot write %s: %s", path,
+                 strerror(err));
+        reply(c, msg);
+        return;
+    }
+    reply(c, "OK");
+}
+
+/* "hotspot dump [path]", "hotspot reset". */
+static ssize_t
+cmd_hotspot(struct text_cmd *c, int arg)
+{
+    (void)arg;
+    if (proto_tok_is(&c->tok[1], "dump") && c->ntok == 2) {
+        hotspot_dump_inline(c);
+    } else if (proto_tok_is(&c->tok[1], "dump") && c->ntok == 3) {
+        hotspot_dump_file(c, &c->tok[2]);
+    } else if (proto_tok_is(&c->tok[1], "reset") && c->ntok == 2) {
+        if (tc_hotspot_reset(c->s->cache) == 0)
+            reply(c, "RESET");
+        else
+            reply(c, TEXT_HOTSPOT_OFF);
+    } else {
+        reply_client_err(c, TEXT_HOTSPOT_USAGE);
+    }
+    return (ssize_t)c->line_bytes;
+}
+
 /* ---- dispatch ----------------------------------------------------------- */
 
 #define ANY_TOKENS (PROTO_MAX_TOKENS + 1)
@@ -656,6 +757,7 @@ static const struct text_cmd_def {
     {"stats", 1, ANY_TOKENS, cmd_stats, 0},
     {"shutdown", 1, ANY_TOKENS, cmd_shutdown, 0},
     {"cache_memlimit", 2, 3, cmd_memlimit, 0},
+    {"hotspot", 2, 3, cmd_hotspot, 0},
     {"quit", 1, ANY_TOKENS, cmd_quit, 0},
 };
 

@@ -176,6 +176,30 @@ static const struct opt opts[] = {
      .show = SHOW_NOT_YESNO,
      .help = "no maintenance thread (expiry sweep, pending shrinks); for "
              "tests"},
+    /* write-hotspot tracking and PMEM latency emulation (issue 5) */
+    {.name = "hotspot_dimms", .sub = true, .type = OT_UINT,
+     .off = F(hotspot_dimms), .def = "0", .min = 0, .max = TC_HOTSPOT_MAX_DIMMS,
+     .stat = "tc_hotspot_dimms", .show = SHOW_NUM, .arg = "<num>",
+     .help = "track PMEM writes per 4 KiB block and per emulated DIMM over "
+             "this many DIMMs (stats hotspot, hotspot dump); 0 = off"},
+    {.name = "hotspot_interleave", .sub = true, .type = OT_SIZE,
+     .off = F(hotspot_interleave), .def = "4096", .min = 64,
+     .max = 1u << 30, .stat = "tc_hotspot_interleave", .show = SHOW_NUM,
+     .arg = "<bytes>",
+     .help = "bytes per emulated DIMM stripe, a multiple of 64"},
+    {.name = "hotspot_sample", .sub = true, .type = OT_UINT,
+     .off = F(hotspot_sample), .def = "1", .min = 1, .max = 1u << 20,
+     .stat = "tc_hotspot_sample", .show = SHOW_NUM, .arg = "<num>",
+     .help = "record one PMEM write in this many per thread (1 = all)"},
+    {.name = "pm_write_ns", .sub = true, .type = OT_UINT,
+     .off = F(pm_write_ns), .def = "0", .min = 0, .max = 1000000,
+     .stat = "tc_pm_write_ns", .show = SHOW_NUM, .arg = "<ns>",
+     .help = "busy-wait per 64-byte line written to PMEM, emulating a "
+             "slower medium; 0 = off"},
+    {.name = "pm_read_ns", .sub = true, .type = OT_UINT,
+     .off = F(pm_read_ns), .def = "0", .min = 0, .max = 1000000,
+     .stat = "tc_pm_read_ns", .show = SHOW_NUM, .arg = "<ns>",
+     .help = "busy-wait per 64-byte line of value read from PMEM; 0 = off"},
     /* ablation switches (issue 5): EXPERIMENT ONLY, off by default */
     {.name = "ablate_meta_in_pmem", .sub = true, .type = OT_BOOL,
      .off = F(ablate_meta_in_pmem), .stat = "tc_ablate_meta_in_pmem",

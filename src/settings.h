@@ -53,6 +53,12 @@ struct settings {
     uint64_t sweep_budget;
     bool maxconns_fast; /* accepted, no effect */
     bool no_background; /* no maintenance thread (tests) */
+    /* write-hotspot tracking and latency emulation (issue 5) */
+    uint64_t hotspot_dimms; /* 0 = off */
+    uint64_t hotspot_interleave;
+    uint64_t hotspot_sample;
+    uint64_t pm_write_ns;
+    uint64_t pm_read_ns;
     /* ablation switches, experiment only (issue 5) */
     bool ablate_meta_in_pmem;
     bool ablate_init_in_lock;

@@ -225,6 +225,44 @@ items(struct tc_cache *c, struct obuf *out)
     }
 }
 
+/* --- "stats hotspot" (write-hotspot tracker, README "Finding write hot
+ * spots") --- */
+
+#define STATS_HOTSPOT_TOP 10
+
+static void
+hotspot(struct tc_cache *c, struct obuf *out)
+{
+    struct tc_hotspot h;
+    struct tc_hotspot_block top[STATS_HOTSPOT_TOP];
+
+    tc_hotspot_get(c, &h);
+    stat_u64(out, "hotspot_enabled", h.dimms != 0);
+    if (h.dimms == 0)
+        return;
+    stat_u64(out, "hotspot_dimms", h.dimms);
+    stat_u64(out, "hotspot_interleave", h.interleave);
+    stat_u64(out, "hotspot_sample", h.sample);
+    stat_u64(out, "hotspot_block_bytes", 4096);
+    stat_u64(out, "hotspot_map_bytes", h.map_bytes);
+    stat_u64(out, "hotspot_sampled_bytes", h.sampled_bytes);
+    for (unsigned d = 0; d < h.dimms; d++) {
+        obuf_printf(out, "STAT hotspot_dimm_%u_bytes %llu\r\n", d,
+                    (unsigned long long)h.dimm_bytes[d]);
+        obuf_printf(out, "STAT hotspot_dimm_%u_writes %llu\r\n", d,
+                    (unsigned long long)h.dimm_writes[d]);
+    }
+    obuf_printf(out, "STAT hotspot_skew %.3f\r\n", h.skew);
+    int n = tc_hotspot_top(c, top, STATS_HOTSPOT_TOP);
+    for (int i = 0; i < n; i++)
+        obuf_printf(out,
+                    "STAT hotspot_top_%d block=%llu bytes=%llu writes=%llu "
+                    "what=%s\r\n",
+                    i, (unsigned long long)top[i].block,
+                    (unsigned long long)top[i].bytes,
+                    (unsigned long long)top[i].writes, top[i].what);
+}
+
 /* --- "stats conns" --- */
 
 static void
@@ -260,6 +298,10 @@ stats_group(void *arg, struct proto_sess *s, const char *group,
         struct server_info in;
         server_info(srv, &in);
         items(in.cache, out);
+    } else if (!strcmp(group, "hotspot")) {
+        struct server_info in;
+        server_info(srv, &in);
+        hotspot(in.cache, out);
     } else if (!strcmp(group, "conns")) {
         server_conns_walk(srv, conn_line, out);
     } else if (!strcmp(group, "sizes")) {

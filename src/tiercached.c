@@ -83,6 +83,11 @@ config_from(const struct settings *st, struct tc_config *cfg)
     cfg->quota_batch = (uint32_t)st->quota_batch;
     cfg->background = !st->no_background;
     cfg->sweep_budget = (uint32_t)st->sweep_budget;
+    cfg->hotspot_dimms = (uint32_t)st->hotspot_dimms;
+    cfg->hotspot_interleave = (uint32_t)st->hotspot_interleave;
+    cfg->hotspot_sample = (uint32_t)st->hotspot_sample;
+    cfg->pm_write_ns = (uint32_t)st->pm_write_ns;
+    cfg->pm_read_ns = (uint32_t)st->pm_read_ns;
     /* ablation switches, experiment only (issue 5) */
     cfg->ablate_meta_in_pmem = st->ablate_meta_in_pmem;
     cfg->ablate_init_in_lock = st->ablate_init_in_lock;
