@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define BT_KEY_LEN 16
@@ -57,6 +58,8 @@ struct bt_opts {
     uint32_t dimms;
     uint32_t interleave;
     const char *configs; /* letters of the configurations to run */
+    unsigned rounds;     /* the configurations run this many times, in
+                            turn, so that machine noise spreads over all */
     char pool_path[256];
 };
 
@@ -184,8 +187,18 @@ bt_start(struct bt_worker *w, unsigned n, void *(*fn)(void *))
     return 0;
 }
 
+/* CPU seconds of the whole process so far (user + system). */
+static double
+bt_cpu(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
 static int
-bt_one(const struct bt_opts *o, const struct bt_config *cf)
+bt_one(const struct bt_opts *o, const struct bt_config *cf, unsigned round)
 {
     struct tc_config cfg;
     struct tc_cache *c;
@@ -233,8 +246,10 @@ bt_one(const struct bt_opts *o, const struct bt_config *cf)
     }
 
     t0 = clock_nsec();
+    double cpu0 = bt_cpu();
     rc = bt_start(w, o->threads, bt_run);
     double secs = (double)(clock_nsec() - t0) / 1e9;
+    double cores = (bt_cpu() - cpu0) / secs;
     if (rc)
         goto out_free;
 
@@ -262,20 +277,21 @@ bt_one(const struct bt_opts *o, const struct bt_config *cf)
 
     struct tc_hotspot h;
     tc_hotspot_get(c, &h);
-    printf("(%c) %s\n", cf->name, cf->what);
+    printf("(%c) %s, round %u\n", cf->name, cf->what, round);
     printf("    load %.1f s (%" PRIu64 " errors); run %.2f s: %.0f ops/s, "
-           "%.0f sets/s, %" PRIu64 " errors\n",
+           "%.0f sets/s, %" PRIu64 " errors; %.2f cores busy\n",
            load_s, load_errors, secs, (sets + gets) / secs, sets / secs,
-           errors);
+           errors, cores);
     printf("    tc_set latency p50 %.2f us, p99 %.2f us\n", p50, p99);
     printf("    PMEM bytes per DIMM:");
     for (unsigned d = 0; d < h.dimms; d++)
         printf(" %" PRIu64, h.dimm_bytes[d]);
     printf("; skew (max/mean) %.2f; bytes per set %.0f\n", h.skew,
            sets ? (double)h.sampled_bytes / sets : 0.0);
-    printf("RESULT bench_tair config=%c ops_s=%.0f sets_s=%.0f "
-           "p50_us=%.2f p99_us=%.2f skew=%.3f",
-           cf->name, (sets + gets) / secs, sets / secs, p50, p99, h.skew);
+    printf("RESULT bench_tair config=%c round=%u ops_s=%.0f sets_s=%.0f "
+           "p50_us=%.2f p99_us=%.2f skew=%.3f cores=%.2f",
+           cf->name, round, (sets + gets) / secs, sets / secs, p50, p99,
+           h.skew, cores);
     for (unsigned d = 0; d < h.dimms; d++)
         printf(" dimm%u=%" PRIu64, d, h.dimm_bytes[d]);
     printf("\n");
@@ -296,6 +312,8 @@ bt_usage(FILE *f)
     fprintf(f,
             "usage: bench_tair [options]\n"
             "  --configs LETTERS   which of a, b, c to run [abc]\n"
+            "  --rounds N          run the configurations N times in turn "
+            "[1]\n"
             "  --threads N         worker threads [2]\n"
             "  --keys K            key space [200000]\n"
             "  --value-size V      bytes per value [100]\n"
@@ -327,9 +345,11 @@ main(int argc, char **argv)
         .dimms = 4,
         .interleave = 4096,
         .configs = "abc",
+        .rounds = 1,
     };
     static const struct option longopts[] = {
         {"configs", required_argument, NULL, 'C'},
+        {"rounds", required_argument, NULL, 'R'},
         {"threads", required_argument, NULL, 't'},
         {"keys", required_argument, NULL, 'k'},
         {"value-size", required_argument, NULL, 'v'},
@@ -352,6 +372,9 @@ main(int argc, char **argv)
         switch (ch) {
         case 'C':
             o.configs = optarg;
+            break;
+        case 'R':
+            o.rounds = (unsigned)strtoul(optarg, NULL, 10);
             break;
         case 't':
             o.threads = (unsigned)strtoul(optarg, NULL, 10);
@@ -398,9 +421,11 @@ main(int argc, char **argv)
         }
     }
     if (o.threads < 1 || o.threads > BT_MAX_THREADS || o.keys < 1 ||
-        o.vsize < 1 || o.set_pct > 100 || o.seconds <= 0 || o.dimms < 1) {
+        o.vsize < 1 || o.set_pct > 100 || o.seconds <= 0 || o.dimms < 1 ||
+        o.rounds < 1 || o.rounds > 100) {
         fprintf(stderr, "bench_tair: bad option (threads 1..%d, keys, "
-                        "value size and dimms >= 1, set-pct 0..100)\n",
+                        "value size and dimms >= 1, set-pct 0..100, "
+                        "rounds 1..100)\n",
                 BT_MAX_THREADS);
         return 64;
     }
@@ -410,17 +435,20 @@ main(int argc, char **argv)
            "interleave\n",
            o.threads, o.keys, o.vsize, o.set_pct, o.seconds, o.write_ns,
            o.read_ns, o.dimms, o.interleave);
-    for (const char *p = o.configs; *p; p++) {
-        const struct bt_config *cf = NULL;
-        for (size_t i = 0; i < sizeof(bt_configs) / sizeof(*bt_configs); i++)
-            if (bt_configs[i].name == *p)
-                cf = &bt_configs[i];
-        if (!cf) {
-            fprintf(stderr, "bench_tair: no configuration '%c'\n", *p);
-            return 64;
+    for (unsigned r = 1; r <= o.rounds; r++) {
+        for (const char *p = o.configs; *p; p++) {
+            const struct bt_config *cf = NULL;
+            for (size_t i = 0; i < sizeof(bt_configs) / sizeof(*bt_configs);
+                 i++)
+                if (bt_configs[i].name == *p)
+                    cf = &bt_configs[i];
+            if (!cf) {
+                fprintf(stderr, "bench_tair: no configuration '%c'\n", *p);
+                return 64;
+            }
+            if (bt_one(&o, cf, r) != 0)
+                return 1;
         }
-        if (bt_one(&o, cf) != 0)
-            return 1;
     }
     return 0;
 }
