@@ -145,8 +145,8 @@ bt_run(void *arg)
             if (rc != TC_OK)
                 w->errors++;
             if (w->nlat < BT_MAX_SAMPLES)
-                w->lat[w->nlat++] = (uint32_t)(b - a > UINT32_MAX ? UINT32_MAX
-                                                                  : b - a);
+                w->lat[w->nlat++] =
+                    (uint32_t)(b - a > UINT32_MAX ? UINT32_MAX : b - a);
             w->sets++;
         } else {
             int rc = tc_get_copy(w->c, key, BT_KEY_LEN, buf, o->vsize, NULL);
@@ -280,8 +280,8 @@ bt_one(const struct bt_opts *o, const struct bt_config *cf, unsigned round)
     printf("(%c) %s, round %u\n", cf->name, cf->what, round);
     printf("    load %.1f s (%" PRIu64 " errors); run %.2f s: %.0f ops/s, "
            "%.0f sets/s, %" PRIu64 " errors; %.2f cores busy\n",
-           load_s, load_errors, secs, (sets + gets) / secs, sets / secs,
-           errors, cores);
+           load_s, load_errors, secs, (sets + gets) / secs, sets / secs, errors,
+           cores);
     printf("    tc_set latency p50 %.2f us, p99 %.2f us\n", p50, p99);
     printf("    PMEM bytes per DIMM:");
     for (unsigned d = 0; d < h.dimms; d++)
@@ -290,8 +290,8 @@ bt_one(const struct bt_opts *o, const struct bt_config *cf, unsigned round)
            sets ? (double)h.sampled_bytes / sets : 0.0);
     printf("RESULT bench_tair config=%c round=%u ops_s=%.0f sets_s=%.0f "
            "p50_us=%.2f p99_us=%.2f skew=%.3f cores=%.2f",
-           cf->name, round, (sets + gets) / secs, sets / secs, p50, p99,
-           h.skew, cores);
+           cf->name, round, (sets + gets) / secs, sets / secs, p50, p99, h.skew,
+           cores);
     for (unsigned d = 0; d < h.dimms; d++)
         printf(" dimm%u=%" PRIu64, d, h.dimm_bytes[d]);
     printf("\n");
@@ -423,9 +423,10 @@ main(int argc, char **argv)
     if (o.threads < 1 || o.threads > BT_MAX_THREADS || o.keys < 1 ||
         o.vsize < 1 || o.set_pct > 100 || o.seconds <= 0 || o.dimms < 1 ||
         o.rounds < 1 || o.rounds > 100) {
-        fprintf(stderr, "bench_tair: bad option (threads 1..%d, keys, "
-                        "value size and dimms >= 1, set-pct 0..100, "
-                        "rounds 1..100)\n",
+        fprintf(stderr,
+                "bench_tair: bad option (threads 1..%d, keys, "
+                "value size and dimms >= 1, set-pct 0..100, "
+                "rounds 1..100)\n",
                 BT_MAX_THREADS);
         return 64;
     }

@@ -11,6 +11,8 @@
 
 #include "tier/pm.h"
 
+#include <pthread.h>
+
 /* 100-byte values under 6-byte keys: items of 24 + 6 + 100 bytes. */
 #define VLEN 100
 #define KLEN 6
@@ -229,6 +231,61 @@ test_tracker_default_even(void **state)
     assert_string_not_equal(what, "page_meta");
 }
 
+/* Two threads with both switches on, each on its own keys in the same
+ * slab class through a constantly evicting pool: the class lock around item
+ * writes, the header stores under it and the lock-free in-use / CLOCK
+ * mirrors race with each other (TSan runs this in make check). */
+struct duo {
+    struct tc_cache *c;
+    unsigned id;
+    unsigned bad;
+};
+
+static void *
+duo_main(void *arg)
+{
+    struct duo *d = arg;
+    unsigned char v[VLEN], buf[VLEN];
+    char k[KLEN + 1];
+    for (unsigned i = d->id; i < NKEYS; i += 2) {
+        key_of(k, i);
+        fill_pattern(v, VLEN, i);
+        if (tc_set(d->c, k, KLEN, v, VLEN, 0, 0) != TC_OK)
+            d->bad++;
+        /* a hit returns exactly what was stored (the item may already be
+         * evicted: the pool evicts all along) */
+        if (i % 8 == d->id) {
+            int rc = tc_get_copy(d->c, k, KLEN, buf, VLEN, NULL);
+            if (rc < 0 || (rc == TC_OK && memcmp(buf, v, VLEN) != 0))
+                d->bad++;
+        }
+        if (i % 16 == d->id + 2 && tc_delete(d->c, k, KLEN, 0) < 0)
+            d->bad++;
+    }
+    return NULL;
+}
+
+static void
+test_two_threads_both_on(void **state)
+{
+    struct fx *f = *state;
+    f->cfg.pool_size = 8 * MIB;
+    f->cfg.ablate_meta_in_pmem = true;
+    f->cfg.ablate_init_in_lock = true;
+    assert_int_equal(fx_open(f), 0);
+    struct duo d[2] = {{f->c, 0, 0}, {f->c, 1, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, duo_main, &d[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    assert_int_equal(d[0].bad + d[1].bad, 0);
+    struct tc_stats st;
+    tc_stats(f->c, &st);
+    assert_true(st.evictions > 0);
+    assert_int_equal(tc_check(f->c), 0);
+}
+
 int
 main(void)
 {
@@ -242,6 +299,8 @@ main(void)
         cmocka_unit_test_prestate_setup_teardown(
             test_tracker_sees_meta_hot_spot, setup_noopen, teardown,
             "ablate_track_meta"),
+        cmocka_unit_test_prestate_setup_teardown(
+            test_two_threads_both_on, setup_noopen, teardown, "ablate_duo"),
         cmocka_unit_test_prestate_setup_teardown(test_tracker_default_even,
                                                  setup_noopen, teardown,
                                                  "ablate_track_off"),
