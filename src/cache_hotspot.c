@@ -7,8 +7,8 @@
  * which chunk size, a page has) and the head of the written chunk, which the
  * writing thread itself has just written or which is immutable (a published
  * item's header): header, key and tail list count as item_header, the rest
- * of the chunk as item_value, the region header area as region_meta, pages
- * outside any slab class as unknown. It runs only when tracking is on, in
+ * of the chunk as item_value, the region header area as region_meta, a
+ * page outside any slab class (being formatted) as item_header. It runs only when tracking is on, in
  * the writing thread, after its write.
  *
  * Concurrency: c->hotspot and c->pm_latency are set by cache_open() and
@@ -57,7 +57,9 @@ classify(void *arg, uint64_t map_off, size_t n,
     uint64_t d = map_off - data0;
     unsigned cls = slab_class_of(c->slab, d);
     if (cls == SLAB_NO_CLASS) {
-        kind_bytes[HOTSPOT_UNKNOWN] += n;
+        /* a page is formatted (each chunk's kind byte written) before it
+         * joins its class; nothing else writes a page outside a class */
+        kind_bytes[HOTSPOT_ITEM_HEADER] += n;
         return;
     }
     uint64_t size = slab_chunk_size(c->slab, cls);
