@@ -8,8 +8,8 @@
  * writing thread itself has just written or which is immutable (a published
  * item's header): header, key and tail list count as item_header, the rest
  * of the chunk as item_value, the region header area as region_meta, a
- * page outside any slab class (being formatted) as item_header. It runs only when tracking is on, in
- * the writing thread, after its write.
+ * page outside any slab class (being formatted) as item_header. It runs only
+ * when tracking is on, in the writing thread, after its write.
  *
  * Concurrency: c->hotspot and c->pm_latency are set by cache_open() and
  * cleared by cache_close() (no other thread runs then); the tracker's own
