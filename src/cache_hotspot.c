@@ -7,10 +7,11 @@
  * which chunk size, a page has) and the head of the written chunk, which the
  * writing thread itself has just written or which is immutable (a published
  * item's header): header, key and tail list count as item_header, the rest
- * of the chunk as item_value, the region header area as region_meta, pages
- * outside any slab class as unknown, and (ablate_meta_in_pmem only) a page's
- * header chunks (alloc/slab_layout.h) as page_meta. It runs only when tracking
- * is on, in the writing thread, after its write.
+ * of the chunk as item_value, the region header area as region_meta, a
+ * page outside any slab class (being formatted) as item_header, and
+ * (ablate_meta_in_pmem only) a page's header chunks (alloc/slab_layout.h)
+ * as page_meta. It runs only when tracking is on, in the writing thread,
+ * after its write.
  *
  * Concurrency: c->hotspot and c->pm_latency are set by cache_open() and
  * cleared by cache_close() (no other thread runs then); the tracker's own
@@ -58,7 +59,10 @@ classify(void *arg, uint64_t map_off, size_t n,
     uint64_t d = map_off - data0;
     unsigned cls = slab_class_of(c->slab, d);
     if (cls == SLAB_NO_CLASS) {
-        kind_bytes[HOTSPOT_UNKNOWN] += n;
+        /* a page is formatted (each chunk's kind byte written) before it
+         * joins its class; nothing else writes a page outside a class
+         * (but the ablation's header line of a page just drained) */
+        kind_bytes[HOTSPOT_ITEM_HEADER] += n;
         return;
     }
     uint64_t size = slab_chunk_size(c->slab, cls);
