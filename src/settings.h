@@ -53,6 +53,12 @@ struct settings {
     uint64_t sweep_budget;
     bool maxconns_fast; /* accepted, no effect */
     bool no_background; /* no maintenance thread (tests) */
+    /* hot keys in DRAM */
+    uint64_t hot_pool_size; /* bytes, 0 = off */
+    uint64_t hot_write_rate;
+    uint64_t hotkey_window;
+    uint64_t hotkey_k;
+    uint64_t hotkey_sample;
 
     enum settings_action action;
     bool port_given; /* -p appeared: with -s, keep TCP on too */

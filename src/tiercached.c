@@ -83,6 +83,11 @@ config_from(const struct settings *st, struct tc_config *cfg)
     cfg->quota_batch = (uint32_t)st->quota_batch;
     cfg->background = !st->no_background;
     cfg->sweep_budget = (uint32_t)st->sweep_budget;
+    cfg->hot_pool_size = st->hot_pool_size;
+    cfg->hot_write_rate = (uint32_t)st->hot_write_rate;
+    cfg->hotkey_window = (uint32_t)st->hotkey_window;
+    cfg->hotkey_k = (uint32_t)st->hotkey_k;
+    cfg->hotkey_sample = (uint32_t)st->hotkey_sample;
 }
 
 static int
