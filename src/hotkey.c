@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TBUF_SLOTS 64 /* distinct keys a thread samples between ticks */
+#define TBUF_SLOTS 128 /* distinct keys a thread samples between ticks */
 #define TBUF_PROBE 4
 #define HOTSET_SLOTS (2 * TOPK_MAX_K)
 #define WALK_BATCH 64
@@ -238,23 +238,33 @@ sample(struct hotkey *h, struct hotkey_tbuf *b, struct tsample *tab,
             return;
     }
     pthread_mutex_lock(&b->lock);
+    struct tsample *single = NULL;
     for (unsigned i = 0; i < TBUF_PROBE; i++) {
         struct tsample *s = &tab[(hash + i) % TBUF_SLOTS];
         if (s->n == 0) {
-            s->hash = hash;
-            s->klen = (uint8_t)klen;
-            memcpy(s->key, key, klen);
-            s->n = 1;
+            single = s;
             break;
         }
         if (s->hash == hash && s->klen == klen &&
             memcmp(s->key, key, klen) == 0) {
             s->n++;
-            break;
+            goto out;
         }
+        if (s->n == 1 && !single)
+            single = s;
     }
-    /* all probed slots taken by other keys: the sample is dropped (an
-     * all-distinct stream has no hot key to lose) */
+    /* A free slot, or else one holding a key sampled only once so far
+     * (its one sample is lost): in a long-tailed stream the table would
+     * otherwise fill with once-seen keys early in each tick and drop the
+     * later samples of keys that matter. If every probed slot holds a key
+     * seen more than once, this sample is dropped. */
+    if (single) {
+        single->hash = hash;
+        single->klen = (uint8_t)klen;
+        memcpy(single->key, key, klen);
+        single->n = 1;
+    }
+out:
     pthread_mutex_unlock(&b->lock);
 }
 
@@ -583,20 +593,18 @@ hotkey_tick(struct cache_thread *t)
         return;
     pthread_mutex_lock(&h->lock);
     uint64_t now = clock_nsec();
-    double dt = (double)(now - h->last_ns) / 1e9;
-    if (dt >= 0.001) {
-        h->last_ns = now;
-        merge_locked(c, h);
-        double a = exp(-dt / h->window);
-        /* a steady r per second settles, before the decay, at a count of
-         * r * dt / (1 - a) */
-        double scale = (1 - a) / dt;
-        h->nview_w = view_locked(h, false, scale, h->view_w);
-        h->nview_r = view_locked(h, true, scale, h->view_r);
-        topk_decay(h->w, a);
-        topk_decay(h->r, a);
-    }
-    /* also right after the last step: the threshold may have changed */
+    /* steps closer than 1 ms (tc_maintain in a loop) count as 1 ms */
+    double dt = MAX((double)(now - h->last_ns) / 1e9, 0.001);
+    h->last_ns = now;
+    merge_locked(c, h);
+    double a = exp(-dt / h->window);
+    /* a steady r per second settles, before the decay, at a count of
+     * r * dt / (1 - a) */
+    double scale = (1 - a) / dt;
+    h->nview_w = view_locked(h, false, scale, h->view_w);
+    h->nview_r = view_locked(h, true, scale, h->view_r);
+    topk_decay(h->w, a);
+    topk_decay(h->r, a);
     rebuild_set_locked(h);
     pthread_mutex_unlock(&h->lock);
     walk_pool(t);
