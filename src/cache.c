@@ -20,6 +20,7 @@
 #include "src/base/hash.h"
 #include "src/base/log.h"
 #include "src/cache_hotspot.h"
+#include "src/hotkey.h"
 #include "tier/pm.h"
 
 #include <errno.h>
@@ -89,6 +90,7 @@ ctx_destroy(struct cache *c, struct cache_thread *t)
     c->retired_refills += quota_refills(t->quota);
     pthread_mutex_unlock(&c->threads_lock);
     quota_destroy(t->quota);
+    hotkey_thread_fini(t);
     free(t);
 }
 
@@ -104,6 +106,12 @@ ctx_create(struct cache *c)
     t->cache = c;
     if (quota_create(c->slab, c->cfg.quota_batch, &t->quota) != 0) {
         err_set("no DRAM for a thread quota");
+        free(t);
+        return NULL;
+    }
+    if (hotkey_thread_init(t) != 0) {
+        err_set("no DRAM for a thread's hot-key samples");
+        quota_destroy(t->quota);
         free(t);
         return NULL;
     }
@@ -234,9 +242,24 @@ cache_class_chunks(struct cache *c, unsigned cls)
     return n;
 }
 
+unsigned
+cache_class_of(const struct cache *c, uint64_t off)
+{
+    if (!cache_off_dram(off))
+        return slab_class_of(c->slab, off);
+    const struct item_hdr *it = cache_item_at(c, off);
+    int cls = slab_class_for(
+        c->slab, (uint32_t)(sizeof(*it) + it->klen + (uint64_t)it->vlen));
+    return cls < 0 ? 0 : (unsigned)cls;
+}
+
 static void
 class_add(struct cache_thread *t, uint64_t off, int sign)
 {
+    if (cache_off_dram(off)) {
+        cache_stat_add(t, ST_HOT_ITEMS, sign);
+        return; /* no slab chunk */
+    }
     unsigned cls = slab_class_of(t->cache->slab, off);
     int64_t v = atomic_load_explicit(&t->cls_chunks[cls], memory_order_relaxed);
     atomic_store_explicit(&t->cls_chunks[cls], v + sign, memory_order_relaxed);
@@ -246,7 +269,7 @@ void
 cache_account(struct cache_thread *t, uint64_t head, int sign)
 {
     struct cache *c = t->cache;
-    const struct item_hdr *it = item_at(c->base, head);
+    const struct item_hdr *it = cache_item_at(c, head);
     const uint64_t *tails = item_tails(it);
 
     cache_stat_add(t, ST_CURR_ITEMS, sign);
@@ -260,7 +283,7 @@ void
 cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
                      enum cache_unlink why)
 {
-    bool fetched = slab_fetched(t->cache->slab, head);
+    bool fetched = cache_bit_fetched(t->cache, head);
     cache_account(t, head, -1);
     if (dead == CACHE_EXPIRED && !fetched && why != UNLINK_DELETED &&
         why != UNLINK_REPLACED)
@@ -408,6 +431,10 @@ cache_free_unpublished(struct cache_thread *t, const struct item_plan *plan,
                        uint64_t head, const uint64_t *tails)
 {
     struct slab *s = t->cache->slab;
+    if (cache_off_dram(head)) {
+        hotkey_free(t->cache, head);
+        return;
+    }
     for (unsigned i = 0; i < plan->nchain; i++)
         quota_free(t->quota, slab_class_of(s, tails[i]), tails[i]);
     quota_free(t->quota, slab_class_of(s, head), head);
@@ -417,6 +444,10 @@ void
 cache_free_now(struct cache_thread *t, uint64_t head)
 {
     struct cache *c = t->cache;
+    if (cache_off_dram(head)) {
+        hotkey_free(c, head);
+        return;
+    }
     const struct item_hdr *it = item_at(c->base, head);
     const uint64_t *tails = item_tails(it);
     for (unsigned i = 0; i < it->nchain; i++)
@@ -452,7 +483,9 @@ struct limbo_batch {
 static void
 free_entry(struct cache_thread *t, uint64_t e)
 {
-    if (e & DEFER_CHAINED)
+    if (cache_off_dram(e))
+        hotkey_free(t->cache, e);
+    else if (e & DEFER_CHAINED)
         cache_free_now(t, e & ~DEFER_CHAINED);
     else
         quota_free(t->quota, slab_class_of(t->cache->slab, e), e);
@@ -523,7 +556,7 @@ cache_defer_free(struct cache_thread *t, uint64_t head)
     /* Context: the caller unlinked the item, so its header is still
      * intact, and likely in the CPU cache */
     t->defer[t->ndefer++] =
-        head | (item_at(c->base, head)->nchain ? DEFER_CHAINED : 0);
+        head | (cache_item_at(c, head)->nchain ? DEFER_CHAINED : 0);
     if (t->ndefer < CACHE_DEFER_BATCH)
         return;
     cache_defer_flush(t);
@@ -542,10 +575,11 @@ bool
 cache_match_key(void *arg, uint64_t loc)
 {
     const struct cache_key *k = arg;
+    uint64_t off = cache_off(loc);
     /* overlap the miss on the chunk's CLOCK bits with the one on the item */
-    slab_prefetch(k->c->slab, cache_off(loc));
-    return item_key_equals(item_at(k->c->base, cache_off(loc)), k->key,
-                           k->klen);
+    if (likely(!cache_off_dram(off)))
+        slab_prefetch(k->c->slab, off);
+    return item_key_equals(cache_item_at(k->c, off), k->key, k->klen);
 }
 
 bool
@@ -653,12 +687,16 @@ open_memory(struct cache *c)
     rcode = htab_create(expected, &c->htab);
     if (rcode)
         return rcode;
-    return cache_hotspot_open(c);
+    rcode = cache_hotspot_open(c);
+    if (rcode)
+        return rcode;
+    return hotkey_create(c);
 }
 
 static void
 close_memory(struct cache *c)
 {
+    hotkey_destroy(c);
     cache_hotspot_close(c);
     htab_destroy(c->htab);
     slab_destroy(c->slab);
@@ -776,6 +814,7 @@ struct check_walk {
     struct cache *c;
     uint64_t items;
     uint64_t bytes;
+    uint64_t hot; /* of which in the DRAM hot pool */
 };
 
 static int
@@ -785,13 +824,21 @@ check_entry(void *arg, uint64_t loc)
     struct cache *c = w->c;
     uint64_t off = cache_off(loc);
 
-    if (off >= (uint64_t)pool_npages(c->pool) << POOL_PAGE_SHIFT ||
-        slab_class_of(c->slab, off) == SLAB_NO_CLASS) {
+    if (cache_off_dram(off)) {
+        if (!c->hot || !(atomic_load_explicit(dpool_flags(cache_dram_ptr(off)),
+                                              memory_order_acquire) &
+                         HOT_WRITTEN)) {
+            err_set("index entry names a DRAM item that is not written");
+            return -EFAULT;
+        }
+        w->hot++;
+    } else if (off >= (uint64_t)pool_npages(c->pool) << POOL_PAGE_SHIFT ||
+               slab_class_of(c->slab, off) == SLAB_NO_CLASS) {
         err_set("index entry points at offset %llu outside any slab page",
                 (unsigned long long)off);
         return -EFAULT;
     }
-    const struct item_hdr *it = item_at(c->base, off);
+    const struct item_hdr *it = cache_item_at(c, off);
     if (it->kind != ITEM_KIND_HEAD || it->klen == 0 || it->klen > TC_KEY_MAX) {
         err_set("index entry at offset %llu holds no item (kind %#x)",
                 (unsigned long long)off, it->kind);
@@ -815,7 +862,7 @@ check_entry(void *arg, uint64_t loc)
 int
 cache_check(struct cache *c)
 {
-    struct check_walk w = {c, 0, 0};
+    struct check_walk w = {c, 0, 0, 0};
     int64_t s[ST_COUNT];
 
     if (!cache_thread_get(c))
@@ -830,6 +877,11 @@ cache_check(struct cache *c)
                 "%lld",
                 (unsigned long long)w.items, (unsigned long long)w.bytes,
                 (long long)s[ST_CURR_ITEMS], (long long)s[ST_BYTES]);
+        return -EFAULT;
+    }
+    if ((int64_t)w.hot != s[ST_HOT_ITEMS]) {
+        err_set("index holds %llu DRAM items, stats say %lld",
+                (unsigned long long)w.hot, (long long)s[ST_HOT_ITEMS]);
         return -EFAULT;
     }
     return slab_check(c->slab);

@@ -25,8 +25,13 @@
  *                    allocation whose class has nothing left to evict).
  *   cache->limbo_lock guards the limbo list.
  *   cache->threads_lock guards the list of thread contexts and the stats of
- *                    threads that left (a plain mutex, rank-free: it is
- *                    never held with another lock).
+ *                    threads that left (a plain mutex, rank-free: held with
+ *                    no other lock except by the hot-key tick, which takes
+ *                    it inside its own lock and takes each thread's sample
+ *                    buffer lock inside it; see src/hotkey.c).
+ *   cache->hot       hot-key tracking and the DRAM hot pool: src/hotkey.c
+ *                    states its rules. DRAM-resident items follow the same
+ *                    publication and grace-period rules as PMEM ones.
  *   evict_cur[cls]   guarded by that slab class's lock (slab_scan takes it).
  *   struct cache_thread: owner thread only, except stats, which other
  *                    threads read with relaxed loads when summing.
@@ -49,6 +54,7 @@
 #include "src/htab.h"
 #include "src/item.h"
 #include "src/tiercache.h"
+#include "tier/dpool.h"
 #include "tier/region.h"
 
 #define CACHE_DEFER_BATCH 64
@@ -85,19 +91,26 @@ enum cache_stat {
     ST_TOTAL_ITEMS,
     ST_SWEEP_RECLAIMED,
     ST_REASSIGNS,
+    ST_HOT_PROMOTIONS,  /* an item entered the DRAM hot pool */
+    ST_HOT_DEMOTIONS,   /* a key's item went from DRAM back to PMEM */
+    ST_HOT_BYTES_SAVED, /* value bytes written to DRAM instead of PMEM */
     /* gauges kept as per-thread deltas (may be negative per thread) */
     ST_CURR_ITEMS,
     ST_BYTES,
+    ST_HOT_ITEMS, /* items in the index that live in the DRAM hot pool */
     ST_COUNT
 };
 #define ST_FIRST_GAUGE ST_CURR_ITEMS
 
 struct cache;
 struct hotspot;
+struct hotkey;
+struct hotkey_tbuf;
 
 struct cache_thread {
     struct cache *cache;
     struct quota *quota;
+    struct hotkey_tbuf *hk;    /* hot-key samples (src/hotkey.c), or NULL */
     struct cache_thread *next; /* cache->threads list */
     bool in_admin;      /* holds cache->admin: allocation must not reassign */
     uint32_t quota_gen; /* cache->quota_gen when this thread last flushed */
@@ -153,6 +166,8 @@ struct cache {
     /* write-hotspot tracking and latency emulation (src/cache_hotspot.c) */
     struct hotspot *hotspot; /* NULL: tracking off */
     bool pm_latency;         /* this cache set the PMEM helpers' latency */
+
+    struct hotkey *hot; /* NULL when the hot pool is off (src/hotkey.c) */
 };
 
 /* --- cache.c --- */
@@ -230,6 +245,101 @@ cache_off(uint64_t loc)
 }
 
 uint64_t cache_hash(const struct cache *c, const void *key, uint32_t klen);
+
+/*
+ * Item offsets. A PMEM item is named by its head chunk's offset from the
+ * pool base (below 2^50: pools are at most 16 TiB). An item in the DRAM
+ * hot pool (src/hotkey.c) is named by CACHE_DRAM_OFF | its address, which
+ * is 8-aligned and below 2^47 (x86-64 user space; hotkey.c refuses any
+ * other), so both kinds map through cache_loc() into the index's 48 bits
+ * and back. Every place that turns an offset into an item goes through
+ * cache_item_at(); per-chunk DRAM bits through the cache_bit_* helpers.
+ * DRAM items are always plain (no tails).
+ */
+#define CACHE_DRAM_OFF (1ull << 50)
+#define CACHE_DRAM_ADDR_LIMIT (1ull << 47)
+
+static inline bool
+cache_off_dram(uint64_t off)
+{
+    return (off & CACHE_DRAM_OFF) != 0;
+}
+
+static inline void *
+cache_dram_ptr(uint64_t off)
+{
+    return (void *)(uintptr_t)(off & ~CACHE_DRAM_OFF);
+}
+
+static inline const struct item_hdr *
+cache_item_at(const struct cache *c, uint64_t off)
+{
+    if (unlikely(cache_off_dram(off)))
+        return (const struct item_hdr *)cache_dram_ptr(off);
+    return item_at(c->base, off);
+}
+
+/* Flag bits of a DRAM item's block (dpool_flags), in place of the slab's
+ * per-chunk bits. HOT_WRITTEN: the item bytes are complete (release store,
+ * for the maintenance walk). */
+#define HOT_WRITTEN 0x01
+#define HOT_FETCHED 0x02
+#define HOT_CLAIMED 0x04
+
+static inline void
+cache_bit_ref(struct cache *c, uint64_t off)
+{
+    if (unlikely(cache_off_dram(off))) {
+        _Atomic uint8_t *f = dpool_flags(cache_dram_ptr(off));
+        if (!(atomic_load_explicit(f, memory_order_relaxed) & HOT_FETCHED))
+            atomic_fetch_or_explicit(f, HOT_FETCHED, memory_order_relaxed);
+        return;
+    }
+    slab_ref(c->slab, off);
+}
+
+static inline bool
+cache_bit_fetched(const struct cache *c, uint64_t off)
+{
+    if (unlikely(cache_off_dram(off)))
+        return atomic_load_explicit(dpool_flags(cache_dram_ptr(off)),
+                                    memory_order_relaxed) &
+               HOT_FETCHED;
+    return slab_fetched(c->slab, off);
+}
+
+static inline bool
+cache_bit_claimed(const struct cache *c, uint64_t off)
+{
+    if (unlikely(cache_off_dram(off)))
+        return atomic_load_explicit(dpool_flags(cache_dram_ptr(off)),
+                                    memory_order_relaxed) &
+               HOT_CLAIMED;
+    return slab_claimed(c->slab, off);
+}
+
+/* True for the first claimer of the item's recache win. */
+static inline bool
+cache_bit_claim(struct cache *c, uint64_t off)
+{
+    if (unlikely(cache_off_dram(off)))
+        return !(atomic_fetch_or_explicit(dpool_flags(cache_dram_ptr(off)),
+                                          HOT_CLAIMED, memory_order_relaxed) &
+                 HOT_CLAIMED);
+    return slab_claim(c->slab, off);
+}
+
+/* A fresh DRAM block's flags are already clear (dpool_alloc). */
+static inline void
+cache_bit_reset(struct cache *c, uint64_t off)
+{
+    if (likely(!cache_off_dram(off)))
+        slab_reset_bits(c->slab, off);
+}
+
+/* Slab class of a PMEM item; for a DRAM one, the class its size maps to
+ * (what meta's "me" reports). */
+unsigned cache_class_of(const struct cache *c, uint64_t off);
 
 /* memcached's exptime rule: 0 never, up to 30 days relative, else absolute
  * unix time, negative already expired (returned as 1, long past). */

@@ -19,6 +19,7 @@
 #include "src/base/clock.h"
 #include "src/base/compiler.h"
 #include "src/cache.h"
+#include "src/hotkey.h"
 #include "tier/pm.h"
 
 #include <urcu/urcu-memb.h>
@@ -44,11 +45,22 @@ win_state(struct cache *c, const struct item_hdr *it, uint64_t off,
     uint32_t exp = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
     bool due = (it->iflags & ITEM_STALE) ||
                (o->recache_below && exp != 0 && exp - now < o->recache_below);
-    if (slab_claimed(c->slab, off))
+    if (cache_bit_claimed(c, off))
         return TC_WIN_TAKEN;
     if (!due)
         return TC_WIN_NONE;
-    return slab_claim(c->slab, off) ? TC_WIN_YOU : TC_WIN_TAKEN;
+    return cache_bit_claim(c, off) ? TC_WIN_YOU : TC_WIN_TAKEN;
+}
+
+/* Set an item's expiry in place: one atomic 4-byte store, through the
+ * PMEM helpers unless the item is in the DRAM hot pool. */
+static void
+store_exptime(struct item_hdr *it, uint64_t off, uint32_t exptime)
+{
+    if (cache_off_dram(off))
+        __atomic_store_n(&it->exptime, exptime, __ATOMIC_RELAXED);
+    else
+        pm_store32(&it->exptime, exptime);
 }
 
 /* Serve a live item inside the read section: touch, mark used, describe,
@@ -61,17 +73,17 @@ serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
     struct iovec iov[ITEM_MAX_TAILS + 1];
 
     if (o->touch)
-        pm_store32(&it->exptime, cache_exptime(o->exptime, now));
-    info.fetched = slab_fetched(c->slab, off);
+        store_exptime(it, off, cache_exptime(o->exptime, now));
+    info.fetched = cache_bit_fetched(c, off);
     info.win = win_state(c, it, off, o, now);
     if (!o->no_bump)
-        slab_ref(c->slab, off);
+        cache_bit_ref(c, off);
     info.flags = it->flags;
     info.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
     info.cas = it->cas;
     info.vlen = it->vlen;
     info.stale = it->iflags & ITEM_STALE;
-    info.slab_class = (uint8_t)slab_class_of(c->slab, off);
+    info.slab_class = (uint8_t)cache_class_of(c, off);
     int n = item_value_iov(c->base, it, c->chunk_max, iov);
     if (fn)
         fn(arg, &info, iov, n);
@@ -95,12 +107,14 @@ fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
     uint64_t loc = htab_lookup_rcu(c->htab, hash, cache_match_key, &k);
     if (loc) {
         struct item_hdr *it =
-            (struct item_hdr *)item_at(c->base, cache_off(loc));
+            (struct item_hdr *)cache_item_at(c, cache_off(loc));
         dead = cache_item_dead(c, it, now);
         if (dead == CACHE_LIVE)
             serve_rcu(c, it, cache_off(loc), o, now, fn, arg);
     }
     cache_read_unlock();
+    if (c->hot && loc && dead == CACHE_LIVE)
+        hotkey_note_read(t, hash, key, klen);
 
     /* memcached counts a gat as a touch: touch_hits/misses, not
      * get_hits/misses */
@@ -134,11 +148,11 @@ fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
     uint64_t loc = htab_lookup_rcu(c->htab, hash, cache_match_key, &k);
     if (loc) {
         struct item_hdr *it =
-            (struct item_hdr *)item_at(c->base, cache_off(loc));
+            (struct item_hdr *)cache_item_at(c, cache_off(loc));
         dead = cache_item_dead(c, it, now);
         if (dead == CACHE_LIVE) {
-            pm_store32(&it->exptime, cache_exptime(exptime, now));
-            slab_ref(c->slab, cache_off(loc));
+            store_exptime(it, cache_off(loc), cache_exptime(exptime, now));
+            cache_bit_ref(c, cache_off(loc));
         }
     }
     cache_read_unlock();
@@ -170,7 +184,7 @@ delete_key(struct cache_thread *t, const void *key, uint32_t klen,
     _Atomic uint64_t *slot = htab_find_locked(b, hash, cache_match_key, &k);
     if (slot) {
         loc = htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed));
-        const struct item_hdr *it = item_at(c->base, cache_off(loc));
+        const struct item_hdr *it = cache_item_at(c, cache_off(loc));
         dead = cache_item_dead(c, it, now);
         if (dead == CACHE_LIVE && cas_in && it->cas != cas_in) {
             rc = TC_EXISTS;

@@ -26,6 +26,7 @@
 #include "src/base/clock.h"
 #include "src/base/err.h"
 #include "src/base/log.h"
+#include "src/hotkey.h"
 #include "tier/pm.h"
 
 #include <errno.h>
@@ -446,6 +447,7 @@ maintenance_main(void *arg)
             break;
         pthread_mutex_unlock(&c->bg_lock);
         reclaim_sweep(t, c->cfg.sweep_budget);
+        hotkey_tick(t);
         cache_reclaim_limbo(t);
         if (atomic_load(&c->shrink_target))
             reclaim_shrink(t);

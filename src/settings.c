@@ -211,6 +211,29 @@ static const struct opt opts[] = {
      .show = SHOW_YESNO,
      .help = "EXPERIMENT ONLY: write items and format pages inside the slab "
              "class lock (Tair MDB's critical section)"},
+    /* hot keys in DRAM (src/hotkey.c) */
+    {.name = "hot_pool_size", .sub = true, .type = OT_SIZE,
+     .off = F(hot_pool_size), .def = "8m", .min = 0, .max = 1ull << 40,
+     .stat = "hot_pool_size", .show = SHOW_NUM, .arg = "<size>",
+     .help = "DRAM pool for the items of write-hot keys, 0 = off (also "
+             "turns hot-key tracking and stats hotkeys off)"},
+    {.name = "hot_write_rate", .sub = true, .type = OT_UINT,
+     .off = F(hot_write_rate), .def = "1000", .min = 1, .max = 1u << 30,
+     .stat = "hot_write_rate", .show = SHOW_NUM, .arg = "<writes/s>",
+     .help = "writes per second that move a key's item into the DRAM pool; "
+             "it moves back below half of it"},
+    {.name = "hotkey_window", .sub = true, .type = OT_UINT,
+     .off = F(hotkey_window), .def = "10", .min = 1, .max = 3600,
+     .stat = "hotkey_window", .show = SHOW_NUM, .arg = "<secs>",
+     .help = "seconds the key rates average over"},
+    {.name = "hotkey_k", .sub = true, .type = OT_UINT, .off = F(hotkey_k),
+     .def = "64", .min = 1, .max = 1024, .stat = "hotkey_k",
+     .show = SHOW_NUM, .arg = "<num>",
+     .help = "keys tracked by write rate and by read rate"},
+    {.name = "hotkey_sample", .sub = true, .type = OT_UINT,
+     .off = F(hotkey_sample), .def = "16", .min = 1, .max = 1u << 20,
+     .stat = "hotkey_sample", .show = SHOW_NUM, .arg = "<num>",
+     .help = "sample one operation in this many (1 = every one)"},
 };
 /* clang-format on */
 

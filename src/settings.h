@@ -62,6 +62,12 @@ struct settings {
     /* ablation switches, experiment only (issue 5) */
     bool ablate_meta_in_pmem;
     bool ablate_init_in_lock;
+    /* hot keys in DRAM */
+    uint64_t hot_pool_size; /* bytes, 0 = off */
+    uint64_t hot_write_rate;
+    uint64_t hotkey_window;
+    uint64_t hotkey_k;
+    uint64_t hotkey_sample;
 
     enum settings_action action;
     bool port_given; /* -p appeared: with -s, keep TCP on too */

@@ -13,6 +13,7 @@
 #include "src/server.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -162,6 +163,13 @@ general_tiercache(struct obuf *out, const struct tc_stats *t,
     stat_u64(out, "tc_cmd_bin", ctr[STATS_CMD_BIN]);
     stat_u64(out, "tc_get_multi", ctr[STATS_GET_MULTI]);
     stat_u64(out, "tc_protocol_errors", ctr[STATS_PROTO_ERRORS]);
+    /* hot keys in DRAM */
+    stat_u64(out, "hotkey_current", t->hotkey_current);
+    stat_u64(out, "hotkey_promotions", t->hotkey_promotions);
+    stat_u64(out, "hotkey_demotions", t->hotkey_demotions);
+    stat_u64(out, "hotkey_pmem_bytes_saved", t->hotkey_pmem_bytes_saved);
+    stat_u64(out, "hot_pool_bytes", t->hot_pool_bytes);
+    stat_u64(out, "hot_pool_limit", t->hot_pool_limit);
 }
 
 static void
@@ -263,6 +271,49 @@ hotspot(struct tc_cache *c, struct obuf *out)
                     (unsigned long long)top[i].writes, top[i].what);
 }
 
+/* --- "stats hotkeys" --- */
+
+#define HOTKEYS_SHOWN 64
+
+/* A key as text: bytes outside printable ASCII (binary protocol keys) as
+ * \xNN, so that a line stays one line. */
+static void
+key_text(struct obuf *out, const struct tc_hotkey *k)
+{
+    for (unsigned i = 0; i < k->klen; i++) {
+        unsigned char ch = (unsigned char)k->key[i];
+        if (ch > ' ' && ch < 0x7f && ch != '\\')
+            obuf_printf(out, "%c", ch);
+        else
+            obuf_printf(out, "\\x%02x", ch);
+    }
+}
+
+/* The top keys by write rate ("write:N:...") and by read rate
+ * ("read:N:..."), heaviest first, as of the last maintenance step. */
+static void
+hotkeys(struct tc_cache *c, struct obuf *out)
+{
+    struct tc_hotkey *k = malloc(HOTKEYS_SHOWN * sizeof(*k));
+    if (!k)
+        return;
+    for (int pass = 0; pass < 2; pass++) {
+        const char *by = pass ? "read" : "write";
+        int n = tc_hotkeys(c, pass == 1, k, HOTKEYS_SHOWN);
+        for (int i = 0; i < n; i++) {
+            obuf_printf(out, "STAT %s:%d:key ", by, i + 1);
+            key_text(out, &k[i]);
+            obuf_printf(out, "\r\nSTAT %s:%d:write_rate %.1f\r\n", by, i + 1,
+                        k[i].write_rate);
+            obuf_printf(out, "STAT %s:%d:read_rate %.1f\r\n", by, i + 1,
+                        k[i].read_rate);
+            obuf_printf(out, "STAT %s:%d:in_dram %s\r\n", by, i + 1,
+                        k[i].in_dram ? "yes" : "no");
+        }
+    }
+    free(k);
+}
+
 /* --- "stats conns" --- */
 
 static void
@@ -302,6 +353,10 @@ stats_group(void *arg, struct proto_sess *s, const char *group,
         struct server_info in;
         server_info(srv, &in);
         hotspot(in.cache, out);
+    } else if (!strcmp(group, "hotkeys")) {
+        struct server_info in;
+        server_info(srv, &in);
+        hotkeys(in.cache, out);
     } else if (!strcmp(group, "conns")) {
         server_conns_walk(srv, conn_line, out);
     } else if (!strcmp(group, "sizes")) {

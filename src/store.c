@@ -16,6 +16,7 @@
 
 #include "src/cache.h"
 #include "src/fetch.h"
+#include "src/hotkey.h"
 
 #include "src/base/clock.h"
 #include "src/base/compiler.h"
@@ -54,12 +55,12 @@ static int
 decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
               uint32_t now)
 {
-    bool live = old && cache_item_dead(c, item_at(c->base, cache_off(old)),
+    bool live = old && cache_item_dead(c, cache_item_at(c, cache_off(old)),
                                        now) == CACHE_LIVE;
     if (r->cas_check && r->mode != STORE_SWAP) {
         if (!live)
             return TC_NOT_FOUND;
-        if (item_at(c->base, cache_off(old))->cas != r->cas_in)
+        if (cache_item_at(c, cache_off(old))->cas != r->cas_in)
             return TC_EXISTS;
     }
     switch (r->mode) {
@@ -70,13 +71,13 @@ decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
     case TC_CAS:
         if (!live)
             return TC_NOT_FOUND;
-        return item_at(c->base, cache_off(old))->cas == r->cas_in ? TC_OK
+        return cache_item_at(c, cache_off(old))->cas == r->cas_in ? TC_OK
                                                                   : TC_EXISTS;
     case STORE_SWAP:
         if (old != r->expect)
             return -EAGAIN;
         if (r->check_exptime &&
-            __atomic_load_n(&item_at(c->base, cache_off(old))->exptime,
+            __atomic_load_n(&cache_item_at(c, cache_off(old))->exptime,
                             __ATOMIC_RELAXED) != r->expect_exptime)
             return -EAGAIN;
         return TC_OK;
@@ -158,6 +159,9 @@ prepare(struct cache_thread *t, const struct store_req *r,
         cache_stat_inc(t, ST_STORE_TOO_LARGE);
         return -E2BIG;
     }
+    /* a write-hot key's item goes to the DRAM hot pool */
+    if (c->hot && hotkey_place(t, r->hash, r->key, r->klen, plan, head) == 0)
+        return 0;
     if (cache_alloc_item(t, plan, head, tails) != 0) {
         cache_stat_inc(t, ST_STORE_NO_MEMORY);
         return -ENOMEM;
@@ -193,17 +197,19 @@ commit(struct cache_thread *t, struct store_req *r,
 
     r->hdr.cas = next_cas(c, r->cas_new);
     /* PMEM: the item is written here, before it is visible, with no lock
-     * held (DESIGN rule 2). */
-    if (likely(!c->cfg.ablate_init_in_lock))
+     * held (DESIGN rule 2); a hot key's item goes to its DRAM block */
+    if (cache_off_dram(head))
+        hotkey_write(head, plan, &r->hdr, r->key, &r->val);
+    else if (likely(!c->cfg.ablate_init_in_lock))
         item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val);
     else
         write_in_lock(c, head, plan, tails, r);
     pm_fence(); /* the bytes are in place before the index points at them */
     /* DRAM, before anyone can read it: a reused chunk starts unreferenced,
      * unfetched and with its recache win unclaimed */
-    slab_reset_bits(c->slab, head);
+    cache_bit_reset(c, head);
     if (r->claim_win)
-        slab_claim(c->slab, head);
+        cache_bit_claim(c, head);
 
     /* account while the chunk is still ours: once published, another
      * thread may replace, free and reuse it before we look again */
@@ -216,6 +222,8 @@ commit(struct cache_thread *t, struct store_req *r,
         return rc;
     }
     cache_stat_inc(t, ST_TOTAL_ITEMS);
+    if (c->hot)
+        hotkey_count_store(t, *old ? cache_off(*old) : 0, head, r->hdr.vlen);
     if (cas_out)
         *cas_out = r->hdr.cas;
     return TC_OK;
@@ -229,7 +237,7 @@ retire_old(struct cache_thread *t, uint64_t old)
     if (!old)
         return;
     int dead =
-        cache_item_dead(c, item_at(c->base, cache_off(old)), clock_now());
+        cache_item_dead(c, cache_item_at(c, cache_off(old)), clock_now());
     cache_account_unlink(t, cache_off(old), dead, UNLINK_REPLACED);
     cache_defer_free(t, cache_off(old));
 }
@@ -243,7 +251,7 @@ prefetch_old(struct cache *c, uint64_t hash)
     uint64_t locs[HTAB_SLOTS];
     unsigned n = htab_peek(c->htab, hash, locs, HTAB_SLOTS);
     for (unsigned i = 0; i < n; i++)
-        __builtin_prefetch(c->base + cache_off(locs[i]), 0, 3);
+        __builtin_prefetch(cache_item_at(c, cache_off(locs[i])), 0, 3);
 }
 
 /* Prepare, commit and retire: one whole store. */
@@ -344,7 +352,7 @@ snapshot(struct cache *c, const struct store_req *r, struct item_hdr *hdr,
     *loc = htab_lookup_rcu(c->htab, r->hash, cache_match_key, &k);
     bool hit = *loc != 0;
     if (hit) {
-        const struct item_hdr *it = item_at(c->base, cache_off(*loc));
+        const struct item_hdr *it = cache_item_at(c, cache_off(*loc));
         hit = cache_item_dead(c, it, now) == CACHE_LIVE;
         item_hdr_load(hdr, it);
     }
@@ -385,7 +393,7 @@ rewrite(struct cache_thread *t, struct store_req *r, const struct item_hdr *old,
     if (rc)
         return rc;
     cache_read_lock();
-    const struct item_hdr *it = item_at(c->base, cache_off(r->expect));
+    const struct item_hdr *it = cache_item_at(c, cache_off(r->expect));
     int n = item_value_iov(c->base, it, c->chunk_max,
                            append || !alen ? iov : iov + 1);
     if (alen && append)
@@ -630,7 +638,7 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         if (old.vlen > 64 || old.nchain)
             return TC_NON_NUMERIC;
         cache_read_lock();
-        const struct item_hdr *it = item_at(c->base, cache_off(r.expect));
+        const struct item_hdr *it = cache_item_at(c, cache_off(r.expect));
         bool same = it->cas == old.cas;
         if (same)
             pm_read(digits, item_key(it) + it->klen, old.vlen);

@@ -13,6 +13,7 @@
 #include "src/base/err.h"
 #include "src/cache.h"
 #include "src/fetch.h"
+#include "src/hotkey.h"
 #include "src/store.h"
 #include "tier/hotspot.h"
 
@@ -59,6 +60,11 @@ tc_config_init(struct tc_config *cfg)
     cfg->sweep_budget = 1024;
     cfg->hotspot_interleave = 4096;
     cfg->hotspot_sample = 1;
+    cfg->hot_pool_size = 0;
+    cfg->hot_write_rate = 1000;
+    cfg->hotkey_window = 10;
+    cfg->hotkey_k = 64;
+    cfg->hotkey_sample = 16;
 }
 
 TC_API int
@@ -370,6 +376,7 @@ tc_maintain(struct tc_cache *tc)
         return -ENOMEM;
     cache_flush_check(c, clock_now());
     int n = reclaim_sweep(t, c->cfg.sweep_budget);
+    hotkey_tick(t);
     cache_reclaim_limbo(t);
     if (atomic_load(&c->shrink_target))
         reclaim_shrink(t);
@@ -415,6 +422,12 @@ tc_stats(struct tc_cache *tc, struct tc_stats *out)
     out->store_no_memory = (uint64_t)s[ST_STORE_NO_MEMORY];
     out->slab_reassign_count = (uint64_t)s[ST_REASSIGNS];
     out->sweep_reclaimed = (uint64_t)s[ST_SWEEP_RECLAIMED];
+    out->hotkey_current = (uint64_t)s[ST_HOT_ITEMS];
+    out->hotkey_promotions = (uint64_t)s[ST_HOT_PROMOTIONS];
+    out->hotkey_demotions = (uint64_t)s[ST_HOT_DEMOTIONS];
+    out->hotkey_pmem_bytes_saved = (uint64_t)s[ST_HOT_BYTES_SAVED];
+    out->hot_pool_bytes = hotkey_pool_bytes(c);
+    out->hot_pool_limit = c->cfg.hot_pool_size;
 
     uint64_t free_pages = pool_nfree(c->pool);
     out->pmem_bytes = region_data_size(c->region);
@@ -436,6 +449,21 @@ tc_stats(struct tc_cache *tc, struct tc_stats *out)
     for (struct cache_thread *t = c->threads; t; t = t->next)
         out->quota_refills += quota_refills(t->quota);
     pthread_mutex_unlock(&c->threads_lock);
+}
+
+TC_API int
+tc_hotkeys(struct tc_cache *tc, bool by_reads, struct tc_hotkey *out, int max)
+{
+    struct cache *c = engine(tc);
+    if (!cache_thread_get(c))
+        return -ENOMEM;
+    return hotkey_list(c, by_reads, out, max);
+}
+
+TC_API void
+tc_set_hot_write_rate(struct tc_cache *tc, uint32_t rate)
+{
+    hotkey_set_rate(engine(tc), rate);
 }
 
 TC_API void

@@ -114,6 +114,18 @@ struct tc_config {
                                  hold no items */
     bool ablate_init_in_lock; /* items written and pages formatted with the
                                  slab class lock held */
+    /* Hot keys (README "Hot keys in DRAM"): items of keys written at least
+     * hot_write_rate times a second live in a DRAM pool of hot_pool_size
+     * bytes, where their writes do not touch PMEM. */
+    uint64_t hot_pool_size;  /* bytes; 0 = off (default), which also turns
+                                hot-key tracking off */
+    uint32_t hot_write_rate; /* writes/s that make a key hot; default 1000;
+                                a key goes back to PMEM below half of it */
+    uint32_t hotkey_window;  /* seconds the rates average over; default 10 */
+    uint32_t hotkey_k;       /* keys tracked by write and by read rate;
+                                default 64, at most 1024 */
+    uint32_t hotkey_sample;  /* sample one operation in this many; default
+                                16 (1 = every one) */
 };
 
 enum tc_win {
@@ -183,6 +195,25 @@ struct tc_stats {
     uint64_t index_buckets;
     uint64_t index_overflow_buckets;
     uint64_t sweep_reclaimed; /* expired items freed by the sweep */
+    /* hot keys (zero when the hot pool is off) */
+    uint64_t hotkey_current;          /* items in the DRAM hot pool now */
+    uint64_t hotkey_promotions;       /* items that entered the DRAM pool */
+    uint64_t hotkey_demotions;        /* keys whose item went back to PMEM */
+    uint64_t hotkey_pmem_bytes_saved; /* value bytes written to DRAM
+                                         instead of PMEM */
+    uint64_t hot_pool_bytes;          /* bytes of the DRAM pool in use */
+    uint64_t hot_pool_limit;          /* hot_pool_size */
+};
+
+/* One key of the hot-key view (tc_hotkeys). Rates are estimates from
+ * sampled operations, averaged over hotkey_window seconds. */
+struct tc_hotkey {
+    char key[TC_KEY_MAX]; /* not NUL-terminated */
+    uint8_t klen;
+    bool in_dram;      /* its item lives in the DRAM hot pool now */
+    uint64_t hash;     /* the cache's hash of the key (internal) */
+    double write_rate; /* writes per second */
+    double read_rate;  /* read hits per second */
 };
 
 struct tc_slab_stats {
@@ -346,6 +377,15 @@ TC_API int tc_slab_reassign(struct tc_cache *c, int src, int dst);
 TC_API int tc_maintain(struct tc_cache *c);
 
 TC_API void tc_stats(struct tc_cache *c, struct tc_stats *out);
+
+/* The current top keys by write rate (by_reads false) or by read rate,
+ * heaviest first, as of the last maintenance step: how many were written
+ * to out (at most max; 0 when the hot pool is off). */
+TC_API int tc_hotkeys(struct tc_cache *c, bool by_reads, struct tc_hotkey *out,
+                      int max);
+/* Change hot_write_rate while running (at least 1); takes effect at the
+ * next maintenance step. No-op when the hot pool is off. */
+TC_API void tc_set_hot_write_rate(struct tc_cache *c, uint32_t rate);
 TC_API int tc_slab_nclasses(struct tc_cache *c);
 TC_API int tc_slab_stats(struct tc_cache *c, int cls,
                          struct tc_slab_stats *out);

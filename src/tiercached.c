@@ -91,6 +91,11 @@ config_from(const struct settings *st, struct tc_config *cfg)
     /* ablation switches, experiment only (issue 5) */
     cfg->ablate_meta_in_pmem = st->ablate_meta_in_pmem;
     cfg->ablate_init_in_lock = st->ablate_init_in_lock;
+    cfg->hot_pool_size = st->hot_pool_size;
+    cfg->hot_write_rate = (uint32_t)st->hot_write_rate;
+    cfg->hotkey_window = (uint32_t)st->hotkey_window;
+    cfg->hotkey_k = (uint32_t)st->hotkey_k;
+    cfg->hotkey_sample = (uint32_t)st->hotkey_sample;
 }
 
 static int

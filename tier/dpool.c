@@ -1,0 +1,166 @@
+/*
+ * The DRAM hot pool over memkind: see tier/dpool.h.
+ *
+ * Concurrency:
+ *   d->lock      guards d->head and every block's prev/next (alloc, free,
+ *                walk); plain mutex, leaf: nothing else is taken under it
+ *   d->used, d->count
+ *                atomics: used is reserved by a CAS loop before memkind is
+ *                called and returned after memkind_free (relaxed: a
+ *                budget, it orders nothing)
+ *   block->flags the caller's; atomic
+ */
+#include "tier/dpool.h"
+
+#include "src/base/err.h"
+
+#include <errno.h>
+#include <memkind.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+struct block {
+    struct block *prev, *next; /* d->head list, under d->lock */
+    uint32_t size;             /* bytes the caller asked for */
+    _Atomic uint8_t flags;
+    uint8_t pad[3];
+    /* the caller's bytes follow, 8-aligned */
+};
+
+_Static_assert(sizeof(struct block) % 8 == 0, "user bytes are 8-aligned");
+
+struct dpool {
+    pthread_mutex_t lock;
+    struct block *head;
+    uint64_t capacity;
+    _Atomic uint64_t used;
+    _Atomic uint64_t count;
+};
+
+static struct block *
+block_of(const void *p)
+{
+    return (struct block *)((char *)p - sizeof(struct block));
+}
+
+int
+dpool_create(uint64_t capacity, struct dpool **out)
+{
+    struct dpool *d = calloc(1, sizeof(*d));
+    if (!d) {
+        err_set("no DRAM for the hot pool's descriptor");
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&d->lock, NULL);
+    d->capacity = capacity;
+    *out = d;
+    return 0;
+}
+
+void
+dpool_destroy(struct dpool *d)
+{
+    if (!d)
+        return;
+    struct block *b = d->head;
+    while (b) {
+        struct block *next = b->next;
+        memkind_free(MEMKIND_DEFAULT, b);
+        b = next;
+    }
+    pthread_mutex_destroy(&d->lock);
+    free(d);
+}
+
+int
+dpool_alloc(struct dpool *d, size_t size, void **out)
+{
+    uint64_t need = sizeof(struct block) + size;
+    uint64_t used = atomic_load_explicit(&d->used, memory_order_relaxed);
+
+    if (size > UINT32_MAX)
+        return -ENOSPC;
+    do {
+        if (used + need > d->capacity)
+            return -ENOSPC;
+    } while (!atomic_compare_exchange_weak_explicit(
+        &d->used, &used, used + need, memory_order_relaxed,
+        memory_order_relaxed));
+    struct block *b = memkind_malloc(MEMKIND_DEFAULT, need);
+    if (!b) {
+        atomic_fetch_sub_explicit(&d->used, need, memory_order_relaxed);
+        return -ENOMEM;
+    }
+    b->size = (uint32_t)size;
+    atomic_init(&b->flags, 0);
+    b->prev = NULL;
+    pthread_mutex_lock(&d->lock);
+    b->next = d->head;
+    if (d->head)
+        d->head->prev = b;
+    d->head = b;
+    pthread_mutex_unlock(&d->lock);
+    atomic_fetch_add_explicit(&d->count, 1, memory_order_relaxed);
+    *out = b + 1;
+    return 0;
+}
+
+void
+dpool_free(struct dpool *d, void *p)
+{
+    struct block *b = block_of(p);
+    uint64_t need = sizeof(struct block) + b->size;
+
+    pthread_mutex_lock(&d->lock);
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        d->head = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    pthread_mutex_unlock(&d->lock);
+    memkind_free(MEMKIND_DEFAULT, b);
+    atomic_fetch_sub_explicit(&d->used, need, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&d->count, 1, memory_order_relaxed);
+}
+
+_Atomic uint8_t *
+dpool_flags(void *p)
+{
+    return &block_of(p)->flags;
+}
+
+size_t
+dpool_size(const void *p)
+{
+    return block_of(p)->size;
+}
+
+uint64_t
+dpool_used(const struct dpool *d)
+{
+    return atomic_load_explicit(&d->used, memory_order_relaxed);
+}
+
+uint64_t
+dpool_capacity(const struct dpool *d)
+{
+    return d->capacity;
+}
+
+uint64_t
+dpool_count(const struct dpool *d)
+{
+    return atomic_load_explicit(&d->count, memory_order_relaxed);
+}
+
+int
+dpool_walk(struct dpool *d, dpool_visit_fn *fn, void *arg)
+{
+    int rc = 0;
+    pthread_mutex_lock(&d->lock);
+    for (struct block *b = d->head; b && !rc; b = b->next)
+        rc = fn(arg, b + 1);
+    pthread_mutex_unlock(&d->lock);
+    return rc;
+}
