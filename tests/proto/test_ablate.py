@@ -66,3 +66,28 @@ def test_bad_value_exits_64_one_line(run_server, name):
     assert rc == 64, f"exit {rc}; stderr {err!r}"
     assert len(lines) == 1, f"stderr is not one line: {err!r}"
     assert name in lines[0], f"stderr does not name {name}: {err!r}"
+
+
+def test_meta_in_pmem_hot_spot_in_stats_hotspot(spawn, connect):
+    """With page info in PMEM, `stats hotspot` shows DIMM 0 hot (page
+    starts are 1 MiB aligned, DIMM = 4 KiB stripe % 4) and names the hottest
+    block page_meta; without it the DIMMs stay even."""
+    skews = {}
+    for opts in ("hotspot_dimms=4,ablate_meta_in_pmem",
+                 "hotspot_dimms=4"):
+        srv = spawn("-o", opts)
+        mc = connect(srv)
+        for i in range(3000):
+            mc.set(f"h{i}", b"v" * 100)
+        st = mc.stats("hotspot")
+        skews[opts] = float(st["hotspot_skew"])
+        top = st["hotspot_top_0"]
+        if "ablate" in opts:
+            assert "what=page_meta" in top, st
+            d0 = int(st["hotspot_dimm_0_bytes"])
+            for d in (1, 2, 3):
+                assert d0 > int(st[f"hotspot_dimm_{d}_bytes"]), st
+        else:
+            assert "page_meta" not in " ".join(st.values()), st
+    assert skews["hotspot_dimms=4,ablate_meta_in_pmem"] > 1.3, skews
+    assert skews["hotspot_dimms=4"] < 1.3, skews
