@@ -216,6 +216,15 @@ bh_run(const struct bh_opts *o, bool hot, struct bh_result *res)
 }
 
 static void
+bh_result_line(const char *name, const struct bh_result *r)
+{
+    printf("RESULT bench=hotkey config=%s sets_per_s=%.0f "
+           "pmem_bytes_per_set=%.1f hot_now=%llu\n",
+           name, r->ops_per_sec, r->pm_bytes_per_op,
+           (unsigned long long)r->st.hotkey_current);
+}
+
+static void
 bh_print(const char *name, const struct bh_result *r)
 {
     printf("%-10s %12.0f %14.1f %10llu %10llu %10llu %14.1f %6d\n", name,
@@ -315,6 +324,10 @@ main(int argc, char **argv)
            "errors");
     bh_print("pmem-only", &off);
     bh_print("hot-pool", &on);
+    if (!o.only) {
+        bh_result_line("pmem-only", &off);
+        bh_result_line("hot-pool", &on);
+    }
     printf("ratio hot/pmem-only: sets/s %.2fx, PMEM bytes per set %.2fx\n",
            off.ops_per_sec > 0 ? on.ops_per_sec / off.ops_per_sec : 0,
            off.pm_bytes_per_op > 0 ? on.pm_bytes_per_op / off.pm_bytes_per_op

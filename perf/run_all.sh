@@ -166,6 +166,15 @@ else
     log "=== htab: perf/bench_htab.c not present: skipped"
 fi
 
+# --- hot keys in DRAM (issue 5) ------------------------------------------
+hotkey=$(find_bin bench_hotkey)
+if [ -n "$hotkey" ]; then
+    run "hotkey zipf" "$hotkey" --hot-rate 200 --k 256
+else
+    log ""
+    log "=== hotkey: bench_hotkey not built: skipped"
+fi
+
 log ""
 log "# $(grep -c '^RESULT' "$out") RESULT lines above (grep '^RESULT' $out)"
 log "# done $(date -u '+%H:%M:%S UTC'); output in $out"

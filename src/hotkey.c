@@ -26,8 +26,8 @@
  *                    walk reads the header only after an acquire load of
  *                    it); after publication only exptime changes (atomic).
  *                    Freed after a grace period like PMEM items (cache.c).
- *   The tick's walk runs under the pool's lock (tier/dpool.c) and only
- *   copies keys out; demotions and removals happen after it, with the
+ *   The tick's walk runs under the pool's list locks (tier/dpool.c) and
+ *   only copies keys out; demotions and removals happen after it, with the
  *   engine's usual rules: PMEM copy outside any lock, index switch under
  *   the bucket lock only if it still holds the DRAM item.
  */
@@ -439,7 +439,7 @@ struct walk {
     struct cand cand[WALK_BATCH];
 };
 
-/* Under the pool's lock: collect DRAM items that are dead or whose key
+/* Under a pool list lock: collect DRAM items that are dead or whose key
  * left the hot set. Reads DRAM only. */
 static int
 walk_visit(void *arg, void *p)

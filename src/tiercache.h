@@ -372,8 +372,10 @@ TC_API int tc_set_mem_limit(struct tc_cache *c, uint64_t bytes);
 TC_API int tc_slab_reassign(struct tc_cache *c, int src, int dst);
 
 /* One step of maintenance on the calling thread: expiry sweep with the
- * configured budget, freeing what waits for a grace period, pending
- * memlimit drains. Returns the number of expired items the sweep removed. */
+ * configured budget, the hot-key step (rates, hot set, moving cooled or
+ * dead items out of the DRAM pool), freeing what waits for a grace period,
+ * pending memlimit drains. Returns the number of expired items the sweep
+ * removed (DRAM items removed by the hot-key step are not in it). */
 TC_API int tc_maintain(struct tc_cache *c);
 
 TC_API void tc_stats(struct tc_cache *c, struct tc_stats *out);

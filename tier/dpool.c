@@ -2,8 +2,13 @@
  * The DRAM hot pool over memkind: see tier/dpool.h.
  *
  * Concurrency:
- *   d->lock      guards d->head and every block's prev/next (alloc, free,
- *                walk); plain mutex, leaf: nothing else is taken under it
+ *   d->stripe[i].lock
+ *                guards that stripe's list head and the prev/next of every
+ *                block on it (alloc, free, walk); plain mutexes, leaves:
+ *                nothing else is taken under one, and walk takes them one
+ *                at a time. A block's stripe is fixed at allocation (from
+ *                its address), so that writers of different hot keys
+ *                rarely meet on one lock.
  *   d->used, d->count
  *                atomics: used is reserved by a CAS loop before memkind is
  *                called and returned after memkind_free (relaxed: a
@@ -12,6 +17,7 @@
  */
 #include "tier/dpool.h"
 
+#include "src/base/compiler.h"
 #include "src/base/err.h"
 
 #include <errno.h>
@@ -19,19 +25,26 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#define DPOOL_STRIPES 16
+
 struct block {
-    struct block *prev, *next; /* d->head list, under d->lock */
+    struct block *prev, *next; /* its stripe's list, under its lock */
     uint32_t size;             /* bytes the caller asked for */
     _Atomic uint8_t flags;
-    uint8_t pad[3];
+    uint8_t stripe;
+    uint8_t pad[2];
     /* the caller's bytes follow, 8-aligned */
 };
 
 _Static_assert(sizeof(struct block) % 8 == 0, "user bytes are 8-aligned");
 
-struct dpool {
+struct stripe {
     pthread_mutex_t lock;
     struct block *head;
+} CACHE_ALIGNED;
+
+struct dpool {
+    struct stripe stripe[DPOOL_STRIPES];
     uint64_t capacity;
     _Atomic uint64_t used;
     _Atomic uint64_t count;
@@ -51,7 +64,8 @@ dpool_create(uint64_t capacity, struct dpool **out)
         err_set("no DRAM for the hot pool's descriptor");
         return -ENOMEM;
     }
-    pthread_mutex_init(&d->lock, NULL);
+    for (unsigned i = 0; i < DPOOL_STRIPES; i++)
+        pthread_mutex_init(&d->stripe[i].lock, NULL);
     d->capacity = capacity;
     *out = d;
     return 0;
@@ -62,13 +76,15 @@ dpool_destroy(struct dpool *d)
 {
     if (!d)
         return;
-    struct block *b = d->head;
-    while (b) {
-        struct block *next = b->next;
-        memkind_free(MEMKIND_DEFAULT, b);
-        b = next;
+    for (unsigned i = 0; i < DPOOL_STRIPES; i++) {
+        struct block *b = d->stripe[i].head;
+        while (b) {
+            struct block *next = b->next;
+            memkind_free(MEMKIND_DEFAULT, b);
+            b = next;
+        }
+        pthread_mutex_destroy(&d->stripe[i].lock);
     }
-    pthread_mutex_destroy(&d->lock);
     free(d);
 }
 
@@ -94,12 +110,14 @@ dpool_alloc(struct dpool *d, size_t size, void **out)
     b->size = (uint32_t)size;
     atomic_init(&b->flags, 0);
     b->prev = NULL;
-    pthread_mutex_lock(&d->lock);
-    b->next = d->head;
-    if (d->head)
-        d->head->prev = b;
-    d->head = b;
-    pthread_mutex_unlock(&d->lock);
+    b->stripe = (uint8_t)(((uintptr_t)b >> 6) % DPOOL_STRIPES);
+    struct stripe *st = &d->stripe[b->stripe];
+    pthread_mutex_lock(&st->lock);
+    b->next = st->head;
+    if (st->head)
+        st->head->prev = b;
+    st->head = b;
+    pthread_mutex_unlock(&st->lock);
     atomic_fetch_add_explicit(&d->count, 1, memory_order_relaxed);
     *out = b + 1;
     return 0;
@@ -111,14 +129,16 @@ dpool_free(struct dpool *d, void *p)
     struct block *b = block_of(p);
     uint64_t need = sizeof(struct block) + b->size;
 
-    pthread_mutex_lock(&d->lock);
+    struct stripe *st = &d->stripe[b->stripe];
+
+    pthread_mutex_lock(&st->lock);
     if (b->prev)
         b->prev->next = b->next;
     else
-        d->head = b->next;
+        st->head = b->next;
     if (b->next)
         b->next->prev = b->prev;
-    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_unlock(&st->lock);
     memkind_free(MEMKIND_DEFAULT, b);
     atomic_fetch_sub_explicit(&d->used, need, memory_order_relaxed);
     atomic_fetch_sub_explicit(&d->count, 1, memory_order_relaxed);
@@ -158,9 +178,12 @@ int
 dpool_walk(struct dpool *d, dpool_visit_fn *fn, void *arg)
 {
     int rc = 0;
-    pthread_mutex_lock(&d->lock);
-    for (struct block *b = d->head; b && !rc; b = b->next)
-        rc = fn(arg, b + 1);
-    pthread_mutex_unlock(&d->lock);
+    for (unsigned i = 0; i < DPOOL_STRIPES && !rc; i++) {
+        struct stripe *st = &d->stripe[i];
+        pthread_mutex_lock(&st->lock);
+        for (struct block *b = st->head; b && !rc; b = b->next)
+            rc = fn(arg, b + 1);
+        pthread_mutex_unlock(&st->lock);
+    }
     return rc;
 }

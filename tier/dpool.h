@@ -15,9 +15,10 @@
  * user), then the caller's bytes, 8-aligned.
  *
  * Concurrency:
- *   d->lock       guards the list of live blocks (alloc, free and walk take
- *                 it; a plain mutex, never held with another lock: walk
- *                 callbacks must take none)
+ *   stripe locks  the live blocks are on 16 lists by address, each under
+ *                 its own plain mutex (alloc and free take one, walk each
+ *                 in turn); never held with another lock: walk callbacks
+ *                 must take none
  *   d->used       atomic; reserved with a CAS loop before memkind is asked,
  *                 so the budget is never exceeded
  *   block bytes   the caller's; dpool never reads them
@@ -51,8 +52,8 @@ uint64_t dpool_used(const struct dpool *d);
 uint64_t dpool_capacity(const struct dpool *d);
 uint64_t dpool_count(const struct dpool *d);
 
-/* Call fn for every live block, under d->lock (so none is freed during the
- * call): stops at the first nonzero return and returns it. fn must take no
- * lock and must not allocate or free from d. */
+/* Call fn for every live block, under its list's lock (so none is freed
+ * during the call): stops at the first nonzero return and returns it. fn
+ * must take no lock and must not allocate or free from d. */
 typedef int dpool_visit_fn(void *arg, void *p);
 int dpool_walk(struct dpool *d, dpool_visit_fn *fn, void *arg);
