@@ -53,11 +53,13 @@
 #include "src/proto_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A multi-key get line may grow past PROTO_LINE_MAX (memcached: unbounded). */
 #define TEXT_MULTIGET_LINE_MAX (1u << 20)
@@ -662,8 +664,9 @@ hotspot_dump_inline(struct text_cmd *c)
     free(buf);
 }
 
-/* The CSV into a file the server's user may write: "OK" or
- * "SERVER_ERROR <reason>". */
+/* The CSV into a new file (never an existing one: any client may send this,
+ * so it must not be able to overwrite what the server's user can write):
+ * "OK" or "SERVER_ERROR <reason>". */
 static void
 hotspot_dump_file(struct text_cmd *c, const struct proto_token *t)
 {
@@ -682,10 +685,15 @@ hotspot_dump_file(struct text_cmd *c, const struct proto_token *t)
     }
     memcpy(path, t->p, t->n);
     path[t->n] = '\0';
-    FILE *f = fopen(path, "w");
+    int fd =
+        open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (f == NULL) {
+        int open_err = errno;
+        if (fd >= 0)
+            close(fd);
         snprintf(msg, sizeof(msg), "SERVER_ERROR cannot write %s: %s", path,
-                 strerror(errno));
+                 strerror(open_err));
         reply(c, msg);
         return;
     }
