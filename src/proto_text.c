@@ -3,8 +3,8 @@
  * engine: get gets gat gats bget, set add replace append prepend cas, incr
  * decr, delete, touch, flush_all, version, verbosity, stats, shutdown,
  * cache_memlimit, hotspot (tiercache's write-hotspot dump and reset), quit.
- * Lines whose command is mg ms md ma mn me go to the
- * meta parser (proto_meta_process).
+ * Lines whose command is mg ms md ma mn me go to the meta parser
+ * (proto_meta_process).
  *
  * The replies follow memcached 1.6 byte for byte, including its quirks:
  *   - a command line ends at "\n"; one "\r" before it is dropped; tokens are
@@ -93,6 +93,8 @@
 #define TEXT_HOTSPOT_OFF                                                       \
     "SERVER_ERROR write-hotspot tracking is off (start with -o "               \
     "hotspot_dimms=N)"
+#define TEXT_HOTSPOT_PATH_LONG "SERVER_ERROR path too long"
+#define TEXT_HOTSPOT_CANNOT_FMT "SERVER_ERROR cannot write %s: %s"
 
 enum { LINE_INCOMPLETE = -1, LINE_TOO_LONG = -2 };
 
@@ -650,7 +652,7 @@ hotspot_dump_inline(struct text_cmd *c)
     if (rc == -ENOTSUP) {
         reply(c, TEXT_HOTSPOT_OFF);
     } else if (rc != 0) {
-        reply(c, "SERVER_ERROR out of memory");
+        reply(c, TEXT_INCR_NOMEM); /* "SERVER_ERROR out of memory" */
     } else {
         for (size_t at = 0; at < len;) {
             const char *nl = memchr(buf + at, '\n', len - at);
@@ -680,7 +682,7 @@ hotspot_dump_file(struct text_cmd *c, const struct proto_token *t)
         return;
     }
     if (t->n >= sizeof(path)) {
-        reply(c, "SERVER_ERROR path too long");
+        reply(c, TEXT_HOTSPOT_PATH_LONG);
         return;
     }
     memcpy(path, t->p, t->n);
@@ -692,7 +694,7 @@ hotspot_dump_file(struct text_cmd *c, const struct proto_token *t)
         int open_err = errno;
         if (fd >= 0)
             close(fd);
-        snprintf(msg, sizeof(msg), "SERVER_ERROR cannot write %s: %s", path,
+        snprintf(msg, sizeof(msg), TEXT_HOTSPOT_CANNOT_FMT, path,
                  strerror(open_err));
         reply(c, msg);
         return;
@@ -704,7 +706,7 @@ hotspot_dump_file(struct text_cmd *c, const struct proto_token *t)
         err = errno;
     }
     if (rc != 0) {
-        snprintf(msg, sizeof(msg), "SERVER_ERROR cannot write %s: %s", path,
+        snprintf(msg, sizeof(msg), TEXT_HOTSPOT_CANNOT_FMT, path,
                  strerror(err));
         reply(c, msg);
         return;
