@@ -85,8 +85,12 @@ serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
     info.stale = it->iflags & ITEM_STALE;
     info.slab_class = (uint8_t)cache_class_of(c, off);
     int n = item_value_iov(c->base, it, c->chunk_max, iov);
-    if (fn)
+    if (fn) {
+        /* the value is read in place: latency emulation charges it here */
+        for (int i = 0; i < n; i++)
+            pm_note_read(iov[i].iov_base, iov[i].iov_len);
         fn(arg, &info, iov, n);
+    }
 }
 
 int

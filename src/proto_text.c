@@ -3,8 +3,8 @@
  * engine: get gets gat gats bget, set add replace append prepend cas, incr
  * decr, delete, touch, flush_all, version, verbosity, stats, shutdown,
  * cache_memlimit, hotspot (tiercache's write-hotspot dump and reset), quit.
- * Lines whose command is mg ms md ma mn me go to the
- * meta parser (proto_meta_process).
+ * Lines whose command is mg ms md ma mn me go to the meta parser
+ * (proto_meta_process).
  *
  * The replies follow memcached 1.6 byte for byte, including its quirks:
  *   - a command line ends at "\n"; one "\r" before it is dropped; tokens are
@@ -53,11 +53,13 @@
 #include "src/proto_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A multi-key get line may grow past PROTO_LINE_MAX (memcached: unbounded). */
 #define TEXT_MULTIGET_LINE_MAX (1u << 20)
@@ -91,6 +93,8 @@
 #define TEXT_HOTSPOT_OFF                                                       \
     "SERVER_ERROR write-hotspot tracking is off (start with -o "               \
     "hotspot_dimms=N)"
+#define TEXT_HOTSPOT_PATH_LONG "SERVER_ERROR path too long"
+#define TEXT_HOTSPOT_CANNOT_FMT "SERVER_ERROR cannot write %s: %s"
 
 enum { LINE_INCOMPLETE = -1, LINE_TOO_LONG = -2 };
 
@@ -648,7 +652,7 @@ hotspot_dump_inline(struct text_cmd *c)
     if (rc == -ENOTSUP) {
         reply(c, TEXT_HOTSPOT_OFF);
     } else if (rc != 0) {
-        reply(c, "SERVER_ERROR out of memory");
+        reply(c, TEXT_INCR_NOMEM); /* "SERVER_ERROR out of memory" */
     } else {
         for (size_t at = 0; at < len;) {
             const char *nl = memchr(buf + at, '\n', len - at);
@@ -662,8 +666,9 @@ hotspot_dump_inline(struct text_cmd *c)
     free(buf);
 }
 
-/* The CSV into a file the server's user may write: "OK" or
- * "SERVER_ERROR <reason>". */
+/* The CSV into a new file (never an existing one: any client may send this,
+ * so it must not be able to overwrite what the server's user can write):
+ * "OK" or "SERVER_ERROR <reason>". */
 static void
 hotspot_dump_file(struct text_cmd *c, const struct proto_token *t)
 {
@@ -677,15 +682,20 @@ hotspot_dump_file(struct text_cmd *c, const struct proto_token *t)
         return;
     }
     if (t->n >= sizeof(path)) {
-        reply(c, "SERVER_ERROR path too long");
+        reply(c, TEXT_HOTSPOT_PATH_LONG);
         return;
     }
     memcpy(path, t->p, t->n);
     path[t->n] = '\0';
-    FILE *f = fopen(path, "w");
+    int fd =
+        open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (f == NULL) {
-        snprintf(msg, sizeof(msg), "SERVER_ERROR cannot write %s: %s", path,
-                 strerror(errno));
+        int open_err = errno;
+        if (fd >= 0)
+            close(fd);
+        snprintf(msg, sizeof(msg), TEXT_HOTSPOT_CANNOT_FMT, path,
+                 strerror(open_err));
         reply(c, msg);
         return;
     }
@@ -696,7 +706,7 @@ hotspot_dump_file(struct text_cmd *c, const struct proto_token *t)
         err = errno;
     }
     if (rc != 0) {
-        snprintf(msg, sizeof(msg), "SERVER_ERROR cannot write %s: %s", path,
+        snprintf(msg, sizeof(msg), TEXT_HOTSPOT_CANNOT_FMT, path,
                  strerror(err));
         reply(c, msg);
         return;

@@ -143,14 +143,20 @@ pm_fence(void)
 }
 
 void
-pm_read(void *dst, const void *pmem_src, size_t n)
+pm_note_read(const void *pmem_src, size_t n)
 {
-    memcpy(dst, pmem_src, n);
     if (unlikely(__atomic_load_n(&pm_slow, __ATOMIC_RELAXED))) {
         uint32_t ns = __atomic_load_n(&pm_read_ns, __ATOMIC_RELAXED);
         if (ns != 0)
             pm_spin(pm_lines(pmem_src, n) * ns);
     }
+}
+
+void
+pm_read(void *dst, const void *pmem_src, size_t n)
+{
+    memcpy(dst, pmem_src, n);
+    pm_note_read(pmem_src, n);
 }
 
 static void

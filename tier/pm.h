@@ -32,6 +32,11 @@ void pm_fence(void);
  * reads matters: value copies to clients). */
 void pm_read(void *dst, const void *pmem_src, size_t n);
 
+/* A read of n bytes done in place (a value handed to a client by pointer
+ * instead of copied through pm_read()): charges the read latency emulation,
+ * nothing else. */
+void pm_note_read(const void *pmem_src, size_t n);
+
 /* Hook for accounting (issue 5): called with the destination and length of
  * every write when set; NULL (the default) costs one predictable branch. */
 typedef void pm_write_hook_fn(const void *pmem_dst, size_t n);
@@ -39,10 +44,10 @@ void pm_set_write_hook(pm_write_hook_fn *fn);
 
 /* Latency emulation (issue 5): a busy-wait of write_ns_per_line for every
  * 64-byte line a write helper (pm_copy, pm_set, pm_store*) touches and of
- * read_ns_per_line for every line pm_read() touches, to model a medium
- * slower than DRAM. 0 = off (the default); off, the helpers pay the same
- * single predictable branch as for the write hook. Process-wide.
- * Context: setup, like pm_set_write_hook(). */
+ * read_ns_per_line for every line pm_read() or pm_note_read() covers, to model
+ * a medium slower than DRAM. 0 = off (the default); off, the helpers pay the
+ * same single predictable branch as for the write hook. Process-wide. Context:
+ * setup, like pm_set_write_hook(). */
 void pm_set_latency(uint32_t write_ns_per_line, uint32_t read_ns_per_line);
 
 /* 64-byte lines that [addr, addr + n) touches (0 for n == 0). */

@@ -125,6 +125,12 @@ def test_stats_and_dump_after_sets(spawn):
         with open(path) as f:
             fmeta, fdimms, fblocks = parse_csv(f.read())
         assert fmeta == meta and fdimms == dimms and fblocks == blocks
+        # an existing file is never overwritten
+        c.send(b"hotspot dump " + path.encode() + b"\r\n")
+        c.expect(b"SERVER_ERROR cannot write " + path.encode()
+                 + b": File exists\r\n")
+        with open(path) as f:
+            assert parse_csv(f.read()) == (meta, dimms, blocks)
         bad = os.path.join(tmp, "no-such-dir", "dump.csv")
         c.send(b"hotspot dump " + bad.encode() + b"\r\n")
         line = c.readline()

@@ -488,6 +488,28 @@ test_engine_attribution(void **state)
     unlink(path2);
 }
 
+/* An in-place PMEM write pattern the tracker must expose: touch rewrites
+ * the item's 4-byte exptime where it is, so a touched-hot key makes a hot
+ * block of item headers. */
+static void
+test_engine_touch_hot_block(void **state)
+{
+    struct efx *e = *state;
+    struct tc_hotspot_block top[2];
+    char val[200];
+
+    memset(val, 'h', sizeof(val));
+    assert_int_equal(tc_set(e->c, "hot", 3, val, sizeof(val), 0, 0), 0);
+    assert_int_equal(tc_set(e->c, "cold", 4, val, sizeof(val), 0, 0), 0);
+    assert_int_equal(tc_hotspot_reset(e->c), 0);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(tc_touch(e->c, "hot", 3, 100 + i), 0);
+    assert_int_equal(tc_hotspot_top(e->c, top, 2), 1);
+    assert_int_equal(top[0].bytes, 4000);
+    assert_int_equal(top[0].writes, 1000);
+    assert_string_equal(top[0].what, "item_header");
+}
+
 struct writer {
     struct tc_cache *c;
     int id;
@@ -587,6 +609,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_verdict, setup, teardown),
         cmocka_unit_test_setup_teardown(test_attach, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engine_attribution, esetup,
+                                        eteardown),
+        cmocka_unit_test_setup_teardown(test_engine_touch_hot_block, esetup,
                                         eteardown),
         cmocka_unit_test_setup_teardown(test_engine_threads, esetup, eteardown),
         cmocka_unit_test(test_engine_bad_options),

@@ -322,12 +322,15 @@ test_latency_per_line(void **state)
     uint64_t t3 = clock_nsec();
     pm_read(out, b->pm, sizeof(out)); /* 64 lines */
     uint64_t t4 = clock_nsec();
+    pm_note_read(b->pm + 64, 640); /* 10 lines, read in place */
+    uint64_t t5 = clock_nsec();
     pm_set_latency(0, 0);
 
     assert_true(t1 - t0 >= 64 * 2000);
     assert_true(t2 - t1 >= 10 * 2000);
     assert_true(t3 - t2 >= 2000);
     assert_true(t4 - t3 >= 64 * 3000);
+    assert_true(t5 - t4 >= 10 * 3000);
     /* the waits do not change what is stored */
     assert_memory_equal(out, b->pm, sizeof(out));
     assert_int_equal(b->pm[8192], 0);
