@@ -158,16 +158,19 @@ struct nvs_stats {
     uint64_t append_busy; /* -EAGAIN: flash behind */
     uint64_t read_badcrc, read_ioerr, read_timeout, read_stale;
     uint64_t read_lat_p50_ns, read_lat_p99_ns, read_lat_p999_ns;
-    bool uring; /* false: the pread/pwrite fallback is in use */
+    bool uring;            /* false: the pread/pwrite fallback is in use */
+    uint64_t write_errors; /* buffer writes that failed (records lost) */
 };
 void nvs_get_stats(struct nvs *s, struct nvs_stats *out);
 
 /* ---- fault injection (tests) ---- */
 
 struct nvs_faults {
-    uint32_t eio_every;   /* every Nth read completes with -EIO, 0 off */
-    uint32_t short_every; /* every Nth read comes back short */
-    uint32_t delay_ms;    /* added before each read completes */
+    uint32_t eio_every;      /* every Nth read completes with -EIO, 0 off */
+    uint32_t short_every;    /* every Nth read comes back short */
+    uint32_t delay_ms;       /* added before each read completes */
+    uint32_t write_delay_ms; /* the writer waits this long before each
+                                batch of buffer writes (flash behind) */
 };
 void nvs_set_faults(struct nvs *s, const struct nvs_faults *f);
 
