@@ -102,11 +102,13 @@ ring_job_done(struct nvs_io_job *job)
     struct nvs_slot *sl = (struct nvs_slot *)job; /* job is the first member */
     struct nvs_ring *r = sl->ring;
 
+    /* Kick under cmu: once the owner saw this completion (under cmu) it
+     * may destroy the ring, so nothing of r is touched after the unlock. */
     pthread_mutex_lock(&r->cmu);
     sl->cnext = r->cdone;
     r->cdone = sl;
-    pthread_mutex_unlock(&r->cmu);
     ring_kick(r);
+    pthread_mutex_unlock(&r->cmu);
 }
 
 int
