@@ -68,9 +68,10 @@ struct nvs_ring {
     struct nvs_slot *slot;
     unsigned *ready; /* FIFO of slot indexes, depth entries */
     unsigned rhead, rcount;
-    unsigned nio;                           /* slots INFLIGHT or ABANDONED */
-    unsigned nprepped;                      /* slots PREPPED */
-    unsigned hint;                          /* where to look for a free slot */
+    unsigned nio;      /* slots INFLIGHT or ABANDONED */
+    unsigned nprepped; /* slots PREPPED */
+    unsigned hint;     /* where to look for a free slot */
+    bool fd_used;      /* nvs_ring_fd() was called: reap drains efd */
     struct nvs_read *tout_head, *tout_tail; /* timed out, not yet reaped */
     pthread_t owner;
     pthread_mutex_t cmu;    /* fallback completions */
@@ -180,6 +181,10 @@ err_free:
 int
 nvs_ring_fd(const struct nvs_ring *r)
 {
+    /* From now on reap drains the eventfd, so that a level-triggered epoll
+     * does not wake for completions already collected. (The ring itself
+     * is never const: nvs_ring_create() allocated it.) */
+    ((struct nvs_ring *)r)->fd_used = true;
     return r->efd;
 }
 
@@ -477,9 +482,10 @@ nvs_ring_reap(struct nvs_ring *r, struct nvs_read **done, int max, int wait_nr)
     if (wait_nr > max)
         wait_nr = max;
     for (;;) {
+        /* A syscall: only when someone polls the fd (or the fallback
+         * waits on it). EAGAIN: nothing signalled since the last drain. */
         uint64_t v;
-        if (read(r->efd, &v, sizeof(v)) < 0) {
-            /* EAGAIN: nothing signalled since the last drain */
+        if ((r->fd_used || !r->uring) && read(r->efd, &v, sizeof(v)) < 0) {
         }
         ring_harvest(r);
         uint64_t next = ring_expire(r, clock_nsec());
@@ -517,6 +523,7 @@ nvs_read_done(struct nvs_ring *r, struct nvs_read *rd)
     struct nvs_slot *sl = rd->priv;
 
     ASSERT_OWNER(r);
+    (void)r;
     rd->priv = NULL;
     rd->value = NULL;
     if (sl != NULL && sl->state == SLOT_REAPED) {
