@@ -24,6 +24,50 @@
 
 static bool no_uring; /* the group being run */
 
+/* ---- seams (tests/unit/test_nvs.wrap) -------------------------------------
+ */
+
+static int fail_fallocate;  /* fallocate() fails with this errno */
+static int fail_uring_init; /* io_uring_queue_init() returns this */
+
+int __real_fallocate(int fd, int mode, off_t off, off_t len);
+int __wrap_fallocate(int fd, int mode, off_t off, off_t len);
+int __real_fallocate64(int fd, int mode, off_t off, off_t len);
+int __wrap_fallocate64(int fd, int mode, off_t off, off_t len);
+int __real_io_uring_queue_init(unsigned entries, struct io_uring *ring,
+                               unsigned flags);
+int __wrap_io_uring_queue_init(unsigned entries, struct io_uring *ring,
+                               unsigned flags);
+
+int
+__wrap_fallocate(int fd, int mode, off_t off, off_t len)
+{
+    if (fail_fallocate) {
+        errno = fail_fallocate;
+        return -1;
+    }
+    return __real_fallocate(fd, mode, off, len);
+}
+
+int
+__wrap_fallocate64(int fd, int mode, off_t off, off_t len)
+{
+    if (fail_fallocate) {
+        errno = fail_fallocate;
+        return -1;
+    }
+    return __real_fallocate64(fd, mode, off, len);
+}
+
+int
+__wrap_io_uring_queue_init(unsigned entries, struct io_uring *ring,
+                           unsigned flags)
+{
+    if (fail_uring_init)
+        return fail_uring_init;
+    return __real_io_uring_queue_init(entries, ring, flags);
+}
+
 struct fx {
     struct nvs *s;
     struct nvs_ring *r;
@@ -127,6 +171,60 @@ test_open_refuses_too_large(void **state)
     assert_non_null(strstr(err_msg(), fx_path));
     assert_non_null(strstr(err_msg(), "does not fit"));
     assert_int_equal(access(fx_path, F_OK), -1);
+}
+
+static void
+test_open_disk_full(void **state)
+{
+    struct nvs_config c;
+    struct nvs *s = NULL;
+
+    (void)state;
+    fx_config(&c, 4, no_uring);
+    fail_fallocate = ENOSPC;
+    assert_int_equal(nvs_open(&c, &s), -ENOSPC);
+    fail_fallocate = 0;
+    assert_null(s);
+    assert_non_null(strstr(err_msg(), fx_path));
+    assert_non_null(strstr(err_msg(), "disk is full"));
+    assert_int_equal(access(fx_path, F_OK), -1);
+}
+
+/* io_uring refused by the kernel: the store falls back by itself. */
+static void
+test_uring_refused_falls_back(void **state)
+{
+    struct fx f;
+    struct nvs_loc loc;
+    struct nvs_stats st;
+    char v[3000], out[3000];
+
+    (void)state;
+    bool saved = no_uring;
+    no_uring = false; /* the store would use io_uring */
+    fail_uring_init = -ENOSYS;
+    assert_int_equal(fx_open(&f, 4, 0), 0);
+    nvs_get_stats(f.s, &st);
+    assert_false(st.uring);
+    fx_fill(v, sizeof(v), 2, 2);
+    assert_int_equal(fx_append(f.s, "kf", v, sizeof(v), &loc), 0);
+    assert_int_equal(nvs_flush(f.s), 0);
+    assert_int_equal(fx_read(f.r, &loc, "kf", out), 0);
+    assert_true(fx_check(out, sizeof(out), 2, 2));
+    fx_close(&f);
+    /* EPERM (io_uring disabled by sysctl or seccomp) too; other errors
+     * fail the open */
+    fail_uring_init = -EPERM;
+    assert_int_equal(fx_open(&f, 4, 0), 0);
+    nvs_get_stats(f.s, &st);
+    assert_false(st.uring);
+    fx_close(&f);
+    fail_uring_init = -ENOMEM;
+    assert_int_equal(fx_open(&f, 4, 0), -ENOMEM);
+    assert_non_null(strstr(err_msg(), "io_uring"));
+    unlink(f.path);
+    fail_uring_init = 0;
+    no_uring = saved;
 }
 
 static void
@@ -622,6 +720,8 @@ test_ring_full(void **state)
     cmocka_unit_test(test_open_refuses_tmpfs),                                 \
         cmocka_unit_test(test_open_refuses_too_large),                         \
         cmocka_unit_test(test_open_bad_config),                                \
+        cmocka_unit_test(test_open_disk_full),                                 \
+        cmocka_unit_test(test_uring_refused_falls_back),                       \
         cmocka_unit_test(test_read_your_write),                                \
         cmocka_unit_test(test_wbuf_spanning_and_e2big),                        \
         cmocka_unit_test(test_append_busy),                                    \
