@@ -130,8 +130,7 @@ nvs_crc32c(uint32_t crc, const void *p, uint64_t n)
     return ~crc_table_run(c, p, n);
 }
 
-/* ---- locators --------------------------------------------------------------
- */
+/* ---- locators ------------------------------------------------------------ */
 
 bool
 nvs_loc_live(const struct nvs *s, const struct nvs_loc *loc)
@@ -155,8 +154,7 @@ nvs_loc_fd(const struct nvs *s, const struct nvs_loc *loc)
     return s->fd[s->seg[loc->seg].path];
 }
 
-/* ---- latency histogram
- * ---------------------------------------------------------- */
+/* ---- latency histogram --------------------------------------------------- */
 
 /* Log-linear buckets: exact below 8 ns, then 8 per power of two. */
 static unsigned
@@ -185,8 +183,7 @@ nvs_hist_add(struct nvs *s, uint64_t ns)
                               memory_order_relaxed);
 }
 
-/* ---- segments (s->lock held)
- * -------------------------------------------------- */
+/* ---- segments (s->lock held) --------------------------------------------- */
 
 static void
 seg_bump_gen_locked(struct nvs *s, struct nvs_seg *g)
@@ -235,8 +232,7 @@ seg_take_locked(struct nvs *s)
     return best;
 }
 
-/* ---- write buffers
- * ------------------------------------------------------------ */
+/* ---- write buffers ------------------------------------------------------- */
 
 static void
 wbuf_queue_locked(struct nvs *s, struct nvs_wbuf *w)
@@ -465,8 +461,7 @@ nvs_release(struct nvs *s, const struct nvs_loc *loc)
     lock_release(&s->lock);
 }
 
-/* ---- the writer thread
- * --------------------------------------------------------- */
+/* ---- the writer thread --------------------------------------------------- */
 
 static int
 writer_write_uring(struct nvs *s, struct nvs_wbuf **batch, unsigned n, int *res)
@@ -597,8 +592,7 @@ writer_main(void *arg)
     return NULL;
 }
 
-/* ---- open and close
- * ------------------------------------------------------------ */
+/* ---- open and close ------------------------------------------------------ */
 
 static void
 nvs_config_defaults(struct nvs_config *c)
@@ -878,8 +872,7 @@ nvs_close(struct nvs *s)
     nvs_free(s, false);
 }
 
-/* ---- figures and faults
- * --------------------------------------------------------- */
+/* ---- figures and faults -------------------------------------------------- */
 
 static uint64_t
 hist_quantile(const uint64_t *h, uint64_t total, double q)

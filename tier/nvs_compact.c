@@ -36,6 +36,11 @@ compact_pick_locked(struct nvs *s, double max_frag)
     uint32_t best = NVS_NONE;
     double best_frag = 0;
 
+    /* With two segments the open one could not take the moved records
+     * without reclaiming the one being compacted: nothing to gain. */
+    if (s->nsegs < 3)
+        return false;
+
     for (uint32_t i = 0; i < s->nsegs; i++) {
         const struct nvs_seg *g = &s->seg[i];
         if (g->state != NVS_SEG_SEALED || g->pending != 0 || g->used == 0)

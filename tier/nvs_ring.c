@@ -188,8 +188,7 @@ nvs_ring_fd(const struct nvs_ring *r)
     return r->efd;
 }
 
-/* ---- completion
- * ----------------------------------------------------------------- */
+/* ---- completion ---------------------------------------------------------- */
 
 /* Check the record in sl's buffer against rd: 0 or the read's error. */
 static int
@@ -258,7 +257,9 @@ ring_harvest(struct nvs_ring *r)
             uint64_t ud = io_uring_cqe_get_data64(cqe);
             int res = cqe->res;
             io_uring_cqe_seen(&r->ring, cqe);
-            if (ud != 0) /* 0: an injected delay's timeout */
+            /* 0: an injected delay's timeout; above depth: liburing's own
+             * wait timeout on kernels without IORING_FEAT_EXT_ARG */
+            if (ud != 0 && ud <= r->depth)
                 ring_io_done(r, &r->slot[ud - 1], res);
         }
         return;
@@ -311,8 +312,7 @@ ring_expire(struct nvs_ring *r, uint64_t now)
     return next;
 }
 
-/* ---- the public calls
- * ------------------------------------------------------------- */
+/* ---- the public calls ---------------------------------------------------- */
 
 static int
 slot_buf_reserve(struct nvs_slot *sl, uint32_t need)
@@ -353,7 +353,6 @@ nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd)
     rd->priv = sl;
     rd->next = NULL;
     sl->rd = rd;
-    sl->t0 = clock_nsec();
     sl->size = (uint32_t)nvs_rec_size(rd->klen, rd->loc.vlen);
     uint64_t end = (uint64_t)rd->loc.off + sl->size;
 
@@ -396,6 +395,8 @@ nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd)
             sqe->flags |= IOSQE_IO_LINK;
         }
         sqe = io_uring_get_sqe(&r->ring);
+        /* never NULL: 2 entries per slot, consumed at submit */
+        assert(sqe != NULL);
         io_uring_prep_read(sqe, fd, sl->buf, sl->len, foff);
         io_uring_sqe_set_data64(sqe, (uint64_t)(sl - r->slot) + 1);
     } else {
@@ -414,7 +415,8 @@ nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd)
 
 ready:
     ring_ready_push(r, sl);
-    ring_kick(r);
+    if (r->fd_used) /* else nobody waits on the fd: reap finds it */
+        ring_kick(r);
     return 0;
 }
 

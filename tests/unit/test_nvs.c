@@ -24,8 +24,7 @@
 
 static bool no_uring; /* the group being run */
 
-/* ---- seams (tests/unit/test_nvs.wrap) -------------------------------------
- */
+/* ---- seams (tests/unit/test_nvs.wrap) ------------------------------------ */
 
 static int fail_fallocate;  /* fallocate() fails with this errno */
 static int fail_uring_init; /* io_uring_queue_init() returns this */
@@ -98,7 +97,7 @@ fx_close(struct fx *f)
     unlink(f->path);
 }
 
-/* ---- CRC32C ------------------------------------------------------------ */
+/* ---- CRC32C -------------------------------------------------------------- */
 
 static void
 check_crc_vectors(void)
@@ -138,7 +137,7 @@ test_crc32c(void **state)
     nvs_crc32c_force_table(false);
 }
 
-/* ---- open --------------------------------------------------------------- */
+/* ---- open ---------------------------------------------------------------- */
 
 static void
 test_open_refuses_tmpfs(void **state)
@@ -369,8 +368,66 @@ test_append_busy(void **state)
     fx_close(&f);
 }
 
-/* ---- reclaim ---------------------------------------------------------------
- */
+/* Segments are numbered across paths: 2 + 2 segments in two files. */
+static void
+test_two_paths(void **state)
+{
+    struct nvs_config c;
+    struct nvs *s;
+    struct nvs_ring *r;
+    char path2[160];
+    static struct nvs_loc loc[120];
+    static char v[10000], out[10000];
+    char key[16];
+    int n = 0;
+
+    (void)state;
+    fx_config(&c, 2, no_uring);
+    snprintf(path2, sizeof(path2), "%s.2", fx_path);
+    unlink(path2);
+    c.npaths = 2;
+    c.path[1] = path2;
+    c.size[1] = 2 * FX_SEG;
+    assert_int_equal(nvs_open(&c, &s), 0);
+    assert_int_equal(nvs_ring_create(s, 4, &r), 0);
+    /* ~25 records a segment: 80 reach the second file's segments */
+    for (; n < 80; n++) {
+        snprintf(key, sizeof(key), "p%d", n);
+        fx_fill(v, sizeof(v), (uint32_t)n, 2);
+        int e = -EAGAIN;
+        for (int k = 0; k < 1000 && e == -EAGAIN; k++)
+            if ((e = fx_append(s, key, v, sizeof(v), &loc[n])) == -EAGAIN)
+                nvs_flush(s);
+        assert_int_equal(e, 0);
+    }
+    assert_int_equal(nvs_flush(s), 0);
+    assert_true(loc[n - 1].seg >= 2);
+    struct nvs_stats st;
+    nvs_get_stats(s, &st);
+    assert_int_equal(st.segs_total, 4);
+    assert_int_equal(st.page_reclaims, 0);
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "p%d", i);
+        assert_int_equal(fx_read(r, &loc[i], key, out), 0);
+        assert_true(fx_check(out, sizeof(out), (uint32_t)i, 2));
+    }
+    /* the last record sits in the second file, at its segment's offset */
+    int fd = open(path2, O_RDONLY);
+    assert_true(fd >= 0);
+    uint32_t magic = 0;
+    assert_int_equal(
+        pread(fd, &magic, 4,
+              (off_t)(loc[n - 1].seg - 2) * FX_SEG + loc[n - 1].off),
+        4);
+    assert_int_equal(magic, NVS_REC_MAGIC);
+    close(fd);
+    nvs_ring_destroy(r);
+    nvs_close(s);
+    unlink(fx_path);
+    unlink(path2);
+}
+
+/* ---- reclaim ------------------------------------------------------------- */
 
 static int
 append_retry(struct nvs *s, const char *key, const char *v, uint32_t n,
@@ -420,8 +477,7 @@ test_reclaim_makes_stale(void **state)
     fx_close(&f);
 }
 
-/* ---- compaction ------------------------------------------------------------
- */
+/* ---- compaction ---------------------------------------------------------- */
 
 #define CN 60
 struct cmap {
@@ -536,8 +592,7 @@ test_compaction(void **state)
     fx_close(&f);
 }
 
-/* ---- faults -----------------------------------------------------------------
- */
+/* ---- faults -------------------------------------------------------------- */
 
 static void
 test_corruption_is_badmsg(void **state)
@@ -724,7 +779,7 @@ test_ring_full(void **state)
         cmocka_unit_test(test_uring_refused_falls_back),                       \
         cmocka_unit_test(test_read_your_write),                                \
         cmocka_unit_test(test_wbuf_spanning_and_e2big),                        \
-        cmocka_unit_test(test_append_busy),                                    \
+        cmocka_unit_test(test_append_busy), cmocka_unit_test(test_two_paths),  \
         cmocka_unit_test(test_reclaim_makes_stale),                            \
         cmocka_unit_test(test_compaction),                                     \
         cmocka_unit_test(test_corruption_is_badmsg),                           \
