@@ -935,6 +935,74 @@ nvs_get_stats(struct nvs *s, struct nvs_stats *o)
     o->uring = s->uring;
 }
 
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            err_set(__VA_ARGS__);                                              \
+            return -EUCLEAN;                                                   \
+        }                                                                      \
+    } while (0)
+
+static int
+nvs_check_locked(struct nvs *s)
+{
+    unsigned nopen = 0, ncomp = 0;
+
+    for (uint32_t i = 0; i < s->nsegs; i++) {
+        const struct nvs_seg *g = &s->seg[i];
+        uint32_t pending = 0;
+        for (unsigned k = 0; k < s->cfg.nwbuf; k++)
+            pending += s->wb[k].state != NVS_WB_FREE && s->wb[k].seg == i;
+        CHECK(pending == g->pending,
+              "nvs: segment %u counts %u pending writes, buffers say %u", i,
+              g->pending, pending);
+        CHECK(g->dead <= g->used && g->used <= s->cfg.seg_size,
+              "nvs: segment %u has %" PRIu64 " dead of %" PRIu64 " used bytes",
+              i, g->dead, g->used);
+        CHECK(g->wend <= s->cfg.seg_size && g->wend % NVS_BLOCK == 0,
+              "nvs: segment %u written up to %u", i, g->wend);
+        CHECK(g->state != NVS_SEG_FREE || (g->used == 0 && g->pending == 0),
+              "nvs: free segment %u holds %" PRIu64 " bytes", i, g->used);
+        nopen += g->state == NVS_SEG_OPEN;
+        ncomp += g->state == NVS_SEG_COMPACTING;
+        CHECK(g->state != NVS_SEG_OPEN || i == s->open_seg,
+              "nvs: segment %u is open but the open one is %u", i, s->open_seg);
+        CHECK(g->state != NVS_SEG_COMPACTING || i == s->comp_seg,
+              "nvs: segment %u is compacting but the cursor is on %u", i,
+              s->comp_seg);
+    }
+    CHECK(nopen <= 1 && ncomp <= 1, "nvs: %u open and %u compacting segments",
+          nopen, ncomp);
+    CHECK(s->open_seg == NVS_NONE || s->seg[s->open_seg].state == NVS_SEG_OPEN,
+          "nvs: open segment %u is not open", s->open_seg);
+    for (unsigned k = 0; k < s->cfg.nwbuf; k++) {
+        const struct nvs_wbuf *w = &s->wb[k];
+        CHECK((w->state == NVS_WB_FILLING) == (w == s->cur),
+              "nvs: write buffer %u is %s the current one", k,
+              w == s->cur ? "not filling but" : "filling but not");
+        if (w->state == NVS_WB_FREE)
+            continue;
+        CHECK(w->fill <= w->cap && w->seg_off % NVS_BLOCK == 0 &&
+                  (uint64_t)w->seg_off + w->cap <= s->cfg.seg_size,
+              "nvs: write buffer %u: fill %u cap %u at %u", k, w->fill, w->cap,
+              w->seg_off);
+        CHECK(w->gen == atomic_load_explicit(&s->seg[w->seg].gen,
+                                             memory_order_relaxed),
+              "nvs: write buffer %u has an old generation of segment %u", k,
+              w->seg);
+    }
+    return 0;
+}
+
+int
+nvs_check(struct nvs *s)
+{
+    lock_acquire(&s->lock);
+    int r = nvs_check_locked(s);
+    lock_release(&s->lock);
+    return r;
+}
+
 void
 nvs_set_faults(struct nvs *s, const struct nvs_faults *f)
 {

@@ -108,7 +108,9 @@ void nvs_release(struct nvs *s, const struct nvs_loc *loc);
  * was moved in this step), or a negative errno. When the flash is behind
  * (append -EAGAIN) the step stops and the next one resumes at that record.
  * moved() is called after the new copy is appended; the old copy goes with
- * its segment, so the engine does not nvs_release() old. Callbacks run
+ * its segment, so the engine does not nvs_release() old. An item may have
+ * been overwritten between keep() and moved(): moved() then releases
+ * new_loc instead of installing it. Callbacks run
  * with no store lock held. compact_skipped counts records keep() let go.
  * Context: the maintenance thread (one caller at a time). */
 typedef bool nvs_keep_fn(void *arg, const void *key, uint8_t klen,
@@ -190,6 +192,12 @@ struct nvs_faults {
                                 batch of buffer writes (flash behind) */
 };
 void nvs_set_faults(struct nvs *s, const struct nvs_faults *f);
+
+/* Debug walker (tests): the segment table and write buffers agree with
+ * each other (one open segment, buffer states, pending writes, byte and
+ * record counts). 0, or -EUCLEAN with the first broken rule in err_msg().
+ * Locks: takes the store's lock. */
+int nvs_check(struct nvs *s);
 
 /* CRC32C (Castagnoli), continuing from crc (0 to start). */
 uint32_t nvs_crc32c(uint32_t crc, const void *p, uint64_t n);

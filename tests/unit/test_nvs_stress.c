@@ -265,6 +265,10 @@ run_stress(bool no_uring)
     int steps = 0;
     while (atomic_load(&w.appenders_left) > 0 && steps < 100000) {
         int r = nvs_compact_step(w.s, 0.3, 64 * 1024, skeep, smoved, &w);
+        if (steps % 16 == 0 && nvs_check(w.s) != 0) {
+            print_error("nvs_check: %s\n", err_msg());
+            atomic_fetch_add(&w.bad, 1);
+        }
         if (r < 0 && r != -EAGAIN) {
             print_error("compaction step: %s\n", strerror(-r));
             atomic_fetch_add(&w.bad, 1);
