@@ -1,8 +1,9 @@
 #pragma once
 /*
  * Internals of the NVMe store shared by tier/nvs.c (space, write buffers,
- * writer, compaction, stats), tier/nvs_ring.c (reads) and tier/nvs_io.c
- * (the pread/pwrite fallback). Not for use outside tier/nvs*.c.
+ * writer), tier/nvs_ring.c (reads), tier/nvs_compact.c, tier/nvs_io.c
+ * (the pread/pwrite fallback), tier/nvs_stats.c and tier/nvs_crc.c. Not
+ * for use outside tier/nvs*.c and the store's tests.
  *
  * Concurrency (the whole store; each file repeats what it touches):
  *   s->lock           (mutex, LOCK_RANK_NVS) guards the segment table except
@@ -35,8 +36,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Above every engine lock: the engine may append while holding none, but a
- * rank keeps debug builds checking nesting. */
+/* Ranked above every lock of src/base/lock.h: were the engine ever to call
+ * the store with one of its locks held, the order would still hold (debug
+ * builds check it). */
 #define LOCK_RANK_NVS 50
 
 enum nvs_seg_state {
