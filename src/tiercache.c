@@ -11,6 +11,7 @@
 #include "src/base/clock.h"
 #include "src/base/err.h"
 #include "src/cache.h"
+#include "src/ext.h"
 #include "src/fetch.h"
 #include "src/store.h"
 
@@ -55,6 +56,14 @@ tc_config_init(struct tc_config *cfg)
     cfg->quota_batch = 32;
     cfg->background = true;
     cfg->sweep_budget = 1024;
+    cfg->ext_item_size = 512;
+    cfg->ext_item_age = UINT32_MAX;
+    cfg->ext_page_size = 64u << 20;
+    cfg->ext_wbuf_size = 4u << 20;
+    cfg->ext_recache_rate = 2000;
+    cfg->ext_max_frag = 0.8;
+    cfg->ext_read_timeout_ms = 1000;
+    cfg->ext_threads = 2;
 }
 
 TC_API int
@@ -366,6 +375,7 @@ tc_maintain(struct tc_cache *tc)
         return -ENOMEM;
     cache_flush_check(c, clock_now());
     int n = reclaim_sweep(t, c->cfg.sweep_budget);
+    ext_maintain(t);
     cache_reclaim_limbo(t);
     if (atomic_load(&c->shrink_target))
         reclaim_shrink(t);
@@ -411,6 +421,7 @@ tc_stats(struct tc_cache *tc, struct tc_stats *out)
     out->store_no_memory = (uint64_t)s[ST_STORE_NO_MEMORY];
     out->slab_reassign_count = (uint64_t)s[ST_REASSIGNS];
     out->sweep_reclaimed = (uint64_t)s[ST_SWEEP_RECLAIMED];
+    ext_stats(c, s, out);
 
     uint64_t free_pages = pool_nfree(c->pool);
     out->pmem_bytes = region_data_size(c->region);

@@ -43,6 +43,7 @@ extern "C" {
 #define TC_API __attribute__((visibility("default")))
 
 #define TC_KEY_MAX 250
+#define TC_EXT_MAX_PATHS 8
 /* tiercache's own release. */
 #define TC_RELEASE "0.1.0"
 /* What the VERSION command and "stats" report: memcached's numbering first,
@@ -90,6 +91,32 @@ struct tc_config {
                                 calls tc_maintain(). */
     uint32_t sweep_budget;   /* chunks the expiry sweep looks at per step;
                                 default 1024 */
+
+    /* NVMe tier (memcached's extstore options; off while ext_npaths is 0).
+     * Values of at least ext_item_size bytes that the eviction scan finds
+     * cold (CLOCK reference bit clear) move to the files below; their
+     * header and key stay in the pool. */
+    unsigned ext_npaths;
+    const char *ext_path[TC_EXT_MAX_PATHS]; /* file or block device, opened
+                                               O_DIRECT (not on tmpfs) */
+    uint64_t ext_size[TC_EXT_MAX_PATHS];    /* bytes used of each */
+    uint32_t ext_item_size;                 /* default 512 */
+    uint32_t ext_item_age;        /* memcached's ext_item_age, accepted for
+                                     compatibility: with no per-item access
+                                     time, "cold" means the CLOCK hand found
+                                     the reference bit clear */
+    uint32_t ext_page_size;       /* segment bytes; default 64 MiB */
+    uint32_t ext_wbuf_size;       /* write buffer bytes; default 4 MiB */
+    uint32_t ext_recache_rate;    /* copy 1 in this many flash reads back
+                                     into the pool; 0 = never; default
+                                     2000 */
+    double ext_max_frag;          /* compact a segment this dead (0..1);
+                                     default 0.8 */
+    uint32_t ext_read_timeout_ms; /* a flash read not back by then is a
+                                     miss; 0 = none; default 1000 */
+    uint32_t ext_threads;         /* I/O threads where io_uring is refused;
+                                     default 2 */
+    bool ext_no_uring;            /* use those threads even with io_uring */
 };
 
 enum tc_win {
@@ -108,6 +135,8 @@ struct tc_item_info {
     uint8_t win;        /* enum tc_win (meta W / Z) */
     uint8_t slab_class; /* slab class of the item's head chunk, from 0
                            (meta me cls=, which counts from 1) */
+    bool flash;         /* the value lives on the NVMe tier (read from it
+                           for this call) */
 };
 
 /* Called on a hit with the value in niov pieces (one unless the item is
@@ -159,6 +188,35 @@ struct tc_stats {
     uint64_t index_buckets;
     uint64_t index_overflow_buckets;
     uint64_t sweep_reclaimed; /* expired items freed by the sweep */
+
+    /* NVMe tier; memcached's extstore names where they match */
+    bool ext_enabled;
+    bool ext_uring;                /* false: the pread/pwrite fallback */
+    uint64_t ext_items;            /* items whose value is on flash */
+    uint64_t ext_item_bytes;       /* their value bytes */
+    uint64_t ext_spilled;          /* values the eviction moved to flash */
+    uint64_t ext_spill_busy;       /* evicted instead: the flash was behind */
+    uint64_t get_extstore;         /* hits served from flash */
+    uint64_t get_aborted_extstore; /* flash reads failed: I/O error or
+                                      timeout (a miss) */
+    uint64_t miss_from_extstore;   /* flash values gone (segment reused) */
+    uint64_t badcrc_from_extstore; /* flash reads failing their check */
+    uint64_t recache_from_extstore;
+    uint64_t ext_read_timeouts;
+    uint64_t extstore_bytes_written;
+    uint64_t extstore_objects_written;
+    uint64_t extstore_bytes_read;
+    uint64_t extstore_objects_read;
+    uint64_t extstore_page_reclaims;
+    uint64_t extstore_objects_lost;
+    uint64_t extstore_compact_rescues;
+    uint64_t extstore_compact_skipped;
+    uint64_t extstore_bytes_used;
+    uint64_t extstore_bytes_dead;
+    uint64_t extstore_limit_maxbytes;
+    uint64_t extstore_pages_free;
+    uint64_t extstore_io_queue; /* flash reads in flight */
+    uint64_t ext_read_p50_ns, ext_read_p99_ns, ext_read_p999_ns;
 };
 
 struct tc_slab_stats {
