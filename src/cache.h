@@ -114,10 +114,12 @@ struct cache_thread {
     unsigned ndefer;
     uint64_t defer[CACHE_DEFER_BATCH]; /* head offsets awaiting a grace
                                           period */
-    struct nvs_ring *ext_ring;  /* blocking flash reads (ext.c), lazily */
-    struct nvs_ring *ext_aring; /* asynchronous ones (the server) */
-    uint32_t ext_recache_ctr;   /* flash hits since the last recache */
-    int ext_want_page;          /* header class short of chunks, or -1 */
+    struct nvs_ring *ext_ring;    /* blocking flash reads (ext.c), lazily */
+    struct nvs_ring *ext_aring;   /* asynchronous ones (the server) */
+    uint32_t ext_recache_ctr;     /* flash hits since the last recache */
+    int ext_want_page;            /* header class short of chunks, or -1 */
+    void *ext_owner;              /* tc_async_owner; NULL: reads block */
+    struct ext_pending *ext_pend; /* asynchronous reads in flight */
     _Atomic int64_t stat[ST_COUNT] CACHE_ALIGNED;
     _Atomic int64_t cls_chunks[SLAB_MAX_CLASSES]; /* chunks of live items */
 };

@@ -58,6 +58,7 @@ struct conn_worker {
     struct stats_ctr *ctr; /* this worker's counters */
     const struct conn_shared *sh;
     uint32_t now; /* conn_now() at the loop's last wake */
+    bool async;   /* flash completions are watched: gets may pend */
 };
 
 /* What "stats conns" shows of a connection (or a listener). */
@@ -86,6 +87,10 @@ void conn_destroy(struct conn *c);
 
 /* Handle epoll events; may destroy c. Context: c's worker. */
 void conn_event(struct conn *c, uint32_t events);
+
+/* The worker's flash reads finished (its ring's eventfd is readable): fill
+ * the connections' holes and resume them. Context: w's worker. */
+void conn_async_reap(struct conn_worker *w);
 
 /* Close connections idle longer than sh->idle_timeout. Context: w's
  * worker. */

@@ -58,6 +58,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int reap_batch(struct cache_thread *t, tc_async_fn *fn, void *arg,
+                      int wait_nr);
+int ext_async_submit(struct cache_thread *t);
+
 /* Reads in flight on one thread's ring. */
 #define EXT_RING_DEPTH 256
 /* Bytes compaction reads per step, and steps per maintenance tick. */
@@ -102,6 +106,11 @@ ext_close(struct cache *c)
 void
 ext_thread_fini(struct cache_thread *t)
 {
+    /* reads still in flight: wait for them (each ends by its deadline) */
+    for (int i = 0; t->ext_pend && i < 1000; i++) {
+        ext_async_submit(t);
+        reap_batch(t, NULL, NULL, 1);
+    }
     if (t->ext_ring)
         nvs_ring_destroy(t->ext_ring);
     if (t->ext_aring)
@@ -386,15 +395,143 @@ ext_read_copy(struct cache_thread *t, const void *key, uint32_t klen,
     return *buf ? 0 : -ENOMEM;
 }
 
+/* --- asynchronous reads (tc_async_*) --- */
+
+/* One read in flight on the thread's asynchronous ring: what completing it
+ * needs, with its own copy of the key (the store compares it). */
+struct ext_pending {
+    struct nvs_read rd;
+    struct ext_hit h;
+    void *owner; /* NULL once cancelled */
+    struct ext_pending *prev, *next;
+    uint8_t klen;
+    char key[TC_KEY_MAX];
+};
+
 int
-ext_async_ring(struct cache_thread *t, struct nvs_ring **out)
+ext_async_fd(struct cache_thread *t)
 {
     if (!t->cache->nvs)
         return -ENOENT;
     int rc = ring_get(t, &t->ext_aring);
-    if (rc == 0)
-        *out = t->ext_aring;
-    return rc;
+    return rc ? rc : nvs_ring_fd(t->ext_aring);
+}
+
+/* Queue an asynchronous read of h: 0, or a negative errno (then the
+ * caller reads it the blocking way). */
+static int
+pend(struct cache_thread *t, const void *key, uint32_t klen,
+     const struct ext_hit *h, uint64_t *id)
+{
+    if (ring_get(t, &t->ext_aring) != 0)
+        return -ENOMEM;
+    struct ext_pending *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->h = *h;
+    p->owner = t->ext_owner;
+    p->klen = (uint8_t)klen;
+    memcpy(p->key, key, klen);
+    p->rd.loc = h->nl;
+    p->rd.key = p->key;
+    p->rd.klen = p->klen;
+    p->rd.udata = p;
+    int rc = nvs_read_prep(t->ext_aring, &p->rd);
+    if (rc) {
+        free(p);
+        return rc; /* -EBUSY: the ring is full */
+    }
+    p->next = t->ext_pend;
+    if (p->next)
+        p->next->prev = p;
+    t->ext_pend = p;
+    *id = (uint64_t)(uintptr_t)p;
+    return 0;
+}
+
+int
+ext_get(struct cache_thread *t, const void *key, uint32_t klen,
+        struct ext_hit *h, const struct tc_get_opts *o, tc_value_fn *fn,
+        void *arg)
+{
+    if (o->head_only) {
+        if (fn)
+            fn(arg, &h->info, NULL, 0);
+        return TC_OK;
+    }
+    if (o->async && t->ext_owner &&
+        pend(t, key, klen, h, &h->info.pending) == 0) {
+        if (fn)
+            fn(arg, &h->info, NULL, 0);
+        return EXT_PENDING;
+    }
+    return ext_serve(t, key, klen, h, fn, arg);
+}
+
+int
+ext_async_submit(struct cache_thread *t)
+{
+    if (!t->ext_aring)
+        return 0;
+    int n = nvs_ring_submit(t->ext_aring);
+    if (n > 0)
+        cache_stat_add(t, ST_EXT_INFLIGHT, n);
+    return n;
+}
+
+static void
+unlink_pending(struct cache_thread *t, struct ext_pending *p)
+{
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        t->ext_pend = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+}
+
+/* Reap what is done (wait_nr 0: never waits). */
+static int
+reap_batch(struct cache_thread *t, tc_async_fn *fn, void *arg, int wait_nr)
+{
+    struct nvs_read *done[32];
+    int n = nvs_ring_reap(t->ext_aring, done, 32, wait_nr);
+    for (int i = 0; i < n; i++) {
+        struct ext_pending *p = done[i]->udata;
+        cache_stat_add(t, ST_EXT_INFLIGHT, -1);
+        int rc = ext_async_done(t, p->key, p->klen, &p->h, &p->rd);
+        unlink_pending(t, p);
+        if (p->owner && fn) {
+            struct iovec iov = {(void *)p->rd.value, p->rd.loc.vlen};
+            fn(arg, p->owner, (uint64_t)(uintptr_t)p, &iov,
+               rc == TC_OK ? 1 : 0);
+        }
+        nvs_read_done(t->ext_aring, &p->rd);
+        free(p);
+    }
+    return n;
+}
+
+int
+ext_async_reap(struct cache_thread *t, tc_async_fn *fn, void *arg)
+{
+    int total = 0, n;
+    if (!t->ext_aring)
+        return 0;
+    do {
+        n = reap_batch(t, fn, arg, 0);
+        if (n > 0)
+            total += n;
+    } while (n == 32);
+    return total;
+}
+
+void
+ext_async_cancel(struct cache_thread *t, void *owner)
+{
+    for (struct ext_pending *p = t->ext_pend; p; p = p->next)
+        if (p->owner == owner)
+            p->owner = NULL;
 }
 
 /* --- compaction --- */

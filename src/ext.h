@@ -57,8 +57,21 @@ int ext_read_copy(struct cache_thread *t, const void *key, uint32_t klen,
                   uint64_t hash, uint64_t loc, const struct nvs_loc *nl,
                   char **buf);
 
-/* Asynchronous reads (the server): the outcome of a finished read. */
-int ext_async_ring(struct cache_thread *t, struct nvs_ring **out);
+/* A flash hit met by fetch_get: head_only answers from the header; with
+ * o->async and an owner set, the read is queued and fn called with
+ * info.pending (EXT_PENDING: counted when it completes); else as
+ * ext_serve. */
+#define EXT_PENDING 100
+struct tc_get_opts;
+int ext_get(struct cache_thread *t, const void *key, uint32_t klen,
+            struct ext_hit *h, const struct tc_get_opts *o, tc_value_fn *fn,
+            void *arg);
+
+/* tc_async_* for the calling thread (see src/tiercache.h). */
+int ext_async_fd(struct cache_thread *t);
+int ext_async_submit(struct cache_thread *t);
+int ext_async_reap(struct cache_thread *t, tc_async_fn *fn, void *arg);
+void ext_async_cancel(struct cache_thread *t, void *owner);
 /* A reaped read of a flash hit: counts it (hit or miss), unlinks a failed
  * item's header, recaches when due. TC_OK or TC_NOT_FOUND. */
 int ext_async_done(struct cache_thread *t, const void *key, uint32_t klen,

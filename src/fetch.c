@@ -77,6 +77,7 @@ describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
     info.stale = it->iflags & ITEM_STALE;
     info.slab_class = (uint8_t)slab_class_of(c->slab, off);
     info.flash = it->kind == ITEM_KIND_FLASH;
+    info.pending = 0;
     *out = info;
 }
 
@@ -100,6 +101,7 @@ flash_rcu(struct cache *c, struct item_hdr *it, uint64_t loc, uint64_t hash,
           const struct tc_get_opts *o, uint32_t now, struct ext_hit *h)
 {
     describe_rcu(c, it, cache_off(loc), o, now, &h->info);
+    h->info.pending = 0;
     ext_hit_fill(h, it, hash, loc);
     h->touch = o->touch;
 }
@@ -136,9 +138,13 @@ fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
 
     /* the value of a flash item is read now, outside the section; a
      * failed read is a miss (counted and the header dropped by ext.c) */
-    if (loc && dead == CACHE_LIVE && flash &&
-        ext_serve(t, key, klen, &h, fn, arg) != TC_OK)
-        loc = 0;
+    if (loc && dead == CACHE_LIVE && flash) {
+        int rc = ext_get(t, key, klen, &h, o, fn, arg);
+        if (rc == EXT_PENDING)
+            return TC_OK; /* counted when the read completes */
+        if (rc != TC_OK)
+            loc = 0;
+    }
 
     /* memcached counts a gat as a touch: touch_hits/misses, not
      * get_hits/misses */

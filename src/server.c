@@ -420,6 +420,8 @@ worker_loop(struct worker *w)
         for (int i = 0; i < n; i++) {
             if (ev[i].data.ptr == NULL)
                 worker_adopt(w);
+            else if (ev[i].data.ptr == &w->cw)
+                conn_async_reap(&w->cw); /* flash reads finished */
             else
                 conn_event(ev[i].data.ptr, ev[i].events);
         }
@@ -450,6 +452,16 @@ worker_main(void *arg)
     struct worker *w = arg;
     if (tc_thread_register(w->srv->cache) != 0)
         log_warn("worker: cannot register with the cache: %s", tc_errmsg());
+    /* the NVMe tier's completions for this worker's ring (issue 4) */
+    int afd = tc_async_fd(w->srv->cache);
+    struct epoll_event aev = {.events = EPOLLIN, .data.ptr = &w->cw};
+    if (afd >= 0 && epoll_ctl(w->cw.epfd, EPOLL_CTL_ADD, afd, &aev) != 0)
+        log_warn("worker: cannot watch flash completions: %s", strerror(errno));
+    else if (afd < 0 && afd != -ENOENT)
+        log_warn("worker: no flash ring (%s); flash reads block",
+                 strerror(-afd));
+    else if (afd >= 0)
+        w->cw.async = true;
     w->cw.now = conn_now(&w->srv->sh);
     worker_loop(w);
     /* shutdown: connections still queued, then the live ones */

@@ -159,6 +159,43 @@ tc_gat(struct tc_cache *tc, const void *key, size_t klen, int64_t exptime,
     return t ? fetch_get(t, key, (uint32_t)klen, &o, fn, arg) : rc;
 }
 
+TC_API int
+tc_async_fd(struct tc_cache *tc)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    return t ? ext_async_fd(t) : -ENOMEM;
+}
+
+TC_API void
+tc_async_owner(struct tc_cache *tc, void *owner)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (t)
+        t->ext_owner = owner;
+}
+
+TC_API int
+tc_async_submit(struct tc_cache *tc)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    return t ? ext_async_submit(t) : -ENOMEM;
+}
+
+TC_API int
+tc_async_reap(struct tc_cache *tc, tc_async_fn *fn, void *arg)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    return t ? ext_async_reap(t, fn, arg) : -ENOMEM;
+}
+
+TC_API void
+tc_async_cancel(struct tc_cache *tc, void *owner)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (t)
+        ext_async_cancel(t, owner);
+}
+
 struct copy_arg {
     void *buf;
     size_t cap;

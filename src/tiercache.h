@@ -137,6 +137,9 @@ struct tc_item_info {
                            (meta me cls=, which counts from 1) */
     bool flash;         /* the value lives on the NVMe tier (read from it
                            for this call) */
+    uint64_t pending;   /* nonzero: an asynchronous flash read (see
+                           tc_async_owner) will bring the value; fn got no
+                           value (iov NULL, niov 0) */
 };
 
 /* Called on a hit with the value in niov pieces (one unless the item is
@@ -277,10 +280,47 @@ struct tc_get_opts {
                                below this (meta R); 0 = off */
     bool no_bump;           /* do not mark the item used (meta u) */
     bool *vivified;         /* out, may be NULL */
+    bool async;     /* a flash item may answer pending (see tc_async_owner)
+                       instead of blocking on its read */
+    bool head_only; /* fn needs the header only: a flash item's value is
+                       not read, fn gets no value (iov NULL, niov 0) */
 };
 TC_API int tc_get_ex(struct tc_cache *c, const void *key, size_t klen,
                      const struct tc_get_opts *opts, tc_value_fn *fn,
                      void *arg);
+
+/*
+ * Asynchronous reads of the NVMe tier, for an event loop (the server): a
+ * get of a flash item then does not block the thread.
+ *
+ * The thread sets an owner (its connection) with tc_async_owner() before
+ * running requests. A tc_get_ex() with opts->async that finds a flash item
+ * queues a read on the thread's own ring, calls fn with info->pending set
+ * (an id) and no value, and returns TC_OK; the caller reserves
+ * info->vlen bytes for the value. tc_async_submit() sends every queued
+ * read in one batch; when tc_async_fd() becomes readable,
+ * tc_async_reap() calls back with each finished read's value (niov 1) or
+ * with none (niov 0: the read failed, which is a miss). A read's value has
+ * been checked (segment generation, key, length, CRC32C) by the store.
+ * Everything here is per calling thread.
+ */
+/* The thread's completion eventfd (creating its ring): >= 0, or -ENOENT
+ * when the cache has no NVMe tier, or a negative errno. */
+TC_API int tc_async_fd(struct tc_cache *c);
+/* The owner of the reads the thread queues next; NULL turns queuing off
+ * (flash reads block, as for the embedding API). */
+TC_API void tc_async_owner(struct tc_cache *c, void *owner);
+/* Submit the queued reads: how many, or a negative errno. */
+TC_API int tc_async_submit(struct tc_cache *c);
+/* A finished read: iov/niov hold the value (niov 1) or nothing (niov 0: a
+ * miss). Valid only during the call. */
+typedef void tc_async_fn(void *arg, void *owner, uint64_t id,
+                         const struct iovec *iov, int niov);
+/* Call fn for every finished read whose owner is still set (never
+ * waits): the number of reads finished. */
+TC_API int tc_async_reap(struct tc_cache *c, tc_async_fn *fn, void *arg);
+/* The owner goes away: its reads still in flight finish without a call. */
+TC_API void tc_async_cancel(struct tc_cache *c, void *owner);
 
 /* Storage with the meta protocol's options (ms). */
 struct tc_store_opts {
