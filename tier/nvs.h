@@ -72,7 +72,8 @@ struct nvs;
  * fallocate regular files, set up the write buffers and the writer.
  * 0 or a negative errno with one sentence in err_msg(). */
 int nvs_open(const struct nvs_config *cfg, struct nvs **out);
-/* Write out the open buffer, wait for writes, free everything. */
+/* Write out the open buffer, wait for writes, free everything. Every ring
+ * of the store must have been destroyed before. */
 void nvs_close(struct nvs *s);
 
 /* Copy a record (key and value pieces) into the open write buffer: *out
@@ -82,23 +83,34 @@ void nvs_close(struct nvs *s);
  * Context: any thread, no lock held. */
 int nvs_append(struct nvs *s, const void *key, uint8_t klen,
                const struct iovec *val, int niov, struct nvs_loc *out);
-/* Send the open buffer now even if not full (maintenance ticks, tests). */
+/* Send the open buffer now even if not full (maintenance ticks, tests)
+ * and wait until it and every buffer sealed before it are written. The next
+ * buffer starts at the following 4 KiB block, so a flush wastes less than 4
+ * KiB. Returns 0. */
 int nvs_flush(struct nvs *s);
 
 /* Whether loc's segment has not been reclaimed since loc was written
  * (DRAM check, no I/O). */
 bool nvs_loc_live(const struct nvs *s, const struct nvs_loc *loc);
 /* The engine dropped its reference to loc (delete, overwrite, expiry,
- * recache that let the flash copy go): counts dead bytes for compaction. */
+ * recache that let the flash copy go): counts dead bytes for compaction
+ * (header and value; the key length is not in the locator). A stale loc
+ * is ignored. Call it at most once per locator. */
 void nvs_release(struct nvs *s, const struct nvs_loc *loc);
 
 /* Compaction: pick the sealed segment with the most dead bytes (at least
  * max_frag of it dead), read it and hand each record still live to fn,
  * which returns true to keep it (the store appends it again and calls
  * moved with the new locator) or false to let it go; then the segment is
- * freed. At most budget bytes are read per call. Returns records moved, 0
- * when nothing qualified, or a negative errno.
- * Context: the maintenance thread. */
+ * freed. At most budget bytes are read per call (at least one record:
+ * up to wbuf_size), so one segment may take several calls; the store keeps
+ * the cursor. Returns records moved, 0 when nothing qualified (or nothing
+ * was moved in this step), or a negative errno. When the flash is behind
+ * (append -EAGAIN) the step stops and the next one resumes at that record.
+ * moved() is called after the new copy is appended; the old copy goes with
+ * its segment, so the engine does not nvs_release() old. Callbacks run
+ * with no store lock held. compact_skipped counts records keep() let go.
+ * Context: the maintenance thread (one caller at a time). */
 typedef bool nvs_keep_fn(void *arg, const void *key, uint8_t klen,
                          const struct nvs_loc *old);
 typedef void nvs_moved_fn(void *arg, const void *key, uint8_t klen,
@@ -115,7 +127,7 @@ struct nvs_ring;
 int nvs_ring_create(struct nvs *s, unsigned depth, struct nvs_ring **out);
 void nvs_ring_destroy(struct nvs_ring *r);
 /* An eventfd that becomes readable when completions are waiting, for the
- * thread's epoll loop. */
+ * thread's epoll loop; nvs_ring_reap drains it once this was called. */
 int nvs_ring_fd(const struct nvs_ring *r);
 
 struct nvs_read {
@@ -139,7 +151,11 @@ int nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd);
 /* Submit everything queued: the number submitted or a negative errno. */
 int nvs_ring_submit(struct nvs_ring *r);
 /* Collect up to max completed reads (checked, res set); waits for at least
- * wait_nr. Reads past their deadline are completed with -ETIMEDOUT. */
+ * wait_nr (fewer when fewer are in flight). Reads past their deadline are
+ * completed with -ETIMEDOUT here, so a caller that waits on the eventfd
+ * must also call reap by the deadline (epoll timeout). A timed-out read's
+ * buffer stays with the I/O until it completes: its slot is busy (-EBUSY
+ * in prep) until a later reap sees the completion. */
 int nvs_ring_reap(struct nvs_ring *r, struct nvs_read **done, int max,
                   int wait_nr);
 /* Release a reaped read's buffer. */
@@ -157,17 +173,21 @@ struct nvs_stats {
     uint64_t compact_runs, compact_rescues, compact_skipped;
     uint64_t append_busy; /* -EAGAIN: flash behind */
     uint64_t read_badcrc, read_ioerr, read_timeout, read_stale;
+    /* reads that did I/O, submit to completion (log-linear buckets, ~6%) */
     uint64_t read_lat_p50_ns, read_lat_p99_ns, read_lat_p999_ns;
-    bool uring; /* false: the pread/pwrite fallback is in use */
+    bool uring;            /* false: the pread/pwrite fallback is in use */
+    uint64_t write_errors; /* buffer writes that failed (records lost) */
 };
 void nvs_get_stats(struct nvs *s, struct nvs_stats *out);
 
 /* ---- fault injection (tests) ---- */
 
 struct nvs_faults {
-    uint32_t eio_every;   /* every Nth read completes with -EIO, 0 off */
-    uint32_t short_every; /* every Nth read comes back short */
-    uint32_t delay_ms;    /* added before each read completes */
+    uint32_t eio_every;      /* every Nth read completes with -EIO, 0 off */
+    uint32_t short_every;    /* every Nth read comes back short */
+    uint32_t delay_ms;       /* added before each read completes */
+    uint32_t write_delay_ms; /* the writer waits this long before each
+                                batch of buffer writes (flash behind) */
 };
 void nvs_set_faults(struct nvs *s, const struct nvs_faults *f);
 

@@ -1,0 +1,434 @@
+/*
+ * The NVMe store's read path against the disk's own limit.
+ *
+ * Fills a store file with records of exactly 4 KiB (16-byte key, 4056-byte
+ * value, so each record is one aligned block), then:
+ *
+ *   depth    for each iodepth (1, 8, 32, 128), --rounds times (3),
+ *            alternating, medians kept: random reads of those
+ *            records through one nvs_ring kept at that depth (prep, submit,
+ *            reap in a loop: every completion is refilled at once), and,
+ *            with --fio, fio on the same file and the same byte range
+ *            right before it (ioengine=io_uring, direct=1, randread, 4k);
+ *            IOPS for both and the ratio
+ *   batch    with --batch-depth reads kept in flight, new reads submitted
+ *            in batches of 1, 4, 8, 16, 32 (a batch goes out once that many
+ *            slots are free, reaping in between) and as one full-depth
+ *            batch (wait until all completed, resubmit all): IOPS, average
+ *            and p99 latency from the moment a slot became free (the
+ *            request's wait for its batch included) to its completion,
+ *            and the device part (submit to completion)
+ *
+ * Every value read is verified by the store (CRC32C, key, generation); the
+ * bench also counts errors. Figures only, never assertions.
+ *
+ * Usage: bench_nvs [--path FILE] [--size BYTES] [--seconds S] [--fio]
+ *                  [--depths 1,8,32,128] [--rounds 3] [--batch-depth 32]
+ *                  [--no-batch]
+ *                  [--no-uring]
+ *   defaults: $NVS_BENCH_PATH or /tmp/tc_bench_nvs.dat, 2 GiB, 3 s
+ * The file is left in place (for fio) and removed with --cleanup.
+ */
+#include "tier/nvs.h"
+
+#include "src/base/clock.h"
+#include "src/base/err.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KLEN 16
+#define VLEN (4096 - 24 - KLEN)
+#define MAX_DEPTH 256
+
+struct opts {
+    const char *path;
+    uint64_t size;
+    double seconds;
+    bool fio, batch, no_uring, cleanup;
+    unsigned depths[8], ndepths;
+    unsigned batch_depth;
+    unsigned rounds;
+};
+
+struct bench {
+    struct opts o;
+    struct nvs *s;
+    struct nvs_loc *loc;
+    uint64_t nrec;
+    uint64_t span; /* bytes of the file the records cover */
+    uint64_t rng;
+};
+
+struct req {
+    struct nvs_read rd;
+    char key[24];
+    uint64_t t_ready; /* when the slot became free */
+};
+
+static uint64_t
+rnd(struct bench *b)
+{
+    /* xorshift64* */
+    b->rng ^= b->rng >> 12;
+    b->rng ^= b->rng << 25;
+    b->rng ^= b->rng >> 27;
+    return b->rng * 2685821657736338717ull;
+}
+
+/* KLEN characters (records number far below 10^15). */
+static void
+key_of(char *key, uint64_t i)
+{
+    snprintf(key, 24, "k%015llu",
+             (unsigned long long)(i % 1000000000000000ull));
+}
+
+static int
+fill(struct bench *b)
+{
+    static char v[VLEN];
+    char key[24];
+    struct nvs_config c = {
+        .npaths = 1,
+        .path = {b->o.path},
+        .size = {b->o.size},
+        .no_uring = b->o.no_uring,
+    };
+    int e = nvs_open(&c, &b->s);
+
+    if (e < 0) {
+        fprintf(stderr, "bench_nvs: %s\n", err_msg());
+        return e;
+    }
+    uint32_t seg = 64u << 20;
+    uint64_t nsegs = b->o.size / seg;
+    b->nrec = nsegs * (seg / 4096 - 1); /* a header block per segment */
+    b->span = nsegs * seg;
+    b->loc = calloc(b->nrec, sizeof(*b->loc));
+    if (b->loc == NULL)
+        return -ENOMEM;
+    uint64_t t0 = clock_nsec();
+    for (uint64_t i = 0; i < b->nrec; i++) {
+        key_of(key, i);
+        memset(v, (int)(i & 0xff), sizeof(v));
+        struct iovec iov = {.iov_base = v, .iov_len = VLEN};
+        while ((e = nvs_append(b->s, key, KLEN, &iov, 1, &b->loc[i])) ==
+               -EAGAIN) {
+            struct timespec ts = {.tv_nsec = 50000};
+            nanosleep(&ts, NULL);
+        }
+        if (e < 0) {
+            fprintf(stderr, "bench_nvs: append %" PRIu64 ": %s\n", i,
+                    strerror(-e));
+            return e;
+        }
+    }
+    nvs_flush(b->s);
+    double secs = (double)(clock_nsec() - t0) / 1e9;
+    struct nvs_stats st;
+    nvs_get_stats(b->s, &st);
+    printf("fill: %" PRIu64 " records of 4 KiB (%.2f GiB) in %.1f s, "
+           "%.0f MB/s, %s\n",
+           b->nrec, (double)b->span / (1 << 30), secs,
+           (double)st.bytes_written / secs / 1e6,
+           st.uring ? "io_uring" : "pread/pwrite fallback");
+    return 0;
+}
+
+static void
+req_prep(struct bench *b, struct nvs_ring *r, struct req *q, uint64_t now)
+{
+    uint64_t i = rnd(b) % b->nrec;
+
+    key_of(q->key, i);
+    q->rd = (struct nvs_read){
+        .loc = b->loc[i], .key = q->key, .klen = KLEN, .udata = q};
+    q->t_ready = now;
+    if (nvs_read_prep(r, &q->rd) < 0)
+        abort(); /* never: one request per slot */
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+struct result {
+    double iops;
+    double avg_us, p99_us;         /* slot free -> completion */
+    double dev_avg_us, dev_p99_us; /* submit -> completion */
+    uint64_t errors;
+};
+
+#define MAX_SAMPLES (4u << 20)
+
+/* Keep depth reads in flight; new reads go out in batches of batch (batch
+ * == depth: wait for all, resubmit all). */
+static struct result
+run_reads(struct bench *b, unsigned depth, unsigned batch)
+{
+    static struct req q[MAX_DEPTH];
+    static uint64_t lat[MAX_SAMPLES], dev[MAX_SAMPLES];
+    struct nvs_read *done[MAX_DEPTH];
+    struct nvs_ring *r;
+    struct result res = {0};
+    uint64_t n = 0, ns = 0;
+    struct req *freeq[MAX_DEPTH];
+    unsigned nfree = 0, inflight = 0;
+
+    if (nvs_ring_create(b->s, depth, &r) < 0) {
+        fprintf(stderr, "bench_nvs: %s\n", err_msg());
+        return res;
+    }
+    uint64_t t0 = clock_nsec(), end = t0 + (uint64_t)(b->o.seconds * 1e9);
+    for (unsigned i = 0; i < depth; i++)
+        freeq[nfree++] = &q[i];
+    uint64_t now = t0;
+    for (unsigned i = 0; i < depth; i++)
+        freeq[i]->t_ready = now;
+    for (;;) {
+        bool stopping = now >= end;
+        if (!stopping && nfree >= batch) {
+            while (nfree > 0) {
+                struct req *x = freeq[--nfree];
+                req_prep(b, r, x, x->t_ready);
+                inflight++;
+            }
+            nvs_ring_submit(r);
+        }
+        if (inflight == 0)
+            break;
+        int k = nvs_ring_reap(r, done, MAX_DEPTH, 1);
+        now = clock_nsec();
+        for (int j = 0; j < k; j++) {
+            struct req *x = done[j]->udata;
+            if (x->rd.res != 0)
+                res.errors++;
+            if (ns < MAX_SAMPLES) {
+                lat[ns] = now - x->t_ready;
+                dev[ns] = x->rd.lat_ns;
+                ns++;
+            }
+            n++;
+            nvs_read_done(r, &x->rd);
+            x->t_ready = now;
+            freeq[nfree++] = x;
+            inflight--;
+        }
+    }
+    double secs = (double)(now - t0) / 1e9;
+    nvs_ring_destroy(r);
+    res.iops = (double)n / secs;
+    if (ns > 0) {
+        double sl = 0, sd = 0;
+        for (uint64_t i = 0; i < ns; i++) {
+            sl += (double)lat[i];
+            sd += (double)dev[i];
+        }
+        res.avg_us = sl / (double)ns / 1e3;
+        res.dev_avg_us = sd / (double)ns / 1e3;
+        qsort(lat, ns, sizeof(*lat), cmp_u64);
+        qsort(dev, ns, sizeof(*dev), cmp_u64);
+        res.p99_us = (double)lat[ns * 99 / 100] / 1e3;
+        res.dev_p99_us = (double)dev[ns * 99 / 100] / 1e3;
+    }
+    return res;
+}
+
+/* fio's read IOPS on the same file and range, or -1. */
+static double
+run_fio(struct bench *b, unsigned depth)
+{
+    char cmd[1024], line[8192];
+    double iops = -1;
+
+    snprintf(cmd, sizeof(cmd),
+             "fio --name=nvs --filename=%s --ioengine=io_uring --direct=1 "
+             "--rw=randread --bs=4k --iodepth=%u --size=%" PRIu64
+             " --time_based --runtime=%.0f --readonly --invalidate=0 "
+             "--randrepeat=0 --norandommap --minimal 2>/dev/null",
+             b->o.path, depth, b->span, b->o.seconds < 1 ? 1 : b->o.seconds);
+    FILE *p = popen(cmd, "r");
+    if (p == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), p) != NULL) {
+        /* terse v3: field 8 is the read IOPS */
+        char *f = line;
+        for (int i = 1; i < 8 && f != NULL; i++) {
+            f = strchr(f, ';');
+            if (f != NULL)
+                f++;
+        }
+        if (f != NULL)
+            iops = strtod(f, NULL);
+    }
+    if (pclose(p) != 0)
+        return -1;
+    return iops;
+}
+
+static double
+median(double *v, unsigned n)
+{
+    double t[16];
+    memcpy(t, v, n * sizeof(*v));
+    for (unsigned i = 1; i < n; i++)
+        for (unsigned j = i; j > 0 && t[j - 1] > t[j]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    return t[n / 2];
+}
+
+static void
+parse_depths(struct opts *o, char *s)
+{
+    o->ndepths = 0;
+    for (char *t = strtok(s, ","); t != NULL && o->ndepths < 8;
+         t = strtok(NULL, ",")) {
+        unsigned d = (unsigned)strtoul(t, NULL, 10);
+        if (d >= 1 && d <= MAX_DEPTH)
+            o->depths[o->ndepths++] = d;
+    }
+}
+
+int
+main(int argc, char **argv)
+{
+    static struct bench b;
+    struct opts *o = &b.o;
+    const char *env = getenv("NVS_BENCH_PATH");
+
+    o->path = env != NULL && env[0] != '\0' ? env : "/tmp/tc_bench_nvs.dat";
+    o->size = 2ull << 30;
+    o->seconds = 3;
+    o->batch = true;
+    o->batch_depth = 32;
+    o->rounds = 3;
+    o->ndepths = 4;
+    o->depths[0] = 1, o->depths[1] = 8, o->depths[2] = 32, o->depths[3] = 128;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--path") && v)
+            o->path = v, i++;
+        else if (!strcmp(a, "--size") && v)
+            o->size = strtoull(v, NULL, 0), i++;
+        else if (!strcmp(a, "--seconds") && v)
+            o->seconds = strtod(v, NULL), i++;
+        else if (!strcmp(a, "--depths") && v)
+            parse_depths(o, argv[++i]);
+        else if (!strcmp(a, "--batch-depth") && v)
+            o->batch_depth = (unsigned)strtoul(v, NULL, 10), i++;
+        else if (!strcmp(a, "--rounds") && v)
+            o->rounds = (unsigned)strtoul(v, NULL, 10), i++;
+        else if (!strcmp(a, "--fio"))
+            o->fio = true;
+        else if (!strcmp(a, "--no-batch"))
+            o->batch = false;
+        else if (!strcmp(a, "--no-uring"))
+            o->no_uring = true;
+        else if (!strcmp(a, "--cleanup"))
+            o->cleanup = true;
+        else {
+            fprintf(stderr,
+                    "usage: %s [--path FILE] [--size BYTES] "
+                    "[--seconds S] [--fio] [--depths 1,8,32,128] "
+                    "[--rounds N] [--batch-depth N] [--no-batch] [--no-uring] "
+                    "[--cleanup]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (o->rounds < 1 || o->rounds > 15)
+        o->rounds = 3;
+    if (o->batch_depth < 1 || o->batch_depth > MAX_DEPTH)
+        o->batch_depth = 32;
+    o->rounds = 3;
+    b.rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)time(NULL);
+    printf("# bench_nvs: %s, %.2f GiB, %.1f s per point\n", o->path,
+           (double)o->size / (1 << 30), o->seconds);
+    if (fill(&b) < 0)
+        return 1;
+
+    printf("\n%-6s %12s %12s %7s %9s %9s %7s\n", "depth", "store IOPS",
+           "fio IOPS", "ratio", "dev avg", "dev p99", "errors");
+    for (unsigned i = 0; i < o->ndepths; i++) {
+        unsigned d = o->depths[i];
+        /* rounds of fio then store, alternating; the medians are kept */
+        double fs[16], xs[16];
+        struct result rs[16], x;
+        for (unsigned k = 0; k < o->rounds; k++) {
+            fs[k] = o->fio ? run_fio(&b, d) : -1;
+            rs[k] = run_reads(&b, d, 1);
+            xs[k] = rs[k].iops;
+        }
+        double f = median(fs, o->rounds);
+        double xm = median(xs, o->rounds);
+        x = rs[0];
+        for (unsigned k = 0; k < o->rounds; k++)
+            if (rs[k].iops == xm)
+                x = rs[k];
+        if (f > 0)
+            printf("%-6u %12.0f %12.0f %7.2f %7.1fus %7.1fus %7" PRIu64 "\n", d,
+                   x.iops, f, x.iops / f, x.dev_avg_us, x.dev_p99_us, x.errors);
+        else
+            printf("%-6u %12.0f %12s %7s %7.1fus %7.1fus %7" PRIu64 "\n", d,
+                   x.iops, "-", "-", x.dev_avg_us, x.dev_p99_us, x.errors);
+        printf("RESULT bench=nvs depth=%u store_iops=%.0f fio_iops=%.0f "
+               "ratio=%.3f\n",
+               d, x.iops, f, f > 0 ? x.iops / f : 0);
+        fflush(stdout);
+    }
+
+    if (o->batch) {
+        unsigned d = o->batch_depth;
+        unsigned batches[] = {1, 4, 8, 16, 32, d};
+        printf("\nsubmission batching at depth %u (latency from a free slot "
+               "to completion; dev = submit to completion)\n",
+               d);
+        printf("%-12s %10s %9s %9s %9s %9s %7s\n", "batch", "IOPS", "avg",
+               "p99", "dev avg", "dev p99", "errors");
+        for (unsigned i = 0; i < sizeof(batches) / sizeof(batches[0]); i++) {
+            unsigned bt = batches[i];
+            if (bt > d ||
+                (i + 1 < sizeof(batches) / sizeof(batches[0]) && bt == d))
+                continue; /* the full-depth row comes last */
+            struct result x = run_reads(&b, d, bt);
+            char label[32];
+            if (bt == d)
+                snprintf(label, sizeof(label), "full (%u)", d);
+            else
+                snprintf(label, sizeof(label), "%u", bt);
+            printf("%-12s %10.0f %7.1fus %7.1fus %7.1fus %7.1fus %7" PRIu64
+                   "\n",
+                   label, x.iops, x.avg_us, x.p99_us, x.dev_avg_us,
+                   x.dev_p99_us, x.errors);
+            printf("RESULT bench=nvs_batch depth=%u batch=%u iops=%.0f "
+                   "avg_us=%.1f p99_us=%.1f dev_avg_us=%.1f dev_p99_us=%.1f\n",
+                   d, bt, x.iops, x.avg_us, x.p99_us, x.dev_avg_us,
+                   x.dev_p99_us);
+            fflush(stdout);
+        }
+    }
+    struct nvs_stats st;
+    nvs_get_stats(b.s, &st);
+    printf("\nstore: %" PRIu64 " reads, p50 %.1f us, p99 %.1f us, p99.9 %.1f "
+           "us; crc/io errors %" PRIu64 "/%" PRIu64 "\n",
+           st.objects_read, st.read_lat_p50_ns / 1e3, st.read_lat_p99_ns / 1e3,
+           st.read_lat_p999_ns / 1e3, st.read_badcrc, st.read_ioerr);
+    nvs_close(b.s);
+    free(b.loc);
+    if (o->cleanup)
+        unlink(o->path);
+    return 0;
+}

@@ -1,0 +1,92 @@
+#pragma once
+/*
+ * Shared helpers of the NVMe store tests (tests/unit/test_nvs*.c): store
+ * files under /tmp (ext4, O_DIRECT works) named with the pid, a small
+ * configuration, and a synchronous read.
+ */
+#include "tier/nvs.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define FX_SEG (256u * 1024)
+#define FX_WBUF (64u * 1024)
+
+static char fx_path[128];
+
+static inline void
+fx_config(struct nvs_config *c, uint32_t nsegs, bool no_uring)
+{
+    static int seq;
+
+    memset(c, 0, sizeof(*c));
+    snprintf(fx_path, sizeof(fx_path), "/tmp/tc_nvs_test_%d_%d.dat",
+             (int)getpid(), seq++);
+    unlink(fx_path);
+    c->npaths = 1;
+    c->path[0] = fx_path;
+    c->size[0] = (uint64_t)nsegs * FX_SEG;
+    c->seg_size = FX_SEG;
+    c->wbuf_size = FX_WBUF;
+    c->nwbuf = 4;
+    c->io_threads = 2;
+    c->no_uring = no_uring;
+}
+
+/* Value bytes of record (id, version): a pattern checkable byte by byte. */
+static inline void
+fx_fill(char *v, uint32_t n, uint32_t id, uint32_t ver)
+{
+    for (uint32_t i = 0; i < n; i++)
+        v[i] = (char)(id * 31u + ver * 7u + i);
+}
+
+static inline bool
+fx_check(const char *v, uint32_t n, uint32_t id, uint32_t ver)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i] != (char)(id * 31u + ver * 7u + i))
+            return false;
+    return true;
+}
+
+static inline int
+fx_append(struct nvs *s, const char *key, const void *val, uint32_t vlen,
+          struct nvs_loc *loc)
+{
+    struct iovec iov = {.iov_base = (void *)val, .iov_len = vlen};
+    return nvs_append(s, key, (uint8_t)strlen(key), &iov, 1, loc);
+}
+
+/* Read loc synchronously; the value (when res is 0) is copied to out. */
+static inline int
+fx_read(struct nvs_ring *r, const struct nvs_loc *loc, const char *key,
+        void *out)
+{
+    struct nvs_read rd = {
+        .loc = *loc, .key = key, .klen = (uint8_t)strlen(key)};
+    struct nvs_read *done[4];
+    int n;
+
+    int e = nvs_read_prep(r, &rd);
+    if (e < 0)
+        return e;
+    e = nvs_ring_submit(r);
+    if (e < 0)
+        return e;
+    n = nvs_ring_reap(r, done, 4, 1);
+    if (n != 1 || done[0] != &rd)
+        return -1000 - n;
+    e = rd.res;
+    if (e == 0 && out != NULL)
+        memcpy(out, rd.value, loc->vlen);
+    if (e != 0 && rd.value != NULL)
+        e = -2000; /* an error must never come with a value */
+    nvs_read_done(r, &rd);
+    return e;
+}

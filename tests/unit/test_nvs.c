@@ -1,0 +1,747 @@
+/*
+ * Unit tests for the NVMe store (tier/nvs*.c) on files under /tmp. Every
+ * store test runs twice: through io_uring, and through the pread/pwrite
+ * fallback (no_uring). Files are removed in teardown.
+ */
+#include "tier/nvs.h"
+
+#include "src/base/clock.h"
+#include "src/base/err.h"
+#include "tier/nvs_int.h"
+#include "tier/nvs_layout.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "tests/unit/nvs_fx.h"
+
+static bool no_uring; /* the group being run */
+
+/* ---- seams (tests/unit/test_nvs.wrap) -------------------------------------
+ */
+
+static int fail_fallocate;  /* fallocate() fails with this errno */
+static int fail_uring_init; /* io_uring_queue_init() returns this */
+
+int __real_fallocate(int fd, int mode, off_t off, off_t len);
+int __wrap_fallocate(int fd, int mode, off_t off, off_t len);
+int __real_fallocate64(int fd, int mode, off_t off, off_t len);
+int __wrap_fallocate64(int fd, int mode, off_t off, off_t len);
+int __real_io_uring_queue_init(unsigned entries, struct io_uring *ring,
+                               unsigned flags);
+int __wrap_io_uring_queue_init(unsigned entries, struct io_uring *ring,
+                               unsigned flags);
+
+int
+__wrap_fallocate(int fd, int mode, off_t off, off_t len)
+{
+    if (fail_fallocate) {
+        errno = fail_fallocate;
+        return -1;
+    }
+    return __real_fallocate(fd, mode, off, len);
+}
+
+int
+__wrap_fallocate64(int fd, int mode, off_t off, off_t len)
+{
+    if (fail_fallocate) {
+        errno = fail_fallocate;
+        return -1;
+    }
+    return __real_fallocate64(fd, mode, off, len);
+}
+
+int
+__wrap_io_uring_queue_init(unsigned entries, struct io_uring *ring,
+                           unsigned flags)
+{
+    if (fail_uring_init)
+        return fail_uring_init;
+    return __real_io_uring_queue_init(entries, ring, flags);
+}
+
+struct fx {
+    struct nvs *s;
+    struct nvs_ring *r;
+    char path[128];
+};
+
+static int
+fx_open(struct fx *f, uint32_t nsegs, uint32_t timeout_ms)
+{
+    struct nvs_config c;
+
+    fx_config(&c, nsegs, no_uring);
+    c.read_timeout_ms = timeout_ms;
+    snprintf(f->path, sizeof(f->path), "%s", fx_path);
+    int e = nvs_open(&c, &f->s);
+    if (e < 0) {
+        print_error("nvs_open: %s\n", err_msg());
+        return e;
+    }
+    return nvs_ring_create(f->s, 8, &f->r);
+}
+
+static void
+fx_close(struct fx *f)
+{
+    nvs_ring_destroy(f->r);
+    nvs_close(f->s);
+    unlink(f->path);
+}
+
+/* ---- CRC32C ------------------------------------------------------------ */
+
+static void
+check_crc_vectors(void)
+{
+    unsigned char buf[32];
+
+    /* RFC 3720, B.4 */
+    memset(buf, 0, 32);
+    assert_int_equal(nvs_crc32c(0, buf, 32), 0x8a9136aa);
+    memset(buf, 0xff, 32);
+    assert_int_equal(nvs_crc32c(0, buf, 32), 0x62a8ab43);
+    for (int i = 0; i < 32; i++)
+        buf[i] = (unsigned char)i;
+    assert_int_equal(nvs_crc32c(0, buf, 32), 0x46dd794e);
+    for (int i = 0; i < 32; i++)
+        buf[i] = (unsigned char)(31 - i);
+    assert_int_equal(nvs_crc32c(0, buf, 32), 0x113fdb5c);
+    assert_int_equal(nvs_crc32c(0, "123456789", 9), 0xe3069283);
+    /* continuing equals one pass, at every split and misalignment */
+    char big[301];
+    for (int i = 0; i < 301; i++)
+        big[i] = (char)(i * 13);
+    uint32_t whole = nvs_crc32c(0, big + 1, 300);
+    for (int k = 0; k <= 300; k += 7)
+        assert_int_equal(
+            nvs_crc32c(nvs_crc32c(0, big + 1, k), big + 1 + k, 300 - k), whole);
+}
+
+static void
+test_crc32c(void **state)
+{
+    (void)state;
+    nvs_crc32c_force_table(false);
+    check_crc_vectors();
+    nvs_crc32c_force_table(true);
+    check_crc_vectors();
+    nvs_crc32c_force_table(false);
+}
+
+/* ---- open --------------------------------------------------------------- */
+
+static void
+test_open_refuses_tmpfs(void **state)
+{
+    struct nvs_config c;
+    struct nvs *s = NULL;
+    char path[128];
+
+    (void)state;
+    fx_config(&c, 4, no_uring);
+    snprintf(path, sizeof(path), "/dev/shm/tc_nvs_test_%d.dat", (int)getpid());
+    c.path[0] = path;
+    assert_int_equal(nvs_open(&c, &s), -EINVAL);
+    assert_null(s);
+    assert_non_null(strstr(err_msg(), path));
+    assert_non_null(strstr(err_msg(), "tmpfs"));
+    assert_int_equal(access(path, F_OK), -1); /* not left behind */
+}
+
+static void
+test_open_refuses_too_large(void **state)
+{
+    struct nvs_config c;
+    struct nvs *s = NULL;
+
+    (void)state;
+    fx_config(&c, 4, no_uring);
+    c.size[0] = 1ull << 50; /* 1 PiB */
+    assert_int_equal(nvs_open(&c, &s), -ENOSPC);
+    assert_non_null(strstr(err_msg(), fx_path));
+    assert_non_null(strstr(err_msg(), "does not fit"));
+    assert_int_equal(access(fx_path, F_OK), -1);
+}
+
+static void
+test_open_disk_full(void **state)
+{
+    struct nvs_config c;
+    struct nvs *s = NULL;
+
+    (void)state;
+    fx_config(&c, 4, no_uring);
+    fail_fallocate = ENOSPC;
+    assert_int_equal(nvs_open(&c, &s), -ENOSPC);
+    fail_fallocate = 0;
+    assert_null(s);
+    assert_non_null(strstr(err_msg(), fx_path));
+    assert_non_null(strstr(err_msg(), "disk is full"));
+    assert_int_equal(access(fx_path, F_OK), -1);
+}
+
+/* io_uring refused by the kernel: the store falls back by itself. */
+static void
+test_uring_refused_falls_back(void **state)
+{
+    struct fx f;
+    struct nvs_loc loc;
+    struct nvs_stats st;
+    char v[3000], out[3000];
+
+    (void)state;
+    bool saved = no_uring;
+    no_uring = false; /* the store would use io_uring */
+    fail_uring_init = -ENOSYS;
+    assert_int_equal(fx_open(&f, 4, 0), 0);
+    nvs_get_stats(f.s, &st);
+    assert_false(st.uring);
+    fx_fill(v, sizeof(v), 2, 2);
+    assert_int_equal(fx_append(f.s, "kf", v, sizeof(v), &loc), 0);
+    assert_int_equal(nvs_flush(f.s), 0);
+    assert_int_equal(fx_read(f.r, &loc, "kf", out), 0);
+    assert_true(fx_check(out, sizeof(out), 2, 2));
+    fx_close(&f);
+    /* EPERM (io_uring disabled by sysctl or seccomp) too; other errors
+     * fail the open */
+    fail_uring_init = -EPERM;
+    assert_int_equal(fx_open(&f, 4, 0), 0);
+    nvs_get_stats(f.s, &st);
+    assert_false(st.uring);
+    fx_close(&f);
+    fail_uring_init = -ENOMEM;
+    assert_int_equal(fx_open(&f, 4, 0), -ENOMEM);
+    assert_non_null(strstr(err_msg(), "io_uring"));
+    unlink(f.path);
+    fail_uring_init = 0;
+    no_uring = saved;
+}
+
+static void
+test_open_bad_config(void **state)
+{
+    struct nvs_config c;
+    struct nvs *s = NULL;
+
+    (void)state;
+    fx_config(&c, 4, no_uring);
+    c.seg_size = FX_WBUF * 3 + 4096;
+    assert_int_equal(nvs_open(&c, &s), -EINVAL);
+    assert_non_null(strstr(err_msg(), "multiple"));
+    fx_config(&c, 1, no_uring);
+    assert_int_equal(nvs_open(&c, &s), -EINVAL); /* one segment */
+    assert_non_null(strstr(err_msg(), "at least 2 segments"));
+    assert_int_equal(access(fx_path, F_OK), -1);
+}
+
+/* ---- appends and reads --------------------------------------------------- */
+
+static void
+test_read_your_write(void **state)
+{
+    struct fx f;
+    struct nvs_loc loc;
+    struct nvs_stats st;
+    char v[3000], out[3000];
+
+    (void)state;
+    assert_int_equal(fx_open(&f, 8, 0), 0);
+    fx_fill(v, sizeof(v), 1, 1);
+    assert_int_equal(fx_append(f.s, "key1", v, sizeof(v), &loc), 0);
+    assert_int_equal(loc.off, NVS_SEG_HDR_SIZE);
+    assert_int_equal(loc.vlen, sizeof(v));
+    assert_true(nvs_loc_live(f.s, &loc));
+
+    /* In the write buffer: served from DRAM, so an I/O fault has no say. */
+    nvs_set_faults(f.s, &(struct nvs_faults){.eio_every = 1});
+    memset(out, 0, sizeof(out));
+    assert_int_equal(fx_read(f.r, &loc, "key1", out), 0);
+    assert_true(fx_check(out, sizeof(out), 1, 1));
+    nvs_get_stats(f.s, &st);
+    assert_int_equal(st.bytes_written, 0);
+    assert_int_equal(st.objects_written, 1);
+    assert_int_equal(st.uring, !no_uring);
+
+    /* After the flush it comes from the file: the fault now applies. */
+    assert_int_equal(nvs_flush(f.s), 0);
+    nvs_get_stats(f.s, &st);
+    assert_int_equal(st.bytes_written, NVS_SEG_HDR_SIZE + 4096);
+    assert_int_equal(fx_read(f.r, &loc, "key1", out), -EIO);
+    nvs_set_faults(f.s, &(struct nvs_faults){0});
+    memset(out, 0, sizeof(out));
+    assert_int_equal(fx_read(f.r, &loc, "key1", out), 0);
+    assert_true(fx_check(out, sizeof(out), 1, 1));
+
+    /* A wrong key or length is an error, never a value. */
+    assert_int_equal(fx_read(f.r, &loc, "key2", out), -EBADMSG);
+    struct nvs_loc bad = loc;
+    bad.vlen--;
+    assert_int_equal(fx_read(f.r, &bad, "key1", out), -EBADMSG);
+    nvs_get_stats(f.s, &st);
+    assert_int_equal(st.read_badcrc, 2);
+    assert_int_equal(st.read_ioerr, 1);
+    assert_true(st.objects_read >= 2);
+    assert_true(st.read_lat_p50_ns > 0);
+    assert_true(st.read_lat_p999_ns >= st.read_lat_p50_ns);
+    fx_close(&f);
+}
+
+static void
+test_wbuf_spanning_and_e2big(void **state)
+{
+    struct fx f;
+    struct nvs_loc loc[5];
+    static char v[FX_WBUF], out[FX_WBUF];
+    const uint32_t n = 20000;
+
+    (void)state;
+    assert_int_equal(fx_open(&f, 8, 0), 0);
+    for (uint32_t i = 0; i < 5; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "k%u", i);
+        fx_fill(v, n, i, 0);
+        assert_int_equal(fx_append(f.s, key, v, n, &loc[i]), 0);
+    }
+    uint32_t rec = (uint32_t)nvs_rec_size(2, n);
+    assert_int_equal(loc[1].off, NVS_SEG_HDR_SIZE + rec);
+    assert_int_equal(loc[2].off, NVS_SEG_HDR_SIZE + 2 * rec);
+    /* the fourth does not fit the first buffer: it starts the second */
+    assert_int_equal(loc[3].off, FX_WBUF);
+    assert_int_equal(loc[3].seg, loc[0].seg);
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < 5; i++) {
+            char key[16];
+            snprintf(key, sizeof(key), "k%u", i);
+            assert_int_equal(fx_read(f.r, &loc[i], key, out), 0);
+            assert_true(fx_check(out, n, i, 0));
+        }
+        assert_int_equal(nvs_flush(f.s), 0);
+    }
+
+    /* the largest record fills a buffer after a segment header */
+    uint32_t max = FX_WBUF - NVS_SEG_HDR_SIZE -
+                   (uint32_t)sizeof(struct nvs_rec_header) - 2;
+    fx_fill(v, max + 1, 9, 9);
+    assert_int_equal(fx_append(f.s, "kx", v, max + 1, &loc[0]), -E2BIG);
+    assert_int_equal(fx_append(f.s, "kx", v, max, &loc[0]), 0);
+    assert_int_equal(fx_read(f.r, &loc[0], "kx", out), 0);
+    assert_true(fx_check(out, max, 9, 9));
+    assert_int_equal(nvs_flush(f.s), 0);
+    assert_int_equal(fx_read(f.r, &loc[0], "kx", out), 0);
+    assert_true(fx_check(out, max, 9, 9));
+    fx_close(&f);
+}
+
+static void
+test_append_busy(void **state)
+{
+    struct fx f;
+    struct nvs_loc loc;
+    struct nvs_stats st;
+    static char v[30000];
+    int e = 0, i;
+
+    (void)state;
+    assert_int_equal(fx_open(&f, 8, 0), 0);
+    /* The writer stalls: four buffers fill up, the next append is
+     * refused instead of waiting. */
+    nvs_set_faults(f.s, &(struct nvs_faults){.write_delay_ms = 300});
+    for (i = 0; i < 20 && (e = fx_append(f.s, "k", v, sizeof(v), &loc)) == 0;
+         i++)
+        ;
+    assert_int_equal(e, -EAGAIN);
+    assert_true(i >= 6 && i <= 10); /* 2 records a buffer, 4 buffers */
+    nvs_get_stats(f.s, &st);
+    assert_int_equal(st.append_busy, 1);
+    nvs_set_faults(f.s, &(struct nvs_faults){0});
+    assert_int_equal(nvs_flush(f.s), 0);
+    assert_int_equal(fx_append(f.s, "k", v, sizeof(v), &loc), 0);
+    fx_close(&f);
+}
+
+/* ---- reclaim ---------------------------------------------------------------
+ */
+
+static int
+append_retry(struct nvs *s, const char *key, const char *v, uint32_t n,
+             struct nvs_loc *loc)
+{
+    int e = -EAGAIN;
+    for (int k = 0; k < 1000 && e == -EAGAIN; k++) {
+        e = fx_append(s, key, v, n, loc);
+        if (e == -EAGAIN)
+            nvs_flush(s);
+    }
+    return e;
+}
+
+static void
+test_reclaim_makes_stale(void **state)
+{
+    struct fx f;
+    struct nvs_loc first, loc;
+    struct nvs_stats st;
+    static char v[10000], out[10000];
+
+    (void)state;
+    assert_int_equal(fx_open(&f, 4, 0), 0);
+    fx_fill(v, sizeof(v), 7, 7);
+    assert_int_equal(append_retry(f.s, "first", v, sizeof(v), &first), 0);
+    /* 4 segments of ~25 records: 200 records wrap around twice */
+    for (int i = 0; i < 200; i++)
+        assert_int_equal(append_retry(f.s, "fill", v, sizeof(v), &loc), 0);
+    assert_int_equal(nvs_flush(f.s), 0);
+    assert_false(nvs_loc_live(f.s, &first));
+    assert_int_equal(fx_read(f.r, &first, "first", out), -ESTALE);
+    assert_true(nvs_loc_live(f.s, &loc));
+    assert_int_equal(fx_read(f.r, &loc, "fill", out), 0);
+    assert_true(fx_check(out, sizeof(out), 7, 7));
+    nvs_get_stats(f.s, &st);
+    assert_true(st.page_reclaims >= 4);
+    assert_true(st.objects_lost >= 100);
+    assert_int_equal(st.read_stale, 1);
+    assert_int_equal(st.segs_total, 4);
+    assert_int_equal(st.segs_free, 0);
+    assert_true(st.bytes_used <= st.bytes_total);
+    /* releasing a stale locator changes nothing */
+    nvs_release(f.s, &first);
+    nvs_get_stats(f.s, &st);
+    assert_int_equal(st.bytes_dead, 0);
+    fx_close(&f);
+}
+
+/* ---- compaction ------------------------------------------------------------
+ */
+
+#define CN 60
+struct cmap {
+    struct nvs_loc loc[CN];
+    bool live[CN];
+    int moved, asked;
+};
+
+static int
+ckey_id(const void *key, uint8_t klen)
+{
+    char buf[16];
+    if (klen >= sizeof(buf))
+        return -1;
+    memcpy(buf, key, klen);
+    buf[klen] = '\0';
+    return atoi(buf + 1);
+}
+
+static bool
+ckeep(void *arg, const void *key, uint8_t klen, const struct nvs_loc *old)
+{
+    struct cmap *m = arg;
+    int id = ckey_id(key, klen);
+    m->asked++;
+    return id >= 0 && id < CN && m->live[id] &&
+           memcmp(&m->loc[id], old, sizeof(*old)) == 0;
+}
+
+static void
+cmoved(void *arg, const void *key, uint8_t klen, const struct nvs_loc *old,
+       const struct nvs_loc *new_loc)
+{
+    struct cmap *m = arg;
+    int id = ckey_id(key, klen);
+    assert_true(memcmp(&m->loc[id], old, sizeof(*old)) == 0);
+    m->loc[id] = *new_loc;
+    m->moved++;
+}
+
+static void
+test_compaction(void **state)
+{
+    struct fx f;
+    struct nvs_stats st, st0;
+    static struct cmap m;
+    static char v[10000], out[10000];
+    char key[16];
+
+    (void)state;
+    memset(&m, 0, sizeof(m));
+    assert_int_equal(fx_open(&f, 8, 0), 0);
+    for (int i = 0; i < CN; i++) { /* ~2.4 segments */
+        snprintf(key, sizeof(key), "c%d", i);
+        fx_fill(v, sizeof(v), (uint32_t)i, 1);
+        assert_int_equal(append_retry(f.s, key, v, sizeof(v), &m.loc[i]), 0);
+        m.live[i] = true;
+    }
+    assert_int_equal(nvs_flush(f.s), 0);
+    uint32_t seg0 = m.loc[0].seg;
+    /* the engine drops two records in three of the first segment */
+    for (int i = 0; i < CN; i++)
+        if (m.loc[i].seg == seg0 && i % 3 != 0) {
+            m.live[i] = false;
+            nvs_release(f.s, &m.loc[i]);
+        }
+    nvs_get_stats(f.s, &st0);
+    assert_true(st0.bytes_dead > 0);
+
+    /* nothing is 90% dead */
+    assert_int_equal(nvs_compact_step(f.s, 0.9, 1 << 20, ckeep, cmoved, &m), 0);
+    assert_int_equal(m.asked, 0);
+    /* small budgets: several steps for one segment */
+    int total = 0, steps = 0, r;
+    do {
+        r = nvs_compact_step(f.s, 0.5, 16 * 1024, ckeep, cmoved, &m);
+        assert_true(r >= 0);
+        total += r;
+        steps++;
+        nvs_get_stats(f.s, &st);
+    } while (st.compact_runs == 0 && steps < 100);
+    assert_int_equal(st.compact_runs, 1);
+    assert_true(steps > 3);
+    assert_int_equal(total, m.moved);
+    assert_int_equal(st.compact_rescues, (uint64_t)m.moved);
+    assert_int_equal(st.compact_skipped + st.compact_rescues,
+                     (uint64_t)m.asked);
+    for (int i = 0; i < CN; i++) /* every live record left seg0 */
+        assert_true(!m.live[i] || m.loc[i].seg != seg0);
+    assert_true(m.moved > 0);
+    assert_true(st.segs_free == st0.segs_free + 1 ||
+                st.segs_free == st0.segs_free); /* moved records may open one */
+    assert_int_equal(st.bytes_dead, 0);
+    /* every live record reads back with the right value */
+    for (int i = 0; i < CN; i++) {
+        snprintf(key, sizeof(key), "c%d", i);
+        if (!m.live[i])
+            continue;
+        assert_int_equal(fx_read(f.r, &m.loc[i], key, out), 0);
+        assert_true(fx_check(out, sizeof(out), (uint32_t)i, 1));
+    }
+    nvs_flush(f.s);
+    for (int i = 0; i < CN; i++) {
+        snprintf(key, sizeof(key), "c%d", i);
+        if (m.live[i]) {
+            assert_int_equal(fx_read(f.r, &m.loc[i], key, out), 0);
+            assert_true(fx_check(out, sizeof(out), (uint32_t)i, 1));
+        } else if (m.loc[i].seg == seg0) {
+            assert_false(nvs_loc_live(f.s, &m.loc[i]));
+        }
+    }
+    fx_close(&f);
+}
+
+/* ---- faults -----------------------------------------------------------------
+ */
+
+static void
+test_corruption_is_badmsg(void **state)
+{
+    struct fx f;
+    struct nvs_loc loc[3];
+    struct nvs_stats st;
+    char v[5000], out[5000];
+
+    (void)state;
+    assert_int_equal(fx_open(&f, 8, 0), 0);
+    for (uint32_t i = 0; i < 3; i++) {
+        fx_fill(v, sizeof(v), i, 3);
+        assert_int_equal(fx_append(f.s, "kk", v, sizeof(v), &loc[i]), 0);
+    }
+    assert_int_equal(nvs_flush(f.s), 0);
+    int fd = open(f.path, O_WRONLY);
+    assert_true(fd >= 0);
+    /* one byte in record 0's value, record 1's magic, record 2's gen */
+    uint64_t base = (uint64_t)loc[0].seg * FX_SEG;
+    assert_int_equal(
+        pwrite(fd, "X", 1, (off_t)(base + loc[0].off + 24 + 2 + 100)), 1);
+    assert_int_equal(pwrite(fd, "garbage!", 8, (off_t)(base + loc[1].off)), 8);
+    assert_int_equal(pwrite(fd, "\x01", 1, (off_t)(base + loc[2].off + 4)), 1);
+    assert_int_equal(fsync(fd), 0);
+    close(fd);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fx_read(f.r, &loc[i], "kk", out), -EBADMSG);
+    nvs_get_stats(f.s, &st);
+    assert_int_equal(st.read_badcrc, 3);
+    fx_close(&f);
+}
+
+static void
+test_injected_eio_and_short(void **state)
+{
+    struct fx f;
+    struct nvs_loc loc;
+    struct nvs_stats st;
+    char v[5000], out[5000];
+
+    (void)state;
+    assert_int_equal(fx_open(&f, 8, 0), 0);
+    fx_fill(v, sizeof(v), 4, 4);
+    assert_int_equal(fx_append(f.s, "kk", v, sizeof(v), &loc), 0);
+    assert_int_equal(nvs_flush(f.s), 0);
+    nvs_set_faults(f.s, &(struct nvs_faults){.eio_every = 2});
+    int ok = 0, eio = 0;
+    for (int i = 0; i < 10; i++) {
+        int e = fx_read(f.r, &loc, "kk", out);
+        ok += e == 0;
+        eio += e == -EIO;
+    }
+    assert_int_equal(ok, 5);
+    assert_int_equal(eio, 5);
+    nvs_set_faults(f.s, &(struct nvs_faults){.short_every = 1});
+    assert_int_equal(fx_read(f.r, &loc, "kk", out), -EIO);
+    nvs_get_stats(f.s, &st);
+    assert_int_equal(st.read_ioerr, 6);
+    nvs_set_faults(f.s, &(struct nvs_faults){0});
+    assert_int_equal(fx_read(f.r, &loc, "kk", out), 0);
+    assert_true(fx_check(out, sizeof(out), 4, 4));
+    fx_close(&f);
+}
+
+static void
+test_deadline(void **state)
+{
+    struct fx f;
+    struct nvs_ring *r1;
+    struct nvs_loc loc;
+    struct nvs_stats st;
+    char v[5000], out[5000];
+    struct nvs_read rd = {.key = "kk", .klen = 2}, rd2 = rd, *done[2];
+
+    (void)state;
+    assert_int_equal(fx_open(&f, 8, 50), 0);
+    assert_int_equal(nvs_ring_create(f.s, 1, &r1), 0);
+    fx_fill(v, sizeof(v), 5, 5);
+    assert_int_equal(fx_append(f.s, "kk", v, sizeof(v), &loc), 0);
+    assert_int_equal(nvs_flush(f.s), 0);
+    nvs_set_faults(f.s, &(struct nvs_faults){.delay_ms = 400});
+    rd.loc = loc;
+    rd2.loc = loc;
+    assert_int_equal(nvs_read_prep(r1, &rd), 0);
+    assert_int_equal(nvs_ring_submit(r1), 1);
+    uint64_t t0 = clock_nsec();
+    assert_int_equal(nvs_ring_reap(r1, done, 2, 1), 1);
+    uint64_t waited = clock_nsec() - t0;
+    assert_ptr_equal(done[0], &rd);
+    assert_int_equal(rd.res, -ETIMEDOUT);
+    assert_null(rd.value);
+    assert_true(waited < 350ull * 1000000); /* the deadline, not the I/O */
+    nvs_read_done(r1, &rd);
+    /* the slot's buffer still belongs to the delayed I/O */
+    assert_int_equal(nvs_read_prep(r1, &rd2), -EBUSY);
+    nvs_set_faults(f.s, &(struct nvs_faults){0});
+    struct timespec ts = {.tv_nsec = 500 * 1000000L};
+    nanosleep(&ts, NULL);
+    assert_int_equal(nvs_ring_reap(r1, done, 2, 0), 0); /* frees the slot */
+    assert_int_equal(fx_read(r1, &loc, "kk", out), 0);
+    assert_true(fx_check(out, sizeof(out), 5, 5));
+    nvs_get_stats(f.s, &st);
+    assert_int_equal(st.read_timeout, 1);
+    /* destroying a ring with a delayed read in flight waits for it */
+    nvs_set_faults(f.s, &(struct nvs_faults){.delay_ms = 100});
+    assert_int_equal(nvs_read_prep(r1, &rd2), 0);
+    assert_int_equal(nvs_ring_submit(r1), 1);
+    nvs_ring_destroy(r1);
+    nvs_set_faults(f.s, &(struct nvs_faults){0});
+    fx_close(&f);
+}
+
+static void
+test_ring_fd(void **state)
+{
+    struct fx f;
+    struct nvs_loc loc;
+    char v[100];
+    struct nvs_read rd = {.key = "kk", .klen = 2}, *done[2];
+    struct pollfd p;
+
+    (void)state;
+    assert_int_equal(fx_open(&f, 8, 0), 0);
+    p = (struct pollfd){.fd = nvs_ring_fd(f.r), .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 0), 0);
+    fx_fill(v, sizeof(v), 6, 6);
+    assert_int_equal(fx_append(f.s, "kk", v, sizeof(v), &loc), 0);
+    rd.loc = loc;
+    /* from the write buffer: readable at once */
+    assert_int_equal(nvs_read_prep(f.r, &rd), 0);
+    assert_int_equal(poll(&p, 1, 0), 1);
+    assert_int_equal(nvs_ring_reap(f.r, done, 2, 0), 1);
+    assert_int_equal(rd.res, 0);
+    nvs_read_done(f.r, &rd);
+    assert_int_equal(poll(&p, 1, 0), 0); /* reap drained it */
+    /* from the file: readable once the I/O completed */
+    assert_int_equal(nvs_flush(f.s), 0);
+    assert_int_equal(nvs_read_prep(f.r, &rd), 0);
+    assert_int_equal(nvs_ring_submit(f.r), 1);
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    assert_int_equal(nvs_ring_reap(f.r, done, 2, 0), 1);
+    assert_int_equal(rd.res, 0);
+    assert_true(fx_check(rd.value, sizeof(v), 6, 6));
+    nvs_read_done(f.r, &rd);
+    fx_close(&f);
+}
+
+static void
+test_ring_full(void **state)
+{
+    struct fx f;
+    struct nvs_loc loc;
+    char v[100];
+    struct nvs_read rd[9], *done[9];
+
+    (void)state;
+    assert_int_equal(fx_open(&f, 8, 0), 0);
+    fx_fill(v, sizeof(v), 8, 8);
+    assert_int_equal(fx_append(f.s, "kk", v, sizeof(v), &loc), 0);
+    assert_int_equal(nvs_flush(f.s), 0);
+    for (int i = 0; i < 9; i++) {
+        rd[i] = (struct nvs_read){.loc = loc, .key = "kk", .klen = 2};
+        assert_int_equal(nvs_read_prep(f.r, &rd[i]), i < 8 ? 0 : -EBUSY);
+    }
+    assert_int_equal(nvs_ring_submit(f.r), 8);
+    int got = 0;
+    for (int k = 0; k < 100 && got < 8; k++)
+        got += nvs_ring_reap(f.r, done + got, 8 - got, 1);
+    assert_int_equal(got, 8);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(done[i]->res, 0);
+        assert_true(fx_check(done[i]->value, sizeof(v), 8, 8));
+        nvs_read_done(f.r, done[i]);
+    }
+    fx_close(&f);
+}
+
+#define STORE_TESTS                                                            \
+    cmocka_unit_test(test_open_refuses_tmpfs),                                 \
+        cmocka_unit_test(test_open_refuses_too_large),                         \
+        cmocka_unit_test(test_open_bad_config),                                \
+        cmocka_unit_test(test_open_disk_full),                                 \
+        cmocka_unit_test(test_uring_refused_falls_back),                       \
+        cmocka_unit_test(test_read_your_write),                                \
+        cmocka_unit_test(test_wbuf_spanning_and_e2big),                        \
+        cmocka_unit_test(test_append_busy),                                    \
+        cmocka_unit_test(test_reclaim_makes_stale),                            \
+        cmocka_unit_test(test_compaction),                                     \
+        cmocka_unit_test(test_corruption_is_badmsg),                           \
+        cmocka_unit_test(test_injected_eio_and_short),                         \
+        cmocka_unit_test(test_deadline), cmocka_unit_test(test_ring_fd),       \
+        cmocka_unit_test(test_ring_full)
+
+int
+main(void)
+{
+    const struct CMUnitTest crc[] = {cmocka_unit_test(test_crc32c)};
+    const struct CMUnitTest store[] = {STORE_TESTS};
+    int rc = cmocka_run_group_tests_name("nvs crc32c", crc, NULL, NULL);
+
+    no_uring = false;
+    rc |= cmocka_run_group_tests_name("nvs io_uring", store, NULL, NULL);
+    no_uring = true;
+    rc |= cmocka_run_group_tests_name("nvs fallback", store, NULL, NULL);
+    return rc;
+}

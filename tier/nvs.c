@@ -1,0 +1,954 @@
+/*
+ * The NVMe segment store: opening the paths, segments, write buffers and
+ * their writer thread, reclaim, dead-byte accounting, stats and CRC32C.
+ * Reads are in tier/nvs_ring.c, compaction in tier/nvs_compact.c, the
+ * pread/pwrite fallback in tier/nvs_io.c; the on-medium layout in
+ * tier/nvs_layout.h.
+ *
+ * Concurrency (see tier/nvs_int.h for the whole picture):
+ *   s->lock          segment table, write buffer states, s->cur, open_seg,
+ *                    wpos, writer queue, (L) counters. Held for DRAM
+ *                    bookkeeping only: the record copy in nvs_append() and
+ *                    every write happen outside it.
+ *   seg->gen         stored (release) under s->lock when a segment is
+ *                    reclaimed or freed; loaded (acquire) without a lock by
+ *                    nvs_loc_live(), which pairs with that store
+ *   wbuf->refs       acq_rel: the appender's copy happens before the
+ *                    writer's write; whoever drops it to 0 on a sealed
+ *                    buffer queues it (under s->lock)
+ *   writer thread    owns a QUEUED buffer once it set it WRITING; gives it
+ *                    back (FREE) under s->lock and signals s->dcond
+ *   lock order       s->lock is a leaf; no callback runs under it
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* fallocate(), O_DIRECT */
+#endif
+
+#include "tier/nvs.h"
+
+#include "src/base/clock.h"
+#include "src/base/compiler.h"
+#include "src/base/err.h"
+#include "src/base/log.h"
+#include "tier/nvs_int.h"
+#include "tier/nvs_layout.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/fs.h>
+#include <linux/magic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NVS_DEF_SEG (64u << 20)
+#define NVS_DEF_WBUF (4u << 20)
+#define NVS_DEF_NWBUF 4u
+#define NVS_DEF_IO_THREADS 2u
+#define NVS_NONE UINT32_MAX
+#define NVS_WRITER_DEPTH 64 /* at most nwbuf writes in flight */
+
+/* ---- CRC32C -------------------------------------------------------------- */
+
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+static bool crc_hw;
+
+static void
+crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+        crc_table[i] = c;
+    }
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t
+crc_sse42(uint32_t c, const unsigned char *p, uint64_t n)
+{
+    uint64_t c64 = c;
+
+    while (n > 0 && ((uintptr_t)p & 7) != 0) {
+        c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c64 = __builtin_ia32_crc32di(c64, w);
+        p += 8;
+        n -= 8;
+    }
+    while (n > 0) {
+        c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
+        n--;
+    }
+    return (uint32_t)c64;
+}
+#endif
+
+static uint32_t
+crc_table_run(uint32_t c, const unsigned char *p, uint64_t n)
+{
+    while (n-- > 0)
+        c = crc_table[(c ^ *p++) & 0xff] ^ (c >> 8);
+    return c;
+}
+
+static bool crc_force_table;
+
+void
+nvs_crc32c_force_table(bool on)
+{
+    pthread_once(&crc_once, crc_init);
+    crc_force_table = on;
+}
+
+uint32_t
+nvs_crc32c(uint32_t crc, const void *p, uint64_t n)
+{
+    uint32_t c = ~crc;
+
+    pthread_once(&crc_once, crc_init);
+#if defined(__x86_64__)
+    if (crc_hw && !crc_force_table)
+        return ~crc_sse42(c, p, n);
+#endif
+    return ~crc_table_run(c, p, n);
+}
+
+/* ---- locators --------------------------------------------------------------
+ */
+
+bool
+nvs_loc_live(const struct nvs *s, const struct nvs_loc *loc)
+{
+    if (loc->seg >= s->nsegs)
+        return false;
+    /* Pairs with the release store in seg_bump_gen_locked(). */
+    return atomic_load_explicit(&s->seg[loc->seg].gen, memory_order_acquire) ==
+           loc->gen;
+}
+
+uint64_t
+nvs_loc_foff(const struct nvs *s, const struct nvs_loc *loc)
+{
+    return s->seg[loc->seg].foff + loc->off;
+}
+
+int
+nvs_loc_fd(const struct nvs *s, const struct nvs_loc *loc)
+{
+    return s->fd[s->seg[loc->seg].path];
+}
+
+/* ---- latency histogram
+ * ---------------------------------------------------------- */
+
+/* Log-linear buckets: exact below 8 ns, then 8 per power of two. */
+static unsigned
+hist_index(uint64_t v)
+{
+    if (v < 8)
+        return (unsigned)v;
+    unsigned e = 63u - (unsigned)__builtin_clzll(v);
+    return (e - 2) * 8 + (unsigned)((v >> (e - 3)) & 7);
+}
+
+static uint64_t
+hist_value(unsigned idx)
+{
+    if (idx < 8)
+        return idx;
+    unsigned e = idx / 8 + 2, m = idx % 8;
+    /* middle of the bucket */
+    return ((8ull + m) << (e - 3)) + ((1ull << (e - 3)) >> 1);
+}
+
+void
+nvs_hist_add(struct nvs *s, uint64_t ns)
+{
+    atomic_fetch_add_explicit(&s->hist[hist_index(ns)], 1,
+                              memory_order_relaxed);
+}
+
+/* ---- segments (s->lock held)
+ * -------------------------------------------------- */
+
+static void
+seg_bump_gen_locked(struct nvs *s, struct nvs_seg *g)
+{
+    uint32_t gen = atomic_load_explicit(&g->gen, memory_order_relaxed) + 1;
+
+    if (gen == 0)
+        gen = 1;
+    /* Pairs with the acquire load in nvs_loc_live(). */
+    atomic_store_explicit(&g->gen, gen, memory_order_release);
+    (void)s;
+}
+
+static void
+seg_reset_locked(struct nvs_seg *g)
+{
+    g->used = g->dead = g->nrec = g->ndead = 0;
+    g->wend = 0;
+}
+
+/* A segment to open: the lowest free one, else the oldest sealed one with
+ * no write pending (reclaimed: its generation moves on, its records are
+ * lost). NVS_NONE when there is none. */
+static uint32_t
+seg_take_locked(struct nvs *s)
+{
+    uint32_t best = NVS_NONE;
+
+    for (uint32_t i = 0; i < s->nsegs; i++)
+        if (s->seg[i].state == NVS_SEG_FREE)
+            return i;
+    for (uint32_t i = 0; i < s->nsegs; i++) {
+        struct nvs_seg *g = &s->seg[i];
+        if (g->state == NVS_SEG_SEALED && g->pending == 0 &&
+            (best == NVS_NONE || g->seal_seq < s->seg[best].seal_seq))
+            best = i;
+    }
+    if (best != NVS_NONE) {
+        struct nvs_seg *g = &s->seg[best];
+        s->page_reclaims++;
+        s->objects_lost += g->nrec - MIN(g->ndead, g->nrec);
+        seg_bump_gen_locked(s, g);
+        seg_reset_locked(g);
+        g->state = NVS_SEG_FREE;
+    }
+    return best;
+}
+
+/* ---- write buffers
+ * ------------------------------------------------------------ */
+
+static void
+wbuf_queue_locked(struct nvs *s, struct nvs_wbuf *w)
+{
+    w->state = NVS_WB_QUEUED;
+    w->next = NULL;
+    if (s->wq_tail != NULL)
+        s->wq_tail->next = w;
+    else
+        s->wq_head = w;
+    s->wq_tail = w;
+    pthread_cond_signal(&s->wcond);
+}
+
+/* Drop one reference to w; the last one on a sealed buffer queues it.
+ * Locks: s->lock held when locked is true, taken otherwise if needed. */
+static void
+wbuf_unref(struct nvs *s, struct nvs_wbuf *w, bool locked)
+{
+    /* acq_rel: this thread's copy into w happens before the writer reads
+     * it; pairs with the same operation of the other copiers. */
+    if (atomic_fetch_sub_explicit(&w->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (!locked)
+        lock_acquire(&s->lock);
+    wbuf_queue_locked(s, w);
+    if (!locked)
+        lock_release(&s->lock);
+}
+
+/* Seal s->cur: no more reservations; the next buffer starts after its
+ * last block. */
+static void
+wbuf_seal_cur_locked(struct nvs *s)
+{
+    struct nvs_wbuf *w = s->cur;
+
+    if (w == NULL)
+        return;
+    s->cur = NULL;
+    s->wpos = w->seg_off + (uint32_t)ALIGN_UP(w->fill, NVS_BLOCK);
+    w->state = NVS_WB_SEALED;
+    wbuf_unref(s, w, true);
+}
+
+static struct nvs_wbuf *
+wbuf_find_free_locked(struct nvs *s)
+{
+    for (unsigned i = 0; i < s->cfg.nwbuf; i++)
+        if (s->wb[i].state == NVS_WB_FREE)
+            return &s->wb[i];
+    return NULL;
+}
+
+/* Make s->cur a buffer with room for rec bytes: seal the current one, open
+ * a new segment when this one cannot take the record. -EAGAIN when no
+ * buffer or no segment is available right now. */
+static int
+wbuf_next_locked(struct nvs *s, uint64_t rec)
+{
+    struct nvs_wbuf *w = wbuf_find_free_locked(s);
+
+    if (w == NULL)
+        return -EAGAIN;
+    wbuf_seal_cur_locked(s);
+    if (s->open_seg == NVS_NONE || s->wpos + rec > s->cfg.seg_size) {
+        uint32_t n = seg_take_locked(s);
+        if (n == NVS_NONE)
+            return -EAGAIN;
+        if (s->open_seg != NVS_NONE) {
+            s->seg[s->open_seg].state = NVS_SEG_SEALED;
+            s->seg[s->open_seg].seal_seq = ++s->seal_seq;
+        }
+        s->open_seg = n;
+        s->seg[n].state = NVS_SEG_OPEN;
+        s->wpos = 0;
+    }
+    struct nvs_seg *g = &s->seg[s->open_seg];
+    w->seg = s->open_seg;
+    w->gen = atomic_load_explicit(&g->gen, memory_order_relaxed);
+    w->seg_off = s->wpos;
+    w->cap = MIN(s->cfg.wbuf_size, s->cfg.seg_size - s->wpos);
+    w->fill = 0;
+    if (s->wpos == 0) {
+        struct nvs_seg_header h = {
+            .magic = NVS_SEG_MAGIC,
+            .version = NVS_LAYOUT_VERSION,
+            .seg = w->seg,
+            .gen = w->gen,
+            .seg_size = s->cfg.seg_size,
+            .opened_unix = clock_now(),
+        };
+        h.crc = nvs_crc32c(0, &h, offsetof(struct nvs_seg_header, crc));
+        memset(w->buf, 0, NVS_SEG_HDR_SIZE);
+        memcpy(w->buf, &h, sizeof(h));
+        w->fill = NVS_SEG_HDR_SIZE;
+    }
+    atomic_store_explicit(&w->refs, 1, memory_order_relaxed);
+    w->state = NVS_WB_FILLING;
+    g->pending++;
+    s->cur = w;
+    return 0;
+}
+
+int
+nvs_append(struct nvs *s, const void *key, uint8_t klen,
+           const struct iovec *val, int niov, struct nvs_loc *out)
+{
+    uint64_t vlen = 0;
+    uint32_t crc = nvs_crc32c(0, key, klen);
+
+    for (int i = 0; i < niov; i++) {
+        vlen += val[i].iov_len;
+        crc = nvs_crc32c(crc, val[i].iov_base, val[i].iov_len);
+    }
+    uint64_t rec = nvs_rec_size(klen, vlen);
+    if (rec > s->cfg.wbuf_size - NVS_SEG_HDR_SIZE)
+        return -E2BIG;
+
+    lock_acquire(&s->lock);
+    struct nvs_wbuf *w = s->cur;
+    if (w == NULL || w->fill + rec > w->cap) {
+        int r = wbuf_next_locked(s, rec);
+        if (r < 0) {
+            lock_release(&s->lock);
+            atomic_fetch_add_explicit(&s->append_busy, 1, memory_order_relaxed);
+            return r;
+        }
+        w = s->cur;
+    }
+    uint32_t off = w->fill;
+    w->fill += (uint32_t)rec;
+    atomic_fetch_add_explicit(&w->refs, 1, memory_order_relaxed);
+    struct nvs_seg *g = &s->seg[w->seg];
+    g->used += rec;
+    g->nrec++;
+    *out = (struct nvs_loc){
+        .seg = w->seg,
+        .gen = w->gen,
+        .off = w->seg_off + off,
+        .vlen = (uint32_t)vlen,
+        .crc = crc,
+    };
+    lock_release(&s->lock);
+
+    /* The reserved range is this thread's alone until the unref. */
+    char *p = w->buf + off;
+    struct nvs_rec_header h = {
+        .magic = NVS_REC_MAGIC,
+        .gen = out->gen,
+        .vlen = (uint32_t)vlen,
+        .klen = klen,
+        .crc = crc,
+    };
+    memcpy(p, &h, sizeof(h));
+    p += sizeof(h);
+    memcpy(p, key, klen);
+    p += klen;
+    for (int i = 0; i < niov; i++) {
+        memcpy(p, val[i].iov_base, val[i].iov_len);
+        p += val[i].iov_len;
+    }
+    memset(p, 0, (size_t)(w->buf + off + rec - p)); /* padding */
+    atomic_fetch_add_explicit(&s->objects_written, 1, memory_order_relaxed);
+    wbuf_unref(s, w, false);
+    return 0;
+}
+
+bool
+nvs_wbuf_copy(struct nvs *s, const struct nvs_loc *loc, void *dst,
+              uint32_t size)
+{
+    bool found = false;
+
+    lock_acquire(&s->lock);
+    for (unsigned i = 0; i < s->cfg.nwbuf && !found; i++) {
+        struct nvs_wbuf *w = &s->wb[i];
+        if (w->state == NVS_WB_FREE || w->seg != loc->seg ||
+            w->gen != loc->gen || loc->off < w->seg_off ||
+            (uint64_t)loc->off + size > (uint64_t)w->seg_off + w->fill)
+            continue;
+        memcpy(dst, w->buf + (loc->off - w->seg_off), size);
+        found = true;
+    }
+    lock_release(&s->lock);
+    return found;
+}
+
+/* Every buffer sealed so far is on the medium. Locks: s->lock held. */
+static bool
+wbuf_all_written_locked(struct nvs *s)
+{
+    for (unsigned i = 0; i < s->cfg.nwbuf; i++) {
+        int st = s->wb[i].state;
+        if (st == NVS_WB_SEALED || st == NVS_WB_QUEUED || st == NVS_WB_WRITING)
+            return false;
+    }
+    return true;
+}
+
+int
+nvs_flush(struct nvs *s)
+{
+    lock_acquire(&s->lock);
+    if (s->cur != NULL && s->cur->fill > 0)
+        wbuf_seal_cur_locked(s);
+    while (!wbuf_all_written_locked(s))
+        pthread_cond_wait(&s->dcond, &s->lock.mutex);
+    lock_release(&s->lock);
+    return 0;
+}
+
+void
+nvs_release(struct nvs *s, const struct nvs_loc *loc)
+{
+    if (loc->seg >= s->nsegs)
+        return;
+    lock_acquire(&s->lock);
+    struct nvs_seg *g = &s->seg[loc->seg];
+    if (atomic_load_explicit(&g->gen, memory_order_relaxed) == loc->gen &&
+        g->state != NVS_SEG_FREE) {
+        /* The key length is not in the locator: count header and value. */
+        g->dead = MIN(g->used, g->dead + nvs_rec_size(0, loc->vlen));
+        g->ndead++;
+    }
+    lock_release(&s->lock);
+}
+
+/* ---- the writer thread
+ * --------------------------------------------------------- */
+
+static int
+writer_write_uring(struct nvs *s, struct nvs_wbuf **batch, unsigned n, int *res)
+{
+    for (unsigned i = 0; i < n; i++) {
+        struct nvs_wbuf *w = batch[i];
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&s->wring);
+        struct nvs_loc at = {.seg = w->seg, .off = w->seg_off};
+        io_uring_prep_write(sqe, nvs_loc_fd(s, &at), w->buf,
+                            (unsigned)ALIGN_UP(w->fill, NVS_BLOCK),
+                            nvs_loc_foff(s, &at));
+        io_uring_sqe_set_data64(sqe, i);
+        res[i] = -EINPROGRESS;
+    }
+    unsigned sent = 0;
+    while (sent < n) {
+        int r = io_uring_submit(&s->wring);
+        if (r == -EINTR || r == -EAGAIN)
+            continue;
+        if (r <= 0) {
+            /* The ring is unusable: the writer goes on with pwrite. The
+             * unsent entries stay queued, so the ring is never used again. */
+            log_error("nvs: io_uring submit for the writer failed: %s",
+                      strerror(-r));
+            s->wring_dead = true;
+            break;
+        }
+        sent += (unsigned)r;
+    }
+    for (unsigned got = 0; got < sent;) {
+        struct io_uring_cqe *cqe;
+        int e = io_uring_wait_cqe(&s->wring, &cqe);
+        if (e == -EINTR)
+            continue;
+        if (e < 0)
+            return e;
+        uint64_t i = io_uring_cqe_get_data64(cqe);
+        struct nvs_wbuf *w = batch[i];
+        uint32_t len = (uint32_t)ALIGN_UP(w->fill, NVS_BLOCK);
+        if (cqe->res == (int)len)
+            res[i] = 0;
+        else if (cqe->res >= 0) /* short: write the rest directly */
+            res[i] = nvs_io_pwrite_all(
+                s->fd[s->seg[w->seg].path], w->buf + cqe->res,
+                len - (uint32_t)cqe->res,
+                s->seg[w->seg].foff + w->seg_off + (uint32_t)cqe->res);
+        else
+            res[i] = cqe->res;
+        io_uring_cqe_seen(&s->wring, cqe);
+        got++;
+    }
+    return 0;
+}
+
+static void *
+writer_main(void *arg)
+{
+    struct nvs *s = arg;
+    struct nvs_wbuf *batch[NVS_WRITER_DEPTH];
+    int res[NVS_WRITER_DEPTH];
+
+    lock_acquire(&s->lock);
+    for (;;) {
+        while (s->wq_head == NULL && !s->stop)
+            pthread_cond_wait(&s->wcond, &s->lock.mutex);
+        if (s->wq_head == NULL)
+            break;
+        unsigned n = 0;
+        while (s->wq_head != NULL && n < ARRAY_SIZE(batch)) {
+            struct nvs_wbuf *w = s->wq_head;
+            s->wq_head = w->next;
+            w->state = NVS_WB_WRITING;
+            batch[n++] = w;
+        }
+        if (s->wq_head == NULL)
+            s->wq_tail = NULL;
+        lock_release(&s->lock);
+
+        uint32_t wdelay =
+            atomic_load_explicit(&s->f_wdelay, memory_order_relaxed);
+        if (wdelay > 0) {
+            struct timespec ts = {.tv_sec = wdelay / 1000,
+                                  .tv_nsec = (long)(wdelay % 1000) * 1000000};
+            while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+        }
+        /* The zero tail up to the block end tells a scan where to skip. */
+        for (unsigned i = 0; i < n; i++) {
+            struct nvs_wbuf *w = batch[i];
+            uint32_t len = (uint32_t)ALIGN_UP(w->fill, NVS_BLOCK);
+            memset(w->buf + w->fill, 0, len - w->fill);
+            res[i] = -EINPROGRESS;
+        }
+        int r = 0;
+        if (s->uring && !s->wring_dead)
+            r = writer_write_uring(s, batch, n, res);
+        for (unsigned i = 0; i < n; i++) {
+            struct nvs_wbuf *w = batch[i];
+            uint32_t len = (uint32_t)ALIGN_UP(w->fill, NVS_BLOCK);
+            if (res[i] == -EINPROGRESS) /* fallback, or the ring failed */
+                res[i] =
+                    nvs_io_pwrite_all(s->fd[s->seg[w->seg].path], w->buf, len,
+                                      s->seg[w->seg].foff + w->seg_off);
+            if (res[i] < 0) {
+                atomic_fetch_add_explicit(&s->write_errors, 1,
+                                          memory_order_relaxed);
+                log_error("nvs: writing %u bytes to segment %u failed: %s", len,
+                          w->seg, strerror(-res[i]));
+            } else {
+                atomic_fetch_add_explicit(&s->bytes_written, len,
+                                          memory_order_relaxed);
+            }
+        }
+        (void)r;
+
+        lock_acquire(&s->lock);
+        for (unsigned i = 0; i < n; i++) {
+            struct nvs_wbuf *w = batch[i];
+            struct nvs_seg *g = &s->seg[w->seg];
+            g->pending--;
+            g->wend = MAX(g->wend,
+                          w->seg_off + (uint32_t)ALIGN_UP(w->fill, NVS_BLOCK));
+            w->state = NVS_WB_FREE;
+        }
+        pthread_cond_broadcast(&s->dcond);
+    }
+    lock_release(&s->lock);
+    return NULL;
+}
+
+/* ---- open and close
+ * ------------------------------------------------------------ */
+
+static void
+nvs_config_defaults(struct nvs_config *c)
+{
+    if (c->seg_size == 0)
+        c->seg_size = NVS_DEF_SEG;
+    if (c->wbuf_size == 0)
+        c->wbuf_size = MIN(NVS_DEF_WBUF, c->seg_size);
+    if (c->nwbuf == 0)
+        c->nwbuf = NVS_DEF_NWBUF;
+    if (c->io_threads == 0)
+        c->io_threads = NVS_DEF_IO_THREADS;
+}
+
+static int
+nvs_check_config(const struct nvs_config *c)
+{
+    if (c->npaths == 0 || c->npaths > NVS_MAX_PATHS) {
+        err_set("the NVMe store needs 1 to %d paths (got %u)", NVS_MAX_PATHS,
+                c->npaths);
+        return -EINVAL;
+    }
+    if (c->wbuf_size < 2 * NVS_BLOCK || c->wbuf_size % NVS_BLOCK != 0) {
+        err_set("ext_wbuf_size %u is not a multiple of 4 KiB of at least "
+                "8 KiB",
+                c->wbuf_size);
+        return -EINVAL;
+    }
+    if (c->seg_size % c->wbuf_size != 0) {
+        err_set("ext_page_size %u is not a multiple of ext_wbuf_size %u",
+                c->seg_size, c->wbuf_size);
+        return -EINVAL;
+    }
+    if (c->nwbuf < 2 || c->nwbuf > 64) {
+        err_set("the NVMe store needs 2 to 64 write buffers (got %u)",
+                c->nwbuf);
+        return -EINVAL;
+    }
+    for (unsigned i = 0; i < c->npaths; i++) {
+        if (c->path[i] == NULL || c->path[i][0] == '\0') {
+            err_set("NVMe store path %u is empty", i);
+            return -EINVAL;
+        }
+        if (c->size[i] < c->seg_size) {
+            err_set("%s: size %" PRIu64 " is below one segment of %u bytes",
+                    c->path[i], c->size[i], c->seg_size);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* Open one path: refuse tmpfs and paths without O_DIRECT, check the size
+ * fits, fallocate a regular file. */
+static int
+nvs_open_path(struct nvs *s, unsigned i)
+{
+    const char *path = s->cfg.path[i];
+    uint64_t size = s->cfg.size[i];
+    struct stat st;
+    bool existed = stat(path, &st) == 0;
+
+    if (existed && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+        err_set("%s: not a regular file or block device", path);
+        return -EINVAL;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        if (e == EINVAL)
+            err_set("%s: the file system refuses O_DIRECT; the NVMe store "
+                    "needs a file on a disk or a block device",
+                    path);
+        else
+            err_set("%s: cannot open: %s", path, strerror(e));
+        return -e;
+    }
+    s->fd[i] = fd;
+    s->created[i] = !existed;
+    struct statfs fs;
+    if (fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+        err_set("%s: is on tmpfs (memory, not flash); the NVMe store needs "
+                "a file on a disk or a block device",
+                path);
+        return -EINVAL;
+    }
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        err_set("%s: cannot stat: %s", path, strerror(e));
+        return -e;
+    }
+    if (S_ISBLK(st.st_mode)) {
+        uint64_t dev = 0;
+        if (ioctl(fd, BLKGETSIZE64, &dev) < 0) {
+            int e = errno;
+            err_set("%s: cannot read the device size: %s", path, strerror(e));
+            return -e;
+        }
+        if (dev < size) {
+            err_set("%s: size %" PRIu64 " does not fit the device's %" PRIu64
+                    " bytes",
+                    path, size, dev);
+            return -ENOSPC;
+        }
+        return 0;
+    }
+    struct statvfs vfs;
+    if (fstatvfs(fd, &vfs) == 0) {
+        uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+        uint64_t have = (uint64_t)st.st_blocks * 512;
+        if (size > have && size - have > avail) {
+            err_set("%s: size %" PRIu64 " does not fit the %" PRIu64
+                    " bytes free on its file system",
+                    path, size, avail + have);
+            return -ENOSPC;
+        }
+    }
+    if (fallocate(fd, 0, 0, (off_t)size) < 0) {
+        int e = errno;
+        if (e == ENOSPC)
+            err_set("%s: the disk is full (fallocate of %" PRIu64
+                    " bytes failed)",
+                    path, size);
+        else
+            err_set("%s: fallocate of %" PRIu64 " bytes failed: %s", path, size,
+                    strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
+static void
+nvs_free(struct nvs *s, bool unlink_created)
+{
+    for (unsigned i = 0; i < s->cfg.npaths; i++) {
+        if (s->fd[i] >= 0)
+            close(s->fd[i]);
+        if (unlink_created && s->created[i])
+            unlink(s->cfg.path[i]);
+    }
+    if (s->wb != NULL)
+        for (unsigned i = 0; i < s->cfg.nwbuf; i++)
+            free(s->wb[i].buf);
+    free(s->wb);
+    free(s->seg);
+    free(s->comp_buf);
+    free(s);
+}
+
+static int
+nvs_setup_segments(struct nvs *s)
+{
+    uint64_t n = 0;
+
+    for (unsigned i = 0; i < s->cfg.npaths; i++)
+        n += s->cfg.size[i] / s->cfg.seg_size;
+    if (n < 2 || n > UINT32_MAX / 2) {
+        err_set("the NVMe store needs at least 2 segments of %u bytes "
+                "(has %" PRIu64 ")",
+                s->cfg.seg_size, n);
+        return -EINVAL;
+    }
+    s->nsegs = (uint32_t)n;
+    s->seg = calloc(n, sizeof(*s->seg));
+    if (s->seg == NULL) {
+        err_set("out of memory for %" PRIu64 " segment descriptors", n);
+        return -ENOMEM;
+    }
+    /* Generations start from the clock so that records of an earlier run
+     * never match a locator of this one. */
+    uint32_t gen0 = (uint32_t)time(NULL) * 2654435761u;
+    uint32_t k = 0;
+    for (unsigned i = 0; i < s->cfg.npaths; i++)
+        for (uint64_t j = 0; j < s->cfg.size[i] / s->cfg.seg_size; j++) {
+            struct nvs_seg *g = &s->seg[k];
+            atomic_init(&g->gen, (gen0 + k) | 1u);
+            g->path = (uint8_t)i;
+            g->foff = j * s->cfg.seg_size;
+            k++;
+        }
+    s->wb = calloc(s->cfg.nwbuf, sizeof(*s->wb));
+    if (s->wb == NULL) {
+        err_set("out of memory for the NVMe write buffers");
+        return -ENOMEM;
+    }
+    for (unsigned i = 0; i < s->cfg.nwbuf; i++) {
+        if (posix_memalign((void **)&s->wb[i].buf, NVS_BLOCK,
+                           s->cfg.wbuf_size) != 0) {
+            err_set("out of memory for %u write buffers of %u bytes",
+                    s->cfg.nwbuf, s->cfg.wbuf_size);
+            return -ENOMEM;
+        }
+        atomic_init(&s->wb[i].refs, 0);
+    }
+    return 0;
+}
+
+int
+nvs_open(const struct nvs_config *cfg, struct nvs **out)
+{
+    struct nvs *s = calloc(1, sizeof(*s));
+    int r;
+
+    if (s == NULL) {
+        err_set("out of memory for the NVMe store");
+        return -ENOMEM;
+    }
+    s->cfg = *cfg;
+    for (unsigned i = 0; i < NVS_MAX_PATHS; i++)
+        s->fd[i] = -1;
+    nvs_config_defaults(&s->cfg);
+    if ((r = nvs_check_config(&s->cfg)) < 0)
+        goto err_free;
+    for (unsigned i = 0; i < s->cfg.npaths; i++)
+        if ((r = nvs_open_path(s, i)) < 0)
+            goto err_free;
+    if ((r = nvs_setup_segments(s)) < 0)
+        goto err_free;
+    s->open_seg = NVS_NONE;
+    s->comp_seg = NVS_NONE;
+
+    s->uring = !s->cfg.no_uring;
+    if (s->uring) {
+        r = io_uring_queue_init(NVS_WRITER_DEPTH, &s->wring, 0);
+        if (r == -ENOSYS || r == -EPERM) {
+            s->uring = false;
+            nvs_io_log_fallback(strerror(-r));
+        } else if (r < 0) {
+            err_set("io_uring setup for the NVMe writer failed: %s",
+                    strerror(-r));
+            goto err_free;
+        }
+    }
+    if ((r = nvs_io_setup(s)) < 0)
+        goto err_ring;
+    lock_init(&s->lock, LOCK_RANK_NVS);
+    pthread_cond_init(&s->wcond, NULL);
+    pthread_cond_init(&s->dcond, NULL);
+    r = -pthread_create(&s->writer, NULL, writer_main, s);
+    if (r < 0) {
+        err_set("cannot start the NVMe writer thread: %s", strerror(-r));
+        goto err_io;
+    }
+    *out = s;
+    return 0;
+
+err_io:
+    pthread_cond_destroy(&s->wcond);
+    pthread_cond_destroy(&s->dcond);
+    lock_fini(&s->lock);
+    nvs_io_teardown(s);
+err_ring:
+    if (s->uring)
+        io_uring_queue_exit(&s->wring);
+err_free:
+    nvs_free(s, true);
+    return r;
+}
+
+void
+nvs_close(struct nvs *s)
+{
+    if (s == NULL)
+        return;
+    nvs_flush(s);
+    lock_acquire(&s->lock);
+    s->stop = true;
+    pthread_cond_signal(&s->wcond);
+    lock_release(&s->lock);
+    pthread_join(s->writer, NULL);
+    nvs_io_teardown(s);
+    if (s->uring)
+        io_uring_queue_exit(&s->wring);
+    pthread_cond_destroy(&s->wcond);
+    pthread_cond_destroy(&s->dcond);
+    lock_fini(&s->lock);
+    nvs_free(s, false);
+}
+
+/* ---- figures and faults
+ * --------------------------------------------------------- */
+
+static uint64_t
+hist_quantile(const uint64_t *h, uint64_t total, double q)
+{
+    uint64_t want = (uint64_t)(q * (double)total), seen = 0;
+
+    if (total == 0)
+        return 0;
+    for (unsigned i = 0; i < NVS_HIST_BUCKETS; i++) {
+        seen += h[i];
+        if (seen > want)
+            return hist_value(i);
+    }
+    return hist_value(NVS_HIST_BUCKETS - 1);
+}
+
+#define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+
+void
+nvs_get_stats(struct nvs *s, struct nvs_stats *o)
+{
+    uint64_t h[NVS_HIST_BUCKETS], total = 0;
+
+    memset(o, 0, sizeof(*o));
+    lock_acquire(&s->lock);
+    o->segs_total = s->nsegs;
+    o->bytes_total = (uint64_t)s->nsegs * s->cfg.seg_size;
+    for (uint32_t i = 0; i < s->nsegs; i++) {
+        const struct nvs_seg *g = &s->seg[i];
+        if (g->state == NVS_SEG_FREE) {
+            o->segs_free++;
+            continue;
+        }
+        o->bytes_used += g->used;
+        o->bytes_dead += g->dead;
+    }
+    o->page_reclaims = s->page_reclaims;
+    o->objects_lost = s->objects_lost;
+    o->compact_runs = s->compact_runs;
+    o->compact_rescues = s->compact_rescues;
+    o->compact_skipped = s->compact_skipped;
+    lock_release(&s->lock);
+    o->bytes_written = LOAD(s->bytes_written);
+    o->objects_written = LOAD(s->objects_written);
+    o->bytes_read = LOAD(s->bytes_read);
+    o->objects_read = LOAD(s->objects_read);
+    o->append_busy = LOAD(s->append_busy);
+    o->read_badcrc = LOAD(s->read_badcrc);
+    o->read_ioerr = LOAD(s->read_ioerr);
+    o->read_timeout = LOAD(s->read_timeout);
+    o->read_stale = LOAD(s->read_stale);
+    o->write_errors = LOAD(s->write_errors);
+    for (unsigned i = 0; i < NVS_HIST_BUCKETS; i++) {
+        h[i] = LOAD(s->hist[i]);
+        total += h[i];
+    }
+    o->read_lat_p50_ns = hist_quantile(h, total, 0.50);
+    o->read_lat_p99_ns = hist_quantile(h, total, 0.99);
+    o->read_lat_p999_ns = hist_quantile(h, total, 0.999);
+    o->uring = s->uring;
+}
+
+void
+nvs_set_faults(struct nvs *s, const struct nvs_faults *f)
+{
+    atomic_store_explicit(&s->f_eio, f->eio_every, memory_order_relaxed);
+    atomic_store_explicit(&s->f_short, f->short_every, memory_order_relaxed);
+    atomic_store_explicit(&s->f_delay, f->delay_ms, memory_order_relaxed);
+    atomic_store_explicit(&s->f_wdelay, f->write_delay_ms,
+                          memory_order_relaxed);
+    atomic_store_explicit(&s->f_seq, 0, memory_order_relaxed);
+}

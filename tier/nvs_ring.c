@@ -1,0 +1,561 @@
+/*
+ * Reads from the NVMe store: a per-thread struct nvs_ring over the
+ * thread's own io_uring (or the fallback's pread pool, tier/nvs_io.c).
+ * Each queued read owns a slot with a 4 KiB-aligned buffer; the read
+ * covers the record's 4 KiB-aligned range, and the record is checked on
+ * completion (generation, magic, key, lengths, CRC32C) before its value is
+ * handed out.
+ *
+ * Concurrency:
+ *   struct nvs_ring  the creating thread only (asserted in debug builds),
+ *                    except r->cdone, which fallback pool threads push to
+ *                    under r->cmu
+ *   a slot's buffer  the kernel's (or a pool thread's) from submit until
+ *                    its completion arrives, even when the read timed out
+ *                    (the slot is then ABANDONED, not reused, until then)
+ *   store state      only through nvs_loc_live() (lock-free) and
+ *                    nvs_wbuf_copy() (takes s->lock); counters are atomics
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include "src/base/clock.h"
+#include "src/base/compiler.h"
+#include "src/base/err.h"
+#include "tier/nvs_int.h"
+#include "tier/nvs_layout.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+enum nvs_slot_state {
+    SLOT_FREE = 0,
+    SLOT_PREPPED,   /* I/O queued, not submitted */
+    SLOT_INFLIGHT,  /* I/O submitted */
+    SLOT_READY,     /* result known, in the ready queue */
+    SLOT_REAPED,    /* handed to the caller, until nvs_read_done */
+    SLOT_ABANDONED, /* timed out; the I/O still owns the buffer */
+};
+
+struct nvs_slot {
+    struct nvs_io_job job; /* fallback; first, see slot_of_job() */
+    struct nvs_ring *ring;
+    struct nvs_read *rd; /* NULL once abandoned */
+    char *buf;
+    uint32_t cap;  /* bytes of buf */
+    uint32_t len;  /* bytes read: the record's aligned range */
+    uint32_t skip; /* record offset in buf */
+    uint32_t size; /* record bytes */
+    int state;
+    int res; /* the I/O's byte count or -errno */
+    uint64_t t0, deadline;
+    struct __kernel_timespec delay; /* injected delay (linked timeout) */
+    struct nvs_slot *cnext;
+};
+
+struct nvs_ring {
+    struct nvs *s;
+    unsigned depth;
+    bool uring;
+    int efd;
+    struct io_uring ring;
+    struct nvs_slot *slot;
+    unsigned *ready; /* FIFO of slot indexes, depth entries */
+    unsigned rhead, rcount;
+    unsigned nio;      /* slots INFLIGHT or ABANDONED */
+    unsigned nprepped; /* slots PREPPED */
+    unsigned hint;     /* where to look for a free slot */
+    bool fd_used;      /* nvs_ring_fd() was called: reap drains efd */
+    struct nvs_read *tout_head, *tout_tail; /* timed out, not yet reaped */
+    pthread_t owner;
+    pthread_mutex_t cmu;    /* fallback completions */
+    struct nvs_slot *cdone; /* guarded by cmu */
+};
+
+#define ASSERT_OWNER(r) assert(pthread_equal((r)->owner, pthread_self()))
+
+static void
+ring_kick(struct nvs_ring *r)
+{
+    uint64_t one = 1;
+    ssize_t n = write(r->efd, &one, sizeof(one));
+    (void)n; /* EAGAIN: the counter is already non-zero */
+}
+
+static void
+ring_ready_push(struct nvs_ring *r, struct nvs_slot *sl)
+{
+    sl->state = SLOT_READY;
+    r->ready[(r->rhead + r->rcount) % r->depth] = (unsigned)(sl - r->slot);
+    r->rcount++;
+}
+
+/* A fallback job finished on a pool thread. */
+static void
+ring_job_done(struct nvs_io_job *job)
+{
+    struct nvs_slot *sl = (struct nvs_slot *)job; /* job is the first member */
+    struct nvs_ring *r = sl->ring;
+
+    /* Kick under cmu: once the owner saw this completion (under cmu) it
+     * may destroy the ring, so nothing of r is touched after the unlock. */
+    pthread_mutex_lock(&r->cmu);
+    sl->cnext = r->cdone;
+    r->cdone = sl;
+    ring_kick(r);
+    pthread_mutex_unlock(&r->cmu);
+}
+
+int
+nvs_ring_create(struct nvs *s, unsigned depth, struct nvs_ring **out)
+{
+    struct nvs_ring *r = calloc(1, sizeof(*r));
+    int e;
+
+    if (r == NULL || depth == 0 || depth > 4096) {
+        free(r);
+        err_set("cannot create an NVMe read ring of depth %u", depth);
+        return depth == 0 || depth > 4096 ? -EINVAL : -ENOMEM;
+    }
+    r->s = s;
+    r->depth = depth;
+    r->owner = pthread_self();
+    pthread_mutex_init(&r->cmu, NULL);
+    r->slot = calloc(depth, sizeof(*r->slot));
+    r->ready = calloc(depth, sizeof(*r->ready));
+    if (r->slot == NULL || r->ready == NULL) {
+        e = -ENOMEM;
+        err_set("out of memory for an NVMe read ring of depth %u", depth);
+        goto err_free;
+    }
+    for (unsigned i = 0; i < depth; i++)
+        r->slot[i].ring = r;
+    r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (r->efd < 0) {
+        e = -errno;
+        err_set("cannot create an eventfd for an NVMe read ring: %s",
+                strerror(-e));
+        goto err_free;
+    }
+    r->uring = s->uring;
+    if (r->uring) {
+        /* Two entries per read: an injected delay is a linked timeout. */
+        e = io_uring_queue_init(2 * depth, &r->ring, 0);
+        if (e == -ENOSYS || e == -EPERM) {
+            err_set("io_uring refused for a read ring (%s) while the store "
+                    "uses it",
+                    strerror(-e));
+            goto err_efd;
+        }
+        if (e < 0) {
+            err_set("io_uring setup for an NVMe read ring failed: %s",
+                    strerror(-e));
+            goto err_efd;
+        }
+        e = io_uring_register_eventfd(&r->ring, r->efd);
+        if (e < 0) {
+            err_set("io_uring eventfd registration failed: %s", strerror(-e));
+            io_uring_queue_exit(&r->ring);
+            goto err_efd;
+        }
+    }
+    *out = r;
+    return 0;
+
+err_efd:
+    close(r->efd);
+err_free:
+    pthread_mutex_destroy(&r->cmu);
+    free(r->slot);
+    free(r->ready);
+    free(r);
+    return e;
+}
+
+int
+nvs_ring_fd(const struct nvs_ring *r)
+{
+    /* From now on reap drains the eventfd, so that a level-triggered epoll
+     * does not wake for completions already collected. (The ring itself
+     * is never const: nvs_ring_create() allocated it.) */
+    ((struct nvs_ring *)r)->fd_used = true;
+    return r->efd;
+}
+
+/* ---- completion
+ * ----------------------------------------------------------------- */
+
+/* Check the record in sl's buffer against rd: 0 or the read's error. */
+static int
+ring_check(struct nvs *s, struct nvs_slot *sl, struct nvs_read *rd, int got)
+{
+    if (got < 0 || (uint32_t)got < sl->skip + sl->size) {
+        atomic_fetch_add_explicit(&s->read_ioerr, 1, memory_order_relaxed);
+        return -EIO;
+    }
+    if (!nvs_loc_live(s, &rd->loc)) {
+        atomic_fetch_add_explicit(&s->read_stale, 1, memory_order_relaxed);
+        return -ESTALE;
+    }
+    const char *p = sl->buf + sl->skip;
+    struct nvs_rec_header h;
+    memcpy(&h, p, sizeof(h));
+    const char *key = p + sizeof(h);
+    bool ok = h.magic == NVS_REC_MAGIC && h.gen == rd->loc.gen &&
+              h.klen == rd->klen && h.vlen == rd->loc.vlen &&
+              h.crc == rd->loc.crc && memcmp(key, rd->key, rd->klen) == 0 &&
+              nvs_crc32c(0, key, (uint64_t)h.klen + h.vlen) == h.crc;
+    if (!ok) {
+        atomic_fetch_add_explicit(&s->read_badcrc, 1, memory_order_relaxed);
+        return -EBADMSG;
+    }
+    rd->value = key + h.klen;
+    atomic_fetch_add_explicit(&s->bytes_read, h.vlen, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->objects_read, 1, memory_order_relaxed);
+    return 0;
+}
+
+/* An I/O completed with res (bytes or -errno). */
+static void
+ring_io_done(struct nvs_ring *r, struct nvs_slot *sl, int res)
+{
+    struct nvs *s = r->s;
+
+    r->nio--;
+    if (sl->state == SLOT_ABANDONED) {
+        sl->state = SLOT_FREE; /* the buffer is ours again */
+        return;
+    }
+    uint32_t eio = atomic_load_explicit(&s->f_eio, memory_order_relaxed);
+    uint32_t shrt = atomic_load_explicit(&s->f_short, memory_order_relaxed);
+    if (eio != 0 || shrt != 0) {
+        uint64_t n =
+            atomic_fetch_add_explicit(&s->f_seq, 1, memory_order_relaxed) + 1;
+        if (eio != 0 && n % eio == 0)
+            res = -EIO;
+        else if (shrt != 0 && n % shrt == 0 && res > 0)
+            res = (int)sl->skip + (int)sl->size / 2;
+    }
+    struct nvs_read *rd = sl->rd;
+    rd->res = ring_check(s, sl, rd, res);
+    rd->lat_ns = clock_nsec() - sl->t0;
+    nvs_hist_add(s, rd->lat_ns);
+    ring_ready_push(r, sl);
+}
+
+static void
+ring_harvest(struct nvs_ring *r)
+{
+    if (r->uring) {
+        struct io_uring_cqe *cqe;
+        while (io_uring_peek_cqe(&r->ring, &cqe) == 0) {
+            uint64_t ud = io_uring_cqe_get_data64(cqe);
+            int res = cqe->res;
+            io_uring_cqe_seen(&r->ring, cqe);
+            if (ud != 0) /* 0: an injected delay's timeout */
+                ring_io_done(r, &r->slot[ud - 1], res);
+        }
+        return;
+    }
+    pthread_mutex_lock(&r->cmu);
+    struct nvs_slot *list = r->cdone;
+    r->cdone = NULL;
+    pthread_mutex_unlock(&r->cmu);
+    while (list != NULL) {
+        struct nvs_slot *sl = list;
+        list = sl->cnext;
+        ring_io_done(r, sl, sl->job.res);
+    }
+}
+
+/* Complete reads past their deadline: the earliest remaining deadline,
+ * or 0 when none is pending. */
+static uint64_t
+ring_expire(struct nvs_ring *r, uint64_t now)
+{
+    uint64_t next = 0;
+
+    if (r->s->cfg.read_timeout_ms == 0)
+        return 0;
+    for (unsigned i = 0; i < r->depth; i++) {
+        struct nvs_slot *sl = &r->slot[i];
+        if (sl->state != SLOT_INFLIGHT)
+            continue;
+        if (now >= sl->deadline) {
+            struct nvs_read *rd = sl->rd;
+            atomic_fetch_add_explicit(&r->s->read_timeout, 1,
+                                      memory_order_relaxed);
+            rd->res = -ETIMEDOUT;
+            rd->lat_ns = now - sl->t0;
+            rd->priv = NULL;
+            sl->rd = NULL;
+            sl->state = SLOT_ABANDONED;
+            /* The caller gets the read now; the slot waits for the I/O. */
+            rd->next = NULL;
+            if (r->tout_tail != NULL)
+                r->tout_tail->next = rd;
+            else
+                r->tout_head = rd;
+            r->tout_tail = rd;
+            continue;
+        }
+        if (next == 0 || sl->deadline < next)
+            next = sl->deadline;
+    }
+    return next;
+}
+
+/* ---- the public calls
+ * ------------------------------------------------------------- */
+
+static int
+slot_buf_reserve(struct nvs_slot *sl, uint32_t need)
+{
+    if (sl->cap >= need)
+        return 0;
+    void *p;
+    uint32_t cap = (uint32_t)ALIGN_UP(need, 4 * NVS_BLOCK);
+    if (posix_memalign(&p, NVS_BLOCK, cap) != 0)
+        return -ENOMEM;
+    free(sl->buf);
+    sl->buf = p;
+    sl->cap = cap;
+    return 0;
+}
+
+int
+nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd)
+{
+    struct nvs *s = r->s;
+    struct nvs_slot *sl = NULL;
+
+    ASSERT_OWNER(r);
+    for (unsigned k = 0; k < r->depth; k++) {
+        unsigned i = (r->hint + k) % r->depth;
+        if (r->slot[i].state == SLOT_FREE) {
+            sl = &r->slot[i];
+            r->hint = (i + 1) % r->depth;
+            break;
+        }
+    }
+    if (sl == NULL)
+        return -EBUSY;
+
+    rd->res = 0;
+    rd->value = NULL;
+    rd->lat_ns = 0;
+    rd->priv = sl;
+    rd->next = NULL;
+    sl->rd = rd;
+    sl->t0 = clock_nsec();
+    sl->size = (uint32_t)nvs_rec_size(rd->klen, rd->loc.vlen);
+    uint64_t end = (uint64_t)rd->loc.off + sl->size;
+
+    if (!nvs_loc_live(s, &rd->loc)) {
+        atomic_fetch_add_explicit(&s->read_stale, 1, memory_order_relaxed);
+        rd->res = -ESTALE;
+        goto ready;
+    }
+    if (sl->size > s->cfg.wbuf_size || end > s->cfg.seg_size ||
+        rd->loc.off % NVS_REC_ALIGN != 0) {
+        atomic_fetch_add_explicit(&s->read_badcrc, 1, memory_order_relaxed);
+        rd->res = -EBADMSG;
+        goto ready;
+    }
+    uint64_t start = rd->loc.off & ~(uint64_t)(NVS_BLOCK - 1);
+    sl->skip = (uint32_t)(rd->loc.off - start);
+    sl->len = (uint32_t)(ALIGN_UP(end, NVS_BLOCK) - start);
+    if (slot_buf_reserve(sl, sl->len) < 0) {
+        rd->res = -ENOMEM;
+        goto ready;
+    }
+    /* Still in a write buffer: served from DRAM, no I/O. */
+    if (nvs_wbuf_copy(s, &rd->loc, sl->buf + sl->skip, sl->size)) {
+        rd->res = ring_check(s, sl, rd, (int)(sl->skip + sl->size));
+        goto ready;
+    }
+
+    int fd = nvs_loc_fd(s, &rd->loc);
+    uint64_t foff = nvs_loc_foff(s, &rd->loc) - sl->skip;
+    uint32_t delay = atomic_load_explicit(&s->f_delay, memory_order_relaxed);
+    if (r->uring) {
+        struct io_uring_sqe *sqe;
+        if (delay > 0) {
+            sl->delay.tv_sec = delay / 1000;
+            sl->delay.tv_nsec = (long long)(delay % 1000) * 1000000;
+            sqe = io_uring_get_sqe(&r->ring);
+            io_uring_prep_timeout(sqe, &sl->delay, 0,
+                                  IORING_TIMEOUT_ETIME_SUCCESS);
+            io_uring_sqe_set_data64(sqe, 0);
+            sqe->flags |= IOSQE_IO_LINK;
+        }
+        sqe = io_uring_get_sqe(&r->ring);
+        io_uring_prep_read(sqe, fd, sl->buf, sl->len, foff);
+        io_uring_sqe_set_data64(sqe, (uint64_t)(sl - r->slot) + 1);
+    } else {
+        sl->job = (struct nvs_io_job){
+            .fd = fd,
+            .buf = sl->buf,
+            .len = sl->len,
+            .delay_ms = delay,
+            .foff = foff,
+            .done = ring_job_done,
+        };
+    }
+    sl->state = SLOT_PREPPED;
+    r->nprepped++;
+    return 0;
+
+ready:
+    ring_ready_push(r, sl);
+    ring_kick(r);
+    return 0;
+}
+
+int
+nvs_ring_submit(struct nvs_ring *r)
+{
+    unsigned n = 0;
+    uint64_t now = clock_nsec();
+    uint64_t tmo = (uint64_t)r->s->cfg.read_timeout_ms * 1000000ull;
+
+    ASSERT_OWNER(r);
+    if (r->nprepped == 0)
+        return 0;
+    if (r->uring) {
+        int e;
+        do
+            e = io_uring_submit(&r->ring);
+        while (e == -EINTR);
+        if (e < 0)
+            return e;
+    }
+    for (unsigned i = 0; i < r->depth && n < r->nprepped; i++) {
+        struct nvs_slot *sl = &r->slot[i];
+        if (sl->state != SLOT_PREPPED)
+            continue;
+        sl->state = SLOT_INFLIGHT;
+        sl->t0 = now;
+        sl->deadline = now + tmo;
+        r->nio++;
+        n++;
+        if (!r->uring)
+            nvs_io_submit(r->s, &sl->job);
+    }
+    r->nprepped = 0;
+    return (int)n;
+}
+
+/* Wait until an I/O completes, the eventfd is kicked, or until 'until'
+ * (monotonic ns, 0 = no limit). */
+static void
+ring_wait(struct nvs_ring *r, uint64_t until)
+{
+    uint64_t now = clock_nsec();
+    uint64_t left = until == 0 ? 0 : (until > now ? until - now : 1);
+
+    if (r->uring) {
+        struct io_uring_cqe *cqe;
+        struct __kernel_timespec ts = {.tv_sec = (long long)(left / 1000000000),
+                                       .tv_nsec =
+                                           (long long)(left % 1000000000)};
+        io_uring_wait_cqe_timeout(&r->ring, &cqe, until == 0 ? NULL : &ts);
+        return;
+    }
+    struct pollfd pfd = {.fd = r->efd, .events = POLLIN};
+    int ms = until == 0 ? -1 : (int)((left + 999999) / 1000000);
+    poll(&pfd, 1, ms);
+}
+
+int
+nvs_ring_reap(struct nvs_ring *r, struct nvs_read **done, int max, int wait_nr)
+{
+    int n = 0;
+
+    ASSERT_OWNER(r);
+    if (wait_nr > max)
+        wait_nr = max;
+    for (;;) {
+        /* A syscall: only when someone polls the fd (or the fallback
+         * waits on it). EAGAIN: nothing signalled since the last drain. */
+        uint64_t v;
+        if ((r->fd_used || !r->uring) && read(r->efd, &v, sizeof(v)) < 0) {
+        }
+        ring_harvest(r);
+        uint64_t next = ring_expire(r, clock_nsec());
+        while (r->tout_head != NULL && n < max) {
+            struct nvs_read *rd = r->tout_head;
+            r->tout_head = rd->next;
+            if (r->tout_head == NULL)
+                r->tout_tail = NULL;
+            rd->next = NULL;
+            done[n++] = rd;
+        }
+        while (r->rcount > 0 && n < max) {
+            unsigned i = r->ready[r->rhead];
+            r->rhead = (r->rhead + 1) % r->depth;
+            r->rcount--;
+            struct nvs_slot *sl = &r->slot[i];
+            sl->state = SLOT_REAPED;
+            done[n++] = sl->rd;
+        }
+        if (n >= wait_nr)
+            return n;
+        /* Only reads the caller still waits for count. */
+        unsigned waiting = 0;
+        for (unsigned i = 0; i < r->depth; i++)
+            waiting += r->slot[i].state == SLOT_INFLIGHT;
+        if (waiting == 0 && r->rcount == 0 && r->tout_head == NULL)
+            return n;
+        ring_wait(r, next);
+    }
+}
+
+void
+nvs_read_done(struct nvs_ring *r, struct nvs_read *rd)
+{
+    struct nvs_slot *sl = rd->priv;
+
+    ASSERT_OWNER(r);
+    (void)r;
+    rd->priv = NULL;
+    rd->value = NULL;
+    if (sl != NULL && sl->state == SLOT_REAPED) {
+        sl->rd = NULL;
+        sl->state = SLOT_FREE;
+    }
+}
+
+void
+nvs_ring_destroy(struct nvs_ring *r)
+{
+    if (r == NULL)
+        return;
+    ASSERT_OWNER(r);
+    if (r->nprepped > 0)
+        nvs_ring_submit(r);
+    /* Every buffer stays until its I/O is over, abandoned ones included. */
+    while (r->nio > 0) {
+        for (unsigned i = 0; i < r->depth; i++)
+            if (r->slot[i].state == SLOT_INFLIGHT)
+                r->slot[i].state = SLOT_ABANDONED;
+        ring_harvest(r);
+        if (r->nio > 0)
+            ring_wait(r, clock_nsec() + 10000000ull);
+    }
+    if (r->uring)
+        io_uring_queue_exit(&r->ring);
+    close(r->efd);
+    for (unsigned i = 0; i < r->depth; i++)
+        free(r->slot[i].buf);
+    pthread_mutex_destroy(&r->cmu);
+    free(r->slot);
+    free(r->ready);
+    free(r);
+}
