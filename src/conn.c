@@ -346,8 +346,11 @@ process(struct conn *c)
     }
     if (c->w->async)
         tc_async_owner(c->sh->cache, NULL);
-    if (c->out.nholes > holes)
-        tc_async_submit(c->sh->cache);
+    if (c->out.nholes > holes) {
+        int n = tc_async_submit(c->sh->cache);
+        if (n > 0)
+            c->w->inflight += (unsigned)n;
+    }
     c->held =
         c->in_off < c->in_len && !c->closing && (backlogged(c) || parked(c));
     if (c->in_off == c->in_len)
@@ -549,7 +552,9 @@ void
 conn_async_reap(struct conn_worker *w)
 {
     struct reap_list l = {NULL};
-    tc_async_reap(w->sh->cache, reap_one, &l);
+    int n = tc_async_reap(w->sh->cache, reap_one, &l);
+    if (n > 0)
+        w->inflight -= MIN((unsigned)n, w->inflight);
     while (l.head) {
         struct conn *c = l.head;
         l.head = c->reap_next;

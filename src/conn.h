@@ -57,8 +57,9 @@ struct conn_worker {
     struct conn_list list;
     struct stats_ctr *ctr; /* this worker's counters */
     const struct conn_shared *sh;
-    uint32_t now; /* conn_now() at the loop's last wake */
-    bool async;   /* flash completions are watched: gets may pend */
+    uint32_t now;      /* conn_now() at the loop's last wake */
+    bool async;        /* flash completions are watched: gets may pend */
+    unsigned inflight; /* flash reads submitted and not yet reaped */
 };
 
 /* What "stats conns" shows of a connection (or a listener). */

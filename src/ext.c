@@ -249,8 +249,8 @@ ext_hit_fill(struct ext_hit *h, const struct item_hdr *it, uint64_t hash,
     h->nl = *item_flash_loc(it);
 }
 
-/* A failed read: count it and drop the header if the index still holds
- * it. */
+/* A failed read: count it; when the record itself failed (-EBADMSG, -EIO,
+ * -ETIMEDOUT, -ESTALE), drop the header if the index still holds it. */
 static void
 read_failed(struct cache_thread *t, uint64_t hash, uint64_t loc, int res)
 {
@@ -265,9 +265,12 @@ read_failed(struct cache_thread *t, uint64_t hash, uint64_t loc, int res)
         cache_stat_inc(t, ST_EXT_TIMEOUTS);
         cache_stat_inc(t, ST_EXT_ABORTED);
         break;
-    default:
+    case -EIO:
         cache_stat_inc(t, ST_EXT_ABORTED);
         break;
+    default: /* -EBUSY, -ENOMEM: the ring, not the record; keep it */
+        cache_stat_inc(t, ST_EXT_ABORTED);
+        return;
     }
     if (!cache_unlink_loc(t->cache, hash, loc))
         return;
@@ -361,6 +364,8 @@ ext_serve(struct cache_thread *t, const void *key, uint32_t klen,
     cache_stat_add(t, ST_EXT_INFLIGHT, -1);
     if (rd.res) {
         read_failed(t, h->hash, h->loc, rd.res);
+        if (t->ext_ring)
+            nvs_read_done(t->ext_ring, &rd); /* frees the ring's slot */
         return TC_NOT_FOUND;
     }
     cache_stat_inc(t, ST_EXT_GETS);
@@ -386,6 +391,8 @@ ext_read_copy(struct cache_thread *t, const void *key, uint32_t klen,
     cache_stat_add(t, ST_EXT_INFLIGHT, -1);
     if (rd.res) {
         read_failed(t, hash, loc, rd.res);
+        if (t->ext_ring)
+            nvs_read_done(t->ext_ring, &rd); /* frees the ring's slot */
         return rd.res;
     }
     *buf = malloc(nl->vlen ? nl->vlen : 1);

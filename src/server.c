@@ -384,6 +384,10 @@ worker_adopt(struct worker *w)
     }
 }
 
+/* How often a worker with flash reads in flight reaps when nothing else
+ * happens (their deadline is ext_read_timeout_ms, default 1 s). */
+#define WORKER_REAP_MS 50
+
 /* Wait for events. Before blocking, an idle worker gives the engine back
  * what it holds for later (its chunk stash, its frees awaiting a grace
  * period): once per idle spell, since a busy worker keeps its stash warm.
@@ -397,7 +401,10 @@ worker_wait(struct worker *w, struct epoll_event *ev, int max, bool *idle)
         if (!*idle)
             tc_thread_quiesce(w->srv->cache);
         *idle = true;
-        n = epoll_wait(w->cw.epfd, ev, max, 1000);
+        /* flash reads in flight: the store completes a late one with
+         * -ETIMEDOUT only when reaped, so wake often enough to reap */
+        n = epoll_wait(w->cw.epfd, ev, max,
+                       w->cw.inflight ? WORKER_REAP_MS : 1000);
     }
     if (n > 0)
         *idle = false;
@@ -425,6 +432,8 @@ worker_loop(struct worker *w)
             else
                 conn_event(ev[i].data.ptr, ev[i].events);
         }
+        if (w->cw.inflight && n == 0)
+            conn_async_reap(&w->cw); /* deadlines of flash reads */
         if (w->cw.now != last_sweep) {
             last_sweep = w->cw.now;
             conn_sweep_idle(&w->cw);
