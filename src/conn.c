@@ -25,13 +25,13 @@
  * Flash reads (issue 4): requests run with the connection as the owner of
  * the thread's asynchronous reads (tc_async_owner), so a get of a value on
  * the NVMe tier leaves a hole in the obuf instead of blocking the worker;
- * every read queued by one batch of input (a multiget, pipelined gets) is
- * submitted at once after it. While holes are open the connection is
- * parked: it sends what precedes the first hole, reads and parses nothing
- * more, and the worker serves its other connections. The worker's ring
- * eventfd wakes conn_async_reap(), which fills each hole with its checked
- * value (or puts the protocol's miss in place of the reply) and resumes
- * the connection: replies leave in request order.
+ * every read queued while the worker handles one epoll wake-up (multigets,
+ * pipelined gets, many connections) goes out in one submit after it. While
+ * holes are open the connection is parked: it sends what precedes the first
+ * hole, reads and parses nothing more, and the worker serves its other
+ * connections. The worker's ring eventfd wakes conn_async_reap(), which fills
+ * each hole with its checked value (or puts the protocol's miss in place of the
+ * reply) and resumes the connection: replies leave in request order.
  *
  * Concurrency:
  *   struct conn        owner worker only (the acceptor before the hand-off,
@@ -317,8 +317,8 @@ parked(const struct conn *c)
 }
 
 /* Run every complete request in the input, unless the output is
- * backlogged or the connection is parked; then submit the flash reads
- * they queued, in one batch. */
+ * backlogged or the connection is parked; the flash reads they queued go
+ * out with the wake-up's others (conn_async_submit). */
 static void
 process(struct conn *c)
 {
@@ -346,11 +346,8 @@ process(struct conn *c)
     }
     if (c->w->async)
         tc_async_owner(c->sh->cache, NULL);
-    if (c->out.nholes > holes) {
-        int n = tc_async_submit(c->sh->cache);
-        if (n > 0)
-            c->w->inflight += (unsigned)n;
-    }
+    if (c->out.nholes > holes)
+        c->w->submit_due = true; /* conn_async_submit, after the wake-up */
     c->held =
         c->in_off < c->in_len && !c->closing && (backlogged(c) || parked(c));
     if (c->in_off == c->in_len)
@@ -546,6 +543,17 @@ reap_one(void *arg, void *owner, uint64_t id, const struct iovec *iov, int niov)
         c->reap_next = l->head;
         l->head = c;
     }
+}
+
+void
+conn_async_submit(struct conn_worker *w)
+{
+    if (!w->submit_due)
+        return;
+    w->submit_due = false;
+    int n = tc_async_submit(w->sh->cache);
+    if (n > 0)
+        w->inflight += (unsigned)n;
 }
 
 void

@@ -434,6 +434,7 @@ worker_loop(struct worker *w)
         }
         if (w->cw.inflight && n == 0)
             conn_async_reap(&w->cw); /* deadlines of flash reads */
+        conn_async_submit(&w->cw);   /* this wake-up's flash reads at once */
         if (w->cw.now != last_sweep) {
             last_sweep = w->cw.now;
             conn_sweep_idle(&w->cw);
