@@ -21,6 +21,7 @@
 #include "src/base/log.h"
 #include "src/cache_hotspot.h"
 #include "src/hotkey.h"
+#include "src/ext.h"
 #include "tier/pm.h"
 
 #include <errno.h>
@@ -72,6 +73,7 @@ static void
 ctx_destroy(struct cache *c, struct cache_thread *t)
 {
     cache_defer_flush(t);
+    ext_thread_fini(t);
     /* unlink first: tc_stats walks c->threads under threads_lock and reads
      * each quota, which must not be freed under it */
     pthread_mutex_lock(&c->threads_lock);
@@ -104,6 +106,7 @@ ctx_create(struct cache *c)
     }
     memset(t, 0, sizeof(*t));
     t->cache = c;
+    t->ext_want_page = -1;
     if (quota_create(c->slab, c->cfg.quota_batch, &t->quota) != 0) {
         err_set("no DRAM for a thread quota");
         free(t);
@@ -274,6 +277,12 @@ cache_account(struct cache_thread *t, uint64_t head, int sign)
 
     cache_stat_add(t, ST_CURR_ITEMS, sign);
     cache_stat_add(t, ST_BYTES, sign * (int64_t)cache_item_bytes(c, it));
+    if (it->kind == ITEM_KIND_FLASH) {
+        cache_stat_add(t, ST_EXT_ITEMS, sign);
+        cache_stat_add(t, ST_EXT_BYTES, sign * (int64_t)it->vlen);
+        class_add(t, head, sign);
+        return;
+    }
     class_add(t, head, sign);
     for (unsigned i = 0; i < it->nchain; i++)
         class_add(t, tails[i], sign);
@@ -283,7 +292,12 @@ void
 cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
                      enum cache_unlink why)
 {
-    bool fetched = cache_bit_fetched(t->cache, head);
+    struct cache *c = t->cache;
+    const struct item_hdr *it = cache_item_at(c, head);
+    bool fetched = cache_bit_fetched(c, head);
+    /* the flash copy is dead now: only the store's books change (ext.c) */
+    if (it->kind == ITEM_KIND_FLASH && c->nvs)
+        nvs_release(c->nvs, item_flash_loc(it));
     cache_account(t, head, -1);
     if (dead == CACHE_EXPIRED && !fetched && why != UNLINK_DELETED &&
         why != UNLINK_REPLACED)
@@ -347,6 +361,11 @@ cache_item_dead(const struct cache *c, const struct item_hdr *it, uint32_t now)
     /* acquire pairs with the release store in cache_flush_check/flush_all */
     if (it->cas <= atomic_load_explicit(&c->flush_cas, memory_order_acquire))
         return CACHE_FLUSHED;
+    /* a DRAM check in the store, no I/O (it is a PMEM header, never a
+     * copy: every caller passes item_at()) */
+    if (it->kind == ITEM_KIND_FLASH && c->nvs &&
+        !nvs_loc_live(c->nvs, item_flash_loc(it)))
+        return CACHE_LOST;
     return CACHE_LIVE;
 }
 
@@ -354,6 +373,8 @@ uint64_t
 cache_item_bytes(const struct cache *c, const struct item_hdr *it)
 {
     struct item_plan plan;
+    if (it->kind == ITEM_KIND_FLASH)
+        return item_flash_size(it->klen);
     item_plan(it->klen, it->vlen, c->chunk_max, &plan);
     return plan.total;
 }
@@ -761,9 +782,12 @@ cache_open(const struct tc_config *cfg, struct cache **out)
     rc = open_memory(c);
     if (rc)
         goto err_close;
-    rc = registry_add(c);
+    rc = ext_open(c);
     if (rc)
         goto err_close;
+    rc = registry_add(c);
+    if (rc)
+        goto err_ext;
     if (c->cfg.background && (rc = reclaim_start(c)) != 0)
         goto err_unregister;
     log_info("cache open: %s, %llu MiB pool (%s), %u slab classes",
@@ -776,6 +800,8 @@ cache_open(const struct tc_config *cfg, struct cache **out)
 
 err_unregister:
     registry_remove(c);
+err_ext:
+    ext_close(c);
 err_close:
     close_memory(c);
     pthread_mutex_destroy(&c->admin);
@@ -799,6 +825,7 @@ cache_close(struct cache *c)
     while (c->threads)
         ctx_destroy(c, c->threads);
     registry_remove(c);
+    ext_close(c);
     close_memory(c);
     pthread_mutex_destroy(&c->admin);
     pthread_mutex_destroy(&c->threads_lock);
@@ -815,6 +842,7 @@ struct check_walk {
     uint64_t items;
     uint64_t bytes;
     uint64_t hot; /* of which in the DRAM hot pool */
+    uint64_t ext_items, ext_bytes;
 };
 
 static int
@@ -839,7 +867,8 @@ check_entry(void *arg, uint64_t loc)
         return -EFAULT;
     }
     const struct item_hdr *it = cache_item_at(c, off);
-    if (it->kind != ITEM_KIND_HEAD || it->klen == 0 || it->klen > TC_KEY_MAX) {
+    if (!item_kind_is_head(it->kind) || it->klen == 0 ||
+        it->klen > TC_KEY_MAX) {
         err_set("index entry at offset %llu holds no item (kind %#x)",
                 (unsigned long long)off, it->kind);
         return -EFAULT;
@@ -854,6 +883,19 @@ check_entry(void *arg, uint64_t loc)
                 (unsigned long long)off);
         return -EFAULT;
     }
+    if (it->kind == ITEM_KIND_FLASH) {
+        const struct nvs_loc *nl = item_flash_loc(it);
+        uint32_t size = slab_chunk_size(c->slab, slab_class_of(c->slab, off));
+        if (!c->nvs || nl->vlen != it->vlen || it->nchain ||
+            item_flash_size(it->klen) > size) {
+            err_set("flash item at offset %llu is inconsistent (value %u "
+                    "bytes, locator %u, chunk %u)",
+                    (unsigned long long)off, it->vlen, nl->vlen, size);
+            return -EFAULT;
+        }
+        w->ext_items++;
+        w->ext_bytes += it->vlen;
+    }
     w->items++;
     w->bytes += cache_item_bytes(c, it);
     return 0;
@@ -862,7 +904,7 @@ check_entry(void *arg, uint64_t loc)
 int
 cache_check(struct cache *c)
 {
-    struct check_walk w = {c, 0, 0, 0};
+    struct check_walk w = {c, 0, 0, 0, 0, 0};
     int64_t s[ST_COUNT];
 
     if (!cache_thread_get(c))
@@ -882,6 +924,15 @@ cache_check(struct cache *c)
     if ((int64_t)w.hot != s[ST_HOT_ITEMS]) {
         err_set("index holds %llu DRAM items, stats say %lld",
                 (unsigned long long)w.hot, (long long)s[ST_HOT_ITEMS]);
+        return -EFAULT;
+    }
+    if ((int64_t)w.ext_items != s[ST_EXT_ITEMS] ||
+        (int64_t)w.ext_bytes != s[ST_EXT_BYTES]) {
+        err_set("index holds %llu flash items of %llu value bytes, stats say "
+                "%lld of %lld",
+                (unsigned long long)w.ext_items,
+                (unsigned long long)w.ext_bytes, (long long)s[ST_EXT_ITEMS],
+                (long long)s[ST_EXT_BYTES]);
         return -EFAULT;
     }
     return slab_check(c->slab);

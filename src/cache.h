@@ -94,10 +94,21 @@ enum cache_stat {
     ST_HOT_PROMOTIONS,  /* an item entered the DRAM hot pool */
     ST_HOT_DEMOTIONS,   /* a key's item went from DRAM back to PMEM */
     ST_HOT_BYTES_SAVED, /* value bytes written to DRAM instead of PMEM */
+    ST_EXT_SPILLED,     /* values moved to flash by eviction */
+    ST_EXT_SPILL_BUSY,  /* nvs_append said -EAGAIN: evicted instead */
+    ST_EXT_GETS,        /* get_extstore */
+    ST_EXT_ABORTED,     /* get_aborted_extstore: -EIO, -ETIMEDOUT */
+    ST_EXT_MISS,        /* miss_from_extstore: segment reused (-ESTALE) */
+    ST_EXT_BADCRC,      /* badcrc_from_extstore: -EBADMSG */
+    ST_EXT_RECACHE,     /* recache_from_extstore */
+    ST_EXT_TIMEOUTS,    /* -ETIMEDOUT */
     /* gauges kept as per-thread deltas (may be negative per thread) */
     ST_CURR_ITEMS,
     ST_BYTES,
-    ST_HOT_ITEMS, /* items in the index that live in the DRAM hot pool */
+    ST_HOT_ITEMS,    /* items in the index that live in the DRAM hot pool */
+    ST_EXT_ITEMS,    /* items whose value is on flash */
+    ST_EXT_BYTES,    /* their value bytes */
+    ST_EXT_INFLIGHT, /* flash reads submitted, not reaped */
     ST_COUNT
 };
 #define ST_FIRST_GAUGE ST_CURR_ITEMS
@@ -117,6 +128,12 @@ struct cache_thread {
     unsigned ndefer;
     uint64_t defer[CACHE_DEFER_BATCH]; /* head offsets awaiting a grace
                                           period */
+    struct nvs_ring *ext_ring;    /* blocking flash reads (ext.c), lazily */
+    struct nvs_ring *ext_aring;   /* asynchronous ones (the server) */
+    uint32_t ext_recache_ctr;     /* flash hits since the last recache */
+    int ext_want_page;            /* header class short of chunks, or -1 */
+    void *ext_owner;              /* tc_async_owner; NULL: reads block */
+    struct ext_pending *ext_pend; /* asynchronous reads in flight */
     _Atomic int64_t stat[ST_COUNT] CACHE_ALIGNED;
     _Atomic int64_t cls_chunks[SLAB_MAX_CLASSES]; /* chunks of live items */
 };
@@ -168,6 +185,8 @@ struct cache {
     bool pm_latency;         /* this cache set the PMEM helpers' latency */
 
     struct hotkey *hot; /* NULL when the hot pool is off (src/hotkey.c) */
+
+    struct nvs *nvs; /* the NVMe store (ext.c), NULL when off */
 };
 
 /* --- cache.c --- */
@@ -353,6 +372,7 @@ enum cache_dead {
     CACHE_LIVE = 0,
     CACHE_EXPIRED = 1,
     CACHE_FLUSHED = 2,
+    CACHE_LOST = 3, /* a flash item whose segment was reused */
 };
 /* Whether an item is still visible at now. */
 enum cache_dead cache_item_dead(const struct cache *c,
@@ -401,6 +421,8 @@ uint64_t cache_item_bytes(const struct cache *c, const struct item_hdr *it);
 /* Unlink the item at loc if the index still holds it for this hash: true
  * when this call removed it (the caller then frees it). */
 bool cache_unlink_loc(struct cache *c, uint64_t hash, uint64_t loc);
+
+/* --- ext.c: the NVMe tier (see ext.h) --- */
 
 /* --- reclaim.c --- */
 

@@ -22,6 +22,17 @@
  * Epoll is level-triggered: a connection left with unread input (budget
  * used up) is reported again at the next epoll_wait, after the others.
  *
+ * Flash reads (issue 4): requests run with the connection as the owner of
+ * the thread's asynchronous reads (tc_async_owner), so a get of a value on
+ * the NVMe tier leaves a hole in the obuf instead of blocking the worker;
+ * every read queued while the worker handles one epoll wake-up (multigets,
+ * pipelined gets, many connections) goes out in one submit after it. While
+ * holes are open the connection is parked: it sends what precedes the first
+ * hole, reads and parses nothing more, and the worker serves its other
+ * connections. The worker's ring eventfd wakes conn_async_reap(), which fills
+ * each hole with its checked value (or puts the protocol's miss in place of the
+ * reply) and resumes the connection: replies leave in request order.
+ *
  * Concurrency:
  *   struct conn        owner worker only (the acceptor before the hand-off,
  *                      through the worker's locked queue), except:
@@ -65,13 +76,14 @@ enum conn_state {
     CS_READ,    /* part of a request buffered */
     CS_PARSE,   /* running requests */
     CS_WRITE,   /* replies pending, waiting for the socket */
+    CS_IO,      /* parked: flash reads in flight */
     CS_CLOSING,
 };
 
 static const char *const state_names[] = {
     [CS_WAITING] = "conn_waiting", [CS_READ] = "conn_read",
     [CS_PARSE] = "conn_parse_cmd", [CS_WRITE] = "conn_write",
-    [CS_CLOSING] = "conn_closing",
+    [CS_IO] = "conn_io_queue",     [CS_CLOSING] = "conn_closing",
 };
 
 struct conn {
@@ -95,7 +107,10 @@ struct conn {
     bool eof;        /* the peer closed its side */
     bool closing;    /* PROTO_CLOSE: flush, then close */
     bool dead;       /* socket error or no memory: close now */
-    bool held;       /* complete requests held back by the output mark */
+    bool held;       /* complete requests held back by the output mark
+                        or by open holes */
+    bool reaped;     /* on the worker's list of connections a reap filled */
+    struct conn *reap_next;
 
     _Atomic int state;
     _Atomic uint32_t last_active; /* conn_now() of the last progress */
@@ -225,6 +240,8 @@ conn_destroy(struct conn *c)
         list_del(&c->w->list, c);
         log_debug("connection %d from %s closed", c->fd, c->addr);
     }
+    if (c->out.nholes) /* its flash reads finish without it */
+        tc_async_cancel(c->sh->cache, c);
     close(c->fd); /* also removes it from the epoll set */
     proto_sess_fini(&c->sess);
     obuf_fini(&c->out);
@@ -292,13 +309,29 @@ backlogged(const struct conn *c)
     return obuf_pending(&c->out) >= c->sh->out_high;
 }
 
+/* Waiting for flash reads: parse and read nothing more. */
+static bool
+parked(const struct conn *c)
+{
+    return c->out.nholes > 0;
+}
+
 /* Run every complete request in the input, unless the output is
- * backlogged. */
+ * backlogged or the connection is parked; the flash reads they queued go
+ * out with the wake-up's others (conn_async_submit). */
 static void
 process(struct conn *c)
 {
     bool ran = false;
-    while (c->in_off < c->in_len && !c->closing && !backlogged(c)) {
+    unsigned holes = c->out.nholes;
+    if (parked(c)) {
+        c->held = c->in_off < c->in_len;
+        return;
+    }
+    if (c->w->async)
+        tc_async_owner(c->sh->cache, c);
+    while (c->in_off < c->in_len && !c->closing && !backlogged(c) &&
+           !parked(c)) {
         set_state(c, CS_PARSE);
         ssize_t r = proto_process(&c->sess, c->in + c->in_off,
                                   c->in_len - c->in_off, &c->out);
@@ -311,7 +344,12 @@ process(struct conn *c)
         c->in_off += MIN((size_t)r, c->in_len - c->in_off);
         ran = true;
     }
-    c->held = c->in_off < c->in_len && !c->closing && backlogged(c);
+    if (c->w->async)
+        tc_async_owner(c->sh->cache, NULL);
+    if (c->out.nholes > holes)
+        c->w->submit_due = true; /* conn_async_submit, after the wake-up */
+    c->held =
+        c->in_off < c->in_len && !c->closing && (backlogged(c) || parked(c));
     if (c->in_off == c->in_len)
         c->in_off = c->in_len = 0;
     if (ran)
@@ -367,7 +405,7 @@ static void
 read_and_process(struct conn *c)
 {
     for (int i = 0;; i++) {
-        if (c->eof || c->closing || c->dead || backlogged(c))
+        if (c->eof || c->closing || c->dead || backlogged(c) || parked(c))
             return;
         if (i == CONN_READS_PER_EVENT) {
             stats_ctr_add(c->w->ctr, STATS_CONN_YIELDS, 1);
@@ -384,13 +422,14 @@ read_and_process(struct conn *c)
 
 /* --- output --- */
 
-/* Write what is pending. True when all of it went out; false when the
- * socket took less (wait for EPOLLOUT) or failed (c->dead). */
+/* Write what may go (up to the first hole). True when all of it went out;
+ * false when the socket took less (wait for EPOLLOUT) or failed
+ * (c->dead). */
 static bool
 flush(struct conn *c)
 {
-    while (obuf_pending(&c->out)) {
-        size_t len = obuf_pending(&c->out);
+    while (obuf_sendable(&c->out)) {
+        size_t len = obuf_sendable(&c->out);
         ssize_t n = send(c->fd, c->out.buf + c->out.head, len, MSG_NOSIGNAL);
         if (n > 0) {
             obuf_consume(&c->out, (size_t)n);
@@ -419,7 +458,7 @@ write_out(struct conn *c)
 {
     while (!c->dead) {
         bool drained = flush(c);
-        if (c->dead || !c->held || backlogged(c))
+        if (c->dead || !c->held || backlogged(c) || parked(c))
             return;
         process(c);
         if (!drained)
@@ -434,7 +473,7 @@ finished(const struct conn *c)
 {
     if (c->dead)
         return true;
-    if (obuf_pending(&c->out))
+    if (obuf_pending(&c->out) || parked(c))
         return false;
     /* closing: flushed. eof: whatever was complete has run (not
      * backlogged, since nothing is pending). */
@@ -449,9 +488,9 @@ settle(struct conn *c)
         return;
     }
     uint32_t ev = 0;
-    if (!c->eof && !c->closing && !backlogged(c))
+    if (!c->eof && !c->closing && !backlogged(c) && !parked(c))
         ev |= EPOLLIN;
-    if (obuf_pending(&c->out))
+    if (obuf_sendable(&c->out))
         ev |= EPOLLOUT;
     if (ev != c->events) {
         struct epoll_event e = {.events = ev, .data.ptr = c};
@@ -463,6 +502,7 @@ settle(struct conn *c)
         c->events = ev;
     }
     enum conn_state s = c->closing || c->eof    ? CS_CLOSING
+                        : parked(c)             ? CS_IO
                         : obuf_pending(&c->out) ? CS_WRITE
                         : c->in_len > c->in_off ? CS_READ
                                                 : CS_WAITING;
@@ -483,6 +523,57 @@ conn_event(struct conn *c, uint32_t events)
         read_and_process(c);
     write_out(c);
     settle(c);
+}
+
+/* --- flash reads --- */
+
+struct reap_list {
+    struct conn *head;
+};
+
+/* tc_async_fn: one finished read of connection owner. */
+static void
+reap_one(void *arg, void *owner, uint64_t id, const struct iovec *iov, int niov)
+{
+    struct reap_list *l = arg;
+    struct conn *c = owner;
+    obuf_hole_fill(&c->out, id, iov, niov);
+    if (!c->reaped) {
+        c->reaped = true;
+        c->reap_next = l->head;
+        l->head = c;
+    }
+}
+
+void
+conn_async_submit(struct conn_worker *w)
+{
+    if (!w->submit_due)
+        return;
+    w->submit_due = false;
+    int n = tc_async_submit(w->sh->cache);
+    if (n > 0)
+        w->inflight += (unsigned)n;
+}
+
+void
+conn_async_reap(struct conn_worker *w)
+{
+    struct reap_list l = {NULL};
+    int n = tc_async_reap(w->sh->cache, reap_one, &l);
+    if (n > 0)
+        w->inflight -= MIN((unsigned)n, w->inflight);
+    while (l.head) {
+        struct conn *c = l.head;
+        l.head = c->reap_next;
+        c->reaped = false;
+        if (c->out.err)
+            c->dead = true;
+        /* sends up to the next hole; with none left, runs the requests
+         * that waited (more input: epoll reports it once EPOLLIN is back) */
+        write_out(c);
+        settle(c);
+    }
 }
 
 /* --- sweeps --- */

@@ -57,7 +57,10 @@ struct conn_worker {
     struct conn_list list;
     struct stats_ctr *ctr; /* this worker's counters */
     const struct conn_shared *sh;
-    uint32_t now; /* conn_now() at the loop's last wake */
+    uint32_t now;      /* conn_now() at the loop's last wake */
+    bool async;        /* flash completions are watched: gets may pend */
+    unsigned inflight; /* flash reads submitted and not yet reaped */
+    bool submit_due;   /* flash reads queued since the last submit */
 };
 
 /* What "stats conns" shows of a connection (or a listener). */
@@ -86,6 +89,15 @@ void conn_destroy(struct conn *c);
 
 /* Handle epoll events; may destroy c. Context: c's worker. */
 void conn_event(struct conn *c, uint32_t events);
+
+/* Submit the flash reads the connections queued since the last call: one
+ * io_uring_submit for everything one epoll wake-up ran. Context: w's
+ * worker, after handling the wake-up's events. */
+void conn_async_submit(struct conn_worker *w);
+
+/* The worker's flash reads finished (its ring's eventfd is readable): fill
+ * the connections' holes and resume them. Context: w's worker. */
+void conn_async_reap(struct conn_worker *w);
 
 /* Close connections idle longer than sh->idle_timeout. Context: w's
  * worker. */

@@ -7,6 +7,10 @@
  * writes PMEM. An expired or flushed item met on the way is unlinked after
  * the section and freed after a grace period.
  *
+ * A flash item (issue 4) is described inside the section like any other;
+ * its value is read after the section through the NVMe store (ext.c),
+ * which checks it, so the section never spans I/O.
+ *
  * touch and gat change an item's exptime in place with one aligned 4-byte
  * store through the PMEM helpers, with no lock held: rewriting a whole item
  * to move its expiry would cost far more PMEM bandwidth than it saves, and a
@@ -20,6 +24,7 @@
 #include "src/base/compiler.h"
 #include "src/cache.h"
 #include "src/hotkey.h"
+#include "src/ext.h"
 #include "tier/pm.h"
 
 #include <urcu/urcu-memb.h>
@@ -63,14 +68,13 @@ store_exptime(struct item_hdr *it, uint64_t off, uint32_t exptime)
         pm_store32(&it->exptime, exptime);
 }
 
-/* Serve a live item inside the read section: touch, mark used, describe,
- * call fn. */
+/* A live item inside the read section: touch, mark used, describe. */
 static void
-serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
-          const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn, void *arg)
+describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
+             const struct tc_get_opts *o, uint32_t now,
+             struct tc_item_info *out)
 {
     struct tc_item_info info;
-    struct iovec iov[ITEM_MAX_TAILS + 1];
 
     if (o->touch)
         store_exptime(it, off, cache_exptime(o->exptime, now));
@@ -84,6 +88,20 @@ serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
     info.vlen = it->vlen;
     info.stale = it->iflags & ITEM_STALE;
     info.slab_class = (uint8_t)cache_class_of(c, off);
+    info.flash = it->kind == ITEM_KIND_FLASH;
+    info.pending = 0;
+    *out = info;
+}
+
+/* Serve a live item in PMEM inside the read section: describe, call fn. */
+static void
+serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
+          const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn, void *arg)
+{
+    struct tc_item_info info;
+    struct iovec iov[ITEM_MAX_TAILS + 1];
+
+    describe_rcu(c, it, off, o, now, &info);
     int n = item_value_iov(c->base, it, c->chunk_max, iov);
     if (fn) {
         /* the value is read in place: latency emulation charges it here */
@@ -91,6 +109,17 @@ serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
             pm_note_read(iov[i].iov_base, iov[i].iov_len);
         fn(arg, &info, iov, n);
     }
+}
+
+/* A flash item: described here, its value read after the section. */
+static void
+flash_rcu(struct cache *c, struct item_hdr *it, uint64_t loc, uint64_t hash,
+          const struct tc_get_opts *o, uint32_t now, struct ext_hit *h)
+{
+    describe_rcu(c, it, cache_off(loc), o, now, &h->info);
+    h->info.pending = 0;
+    ext_hit_fill(h, it, hash, loc);
+    h->touch = o->touch;
 }
 
 int
@@ -102,6 +131,8 @@ fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
     uint64_t hash = cache_hash(c, key, klen);
     uint32_t now = clock_now();
     enum cache_dead dead = CACHE_LIVE;
+    struct ext_hit h;
+    bool flash = false;
 
     cache_flush_check(c, now);
     cache_stat_inc(t, ST_CMD_GET);
@@ -113,12 +144,25 @@ fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
         struct item_hdr *it =
             (struct item_hdr *)cache_item_at(c, cache_off(loc));
         dead = cache_item_dead(c, it, now);
-        if (dead == CACHE_LIVE)
+        flash = it->kind == ITEM_KIND_FLASH;
+        if (dead == CACHE_LIVE && flash)
+            flash_rcu(c, it, loc, hash, o, now, &h);
+        else if (dead == CACHE_LIVE)
             serve_rcu(c, it, cache_off(loc), o, now, fn, arg);
     }
     cache_read_unlock();
     if (c->hot && loc && dead == CACHE_LIVE)
         hotkey_note_read(t, hash, key, klen);
+
+    /* the value of a flash item is read now, outside the section; a
+     * failed read is a miss (counted and the header dropped by ext.c) */
+    if (loc && dead == CACHE_LIVE && flash) {
+        int rc = ext_get(t, key, klen, &h, o, fn, arg);
+        if (rc == EXT_PENDING)
+            return TC_OK; /* counted when the read completes */
+        if (rc != TC_OK)
+            loc = 0;
+    }
 
     /* memcached counts a gat as a touch: touch_hits/misses, not
      * get_hits/misses */
@@ -131,6 +175,8 @@ fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
         cache_stat_inc(t, ST_GET_EXPIRED);
     else if (dead == CACHE_FLUSHED)
         cache_stat_inc(t, ST_GET_FLUSHED);
+    else if (dead == CACHE_LOST)
+        cache_stat_inc(t, ST_EXT_MISS);
     if (dead != CACHE_LIVE)
         reap_dead(t, hash, loc, dead);
     return TC_NOT_FOUND;

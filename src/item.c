@@ -108,6 +108,23 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
     }
 }
 
+void
+item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
+                 const void *key, const struct nvs_loc *loc)
+{
+    char stage[sizeof(struct item_hdr) + 256 + sizeof(struct nvs_loc)];
+    struct item_hdr h = *hdr;
+    uint32_t at = item_flash_size(h.klen) - (uint32_t)sizeof(*loc);
+
+    h.kind = ITEM_KIND_FLASH;
+    h.nchain = 0;
+    memset(stage, 0, sizeof(stage));
+    memcpy(stage, &h, sizeof(h));
+    memcpy(stage + sizeof(h), key, h.klen);
+    memcpy(stage + at, loc, sizeof(*loc));
+    pm_copy(base + off, stage, at + sizeof(*loc));
+}
+
 int
 item_value_iov(const char *base, const struct item_hdr *it, uint32_t chunk_max,
                struct iovec *iov)
@@ -133,6 +150,6 @@ item_value_iov(const char *base, const struct item_hdr *it, uint32_t chunk_max,
 bool
 item_key_equals(const struct item_hdr *it, const void *key, uint32_t klen)
 {
-    return it->klen == klen && it->kind == ITEM_KIND_HEAD &&
+    return it->klen == klen && item_kind_is_head(it->kind) &&
            memcmp(item_key(it), key, klen) == 0;
 }

@@ -61,6 +61,34 @@ item_tails(const struct item_hdr *it)
     return (const uint64_t *)((p + 7) & ~(uintptr_t)7);
 }
 
+/* Whether a chunk's kind byte starts an item (in PMEM or on flash). */
+static inline bool
+item_kind_is_head(uint8_t kind)
+{
+    return kind == ITEM_KIND_HEAD || kind == ITEM_KIND_FLASH;
+}
+
+/* Bytes of a flash item's header chunk: header, key, pad, locator. */
+static inline uint32_t
+item_flash_size(uint32_t klen)
+{
+    return (uint32_t)((sizeof(struct item_hdr) + klen + 7) & ~(size_t)7) +
+           (uint32_t)sizeof(struct nvs_loc);
+}
+
+/* A flash item's locator (8-aligned after the key). */
+static inline const struct nvs_loc *
+item_flash_loc(const struct item_hdr *it)
+{
+    uintptr_t p = (uintptr_t)(item_key(it) + it->klen);
+    return (const struct nvs_loc *)((p + 7) & ~(uintptr_t)7);
+}
+
+/* Write a flash item's header chunk at off: hdr (kind set here), key and
+ * locator. PMEM: one pm_copy; no lock may be held. */
+void item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
+                      const void *key, const struct nvs_loc *loc);
+
 /* Write header, key and value into the head chunk at off (and the tails
  * listed in tails[] for a chained item). PMEM: writes through pm_copy; no
  * lock may be held. The value is given as up to three pieces (append and

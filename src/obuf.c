@@ -38,6 +38,7 @@ void
 obuf_fini(struct obuf *o)
 {
     free(o->buf);
+    free(o->holes);
     memset(o, 0, sizeof(*o));
 }
 
@@ -50,6 +51,7 @@ compact(struct obuf *o)
         return;
     if (n)
         memmove(o->buf, o->buf + o->head, n);
+    o->off0 += o->head;
     o->head = 0;
     o->len = n;
 }
@@ -141,6 +143,7 @@ obuf_consume(struct obuf *o, size_t n)
         n = pending;
     o->head += n;
     if (o->head == o->len) {
+        o->off0 += o->len;
         o->head = o->len = 0;
         if (o->cap > OBUF_KEEP_CAP) {
             free(o->buf);
@@ -151,4 +154,86 @@ obuf_consume(struct obuf *o, size_t n)
     }
     if (o->head > o->cap / 2)
         compact(o);
+}
+
+/* --- holes --- */
+
+int
+obuf_hole_open(struct obuf *o, uint64_t id, uint64_t start, uint32_t len)
+{
+    if (o->nholes == o->holes_cap) {
+        unsigned cap = o->holes_cap ? o->holes_cap * 2 : 8;
+        struct obuf_hole *h = realloc(o->holes, cap * sizeof(*h));
+        if (!h) {
+            o->err = -ENOMEM;
+            return -ENOMEM;
+        }
+        o->holes = h;
+        o->holes_cap = cap;
+    }
+    int rc = obuf_reserve(o, len);
+    if (rc)
+        return rc;
+    struct obuf_hole *h = &o->holes[o->nholes++];
+    memset(h, 0, sizeof(*h));
+    h->id = id;
+    h->start = start;
+    h->pos = obuf_pos(o);
+    h->len = len;
+    o->len += len;
+    return 0;
+}
+
+void
+obuf_hole_close(struct obuf *o, const void *miss, size_t n)
+{
+    if (!o->nholes)
+        return;
+    struct obuf_hole *h = &o->holes[o->nholes - 1];
+    h->end = obuf_pos(o);
+    h->miss_len = (uint16_t)(n < OBUF_MISS_MAX ? n : OBUF_MISS_MAX);
+    if (h->miss_len)
+        memcpy(h->miss, miss, h->miss_len);
+}
+
+/* Put h's miss in place of its reply: later bytes and holes move. */
+static void
+hole_miss(struct obuf *o, unsigned i)
+{
+    struct obuf_hole h = o->holes[i];
+    size_t block = (size_t)(h.end - h.start);
+    if (h.miss_len > block && obuf_reserve(o, h.miss_len - block) != 0)
+        return; /* o->err set: the connection closes */
+    char *from = o->buf + (h.end - o->off0);
+    char *to = o->buf + (h.start - o->off0) + h.miss_len;
+    memmove(to, from, (size_t)(o->buf + o->len - from));
+    memcpy(o->buf + (h.start - o->off0), h.miss, h.miss_len);
+    int64_t delta = (int64_t)h.miss_len - (int64_t)block;
+    o->len = (size_t)((int64_t)o->len + delta);
+    for (unsigned j = i + 1; j < o->nholes; j++) {
+        o->holes[j].start = (uint64_t)((int64_t)o->holes[j].start + delta);
+        o->holes[j].pos = (uint64_t)((int64_t)o->holes[j].pos + delta);
+        o->holes[j].end = (uint64_t)((int64_t)o->holes[j].end + delta);
+    }
+}
+
+bool
+obuf_hole_fill(struct obuf *o, uint64_t id, const struct iovec *iov, int niov)
+{
+    unsigned i;
+    for (i = 0; i < o->nholes && o->holes[i].id != id; i++)
+        ;
+    if (i == o->nholes)
+        return false;
+    struct obuf_hole *h = &o->holes[i];
+    if (niov == 1 && iov[0].iov_len == h->len) {
+        if (h->len)
+            memcpy(o->buf + (h->pos - o->off0), iov[0].iov_base, h->len);
+    } else {
+        hole_miss(o, i);
+    }
+    memmove(&o->holes[i], &o->holes[i + 1],
+            (o->nholes - i - 1) * sizeof(o->holes[0]));
+    o->nholes--;
+    return true;
 }

@@ -358,6 +358,19 @@ struct bin_hit {
     int err;
 };
 
+/* The reply to a miss of GET/GETK/GAT/GATK. */
+static void
+bin_miss(struct obuf *out, const struct bin_req *r, bool with_key)
+{
+    if (!with_key) {
+        bin_error(out, r, BIN_KEY_ENOENT);
+    } else if (bin_head(out, r, BIN_KEY_ENOENT, 0, r->keylen, r->keylen, 0) ==
+               0) {
+        /* memcached answers a GETK/GATK miss with the key, no text */
+        obuf_add(out, r->key, r->keylen);
+    }
+}
+
 /* tc_value_fn: the reply to a hit, the value copied once from the cache into
  * the obuf. Context: inside the engine's RCU read section. */
 static void
@@ -370,7 +383,12 @@ bin_hit_reply(void *arg, const struct tc_item_info *info,
     size_t vlen = 0;
     unsigned char flags[4];
 
-    if (h->with_value)
+    uint64_t start = obuf_pos(h->out);
+    bool pending = h->with_value && info->pending;
+
+    if (pending)
+        vlen = info->vlen;
+    else if (h->with_value)
         for (int i = 0; i < niov; i++)
             vlen += iov[i].iov_len;
     if (bin_head(h->out, r, BIN_OK, 4, klen, (uint32_t)(4 + klen + vlen),
@@ -381,9 +399,20 @@ bin_hit_reply(void *arg, const struct tc_item_info *info,
     put32(flags, info->flags);
     obuf_add(h->out, flags, 4);
     obuf_add(h->out, r->key, klen);
-    if (h->with_value)
+    if (pending) {
+        /* a flash value still being read (issue 4): a hole, and the miss
+         * reply that replaces this one if the read fails */
+        struct obuf miss;
+        obuf_init(&miss);
+        if (!r->quiet)
+            bin_miss(&miss, r, h->with_key);
+        if (obuf_hole_open(h->out, info->pending, start, info->vlen) == 0)
+            obuf_hole_close(h->out, miss.buf, miss.len);
+        obuf_fini(&miss);
+    } else if (h->with_value) {
         for (int i = 0; i < niov; i++)
             obuf_add(h->out, iov[i].iov_base, iov[i].iov_len);
+    }
 }
 
 static void
@@ -398,25 +427,21 @@ bin_get(struct proto_sess *s, const struct bin_req *r, struct obuf *out)
     };
     int rc;
 
-    if (touch)
-        rc = tc_gat(s->cache, r->key, r->keylen, (int64_t)get32(r->ext),
-                    bin_hit_reply, &h);
-    else
-        rc = tc_get(s->cache, r->key, r->keylen, bin_hit_reply, &h);
+    /* a flash value comes without blocking (a hole); TOUCH wants none */
+    struct tc_get_opts o = {
+        .touch = touch,
+        .exptime = touch ? (int64_t)get32(r->ext) : 0,
+        .async = h.with_value,
+        .head_only = !h.with_value,
+    };
+    rc = tc_get_ex(s->cache, r->key, r->keylen, &o, bin_hit_reply, &h);
 
     if (rc == TC_OK) {
         if (h.err)
             bin_error(out, r, BIN_ENOMEM);
     } else if (rc == TC_NOT_FOUND) {
-        if (r->quiet)
-            return;
-        if (!h.with_key) {
-            bin_error(out, r, BIN_KEY_ENOENT);
-        } else if (bin_head(out, r, BIN_KEY_ENOENT, 0, r->keylen, r->keylen,
-                            0) == 0) {
-            /* memcached answers a GETK/GATK miss with the key, no text */
-            obuf_add(out, r->key, r->keylen);
-        }
+        if (!r->quiet)
+            bin_miss(out, r, h.with_key);
     } else {
         bin_error(out, r, bin_errno_status(rc));
     }

@@ -558,6 +558,7 @@ mg_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
     uint32_t now = clock_now();
     bool value = r->value && !(r->has_cas && info->cas == r->cas);
     struct rline l;
+    uint64_t start = obuf_pos(x->out);
 
     l.n = 0;
     if (value) {
@@ -601,7 +602,21 @@ mg_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
     if (win == TC_WIN_YOU)
         rl_add(&l, " W", 2);
     rl_flush(&l, x->out);
-    if (value) {
+    if (value && info->pending) {
+        /* a flash value still being read (issue 4): a hole, and the miss
+         * line that replaces this reply if the read fails */
+        struct rline miss;
+        miss.n = 0;
+        if (!r->quiet) {
+            rl_str(&miss, "EN");
+            rl_opaque_key(&miss, r);
+            rl_add(&miss, "\r\n", 2);
+        }
+        if (obuf_hole_open(x->out, info->pending, start, info->vlen) == 0) {
+            obuf_add(x->out, "\r\n", 2);
+            obuf_hole_close(x->out, miss.b, miss.n);
+        }
+    } else if (value) {
         for (int i = 0; i < niov; i++)
             obuf_add(x->out, iov[i].iov_base, iov[i].iov_len);
         obuf_add(x->out, "\r\n", 2);
@@ -620,6 +635,8 @@ meta_get(struct proto_sess *s, struct meta_req *r, struct obuf *out)
         .vivify_exptime = r->viv_ttl,
         .no_bump = r->no_bump,
         .vivified = &vivified,
+        .async = r->value,      /* a flash value comes without blocking */
+        .head_only = !r->value, /* no value wanted: no flash read */
     };
     struct mg_ctx x = {.r = r, .out = out};
 
@@ -816,7 +833,7 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
         case 's': {
             uint32_t size = (uint32_t)vlen;
             if (rc == TC_OK && (mode == TC_APPEND || mode == TC_PREPEND)) {
-                struct tc_get_opts peek = {.no_bump = true};
+                struct tc_get_opts peek = {.no_bump = true, .head_only = true};
                 tc_get_ex(s->cache, r->key, r->klen, &peek, note_vlen, &size);
             }
             rl_flag_u64(&l, 's', size);
@@ -850,7 +867,7 @@ note_cas(void *arg, const struct tc_item_info *info, const struct iovec *iov,
 static int
 peek_cas(struct tc_cache *c, const struct meta_req *r, uint64_t *cas)
 {
-    struct tc_get_opts o = {.no_bump = true};
+    struct tc_get_opts o = {.no_bump = true, .head_only = true};
     struct peek p = {0};
     int rc = tc_get_ex(c, r->key, r->klen, &o, note_cas, &p);
     if (rc == TC_OK)
@@ -1097,7 +1114,7 @@ meta_debug(struct proto_sess *s, struct meta_req *r, const char *line,
         r->klen = kn;
         r->binary = true;
     }
-    struct tc_get_opts o = {.no_bump = true};
+    struct tc_get_opts o = {.no_bump = true, .head_only = true};
     struct me_ctx x = {r, out};
     int rc = tc_get_ex(s->cache, r->key, r->klen, &o, me_reply, &x);
     if (rc == TC_NOT_FOUND)

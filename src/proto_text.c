@@ -158,6 +158,26 @@ struct get_ctx {
     bool with_cas;
 };
 
+/* A flash value still being read (issue 4): the reply with a hole for the
+ * data; a failed read removes the whole reply (a miss sends nothing). */
+static void
+emit_pending(struct get_ctx *g, const struct tc_item_info *info)
+{
+    uint64_t start = obuf_pos(g->out);
+    obuf_add(g->out, "VALUE ", 6);
+    obuf_add(g->out, g->key->p, g->key->n);
+    if (g->with_cas)
+        obuf_printf(g->out, " %" PRIu32 " %" PRIu32 " %" PRIu64 "\r\n",
+                    info->flags, info->vlen, info->cas);
+    else
+        obuf_printf(g->out, " %" PRIu32 " %" PRIu32 "\r\n", info->flags,
+                    info->vlen);
+    if (obuf_hole_open(g->out, info->pending, start, info->vlen) != 0)
+        return;
+    obuf_add(g->out, "\r\n", 2);
+    obuf_hole_close(g->out, NULL, 0);
+}
+
 /* "VALUE <key> <flags> <bytes> [<cas>]\r\n<data>\r\n", in one reservation:
  * the value is copied once, from the cache into the obuf. */
 static void
@@ -168,6 +188,10 @@ emit_value(void *arg, const struct tc_item_info *info, const struct iovec *iov,
     size_t vlen = 0;
     for (int i = 0; i < niov; i++)
         vlen += iov[i].iov_len;
+    if (info->pending) {
+        emit_pending(g, info);
+        return;
+    }
 
     char hdr[80];
     int n = g->with_cas
@@ -243,10 +267,10 @@ fetch_keys(struct text_cmd *c, size_t from, bool touch, int64_t exptime,
     struct get_ctx g = {.out = c->out, .key = &t, .with_cas = with_cas};
     size_t pos = from;
     while (next_token(c->line, c->len, &pos, &t)) {
-        if (touch)
-            tc_gat(c->s->cache, t.p, t.n, exptime, emit_value, &g);
-        else
-            tc_get(c->s->cache, t.p, t.n, emit_value, &g);
+        /* async: a flash value is read without blocking (a hole) */
+        struct tc_get_opts o = {
+            .touch = touch, .exptime = exptime, .async = true};
+        tc_get_ex(c->s->cache, t.p, t.n, &o, emit_value, &g);
         if (c->out->err)
             return;
     }

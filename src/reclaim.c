@@ -27,6 +27,7 @@
 #include "src/base/err.h"
 #include "src/base/log.h"
 #include "src/hotkey.h"
+#include "src/ext.h"
 #include "tier/pm.h"
 
 #include <errno.h>
@@ -85,7 +86,7 @@ read_victim(const struct cache *c, uint64_t off, struct victim *v)
         p = (const volatile uint8_t *)(c->base + off);
     }
     uint8_t klen = p[1];
-    if (p[0] != ITEM_KIND_HEAD || klen == 0 || klen > TC_KEY_MAX ||
+    if (!item_kind_is_head(p[0]) || klen == 0 || klen > TC_KEY_MAX ||
         sizeof(struct item_hdr) + klen > size)
         return false;
     for (unsigned i = 0; i < klen; i++)
@@ -127,18 +128,29 @@ reclaim_evict(struct cache_thread *t, unsigned cls)
     for (unsigned i = 0; i < n; i++) {
         struct victim v;
         enum cache_dead dead;
-        if (!read_victim(c, offs[i], &v) || !unlink_victim(c, &v, false, &dead))
+        if (!read_victim(c, offs[i], &v))
+            continue;
+        /* a cold value big enough moves to flash (ext.c): its item left
+         * the index for a flash header and is freed like an evicted one */
+        if (c->nvs && ext_spill(t, v.head, v.hash)) {
+            freed[nfreed++] = v.head;
+            continue;
+        }
+        if (!unlink_victim(c, &v, false, &dead))
             continue;
         cache_account_unlink(t, v.head, dead, UNLINK_EVICTED);
         freed[nfreed++] = v.head;
     }
-    if (!nfreed)
+    if (!nfreed) {
+        ext_after_evict(t, cls);
         return 0;
+    }
     /* The memory is needed now: wait for readers instead of deferring. */
     urcu_memb_synchronize_rcu();
     cache_rcu_synced();
     for (unsigned i = 0; i < nfreed; i++)
         cache_free_now(t, freed[i]);
+    ext_after_evict(t, cls);
     return (int)nfreed;
 }
 
@@ -219,6 +231,8 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
     item_hdr_load(&hdr, item_at(c->base, v->head));
     cache_read_unlock();
     item_plan(hdr.klen, hdr.vlen, c->chunk_max, &plan);
+    if (hdr.kind == ITEM_KIND_FLASH) /* a header chunk, value on flash */
+        plan = (struct item_plan){.head_size = item_flash_size(hdr.klen)};
     int rc = new_pages ? cache_alloc_item(t, &plan, &head, tails)
                        : alloc_existing(c, &plan, &head, tails);
     if (rc != 0 && !c->cfg.evict)
@@ -235,11 +249,16 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
      * are in the read section, and the swap below checks it is current. */
     cache_read_lock();
     const struct item_hdr *it = item_at(c->base, v->head);
-    struct iovec iov[ITEM_MAX_TAILS + 1];
-    int n = item_value_iov(c->base, it, c->chunk_max, iov);
-    struct item_src src = {iov, n};
-    bool same = it->cas == hdr.cas && it->kind == ITEM_KIND_HEAD;
-    if (same) {
+    bool same = it->cas == hdr.cas && it->kind == hdr.kind &&
+                item_kind_is_head(hdr.kind);
+    if (same && hdr.kind == ITEM_KIND_FLASH) {
+        hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+        item_write_flash(c->base, head, &hdr, item_key(it), item_flash_loc(it));
+        pm_fence();
+    } else if (same) {
+        struct iovec iov[ITEM_MAX_TAILS + 1];
+        int n = item_value_iov(c->base, it, c->chunk_max, iov);
+        struct item_src src = {iov, n};
         hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
         item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src);
         pm_fence();
@@ -448,6 +467,7 @@ maintenance_main(void *arg)
         pthread_mutex_unlock(&c->bg_lock);
         reclaim_sweep(t, c->cfg.sweep_budget);
         hotkey_tick(t);
+        ext_maintain(t);
         cache_reclaim_limbo(t);
         if (atomic_load(&c->shrink_target))
             reclaim_shrink(t);

@@ -384,6 +384,10 @@ worker_adopt(struct worker *w)
     }
 }
 
+/* How often a worker with flash reads in flight reaps when nothing else
+ * happens (their deadline is ext_read_timeout_ms, default 1 s). */
+#define WORKER_REAP_MS 50
+
 /* Wait for events. Before blocking, an idle worker gives the engine back
  * what it holds for later (its chunk stash, its frees awaiting a grace
  * period): once per idle spell, since a busy worker keeps its stash warm.
@@ -397,7 +401,10 @@ worker_wait(struct worker *w, struct epoll_event *ev, int max, bool *idle)
         if (!*idle)
             tc_thread_quiesce(w->srv->cache);
         *idle = true;
-        n = epoll_wait(w->cw.epfd, ev, max, 1000);
+        /* flash reads in flight: the store completes a late one with
+         * -ETIMEDOUT only when reaped, so wake often enough to reap */
+        n = epoll_wait(w->cw.epfd, ev, max,
+                       w->cw.inflight ? WORKER_REAP_MS : 1000);
     }
     if (n > 0)
         *idle = false;
@@ -420,9 +427,14 @@ worker_loop(struct worker *w)
         for (int i = 0; i < n; i++) {
             if (ev[i].data.ptr == NULL)
                 worker_adopt(w);
+            else if (ev[i].data.ptr == &w->cw)
+                conn_async_reap(&w->cw); /* flash reads finished */
             else
                 conn_event(ev[i].data.ptr, ev[i].events);
         }
+        if (w->cw.inflight && n == 0)
+            conn_async_reap(&w->cw); /* deadlines of flash reads */
+        conn_async_submit(&w->cw);   /* this wake-up's flash reads at once */
         if (w->cw.now != last_sweep) {
             last_sweep = w->cw.now;
             conn_sweep_idle(&w->cw);
@@ -450,6 +462,16 @@ worker_main(void *arg)
     struct worker *w = arg;
     if (tc_thread_register(w->srv->cache) != 0)
         log_warn("worker: cannot register with the cache: %s", tc_errmsg());
+    /* the NVMe tier's completions for this worker's ring (issue 4) */
+    int afd = tc_async_fd(w->srv->cache);
+    struct epoll_event aev = {.events = EPOLLIN, .data.ptr = &w->cw};
+    if (afd >= 0 && epoll_ctl(w->cw.epfd, EPOLL_CTL_ADD, afd, &aev) != 0)
+        log_warn("worker: cannot watch flash completions: %s", strerror(errno));
+    else if (afd < 0 && afd != -ENOENT)
+        log_warn("worker: no flash ring (%s); flash reads block",
+                 strerror(-afd));
+    else if (afd >= 0)
+        w->cw.async = true;
     w->cw.now = conn_now(&w->srv->sh);
     worker_loop(w);
     /* shutdown: connections still queued, then the live ones */

@@ -22,16 +22,17 @@
 #include <sys/un.h>
 
 enum opt_type {
-    OT_UINT,   /* decimal number */
-    OT_SIZE,   /* bytes, with an optional k, m or g suffix */
-    OT_DOUBLE, /* decimal fraction */
-    OT_OCTAL,  /* octal mask (-a) */
-    OT_STR,    /* text, up to max bytes */
-    OT_LIST,   /* text; a repeated flag appends with a comma (-l) */
-    OT_BOOL,   /* flag without value; under -o optionally =0/1 */
-    OT_COUNT,  /* flag without value, counted (-v, -vv) */
-    OT_SUBOPT, /* -o name=value[,...] */
-    OT_ACTION, /* -h, -V */
+    OT_UINT,    /* decimal number */
+    OT_SIZE,    /* bytes, with an optional k, m or g suffix */
+    OT_DOUBLE,  /* decimal fraction */
+    OT_OCTAL,   /* octal mask (-a) */
+    OT_STR,     /* text, up to max bytes */
+    OT_LIST,    /* text; a repeated flag appends with a comma (-l) */
+    OT_BOOL,    /* flag without value; under -o optionally =0/1 */
+    OT_COUNT,   /* flag without value, counted (-v, -vv) */
+    OT_SUBOPT,  /* -o name=value[,...] */
+    OT_EXTPATH, /* FILE:SIZE, repeatable (-o ext_path) */
+    OT_ACTION,  /* -h, -V */
 };
 
 /* How "stats settings" shows a value. */
@@ -234,6 +235,53 @@ static const struct opt opts[] = {
      .off = F(hotkey_sample), .def = "16", .min = 1, .max = 1u << 20,
      .stat = "hotkey_sample", .show = SHOW_NUM, .arg = "<num>",
      .help = "sample one operation in this many (1 = every one)"},
+    /* the NVMe tier: memcached's extstore options (README "Spilling to
+     * NVMe") */
+    {.name = "ext_path", .sub = true, .type = OT_EXTPATH, .min = 1,
+     .max = SETTINGS_PATH_MAX - 1, .arg = "<file>:<size>",
+     .help = "spill cold values to this file or block device (O_DIRECT, "
+             "not tmpfs), using <size> bytes (k/m/g/t suffix); repeat for "
+             "more paths (at most 8)",
+     .bad = "expected FILE:SIZE with a size such as 64m or 10g"},
+    {.name = "ext_item_size", .sub = true, .type = OT_SIZE,
+     .off = F(ext_item_size), .def = "512", .min = 1, .max = 1u << 30,
+     .stat = "ext_item_size", .show = SHOW_NUM, .arg = "<bytes>",
+     .help = "only values at least this big leave the pool (and only when "
+             "their chunk is larger than the header left behind)"},
+    {.name = "ext_item_age", .sub = true, .type = OT_UINT,
+     .off = F(ext_item_age), .def = "4294967295", .min = 0,
+     .max = UINT32_MAX, .stat = "ext_item_age", .show = SHOW_NUM,
+     .arg = "<secs>",
+     .help = "accepted for memcached compatibility: with no per-item "
+             "access time, a value is cold when the eviction scan finds its "
+             "CLOCK reference bit clear, and values spill only then"},
+    {.name = "ext_page_size", .sub = true, .type = OT_UINT,
+     .off = F(ext_page_size), .def = "64", .min = 1, .max = 2048,
+     .stat = "ext_page_size", .show = SHOW_NUM, .arg = "<MiB>",
+     .help = "segment size in MiB: the unit of reclaim and compaction"},
+    {.name = "ext_wbuf_size", .sub = true, .type = OT_UINT,
+     .off = F(ext_wbuf_size), .def = "4", .min = 1, .max = 256,
+     .stat = "ext_wbuf_size", .show = SHOW_NUM, .arg = "<MiB>",
+     .help = "write buffer in MiB, written as one aligned write; divides "
+             "ext_page_size; larger values are evicted, not spilled"},
+    {.name = "ext_recache_rate", .sub = true, .type = OT_UINT,
+     .off = F(ext_recache_rate), .def = "2000", .min = 0, .max = UINT32_MAX,
+     .stat = "ext_recache_rate", .show = SHOW_NUM, .arg = "<num>",
+     .help = "copy 1 in this many flash reads (per thread) back into the "
+             "pool, 0 = never"},
+    {.name = "ext_max_frag", .sub = true, .type = OT_DOUBLE,
+     .off = F(ext_max_frag), .def = "0.8", .dmin = 0, .dmax = 1,
+     .stat = "ext_max_frag", .show = SHOW_NUM, .arg = "<fraction>",
+     .help = "compact a segment once this fraction of it is dead"},
+    {.name = "ext_read_timeout_ms", .sub = true, .type = OT_UINT,
+     .off = F(ext_read_timeout_ms), .def = "1000", .min = 0,
+     .max = 3600000, .stat = "ext_read_timeout_ms", .show = SHOW_NUM,
+     .arg = "<ms>",
+     .help = "a flash read not back by then is a miss, 0 = no deadline"},
+    {.name = "ext_threads", .sub = true, .type = OT_UINT,
+     .off = F(ext_threads), .def = "2", .min = 1, .max = 64,
+     .stat = "ext_threads", .show = SHOW_NUM, .arg = "<num>",
+     .help = "I/O threads, used only where io_uring is refused"},
 };
 /* clang-format on */
 
@@ -308,6 +356,11 @@ parse_size(const char *p, uint64_t *out)
     case 'g':
     case 'G':
         mult = GIB;
+        n--;
+        break;
+    case 't':
+    case 'T':
+        mult = GIB * 1024;
         n--;
         break;
     default:
@@ -416,6 +469,9 @@ range_text(const struct opt *o, char *buf, size_t n)
     case OT_BOOL:
         snprintf(buf, n, "no value, or one of 1, 0, yes, no");
         break;
+    case OT_EXTPATH:
+        snprintf(buf, n, "FILE:SIZE");
+        break;
     default:
         snprintf(buf, n, "no value");
         break;
@@ -467,6 +523,27 @@ set_number(struct settings *s, const struct opt *o, const char *shown,
     return 0;
 }
 
+/* FILE:SIZE (the size after the last colon), copied into s. */
+static int
+set_ext_path(struct settings *s, const struct opt *o, const char *shown,
+             const char *val)
+{
+    const char *colon = strrchr(val, ':');
+    uint64_t size;
+    if (!colon || colon == val || !parse_size(colon + 1, &size) || !size ||
+        (size_t)(colon - val) > o->max)
+        return bad_value(o, shown, val);
+    if (s->ext_npaths == SETTINGS_EXT_PATHS) {
+        err_set("%s: at most %d paths", shown, SETTINGS_EXT_PATHS);
+        return -EINVAL;
+    }
+    char *dst = s->ext_path[s->ext_npaths];
+    memcpy(dst, val, (size_t)(colon - val));
+    dst[colon - val] = '\0';
+    s->ext_size[s->ext_npaths++] = size;
+    return 0;
+}
+
 /* Apply val (NULL for a flag without value) to option o. */
 static int
 set_value(struct settings *s, const struct opt *o, const char *shown,
@@ -507,6 +584,8 @@ set_value(struct settings *s, const struct opt *o, const char *shown,
     case OT_ACTION:
         s->action = (enum settings_action)o->off;
         return 0;
+    case OT_EXTPATH:
+        return set_ext_path(s, o, shown, val);
     case OT_SUBOPT:
         break;
     }
@@ -730,6 +809,28 @@ check_pool(const struct settings *s)
 }
 
 static int
+check_ext(const struct settings *s)
+{
+    if (s->ext_page_size % s->ext_wbuf_size) {
+        err_set("-o ext_page_size: %llu MiB is not a multiple of "
+                "ext_wbuf_size %llu MiB",
+                (unsigned long long)s->ext_page_size,
+                (unsigned long long)s->ext_wbuf_size);
+        return -EINVAL;
+    }
+    for (unsigned i = 0; i < s->ext_npaths; i++) {
+        if (s->ext_size[i] < s->ext_page_size * MIB) {
+            err_set("-o ext_path: %s: %llu bytes do not hold one segment "
+                    "of ext_page_size %llu MiB",
+                    s->ext_path[i], (unsigned long long)s->ext_size[i],
+                    (unsigned long long)s->ext_page_size);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+static int
 finish(struct settings *s)
 {
     /* memcached: -s turns the network off; tiercached keeps TCP when -p is
@@ -744,6 +845,8 @@ finish(struct settings *s)
     int rc = check_slabs(s);
     if (!rc)
         rc = check_pool(s);
+    if (!rc)
+        rc = check_ext(s);
     if (rc)
         return rc;
     if (!s->pool_path) {

@@ -18,6 +18,7 @@
 
 #define SETTINGS_PATH_MAX 512
 #define SETTINGS_LISTEN_MAX 1024
+#define SETTINGS_EXT_PATHS 8 /* TC_EXT_MAX_PATHS */
 
 enum settings_action {
     SETTINGS_RUN = 0,
@@ -68,6 +69,18 @@ struct settings {
     uint64_t hotkey_window;
     uint64_t hotkey_k;
     uint64_t hotkey_sample;
+    /* -o ext_*: the NVMe tier (memcached's extstore options) */
+    unsigned ext_npaths; /* ext_path=FILE:SIZE, repeatable */
+    char ext_path[SETTINGS_EXT_PATHS][SETTINGS_PATH_MAX];
+    uint64_t ext_size[SETTINGS_EXT_PATHS]; /* bytes */
+    uint64_t ext_item_size;                /* bytes */
+    uint64_t ext_item_age;                 /* seconds, accepted */
+    uint64_t ext_page_size;                /* MiB */
+    uint64_t ext_wbuf_size;                /* MiB */
+    uint64_t ext_recache_rate;
+    double ext_max_frag;
+    uint64_t ext_read_timeout_ms;
+    uint64_t ext_threads;
 
     enum settings_action action;
     bool port_given; /* -p appeared: with -s, keep TCP on too */

@@ -172,6 +172,63 @@ general_tiercache(struct obuf *out, const struct tc_stats *t,
     stat_u64(out, "hot_pool_limit", t->hot_pool_limit);
 }
 
+/* The NVMe tier (issue 4): memcached's extstore names where the meaning
+ * matches, shown only when a tier is configured, as memcached does. */
+static void
+general_extstore(struct obuf *out, const struct tc_stats *t)
+{
+    if (!t->ext_enabled)
+        return;
+    stat_u64(out, "get_extstore", t->get_extstore);
+    stat_u64(out, "get_aborted_extstore", t->get_aborted_extstore);
+    stat_u64(out, "miss_from_extstore", t->miss_from_extstore);
+    stat_u64(out, "badcrc_from_extstore", t->badcrc_from_extstore);
+    stat_u64(out, "recache_from_extstore", t->recache_from_extstore);
+    stat_u64(out, "extstore_io_queue", t->extstore_io_queue);
+    stat_u64(out, "extstore_page_reclaims", t->extstore_page_reclaims);
+    stat_u64(out, "extstore_objects_lost", t->extstore_objects_lost);
+    stat_u64(out, "extstore_compact_rescues", t->extstore_compact_rescues);
+    stat_u64(out, "extstore_compact_skipped", t->extstore_compact_skipped);
+    stat_u64(out, "extstore_pages_free", t->extstore_pages_free);
+    stat_u64(out, "extstore_bytes_used", t->extstore_bytes_used);
+    stat_u64(out, "extstore_bytes_fragmented", t->extstore_bytes_dead);
+    stat_u64(out, "extstore_limit_maxbytes", t->extstore_limit_maxbytes);
+    stat_u64(out, "extstore_bytes_written", t->extstore_bytes_written);
+    stat_u64(out, "extstore_bytes_read", t->extstore_bytes_read);
+    stat_u64(out, "extstore_objects_written", t->extstore_objects_written);
+    stat_u64(out, "extstore_objects_read", t->extstore_objects_read);
+    stat_u64(out, "tc_ext_items", t->ext_items);
+    stat_u64(out, "tc_ext_item_bytes", t->ext_item_bytes);
+    stat_u64(out, "tc_ext_spilled", t->ext_spilled);
+    stat_u64(out, "tc_ext_spill_busy", t->ext_spill_busy);
+    stat_u64(out, "tc_ext_read_timeouts", t->ext_read_timeouts);
+    stat_u64(out, "tc_ext_read_p50_us", t->ext_read_p50_ns / 1000);
+    stat_u64(out, "tc_ext_read_p99_us", t->ext_read_p99_ns / 1000);
+    stat_u64(out, "tc_ext_read_p999_us", t->ext_read_p999_ns / 1000);
+    stat_u64(out, "tc_ext_uring", t->ext_uring);
+}
+
+/* "stats tiers": every tier's items and bytes. DRAM is the hot-key pool
+ * (bytes: its blocks in use); PMEM counts flash headers in its bytes and
+ * their values under NVMe. */
+static void
+tiers(struct tc_cache *c, struct obuf *out)
+{
+    struct tc_stats t;
+    tc_stats(c, &t);
+    stat_u64(out, "dram:items", t.hotkey_current);
+    stat_u64(out, "dram:bytes", t.hot_pool_bytes);
+    stat_u64(out, "dram:limit_maxbytes", t.hot_pool_limit);
+    stat_u64(out, "pmem:items", t.curr_items - t.ext_items - t.hotkey_current);
+    stat_u64(out, "pmem:bytes",
+             t.bytes > t.hot_pool_bytes ? t.bytes - t.hot_pool_bytes : 0);
+    stat_u64(out, "pmem:limit_maxbytes", t.limit_maxbytes);
+    stat_u64(out, "nvme:items", t.ext_items);
+    stat_u64(out, "nvme:bytes", t.ext_item_bytes);
+    stat_u64(out, "nvme:bytes_used", t.extstore_bytes_used);
+    stat_u64(out, "nvme:limit_maxbytes", t.extstore_limit_maxbytes);
+}
+
 static void
 general(struct server *srv, struct obuf *out)
 {
@@ -187,6 +244,7 @@ general(struct server *srv, struct obuf *out)
     general_server(out, &in, &t, ctr);
     general_items(out, &t);
     general_tiercache(out, &t, ctr);
+    general_extstore(out, &t);
 }
 
 /* --- "stats slabs", "stats items" --- */
@@ -357,6 +415,10 @@ stats_group(void *arg, struct proto_sess *s, const char *group,
         struct server_info in;
         server_info(srv, &in);
         hotkeys(in.cache, out);
+    } else if (!strcmp(group, "tiers")) {
+        struct server_info in;
+        server_info(srv, &in);
+        tiers(in.cache, out);
     } else if (!strcmp(group, "conns")) {
         server_conns_walk(srv, conn_line, out);
     } else if (!strcmp(group, "sizes")) {

@@ -15,6 +15,7 @@
 #include "src/store.h"
 
 #include "src/cache.h"
+#include "src/ext.h"
 #include "src/fetch.h"
 #include "src/hotkey.h"
 
@@ -24,6 +25,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <urcu/urcu-memb.h>
 
@@ -47,6 +49,8 @@ struct store_req {
     bool check_exptime; /* STORE_SWAP also needs the old item's exptime
                            unchanged (a touch meanwhile must not be lost) */
     uint32_t expect_exptime;
+    bool recache;        /* a flash value copied back: not a new item */
+    struct nvs_loc xloc; /* snapshot of a flash item: its locator */
 };
 
 /* Decide under the bucket lock whether the new item may replace what the
@@ -221,7 +225,8 @@ commit(struct cache_thread *t, struct store_req *r,
         cache_free_unpublished(t, plan, head, tails);
         return rc;
     }
-    cache_stat_inc(t, ST_TOTAL_ITEMS);
+    if (!r->recache)
+        cache_stat_inc(t, ST_TOTAL_ITEMS);
     if (c->hot)
         hotkey_count_store(t, *old ? cache_off(*old) : 0, head, r->hdr.vlen);
     if (cas_out)
@@ -283,8 +288,8 @@ req_init(struct store_req *r, struct cache_thread *t, int mode, const void *key,
     r->hdr.klen = (uint8_t)klen;
 }
 
-static bool snapshot(struct cache *c, const struct store_req *r,
-                     struct item_hdr *hdr, uint64_t *loc);
+static bool snapshot(struct cache *c, struct store_req *r, struct item_hdr *hdr,
+                     uint64_t *loc);
 
 /* A store whose outcome the index already decides (add on a live key, a
  * CAS that cannot match, replace of a missing key) is answered without
@@ -292,7 +297,7 @@ static bool snapshot(struct cache *c, const struct store_req *r,
  * with "out of memory" where memcached says "exists". The decision is
  * taken again under the bucket lock. */
 static int
-precheck(struct cache_thread *t, const struct store_req *r)
+precheck(struct cache_thread *t, struct store_req *r)
 {
     struct item_hdr old;
     uint64_t loc;
@@ -341,7 +346,7 @@ store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
 /* The item the key maps to now, copied out: header and location. Miss when
  * absent or dead. Context: takes and leaves an RCU read section. */
 static bool
-snapshot(struct cache *c, const struct store_req *r, struct item_hdr *hdr,
+snapshot(struct cache *c, struct store_req *r, struct item_hdr *hdr,
          uint64_t *loc)
 {
     struct cache_key k = {c, r->key, r->klen};
@@ -355,6 +360,8 @@ snapshot(struct cache *c, const struct store_req *r, struct item_hdr *hdr,
         const struct item_hdr *it = cache_item_at(c, cache_off(*loc));
         hit = cache_item_dead(c, it, now) == CACHE_LIVE;
         item_hdr_load(hdr, it);
+        if (hdr->kind == ITEM_KIND_FLASH)
+            r->xloc = *item_flash_loc(it);
     }
     cache_read_unlock();
     return hit;
@@ -388,14 +395,28 @@ rewrite(struct cache_thread *t, struct store_req *r, const struct item_hdr *old,
     struct item_plan plan;
     uint64_t head, tails[ITEM_MAX_TAILS], oldloc = 0;
     struct iovec iov[ITEM_MAX_TAILS + 2];
+    char *fbuf = NULL;
+    int rc;
 
-    int rc = prepare(t, r, &plan, &head, tails);
-    if (rc)
+    /* a flash item's value comes into DRAM first (blocking read); a failed
+     * read dropped the item, which the retry then finds missing */
+    if (old->kind == ITEM_KIND_FLASH &&
+        (rc = ext_read_copy(t, r->key, r->klen, r->hash, r->expect, &r->xloc,
+                            &fbuf)) != 0)
+        return rc == -ENOMEM ? rc : -EAGAIN;
+    rc = prepare(t, r, &plan, &head, tails);
+    if (rc) {
+        free(fbuf);
         return rc;
+    }
     cache_read_lock();
     const struct item_hdr *it = cache_item_at(c, cache_off(r->expect));
-    int n = item_value_iov(c->base, it, c->chunk_max,
-                           append || !alen ? iov : iov + 1);
+    struct iovec *vi = append || !alen ? iov : iov + 1;
+    int n = 1;
+    if (fbuf)
+        vi[0] = (struct iovec){fbuf, old->vlen};
+    else
+        n = item_value_iov(c->base, it, c->chunk_max, vi);
     if (alen && append)
         iov[n] = (struct iovec){(void *)add, alen};
     else if (alen)
@@ -410,6 +431,7 @@ rewrite(struct cache_thread *t, struct store_req *r, const struct item_hdr *old,
         rc = -EAGAIN;
     }
     cache_read_unlock();
+    free(fbuf);
     retire_old(t, oldloc);
     return rc;
 }
@@ -535,6 +557,25 @@ store_ex(struct cache_thread *t, enum tc_store_mode mode, const void *key,
     return -EINVAL;
 }
 
+int
+store_recache(struct cache_thread *t, const void *key, uint32_t klen,
+              const struct item_hdr *hdr, uint64_t expect, const void *val)
+{
+    struct iovec iov = {(void *)val, hdr->vlen};
+    struct store_req r;
+
+    req_init(&r, t, STORE_SWAP, key, klen);
+    r.hdr = *hdr;
+    r.hdr.klen = (uint8_t)klen;
+    r.val = (struct item_src){&iov, 1};
+    r.expect = expect;
+    r.cas_new = hdr->cas; /* clients see no change */
+    r.check_exptime = true;
+    r.expect_exptime = hdr->exptime;
+    r.recache = true;
+    return store_one(t, &r, NULL);
+}
+
 /* meta mg N: an empty placeholder whose storer holds the recache win.
  * TC_OK when this call created it. */
 int
@@ -637,11 +678,23 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         }
         if (old.vlen > 64 || old.nchain)
             return TC_NON_NUMERIC;
+        char *fbuf = NULL;
+        if (old.kind == ITEM_KIND_FLASH) {
+            int frc =
+                ext_read_copy(t, key, klen, r.hash, r.expect, &r.xloc, &fbuf);
+            if (frc == -ENOMEM)
+                return frc;
+            if (frc)
+                continue; /* dropped: the retry finds it missing */
+        }
         cache_read_lock();
         const struct item_hdr *it = cache_item_at(c, cache_off(r.expect));
         bool same = it->cas == old.cas;
-        if (same)
+        if (same && fbuf)
+            memcpy(digits, fbuf, old.vlen);
+        else if (same)
             pm_read(digits, item_key(it) + it->klen, old.vlen);
+        free(fbuf);
         r.hdr = old;
         if (same && !(o && o->touch))
             carry_exptime(&r, it);

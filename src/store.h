@@ -33,6 +33,12 @@ int store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
 /* An empty placeholder holding the recache win: TC_OK if created. */
 int store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
                  int64_t exptime);
+/* Copy a flash item's value (read by ext.c) back into the pool in place of
+ * its header at index location expect, keeping its CAS, flags and expiry:
+ * TC_OK, or -EAGAIN when the item changed meanwhile. */
+struct item_hdr;
+int store_recache(struct cache_thread *t, const void *key, uint32_t klen,
+                  const struct item_hdr *hdr, uint64_t expect, const void *val);
 /* incr/decr; o (may be NULL) adds the meta options. */
 int store_arith(struct cache_thread *t, bool incr, const void *key,
                 uint32_t klen, uint64_t delta, const struct tc_arith_opts *o,

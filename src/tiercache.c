@@ -12,6 +12,7 @@
 #include "src/base/compiler.h"
 #include "src/base/err.h"
 #include "src/cache.h"
+#include "src/ext.h"
 #include "src/fetch.h"
 #include "src/hotkey.h"
 #include "src/store.h"
@@ -65,6 +66,14 @@ tc_config_init(struct tc_config *cfg)
     cfg->hotkey_window = 10;
     cfg->hotkey_k = 64;
     cfg->hotkey_sample = 16;
+    cfg->ext_item_size = 512;
+    cfg->ext_item_age = UINT32_MAX;
+    cfg->ext_page_size = 64u << 20;
+    cfg->ext_wbuf_size = 4u << 20;
+    cfg->ext_recache_rate = 2000;
+    cfg->ext_max_frag = 0.8;
+    cfg->ext_read_timeout_ms = 1000;
+    cfg->ext_threads = 2;
 }
 
 TC_API int
@@ -158,6 +167,43 @@ tc_gat(struct tc_cache *tc, const void *key, size_t klen, int64_t exptime,
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
     return t ? fetch_get(t, key, (uint32_t)klen, &o, fn, arg) : rc;
+}
+
+TC_API int
+tc_async_fd(struct tc_cache *tc)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    return t ? ext_async_fd(t) : -ENOMEM;
+}
+
+TC_API void
+tc_async_owner(struct tc_cache *tc, void *owner)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (t)
+        t->ext_owner = owner;
+}
+
+TC_API int
+tc_async_submit(struct tc_cache *tc)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    return t ? ext_async_submit(t) : -ENOMEM;
+}
+
+TC_API int
+tc_async_reap(struct tc_cache *tc, tc_async_fn *fn, void *arg)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    return t ? ext_async_reap(t, fn, arg) : -ENOMEM;
+}
+
+TC_API void
+tc_async_cancel(struct tc_cache *tc, void *owner)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (t)
+        ext_async_cancel(t, owner);
 }
 
 struct copy_arg {
@@ -377,6 +423,7 @@ tc_maintain(struct tc_cache *tc)
     cache_flush_check(c, clock_now());
     int n = reclaim_sweep(t, c->cfg.sweep_budget);
     hotkey_tick(t);
+    ext_maintain(t);
     cache_reclaim_limbo(t);
     if (atomic_load(&c->shrink_target))
         reclaim_shrink(t);
@@ -428,6 +475,7 @@ tc_stats(struct tc_cache *tc, struct tc_stats *out)
     out->hotkey_pmem_bytes_saved = (uint64_t)s[ST_HOT_BYTES_SAVED];
     out->hot_pool_bytes = hotkey_pool_bytes(c);
     out->hot_pool_limit = c->cfg.hot_pool_size;
+    ext_stats(c, s, out);
 
     uint64_t free_pages = pool_nfree(c->pool);
     out->pmem_bytes = region_data_size(c->region);

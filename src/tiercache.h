@@ -44,6 +44,7 @@ extern "C" {
 #define TC_API __attribute__((visibility("default")))
 
 #define TC_KEY_MAX 250
+#define TC_EXT_MAX_PATHS 8
 /* tiercache's own release. */
 #define TC_RELEASE "0.1.0"
 /* What the VERSION command and "stats" report: memcached's numbering first,
@@ -126,6 +127,32 @@ struct tc_config {
                                 default 64, at most 1024 */
     uint32_t hotkey_sample;  /* sample one operation in this many; default
                                 16 (1 = every one) */
+
+    /* NVMe tier (memcached's extstore options; off while ext_npaths is 0).
+     * Values of at least ext_item_size bytes that the eviction scan finds
+     * cold (CLOCK reference bit clear) move to the files below; their
+     * header and key stay in the pool. */
+    unsigned ext_npaths;
+    const char *ext_path[TC_EXT_MAX_PATHS]; /* file or block device, opened
+                                               O_DIRECT (not on tmpfs) */
+    uint64_t ext_size[TC_EXT_MAX_PATHS];    /* bytes used of each */
+    uint32_t ext_item_size;                 /* default 512 */
+    uint32_t ext_item_age;        /* memcached's ext_item_age, accepted for
+                                     compatibility: with no per-item access
+                                     time, "cold" means the CLOCK hand found
+                                     the reference bit clear */
+    uint32_t ext_page_size;       /* segment bytes; default 64 MiB */
+    uint32_t ext_wbuf_size;       /* write buffer bytes; default 4 MiB */
+    uint32_t ext_recache_rate;    /* copy 1 in this many flash reads back
+                                     into the pool; 0 = never; default
+                                     2000 */
+    double ext_max_frag;          /* compact a segment this dead (0..1);
+                                     default 0.8 */
+    uint32_t ext_read_timeout_ms; /* a flash read not back by then is a
+                                     miss; 0 = none; default 1000 */
+    uint32_t ext_threads;         /* I/O threads where io_uring is refused;
+                                     default 2 */
+    bool ext_no_uring;            /* use those threads even with io_uring */
 };
 
 enum tc_win {
@@ -144,6 +171,11 @@ struct tc_item_info {
     uint8_t win;        /* enum tc_win (meta W / Z) */
     uint8_t slab_class; /* slab class of the item's head chunk, from 0
                            (meta me cls=, which counts from 1) */
+    bool flash;         /* the value lives on the NVMe tier (read from it
+                           for this call) */
+    uint64_t pending;   /* nonzero: an asynchronous flash read (see
+                           tc_async_owner) will bring the value; fn got no
+                           value (iov NULL, niov 0) */
 };
 
 /* Called on a hit with the value in niov pieces (one unless the item is
@@ -203,6 +235,35 @@ struct tc_stats {
                                          instead of PMEM */
     uint64_t hot_pool_bytes;          /* bytes of the DRAM pool in use */
     uint64_t hot_pool_limit;          /* hot_pool_size */
+
+    /* NVMe tier; memcached's extstore names where they match */
+    bool ext_enabled;
+    bool ext_uring;                /* false: the pread/pwrite fallback */
+    uint64_t ext_items;            /* items whose value is on flash */
+    uint64_t ext_item_bytes;       /* their value bytes */
+    uint64_t ext_spilled;          /* values the eviction moved to flash */
+    uint64_t ext_spill_busy;       /* evicted instead: the flash was behind */
+    uint64_t get_extstore;         /* hits served from flash */
+    uint64_t get_aborted_extstore; /* flash reads failed: I/O error or
+                                      timeout (a miss) */
+    uint64_t miss_from_extstore;   /* flash values gone (segment reused) */
+    uint64_t badcrc_from_extstore; /* flash reads failing their check */
+    uint64_t recache_from_extstore;
+    uint64_t ext_read_timeouts;
+    uint64_t extstore_bytes_written;
+    uint64_t extstore_objects_written;
+    uint64_t extstore_bytes_read;
+    uint64_t extstore_objects_read;
+    uint64_t extstore_page_reclaims;
+    uint64_t extstore_objects_lost;
+    uint64_t extstore_compact_rescues;
+    uint64_t extstore_compact_skipped;
+    uint64_t extstore_bytes_used;
+    uint64_t extstore_bytes_dead;
+    uint64_t extstore_limit_maxbytes;
+    uint64_t extstore_pages_free;
+    uint64_t extstore_io_queue; /* flash reads in flight */
+    uint64_t ext_read_p50_ns, ext_read_p99_ns, ext_read_p999_ns;
 };
 
 /* One key of the hot-key view (tc_hotkeys). Rates are estimates from
@@ -274,10 +335,47 @@ struct tc_get_opts {
                                below this (meta R); 0 = off */
     bool no_bump;           /* do not mark the item used (meta u) */
     bool *vivified;         /* out, may be NULL */
+    bool async;     /* a flash item may answer pending (see tc_async_owner)
+                       instead of blocking on its read */
+    bool head_only; /* fn needs the header only: a flash item's value is
+                       not read, fn gets no value (iov NULL, niov 0) */
 };
 TC_API int tc_get_ex(struct tc_cache *c, const void *key, size_t klen,
                      const struct tc_get_opts *opts, tc_value_fn *fn,
                      void *arg);
+
+/*
+ * Asynchronous reads of the NVMe tier, for an event loop (the server): a
+ * get of a flash item then does not block the thread.
+ *
+ * The thread sets an owner (its connection) with tc_async_owner() before
+ * running requests. A tc_get_ex() with opts->async that finds a flash item
+ * queues a read on the thread's own ring, calls fn with info->pending set
+ * (an id) and no value, and returns TC_OK; the caller reserves
+ * info->vlen bytes for the value. tc_async_submit() sends every queued
+ * read in one batch; when tc_async_fd() becomes readable,
+ * tc_async_reap() calls back with each finished read's value (niov 1) or
+ * with none (niov 0: the read failed, which is a miss). A read's value has
+ * been checked (segment generation, key, length, CRC32C) by the store.
+ * Everything here is per calling thread.
+ */
+/* The thread's completion eventfd (creating its ring): >= 0, or -ENOENT
+ * when the cache has no NVMe tier, or a negative errno. */
+TC_API int tc_async_fd(struct tc_cache *c);
+/* The owner of the reads the thread queues next; NULL turns queuing off
+ * (flash reads block, as for the embedding API). */
+TC_API void tc_async_owner(struct tc_cache *c, void *owner);
+/* Submit the queued reads: how many, or a negative errno. */
+TC_API int tc_async_submit(struct tc_cache *c);
+/* A finished read: iov/niov hold the value (niov 1) or nothing (niov 0: a
+ * miss). Valid only during the call. */
+typedef void tc_async_fn(void *arg, void *owner, uint64_t id,
+                         const struct iovec *iov, int niov);
+/* Call fn for every finished read whose owner is still set (never
+ * waits): the number of reads finished. */
+TC_API int tc_async_reap(struct tc_cache *c, tc_async_fn *fn, void *arg);
+/* The owner goes away: its reads still in flight finish without a call. */
+TC_API void tc_async_cancel(struct tc_cache *c, void *owner);
 
 /* Storage with the meta protocol's options (ms). */
 struct tc_store_opts {

@@ -96,6 +96,31 @@ config_from(const struct settings *st, struct tc_config *cfg)
     cfg->hotkey_window = (uint32_t)st->hotkey_window;
     cfg->hotkey_k = (uint32_t)st->hotkey_k;
     cfg->hotkey_sample = (uint32_t)st->hotkey_sample;
+    cfg->ext_npaths = st->ext_npaths;
+    for (unsigned i = 0; i < st->ext_npaths; i++) {
+        cfg->ext_path[i] = st->ext_path[i];
+        cfg->ext_size[i] = st->ext_size[i];
+    }
+    cfg->ext_item_size = (uint32_t)st->ext_item_size;
+    cfg->ext_item_age = (uint32_t)st->ext_item_age;
+    cfg->ext_page_size = (uint32_t)(st->ext_page_size << 20);
+    cfg->ext_wbuf_size = (uint32_t)(st->ext_wbuf_size << 20);
+    cfg->ext_recache_rate = (uint32_t)st->ext_recache_rate;
+    cfg->ext_max_frag = st->ext_max_frag;
+    cfg->ext_read_timeout_ms = (uint32_t)st->ext_read_timeout_ms;
+    cfg->ext_threads = (uint32_t)st->ext_threads;
+}
+
+/* Whether an open error already names the file it is about. */
+static bool
+names_a_file(const struct settings *st, const char *why)
+{
+    if (strstr(why, st->pool_path))
+        return true;
+    for (unsigned i = 0; i < st->ext_npaths; i++)
+        if (strstr(why, st->ext_path[i]))
+            return true;
+    return false;
 }
 
 static int
@@ -105,7 +130,7 @@ open_cache(const struct settings *st, struct tc_cache **out)
     config_from(st, &cfg);
     if (tc_open(&cfg, out) != 0) {
         const char *why = tc_errmsg();
-        if (strstr(why, st->pool_path))
+        if (names_a_file(st, why))
             fprintf(stderr, "tiercached: %s\n", why);
         else
             fprintf(stderr, "tiercached: cannot open pool %s: %s\n",

@@ -30,7 +30,9 @@
 #include <cmocka.h>
 
 #define T0 1700000000u
-#define MIB (1024u * 1024u)
+#ifndef MIB
+#define MIB (1024ull * 1024)
+#endif
 #define DAYS30 2592000
 /* Bytes in front of the pool's pages (tier/region_layout.h). */
 #define REGION_HDR_BYTES (2u * MIB)

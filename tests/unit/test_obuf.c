@@ -263,6 +263,70 @@ test_random_against_model(void **state)
     free(model);
 }
 
+/* A reply with a hole for the value of read `id`, miss text `miss`. */
+static void
+add_holed(struct obuf *o, uint64_t id, const char *head, uint32_t vlen,
+          const char *miss)
+{
+    uint64_t start = obuf_pos(o);
+    obuf_add_str(o, head);
+    assert_int_equal(obuf_hole_open(o, id, start, vlen), 0);
+    obuf_add_str(o, "\r\n");
+    obuf_hole_close(o, miss, strlen(miss));
+}
+
+/* Holes: nothing from the first hole's reply on is sendable; fills copy
+ * the value in, failures put the miss in place (shorter or longer), later
+ * holes move with them, and positions survive compaction. */
+static void
+test_holes(void **state)
+{
+    struct obuf *o = *state;
+    struct iovec v;
+
+    obuf_add_str(o, "A\r\n");
+    add_holed(o, 1, "V1 ", 5, "EN\r\n");
+    obuf_add_str(o, "B\r\n");
+    add_holed(o, 2, "V2 ", 3, "a much longer miss line\r\n");
+    add_holed(o, 3, "V3 ", 4, "");
+    obuf_add_str(o, "C\r\n");
+    assert_int_equal(o->nholes, 3);
+    assert_int_equal(obuf_sendable(o), 3);
+    obuf_consume(o, 3); /* "A\r\n" went out */
+    assert_int_equal(obuf_sendable(o), 0);
+
+    /* the second completes first: still blocked by the first */
+    v = (struct iovec){"xyz", 3};
+    assert_true(obuf_hole_fill(o, 2, &v, 1));
+    assert_int_equal(obuf_sendable(o), 0);
+    assert_false(obuf_hole_fill(o, 2, &v, 1)); /* only once */
+    /* the first fails: its miss replaces it */
+    assert_true(obuf_hole_fill(o, 1, NULL, 0));
+    assert_int_equal(o->nholes, 1);
+    assert_int_equal(obuf_sendable(o), strlen("EN\r\nB\r\nV2 xyz\r\n"));
+    assert_memory_equal(o->buf + o->head, "EN\r\nB\r\nV2 xyz\r\n",
+                        obuf_sendable(o));
+    /* the third comes back the wrong length: a miss (nothing) */
+    v = (struct iovec){"toolong", 7};
+    assert_true(obuf_hole_fill(o, 3, &v, 1));
+    assert_int_equal(o->nholes, 0);
+    assert_pending(o, "EN\r\nB\r\nV2 xyz\r\nC\r\n");
+
+    /* a miss longer than its reply, after compaction moved the block */
+    obuf_consume(o, obuf_pending(o));
+    for (int i = 0; i < 100; i++)
+        obuf_add_str(o, "0123456789");
+    obuf_consume(o, 990);
+    add_holed(o, 9, "V ", 1, "a miss longer than the reply\r\n");
+    obuf_add_str(o, "Z");
+    for (int i = 0; i < 200; i++) /* grows and slides the block */
+        obuf_add_str(o, "..........");
+    assert_true(obuf_hole_fill(o, 9, NULL, 0));
+    assert_int_equal(obuf_pending(o), 10 + 30 + 1 + 2000);
+    assert_memory_equal(o->buf + o->head,
+                        "0123456789a miss longer than the reply\r\nZ", 41);
+}
+
 int
 main(void)
 {
@@ -283,6 +347,7 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_random_against_model, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_holes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

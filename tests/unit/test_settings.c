@@ -428,6 +428,53 @@ test_render(void **state)
     free(t);
 }
 
+/* The NVMe tier's options (memcached's extstore syntax). */
+static void
+test_ext_options(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(f->s.ext_npaths, 0);
+    assert_int_equal(f->s.ext_item_size, 512);
+    assert_int_equal(f->s.ext_page_size, 64);
+    assert_int_equal(f->s.ext_wbuf_size, 4);
+    assert_int_equal(f->s.ext_recache_rate, 2000);
+    assert_int_equal(parse(f, "-o ext_path=/tmp/a:1g -o "
+                              "ext_path=/tmp/b:c:2t,ext_item_size=1k,"
+                              "ext_page_size=32,ext_wbuf_size=8,"
+                              "ext_max_frag=0.5,ext_read_timeout_ms=250,"
+                              "ext_threads=3,ext_recache_rate=0,"
+                              "ext_item_age=60"),
+                     0);
+    assert_int_equal(f->s.ext_npaths, 2);
+    assert_string_equal(f->s.ext_path[0], "/tmp/a");
+    assert_int_equal(f->s.ext_size[0], 1ull << 30);
+    assert_string_equal(f->s.ext_path[1], "/tmp/b:c"); /* the last colon */
+    assert_int_equal(f->s.ext_size[1], 2ull << 40);
+    assert_int_equal(f->s.ext_item_size, 1024);
+    assert_int_equal(f->s.ext_page_size, 32);
+    assert_int_equal(f->s.ext_wbuf_size, 8);
+    assert_true(f->s.ext_max_frag > 0.49 && f->s.ext_max_frag < 0.51);
+    assert_int_equal(f->s.ext_read_timeout_ms, 250);
+    assert_int_equal(f->s.ext_threads, 3);
+    assert_int_equal(f->s.ext_recache_rate, 0);
+    assert_int_equal(f->s.ext_item_age, 60);
+
+    expect_bad(f, "-o ext_path=/tmp/a", "-o ext_path", "FILE:SIZE");
+    expect_bad(f, "-o ext_path=/tmp/a:0", "-o ext_path", "FILE:SIZE");
+    expect_bad(f, "-o ext_path=/tmp/a:12q", "-o ext_path", "FILE:SIZE");
+    expect_bad(f, "-o ext_path=:1g", "-o ext_path", "FILE:SIZE");
+    expect_bad(f, "-o ext_path=/tmp/a:1m", "-o ext_path",
+               "do not hold one segment");
+    expect_bad(f, "-o ext_page_size=10,ext_wbuf_size=4", "-o ext_page_size",
+               "multiple of ext_wbuf_size");
+    expect_bad(f, "-o ext_max_frag=2", "-o ext_max_frag", NULL);
+    expect_bad(f,
+               "-o ext_path=/a:1g,ext_path=/b:1g,ext_path=/c:1g,"
+               "ext_path=/d:1g,ext_path=/e:1g,ext_path=/f:1g,ext_path=/g:1g,"
+               "ext_path=/h:1g,ext_path=/i:1g",
+               "-o ext_path", "at most 8");
+}
+
 static void
 test_help_lists_everything(void **state)
 {
@@ -464,6 +511,10 @@ test_help_lists_everything(void **state)
         "sweep_budget=",
         "maxconns_fast",
         "no_background",
+        "ext_path=<file>:<size>",
+        "ext_item_size=",
+        "ext_page_size=",
+        "ext_read_timeout_ms=",
         "default 11211; a number from 0 to 65535",
         "default 1m; a size from 1k to 1g",
         "default 4; a number from 1 to 256",
@@ -490,6 +541,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_cross_checks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_listen_and_unix, setup, teardown),
         cmocka_unit_test_setup_teardown(test_render, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ext_options, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help_lists_everything, setup,
                                         teardown),
     };

@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# NVMe tier benchmark (issue 4): memcached's extstore against tiercached's
+# flash tier, same run, same -m, same flash size, a dataset about four
+# times the memory, 4 KiB values. Figures only: nothing here checks speed.
+#
+#   perf/compare_extstore.sh            # ~2 minutes
+#   perf/compare_extstore.sh --only uniform-p1
+#
+# Workloads (get:set 9:1, every key set once before each measured run,
+# which pushes three quarters of the data to flash):
+#   uniform-p1   uniform keys, one request in flight per connection
+#   zipf-p1      zipf keys (s = 0.99), the same
+#   uniform-mget10  uniform keys, gets of 10 keys
+#
+# For each workload, memcached then tiercached: start the server on a free
+# port (127.0.0.1, -t $SERVER_THREADS -m $MEM_MB, a fresh flash file of
+# $EXT_SIZE under $EXT_DIR with 64 MiB pages and 4 MiB write buffers),
+# run perf/bench_loadgen against it, stop it by PID, remove the files.
+# Both spill under memory pressure with their default rules (memcached:
+# ext_item_age and its free-chunk watermarks; tiercached: the CLOCK
+# eviction scan).
+#
+# Output: a table per workload (memcached, tiercached, ratio) and a markdown
+# summary, on stdout and in perf/out/ext-<date>.txt.
+#
+# Environment knobs (defaults in brackets):
+#   MEMCACHED      memcached binary [/usr/bin/memcached]
+#   TIERCACHED     tiercached binary [build/release/tiercached]
+#   DURATION       measured seconds per run [10]
+#   MEM_MB         server -m [64]
+#   KEYS           key space [4 x MEM_MB MiB / 4 KiB]
+#   CONNS          client connections [16]
+#   SERVER_THREADS server -t [2]
+#   EXT_DIR        directory of the flash files [/tmp]
+#   EXT_SIZE       flash bytes [1g]
+#   PORT_BASE      first port tried [21600]
+
+set -u -o pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root" || exit 1
+
+only=""
+while [ $# -gt 0 ]; do
+    case $1 in
+    --only) only=${2:-}; shift ;;
+    -h | --help)
+        sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "compare_extstore.sh: unknown option $1 (see --help)" >&2
+        exit 2
+        ;;
+    esac
+    shift
+done
+
+MEMCACHED=${MEMCACHED:-/usr/bin/memcached}
+TIERCACHED=${TIERCACHED:-build/release/tiercached}
+DURATION=${DURATION:-10}
+MEM_MB=${MEM_MB:-64}
+KEYS=${KEYS:-$((4 * MEM_MB * 256))}
+CONNS=${CONNS:-16}
+SERVER_THREADS=${SERVER_THREADS:-2}
+EXT_DIR=${EXT_DIR:-/tmp}
+EXT_SIZE=${EXT_SIZE:-1g}
+PORT_BASE=${PORT_BASE:-21600}
+WARMUP_BOUND=120 # seconds bench_loadgen may spend loading the keys
+
+for b in "$MEMCACHED" "$TIERCACHED"; do
+    if [ ! -x "$b" ]; then
+        echo "compare_extstore.sh: $b not found (apt-get install memcached;" \
+            "make all)" >&2
+        exit 1
+    fi
+done
+
+out_dir=perf/out
+mkdir -p "$out_dir/bin"
+stamp=$(date -u +%Y%m%d-%H%M%S)
+out=$out_dir/ext-$stamp.txt
+: >"$out"
+log() { printf '%s\n' "$*" | tee -a "$out"; }
+
+LOADGEN=$out_dir/bin/bench_loadgen
+if ! gcc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra perf/bench_loadgen.c \
+    -o "$LOADGEN" -lpthread -lm >>"$out_dir/build.log" 2>&1; then
+    echo "compare_extstore.sh: bench_loadgen did not build" >&2
+    exit 1
+fi
+
+# name|key distribution|pipeline|multiget
+WORKLOADS="uniform-p1|uniform|1|1
+zipf-p1|zipf|1|1
+uniform-mget10|uniform|1|10"
+
+srv_pid=""
+ext_file=$EXT_DIR/tc-ext-bench-$$.nvs
+pool_file=/dev/shm/tc-ext-bench-$$.pool
+
+stop_server() {
+    local _
+    if [ -n "$srv_pid" ]; then
+        kill -TERM "$srv_pid" 2>/dev/null
+        for _ in $(seq 1 100); do
+            kill -0 "$srv_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$srv_pid" 2>/dev/null
+        wait "$srv_pid" 2>/dev/null
+        srv_pid=""
+    fi
+    rm -f "$ext_file" "$pool_file"
+}
+trap 'stop_server; exit 130' INT TERM
+trap 'stop_server' EXIT
+
+port_busy() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
+pick_port() {
+    local p
+    for p in $(seq "$PORT_BASE" $((PORT_BASE + 99))); do
+        port_busy "$p" || { echo "$p"; return 0; }
+    done
+    return 1
+}
+
+start_server() { # name port
+    local name=$1 port=$2 _
+    local -a cmd
+    rm -f "$ext_file" "$pool_file"
+    case $name in
+    memcached)
+        # memcached wants ext_page_size before ext_path
+        cmd=("$MEMCACHED" -p "$port" -l 127.0.0.1 -t "$SERVER_THREADS"
+            -m "$MEM_MB" -c 1024 -o
+            "ext_page_size=64,ext_wbuf_size=4,ext_path=$ext_file:$EXT_SIZE")
+        [ "$(id -u)" = 0 ] && cmd+=(-u root)
+        ;;
+    tiercached)
+        cmd=("$TIERCACHED" -p "$port" -l 127.0.0.1 -t "$SERVER_THREADS"
+            -m "$MEM_MB" -c 1024 -e "$pool_file" -o
+            "ext_page_size=64,ext_wbuf_size=4,ext_path=$ext_file:$EXT_SIZE")
+        ;;
+    esac
+    echo "# start: ${cmd[*]}" >>"$out"
+    "${cmd[@]}" >>"$out_dir/ext-$stamp.server.log" 2>&1 &
+    srv_pid=$!
+    for _ in $(seq 1 100); do
+        kill -0 "$srv_pid" 2>/dev/null || { srv_pid=""; return 1; }
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    stop_server
+    return 1
+}
+
+kv() {
+    local v
+    v=$(printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1)
+    printf '%s\n' "${v:--}"
+}
+
+ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN {
+        if (a == "-" || b == "-" || a + 0 == 0) print "-";
+        else printf "%.2f\n", b / a }'
+}
+
+# "stats" figures of the running server: name... -> "name=value ..."
+server_stats() {
+    local port=$1
+    shift
+    exec 3<>"/dev/tcp/127.0.0.1/$port" || return
+    printf 'stats\r\n' >&3
+    local line names=" $* " res=""
+    while IFS= read -r -t 5 line <&3; do
+        line=${line%$'\r'}
+        [ "$line" = END ] && break
+        set -- $line
+        case $names in *" $2 "*) res="$res $2=$3" ;; esac
+    done
+    exec 3<&-
+    printf '%s\n' "$res"
+}
+
+declare -A R S
+
+run_one() { # workload server dist pipe mget
+    local wl=$1 name=$2 dist=$3 pipe=$4 mget=$5 port res
+    port=$(pick_port) || { log "# no free port"; return; }
+    if ! start_server "$name" "$port"; then
+        log "# $wl $name: server did not start (see" \
+            "$out_dir/ext-$stamp.server.log)"
+        return
+    fi
+    res=$(timeout --signal=INT $((DURATION + WARMUP_BOUND + 30)) \
+        "$LOADGEN" --host 127.0.0.1 --port "$port" --conns "$CONNS" \
+        --threads 1 --keys "$KEYS" --value-size 4096 --ratio 9:1 \
+        --pipeline "$pipe" --multiget "$mget" --key-dist "$dist" \
+        --duration "$DURATION" --warmup "$WARMUP_BOUND" --seed 1 \
+        --label "$name" --server-pid "$srv_pid" 2>&1)
+    printf '%s\n' "$res" | sed 's/^/  /' | tee -a "$out" | grep -v '^  RESULT'
+    R[$wl,$name]=$(printf '%s\n' "$res" | grep '^RESULT' | head -1)
+    S[$wl,$name]=$(server_stats "$port" curr_items evictions get_extstore \
+        extstore_objects_written extstore_objects_read tc_ext_items \
+        tc_ext_read_p99_us get_hits get_misses)
+    log "  server: ${S[$wl,$name]}"
+    stop_server
+}
+
+table() {
+    local wl=$1 mc=${R[$wl,memcached]:-} tc=${R[$wl,tiercached]:-} row m a b
+    log ""
+    log "  $(printf '%-18s %12s %12s %8s' metric memcached tiercached tc/mc)"
+    for row in "ops/s:ops" "p50 us:p50_us" "p99 us:p99_us" \
+        "p99.9 us:p999_us" "hit ratio:hit" "server cores:srv_cores" \
+        "server CPU us/op:srv_cpu_us_per_op" "errors:errors"; do
+        m=${row%%:*}
+        a=$( [ -n "$mc" ] && kv "$mc" "${row#*:}" || echo -)
+        b=$( [ -n "$tc" ] && kv "$tc" "${row#*:}" || echo -)
+        log "  $(printf '%-18s %12s %12s %8s' "$m" "$a" "$b" "$(ratio "$a" "$b")")"
+    done
+}
+
+log "# NVMe tier: memcached extstore vs tiercached, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+log "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); flash files in $EXT_DIR ($(df -T "$EXT_DIR" | awk 'NR==2 {print $2}'), $(lsblk -dno NAME,ROTA,MODEL "$(df "$EXT_DIR" | awk 'NR==2 {print $1}')" 2>/dev/null | head -1))"
+log "# commit: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | grep -q . && echo '(dirty tree)')"
+log "# memcached: $("$MEMCACHED" -V 2>&1 | head -1); tiercached: $TIERCACHED"
+log "# servers: -t $SERVER_THREADS -m $MEM_MB, flash $EXT_SIZE (64 MiB pages, 4 MiB write buffers), fresh for every run"
+log "# client: --conns $CONNS --keys $KEYS (x 4 KiB = $((KEYS * 4 / 1024)) MiB) --ratio 9:1 --duration $DURATION, every key set once first"
+
+ran=""
+while IFS='|' read -r wl dist pipe mget; do
+    if [ -n "$only" ] && ! printf ',%s,' "$only" | grep -q ",$wl,"; then
+        continue
+    fi
+    log ""
+    log "=== $wl: 4 KiB values, $dist keys, get:set 9:1, multiget $mget"
+    for name in memcached tiercached; do
+        run_one "$wl" "$name" "$dist" "$pipe" "$mget"
+    done
+    table "$wl"
+    ran="$ran $wl"
+done <<<"$WORKLOADS"
+
+log ""
+log "## summary (markdown; ratio = tiercached / memcached)"
+log ""
+log "| workload | mc ops/s | tc ops/s | ratio | mc p99 us | tc p99 us | ratio | mc hit | tc hit |"
+log "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+for wl in $ran; do
+    mc=${R[$wl,memcached]:-}
+    tc=${R[$wl,tiercached]:-}
+    line="| $wl"
+    for k in ops p99_us; do
+        a=$( [ -n "$mc" ] && kv "$mc" "$k" || echo -)
+        b=$( [ -n "$tc" ] && kv "$tc" "$k" || echo -)
+        line="$line | $a | $b | $(ratio "$a" "$b")"
+    done
+    line="$line | $( [ -n "$mc" ] && kv "$mc" hit || echo -) | $( [ -n "$tc" ] && kv "$tc" hit || echo -)"
+    log "$line |"
+done
+log ""
+log "# output in $out"

@@ -1,0 +1,83 @@
+#pragma once
+/*
+ * The engine's side of the NVMe tier (issue 4; the store is tier/nvs.h):
+ * spilling cold values at eviction, reading flash items back (blocking for
+ * the embedding API, asynchronous for the server), recache, compaction from
+ * the maintenance thread, and the tier's figures. See ext.c.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "src/tiercache.h"
+#include "tier/nvs.h"
+
+struct cache;
+struct cache_thread;
+struct item_hdr;
+
+/* Open the store named by c->cfg.ext_*: 0, or a negative errno with one
+ * sentence in err_msg(). Nothing to do when ext_npaths is 0. */
+int ext_open(struct cache *c);
+void ext_close(struct cache *c);
+/* Destroy the thread's rings (its context is going away). */
+void ext_thread_fini(struct cache_thread *t);
+
+/* Eviction found the item at head cold: if its value is big enough, append
+ * it to the store and swap a flash header into the index in its place.
+ * True when the item at head left the index that way (the caller frees it
+ * after a grace period, as an evicted one); false: evict it as usual.
+ * Context: eviction, no lock held, no RCU read section. */
+bool ext_spill(struct cache_thread *t, uint64_t head, uint64_t hash);
+/* After an eviction batch of class cls: a spill that found no free header
+ * chunk asks for one page to move from cls to the header class. */
+void ext_after_evict(struct cache_thread *t, unsigned cls);
+
+/* A flash item met by a reader: what it copied inside its read section. */
+struct ext_hit {
+    uint64_t hash;
+    uint64_t loc; /* the header's index location */
+    struct nvs_loc nl;
+    struct tc_item_info info;
+    bool touch; /* a gat: counted as a touch */
+};
+/* Copy a flash header's fields into h (inside a read section). */
+void ext_hit_fill(struct ext_hit *h, const struct item_hdr *it, uint64_t hash,
+                  uint64_t loc);
+
+/* Read a flash item's value on the thread's own ring, waiting for it, and
+ * call fn: TC_OK, or TC_NOT_FOUND when the read failed (counted; the
+ * stale header is unlinked). May recache. Context: no RCU section. */
+int ext_serve(struct cache_thread *t, const void *key, uint32_t klen,
+              const struct ext_hit *h, tc_value_fn *fn, void *arg);
+/* The value of a flash item in a fresh malloc'd buffer (*buf, which the
+ * caller frees), for read-modify-write commands: 0 or a negative errno
+ * (counted, header unlinked as above). */
+int ext_read_copy(struct cache_thread *t, const void *key, uint32_t klen,
+                  uint64_t hash, uint64_t loc, const struct nvs_loc *nl,
+                  char **buf);
+
+/* A flash hit met by fetch_get: head_only answers from the header; with
+ * o->async and an owner set, the read is queued and fn called with
+ * info.pending (EXT_PENDING: counted when it completes); else as
+ * ext_serve. */
+#define EXT_PENDING 100
+struct tc_get_opts;
+int ext_get(struct cache_thread *t, const void *key, uint32_t klen,
+            struct ext_hit *h, const struct tc_get_opts *o, tc_value_fn *fn,
+            void *arg);
+
+/* tc_async_* for the calling thread (see src/tiercache.h). */
+int ext_async_fd(struct cache_thread *t);
+int ext_async_submit(struct cache_thread *t);
+int ext_async_reap(struct cache_thread *t, tc_async_fn *fn, void *arg);
+void ext_async_cancel(struct cache_thread *t, void *owner);
+/* A reaped read of a flash hit: counts it (hit or miss), unlinks a failed
+ * item's header, recaches when due. TC_OK or TC_NOT_FOUND. */
+int ext_async_done(struct cache_thread *t, const void *key, uint32_t klen,
+                   const struct ext_hit *h, const struct nvs_read *rd);
+
+/* Compaction steps for the maintenance thread (or tc_maintain). */
+void ext_maintain(struct cache_thread *t);
+/* The tier's figures into out (the ext_ and extstore_ fields). */
+void ext_stats(struct cache *c, const int64_t *sum, struct tc_stats *out);

@@ -1,0 +1,643 @@
+/*
+ * The engine's NVMe tier (src/ext.c) through the public API: spilling cold
+ * values at eviction, reading them back, deletes/overwrites/expiry of flash
+ * items, read-modify-write commands on them, recache, compaction, fault
+ * injection (through nvs_set_faults and by flipping bytes in the flash
+ * file), and a concurrent read/write/compaction stress that checks every
+ * value read (run under TSan by the tsan target).
+ *
+ * Flash files live under /tmp (ext4: O_DIRECT works; /dev/shm refuses it).
+ * Where O_DIRECT is refused anyway the tests skip with the reason.
+ */
+#include "engine_fx.h"
+
+#include "src/cache.h"
+#include "tier/nvs.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define VAL 4096
+#define KEYFMT "key:%06u"
+
+struct xfx {
+    struct fx f;
+    char ext[192];
+};
+
+static struct nvs *
+store_of(struct tc_cache *c)
+{
+    /* the public handle is the engine's struct (src/tiercache.c) */
+    return ((struct cache *)c)->nvs;
+}
+
+static int
+xsetup_with(void **state, uint32_t item_size, uint32_t recache)
+{
+    const char *name = *state;
+    struct xfx *x = calloc(1, sizeof(*x));
+    if (!x)
+        return -1;
+    struct fx *f = &x->f;
+    snprintf(f->path, sizeof(f->path), "/dev/shm/tc_test_ext_%d_%s.pool",
+             (int)getpid(), name);
+    snprintf(x->ext, sizeof(x->ext), "/tmp/tc_test_ext_%d_%s.nvs",
+             (int)getpid(), name);
+    tc_config_init(&f->cfg);
+    f->cfg.pool_path = f->path;
+    f->cfg.pool_size = 16 * MIB;
+    f->cfg.background = false;
+    f->cfg.ext_npaths = 1;
+    f->cfg.ext_path[0] = x->ext;
+    f->cfg.ext_size[0] = 128 * MIB;
+    f->cfg.ext_page_size = 4 * MIB;
+    f->cfg.ext_wbuf_size = 1 * MIB;
+    f->cfg.ext_item_size = item_size;
+    f->cfg.ext_recache_rate = recache;
+    tc_clock_set(T0);
+    unlink(x->ext);
+    if (fx_open(f) != 0) {
+        unlink(f->path);
+        unlink(x->ext);
+        free(x);
+        return -1;
+    }
+    *state = x;
+    return 0;
+}
+
+static int
+xsetup(void **state)
+{
+    return xsetup_with(state, 512, 0);
+}
+
+static int
+xsetup_small(void **state)
+{
+    return xsetup_with(state, 1, 0);
+}
+
+static int
+xsetup_recache(void **state)
+{
+    return xsetup_with(state, 512, 1);
+}
+
+static int
+xteardown(void **state)
+{
+    struct xfx *x = *state;
+    tc_close(x->f.c);
+    unlink(x->f.path);
+    unlink(x->ext);
+    tc_clock_set(0);
+    free(x);
+    return 0;
+}
+
+static void
+value_of(unsigned i, unsigned version, unsigned char *v, size_t n)
+{
+    fill_pattern(v, n, (uint64_t)i * 1000003u + version);
+}
+
+static void
+key_of(unsigned i, char *k)
+{
+    snprintf(k, 32, KEYFMT, i);
+}
+
+/* Store n keys of VAL bytes (version 0). */
+static void
+fill(struct tc_cache *c, unsigned from, unsigned n)
+{
+    unsigned char v[VAL];
+    char k[32];
+    for (unsigned i = from; i < from + n; i++) {
+        key_of(i, k);
+        value_of(i, 0, v, VAL);
+        put(c, k, v, VAL, i, 0);
+    }
+}
+
+/* Read key i without marking it used: 1 hit (checked against version),
+ * 0 miss; *flash whether it came from flash. */
+static int
+read_check(struct tc_cache *c, unsigned i, unsigned version, bool *flash)
+{
+    unsigned char want[VAL], buf[VAL + 8];
+    char k[32];
+    struct got g;
+    struct tc_get_opts o = {.no_bump = true};
+    key_of(i, k);
+    memset(&g, 0, sizeof(g));
+    g.buf = buf;
+    g.cap = sizeof(buf);
+    int rc = tc_get_ex(c, k, strlen(k), &o, got_fn, &g);
+    if (rc == TC_NOT_FOUND) {
+        assert_int_equal(g.calls, 0);
+        return 0;
+    }
+    assert_int_equal(rc, TC_OK);
+    value_of(i, version, want, VAL);
+    if (g.len != VAL || memcmp(buf, want, VAL) != 0)
+        fail_msg("key %u: wrong value (%zu bytes)", i, g.len);
+    assert_int_equal(g.info.flags, i);
+    if (flash)
+        *flash = g.info.flash;
+    return 1;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+/* A dataset four times the pool: every key reads back right or misses,
+ * most come from flash, and the books balance. */
+static void
+test_spill_read_back(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    const unsigned n = 16384; /* 64 MiB of 4 KiB values, pool 16 MiB */
+
+    fill(c, 0, n);
+    check_ok(c);
+    struct tc_stats s = stats(c);
+    assert_true(s.ext_enabled);
+    assert_true(s.ext_spilled > n / 2);
+    assert_true(s.ext_items > 0);
+    assert_int_equal(s.ext_item_bytes, s.ext_items * VAL);
+    unsigned hits = 0, flash = 0;
+    for (unsigned i = 0; i < n; i++) {
+        bool fl = false;
+        if (read_check(c, i, 0, &fl)) {
+            hits++;
+            flash += fl;
+        }
+    }
+    print_message("spill: %u of %u hits, %u from flash, %" PRIu64
+                  " spilled, %" PRIu64 " evicted\n",
+                  hits, n, flash, s.ext_spilled, s.evictions);
+    /* 64 MiB fit the 128 MiB store: only header-class shortfalls evict */
+    assert_true(hits > n * 9 / 10);
+    assert_true(flash > n / 2);
+    s = stats(c);
+    assert_int_equal(s.get_extstore, flash);
+    assert_true(s.extstore_objects_read >= flash);
+    assert_true(s.extstore_bytes_written >= (uint64_t)flash * VAL);
+    check_ok(c);
+}
+
+/* The first key from `from` on that is on flash (the very first victims
+ * may have been evicted while the header class had no page yet). */
+static unsigned
+flash_key(struct tc_cache *c, unsigned from)
+{
+    for (unsigned i = from; i < from + 2000; i++) {
+        bool fl = false;
+        if (read_check(c, i, 0, &fl) && fl)
+            return i;
+    }
+    fail_msg("no key on flash from %u", from);
+    return 0;
+}
+
+static void
+test_delete_overwrite_expire(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    unsigned char v[VAL];
+    char k[32];
+
+    /* key 0 expires in 100 s; the rest never */
+    key_of(0, k);
+    value_of(0, 0, v, VAL);
+    put(c, k, v, VAL, 0, 100);
+    fill(c, 1, 8000);
+    struct tc_stats s0 = stats(c);
+    unsigned a = flash_key(c, 1), b = flash_key(c, a + 1);
+    unsigned d = flash_key(c, b + 1);
+
+    /* delete: a miss from then on, one flash item fewer */
+    key_of(a, k);
+    assert_int_equal(tc_delete(c, k, strlen(k), 0), TC_OK);
+    check_miss(c, k);
+    assert_int_equal(tc_delete(c, k, strlen(k), 0), TC_NOT_FOUND);
+    struct tc_stats s1 = stats(c);
+    assert_int_equal(s1.ext_items, s0.ext_items - 1);
+    assert_true(s1.extstore_bytes_dead > s0.extstore_bytes_dead);
+
+    /* overwrite: the new value, from PMEM */
+    key_of(b, k);
+    value_of(b, 1, v, VAL);
+    put(c, k, v, VAL, b, 0);
+    bool fl = true;
+    assert_int_equal(read_check(c, b, 1, &fl), 1);
+    assert_false(fl);
+
+    /* touch keeps a flash item on flash and moves its expiry */
+    key_of(d, k);
+    assert_int_equal(tc_touch(c, k, strlen(k), 50), TC_OK);
+
+    /* expiry: key 0 (spilled with it) and d pass their time */
+    tc_clock_advance(101);
+    check_miss(c, "key:000000");
+    key_of(d, k);
+    check_miss(c, k);
+    /* a delete with a CAS on a flash item compares it */
+    unsigned e = flash_key(c, d + 1);
+    struct tc_item_info info;
+    key_of(e, k);
+    unsigned char buf[VAL];
+    assert_int_equal(tc_get_copy(c, k, strlen(k), buf, VAL, &info), TC_OK);
+    assert_true(info.flash);
+    assert_int_equal(tc_delete(c, k, strlen(k), info.cas + 1), TC_EXISTS);
+    assert_int_equal(tc_delete(c, k, strlen(k), info.cas), TC_OK);
+    /* flush_all: every flash item misses */
+    assert_int_equal(tc_flush_all(c, 0), TC_OK);
+    unsigned f2 = e + 1;
+    assert_int_equal(read_check(c, f2, 0, NULL), 0);
+    check_ok(c);
+}
+
+static void
+test_rmw_on_flash(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    char k[32];
+    unsigned char buf[VAL + 8];
+    struct got g;
+
+    /* append and prepend to a 4 KiB flash value */
+    fill(c, 0, 8000);
+    unsigned i = flash_key(c, 0);
+    unsigned last = i;
+    key_of(i, k);
+    assert_int_equal(store_s(c, TC_APPEND, k, ">", 0, 0, 0, NULL), TC_OK);
+    assert_int_equal(store_s(c, TC_PREPEND, k, "<", 0, 0, 0, NULL), TC_OK);
+    unsigned char want[VAL + 2];
+    want[0] = '<';
+    value_of(i, 0, want + 1, VAL);
+    want[VAL + 1] = '>';
+    check_val(c, k, want, VAL + 2);
+
+    /* gat on a flash item: value and the new expiry */
+    i = flash_key(c, last + 1);
+    key_of(i, k);
+    memset(&g, 0, sizeof(g));
+    g.buf = buf;
+    g.cap = sizeof(buf);
+    assert_int_equal(tc_gat(c, k, strlen(k), 10, got_fn, &g), TC_OK);
+    assert_int_equal(g.len, VAL);
+    assert_true(g.info.flash);
+    assert_int_equal(g.info.exptime, T0 + 10);
+    tc_clock_advance(11);
+    check_miss(c, k);
+    check_ok(c);
+}
+
+static void
+test_rmw_counter(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    char k[32];
+    uint64_t val;
+    unsigned char buf[VAL + 8];
+    struct tc_get_opts o = {.no_bump = true};
+    struct got g = {.buf = buf, .cap = sizeof(buf)};
+
+    /* counters: 60-byte values (19 digits, then spaces, which incr
+     * accepts), ext_item_size 1 (a spill must still save memory: the
+     * item's chunk is larger than a header's); stored until the first is
+     * on flash (eviction is per class, so its class must fill up) */
+    for (unsigned i = 0; i < 300000; i++) {
+        char v[64];
+        snprintf(k, sizeof(k), "n:%06u", i);
+        snprintf(v, sizeof(v), "%019u%41s", 41u, "");
+        put(c, k, v, 60, 0, 0);
+    }
+    /* the first victims may have been evicted before the header class had
+     * a page: take the first counter on flash */
+    bool on = false;
+    char ctr[32];
+    for (unsigned i = 0; !on && i < 100000; i++) {
+        snprintf(ctr, sizeof(ctr), "n:%06u", i);
+        on = tc_get_ex(c, ctr, 8, &o, got_fn, &g) == TC_OK && g.info.flash;
+    }
+    assert_true(on);
+    assert_int_equal(tc_incr(c, ctr, 8, 1, &val, NULL), TC_OK);
+    assert_int_equal(val, 42);
+    check_num(c, ctr, 42);
+    check_ok(c);
+}
+
+static void
+test_recache(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+
+    fill(c, 0, 8000);
+    unsigned i = flash_key(c, 0); /* one flash read: recached (rate 1) */
+    struct tc_stats s = stats(c);
+    assert_int_equal(s.recache_from_extstore, 1);
+    bool fl = true;
+    assert_int_equal(read_check(c, i, 0, &fl), 1);
+    assert_false(fl); /* back in PMEM */
+    assert_int_equal(stats(c).get_extstore, s.get_extstore);
+    check_ok(c);
+}
+
+/* Injected I/O errors and delays past the deadline: misses, never a wrong
+ * value, counters move. */
+static void
+test_faults_injected(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    const unsigned n = 8000;
+
+    fill(c, 0, n);
+    assert_int_equal(nvs_flush(store_of(c)), 0);
+    /* keys on flash for the deadline part (a slow build may have evicted
+     * some keys: the flash was behind) */
+    unsigned slow[3];
+    slow[0] = flash_key(c, 2000);
+    slow[1] = flash_key(c, slow[0] + 1);
+    slow[2] = flash_key(c, slow[1] + 1);
+    struct nvs_faults fa = {.eio_every = 3};
+    nvs_set_faults(store_of(c), &fa);
+    unsigned hits = 0;
+    for (unsigned i = 0; i < 2000; i++)
+        hits += (unsigned)read_check(c, i, 0, NULL);
+    struct tc_stats s = stats(c);
+    print_message("eio: %u hits, %" PRIu64 " aborted\n", hits,
+                  s.get_aborted_extstore);
+    assert_true(s.get_aborted_extstore > 0);
+    assert_true(hits > 0);
+
+    fa = (struct nvs_faults){.delay_ms = 1500};
+    nvs_set_faults(store_of(c), &fa);
+    uint64_t before = s.ext_read_timeouts;
+    for (unsigned i = 0; i < 3; i++)
+        assert_int_equal(read_check(c, slow[i], 0, NULL), 0);
+    s = stats(c);
+    assert_true(s.ext_read_timeouts > before);
+    fa = (struct nvs_faults){0};
+    nvs_set_faults(store_of(c), &fa);
+    check_ok(c);
+}
+
+/* Bytes flipped in the flash file: -EBADMSG, a miss and a counter. */
+static void
+test_faults_flipped(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    const unsigned n = 8000;
+
+    fill(c, 0, n);
+    assert_int_equal(nvs_flush(store_of(c)), 0);
+    int fd = open(x->ext, O_WRONLY);
+    assert_true(fd >= 0);
+    uint64_t seed = test_seed();
+    print_message("seed %" PRIu64 "\n", seed);
+    for (int j = 0; j < 2000; j++) {
+        unsigned char b = (unsigned char)rng_next(&seed);
+        off_t at = (off_t)(rng_next(&seed) % (16ull * MIB));
+        assert_int_equal(pwrite(fd, &b, 1, at), 1);
+    }
+    fsync(fd);
+    close(fd);
+    unsigned hits = 0;
+    for (unsigned i = 0; i < n; i++)
+        hits += (unsigned)read_check(c, i, 0, NULL);
+    struct tc_stats s = stats(c);
+    print_message("flipped: %u hits, %" PRIu64 " bad crc\n", hits,
+                  s.badcrc_from_extstore);
+    assert_true(s.badcrc_from_extstore > 0);
+    check_ok(c);
+}
+
+/* Compaction keeps the records that were read and are still indexed. */
+static void
+test_compaction(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    char k[32];
+    const unsigned n = 8000;
+
+    fill(c, 0, n);
+    assert_int_equal(nvs_flush(store_of(c)), 0);
+    /* the first segments: keep every 8th key, read (FETCHED), delete the
+     * rest */
+    unsigned kept = 0;
+    for (unsigned i = 0; i < 3000; i++) {
+        key_of(i, k);
+        if (i % 8 == 0) {
+            /* a read that marks it used (FETCHED): compaction keeps it */
+            unsigned char buf[VAL];
+            kept += tc_get_copy(c, k, strlen(k), buf, VAL, NULL) == TC_OK;
+            continue;
+        }
+        tc_delete(c, k, strlen(k), 0);
+    }
+    struct tc_stats s0 = stats(c);
+    for (int i = 0; i < 8; i++)
+        tc_maintain(c);
+    struct tc_stats s1 = stats(c);
+    print_message("compaction: %" PRIu64 " rescued, %" PRIu64 " skipped\n",
+                  s1.extstore_compact_rescues, s1.extstore_compact_skipped);
+    assert_true(s1.extstore_compact_rescues > s0.extstore_compact_rescues);
+    unsigned again = 0;
+    for (unsigned i = 0; i < 3000; i += 8)
+        again += (unsigned)read_check(c, i, 0, NULL);
+    assert_int_equal(again, kept);
+    check_ok(c);
+}
+
+/* A path on tmpfs refuses O_DIRECT: tc_open fails with one sentence. */
+static void
+test_tmpfs_refused(void **state)
+{
+    struct xfx *x = *state;
+    struct fx *f = &x->f;
+    char bad[192];
+    snprintf(bad, sizeof(bad), "/dev/shm/tc_test_ext_%d.nvs", (int)getpid());
+    tc_close(f->c);
+    f->c = NULL;
+    f->cfg.ext_path[0] = bad;
+    f->cfg.ext_size[0] = 64 * MIB;
+    unlink(f->path);
+    struct tc_cache *c = NULL;
+    int rc = tc_open(&f->cfg, &c);
+    unlink(bad);
+    assert_true(rc < 0);
+    assert_null(c);
+    print_message("refused: %s\n", tc_errmsg());
+    assert_non_null(strstr(tc_errmsg(), bad));
+    f->cfg.ext_path[0] = x->ext;
+    assert_int_equal(fx_open(f), 0);
+}
+
+/* ---------------------------------------------------------------- stress */
+
+#define ST_KEYS 6000
+#define ST_THREADS 2
+#define ST_OPS 40000
+
+struct st_arg {
+    struct tc_cache *c;
+    unsigned id;
+    _Atomic bool *stop;
+    _Atomic unsigned long bad;
+    unsigned long reads, hits;
+};
+
+/* A value names its key and version in its first bytes; the rest derives
+ * from them. */
+static void
+st_value(unsigned key, uint32_t ver, unsigned char *v, size_t n)
+{
+    fill_pattern(v, n, (uint64_t)key << 32 | ver);
+    memcpy(v, &key, 4);
+    memcpy(v + 4, &ver, 4);
+}
+
+static bool
+st_check(unsigned key, const unsigned char *v, size_t n)
+{
+    unsigned char want[VAL];
+    unsigned k2;
+    uint32_t ver;
+    if (n != VAL)
+        return false;
+    memcpy(&k2, v, 4);
+    memcpy(&ver, v + 4, 4);
+    if (k2 != key)
+        return false;
+    st_value(key, ver, want, VAL);
+    return memcmp(want, v, VAL) == 0;
+}
+
+static void *
+st_worker(void *p)
+{
+    struct st_arg *a = p;
+    uint64_t seed = 0x1234567ull * (a->id + 1);
+    unsigned char v[VAL], buf[VAL + 8];
+    char k[32];
+    for (unsigned op = 0; op < ST_OPS; op++) {
+        unsigned key = (unsigned)(rng_next(&seed) % ST_KEYS);
+        key_of(key, k);
+        unsigned r = (unsigned)(rng_next(&seed) % 10);
+        if (r < 4) {
+            st_value(key, (uint32_t)op, v, VAL);
+            int rc = tc_set(a->c, k, strlen(k), v, VAL, 0, 0);
+            if (rc != TC_OK && rc != -ENOMEM)
+                atomic_fetch_add(&a->bad, 1);
+        } else if (r < 5) {
+            tc_delete(a->c, k, strlen(k), 0);
+        } else {
+            struct got g = {.buf = buf, .cap = sizeof(buf)};
+            int rc = tc_get(a->c, k, strlen(k), got_fn, &g);
+            a->reads++;
+            if (rc == TC_OK) {
+                a->hits++;
+                if (!st_check(key, buf, g.len))
+                    atomic_fetch_add(&a->bad, 1);
+            }
+        }
+    }
+    return NULL;
+}
+
+static void *
+st_maint(void *p)
+{
+    struct st_arg *a = p;
+    while (!atomic_load(a->stop)) {
+        tc_maintain(a->c);
+        nvs_flush(store_of(a->c));
+        usleep(1000);
+    }
+    return NULL;
+}
+
+static void
+test_stress(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    _Atomic bool stop = false;
+    struct st_arg w[ST_THREADS + 1];
+    pthread_t th[ST_THREADS + 1];
+
+    for (unsigned i = 0; i <= ST_THREADS; i++) {
+        memset(&w[i], 0, sizeof(w[i]));
+        w[i].c = c;
+        w[i].id = i;
+        w[i].stop = &stop;
+        assert_int_equal(pthread_create(&th[i], NULL,
+                                        i < ST_THREADS ? st_worker : st_maint,
+                                        &w[i]),
+                         0);
+    }
+    for (unsigned i = 0; i < ST_THREADS; i++)
+        pthread_join(th[i], NULL);
+    atomic_store(&stop, true);
+    pthread_join(th[ST_THREADS], NULL);
+    unsigned long bad = 0, reads = 0, hits = 0;
+    for (unsigned i = 0; i <= ST_THREADS; i++) {
+        bad += atomic_load(&w[i].bad);
+        reads += w[i].reads;
+        hits += w[i].hits;
+    }
+    struct tc_stats s = stats(c);
+    print_message("stress: %lu reads, %lu hits, %" PRIu64
+                  " from flash, %" PRIu64 " spilled\n",
+                  reads, hits, s.get_extstore, s.ext_spilled);
+    assert_int_equal(bad, 0);
+    assert_true(s.ext_spilled > 0);
+    check_ok(c);
+}
+
+#define XT(fn)                                                                 \
+    cmocka_unit_test_prestate_setup_teardown(fn, xsetup, xteardown, #fn)
+#define XTS(fn, s)                                                             \
+    cmocka_unit_test_prestate_setup_teardown(fn, s, xteardown, #fn)
+
+int
+main(void)
+{
+    /* the store needs O_DIRECT under /tmp */
+    char probe[64];
+    snprintf(probe, sizeof(probe), "/tmp/tc_test_ext_probe_%d", (int)getpid());
+    int fd = open(probe, O_RDWR | O_CREAT | O_DIRECT, 0600);
+    if (fd < 0) {
+        printf("SKIP test_ext: O_DIRECT refused under /tmp (%s)\n",
+               strerror(errno));
+        return 0;
+    }
+    close(fd);
+    unlink(probe);
+    const struct CMUnitTest tests[] = {
+        XT(test_spill_read_back),
+        XT(test_delete_overwrite_expire),
+        XT(test_rmw_on_flash),
+        XTS(test_rmw_counter, xsetup_small),
+        XTS(test_recache, xsetup_recache),
+        XT(test_faults_injected),
+        XT(test_faults_flipped),
+        XT(test_compaction),
+        XT(test_tmpfs_refused),
+        XT(test_stress),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
