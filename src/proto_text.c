@@ -69,20 +69,6 @@
 #define TEXT_MEMLIMIT_MAX 1000000000u
 #define TEXT_GROUP_MAX 64
 
-/* Replies that only one command sends, memcached's text. The shared error
- * replies are in proto_util.c's table. */
-#define TEXT_DELETE_USAGE                                                      \
-    "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]"
-#define TEXT_DETAIL_USAGE "CLIENT_ERROR usage: stats detail on|off|dump"
-#define TEXT_SHUTDOWN_MODE "CLIENT_ERROR invalid shutdown mode"
-#define TEXT_INCR_NOMEM "SERVER_ERROR out of memory"
-#define TEXT_MEMLIMIT_SMALL                                                    \
-    "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"
-#define TEXT_MEMLIMIT_UNITS                                                    \
-    "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"
-#define TEXT_MEMLIMIT_FAILED                                                   \
-    "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust"
-
 enum { LINE_INCOMPLETE = -1, LINE_TOO_LONG = -2 };
 
 /* One command line being executed. */
@@ -117,16 +103,6 @@ reply_err(struct text_cmd *c, enum proto_err e)
 {
     if (!c->noreply)
         proto_reply_err(c->s, c->out, e);
-}
-
-/* An error reply that is not in the shared table. */
-static void
-reply_client_err(struct text_cmd *c, const char *text)
-{
-    if (c->noreply)
-        return;
-    reply(c, text);
-    c->s->ctr.protocol_errors++;
 }
 
 /* memcached's set_noreply_maybe: the last token. */
@@ -404,7 +380,7 @@ cmd_arith(struct text_cmd *c, int incr)
     } else if (rc == -EINVAL) {
         reply_err(c, PERR_BAD_FORMAT);
     } else {
-        reply(c, TEXT_INCR_NOMEM);
+        reply_err(c, PERR_NOMEM);
     }
     return (ssize_t)c->line_bytes;
 }
@@ -427,7 +403,7 @@ cmd_delete(struct text_cmd *c, int arg)
     const struct proto_token *key = &c->tok[1];
     (void)arg;
     if (!delete_args_ok(c)) {
-        reply_client_err(c, TEXT_DELETE_USAGE);
+        reply_err(c, PERR_DELETE_USAGE);
         return (ssize_t)c->line_bytes;
     }
     if (!proto_key_ok(key->p, key->n)) {
@@ -533,11 +509,11 @@ cmd_memlimit(struct text_cmd *c, int arg)
     if (!proto_parse_u32(&c->tok[1], &mib))
         reply_err(c, PERR_ERROR);
     else if (mib < TEXT_MEMLIMIT_MIN)
-        reply(c, TEXT_MEMLIMIT_SMALL);
+        reply_err(c, PERR_MEMLIMIT_SMALL);
     else if (mib > TEXT_MEMLIMIT_MAX)
-        reply(c, TEXT_MEMLIMIT_UNITS);
+        reply_err(c, PERR_MEMLIMIT_UNITS);
     else if (set_memlimit(c->s, mib) != 0)
-        reply(c, TEXT_MEMLIMIT_FAILED);
+        reply_err(c, PERR_MEMLIMIT_FAILED);
     else
         reply(c, "OK");
     return (ssize_t)c->line_bytes;
@@ -553,7 +529,7 @@ cmd_shutdown(struct text_cmd *c, int arg)
     (void)arg;
     if (c->ntok > 2 ||
         (c->ntok == 2 && !proto_tok_is(&c->tok[1], "graceful"))) {
-        reply_client_err(c, TEXT_SHUTDOWN_MODE);
+        reply_err(c, PERR_SHUTDOWN_MODE);
         return (ssize_t)c->line_bytes;
     }
     if (c->s->ops && c->s->ops->shutdown && c->s->ops->shutdown(c->s->srv) == 0)
@@ -573,7 +549,7 @@ stats_detail(struct text_cmd *c)
     else if (c->ntok >= 3 && proto_tok_is(&c->tok[2], "dump"))
         reply(c, "END");
     else
-        reply_client_err(c, TEXT_DETAIL_USAGE);
+        reply_err(c, PERR_DETAIL_USAGE);
 }
 
 /* A stats group from the server's op, then "END"; an unknown group is

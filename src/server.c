@@ -62,6 +62,7 @@
 #include "src/base/clock.h"
 #include "src/base/err.h"
 #include "src/base/log.h"
+#include "src/proto_util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -93,8 +94,6 @@
 /* epoll tags of the acceptor (listeners use their index) */
 #define TAG_STOP 1000u
 #define TAG_SIGNAL 1001u
-
-static const char too_many[] = "ERROR Too many open connections\r\n";
 
 struct listener {
     int fd;
@@ -545,8 +544,10 @@ set_listening(struct server *srv, bool on)
 static void
 refuse(struct server *srv, int fd)
 {
-    ssize_t n =
-        send(fd, too_many, sizeof(too_many) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    char line[64];
+    int len = snprintf(line, sizeof(line), "%s\r\n",
+                       proto_err_text(PERR_TOO_MANY_CONNS));
+    ssize_t n = send(fd, line, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)n; /* best effort, as memcached */
     close(fd);
     stats_ctr_add(&srv->actr, STATS_REJECTED_CONNS, 1);
