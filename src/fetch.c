@@ -3,9 +3,9 @@
  *
  * A get runs inside one RCU read section: index lookup (DRAM, comparing the
  * key in PMEM only on a tag match), expiry and flush checks, the CLOCK bit
- * (DRAM), and the caller's callback over the value in place. A read never
- * writes PMEM. An expired or flushed item met on the way is unlinked after
- * the section and freed after a grace period.
+ * and the access time (DRAM), and the caller's callback over the value in
+ * place. A read never writes PMEM. An expired or flushed item met on the way is
+ * unlinked after the section and freed after a grace period.
  *
  * touch and gat change an item's exptime in place with one aligned 4-byte
  * store through the PMEM helpers, with no lock held: rewriting a whole item
@@ -22,6 +22,9 @@
 #include "tier/pm.h"
 
 #include <urcu/urcu-memb.h>
+
+_Static_assert(SLAB_ATIME_CAP == TC_LAST_ACCESS_CAP,
+               "tiercache.h states the slab's access time cap");
 
 /* Unlink a dead item met by a reader, if it is still in the index. */
 static void
@@ -64,8 +67,12 @@ serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
         pm_store32(&it->exptime, cache_exptime(o->exptime, now));
     info.fetched = slab_fetched(c->slab, off);
     info.win = win_state(c, it, off, o, now);
-    if (!o->no_bump)
+    /* the age before this access, as memcached's l and la= */
+    info.last_access = slab_atime_age(c->slab, off, now);
+    if (!o->no_bump) {
         slab_ref(c->slab, off);
+        slab_atime_set(c->slab, off, now);
+    }
     info.flags = it->flags;
     info.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
     info.cas = it->cas;
@@ -139,6 +146,7 @@ fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
         if (dead == CACHE_LIVE) {
             pm_store32(&it->exptime, cache_exptime(exptime, now));
             slab_ref(c->slab, cache_off(loc));
+            slab_atime_set(c->slab, cache_off(loc), now);
         }
     }
     cache_read_unlock();

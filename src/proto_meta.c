@@ -34,12 +34,14 @@
  *
  * Decisions where tiercache cannot be memcached:
  *
- *   - l (seconds since last access): the engine keeps no access time (a
- *     read never writes PMEM, and a DRAM timestamp per item is not worth
- *     its bytes). l is refused with "CLIENT_ERROR invalid flag", which is
- *     what memcached answers for a flag it does not support: a client sees
- *     at once that the server lacks it instead of acting on a made-up
- *     number. h (hit before) is supported. me leaves out la= and cls=.
+ *   - l (seconds since last access) and me's la=: the time before this
+ *     access, kept in DRAM (2 bytes a chunk, alloc/slab.h), set by every
+ *     store and read hit (not by mg u or me), exact to the second up to
+ *     16 hours; an older access reads as 57600 (TC_LAST_ACCESS_CAP).
+ *     memcached's own is coarser: with its segmented LRU a read moves the
+ *     time only on the item's second fetch and while it is not active, so
+ *     after "set; mg; mg" both agree, but a first mg after a set moves
+ *     tiercache's time and not memcached's.
  *   - mg E (CAS of a vivified placeholder), md E (CAS after I) and ma E are
  *     accepted and ignored: the engine's tc_get_opts, tc_invalidate and
  *     tc_arith_opts take no explicit CAS. ms E is honoured.
@@ -292,6 +294,7 @@ meta_parse_flags(struct meta_req *r)
         case 'c':
         case 'f':
         case 'h':
+        case 'l':
             break;
         case 'v':
             r->value = true;
@@ -522,6 +525,9 @@ mg_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
             break;
         case 'h':
             rl_flag_u64(&l, 'h', info->fetched ? 1 : 0);
+            break;
+        case 'l':
+            rl_flag_u64(&l, 'l', info->last_access);
             break;
         case 'O':
             rl_add(&l, " ", 1);
@@ -1002,13 +1008,12 @@ me_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
     } else {
         rl_add(&l, r->key, r->klen);
     }
-    /* memcached also prints la= (seconds since last access); the engine
-     * keeps no per-item access time, so it is left out */
     int n =
         snprintf(rest, sizeof(rest),
-                 " exp=%" PRId64 " cas=%" PRIu64 " fetch=%s cls=%u size=%zu",
-                 ttl_left(info->exptime, clock_now()), info->cas,
-                 info->fetched ? "yes" : "no", info->slab_class + 1u,
+                 " exp=%" PRId64 " la=%" PRIu32 " cas=%" PRIu64
+                 " fetch=%s cls=%u size=%zu",
+                 ttl_left(info->exptime, clock_now()), info->last_access,
+                 info->cas, info->fetched ? "yes" : "no", info->slab_class + 1u,
                  sizeof(struct item_hdr) + r->klen + info->vlen);
     rl_add(&l, rest, (size_t)n);
     rl_flush(&l, x->out);

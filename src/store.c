@@ -184,6 +184,7 @@ commit(struct cache_thread *t, struct store_req *r,
     /* DRAM, before anyone can read it: a reused chunk starts unreferenced,
      * unfetched and with its recache win unclaimed */
     slab_reset_bits(c->slab, head);
+    slab_atime_set(c->slab, head, now); /* a store is an access (meta l) */
     if (r->claim_win)
         slab_claim(c->slab, head);
 
