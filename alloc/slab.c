@@ -499,10 +499,13 @@ chunk_bits(const struct slab *s, uint64_t off, unsigned *shift)
 void
 slab_prefetch(const struct slab *s, uint64_t off)
 {
-    unsigned shift;
-    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
-    if (w)
-        __builtin_prefetch((const void *)w, 1, 3);
+    const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
+    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
+    if (unlikely(cls == SLAB_NO_CLASS))
+        return;
+    uint32_t idx = chunk_index(&s->cls[cls], off);
+    __builtin_prefetch((const void *)&p->ref_bits[BITS_WORD(idx)], 1, 3);
+    __builtin_prefetch((const void *)&p->atime[idx], 1, 3);
 }
 
 void

@@ -104,8 +104,9 @@ bool slab_chunk_usable(const struct slab *s, uint64_t off);
  * when the bit is already set, so hot items cost no cache-line traffic. */
 void slab_ref(struct slab *s, uint64_t off);
 
-/* Start loading the chunk's DRAM bits, so that a slab_ref() after reading
- * the item does not wait for a second cache miss. */
+/* Start loading the chunk's DRAM bits and access time, so that slab_ref()
+ * and slab_atime_set() after reading the item do not wait for more cache
+ * misses. */
 void slab_prefetch(const struct slab *s, uint64_t off);
 
 /* Whether the chunk was passed to slab_ref() since it was last taken (for

@@ -178,6 +178,19 @@ proto_parse_i64(const struct proto_token *t, int64_t *out)
     return true;
 }
 
+size_t
+proto_fmt_u64(char *buf, uint64_t v)
+{
+    char tmp[PROTO_U64_DIGITS];
+    size_t n = 0;
+    do {
+        tmp[sizeof(tmp) - 1 - n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(buf, tmp + sizeof(tmp) - n, n);
+    return n;
+}
+
 bool
 proto_key_ok(const char *key, size_t len)
 {

@@ -104,5 +104,11 @@ bool proto_parse_u32(const struct proto_token *t, uint32_t *out);
 bool proto_parse_u64(const struct proto_token *t, uint64_t *out);
 bool proto_parse_i64(const struct proto_token *t, int64_t *out);
 
+/* Write v in decimal at buf (room for PROTO_U64_DIGITS bytes, no NUL);
+ * returns the length. For reply lines on the hot path, instead of
+ * snprintf. */
+#define PROTO_U64_DIGITS 20
+size_t proto_fmt_u64(char *buf, uint64_t v);
+
 /* A text-protocol key: 1..250 bytes, no control characters or spaces. */
 bool proto_key_ok(const char *key, size_t len);

@@ -881,6 +881,13 @@ static void
 test_util_parsing(void **state)
 {
     (void)state;
+    char num[PROTO_U64_DIGITS + 1] = {0};
+    assert_int_equal(proto_fmt_u64(num, 0), 1);
+    assert_memory_equal(num, "0", 1);
+    assert_int_equal(proto_fmt_u64(num, 1234567890), 10);
+    assert_memory_equal(num, "1234567890", 10);
+    assert_int_equal(proto_fmt_u64(num, UINT64_MAX), PROTO_U64_DIGITS);
+    assert_string_equal(num, "18446744073709551615");
     struct proto_token t;
     uint32_t u32;
     uint64_t u64;
