@@ -343,7 +343,7 @@ meta_parse_flags(struct meta_req *r)
             if (!parse_u64(p + 1, n - 1, &r->delta))
                 err = PERR_DELTA;
             break;
-        default: /* unknown, and l: see the top of the file */
+        default: /* a flag memcached does not know either */
             return PERR_BAD_FLAG;
         }
     }
