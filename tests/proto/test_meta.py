@@ -5,13 +5,10 @@ not request flags, are compared as a set (memcached puts them last).
 """
 
 import base64
-import os
 import re
 import time
 
 import pytest
-
-KIND = os.environ.get("TC_SERVER_KIND", "tiercache")
 
 
 def b(s):
