@@ -389,7 +389,7 @@ worker_adopt(struct worker *w)
  * The extra non-blocking epoll_wait happens only when there was nothing to
  * do anyway. It is also cheaper than it looks: at pipeline depth 1 it
  * often finds the next request already there, and a blocking wait in its
- * place (one epoll_wait per wake-up instead of 1.5) cost more CPU per
+ * place (0.25 epoll_wait per request instead of 0.4) cost more CPU per
  * request in context switches than it saved (perf/RESULTS.md). */
 static int
 worker_wait(struct worker *w, struct epoll_event *ev, int max, bool *idle)
