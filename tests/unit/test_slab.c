@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -1138,6 +1139,57 @@ test_atime(void **state)
     assert_int_equal(slab_check(f->slab), 0);
 }
 
+struct atime_writer {
+    struct slab *slab;
+    uint64_t off[4];
+    uint32_t now;
+};
+
+/* Sets the chunks' times while the main thread rebases (TSan checks the
+ * accesses). */
+static void *
+atime_writer_main(void *arg)
+{
+    struct atime_writer *w = arg;
+    for (uint32_t i = 0; i < 20000; i++)
+        slab_atime_set(w->slab, w->off[i % 4], w->now - (i % 3));
+    for (int i = 0; i < 4; i++)
+        slab_atime_set(w->slab, w->off[i], w->now);
+    return NULL;
+}
+
+/* A rebase racing with readers' sets clamps what is old and never undoes a
+ * fresh time. */
+static void
+test_atime_concurrent(void **state)
+{
+    struct fixture *f = fixture_new(4);
+    *state = f;
+    const uint32_t t0 = 1700000000u, now = t0 + SLAB_ATIME_CAP + 100;
+    struct atime_writer w = {.slab = f->slab, .now = now};
+    uint64_t old[4];
+    for (int i = 0; i < 4; i++) {
+        old[i] = take1(f, (unsigned)(i % 2));
+        slab_atime_set(f->slab, old[i], t0);
+        w.off[i] = take1(f, (unsigned)(i % 2));
+        slab_atime_set(f->slab, w.off[i], t0);
+    }
+    pthread_t tid;
+    assert_int_equal(pthread_create(&tid, NULL, atime_writer_main, &w), 0);
+    for (uint32_t r = 0; r < 200; r++)
+        slab_atime_rebase(f->slab, now);
+    assert_int_equal(pthread_join(tid, NULL), 0);
+    slab_atime_rebase(f->slab, now);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(slab_atime_age(f->slab, w.off[i], now), 0);
+        assert_int_equal(slab_atime_age(f->slab, old[i], now), SLAB_ATIME_CAP);
+        /* clamped, so 2^16 s after t0 it still reads as the cap */
+        assert_int_equal(slab_atime_age(f->slab, old[i], t0 + 65536 + 5),
+                         SLAB_ATIME_CAP);
+    }
+    assert_int_equal(slab_check(f->slab), 0);
+}
+
 static void
 test_class_of_bounds(void **state)
 {
@@ -1182,6 +1234,7 @@ main(void)
         cmocka_unit_test_teardown(test_drain_pick_skips_draining, teardown),
         cmocka_unit_test_teardown(test_class_of_bounds, teardown),
         cmocka_unit_test_teardown(test_atime, teardown),
+        cmocka_unit_test_teardown(test_atime_concurrent, teardown),
     };
 
     return cmocka_run_group_tests_name("slab", tests, NULL, NULL);
