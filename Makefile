@@ -139,6 +139,23 @@ $(BENCH_BINS): build/release/perf/%: build/release/perf/%.o \
 		build/release/libtiercache.a
 	$(CC) $(LDFLAGS_release) -o $@ $< build/release/libtiercache.a $(LIBS)
 
+# A perf tool of several files: perf/<tool>/*.c (with a main.c) is linked
+# into build/release/perf/bench_<tool>, without the library (the tools are
+# self-contained so that they also build alone, e.g. by
+# perf/compare_memcached.sh).
+PERF_TOOLS := $(patsubst perf/%/main.c,%,$(wildcard perf/*/main.c))
+define PERF_TOOL_RULES
+PERF_OBJS_$(1) := $$(patsubst %.c,build/release/%.o,$$(wildcard perf/$(1)/*.c))
+DEPS += $$(PERF_OBJS_$(1):.o=.d)
+BENCH_BINS += build/release/perf/bench_$(1)
+$$(PERF_OBJS_$(1)): build/release/%.o: %.c
+	@mkdir -p $$(@D)
+	$$(CC) $$(CFLAGS_release) -c $$< -o $$@
+build/release/perf/bench_$(1): $$(PERF_OBJS_$(1))
+	$$(CC) $$(LDFLAGS_release) -o $$@ $$^ -lpthread -lm
+endef
+$(foreach t,$(PERF_TOOLS),$(eval $(call PERF_TOOL_RULES,$(t))))
+
 # ---- server -------------------------------------------------------------------
 
 # build/<variant>/tiercached: the server's main() (src/tiercached.c, never in

@@ -12,11 +12,17 @@
  *   page->ref_bits[]: relaxed atomic bits. Set by readers without a lock,
  *     cleared under the class lock by the CLOCK scan. A lost set or clear
  *     only changes which item is evicted next, never correctness.
+ *   page->atime[]: relaxed 16-bit atomics, one per chunk. Set by readers
+ *     and writers without a lock (slab_atime_set); slab_atime_rebase clamps
+ *     old ones with a compare-exchange (a fresh time set meanwhile wins),
+ *     one page at a time under its class lock. A lost update only skews one
+ *     item's meta l / me la= by the time between two accesses.
+ *   s->atime_next: relaxed atomic; whoever swaps it runs the rebase.
  *   page->free_bits/bits_words (the bitmap allocation): resized only while
  *     the page sits in the pool (add_page, no lock: the pool handed the page
  *     to this thread alone, and no reader can hold one of its chunks, all
- *     freed after a grace period); ref_bits is repointed under the class
- *     lock in install_page_locked before either bitmap is written.
+ *     freed after a grace period); ref_bits and atime are repointed under
+ *     the class lock in install_page_locked before any of them is written.
  *   Immutable after slab_create: classes' size/perpage/recip and the page
  *     info array.
  *   Lock order: class -> pool (slab_take drops the class lock before it asks
@@ -57,6 +63,9 @@
 #define BITS_ALL 15ull
 #define BITS_WORD(idx) ((idx) / 16)
 #define BITS_SHIFT(idx) (4 * ((idx) % 16))
+/* 64-bit words of one page's DRAM tables per free-bit word (64 chunks):
+ * free bits 1, reference bits 4, access times 16 (2 bytes a chunk) */
+#define TABLE_WORDS 21
 
 enum page_state {
     PAGE_FREE = 0,     /* in the pool */
@@ -80,6 +89,9 @@ struct slab_page {
      * "fetched since stored", "recache win claimed", one spare; one atomic
      * op sets reference and fetched together */
     _Atomic uint64_t *ref_bits;
+    /* per chunk: low 16 bits of the unix second of its last store or read
+     * hit (see slab_atime_set) */
+    _Atomic uint16_t *atime;
 };
 
 struct slab_class {
@@ -110,6 +122,7 @@ struct slab {
     uint32_t npages;             /* pages in the pool mapping */
     struct slab_page *page;      /* one per pool page */
     _Atomic uint64_t bits_bytes; /* bitmap DRAM in use, for stats */
+    _Atomic uint32_t atime_next; /* unix second of the next atime rebase */
     uint32_t *page_lists;        /* class->pages storage */
     struct slab_class cls[SLAB_MAX_CLASSES];
 };
@@ -460,6 +473,7 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
     /* the layout follows this class: ref bits right after its free bits
      * (set before either is written) */
     p->ref_bits = (_Atomic uint64_t *)(p->free_bits + c->nwords);
+    p->atime = (_Atomic uint16_t *)(p->free_bits + 5 * c->nwords);
     memset(p->free_bits, 0, c->nwords * sizeof(uint64_t));
     for (uint32_t w = 0; w < c->perpage / 64; w++)
         p->free_bits[w] = ~0ull;
@@ -484,22 +498,26 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
 }
 
 /* Give a page that is in the pool (so nobody reads its bits: its chunks
- * were all freed after a grace period) bitmaps for nwords words of free
- * bits and 4 * nwords of reference bits. DRAM only, no lock held. */
+ * were all freed after a grace period) tables for nwords words of free
+ * bits, 4 * nwords of reference bits and 16 * nwords of access times. The
+ * access times are not cleared when a page changes class: every chunk gets
+ * one when it is stored, before anyone can read it. DRAM only, no lock
+ * held. */
 static int
 size_bits(struct slab *s, struct slab_page *p, uint32_t nwords)
 {
     if (p->bits_words >= nwords)
         return 0;
-    uint64_t *b = calloc((size_t)nwords * 5, sizeof(uint64_t));
+    uint64_t *b = calloc((size_t)nwords * TABLE_WORDS, sizeof(uint64_t));
     if (!b)
         return -ENOMEM;
-    atomic_fetch_add_explicit(&s->bits_bytes,
-                              (uint64_t)(nwords - p->bits_words) * 5 * 8,
-                              memory_order_relaxed);
+    atomic_fetch_add_explicit(
+        &s->bits_bytes, (uint64_t)(nwords - p->bits_words) * TABLE_WORDS * 8,
+        memory_order_relaxed);
     free(p->free_bits);
     p->free_bits = b;
     p->ref_bits = (_Atomic uint64_t *)(b + nwords);
+    p->atime = (_Atomic uint16_t *)(b + 5 * nwords);
     p->bits_words = nwords;
     return 0;
 }
@@ -656,10 +674,13 @@ pmeta_ref_at(const struct slab *s, uint64_t off, bool set)
 void
 slab_prefetch(const struct slab *s, uint64_t off)
 {
-    unsigned shift;
-    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
-    if (w)
-        __builtin_prefetch((const void *)w, 1, 3);
+    const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
+    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
+    if (unlikely(cls == SLAB_NO_CLASS))
+        return;
+    uint32_t idx = chunk_index(&s->cls[cls], off);
+    __builtin_prefetch((const void *)&p->ref_bits[BITS_WORD(idx)], 1, 3);
+    __builtin_prefetch((const void *)&p->atime[idx], 1, 3);
 }
 
 void
@@ -723,6 +744,117 @@ slab_claimed(const struct slab *s, uint64_t off)
     _Atomic uint64_t *w = chunk_bits(s, off, &shift);
     return w &&
            (atomic_load_explicit(w, memory_order_relaxed) & (BIT_WIN << shift));
+}
+
+/* --- access times (meta l, me la=) --- */
+
+/* The chunk's access time slot, or NULL for a free page. */
+static _Atomic uint16_t *
+chunk_atime(const struct slab *s, uint64_t off)
+{
+    const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
+    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
+    if (unlikely(cls == SLAB_NO_CLASS))
+        return NULL;
+    return &p->atime[chunk_index(&s->cls[cls], off)];
+}
+
+void
+slab_atime_set(struct slab *s, uint64_t off, uint32_t now)
+{
+    _Atomic uint16_t *a = chunk_atime(s, off);
+    /* Read first, as slab_ref: an item read many times a second is
+     * written once a second. */
+    if (a && atomic_load_explicit(a, memory_order_relaxed) != (uint16_t)now)
+        atomic_store_explicit(a, (uint16_t)now, memory_order_relaxed);
+}
+
+/* Seconds from a stored time to now, modulo 2^16, capped. */
+static uint32_t
+atime_age(uint16_t then, uint32_t now)
+{
+    uint32_t age = (uint16_t)((uint16_t)now - then);
+    return age > SLAB_ATIME_CAP ? SLAB_ATIME_CAP : age;
+}
+
+uint32_t
+slab_atime_age(const struct slab *s, uint64_t off, uint32_t now)
+{
+    _Atomic uint16_t *a = chunk_atime(s, off);
+    if (!a)
+        return SLAB_ATIME_CAP;
+    return atime_age(atomic_load_explicit(a, memory_order_relaxed), now);
+}
+
+void
+slab_atime_copy(struct slab *s, uint64_t dst, uint64_t src)
+{
+    _Atomic uint16_t *from = chunk_atime(s, src);
+    _Atomic uint16_t *to = chunk_atime(s, dst);
+    if (from && to)
+        atomic_store_explicit(to,
+                              atomic_load_explicit(from, memory_order_relaxed),
+                              memory_order_relaxed);
+}
+
+/* Clamp the times of one page's chunks older than the cap to exactly the
+ * cap. Locks: class. */
+static unsigned long
+rebase_page_locked(const struct slab_class *c, struct slab_page *p,
+                   uint32_t now)
+{
+    uint16_t capped = (uint16_t)(now - SLAB_ATIME_CAP);
+    unsigned long n = 0;
+    for (uint32_t i = 0; i < c->perpage; i++) {
+        uint16_t v = atomic_load_explicit(&p->atime[i], memory_order_relaxed);
+        if ((uint16_t)((uint16_t)now - v) < SLAB_ATIME_CAP)
+            continue;
+        /* relaxed: only this slot is published; a reader that set a fresh
+         * time since the load makes the exchange fail, and its time stays */
+        if (atomic_compare_exchange_strong_explicit(&p->atime[i], &v, capped,
+                                                    memory_order_relaxed,
+                                                    memory_order_relaxed))
+            n++;
+    }
+    return n;
+}
+
+unsigned long
+slab_atime_rebase(struct slab *s, uint32_t now)
+{
+    unsigned long n = 0;
+    for (unsigned cls = 0; cls < s->nclasses; cls++) {
+        struct slab_class *c = &s->cls[cls];
+        /* one page per lock hold; a page that moves meanwhile may be
+         * missed and is done by the next rebase (the margin between the
+         * cap and 2^16 seconds covers two periods) */
+        for (uint32_t i = 0;; i++) {
+            lock_acquire(&c->lock);
+            if (i >= c->npages) {
+                lock_release(&c->lock);
+                break;
+            }
+            n += rebase_page_locked(c, &s->page[c->pages[i]], now);
+            lock_release(&c->lock);
+        }
+    }
+    return n;
+}
+
+bool
+slab_atime_tick(struct slab *s, uint32_t now)
+{
+    uint32_t next = atomic_load_explicit(&s->atime_next, memory_order_relaxed);
+    /* due, or the clock went back by more than a period */
+    if ((int32_t)(now - next) < 0 &&
+        (int32_t)(next - now) <= (int32_t)SLAB_ATIME_PERIOD)
+        return false;
+    if (!atomic_compare_exchange_strong_explicit(
+            &s->atime_next, &next, now + SLAB_ATIME_PERIOD,
+            memory_order_relaxed, memory_order_relaxed))
+        return false; /* another thread runs this one */
+    slab_atime_rebase(s, now);
+    return true;
 }
 
 /* --- scanning (eviction CLOCK, expiry sweep) --- */

@@ -3,7 +3,8 @@
  * Slab classes over the page pool: each class cuts 1 MiB pages into chunks of
  * one size (memcached-like: min_chunk, then x growth_factor, 8-byte aligned,
  * up to chunk_max). All bookkeeping is in DRAM: per-page info (class, state,
- * free-chunk bitmap, CLOCK reference bitmap), per-class page lists and
+ * free-chunk bitmap, CLOCK reference bitmap, 16-bit last access time per
+ * chunk), per-class page lists and
  * partial-page lists. Chunks are named by their byte offset from the pool
  * base (uint64_t), never by pointer.
  *
@@ -21,6 +22,10 @@
  *                      cleared by the CLOCK sweep under the class lock, all
  *                      by slab_give;
  *                      a lost update only changes which item is evicted.
+ *   page->atime       atomic, relaxed: set by readers and writers
+ *                      (slab_atime_set), old ones clamped by
+ *                      slab_atime_rebase under the class lock with a
+ *                      compare-exchange, so a fresh time always wins.
  *   page->cls, ->state written under the owning class lock (and the pool
  *                      lock when the page moves); read relaxed by
  *                      slab_chunk_usable() as a hint that the caller rechecks.
@@ -110,8 +115,9 @@ bool slab_chunk_usable(const struct slab *s, uint64_t off);
  * when the bit is already set, so hot items cost no cache-line traffic. */
 void slab_ref(struct slab *s, uint64_t off);
 
-/* Start loading the chunk's DRAM bits, so that a slab_ref() after reading
- * the item does not wait for a second cache miss. */
+/* Start loading the chunk's DRAM bits and access time, so that slab_ref()
+ * and slab_atime_set() after reading the item do not wait for more cache
+ * misses. */
 void slab_prefetch(const struct slab *s, uint64_t off);
 
 /* Whether the chunk was passed to slab_ref() since it was last taken (for
@@ -126,6 +132,34 @@ void slab_reset_bits(struct slab *s, uint64_t off);
  * the chunk was taken, false after. DRAM only, lock-free. */
 bool slab_claim(struct slab *s, uint64_t off);
 bool slab_claimed(const struct slab *s, uint64_t off);
+
+/*
+ * Last access time per chunk (meta l, me la=): 2 bytes of DRAM a chunk,
+ * the low 16 bits of the unix second of the chunk's last store or read hit.
+ * An age is exact to the second below SLAB_ATIME_CAP (16 h); an older
+ * access reads as SLAB_ATIME_CAP ("at least 16 h ago"), provided
+ * slab_atime_tick() is called at least every few minutes (the maintenance
+ * thread calls it every second): it rebases the times every
+ * SLAB_ATIME_PERIOD seconds, clamping those older than the cap before the
+ * 16-bit seconds could wrap (65536 s, 18.2 h: a margin of two periods).
+ * DRAM only, lock-free; `now` is unix seconds (clock_now()).
+ */
+#define SLAB_ATIME_CAP 57600u   /* 16 h */
+#define SLAB_ATIME_PERIOD 3600u /* 1 h */
+/* The chunk was stored or read at now. Writes only when the second
+ * changed. */
+void slab_atime_set(struct slab *s, uint64_t off, uint32_t now);
+/* Seconds since the chunk's last slab_atime_set, at most SLAB_ATIME_CAP. */
+uint32_t slab_atime_age(const struct slab *s, uint64_t off, uint32_t now);
+/* Give dst the access time of src (an item moved to another chunk). */
+void slab_atime_copy(struct slab *s, uint64_t dst, uint64_t src);
+/* Clamp every time older than the cap: returns how many were. Locks: each
+ * class in turn, one page per hold. */
+unsigned long slab_atime_rebase(struct slab *s, uint32_t now);
+/* Run slab_atime_rebase when one is due (every SLAB_ATIME_PERIOD seconds,
+ * first on the first call); true if it ran. Any thread; one runs at a
+ * time. */
+bool slab_atime_tick(struct slab *s, uint32_t now);
 
 /* A position in a class's chunks, owned by the caller (one per purpose). */
 struct slab_cursor {

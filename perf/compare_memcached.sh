@@ -118,8 +118,8 @@ WORKLOADS="100B-p1|100|1|1
 if [ -z "${LOADGEN:-}" ]; then
     # Self-contained: built alone, so a half-edited library cannot stop it.
     LOADGEN=$out_dir/bin/bench_loadgen
-    if ! gcc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra \
-        perf/bench_loadgen.c -o "$LOADGEN" -lpthread -lm \
+    if ! gcc -std=c11 -D_GNU_SOURCE -I. -O2 -g -Wall -Wextra \
+        perf/loadgen/*.c -o "$LOADGEN" -lpthread -lm \
         >>"$out_dir/build.log" 2>&1; then
         echo "compare_memcached.sh: bench_loadgen did not build" \
             "(see $out_dir/build.log)" >&2

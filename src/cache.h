@@ -356,6 +356,24 @@ cache_bit_reset(struct cache *c, uint64_t off)
         slab_reset_bits(c->slab, off);
 }
 
+/* Last access time (meta l, me la=). A DRAM item keeps none: it is there
+ * because it is written hot_write_rate times a second and leaves within a
+ * maintenance step of cooling, so its age reads as 0. */
+static inline void
+cache_atime_set(struct cache *c, uint64_t off, uint32_t now)
+{
+    if (likely(!cache_off_dram(off)))
+        slab_atime_set(c->slab, off, now);
+}
+
+static inline uint32_t
+cache_atime_age(const struct cache *c, uint64_t off, uint32_t now)
+{
+    if (unlikely(cache_off_dram(off)))
+        return 0;
+    return slab_atime_age(c->slab, off, now);
+}
+
 /* Slab class of a PMEM item; for a DRAM one, the class its size maps to
  * (what meta's "me" reports). */
 unsigned cache_class_of(const struct cache *c, uint64_t off);

@@ -3,9 +3,9 @@
  *
  * A get runs inside one RCU read section: index lookup (DRAM, comparing the
  * key in PMEM only on a tag match), expiry and flush checks, the CLOCK bit
- * (DRAM), and the caller's callback over the value in place. A read never
- * writes PMEM. An expired or flushed item met on the way is unlinked after
- * the section and freed after a grace period.
+ * and the access time (DRAM), and the caller's callback over the value in
+ * place. A read never writes PMEM. An expired or flushed item met on the way is
+ * unlinked after the section and freed after a grace period.
  *
  * A flash item (issue 4) is described inside the section like any other;
  * its value is read after the section through the NVMe store (ext.c),
@@ -28,6 +28,9 @@
 #include "tier/pm.h"
 
 #include <urcu/urcu-memb.h>
+
+_Static_assert(SLAB_ATIME_CAP == TC_LAST_ACCESS_CAP,
+               "tiercache.h states the slab's access time cap");
 
 /* Unlink a dead item met by a reader, if it is still in the index. */
 static void
@@ -80,8 +83,12 @@ describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
         store_exptime(it, off, cache_exptime(o->exptime, now));
     info.fetched = cache_bit_fetched(c, off);
     info.win = win_state(c, it, off, o, now);
-    if (!o->no_bump)
+    /* the age before this access, as memcached's l and la= */
+    info.last_access = cache_atime_age(c, off, now);
+    if (!o->no_bump) {
         cache_bit_ref(c, off);
+        cache_atime_set(c, off, now);
+    }
     info.flags = it->flags;
     info.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
     info.cas = it->cas;
@@ -203,6 +210,7 @@ fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
         if (dead == CACHE_LIVE) {
             store_exptime(it, cache_off(loc), cache_exptime(exptime, now));
             cache_bit_ref(c, cache_off(loc));
+            cache_atime_set(c, cache_off(loc), now);
         }
     }
     cache_read_unlock();

@@ -46,6 +46,7 @@
  * counters) belongs to one connection and its worker thread.
  */
 #include "src/proto.h"
+#include "src/proto_util.h"
 
 #include "src/base/compiler.h"
 
@@ -111,22 +112,6 @@ enum bin_status {
     BIN_DELTA_BADVAL = 0x0006,
     BIN_UNKNOWN_COMMAND = 0x0081,
     BIN_ENOMEM = 0x0082,
-};
-
-/* memcached's error bodies, exact text (memcached proto_bin.c,
- * write_bin_error). */
-static const struct {
-    uint16_t status;
-    const char *text;
-} bin_errors[] = {
-    {BIN_KEY_ENOENT, "Not found"},
-    {BIN_KEY_EEXISTS, "Data exists for key."},
-    {BIN_E2BIG, "Too large."},
-    {BIN_EINVAL, "Invalid arguments"},
-    {BIN_NOT_STORED, "Not stored."},
-    {BIN_DELTA_BADVAL, "Non-numeric server-side value for incr or decr"},
-    {BIN_UNKNOWN_COMMAND, "Unknown command"},
-    {BIN_ENOMEM, "Out of memory"},
 };
 
 /* One request, its fields in host order; pointers into the input. */
@@ -314,13 +299,30 @@ bin_ok(struct obuf *out, const struct bin_req *r, uint64_t cas)
     (void)bin_head(out, r, BIN_OK, 0, 0, 0, cas);
 }
 
+/* memcached's error body for a status (proto_util's table). */
 static const char *
 bin_status_text(uint16_t status)
 {
-    for (size_t i = 0; i < ARRAY_SIZE(bin_errors); i++)
-        if (bin_errors[i].status == status)
-            return bin_errors[i].text;
-    return "Unknown error";
+    switch (status) {
+    case BIN_KEY_ENOENT:
+        return proto_err_text(PERR_BIN_NOT_FOUND);
+    case BIN_KEY_EEXISTS:
+        return proto_err_text(PERR_BIN_EXISTS);
+    case BIN_E2BIG:
+        return proto_err_text(PERR_BIN_TOO_LARGE);
+    case BIN_EINVAL:
+        return proto_err_text(PERR_BIN_EINVAL);
+    case BIN_NOT_STORED:
+        return proto_err_text(PERR_BIN_NOT_STORED);
+    case BIN_DELTA_BADVAL:
+        return proto_err_text(PERR_BIN_NON_NUMERIC);
+    case BIN_UNKNOWN_COMMAND:
+        return proto_err_text(PERR_BIN_UNKNOWN_COMMAND);
+    case BIN_ENOMEM:
+        return proto_err_text(PERR_BIN_NOMEM);
+    default:
+        return proto_err_text(PERR_BIN_UNKNOWN);
+    }
 }
 
 /* An error reply: the status and memcached's text as the value. */

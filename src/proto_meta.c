@@ -34,12 +34,14 @@
  *
  * Decisions where tiercache cannot be memcached:
  *
- *   - l (seconds since last access): the engine keeps no access time (a
- *     read never writes PMEM, and a DRAM timestamp per item is not worth
- *     its bytes). l is refused with "CLIENT_ERROR invalid flag", which is
- *     what memcached answers for a flag it does not support: a client sees
- *     at once that the server lacks it instead of acting on a made-up
- *     number. h (hit before) is supported. me leaves out la= and cls=.
+ *   - l (seconds since last access) and me's la=: the time before this
+ *     access, kept in DRAM (2 bytes a chunk, alloc/slab.h), set by every
+ *     store and read hit (not by mg u or me), exact to the second up to
+ *     16 hours; an older access reads as 57600 (TC_LAST_ACCESS_CAP).
+ *     memcached's own is coarser: with its segmented LRU a read moves the
+ *     time only on the item's second fetch and while it is not active, so
+ *     after "set; mg; mg" both agree, but a first mg after a set moves
+ *     tiercache's time and not memcached's.
  *   - mg E (CAS of a vivified placeholder), md E (CAS after I) and ma E are
  *     accepted and ignored: the engine's tc_get_opts, tc_invalidate and
  *     tc_arith_opts take no explicit CAS. ms E is honoured.
@@ -84,67 +86,6 @@
 #define META_B64_MAX 344   /* base64 of a 250-byte key, with padding */
 #define META_REALTIME_MAXDELTA 2592000 /* 30 days: relative vs absolute */
 #define META_RETRIES 16                /* md x against concurrent writers */
-
-/* memcached's meta-only error lines (the shared ones are in proto_util). */
-enum meta_err {
-    MERR_NONE = 0,
-    MERR_BAD_FORMAT,   /* proto_util's PERR_BAD_FORMAT */
-    MERR_INVALID_FLAG, /* proto_util's PERR_BAD_FLAG */
-    MERR_DUP_FLAG,
-    MERR_BAD_TOKEN,
-    MERR_DECODE_KEY,
-    MERR_OPAQUE_LONG,
-    MERR_TOO_MANY,
-    MERR_M_LENGTH,
-    MERR_MS_MODE,
-    MERR_MA_MODE,
-    MERR_INITIAL,
-    MERR_DELTA,
-    MERR_MA_FLAG,
-    MERR_MA_OOM,
-    MERR_UNHANDLED,
-    MERR_BUSY,
-    MERR_COUNT
-};
-
-static const char *const meta_err_text[MERR_COUNT] = {
-    [MERR_DUP_FLAG] = "CLIENT_ERROR duplicate flag",
-    [MERR_BAD_TOKEN] = "CLIENT_ERROR bad token in command line format",
-    [MERR_DECODE_KEY] = "CLIENT_ERROR error decoding key",
-    [MERR_OPAQUE_LONG] = "CLIENT_ERROR opaque token too long",
-    [MERR_TOO_MANY] = "CLIENT_ERROR options flags are too long",
-    [MERR_M_LENGTH] = "CLIENT_ERROR incorrect length for M token",
-    [MERR_MS_MODE] = "CLIENT_ERROR invalid mode for ms M token",
-    [MERR_MA_MODE] = "CLIENT_ERROR invalid mode for ma M token",
-    [MERR_INITIAL] = "CLIENT_ERROR invalid numeric initial value",
-    [MERR_DELTA] = "CLIENT_ERROR invalid numeric delta value",
-    [MERR_MA_FLAG] = "CLIENT_ERROR invalid or duplicate flag",
-    [MERR_MA_OOM] = "SERVER_ERROR out of memory",
-    [MERR_UNHANDLED] = "SERVER_ERROR Unhandled storage type.",
-    /* not memcached's: the engine gave up after racing writers */
-    [MERR_BUSY] = "SERVER_ERROR busy, try again",
-};
-
-/* Append an error line; a CLIENT_ERROR counts as a protocol error (a
- * SERVER_ERROR is not the client's fault), as in proto_reply_err(). */
-static void
-meta_reply_err(struct proto_sess *s, struct obuf *out, enum meta_err e)
-{
-    switch (e) {
-    case MERR_BAD_FORMAT:
-        proto_reply_err(s, out, PERR_BAD_FORMAT);
-        return;
-    case MERR_INVALID_FLAG:
-        proto_reply_err(s, out, PERR_BAD_FLAG);
-        return;
-    default:
-        obuf_add_str(out, meta_err_text[e]);
-        obuf_add(out, "\r\n", 2);
-        if (strncmp(meta_err_text[e], "CLIENT_ERROR", 12) == 0)
-            s->ctr.protocol_errors++;
-        return;
-    }
-}
 
 /* ---- base64 (RFC 4648, with padding), for b keys ------------------------- */
 
@@ -305,24 +246,24 @@ struct meta_req {
  * Unknown and duplicate flags stop at once; bad tokens are noted and the
  * scan goes on, the last message winning, as memcached's loop does.
  */
-static enum meta_err
+static enum proto_err
 meta_parse_flags(struct meta_req *r)
 {
     uint8_t seen[128] = {0};
-    enum meta_err err = MERR_NONE;
+    enum proto_err err = PERR_NONE;
 
     for (int i = r->first_flag; i < r->ntok; i++) {
         const char *p = r->tok[i].p;
         size_t n = r->tok[i].n;
         uint8_t f = (uint8_t)p[0];
         if (f >= 127 || seen[f])
-            return MERR_DUP_FLAG;
+            return PERR_DUP_FLAG;
         seen[f] = 1;
         switch (f) {
         case 'b': {
             size_t kn = b64_decode(r->key, r->klen, r->kbuf);
             if (kn == 0) {
-                err = MERR_DECODE_KEY;
+                err = PERR_DECODE_KEY;
                 break;
             }
             r->key = (const char *)r->kbuf;
@@ -333,16 +274,16 @@ meta_parse_flags(struct meta_req *r)
         case 'N':
             r->vivify = true;
             if (!parse_i32(p + 1, n - 1, &r->viv_ttl))
-                err = MERR_BAD_TOKEN;
+                err = PERR_BAD_TOKEN;
             break;
         case 'T':
             r->has_ttl = true;
             if (!parse_i32(p + 1, n - 1, &r->ttl))
-                err = MERR_BAD_TOKEN;
+                err = PERR_BAD_TOKEN;
             break;
         case 'R':
             if (!parse_i32(p + 1, n - 1, &r->recache))
-                err = MERR_BAD_TOKEN;
+                err = PERR_BAD_TOKEN;
             break;
         case 'O': /* its length is checked once the flags are good */
         case 'P': /* proxy hints: accepted, no meaning here */
@@ -353,6 +294,7 @@ meta_parse_flags(struct meta_req *r)
         case 'c':
         case 'f':
         case 'h':
+        case 'l':
             break;
         case 'v':
             r->value = true;
@@ -372,7 +314,7 @@ meta_parse_flags(struct meta_req *r)
         case 'F': {
             uint64_t v;
             if (!parse_u64(p + 1, n - 1, &v) || v > UINT32_MAX)
-                err = MERR_BAD_FORMAT;
+                err = PERR_BAD_FORMAT;
             else
                 r->client_flags = (uint32_t)v;
             break;
@@ -380,42 +322,42 @@ meta_parse_flags(struct meta_req *r)
         case 'C':
             r->has_cas = true;
             if (!parse_u64(p + 1, n - 1, &r->cas))
-                err = MERR_BAD_TOKEN;
+                err = PERR_BAD_TOKEN;
             break;
         case 'E':
             r->has_cas_new = true;
             if (!parse_u64(p + 1, n - 1, &r->cas_new))
-                err = MERR_BAD_TOKEN;
+                err = PERR_BAD_TOKEN;
             break;
         case 'M':
             if (n != 2)
-                err = MERR_M_LENGTH;
+                err = PERR_M_LENGTH;
             else
                 r->mode = p[1];
             break;
         case 'J':
             if (!parse_u64(p + 1, n - 1, &r->initial))
-                err = MERR_INITIAL;
+                err = PERR_INITIAL;
             break;
         case 'D':
             if (!parse_u64(p + 1, n - 1, &r->delta))
-                err = MERR_DELTA;
+                err = PERR_DELTA;
             break;
-        default: /* unknown, and l: see the top of the file */
-            return MERR_INVALID_FLAG;
+        default: /* a flag memcached does not know either */
+            return PERR_BAD_FLAG;
         }
     }
-    if (err != MERR_NONE)
+    if (err != PERR_NONE)
         return err;
     for (int i = r->first_flag; i < r->ntok; i++)
         if (r->tok[i].p[0] == 'O' && r->tok[i].n > META_OPAQUE_MAX)
-            return MERR_OPAQUE_LONG;
-    return MERR_NONE;
+            return PERR_OPAQUE_LONG;
+    return PERR_NONE;
 }
 
 /* Tokenize the line and parse key and flags (flags from token `first`).
  * The token count and key length are checked first, as memcached does. */
-static enum meta_err
+static enum proto_err
 meta_parse(struct meta_req *r, const char *line, size_t llen, int first)
 {
     int n = proto_tokenize(line, llen, r->tok, PROTO_MAX_TOKENS);
@@ -423,13 +365,13 @@ meta_parse(struct meta_req *r, const char *line, size_t llen, int first)
     r->first_flag = first;
     r->delta = 1;
     if (n < 2)
-        return MERR_BAD_FORMAT;
+        return PERR_BAD_FORMAT;
     r->key = r->tok[1].p;
     r->klen = r->tok[1].n;
     if (r->klen > TC_KEY_MAX)
-        return MERR_BAD_FORMAT;
+        return PERR_BAD_FORMAT;
     if (n > META_MAX_TOKENS)
-        return MERR_TOO_MANY;
+        return PERR_TOO_MANY_FLAGS;
     return meta_parse_flags(r);
 }
 
@@ -585,6 +527,9 @@ mg_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
         case 'h':
             rl_flag_u64(&l, 'h', info->fetched ? 1 : 0);
             break;
+        case 'l':
+            rl_flag_u64(&l, 'l', info->last_access);
+            break;
         case 'O':
             rl_add(&l, " ", 1);
             rl_add(&l, r->tok[i].p, r->tok[i].n);
@@ -670,7 +615,7 @@ meta_get(struct proto_sess *s, struct meta_req *r, struct obuf *out)
             reply_status(out, r, "EN");
         return;
     }
-    meta_reply_err(s, out, rc == -EINVAL ? MERR_BAD_FORMAT : MERR_BUSY);
+    proto_reply_err(s, out, rc == -EINVAL ? PERR_BAD_FORMAT : PERR_BUSY);
 }
 
 /* ---- ms ------------------------------------------------------------------ */
@@ -710,14 +655,14 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
     int n = proto_tokenize(line, llen, r->tok, PROTO_MAX_TOKENS);
     if (n < 3 || !parse_digits(r->tok[2].p, r->tok[2].n, &vlen) ||
         vlen > INT32_MAX - 2) {
-        meta_reply_err(s, out, MERR_BAD_FORMAT);
+        proto_reply_err(s, out, PERR_BAD_FORMAT);
         return (ssize_t)linelen;
     }
     uint64_t block = vlen + 2;
 
-    enum meta_err err = meta_parse(r, line, llen, 3);
+    enum proto_err err = meta_parse(r, line, llen, 3);
     enum tc_store_mode mode = TC_SET;
-    if (err == MERR_NONE) {
+    if (err == PERR_NONE) {
         switch (r->mode) {
         case 0:
         case 'S':
@@ -735,21 +680,23 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
             mode = TC_REPLACE;
             break;
         default:
-            err = MERR_MS_MODE;
+            err = PERR_MS_MODE;
         }
     }
-    if (err != MERR_NONE) {
-        meta_reply_err(s, out, err);
+    if (err != PERR_NONE) {
+        proto_reply_err(s, out, err);
+        return (ssize_t)ms_discard(s, linelen, len, block);
+    }
+    /* Too large to ever store: refused (and the block swallowed unread, as
+     * memcached does) whether or not the block has arrived yet, so the
+     * reply does not depend on how the bytes were cut into reads. */
+    if (s->item_size_max &&
+        sizeof(struct item_hdr) + r->klen + vlen > s->item_size_max) {
+        tc_store_refused(s->cache, r->key, r->klen, true);
+        proto_reply_err(s, out, PERR_TOO_LARGE);
         return (ssize_t)ms_discard(s, linelen, len, block);
     }
     if (len - linelen < block) {
-        /* Too large to ever store: refuse now rather than buffer it. */
-        if (s->item_size_max &&
-            sizeof(struct item_hdr) + r->klen + vlen > s->item_size_max) {
-            tc_store_refused(s->cache, r->key, r->klen, true);
-            proto_reply_err(s, out, PERR_TOO_LARGE);
-            return (ssize_t)ms_discard(s, linelen, len, block);
-        }
         s->need = linelen + (size_t)block;
         return 0;
     }
@@ -803,13 +750,13 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
                         rc == -E2BIG ? PERR_TOO_LARGE : PERR_OUT_OF_MEMORY);
         return (ssize_t)(linelen + block);
     case -EINVAL:
-        meta_reply_err(s, out, MERR_BAD_FORMAT);
+        proto_reply_err(s, out, PERR_BAD_FORMAT);
         return (ssize_t)(linelen + block);
     case -EBUSY:
-        meta_reply_err(s, out, MERR_BUSY);
+        proto_reply_err(s, out, PERR_BUSY);
         return (ssize_t)(linelen + block);
     default:
-        meta_reply_err(s, out, MERR_UNHANDLED);
+        proto_reply_err(s, out, PERR_UNHANDLED);
         return (ssize_t)(linelen + block);
     }
     if (rc == TC_OK && r->quiet)
@@ -944,13 +891,13 @@ meta_delete(struct proto_sess *s, struct meta_req *r, struct obuf *out)
         break;
     case -ENOMEM:
     case -E2BIG:
-        meta_reply_err(s, out, MERR_MA_OOM);
+        proto_reply_err(s, out, PERR_NOMEM);
         return;
     case -EINVAL:
-        meta_reply_err(s, out, MERR_BAD_FORMAT);
+        proto_reply_err(s, out, PERR_BAD_FORMAT);
         return;
     default:
-        meta_reply_err(s, out, MERR_BUSY);
+        proto_reply_err(s, out, PERR_BUSY);
         return;
     }
     reply_status(out, r, code);
@@ -973,7 +920,7 @@ meta_arith(struct proto_sess *s, struct meta_req *r, struct obuf *out)
         incr = false;
         break;
     default:
-        meta_reply_err(s, out, MERR_MA_MODE);
+        proto_reply_err(s, out, PERR_MA_MODE);
         return;
     }
 
@@ -1006,13 +953,13 @@ meta_arith(struct proto_sess *s, struct meta_req *r, struct obuf *out)
         return;
     case -ENOMEM:
     case -E2BIG:
-        meta_reply_err(s, out, MERR_MA_OOM);
+        proto_reply_err(s, out, PERR_NOMEM);
         return;
     case -EINVAL:
-        meta_reply_err(s, out, MERR_BAD_FORMAT);
+        proto_reply_err(s, out, PERR_BAD_FORMAT);
         return;
     default:
-        meta_reply_err(s, out, MERR_BUSY);
+        proto_reply_err(s, out, PERR_BUSY);
         return;
     }
     if (r->quiet)
@@ -1080,13 +1027,12 @@ me_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
     } else {
         rl_add(&l, r->key, r->klen);
     }
-    /* memcached also prints la= (seconds since last access); the engine
-     * keeps no per-item access time, so it is left out */
     int n =
         snprintf(rest, sizeof(rest),
-                 " exp=%" PRId64 " cas=%" PRIu64 " fetch=%s cls=%u size=%zu",
-                 ttl_left(info->exptime, clock_now()), info->cas,
-                 info->fetched ? "yes" : "no", info->slab_class + 1u,
+                 " exp=%" PRId64 " la=%" PRIu32 " cas=%" PRIu64
+                 " fetch=%s cls=%u size=%zu",
+                 ttl_left(info->exptime, clock_now()), info->last_access,
+                 info->cas, info->fetched ? "yes" : "no", info->slab_class + 1u,
                  sizeof(struct item_hdr) + r->klen + info->vlen);
     rl_add(&l, rest, (size_t)n);
     rl_flush(&l, x->out);
@@ -1099,7 +1045,7 @@ meta_debug(struct proto_sess *s, struct meta_req *r, const char *line,
 {
     int n = proto_tokenize(line, llen, r->tok, PROTO_MAX_TOKENS);
     if (n < 2 || r->tok[1].n > TC_KEY_MAX) {
-        meta_reply_err(s, out, MERR_BAD_FORMAT);
+        proto_reply_err(s, out, PERR_BAD_FORMAT);
         return;
     }
     r->key = r->tok[1].p;
@@ -1107,7 +1053,7 @@ meta_debug(struct proto_sess *s, struct meta_req *r, const char *line,
     if (n >= 3 && r->tok[2].n == 1 && r->tok[2].p[0] == 'b') {
         size_t kn = b64_decode(r->key, r->klen, r->kbuf);
         if (kn == 0) {
-            meta_reply_err(s, out, MERR_BAD_FORMAT);
+            proto_reply_err(s, out, PERR_BAD_FORMAT);
             return;
         }
         r->key = (const char *)r->kbuf;
@@ -1120,7 +1066,7 @@ meta_debug(struct proto_sess *s, struct meta_req *r, const char *line,
     if (rc == TC_NOT_FOUND)
         obuf_add(out, "EN\r\n", 4);
     else if (rc != TC_OK)
-        meta_reply_err(s, out, MERR_BAD_FORMAT);
+        proto_reply_err(s, out, PERR_BAD_FORMAT);
 }
 
 /* ---- entry --------------------------------------------------------------- */
@@ -1162,7 +1108,7 @@ proto_meta_process(struct proto_sess *s, const char *in, size_t len,
     }
 
     s->ctr.meta_cmds++;
-    enum meta_err err;
+    enum proto_err err;
     switch (cmd) {
     case 'n':
         obuf_add(out, "MN\r\n", 4);
@@ -1174,12 +1120,12 @@ proto_meta_process(struct proto_sess *s, const char *in, size_t len,
     case 'd':
     case 'a':
         err = meta_parse(&r, in, llen, 2);
-        if (err != MERR_NONE) {
+        if (err != PERR_NONE) {
             /* ma words every flag error alike, as memcached does; a
              * missing key and a long opaque are not flag errors */
-            if (cmd == 'a' && r.ntok >= 2 && err != MERR_OPAQUE_LONG)
-                err = MERR_MA_FLAG;
-            meta_reply_err(s, out, err);
+            if (cmd == 'a' && r.ntok >= 2 && err != PERR_OPAQUE_LONG)
+                err = PERR_MA_FLAG;
+            proto_reply_err(s, out, err);
             break;
         }
         if (cmd == 'g')

@@ -11,7 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
-/* memcached 1.6's text for each error (proto_text.c, memcached.c). */
+/* memcached 1.6's text for each error (proto_text.c, proto_meta.c,
+ * proto_bin.c's write_bin_error, memcached.c). */
 static const char *const err_text[PERR_COUNT] = {
     [PERR_ERROR] = "ERROR",
     [PERR_BAD_FORMAT] = "CLIENT_ERROR bad command line format",
@@ -25,7 +26,46 @@ static const char *const err_text[PERR_COUNT] = {
     [PERR_KEY_TOO_LONG] = "CLIENT_ERROR bad command line format",
     [PERR_TOO_LARGE] = "SERVER_ERROR object too large for cache",
     [PERR_OUT_OF_MEMORY] = "SERVER_ERROR out of memory storing object",
+    [PERR_NOMEM] = "SERVER_ERROR out of memory",
     [PERR_NO_SHUTDOWN] = "ERROR: shutdown not enabled",
+    [PERR_DELETE_USAGE] =
+        "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]",
+    [PERR_DETAIL_USAGE] = "CLIENT_ERROR usage: stats detail on|off|dump",
+    [PERR_SHUTDOWN_MODE] = "CLIENT_ERROR invalid shutdown mode",
+    [PERR_MEMLIMIT_SMALL] =
+        "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m",
+    [PERR_MEMLIMIT_UNITS] =
+        "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes",
+    [PERR_MEMLIMIT_FAILED] =
+        "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust",
+    [PERR_HOTSPOT_USAGE] =
+        "CLIENT_ERROR usage: hotspot dump [path] | hotspot reset",
+    [PERR_HOTSPOT_OFF] = "SERVER_ERROR write-hotspot tracking is off (start "
+                         "with -o hotspot_dimms=N)",
+    [PERR_PATH_TOO_LONG] = "SERVER_ERROR path too long",
+    [PERR_DUP_FLAG] = "CLIENT_ERROR duplicate flag",
+    [PERR_BAD_TOKEN] = "CLIENT_ERROR bad token in command line format",
+    [PERR_DECODE_KEY] = "CLIENT_ERROR error decoding key",
+    [PERR_OPAQUE_LONG] = "CLIENT_ERROR opaque token too long",
+    [PERR_TOO_MANY_FLAGS] = "CLIENT_ERROR options flags are too long",
+    [PERR_M_LENGTH] = "CLIENT_ERROR incorrect length for M token",
+    [PERR_MS_MODE] = "CLIENT_ERROR invalid mode for ms M token",
+    [PERR_MA_MODE] = "CLIENT_ERROR invalid mode for ma M token",
+    [PERR_INITIAL] = "CLIENT_ERROR invalid numeric initial value",
+    [PERR_DELTA] = "CLIENT_ERROR invalid numeric delta value",
+    [PERR_MA_FLAG] = "CLIENT_ERROR invalid or duplicate flag",
+    [PERR_UNHANDLED] = "SERVER_ERROR Unhandled storage type.",
+    [PERR_BUSY] = "SERVER_ERROR busy, try again",
+    [PERR_TOO_MANY_CONNS] = "ERROR Too many open connections",
+    [PERR_BIN_NOT_FOUND] = "Not found",
+    [PERR_BIN_EXISTS] = "Data exists for key.",
+    [PERR_BIN_TOO_LARGE] = "Too large.",
+    [PERR_BIN_EINVAL] = "Invalid arguments",
+    [PERR_BIN_NOT_STORED] = "Not stored.",
+    [PERR_BIN_NON_NUMERIC] = "Non-numeric server-side value for incr or decr",
+    [PERR_BIN_UNKNOWN_COMMAND] = "Unknown command",
+    [PERR_BIN_NOMEM] = "Out of memory",
+    [PERR_BIN_UNKNOWN] = "Unknown error",
 };
 
 const char *
@@ -141,6 +181,19 @@ proto_parse_i64(const struct proto_token *t, int64_t *out)
         return false;
     *out = (int64_t)v;
     return true;
+}
+
+size_t
+proto_fmt_u64(char *buf, uint64_t v)
+{
+    char tmp[PROTO_U64_DIGITS];
+    size_t n = 0;
+    do {
+        tmp[sizeof(tmp) - 1 - n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(buf, tmp + sizeof(tmp) - n, n);
+    return n;
 }
 
 bool

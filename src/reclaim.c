@@ -262,6 +262,7 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
         hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
         item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src);
         pm_fence();
+        slab_atime_copy(c->slab, head, v->head); /* meta l survives a move */
     }
     cache_read_unlock();
 
@@ -436,8 +437,9 @@ reclaim_shrink(struct cache_thread *t)
 
 /* --- maintenance thread --- */
 
-/* The maintenance thread: every second the expiry sweep, limbo and any
- * pending shrink; in between, limbo whenever a writer kicks it. */
+/* The maintenance thread: every second the expiry sweep, limbo, any
+ * pending shrink and the hourly access time rebase (slab_atime_tick); in
+ * between, limbo whenever a writer kicks it. */
 static void *
 maintenance_main(void *arg)
 {
@@ -471,6 +473,7 @@ maintenance_main(void *arg)
         cache_reclaim_limbo(t);
         if (atomic_load(&c->shrink_target))
             reclaim_shrink(t);
+        slab_atime_tick(c->slab, clock_now());
         pthread_mutex_lock(&c->bg_lock);
     }
     pthread_mutex_unlock(&c->bg_lock);

@@ -212,6 +212,7 @@ commit(struct cache_thread *t, struct store_req *r,
     /* DRAM, before anyone can read it: a reused chunk starts unreferenced,
      * unfetched and with its recache win unclaimed */
     cache_bit_reset(c, head);
+    cache_atime_set(c, head, now); /* a store is an access (meta l) */
     if (r->claim_win)
         cache_bit_claim(c, head);
 

@@ -427,6 +427,7 @@ tc_maintain(struct tc_cache *tc)
     cache_reclaim_limbo(t);
     if (atomic_load(&c->shrink_target))
         reclaim_shrink(t);
+    slab_atime_tick(c->slab, clock_now());
     return n;
 }
 

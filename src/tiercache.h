@@ -165,18 +165,25 @@ struct tc_item_info {
     uint32_t flags;   /* client flags */
     uint32_t exptime; /* absolute unix seconds, 0 = never */
     uint64_t cas;
-    uint32_t vlen;      /* value length in bytes */
-    bool fetched;       /* read before this request (meta h) */
-    bool stale;         /* invalidated, served until replaced (meta X) */
-    uint8_t win;        /* enum tc_win (meta W / Z) */
-    uint8_t slab_class; /* slab class of the item's head chunk, from 0
-                           (meta me cls=, which counts from 1) */
-    bool flash;         /* the value lives on the NVMe tier (read from it
-                           for this call) */
-    uint64_t pending;   /* nonzero: an asynchronous flash read (see
-                           tc_async_owner) will bring the value; fn got no
-                           value (iov NULL, niov 0) */
+    uint32_t vlen;        /* value length in bytes */
+    bool fetched;         /* read before this request (meta h) */
+    bool stale;           /* invalidated, served until replaced (meta X) */
+    uint8_t win;          /* enum tc_win (meta W / Z) */
+    uint8_t slab_class;   /* slab class of the item's head chunk, from 0
+                             (meta me cls=, which counts from 1) */
+    uint32_t last_access; /* seconds since the item was last stored or read
+                             (before this read; meta l, me la=): exact up to
+                             TC_LAST_ACCESS_CAP, which means "at least" */
+    bool flash;           /* the value lives on the NVMe tier (read from it
+                             for this call) */
+    uint64_t pending;     /* nonzero: an asynchronous flash read (see
+                             tc_async_owner) will bring the value; fn got no
+                             value (iov NULL, niov 0) */
 };
+
+/* 16 hours: older accesses read as this (2 bytes of DRAM per item keep the
+ * time; the maintenance thread or tc_maintain rebases it hourly). */
+#define TC_LAST_ACCESS_CAP 57600u
 
 /* Called on a hit with the value in niov pieces (one unless the item is
  * chained). The pointers are valid only during the call. */
@@ -472,8 +479,11 @@ TC_API int tc_slab_reassign(struct tc_cache *c, int src, int dst);
 /* One step of maintenance on the calling thread: expiry sweep with the
  * configured budget, the hot-key step (rates, hot set, moving cooled or
  * dead items out of the DRAM pool), freeing what waits for a grace period,
- * pending memlimit drains. Returns the number of expired items the sweep
- * removed (DRAM items removed by the hot-key step are not in it). */
+ * pending memlimit drains, the hourly rebase of last access times (without
+ * the maintenance thread, call it at least every hour or so for
+ * last_access to stay right past 16 h). Returns the number of expired items
+ * the sweep removed (DRAM items removed by the hot-key step are not in
+ * it). */
 TC_API int tc_maintain(struct tc_cache *c);
 
 TC_API void tc_stats(struct tc_cache *c, struct tc_stats *out);

@@ -364,6 +364,69 @@ test_thread_quiesce(void **state)
     assert_int_equal(after, ss.total_chunks - 1);
 }
 
+/* last_access (meta l, me la=): seconds since the last store or read hit
+ * before this read, on the fake clock; no_bump reads and misses leave it;
+ * touch and stores reset it; past the cap it stays at the cap, also across
+ * the 16-bit wrap once tc_maintain has rebased. */
+static void
+test_last_access(void **state)
+{
+    struct fx *f = *state;
+    struct tc_get_opts plain = {0}, nobump = {.no_bump = true};
+    struct seen s;
+
+    assert_int_equal(tc_set(f->c, "k", 1, "v", 1, 0, 0), TC_OK);
+    assert_int_equal(get(f->c, "k", &plain, &s), TC_OK);
+    assert_int_equal(s.info.last_access, 0);
+    tc_clock_advance(5);
+    assert_int_equal(get(f->c, "k", &nobump, &s), TC_OK);
+    assert_int_equal(s.info.last_access, 5);
+    tc_clock_advance(2);
+    assert_int_equal(get(f->c, "k", &plain, &s), TC_OK);
+    assert_int_equal(s.info.last_access, 7); /* no_bump did not reset it */
+    assert_int_equal(get(f->c, "k", &plain, &s), TC_OK);
+    assert_int_equal(s.info.last_access, 0); /* the read before did */
+    tc_clock_advance(3);
+    assert_int_equal(tc_touch(f->c, "k", 1, 0), TC_OK);
+    assert_int_equal(get(f->c, "k", &nobump, &s), TC_OK);
+    assert_int_equal(s.info.last_access, 0);
+    tc_clock_advance(4);
+    assert_int_equal(get(f->c, "nope", &plain, &s), TC_NOT_FOUND);
+    assert_int_equal(tc_set(f->c, "k2", 2, "w", 1, 0, 0), TC_OK);
+    assert_int_equal(get(f->c, "k", &nobump, &s), TC_OK);
+    assert_int_equal(s.info.last_access, 4); /* others' traffic: no change */
+    assert_int_equal(tc_set(f->c, "k", 1, "x", 1, 0, 0), TC_OK);
+    assert_int_equal(get(f->c, "k", &nobump, &s), TC_OK);
+    assert_int_equal(s.info.last_access, 0);
+    /* an incr stores a new value: an access */
+    assert_int_equal(tc_set(f->c, "n", 1, "1", 1, 0, 0), TC_OK);
+    tc_clock_advance(9);
+    uint64_t v;
+    assert_int_equal(tc_incr(f->c, "n", 1, 1, &v, NULL), TC_OK);
+    assert_int_equal(get(f->c, "n", &nobump, &s), TC_OK);
+    assert_int_equal(s.info.last_access, 0);
+
+    /* hours later (k was last stored at NOW + 14): exact below the cap,
+     * then the cap; with tc_maintain rebasing hourly, 2^16 + 10 s after the
+     * store it still reads as the cap, not as a wrapped 10 s */
+    const uint32_t k_at = NOW + 14;
+    assert_true(tc_maintain(f->c) >= 0); /* the first call rebases */
+    tc_clock_set(k_at + TC_LAST_ACCESS_CAP - 1);
+    assert_int_equal(get(f->c, "k", &nobump, &s), TC_OK);
+    assert_int_equal(s.info.last_access, TC_LAST_ACCESS_CAP - 1);
+    tc_clock_set(k_at + TC_LAST_ACCESS_CAP + 3600);
+    assert_true(tc_maintain(f->c) >= 0);
+    assert_int_equal(get(f->c, "k", &nobump, &s), TC_OK);
+    assert_int_equal(s.info.last_access, TC_LAST_ACCESS_CAP);
+    tc_clock_set(k_at + TC_LAST_ACCESS_CAP + 7200);
+    assert_true(tc_maintain(f->c) >= 0);
+    tc_clock_set(k_at + 65536 + 10);
+    assert_int_equal(get(f->c, "k", &plain, &s), TC_OK);
+    assert_int_equal(s.info.last_access, TC_LAST_ACCESS_CAP);
+    assert_int_equal(get(f->c, "k", &plain, &s), TC_OK);
+    assert_int_equal(s.info.last_access, 0);
+}
+
 int
 main(void)
 {
@@ -383,6 +446,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_arith_ex, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drop_and_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_thread_quiesce, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_last_access, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -333,7 +333,7 @@ test_base64_keys(void **state)
     EXPECT(f, "mg a v\r\n", "VA 1\r\n1\r\n");
     EXPECT(f, "mg YWI= b k\r\n", "EN kYWI= b\r\n");
     EXPECT(f, "me YQ== b\r\n",
-           "ME YQ== exp=-1 cas=10 fetch=yes cls=1 size=26\r\n");
+           "ME YQ== exp=-1 la=0 cas=10 fetch=yes cls=1 size=26\r\n");
     EXPECT(f, "ma YQ== b v k\r\n", "VA 1 kYQ== b\r\n2\r\n");
     EXPECT(f, "md YQ== b k q\r\n", "");
     EXPECT(f, "md YQ== b k\r\n", "NF kYQ== b\r\n");
@@ -729,14 +729,46 @@ test_me(void **state)
     struct fx *f = *state;
     EXPECT(f, "me foo\r\n", "EN\r\n");
     EXPECT(f, "ms foo 2 T100 E77\r\nhi\r\n", "HD\r\n");
-    EXPECT(f, "me foo\r\n", "ME foo exp=100 cas=77 fetch=no cls=1 size=29\r\n");
+    EXPECT(f, "me foo\r\n",
+           "ME foo exp=100 la=0 cas=77 fetch=no cls=1 size=29\r\n");
+    tc_clock_advance(3);
+    EXPECT(f, "me foo\r\n",
+           "ME foo exp=97 la=3 cas=77 fetch=no cls=1 size=29\r\n");
     EXPECT(f, "mg foo v\r\n", "VA 2\r\nhi\r\n");
     tc_clock_advance(1);
-    EXPECT(f, "me foo\r\n", "ME foo exp=99 cas=77 fetch=yes cls=1 size=29\r\n");
+    /* me is not an access: la= stays with the mg */
+    EXPECT(f, "me foo\r\n",
+           "ME foo exp=96 la=1 cas=77 fetch=yes cls=1 size=29\r\n");
+    EXPECT(f, "me foo\r\n",
+           "ME foo exp=96 la=1 cas=77 fetch=yes cls=1 size=29\r\n");
     EXPECT(f, "ms inf 0 E5\r\n\r\n", "HD\r\n");
-    EXPECT(f, "me inf\r\n", "ME inf exp=-1 cas=5 fetch=no cls=1 size=27\r\n");
+    EXPECT(f, "me inf\r\n",
+           "ME inf exp=-1 la=0 cas=5 fetch=no cls=1 size=27\r\n");
     EXPECT(f, "me\r\n", "CLIENT_ERROR bad command line format\r\n");
-    assert_int_equal(f->s.ctr.meta_cmds, 8);
+    assert_int_equal(f->s.ctr.meta_cmds, 10);
+}
+
+/* l: seconds since the last access before this one, in request order with
+ * h and t; u reads without moving it; ms resets it. */
+static void
+test_last_access(void **state)
+{
+    struct fx *f = *state;
+    EXPECT(f, "mg foo l\r\n", "EN\r\n");
+    EXPECT(f, "ms foo 2\r\nhi\r\n", "HD\r\n");
+    EXPECT(f, "mg foo l h t\r\n", "HD l0 h0 t-1\r\n");
+    tc_clock_advance(4);
+    EXPECT(f, "mg foo t l u v\r\n", "VA 2 t-1 l4\r\nhi\r\n");
+    tc_clock_advance(2);
+    EXPECT(f, "mg foo h l k\r\n", "HD h1 l6 kfoo\r\n");
+    EXPECT(f, "mg foo l\r\n", "HD l0\r\n");
+    tc_clock_advance(TC_LAST_ACCESS_CAP + 5);
+    EXPECT(f, "mg foo l T0\r\n", "HD l57600\r\n");
+    EXPECT(f, "mg foo l\r\n", "HD l0\r\n");
+    tc_clock_advance(9);
+    EXPECT(f, "ms foo 1 l\r\nx\r\n", "HD\r\n"); /* accepted, no reply */
+    EXPECT(f, "mg foo l l\r\n", "CLIENT_ERROR duplicate flag\r\n");
+    EXPECT(f, "mg foo l\r\n", "HD l0\r\n");
 }
 
 /* ---- errors ----------------------------------------------------------------
@@ -749,7 +781,6 @@ test_errors(void **state)
     char req[600];
 
     EXPECT(f, "mg foo y\r\n", "CLIENT_ERROR invalid flag\r\n");
-    EXPECT(f, "mg foo l\r\n", "CLIENT_ERROR invalid flag\r\n"); /* l: top */
     EXPECT(f, "mg foo v v\r\n", "CLIENT_ERROR duplicate flag\r\n");
     EXPECT(f, "mg foo \x80\r\n", "CLIENT_ERROR duplicate flag\r\n");
     EXPECT(f, "mg foo Tabc\r\n",
@@ -790,7 +821,7 @@ test_errors(void **state)
            "CLIENT_ERROR bad token in command line format\r\n");
     /* not a meta command at all */
     EXPECT(f, "mx foo\r\n", "ERROR\r\n");
-    assert_int_equal(f->s.ctr.protocol_errors, 19);
+    assert_int_equal(f->s.ctr.protocol_errors, 18);
 }
 
 /* A new item starts with no history: not fetched (h0), no win handed out
@@ -854,6 +885,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_md_remove_value, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ma, setup, teardown),
         cmocka_unit_test_setup_teardown(test_me, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_last_access, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fresh_item_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipeline, setup, teardown),

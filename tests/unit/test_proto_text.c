@@ -852,21 +852,42 @@ static void
 test_err_table(void **state)
 {
     (void)state;
-    for (int e = 0; e < PERR_COUNT; e++) {
+    /* every line of the text and meta protocols has one of memcached's
+     * prefixes; the binary bodies are plain sentences */
+    for (int e = PERR_NONE + 1; e < PERR_BIN_NOT_FOUND; e++) {
         const char *t = proto_err_text((enum proto_err)e);
         assert_non_null(t);
         assert_true(strncmp(t, "ERROR", 5) == 0 ||
                     strncmp(t, "CLIENT_ERROR ", 13) == 0 ||
-                    strncmp(t, "SERVER_ERROR ", 13) == 0);
+                    strncmp(t, "SERVER_ERROR ", 13) == 0 ||
+                    strncmp(t, "MEMLIMIT_", 9) == 0);
+        assert_string_not_equal(t, "SERVER_ERROR unknown error");
     }
+    for (int e = PERR_BIN_NOT_FOUND; e < PERR_COUNT; e++) {
+        const char *t = proto_err_text((enum proto_err)e);
+        assert_true(strchr(t, '_') == NULL && strncmp(t, "ERROR", 5) != 0);
+    }
+    assert_string_equal(proto_err_text(PERR_NONE),
+                        "SERVER_ERROR unknown error");
     assert_string_equal(proto_err_text(PERR_KEY_TOO_LONG),
                         "CLIENT_ERROR bad command line format");
+    assert_string_equal(proto_err_text(PERR_BIN_NON_NUMERIC),
+                        "Non-numeric server-side value for incr or decr");
+    assert_string_equal(proto_err_text(PERR_TOO_MANY_CONNS),
+                        "ERROR Too many open connections");
 }
 
 static void
 test_util_parsing(void **state)
 {
     (void)state;
+    char num[PROTO_U64_DIGITS + 1] = {0};
+    assert_int_equal(proto_fmt_u64(num, 0), 1);
+    assert_memory_equal(num, "0", 1);
+    assert_int_equal(proto_fmt_u64(num, 1234567890), 10);
+    assert_memory_equal(num, "1234567890", 10);
+    assert_int_equal(proto_fmt_u64(num, UINT64_MAX), PROTO_U64_DIGITS);
+    assert_string_equal(num, "18446744073709551615");
     struct proto_token t;
     uint32_t u32;
     uint64_t u64;
