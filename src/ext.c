@@ -178,6 +178,21 @@ swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
 
 /* --- spill --- */
 
+/* memcached's ext_item_age: only items idle at least that long spill; a
+ * younger victim is evicted. UINT32_MAX (the default) is no age limit. Ages
+ * come from the slab's per-chunk access time, which saturates at
+ * SLAB_ATIME_CAP: a limit above it counts as the cap. */
+static bool
+ext_old_enough(struct cache *c, uint64_t head)
+{
+    uint32_t want = c->cfg.ext_item_age;
+    if (want == UINT32_MAX || want == 0)
+        return true;
+    if (want > SLAB_ATIME_CAP)
+        want = SLAB_ATIME_CAP;
+    return slab_atime_age(c->slab, head, clock_now()) >= want;
+}
+
 bool
 ext_spill(struct cache_thread *t, uint64_t head, uint64_t hash)
 {
@@ -197,7 +212,8 @@ ext_spill(struct cache_thread *t, uint64_t head, uint64_t hash)
      * the item's (an ext_item_size below that has no effect) */
     unsigned cls = slab_class_of(c->slab, head);
     if (hdr.kind == ITEM_KIND_HEAD && hdr.vlen >= c->cfg.ext_item_size &&
-        hdr.klen > 0 && hdr.klen <= TC_KEY_MAX && cls != SLAB_NO_CLASS &&
+        ext_old_enough(c, head) && hdr.klen > 0 && hdr.klen <= TC_KEY_MAX &&
+        cls != SLAB_NO_CLASS &&
         (hdr.nchain ||
          item_flash_size(hdr.klen) < slab_chunk_size(c->slab, cls))) {
         memcpy(key, item_key(it), hdr.klen);

@@ -252,9 +252,8 @@ static const struct opt opts[] = {
      .off = F(ext_item_age), .def = "4294967295", .min = 0,
      .max = UINT32_MAX, .stat = "ext_item_age", .show = SHOW_NUM,
      .arg = "<secs>",
-     .help = "accepted for memcached compatibility: with no per-item "
-             "access time, a value is cold when the eviction scan finds its "
-             "CLOCK reference bit clear, and values spill only then"},
+     .help = "only victims idle at least this long spill, younger ones "
+             "are evicted (default: no age limit; above 16 h counts as 16 h)"},
     {.name = "ext_page_size", .sub = true, .type = OT_UINT,
      .off = F(ext_page_size), .def = "64", .min = 1, .max = 2048,
      .stat = "ext_page_size", .show = SHOW_NUM, .arg = "<MiB>",

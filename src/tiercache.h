@@ -137,10 +137,11 @@ struct tc_config {
                                                O_DIRECT (not on tmpfs) */
     uint64_t ext_size[TC_EXT_MAX_PATHS];    /* bytes used of each */
     uint32_t ext_item_size;                 /* default 512 */
-    uint32_t ext_item_age;        /* memcached's ext_item_age, accepted for
-                                     compatibility: with no per-item access
-                                     time, "cold" means the CLOCK hand found
-                                     the reference bit clear */
+    uint32_t ext_item_age;        /* memcached's ext_item_age: only victims
+                                     idle this many seconds spill, younger
+                                     ones are evicted; UINT32_MAX (default)
+                                     or 0 = no limit; above 16 h counts as
+                                     16 h (the access time's cap) */
     uint32_t ext_page_size;       /* segment bytes; default 64 MiB */
     uint32_t ext_wbuf_size;       /* write buffer bytes; default 4 MiB */
     uint32_t ext_recache_rate;    /* copy 1 in this many flash reads back

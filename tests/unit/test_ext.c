@@ -190,6 +190,36 @@ test_spill_read_back(void **state)
     check_ok(c);
 }
 
+/* ext_item_age: victims idle less than the limit are evicted, not
+ * spilled; once the clock has moved past it, they spill. */
+static void
+test_item_age(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    const unsigned n = 8192; /* 32 MiB of 4 KiB values, pool 16 MiB */
+
+    ((struct cache *)c)->cfg.ext_item_age = 600;
+    fill(c, 0, n);
+    struct tc_stats s = stats(c);
+    assert_int_equal(s.ext_spilled, 0);
+    assert_true(s.evictions > 0);
+    tc_clock_set(T0 + 601);
+    fill(c, n, n);
+    s = stats(c);
+    assert_true(s.ext_spilled > 0);
+    bool fl = false;
+    unsigned on_flash = 0;
+    for (unsigned i = n; i < 2 * n && !on_flash; i++)
+        if (read_check(c, i, 0, &fl) && fl)
+            on_flash++;
+    for (unsigned i = 0; i < n && !on_flash; i++)
+        if (read_check(c, i, 0, &fl) && fl)
+            on_flash++;
+    assert_int_equal(on_flash, 1);
+    check_ok(c);
+}
+
 /* The first key from `from` on that is on flash (the very first victims
  * may have been evicted while the header class had no page yet). */
 static unsigned
@@ -629,6 +659,7 @@ main(void)
     unlink(probe);
     const struct CMUnitTest tests[] = {
         XT(test_spill_read_back),
+        XT(test_item_age),
         XT(test_delete_overwrite_expire),
         XT(test_rmw_on_flash),
         XTS(test_rmw_counter, xsetup_small),
