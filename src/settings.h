@@ -74,7 +74,7 @@ struct settings {
     char ext_path[SETTINGS_EXT_PATHS][SETTINGS_PATH_MAX];
     uint64_t ext_size[SETTINGS_EXT_PATHS]; /* bytes */
     uint64_t ext_item_size;                /* bytes */
-    uint64_t ext_item_age;                 /* seconds, accepted */
+    uint64_t ext_item_age;                 /* seconds idle before a spill */
     uint64_t ext_page_size;                /* MiB */
     uint64_t ext_wbuf_size;                /* MiB */
     uint64_t ext_recache_rate;
