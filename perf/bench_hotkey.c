@@ -11,6 +11,9 @@
  *                [--threads 2] [--warmup 3] [--seconds 5]
  *                [--hot-pool 8m-in-bytes] [--hot-rate 1000] [--k 64]
  *                [--only pmem|hot]   (one configuration, for profiling)
+ *                [--write-ns 0]      (PMEM latency emulation: extra ns per
+ *                                     64-byte line written, tc_config's
+ *                                     pm_write_ns)
  *
  * Each configuration opens a fresh cache (background maintenance on, so
  * the hot set is rebuilt every second), loads every key once, runs the
@@ -52,7 +55,8 @@ struct bh_opts {
     uint64_t hot_pool;
     uint32_t hot_rate;
     uint32_t k;
-    int only; /* 0 both, 1 pmem-only, 2 hot-pool (for profiling) */
+    int only;          /* 0 both, 1 pmem-only, 2 hot-pool (for profiling) */
+    uint32_t write_ns; /* pm_write_ns: latency emulation, 0 off */
 };
 
 static double *bh_cdf; /* read-only once built */
@@ -169,6 +173,7 @@ bh_run(const struct bh_opts *o, bool hot, struct bh_result *res)
     cfg.hot_pool_size = hot ? o->hot_pool : 0;
     cfg.hot_write_rate = o->hot_rate;
     cfg.hotkey_k = o->k;
+    cfg.pm_write_ns = o->write_ns;
     if (tc_open(&cfg, &c) != 0) {
         fprintf(stderr, "bench_hotkey: tc_open: %s\n", tc_errmsg());
         return -1;
@@ -257,7 +262,7 @@ main(int argc, char **argv)
         {"warmup", 1, NULL, 'w'},   {"seconds", 1, NULL, 'd'},
         {"hot-pool", 1, NULL, 'p'}, {"hot-rate", 1, NULL, 'r'},
         {"k", 1, NULL, 'k'},        {"only", 1, NULL, 'o'},
-        {NULL, 0, NULL, 0},
+        {"write-ns", 1, NULL, 'W'}, {NULL, 0, NULL, 0},
     };
     int ch;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -288,6 +293,9 @@ main(int argc, char **argv)
             break;
         case 'k':
             o.k = (uint32_t)strtoul(optarg, NULL, 0);
+            break;
+        case 'W':
+            o.write_ns = (uint32_t)strtoul(optarg, NULL, 0);
             break;
         case 'o':
             o.only = !strcmp(optarg, "pmem")  ? 1
