@@ -34,6 +34,11 @@
 #   EXT_DIR        directory of the flash files [/tmp]
 #   EXT_SIZE       flash bytes [1g]
 #   PORT_BASE      first port tried [21600]
+#   MEM_CGROUP_MB  run each server inside its own cgroup-v1 memory cgroup
+#                  limited to this many MiB (page cache included), so that
+#                  memcached's buffered flash reads cannot be served from
+#                  more RAM than tiercached may use [0 = off; needs root and
+#                  /sys/fs/cgroup/memory]
 
 set -u -o pipefail
 
@@ -66,6 +71,16 @@ SERVER_THREADS=${SERVER_THREADS:-2}
 EXT_DIR=${EXT_DIR:-/tmp}
 EXT_SIZE=${EXT_SIZE:-1g}
 PORT_BASE=${PORT_BASE:-21600}
+MEM_CGROUP_MB=${MEM_CGROUP_MB:-0}
+cg_dir=""
+if [ "$MEM_CGROUP_MB" != 0 ]; then
+    cg_dir=/sys/fs/cgroup/memory/tc-ext-bench-$$
+    if ! mkdir "$cg_dir" 2>/dev/null ||
+        ! echo $((MEM_CGROUP_MB << 20)) >"$cg_dir/memory.limit_in_bytes"; then
+        echo "compare_extstore.sh: cannot make a memory cgroup at $cg_dir" >&2
+        exit 1
+    fi
+fi
 WARMUP_BOUND=120 # seconds bench_loadgen may spend loading the keys
 
 for b in "$MEMCACHED" "$TIERCACHED"; do
@@ -84,7 +99,7 @@ out=$out_dir/ext-$stamp.txt
 log() { printf '%s\n' "$*" | tee -a "$out"; }
 
 LOADGEN=$out_dir/bin/bench_loadgen
-if ! gcc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra perf/bench_loadgen.c \
+if ! gcc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra perf/loadgen/*.c \
     -o "$LOADGEN" -lpthread -lm >>"$out_dir/build.log" 2>&1; then
     echo "compare_extstore.sh: bench_loadgen did not build" >&2
     exit 1
@@ -112,9 +127,13 @@ stop_server() {
         srv_pid=""
     fi
     rm -f "$ext_file" "$pool_file"
+    # the pool file's tmpfs pages and the flash file's page cache stay
+    # charged to the cgroup until they are gone: drop them between runs
+    [ -n "$cg_dir" ] && echo 1 >"$cg_dir/memory.force_empty" 2>/dev/null
+    return 0
 }
 trap 'stop_server; exit 130' INT TERM
-trap 'stop_server' EXIT
+trap 'stop_server; [ -n "$cg_dir" ] && rmdir "$cg_dir" 2>/dev/null' EXIT
 
 port_busy() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
 pick_port() {
@@ -144,6 +163,13 @@ start_server() { # name port
         ;;
     esac
     echo "# start: ${cmd[*]}" >>"$out"
+    if [ -n "$cg_dir" ]; then
+        # enter the cgroup first, so every page the server touches (its
+        # pool file, its page cache) is charged there
+        cmd=(sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg_dir"
+            "${cmd[@]}")
+        echo "# in memory cgroup $cg_dir: ${MEM_CGROUP_MB} MiB" >>"$out"
+    fi
     "${cmd[@]}" >>"$out_dir/ext-$stamp.server.log" 2>&1 &
     srv_pid=$!
     for _ in $(seq 1 100); do
