@@ -99,7 +99,7 @@ out=$out_dir/ext-$stamp.txt
 log() { printf '%s\n' "$*" | tee -a "$out"; }
 
 LOADGEN=$out_dir/bin/bench_loadgen
-if ! gcc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra perf/loadgen/*.c \
+if ! gcc -std=c11 -D_GNU_SOURCE -I. -O2 -g -Wall -Wextra perf/loadgen/*.c \
     -o "$LOADGEN" -lpthread -lm >>"$out_dir/build.log" 2>&1; then
     echo "compare_extstore.sh: bench_loadgen did not build" >&2
     exit 1
