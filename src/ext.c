@@ -330,6 +330,29 @@ read_wait(struct cache_thread *t, struct nvs_read *rd)
     }
 }
 
+/* A blocking read of key's value at nl, checked by the store: 0 with the
+ * value in rd->value (the caller then calls nvs_read_done), or the error,
+ * after read_failed() dropped the header at loc and counted it. */
+static int
+read_checked(struct cache_thread *t, const void *key, uint32_t klen,
+             uint64_t hash, uint64_t loc, const struct nvs_loc *nl,
+             struct nvs_read *rd)
+{
+    memset(rd, 0, sizeof(*rd));
+    rd->loc = *nl;
+    rd->key = key;
+    rd->klen = (uint8_t)klen;
+    cache_stat_add(t, ST_EXT_INFLIGHT, 1);
+    read_wait(t, rd);
+    cache_stat_add(t, ST_EXT_INFLIGHT, -1);
+    if (!rd->res)
+        return 0;
+    read_failed(t, hash, loc, rd->res);
+    if (t->ext_ring)
+        nvs_read_done(t->ext_ring, rd); /* frees the ring's slot */
+    return rd->res;
+}
+
 static void
 recache_maybe(struct cache_thread *t, const void *key, uint32_t klen,
               const struct ext_hit *h, const char *value)
@@ -371,19 +394,8 @@ ext_serve(struct cache_thread *t, const void *key, uint32_t klen,
           const struct ext_hit *h, tc_value_fn *fn, void *arg)
 {
     struct nvs_read rd;
-    memset(&rd, 0, sizeof(rd));
-    rd.loc = h->nl;
-    rd.key = key;
-    rd.klen = (uint8_t)klen;
-    cache_stat_add(t, ST_EXT_INFLIGHT, 1);
-    read_wait(t, &rd);
-    cache_stat_add(t, ST_EXT_INFLIGHT, -1);
-    if (rd.res) {
-        read_failed(t, h->hash, h->loc, rd.res);
-        if (t->ext_ring)
-            nvs_read_done(t->ext_ring, &rd); /* frees the ring's slot */
+    if (read_checked(t, key, klen, h->hash, h->loc, &h->nl, &rd))
         return TC_NOT_FOUND;
-    }
     cache_stat_inc(t, ST_EXT_GETS);
     struct iovec iov = {(void *)rd.value, rd.loc.vlen};
     if (fn)
@@ -398,19 +410,9 @@ ext_read_copy(struct cache_thread *t, const void *key, uint32_t klen,
               uint64_t hash, uint64_t loc, const struct nvs_loc *nl, char **buf)
 {
     struct nvs_read rd;
-    memset(&rd, 0, sizeof(rd));
-    rd.loc = *nl;
-    rd.key = key;
-    rd.klen = (uint8_t)klen;
-    cache_stat_add(t, ST_EXT_INFLIGHT, 1);
-    read_wait(t, &rd);
-    cache_stat_add(t, ST_EXT_INFLIGHT, -1);
-    if (rd.res) {
-        read_failed(t, hash, loc, rd.res);
-        if (t->ext_ring)
-            nvs_read_done(t->ext_ring, &rd); /* frees the ring's slot */
-        return rd.res;
-    }
+    int rc = read_checked(t, key, klen, hash, loc, nl, &rd);
+    if (rc)
+        return rc;
     *buf = malloc(nl->vlen ? nl->vlen : 1);
     if (*buf)
         memcpy(*buf, rd.value, nl->vlen);
