@@ -34,7 +34,7 @@ store_of(struct tc_cache *c)
 }
 
 static int
-xsetup_with(void **state, uint32_t item_size, uint32_t recache)
+xsetup_full(void **state, uint32_t item_size, uint32_t recache, bool hot)
 {
     const char *name = *state;
     struct xfx *x = calloc(1, sizeof(*x));
@@ -56,6 +56,12 @@ xsetup_with(void **state, uint32_t item_size, uint32_t recache)
     f->cfg.ext_wbuf_size = 1 * MIB;
     f->cfg.ext_item_size = item_size;
     f->cfg.ext_recache_rate = recache;
+    if (hot) { /* the DRAM hot pool, quick to promote (see test_hotkey) */
+        f->cfg.hot_pool_size = 1 * MIB;
+        f->cfg.hot_write_rate = 10;
+        f->cfg.hotkey_window = 1;
+        f->cfg.hotkey_sample = 1;
+    }
     tc_clock_set(T0);
     unlink(x->ext);
     if (fx_open(f) != 0) {
@@ -66,6 +72,18 @@ xsetup_with(void **state, uint32_t item_size, uint32_t recache)
     }
     *state = x;
     return 0;
+}
+
+static int
+xsetup_with(void **state, uint32_t item_size, uint32_t recache)
+{
+    return xsetup_full(state, item_size, recache, false);
+}
+
+static int
+xsetup_hot(void **state)
+{
+    return xsetup_full(state, 512, 0, true);
 }
 
 static int
@@ -217,6 +235,61 @@ test_item_age(void **state)
         if (read_check(c, i, 0, &fl) && fl)
             on_flash++;
     assert_int_equal(on_flash, 1);
+    check_ok(c);
+}
+
+/* Store version `version` of key i. */
+static void
+put_version(struct tc_cache *c, unsigned i, unsigned version)
+{
+    unsigned char v[VAL];
+    char k[32];
+    key_of(i, k);
+    value_of(i, version, v, VAL);
+    put(c, k, v, VAL, i, 0);
+}
+
+static unsigned flash_key(struct tc_cache *c, unsigned from);
+
+/* A flash item whose key turns write-hot moves to the DRAM hot pool (its
+ * flash record released), survives compaction and a demotion back to
+ * PMEM, and reads back its newest value throughout. */
+static void
+test_hot_flash_key(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    const unsigned n = 8192; /* 32 MiB of 4 KiB values, pool 16 MiB */
+    bool fl = false;
+
+    fill(c, 0, n);
+    unsigned k = flash_key(c, 0);
+    for (unsigned v = 1; v <= 200; v++)
+        put_version(c, k, v);
+    tc_maintain(c); /* k is hot now */
+    put_version(c, k, 201);
+    struct tc_stats s = stats(c);
+    assert_int_equal(s.hotkey_current, 1);
+    assert_int_equal(read_check(c, k, 201, &fl), 1);
+    assert_false(fl);
+    check_ok(c);
+
+    tc_maintain(c); /* compaction and the hot-key step run here */
+    assert_int_equal(read_check(c, k, 201, &fl), 1);
+    check_ok(c);
+
+    tc_set_hot_write_rate(c, 1000000000);
+    tc_maintain(c); /* cooled: back to PMEM */
+    assert_int_equal(stats(c).hotkey_current, 0);
+    assert_true(stats(c).hotkey_demotions >= 1);
+    assert_int_equal(read_check(c, k, 201, &fl), 1);
+    check_ok(c);
+
+    /* more data pushes it out again: a hit with the newest value or a
+     * miss, never an older value */
+    fill(c, n, n);
+    int hit = read_check(c, k, 201, &fl);
+    assert_true(hit == 0 || hit == 1);
     check_ok(c);
 }
 
@@ -660,6 +733,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         XT(test_spill_read_back),
         XT(test_item_age),
+        XTS(test_hot_flash_key, xsetup_hot),
         XT(test_delete_overwrite_expire),
         XT(test_rmw_on_flash),
         XTS(test_rmw_counter, xsetup_small),
