@@ -20,6 +20,7 @@
 #include "src/cache_hotspot.h"
 
 #include "src/base/err.h"
+#include "src/item.h"
 #include "src/item_layout.h"
 #include "tier/hotspot.h"
 #include "tier/pm.h"
@@ -36,6 +37,8 @@ meta_len(const char *chunk)
     /* PMEM reads: the writer's own chunk or a published (immutable) head */
     if (it->kind == ITEM_KIND_TAIL)
         return sizeof(struct item_tail);
+    if (it->kind == ITEM_KIND_FLASH) /* header, key and locator: no value */
+        return item_flash_size(it->klen);
     if (it->kind != ITEM_KIND_HEAD)
         return sizeof(struct item_hdr);
     uint64_t len = sizeof(struct item_hdr) + it->klen;

@@ -1087,110 +1087,6 @@ test_drain_pick_skips_draining(void **state)
  * chunk, copied on a move, and clamped by the rebase before the 16-bit
  * seconds wrap. */
 static void
-test_atime(void **state)
-{
-    struct fixture *f = fixture_new(4);
-    *state = f;
-    const uint32_t t0 = 1700000000u;
-    uint64_t a = take1(f, 0), b = take1(f, 0), big = take1(f, 5);
-
-    slab_atime_set(f->slab, a, t0);
-    slab_atime_set(f->slab, b, t0 + 7);
-    slab_atime_set(f->slab, big, t0 + 1);
-    assert_int_equal(slab_atime_age(f->slab, a, t0), 0);
-    assert_int_equal(slab_atime_age(f->slab, a, t0 + 5), 5);
-    assert_int_equal(slab_atime_age(f->slab, b, t0 + 10), 3);
-    assert_int_equal(slab_atime_age(f->slab, big, t0 + 10), 9);
-    assert_int_equal(slab_atime_age(f->slab, a, t0 + SLAB_ATIME_CAP - 1),
-                     SLAB_ATIME_CAP - 1);
-    assert_int_equal(slab_atime_age(f->slab, a, t0 + SLAB_ATIME_CAP + 9),
-                     SLAB_ATIME_CAP);
-    /* a free page has no times: "as old as it gets" */
-    assert_int_equal(slab_atime_age(f->slab, 3ull * POOL_PAGE_SIZE, t0),
-                     SLAB_ATIME_CAP);
-
-    slab_atime_copy(f->slab, b, a);
-    assert_int_equal(slab_atime_age(f->slab, b, t0 + 5), 5);
-
-    /* without a rebase, 2^16 + 4 s later the time reads as 4 s old */
-    uint32_t late = t0 + 65536 + 4;
-    assert_int_equal(slab_atime_age(f->slab, a, late), 4);
-    /* a rebase within the cap and the margin clamps a and b (both at t0)
-     * and nothing fresher */
-    slab_atime_set(f->slab, big, t0 + SLAB_ATIME_CAP);
-    assert_true(slab_atime_rebase(f->slab, t0 + SLAB_ATIME_CAP + 100) >= 2);
-    assert_int_equal(slab_atime_age(f->slab, a, t0 + SLAB_ATIME_CAP + 100),
-                     SLAB_ATIME_CAP);
-    assert_int_equal(slab_atime_age(f->slab, big, t0 + SLAB_ATIME_CAP + 100),
-                     100);
-    /* one more rebase before the wrap keeps them at the cap */
-    assert_true(slab_atime_rebase(f->slab, t0 + SLAB_ATIME_CAP + 3700) >= 2);
-    assert_int_equal(slab_atime_age(f->slab, a, late), SLAB_ATIME_CAP);
-    assert_int_equal(slab_atime_age(f->slab, b, late), SLAB_ATIME_CAP);
-    assert_int_equal(slab_atime_age(f->slab, big, late), 65536 + 4 - 57600);
-
-    /* the tick: runs at once, then once per period */
-    assert_true(slab_atime_tick(f->slab, t0));
-    assert_false(slab_atime_tick(f->slab, t0 + 1));
-    assert_false(slab_atime_tick(f->slab, t0 + SLAB_ATIME_PERIOD - 1));
-    assert_true(slab_atime_tick(f->slab, t0 + SLAB_ATIME_PERIOD));
-    /* a clock that went back by more than a period runs it too */
-    assert_true(slab_atime_tick(f->slab, t0 - 2 * SLAB_ATIME_PERIOD));
-    assert_int_equal(slab_check(f->slab), 0);
-}
-
-struct atime_writer {
-    struct slab *slab;
-    uint64_t off[4];
-    uint32_t now;
-};
-
-/* Sets the chunks' times while the main thread rebases (TSan checks the
- * accesses). */
-static void *
-atime_writer_main(void *arg)
-{
-    struct atime_writer *w = arg;
-    for (uint32_t i = 0; i < 20000; i++)
-        slab_atime_set(w->slab, w->off[i % 4], w->now - (i % 3));
-    for (int i = 0; i < 4; i++)
-        slab_atime_set(w->slab, w->off[i], w->now);
-    return NULL;
-}
-
-/* A rebase racing with readers' sets clamps what is old and never undoes a
- * fresh time. */
-static void
-test_atime_concurrent(void **state)
-{
-    struct fixture *f = fixture_new(4);
-    *state = f;
-    const uint32_t t0 = 1700000000u, now = t0 + SLAB_ATIME_CAP + 100;
-    struct atime_writer w = {.slab = f->slab, .now = now};
-    uint64_t old[4];
-    for (int i = 0; i < 4; i++) {
-        old[i] = take1(f, (unsigned)(i % 2));
-        slab_atime_set(f->slab, old[i], t0);
-        w.off[i] = take1(f, (unsigned)(i % 2));
-        slab_atime_set(f->slab, w.off[i], t0);
-    }
-    pthread_t tid;
-    assert_int_equal(pthread_create(&tid, NULL, atime_writer_main, &w), 0);
-    for (uint32_t r = 0; r < 200; r++)
-        slab_atime_rebase(f->slab, now);
-    assert_int_equal(pthread_join(tid, NULL), 0);
-    slab_atime_rebase(f->slab, now);
-    for (int i = 0; i < 4; i++) {
-        assert_int_equal(slab_atime_age(f->slab, w.off[i], now), 0);
-        assert_int_equal(slab_atime_age(f->slab, old[i], now), SLAB_ATIME_CAP);
-        /* clamped, so 2^16 s after t0 it still reads as the cap */
-        assert_int_equal(slab_atime_age(f->slab, old[i], t0 + 65536 + 5),
-                         SLAB_ATIME_CAP);
-    }
-    assert_int_equal(slab_check(f->slab), 0);
-}
-
-static void
 test_class_of_bounds(void **state)
 {
     struct fixture *f = fixture_new(2);
@@ -1233,8 +1129,6 @@ main(void)
         cmocka_unit_test_teardown(test_drain_pick, teardown),
         cmocka_unit_test_teardown(test_drain_pick_skips_draining, teardown),
         cmocka_unit_test_teardown(test_class_of_bounds, teardown),
-        cmocka_unit_test_teardown(test_atime, teardown),
-        cmocka_unit_test_teardown(test_atime_concurrent, teardown),
     };
 
     return cmocka_run_group_tests_name("slab", tests, NULL, NULL);
