@@ -3,14 +3,24 @@
 # flash tier, same run, same -m, same flash size, a dataset about four
 # times the memory, 4 KiB values. Figures only: nothing here checks speed.
 #
-#   perf/compare_extstore.sh            # ~2 minutes
+#   perf/compare_extstore.sh            # ~15 minutes (mostly paced loads)
 #   perf/compare_extstore.sh --only uniform-p1
 #
-# Workloads (get:set 9:1, every key set once before each measured run,
-# which pushes three quarters of the data to flash):
-#   uniform-p1   uniform keys, one request in flight per connection
-#   zipf-p1      zipf keys (s = 0.99), the same
-#   uniform-mget10  uniform keys, gets of 10 keys
+# Every run first loads every key once, paced at $LOAD_RATE sets/s:
+# memcached's extstore writes items to flash from a background thread and
+# evicts what that thread has not taken when sets come faster (at 2,000
+# sets/s it keeps two thirds of this dataset, at 1,000 all of it), so the
+# pace lets both servers start the measured run with the whole dataset.
+#
+# Workloads (4 KiB values):
+#   uniform-ro      uniform keys, gets only, one request in flight per
+#                   connection
+#   zipf-ro         zipf keys (s = 0.99), gets only
+#   uniform-mget10-ro  uniform keys, gets of 10 keys
+#   uniform-p1      uniform keys, get:set 9:1 (the sets keep pushing data
+#                   to flash during the run)
+#   zipf-p1         zipf keys, 9:1
+#   uniform-mget10  uniform keys, gets of 10 keys, 9:1
 #
 # For each workload, memcached then tiercached: start the server on a free
 # port (127.0.0.1, -t $SERVER_THREADS -m $MEM_MB, a fresh flash file of
@@ -34,6 +44,8 @@
 #   EXT_DIR        directory of the flash files [/tmp]
 #   EXT_SIZE       flash bytes [1g]
 #   PORT_BASE      first port tried [21600]
+#   LOAD_RATE      sets/s while loading the keys before each run [1000;
+#                  0 = as fast as the server takes them]
 #   MEM_CGROUP_MB  run each server inside its own cgroup-v1 memory cgroup
 #                  limited to this many MiB (page cache included), so that
 #                  memcached's buffered flash reads cannot be served from
@@ -71,6 +83,7 @@ SERVER_THREADS=${SERVER_THREADS:-2}
 EXT_DIR=${EXT_DIR:-/tmp}
 EXT_SIZE=${EXT_SIZE:-1g}
 PORT_BASE=${PORT_BASE:-21600}
+LOAD_RATE=${LOAD_RATE:-1000}
 MEM_CGROUP_MB=${MEM_CGROUP_MB:-0}
 cg_dir=""
 if [ "$MEM_CGROUP_MB" != 0 ]; then
@@ -81,7 +94,9 @@ if [ "$MEM_CGROUP_MB" != 0 ]; then
         exit 1
     fi
 fi
-WARMUP_BOUND=120 # seconds bench_loadgen may spend loading the keys
+# seconds bench_loadgen may spend loading the keys
+WARMUP_BOUND=$(awk -v k="$KEYS" -v r="$LOAD_RATE" \
+    'BEGIN { print (r > 0 ? int(k / r) + 60 : 120) }')
 
 for b in "$MEMCACHED" "$TIERCACHED"; do
     if [ ! -x "$b" ]; then
@@ -105,10 +120,13 @@ if ! gcc -std=c11 -D_GNU_SOURCE -I. -O2 -g -Wall -Wextra perf/loadgen/*.c \
     exit 1
 fi
 
-# name|key distribution|pipeline|multiget
-WORKLOADS="uniform-p1|uniform|1|1
-zipf-p1|zipf|1|1
-uniform-mget10|uniform|1|10"
+# name|key distribution|pipeline|multiget|get:set
+WORKLOADS="uniform-ro|uniform|1|1|1:0
+zipf-ro|zipf|1|1|1:0
+uniform-mget10-ro|uniform|1|10|1:0
+uniform-p1|uniform|1|1|9:1
+zipf-p1|zipf|1|1|9:1
+uniform-mget10|uniform|1|10|9:1"
 
 srv_pid=""
 ext_file=$EXT_DIR/tc-ext-bench-$$.nvs
@@ -210,10 +228,10 @@ server_stats() {
     printf '%s\n' "$res"
 }
 
-declare -A R S
+declare -A R S MIX
 
-run_one() { # workload server dist pipe mget
-    local wl=$1 name=$2 dist=$3 pipe=$4 mget=$5 port res
+run_one() { # workload server dist pipe mget ratio
+    local wl=$1 name=$2 dist=$3 pipe=$4 mget=$5 mix=$6 port res
     port=$(pick_port) || { log "# no free port"; return; }
     if ! start_server "$name" "$port"; then
         log "# $wl $name: server did not start (see" \
@@ -222,9 +240,10 @@ run_one() { # workload server dist pipe mget
     fi
     res=$(timeout --signal=INT $((DURATION + WARMUP_BOUND + 30)) \
         "$LOADGEN" --host 127.0.0.1 --port "$port" --conns "$CONNS" \
-        --threads 1 --keys "$KEYS" --value-size 4096 --ratio 9:1 \
+        --threads 1 --keys "$KEYS" --value-size 4096 --ratio "$mix" \
         --pipeline "$pipe" --multiget "$mget" --key-dist "$dist" \
-        --duration "$DURATION" --warmup "$WARMUP_BOUND" --seed 1 \
+        --duration "$DURATION" --warmup "$WARMUP_BOUND" \
+        --warmup-rate "$LOAD_RATE" --seed 1 \
         --label "$name" --server-pid "$srv_pid" 2>&1)
     printf '%s\n' "$res" | sed 's/^/  /' | tee -a "$out" | grep -v '^  RESULT'
     R[$wl,$name]=$(printf '%s\n' "$res" | grep '^RESULT' | head -1)
@@ -254,18 +273,20 @@ log "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); flash files 
 log "# commit: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | grep -q . && echo '(dirty tree)')"
 log "# memcached: $("$MEMCACHED" -V 2>&1 | head -1); tiercached: $TIERCACHED"
 log "# servers: -t $SERVER_THREADS -m $MEM_MB, flash $EXT_SIZE (64 MiB pages, 4 MiB write buffers), fresh for every run"
-log "# client: --conns $CONNS --keys $KEYS (x 4 KiB = $((KEYS * 4 / 1024)) MiB) --ratio 9:1 --duration $DURATION, every key set once first"
+log "# client: --conns $CONNS --keys $KEYS (x 4 KiB = $((KEYS * 4 / 1024)) MiB) --duration $DURATION, every key set once first at $LOAD_RATE sets/s"
+[ -n "$cg_dir" ] && log "# each server in a cgroup-v1 memory cgroup of $MEM_CGROUP_MB MiB (page cache included)"
 
 ran=""
-while IFS='|' read -r wl dist pipe mget; do
+while IFS='|' read -r wl dist pipe mget mix; do
     if [ -n "$only" ] && ! printf ',%s,' "$only" | grep -q ",$wl,"; then
         continue
     fi
     log ""
-    log "=== $wl: 4 KiB values, $dist keys, get:set 9:1, multiget $mget"
+    log "=== $wl: 4 KiB values, $dist keys, get:set $mix, multiget $mget"
     for name in memcached tiercached; do
-        run_one "$wl" "$name" "$dist" "$pipe" "$mget"
+        run_one "$wl" "$name" "$dist" "$pipe" "$mget" "$mix"
     done
+    MIX[$wl]=$mix,$mget
     table "$wl"
     ran="$ran $wl"
 done <<<"$WORKLOADS"
@@ -273,8 +294,8 @@ done <<<"$WORKLOADS"
 log ""
 log "## summary (markdown; ratio = tiercached / memcached)"
 log ""
-log "| workload | mc ops/s | tc ops/s | ratio | mc p99 us | tc p99 us | ratio | mc hit | tc hit |"
-log "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+log "| workload | mc ops/s | tc ops/s | ratio | mc p99 us | tc p99 us | ratio | mc hit | tc hit | hits/s ratio |"
+log "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for wl in $ran; do
     mc=${R[$wl,memcached]:-}
     tc=${R[$wl,tiercached]:-}
@@ -284,7 +305,16 @@ for wl in $ran; do
         b=$( [ -n "$tc" ] && kv "$tc" "$k" || echo -)
         line="$line | $a | $b | $(ratio "$a" "$b")"
     done
-    line="$line | $( [ -n "$mc" ] && kv "$mc" hit || echo -) | $( [ -n "$tc" ] && kv "$tc" hit || echo -)"
+    ha=$( [ -n "$mc" ] && kv "$mc" hit || echo -)
+    hb=$( [ -n "$tc" ] && kv "$tc" hit || echo -)
+    # values served per second: ops x (share of ops that are get keys) x hit
+    hits() {
+        awk -v o="$1" -v h="$2" -v m="${MIX[$wl]}" 'BEGIN {
+            if (o == "-" || h == "-") { print "-"; exit }
+            split(m, a, "[:,]"); g = a[1] * a[3]; s = a[2];
+            print o * g / (g + s) * h }'
+    }
+    line="$line | $ha | $hb | $(ratio "$(hits "$( [ -n "$mc" ] && kv "$mc" ops || echo -)" "$ha")" "$(hits "$( [ -n "$tc" ] && kv "$tc" ops || echo -)" "$hb")")"
     log "$line |"
 done
 log ""

@@ -187,6 +187,10 @@ struct cache {
     struct hotkey *hot; /* NULL when the hot pool is off (src/hotkey.c) */
 
     struct nvs *nvs; /* the NVMe store (ext.c), NULL when off */
+    /* ext.c's re-read filter: per slot a key-hash tag (high 30 bits) and
+     * the reads seen (low 2 bits); atomic, relaxed; NULL when off */
+    uint32_t *ext_reread;
+    uint64_t ext_reread_mask;
 };
 
 /* --- cache.c --- */

@@ -22,9 +22,18 @@
  * -ETIMEDOUT, -ESTALE) is a miss plus a counter, and the header is
  * unlinked if the index still holds it. A header whose segment has been
  * reused is recognised without I/O (cache_item_dead says CACHE_LOST).
- * Recache: one flash hit in ext_recache_rate (per thread) copies the value
- * back into the pool, swapping it for the header only if the index still
- * holds that header (the flash copy is released with the header).
+ * Recache copies a flash hit's value back into the pool, swapping it for
+ * the header only if the index still holds that header (the flash copy is
+ * released with the header). Two rules pick the hits: memcached's, one
+ * flash hit in ext_recache_rate (per thread), and a re-read filter: a
+ * direct-mapped table of ext_recache_window slots, each holding a key-hash
+ * tag and a count of the reads it saw; the third read of a key while its
+ * slot still holds it recaches. A key keeps its slot only until another
+ * flash read lands there, so a key must be read about three times in
+ * ext_recache_window flash reads: hot keys (skewed loads, keys spilled
+ * before they turned hot) come back after a few reads, while a uniform
+ * load, where no key is hotter than what recache would evict, rarely
+ * passes (a recache costs a PMEM write and, later, a spill).
  *
  * Deletes, overwrites, expiry and flushes never touch the flash: when a
  * flash header leaves the index, cache_account_unlink() tells the store the
@@ -40,6 +49,9 @@
  *                         thread-safe (tier/nvs.h).
  *   t->ext_ring, ext_aring, ext_recache_ctr, ext_want_page
  *                         owner thread only (struct cache_thread).
+ *   c->ext_reread         allocated at open, freed at close; slots are
+ *                         read and written relaxed by any reader: a lost
+ *                         update only delays or skips one recache.
  *   flash headers         written before publication with no lock held;
  *                         after it only exptime changes (touch), as for
  *                         any item.
@@ -68,6 +80,71 @@ int ext_async_submit(struct cache_thread *t);
 #define EXT_COMPACT_BUDGET (8u << 20)
 #define EXT_COMPACT_STEPS 4
 
+/* Slots of the re-read filter: ext_recache_window rounded up to a power of
+ * two; the default is one slot per 4 KiB of pool (about one per item of the
+ * ext_item_size a spill tier is for), 1,024 to 4M. */
+static uint64_t
+reread_slots(const struct tc_config *cfg)
+{
+    uint64_t want = cfg->ext_recache_window;
+    if (want == TC_EXT_RECACHE_AUTO) {
+        want = cfg->pool_size >> 12;
+        want = want < 1024 ? 1024 : want > (4u << 20) ? (4u << 20) : want;
+    }
+    if (!want)
+        return 0;
+    uint64_t n = 1;
+    while (n < want)
+        n <<= 1;
+    return n;
+}
+
+static int
+reread_open(struct cache *c)
+{
+    uint64_t n = reread_slots(&c->cfg);
+    c->ext_reread = NULL;
+    c->ext_reread_mask = 0;
+    if (!n)
+        return 0;
+    c->ext_reread = calloc(n, sizeof(uint32_t));
+    if (!c->ext_reread) {
+        err_set("no memory for the %llu-slot flash re-read filter",
+                (unsigned long long)n);
+        return -ENOMEM;
+    }
+    c->ext_reread_mask = n - 1;
+    return 0;
+}
+
+static void
+reread_close(struct cache *c)
+{
+    free(c->ext_reread);
+    c->ext_reread = NULL;
+}
+
+/* Count a flash hit of the key with this hash in the re-read filter: true
+ * on its third read while the slot kept it (the slot is then cleared). */
+static bool
+reread_due(struct cache *c, uint64_t hash)
+{
+    if (!c->ext_reread)
+        return false;
+    /* the slot from the low bits, the tag from the high ones, so that keys
+     * sharing a slot differ in their tags */
+    uint32_t *slot = &c->ext_reread[hash & c->ext_reread_mask];
+    uint32_t tag = (uint32_t)(hash >> 32) & ~3u;
+    uint32_t v = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    uint32_t next = (v & ~3u) == tag ? v + 1 : tag;
+    if ((next & 3u) >= 2) {
+        __atomic_store_n(slot, 0, __ATOMIC_RELAXED);
+        return true;
+    }
+    __atomic_store_n(slot, next, __ATOMIC_RELAXED);
+    return false;
+}
+
 int
 ext_open(struct cache *c)
 {
@@ -92,7 +169,13 @@ ext_open(struct cache *c)
     nc.read_timeout_ms = cfg->ext_read_timeout_ms;
     nc.io_threads = cfg->ext_threads;
     nc.no_uring = cfg->ext_no_uring;
-    return nvs_open(&nc, &c->nvs);
+    int rc = reread_open(c);
+    if (rc)
+        return rc;
+    rc = nvs_open(&nc, &c->nvs);
+    if (rc)
+        reread_close(c);
+    return rc;
 }
 
 void
@@ -101,6 +184,7 @@ ext_close(struct cache *c)
     if (c->nvs)
         nvs_close(c->nvs);
     c->nvs = NULL;
+    reread_close(c);
 }
 
 void
@@ -359,9 +443,13 @@ recache_maybe(struct cache_thread *t, const void *key, uint32_t klen,
 {
     struct cache *c = t->cache;
     uint32_t rate = c->cfg.ext_recache_rate;
-    if (!rate || ++t->ext_recache_ctr < rate)
+    bool due = reread_due(c, h->hash);
+    if (rate && ++t->ext_recache_ctr >= rate) {
+        t->ext_recache_ctr = 0;
+        due = true;
+    }
+    if (!due)
         return;
-    t->ext_recache_ctr = 0;
     struct item_hdr hdr = {
         .klen = (uint8_t)klen,
         .iflags = h->info.stale ? ITEM_STALE : 0,

@@ -268,6 +268,13 @@ static const struct opt opts[] = {
      .stat = "ext_recache_rate", .show = SHOW_NUM, .arg = "<num>",
      .help = "copy 1 in this many flash reads (per thread) back into the "
              "pool, 0 = never"},
+    {.name = "ext_recache_window", .sub = true, .type = OT_UINT,
+     .off = F(ext_recache_window), .def = "4294967295", .min = 0,
+     .max = UINT32_MAX, .stat = "ext_recache_window", .show = SHOW_NUM,
+     .arg = "<num>",
+     .help = "a flash item read 3 times within about this many flash reads "
+             "is copied back into the pool, 0 = never (default: one per "
+             "4 KiB of -m, 1024 to 4194304)"},
     {.name = "ext_max_frag", .sub = true, .type = OT_DOUBLE,
      .off = F(ext_max_frag), .def = "0.8", .dmin = 0, .dmax = 1,
      .stat = "ext_max_frag", .show = SHOW_NUM, .arg = "<fraction>",

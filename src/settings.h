@@ -78,6 +78,7 @@ struct settings {
     uint64_t ext_page_size;                /* MiB */
     uint64_t ext_wbuf_size;                /* MiB */
     uint64_t ext_recache_rate;
+    uint64_t ext_recache_window;
     double ext_max_frag;
     uint64_t ext_read_timeout_ms;
     uint64_t ext_threads;

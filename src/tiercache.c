@@ -71,6 +71,7 @@ tc_config_init(struct tc_config *cfg)
     cfg->ext_page_size = 64u << 20;
     cfg->ext_wbuf_size = 4u << 20;
     cfg->ext_recache_rate = 2000;
+    cfg->ext_recache_window = TC_EXT_RECACHE_AUTO;
     cfg->ext_max_frag = 0.8;
     cfg->ext_read_timeout_ms = 1000;
     cfg->ext_threads = 2;

@@ -45,6 +45,7 @@ extern "C" {
 
 #define TC_KEY_MAX 250
 #define TC_EXT_MAX_PATHS 8
+#define TC_EXT_RECACHE_AUTO UINT32_MAX
 /* tiercache's own release. */
 #define TC_RELEASE "0.1.0"
 /* What the VERSION command and "stats" report: memcached's numbering first,
@@ -144,6 +145,12 @@ struct tc_config {
                                      16 h (the access time's cap) */
     uint32_t ext_page_size;       /* segment bytes; default 64 MiB */
     uint32_t ext_wbuf_size;       /* write buffer bytes; default 4 MiB */
+    uint32_t ext_recache_window;  /* entries of the re-read filter: a flash
+                                     item read three times within about
+                                     this many flash reads is copied back
+                                     into the pool; 0 = off; default
+                                     TC_EXT_RECACHE_AUTO: one entry per
+                                     4 KiB of pool, 1,024 to 4M */
     uint32_t ext_recache_rate;    /* copy 1 in this many flash reads back
                                      into the pool; 0 = never; default
                                      2000 */

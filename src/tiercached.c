@@ -106,6 +106,7 @@ config_from(const struct settings *st, struct tc_config *cfg)
     cfg->ext_page_size = (uint32_t)(st->ext_page_size << 20);
     cfg->ext_wbuf_size = (uint32_t)(st->ext_wbuf_size << 20);
     cfg->ext_recache_rate = (uint32_t)st->ext_recache_rate;
+    cfg->ext_recache_window = (uint32_t)st->ext_recache_window;
     cfg->ext_max_frag = st->ext_max_frag;
     cfg->ext_read_timeout_ms = (uint32_t)st->ext_read_timeout_ms;
     cfg->ext_threads = (uint32_t)st->ext_threads;

@@ -241,6 +241,19 @@ lg_issue(struct lg_conn *c, bool set, uint64_t warm_key)
     return 0;
 }
 
+/* Whether --warmup-rate lets this thread send one more load now (the main
+ * loop wakes at least every 10 ms to refill connections that waited). */
+static bool
+lg_warm_allowed(const struct lg_thread *th)
+{
+    const struct lg_opts *o = th->o;
+
+    if (o->warm_rate <= 0)
+        return true;
+    double secs = (double)(th->now - th->warm_t0) / 1e9;
+    return (double)th->warm_sent < secs * o->warm_rate / o->threads + 1;
+}
+
 /* Issue requests until c has its depth in flight or the phase says stop. */
 void
 lg_fill(struct lg_conn *c)
@@ -254,11 +267,13 @@ lg_fill(struct lg_conn *c)
         unsigned depth =
             o->pipeline > LG_WARM_DEPTH ? o->pipeline : LG_WARM_DEPTH;
         while (c->count < depth && c->count < c->cap &&
-               th->warm_next < o->keys && th->now < lg_warm_deadline_ns) {
+               th->warm_next < o->keys && th->now < lg_warm_deadline_ns &&
+               lg_warm_allowed(th)) {
             if (lg_issue(c, true, th->warm_next) != 0)
                 break;
             th->warm_next += o->threads;
             th->warm_pending++;
+            th->warm_sent++;
         }
         return;
     }

@@ -5,8 +5,9 @@
  *
  *   bench_loadgen --port 11211 [--conns 16] [--threads 1] [--keys 100000]
  *       [--value-size 100] [--ratio 9:1] [--pipeline 1] [--multiget 1]
- *       [--duration 10] [--warmup on|off|SECONDS] [--key-dist uniform|zipf]
- *       [--zipf-s 0.99] [--seed N] [--label NAME] [--server-pid PID]
+ *       [--duration 10] [--warmup on|off|SECONDS] [--warmup-rate N]
+ *       [--key-dist uniform|zipf] [--zipf-s 0.99] [--seed N] [--label NAME]
+ *       [--server-pid PID]
  *
  * Each thread runs one epoll loop over its share of the connections. A
  * connection keeps --pipeline requests in flight: a reply completes the
@@ -15,7 +16,8 @@
  * set of one key; --ratio G:S picks between them at random.
  *
  * Phases: connect; WARMUP (every key set once, keys split between threads,
- * up to 32 sets in flight per connection; bounded by the warmup seconds);
+ * up to 32 sets in flight per connection, at most --warmup-rate sets/s;
+ * bounded by the warmup seconds);
  * RUN (--duration seconds, then the requests in flight are drained for at
  * most 2 s). Only RUN is measured.
  *
@@ -112,6 +114,8 @@ struct lg_opts {
     unsigned multiget;
     double duration;
     double warm_seconds; /* 0 = no warmup */
+    double warm_rate;    /* sets per second while loading, all threads;
+                            0 = as fast as the server takes them */
     enum lg_dist dist;
     double zipf_s;
     uint64_t seed;
@@ -160,6 +164,8 @@ struct lg_thread {
     uint64_t now;
     uint64_t warm_next;    /* next key to load (this thread: id mod T) */
     uint64_t warm_pending; /* loads in flight */
+    uint64_t warm_t0;      /* when this thread started loading */
+    uint64_t warm_sent;    /* loads issued by this thread */
     bool warm_incomplete;
     bool need_refill; /* a connection was opened again: fill it */
     uint64_t warm_resets;

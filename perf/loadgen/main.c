@@ -100,6 +100,7 @@ lg_thread_main(void *arg)
         th->mode = LG_WARM;
         th->warm_next = th->id;
         th->now = lg_nsec();
+        th->warm_t0 = th->now;
         lg_loop(th, lg_warm_deadline_ns + LG_DRAIN_NS);
         if (th->warm_next < th->o->keys || th->warm_pending != 0)
             th->warm_incomplete = true;

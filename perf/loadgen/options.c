@@ -45,6 +45,10 @@ static const struct lg_optdef lg_optdefs[] = {
     {"warmup", "on|off|S",
      "set every key once first, at most S seconds (on = 120) [on]", LG_K_FN, 0,
      0, 0},
+    {"warmup-rate", "N",
+     "load at most N sets/s (all threads), so that a server's background "
+     "writer can keep up [0 = unlimited]",
+     LG_K_DBL, LG_OFF(warm_rate), 0, 1e9},
     {"key-dist", "D", "uniform | zipf [uniform]", LG_K_FN, 0, 0, 0},
     {"zipf-s", "S", "zipf exponent [0.99]", LG_K_DBL, LG_OFF(zipf_s), 0.001,
      10},

@@ -37,9 +37,10 @@ def ext_server():
     from conftest import start_server
     path = f"/tmp/tc-proto-ext-{os.getpid()}-{uuid.uuid4().hex}.nvs"
     # memcached wants ext_page_size before ext_path; ext_item_age=0 makes
-    # it spill at once, as tiercached does under memory pressure
+    # it spill at once, as tiercached does under memory pressure; no
+    # recache, so that keys read several times stay on flash
     flags = ["-o", "ext_page_size=8", "-o", "ext_recache_rate=0",
-             "-o", f"ext_path={path}:256m"]
+             "-o", "ext_recache_window=0", "-o", f"ext_path={path}:256m"]
     if IS_MEMCACHED:
         flags = ["-o", "ext_page_size=8,ext_recache_rate=0,ext_item_age=0,"
                  f"ext_path={path}:256m"]
@@ -243,6 +244,49 @@ def test_delete_overwrite_flash_items(ext_server):
     ext_server.present.discard(i)
     # keep the module's expectation on j: it is a pool item now
     ext_server.present.discard(j)
+
+
+@pytest.mark.tiercache_only
+def test_recache_window():
+    """-o ext_recache_window: the third read of a flash key in a row copies
+    it back into the pool (recache_from_extstore moves, the fourth read does
+    not touch flash, the value is the same); stats settings shows it."""
+    from conftest import start_server
+    path = f"/tmp/tc-proto-ext-{os.getpid()}-{uuid.uuid4().hex}.nvs"
+    srv = start_server(["-o", "ext_page_size=8,ext_recache_rate=0,"
+                        f"ext_recache_window=64,ext_path={path}:64m"],
+                       mem=MEM, threads=1)
+    try:
+        st = stats(srv, "settings")
+        assert st["ext_recache_window"] == "64"
+        mc = Client((srv.host, srv.port), timeout=10, no_delay=True)
+        n = 2 * MEM * 1024 * 1024 // VAL
+        for start in range(0, n, 200):
+            mc.set_many({key_of(i): value_of(i)
+                         for i in range(start, min(start + 200, n))},
+                        noreply=False)
+        # the first key whose read comes from flash
+        for i in range(n):
+            before = int(stats(srv)["get_extstore"])
+            v = mc.get(key_of(i))
+            if v is not None and int(stats(srv)["get_extstore"]) > before:
+                break
+        else:
+            pytest.fail("no key on flash")
+        assert v == value_of(i)
+        assert mc.get(key_of(i)) == value_of(i)
+        assert int(stats(srv)["recache_from_extstore"]) == 0
+        assert mc.get(key_of(i)) == value_of(i)
+        st = stats(srv)
+        assert int(st["recache_from_extstore"]) == 1
+        flash_reads = int(st["get_extstore"])
+        assert mc.get(key_of(i)) == value_of(i)
+        assert int(stats(srv)["get_extstore"]) == flash_reads
+        mc.close()
+    finally:
+        srv.stop()
+        if os.path.exists(path):
+            os.unlink(path)
 
 
 @pytest.mark.tiercache_only

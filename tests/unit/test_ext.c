@@ -34,7 +34,8 @@ store_of(struct tc_cache *c)
 }
 
 static int
-xsetup_full(void **state, uint32_t item_size, uint32_t recache, bool hot)
+xsetup_full(void **state, uint32_t item_size, uint32_t recache, bool hot,
+            uint32_t window)
 {
     const char *name = *state;
     struct xfx *x = calloc(1, sizeof(*x));
@@ -56,6 +57,7 @@ xsetup_full(void **state, uint32_t item_size, uint32_t recache, bool hot)
     f->cfg.ext_wbuf_size = 1 * MIB;
     f->cfg.ext_item_size = item_size;
     f->cfg.ext_recache_rate = recache;
+    f->cfg.ext_recache_window = window; /* 0: tests read keys many times */
     if (hot) { /* the DRAM hot pool, quick to promote (see test_hotkey) */
         f->cfg.hot_pool_size = 1 * MIB;
         f->cfg.hot_write_rate = 10;
@@ -77,13 +79,13 @@ xsetup_full(void **state, uint32_t item_size, uint32_t recache, bool hot)
 static int
 xsetup_with(void **state, uint32_t item_size, uint32_t recache)
 {
-    return xsetup_full(state, item_size, recache, false);
+    return xsetup_full(state, item_size, recache, false, 0);
 }
 
 static int
 xsetup_hot(void **state)
 {
-    return xsetup_full(state, 512, 0, true);
+    return xsetup_full(state, 512, 0, true, 0);
 }
 
 static int
@@ -102,6 +104,12 @@ static int
 xsetup_recache(void **state)
 {
     return xsetup_with(state, 512, 1);
+}
+
+static int
+xsetup_reread(void **state)
+{
+    return xsetup_full(state, 512, 0, false, 1024);
 }
 
 static int
@@ -456,6 +464,46 @@ test_recache(void **state)
     check_ok(c);
 }
 
+/* The re-read filter (ext_recache_window, memcached's rate off): a flash
+ * key read three times in a row comes back to PMEM on the third read; keys
+ * read three times, but each time after thousands of other flash reads
+ * (three passes over all keys, far more flash keys than the filter's 1,024
+ * slots), stay on flash: their slots were taken by other keys meanwhile. */
+static void
+test_recache_reread(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+
+    fill(c, 0, 8000);
+    unsigned i = flash_key(c, 0); /* read 1 */
+    bool fl = false;
+    assert_int_equal(read_check(c, i, 0, &fl), 1); /* read 2 */
+    assert_true(fl);
+    assert_int_equal(stats(c).recache_from_extstore, 0);
+    assert_int_equal(read_check(c, i, 0, &fl), 1); /* read 3: recached */
+    assert_true(fl);
+    assert_int_equal(stats(c).recache_from_extstore, 1);
+    uint64_t flash_reads = stats(c).get_extstore;
+    assert_int_equal(read_check(c, i, 0, &fl), 1);
+    assert_false(fl); /* back in PMEM, the value unchanged */
+    assert_int_equal(stats(c).get_extstore, flash_reads);
+
+    uint64_t before = stats(c).recache_from_extstore;
+    uint64_t reads0 = stats(c).get_extstore;
+    for (unsigned pass = 0; pass < 3; pass++)
+        for (unsigned k = 0; k < 8000; k++)
+            read_check(c, k, 0, NULL);
+    uint64_t flash = stats(c).get_extstore - reads0;
+    uint64_t recached = stats(c).recache_from_extstore - before;
+    print_message("reread: %" PRIu64 " flash reads in 3 passes, %" PRIu64
+                  " recached\n",
+                  flash, recached);
+    assert_true(flash > 3 * 4000);
+    assert_true(recached * 100 < flash);
+    check_ok(c);
+}
+
 /* Injected I/O errors and delays past the deadline: misses, never a wrong
  * value, counters move. */
 static void
@@ -738,6 +786,7 @@ main(void)
         XT(test_rmw_on_flash),
         XTS(test_rmw_counter, xsetup_small),
         XTS(test_recache, xsetup_recache),
+        XTS(test_recache_reread, xsetup_reread),
         XT(test_faults_injected),
         XT(test_faults_flipped),
         XT(test_compaction),
