@@ -640,6 +640,13 @@ ext_maintain(struct cache_thread *t)
 /* --- figures --- */
 
 void
+ext_stats_reset(struct cache *c)
+{
+    if (c->nvs)
+        nvs_stats_reset(c->nvs);
+}
+
+void
 ext_stats(struct cache *c, const int64_t *s, struct tc_stats *out)
 {
     struct nvs_stats ns;

@@ -500,7 +500,10 @@ TC_API void tc_set_hot_write_rate(struct tc_cache *c, uint32_t rate);
 TC_API int tc_slab_nclasses(struct tc_cache *c);
 TC_API int tc_slab_stats(struct tc_cache *c, int cls,
                          struct tc_slab_stats *out);
-/* Zero the counters memcached's "stats reset" zeroes. */
+/* Zero the counters memcached's "stats reset" zeroes, the NVMe tier's
+ * included (extstore_* counters, get_extstore, miss/badcrc/recache, read
+ * timeouts and the read latency percentiles); gauges (curr_items, bytes,
+ * extstore_bytes_used, tc_ext_items, extstore_pages_free, ...) stay. */
 TC_API void tc_stats_reset(struct tc_cache *c);
 
 /* Write-hotspot tracker (tc_config.hotspot_dimms > 0). */

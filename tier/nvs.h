@@ -181,6 +181,12 @@ struct nvs_stats {
     uint64_t write_errors; /* buffer writes that failed (records lost) */
 };
 void nvs_get_stats(struct nvs *s, struct nvs_stats *out);
+/* "stats reset": zero the counters (bytes/objects written and read,
+ * reclaims, lost, compaction, busy, read errors, write errors) and the read
+ * latency histogram. Gauges (bytes_total/used/dead, segments) stay. An
+ * increment racing with the reset may survive it. Context: any thread.
+ * Locks: takes the store's lock (for the (L) counters). */
+void nvs_stats_reset(struct nvs *s);
 
 /* ---- fault injection (tests) ---- */
 

@@ -9,6 +9,7 @@ ext_path exits with one line."""
 import os
 import socket
 import struct
+import time
 import uuid
 
 import pytest
@@ -260,3 +261,93 @@ def test_bad_ext_path_syntax(run_server):
     assert status == 64, (status, err)
     assert len(err.strip().splitlines()) == 1
     assert "FILE:SIZE" in err
+
+
+# --- the tier's loose ends (issue 4 follow-up) ---
+
+def small_ext_server(spawn, extra=(), mem=8):
+    """A server of `mem` MiB with its own 64 MiB flash file; the path in
+    srv.ext_path (removed by the caller's finally)."""
+    path = f"/tmp/tc-proto-ext-{os.getpid()}-{uuid.uuid4().hex}.nvs"
+    flags = ["-o", "ext_page_size=8", "-o", "ext_recache_rate=0"]
+    flags += list(extra)
+    flags += ["-o", f"ext_path={path}:64m"]
+    srv = spawn(*flags, mem=mem, threads=1)
+    srv.ext_path = path
+    return srv
+
+
+def fill_keys(srv, n, prefix="xr"):
+    mc = Client((srv.host, srv.port), timeout=10, no_delay=True)
+    for start in range(0, n, 200):
+        mc.set_many({"%s:%06d" % (prefix, i): value_of(i)
+                     for i in range(start, min(start + 200, n))},
+                    noreply=False)
+    return mc
+
+
+EXT_COUNTERS = ("get_extstore", "extstore_bytes_written",
+                "extstore_objects_written", "extstore_bytes_read",
+                "extstore_objects_read", "tc_ext_spilled",
+                "tc_ext_read_p50_us", "tc_ext_read_p99_us",
+                "tc_ext_read_p999_us")
+EXT_GAUGES = ("extstore_bytes_used", "extstore_pages_free",
+              "extstore_limit_maxbytes", "tc_ext_items", "tc_ext_item_bytes",
+              "curr_items")
+
+
+@pytest.mark.tiercache_only
+def test_stats_reset_extstore(spawn):
+    """stats reset zeroes the extstore_* counters and the read latency
+    percentiles; the gauges (bytes used, items, free pages) stay."""
+    srv = small_ext_server(spawn)
+    try:
+        n = 8 * 1024 * 1024 * 3 // VAL      # three times the memory
+        mc = fill_keys(srv, n)
+        # the middle of the range: spilled (older ones may be evicted)
+        got = mc.get_many(["xr:%06d" % i for i in range(n // 3, n // 3 + 200)])
+        assert got
+        for k, v in got.items():
+            assert v == value_of(int(k[3:])), k
+        mc.close()
+        # full write buffers may still be going out: wait until the
+        # writer is idle (bounded), so that nothing moves after the reset
+        before = stats(srv)
+        for _ in range(60):
+            time.sleep(0.05)
+            now = stats(srv)
+            if now["extstore_bytes_written"] == \
+                    before["extstore_bytes_written"]:
+                break
+            before = now
+        for name in EXT_COUNTERS:
+            assert int(before[name]) > 0, (name, before[name])
+        c = Conn(srv.host, srv.port)
+        c.cmd(b"stats reset\r\n", b"RESET\r\n")
+        c.close()
+        after = stats(srv)
+        for name in EXT_COUNTERS + ("get_aborted_extstore",
+                                    "miss_from_extstore",
+                                    "badcrc_from_extstore",
+                                    "recache_from_extstore",
+                                    "tc_ext_read_timeouts",
+                                    "extstore_page_reclaims",
+                                    "extstore_objects_lost"):
+            assert after[name] == "0", (name, after[name])
+        for name in EXT_GAUGES:
+            assert after[name] == before[name], (name, before[name],
+                                                 after[name])
+        assert int(after["extstore_bytes_used"]) > 0
+        assert int(after["tc_ext_items"]) > 0
+        # and they count again from 0
+        mc = Client((srv.host, srv.port), timeout=10)
+        got = mc.get_many(["xr:%06d" % i
+                           for i in range(n // 3 + 200, n // 3 + 250)])
+        mc.close()
+        again = stats(srv)
+        assert 0 < int(again["get_extstore"]) <= 50
+        assert int(again["extstore_objects_read"]) >= \
+            int(again["get_extstore"])
+    finally:
+        if os.path.exists(srv.ext_path):
+            os.unlink(srv.ext_path)
