@@ -43,6 +43,8 @@
  *   flash headers         written before publication with no lock held;
  *                         after it only exptime changes (touch), as for
  *                         any item.
+ *   ext_block_timeout_ms  a constant, except that tests set it while
+ *                         no read is in flight.
  *   Locks taken: one index bucket, briefly, per swap.
  */
 #include "src/ext.h"
@@ -306,11 +308,18 @@ ring_get(struct cache_thread *t, struct nvs_ring **r)
     return 0;
 }
 
+uint32_t ext_block_timeout_ms = EXT_BLOCK_TIMEOUT_MS;
+
 /* One read on the thread's blocking ring, waited for. The result in
- * rd->res; on 0 the caller calls nvs_read_done(t->ext_ring, rd). */
+ * rd->res; on 0 the caller calls nvs_read_done(t->ext_ring, rd). The wait
+ * always ends: by ext_read_timeout_ms, or when that is 0 (no deadline for
+ * the server's asynchronous reads), by ext_block_timeout_ms, so that a
+ * lost completion cannot hang a tc_ caller or a read-modify-write. */
 static void
 read_wait(struct cache_thread *t, struct nvs_read *rd)
 {
+    if (!t->cache->cfg.ext_read_timeout_ms)
+        rd->timeout_ms = ext_block_timeout_ms;
     int rc = ring_get(t, &t->ext_ring);
     if (rc == 0)
         rc = nvs_read_prep(t->ext_ring, rd);
@@ -327,6 +336,11 @@ read_wait(struct cache_thread *t, struct nvs_read *rd)
         int n = nvs_ring_reap(t->ext_ring, &done, 1, 1);
         if (n == 1)
             break;
+        if (n <= 0) { /* 0: rd is not in flight (cannot happen) */
+            rd->res = n < 0 ? n : -EIO;
+            rd->value = NULL;
+            return;
+        }
     }
 }
 
@@ -338,7 +352,7 @@ read_checked(struct cache_thread *t, const void *key, uint32_t klen,
              uint64_t hash, uint64_t loc, const struct nvs_loc *nl,
              struct nvs_read *rd)
 {
-    memset(rd, 0, sizeof(*rd));
+    memset(rd, 0, sizeof(*rd)); /* timeout_ms 0: the store's */
     rd->loc = *nl;
     rd->key = key;
     rd->klen = (uint8_t)klen;

@@ -57,6 +57,14 @@ int ext_read_copy(struct cache_thread *t, const void *key, uint32_t klen,
                   uint64_t hash, uint64_t loc, const struct nvs_loc *nl,
                   char **buf);
 
+/* The deadline of a blocking read (ext_serve, ext_read_copy) when
+ * ext_read_timeout_ms is 0: that 0 means no deadline for the server's
+ * asynchronous reads (a parked connection), but a blocking caller gets
+ * this long bound, so a lost completion cannot hang it forever. A global
+ * so that tests can shorten it (not exported: no tc_ prefix). */
+#define EXT_BLOCK_TIMEOUT_MS 30000
+extern uint32_t ext_block_timeout_ms;
+
 /* A flash hit met by fetch_get: head_only answers from the header; with
  * o->async and an owner set, the read is queued and fn called with
  * info.pending (EXT_PENDING: counted when it completes); else as

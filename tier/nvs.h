@@ -138,6 +138,8 @@ struct nvs_read {
     const void *key; /* compared with the record's key; kept by caller */
     uint8_t klen;
     void *udata;
+    uint32_t timeout_ms; /* this read's deadline; 0: the store's
+                            read_timeout_ms (which may be 0: none) */
     /* out, valid after reap until nvs_read_done */
     int res;           /* 0, -EIO, -EBADMSG (CRC, key, length or magic),
                           -ESTALE (segment reclaimed), -ETIMEDOUT */
@@ -150,7 +152,8 @@ struct nvs_read {
 
 /* Queue a read (not yet submitted). -EBUSY when the ring is full. */
 int nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd);
-/* Submit everything queued: the number submitted or a negative errno. */
+/* Submit everything queued: the number submitted or a negative errno.
+ * Each read's deadline starts here. */
 int nvs_ring_submit(struct nvs_ring *r);
 /* Collect up to max completed reads (checked, res set); waits for at least
  * wait_nr (fewer when fewer are in flight). Reads past their deadline are

@@ -282,12 +282,10 @@ ring_expire(struct nvs_ring *r, uint64_t now)
 {
     uint64_t next = 0;
 
-    if (r->s->cfg.read_timeout_ms == 0)
-        return 0;
     for (unsigned i = 0; i < r->depth; i++) {
         struct nvs_slot *sl = &r->slot[i];
-        if (sl->state != SLOT_INFLIGHT)
-            continue;
+        if (sl->state != SLOT_INFLIGHT || sl->deadline == 0)
+            continue; /* 0: no deadline */
         if (now >= sl->deadline) {
             struct nvs_read *rd = sl->rd;
             atomic_fetch_add_explicit(&r->s->read_timeout, 1,
@@ -425,7 +423,6 @@ nvs_ring_submit(struct nvs_ring *r)
 {
     unsigned n = 0;
     uint64_t now = clock_nsec();
-    uint64_t tmo = (uint64_t)r->s->cfg.read_timeout_ms * 1000000ull;
 
     ASSERT_OWNER(r);
     if (r->nprepped == 0)
@@ -442,9 +439,11 @@ nvs_ring_submit(struct nvs_ring *r)
         struct nvs_slot *sl = &r->slot[i];
         if (sl->state != SLOT_PREPPED)
             continue;
+        uint32_t ms =
+            sl->rd->timeout_ms ? sl->rd->timeout_ms : r->s->cfg.read_timeout_ms;
         sl->state = SLOT_INFLIGHT;
         sl->t0 = now;
-        sl->deadline = now + tmo;
+        sl->deadline = ms ? now + (uint64_t)ms * 1000000ull : 0;
         r->nio++;
         n++;
         if (!r->uring)

@@ -12,6 +12,7 @@
 #include "engine_fx.h"
 
 #include "src/cache.h"
+#include "src/ext.h"
 #include "tier/nvs.h"
 
 #include <fcntl.h>
@@ -32,6 +33,9 @@ store_of(struct tc_cache *c)
     /* the public handle is the engine's struct (src/tiercache.c) */
     return ((struct cache *)c)->nvs;
 }
+
+/* ext_read_timeout_ms for the next setup (then back to the default). */
+static uint32_t next_read_timeout_ms = 1000;
 
 static int
 xsetup_full(void **state, uint32_t item_size, uint32_t recache, bool hot)
@@ -56,6 +60,8 @@ xsetup_full(void **state, uint32_t item_size, uint32_t recache, bool hot)
     f->cfg.ext_wbuf_size = 1 * MIB;
     f->cfg.ext_item_size = item_size;
     f->cfg.ext_recache_rate = recache;
+    f->cfg.ext_read_timeout_ms = next_read_timeout_ms;
+    next_read_timeout_ms = 1000;
     if (hot) { /* the DRAM hot pool, quick to promote (see test_hotkey) */
         f->cfg.hot_pool_size = 1 * MIB;
         f->cfg.hot_write_rate = 10;
@@ -102,6 +108,13 @@ static int
 xsetup_recache(void **state)
 {
     return xsetup_with(state, 512, 1);
+}
+
+static int
+xsetup_no_deadline(void **state)
+{
+    next_read_timeout_ms = 0;
+    return xsetup_with(state, 512, 0);
 }
 
 static int
@@ -496,6 +509,58 @@ test_faults_injected(void **state)
     check_ok(c);
 }
 
+static uint64_t
+mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ext_read_timeout_ms=0 is no deadline for the server's asynchronous
+ * reads, but a blocking read (tc_get_ex, a read-modify-write) still ends:
+ * by ext_block_timeout_ms (shortened here), as a miss plus a timeout. */
+static void
+test_blocking_read_bounded(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    char k[32];
+
+    fill(c, 0, 8000);
+    assert_int_equal(nvs_flush(store_of(c)), 0);
+    unsigned i = flash_key(c, 2000);
+    unsigned j = flash_key(c, i + 1);
+    unsigned later = flash_key(c, j + 1);
+    uint64_t before = stats(c).ext_read_timeouts;
+
+    ext_block_timeout_ms = 200;
+    struct nvs_faults fa = {.delay_ms = 2500};
+    nvs_set_faults(store_of(c), &fa);
+    uint64_t t0 = mono_ms();
+    assert_int_equal(read_check(c, i, 0, NULL), 0);
+    uint64_t took = mono_ms() - t0;
+    key_of(j, k);
+    t0 = mono_ms();
+    int rc = store_s(c, TC_APPEND, k, ">", 0, 0, 0, NULL);
+    uint64_t took_rmw = mono_ms() - t0;
+    print_message("blocking read %" PRIu64 " ms, append %" PRIu64
+                  " ms (rc %d)\n",
+                  took, took_rmw, rc);
+    assert_int_not_equal(rc, TC_OK);
+    /* the delay would take 2.5 s; the bound ends each wait at 0.2 s */
+    assert_true(took < 2000);
+    assert_true(took_rmw < 2000);
+    assert_int_equal(stats(c).ext_read_timeouts, before + 2);
+    check_miss(c, k);
+
+    ext_block_timeout_ms = EXT_BLOCK_TIMEOUT_MS;
+    fa = (struct nvs_faults){0};
+    nvs_set_faults(store_of(c), &fa);
+    assert_int_equal(read_check(c, later, 0, NULL), 1);
+    check_ok(c);
+}
+
 /* Bytes flipped in the flash file: -EBADMSG, a miss and a counter. */
 static void
 test_faults_flipped(void **state)
@@ -739,6 +804,7 @@ main(void)
         XTS(test_rmw_counter, xsetup_small),
         XTS(test_recache, xsetup_recache),
         XT(test_faults_injected),
+        XTS(test_blocking_read_bounded, xsetup_no_deadline),
         XT(test_faults_flipped),
         XT(test_compaction),
         XT(test_tmpfs_refused),
