@@ -39,7 +39,10 @@
  *   c->nvs                set at open, read-only after; the store is
  *                         thread-safe (tier/nvs.h).
  *   t->ext_ring, ext_aring, ext_recache_ctr, ext_want_page
- *                         owner thread only (struct cache_thread).
+ *                         owner thread only (struct cache_thread); at
+ *                         tc_close, the closing thread takes over the
+ *                         rings of threads that stopped calling
+ *                         (ext_thread_fini, nvs_ring_adopt).
  *   flash headers         written before publication with no lock held;
  *                         after it only exptime changes (touch), as for
  *                         any item.
@@ -108,6 +111,11 @@ ext_close(struct cache *c)
 void
 ext_thread_fini(struct cache_thread *t)
 {
+    /* tc_close tears down the contexts of threads that stopped calling
+     * without tc_thread_unregister (API contract: they are gone or idle):
+     * their rings change hands first; on the owner this is a no-op */
+    nvs_ring_adopt(t->ext_ring);
+    nvs_ring_adopt(t->ext_aring);
     /* reads still in flight: wait for them (each ends by its deadline) */
     for (int i = 0; t->ext_pend && i < 1000; i++) {
         ext_async_submit(t);

@@ -20,7 +20,9 @@ struct item_hdr;
  * sentence in err_msg(). Nothing to do when ext_npaths is 0. */
 int ext_open(struct cache *c);
 void ext_close(struct cache *c);
-/* Destroy the thread's rings (its context is going away). */
+/* Destroy the thread's rings (its context is going away), after waiting
+ * for their reads in flight. Context: the thread of t, or tc_close for a
+ * thread that has stopped calling (its rings are adopted). */
 void ext_thread_fini(struct cache_thread *t);
 
 /* Eviction found the item at head cold: if its value is big enough, append

@@ -12,7 +12,8 @@
  *   Any thread may call any function on an open cache. A thread's first call
  *   registers it (RCU reader, per-thread chunk quota, per-thread stats);
  *   tc_thread_register() does that up front and tc_thread_unregister() gives
- *   the thread's resources back (also done at thread exit). tc_open() and
+ *   the thread's resources back (also done at thread exit, and by tc_close()
+ *   for threads still registered, NVMe read rings included). tc_open() and
  *   tc_close() must not race with other calls on the same cache; every other
  *   thread must have stopped calling into the cache before tc_close().
  *

@@ -25,7 +25,8 @@
  * (it completes at the next nvs_ring_reap without I/O).
  *
  * Concurrency: nvs_append/nvs_flush/nvs_release/nvs_loc_live/nvs_stats are
- * safe from any thread. A ring belongs to the thread that created it. The
+ * safe from any thread. A ring belongs to the thread that created it, until
+ * another thread adopts it (nvs_ring_adopt: owner gone). The
  * store's own locks guard only DRAM bookkeeping; it never writes PMEM.
  */
 
@@ -127,7 +128,16 @@ struct nvs_ring;
 
 /* A ring of depth entries for the calling thread. */
 int nvs_ring_create(struct nvs *s, unsigned depth, struct nvs_ring **out);
+/* Context: the owner thread (see nvs_ring_adopt). Waits for every read
+ * still in flight (their buffers belong to the I/O until it completes). */
 void nvs_ring_destroy(struct nvs_ring *r);
+/* The owner is gone: it exited, or it will never call on r again (the
+ * engine's tc_close, whose contract is that other threads have stopped
+ * calling). The calling thread becomes r's owner and may reap and destroy
+ * it. The old owner's last use must happen before this call (a join, a
+ * lock or the caller's contract), as for any hand-over of a plain object;
+ * the fallback pool's completions still go through r->cmu. */
+void nvs_ring_adopt(struct nvs_ring *r);
 /* An eventfd that becomes readable when completions are waiting, for the
  * thread's epoll loop; nvs_ring_reap drains it once this was called. */
 int nvs_ring_fd(const struct nvs_ring *r);

@@ -7,9 +7,10 @@
  * handed out.
  *
  * Concurrency:
- *   struct nvs_ring  the creating thread only (asserted in debug builds),
- *                    except r->cdone, which fallback pool threads push to
- *                    under r->cmu
+ *   struct nvs_ring  its owner only (asserted in debug builds): the
+ *                    creating thread, or the one that adopted it once the
+ *                    creator was gone (nvs_ring_adopt); except r->cdone,
+ *                    which fallback pool threads push to under r->cmu
  *   a slot's buffer  the kernel's (or a pool thread's) from submit until
  *                    its completion arrives, even when the read timed out
  *                    (the slot is then ABANDONED, not reused, until then)
@@ -559,4 +560,11 @@ nvs_ring_destroy(struct nvs_ring *r)
     free(r->slot);
     free(r->ready);
     free(r);
+}
+
+void
+nvs_ring_adopt(struct nvs_ring *r)
+{
+    if (r != NULL)
+        r->owner = pthread_self();
 }

@@ -561,6 +561,91 @@ test_blocking_read_bounded(void **state)
     check_ok(c);
 }
 
+/* A thread that read from flash (a blocking ring, and an asynchronous one
+ * with a read still in flight) and then stopped calling. */
+struct orphan {
+    struct tc_cache *c;
+    unsigned key;
+    bool park; /* stay alive (not calling) until released */
+    int got, pending;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stage; /* 1: done reading; 2: released */
+};
+
+static void *
+orphan_main(void *p)
+{
+    struct orphan *o = p;
+    char k[32];
+    unsigned char buf[VAL + 8];
+    struct got g = {.buf = buf, .cap = sizeof(buf)};
+    struct tc_get_opts opts = {.no_bump = true};
+
+    key_of(o->key, k);
+    o->got = tc_get_ex(o->c, k, strlen(k), &opts, got_fn, &g);
+    /* an asynchronous read left in flight (delayed), never reaped */
+    memset(&g, 0, sizeof(g));
+    opts.async = true;
+    tc_async_owner(o->c, o);
+    if (tc_get_ex(o->c, k, strlen(k), &opts, got_fn, &g) == TC_OK &&
+        g.info.pending)
+        o->pending = tc_async_submit(o->c);
+    pthread_mutex_lock(&o->mu);
+    o->stage = 1;
+    pthread_cond_broadcast(&o->cv);
+    while (o->park && o->stage != 2)
+        pthread_cond_wait(&o->cv, &o->mu);
+    pthread_mutex_unlock(&o->mu);
+    return NULL; /* no tc_thread_unregister */
+}
+
+/* tc_close while threads that made rings are gone: one exited without
+ * tc_thread_unregister (its rings go at thread exit, on that thread),
+ * one is still alive but stopped calling (tc_close destroys its rings, a
+ * read still in flight on one of them). Run under ASan and TSan. */
+static void
+test_close_orphan_rings(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    struct orphan o[2];
+    pthread_t th[2];
+
+    fill(c, 0, 8000);
+    assert_int_equal(nvs_flush(store_of(c)), 0);
+    unsigned i = flash_key(c, 2000);
+    unsigned j = flash_key(c, i + 1);
+    struct nvs_faults fa = {.delay_ms = 300};
+    nvs_set_faults(store_of(c), &fa);
+    for (int n = 0; n < 2; n++) {
+        o[n] = (struct orphan){.c = c, .key = n ? j : i, .park = n == 1};
+        pthread_mutex_init(&o[n].mu, NULL);
+        pthread_cond_init(&o[n].cv, NULL);
+        assert_int_equal(pthread_create(&th[n], NULL, orphan_main, &o[n]), 0);
+    }
+    assert_int_equal(pthread_join(th[0], NULL), 0);
+    pthread_mutex_lock(&o[1].mu);
+    while (o[1].stage != 1)
+        pthread_cond_wait(&o[1].cv, &o[1].mu);
+    pthread_mutex_unlock(&o[1].mu);
+    for (int n = 0; n < 2; n++) {
+        assert_int_equal(o[n].got, TC_OK);
+        assert_int_equal(o[n].pending, 1);
+    }
+    tc_close(c);
+    x->f.c = NULL;
+    pthread_mutex_lock(&o[1].mu);
+    o[1].stage = 2;
+    pthread_cond_broadcast(&o[1].cv);
+    pthread_mutex_unlock(&o[1].mu);
+    assert_int_equal(pthread_join(th[1], NULL), 0);
+    for (int n = 0; n < 2; n++) {
+        pthread_mutex_destroy(&o[n].mu);
+        pthread_cond_destroy(&o[n].cv);
+    }
+}
+
 /* Bytes flipped in the flash file: -EBADMSG, a miss and a counter. */
 static void
 test_faults_flipped(void **state)
@@ -805,6 +890,7 @@ main(void)
         XTS(test_recache, xsetup_recache),
         XT(test_faults_injected),
         XTS(test_blocking_read_bounded, xsetup_no_deadline),
+        XT(test_close_orphan_rings),
         XT(test_faults_flipped),
         XT(test_compaction),
         XT(test_tmpfs_refused),
