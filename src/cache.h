@@ -187,6 +187,9 @@ struct cache {
     struct hotkey *hot; /* NULL when the hot pool is off (src/hotkey.c) */
 
     struct nvs *nvs; /* the NVMe store (ext.c), NULL when off */
+    /* a free pool page set aside at ext_open for the first flash-header
+     * class that needs one (ext.c); UINT32_MAX: none or used */
+    _Atomic uint32_t ext_hdr_page;
 };
 
 /* --- cache.c --- */

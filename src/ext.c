@@ -38,6 +38,8 @@
  * Concurrency:
  *   c->nvs                set at open, read-only after; the store is
  *                         thread-safe (tier/nvs.h).
+ *   c->ext_hdr_page       set at open; taken once by an atomic exchange
+ *                         (hdr_reserve_use, or ext_close).
  *   t->ext_ring, ext_aring, ext_recache_ctr, ext_want_page
  *                         owner thread only (struct cache_thread); at
  *                         tc_close, the closing thread takes over the
@@ -79,6 +81,7 @@ ext_open(struct cache *c)
     const struct tc_config *cfg = &c->cfg;
     struct nvs_config nc;
 
+    atomic_store_explicit(&c->ext_hdr_page, UINT32_MAX, memory_order_relaxed);
     if (!cfg->ext_npaths)
         return 0;
     if (cfg->ext_npaths > NVS_MAX_PATHS) {
@@ -97,15 +100,53 @@ ext_open(struct cache *c)
     nc.read_timeout_ms = cfg->ext_read_timeout_ms;
     nc.io_threads = cfg->ext_threads;
     nc.no_uring = cfg->ext_no_uring;
-    return nvs_open(&nc, &c->nvs);
+    int rc = nvs_open(&nc, &c->nvs);
+    if (rc)
+        return rc;
+    /* the header reserve: a pool attached with no free page has none */
+    uint32_t page;
+    if (pool_page_get(c->pool, &page) != 0)
+        page = UINT32_MAX;
+    atomic_store_explicit(&c->ext_hdr_page, page, memory_order_relaxed);
+    return 0;
 }
 
 void
 ext_close(struct cache *c)
 {
+    uint32_t page = atomic_exchange_explicit(&c->ext_hdr_page, UINT32_MAX,
+                                             memory_order_relaxed);
+    if (c->nvs && page != UINT32_MAX)
+        pool_page_put(c->pool, page);
     if (c->nvs)
         nvs_close(c->nvs);
     c->nvs = NULL;
+}
+
+/*
+ * The header reserve. A spill needs a chunk of the flash-header class for
+ * its key length, taken without evicting (it runs inside an eviction).
+ * On a fresh cache that class has no page yet when the first evictions
+ * come, and the pool is full by then: without help, every victim of the
+ * first batch was evicted, and the page moved to the header class after it
+ * (ext_after_evict) was drained by evicting a page of victims. So ext_open
+ * sets one free page aside, and the first spill that finds no header chunk
+ * gives it to its class. A workload with keys of several header classes
+ * gets the reserve for the first; the others get a page the old way.
+ * Context: eviction, no lock held. Locks: pool, then class (slab_grow).
+ */
+static bool
+hdr_reserve_use(struct cache *c, unsigned cls)
+{
+    /* relaxed: the exchange alone makes one caller the page's owner */
+    uint32_t page = atomic_exchange_explicit(&c->ext_hdr_page, UINT32_MAX,
+                                             memory_order_relaxed);
+    if (page == UINT32_MAX)
+        return false;
+    /* back to the pool and at once to cls (as reclaim_reassign does: a
+     * class growing in between may take it, then this spill evicts) */
+    pool_page_put(c->pool, page);
+    return slab_grow(c->slab, cls) == 0;
 }
 
 void
@@ -157,8 +198,11 @@ swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
 
     if (cls < 0)
         return -ENOSPC;
-    if (may_evict ? cache_alloc_item(t, &plan, &off, NULL) != 0
-                  : quota_alloc(t->quota, (unsigned)cls, &off) != 0) {
+    int rc = may_evict ? cache_alloc_item(t, &plan, &off, NULL)
+                       : quota_alloc(t->quota, (unsigned)cls, &off);
+    if (rc && !may_evict && hdr_reserve_use(c, (unsigned)cls))
+        rc = quota_alloc(t->quota, (unsigned)cls, &off);
+    if (rc) {
         t->ext_want_page = cls;
         return -ENOSPC;
     }

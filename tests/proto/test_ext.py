@@ -351,3 +351,27 @@ def test_stats_reset_extstore(spawn):
     finally:
         if os.path.exists(srv.ext_path):
             os.unlink(srv.ext_path)
+
+
+@pytest.mark.tiercache_only
+def test_spills_from_first_eviction(spawn):
+    """A fresh server with a spill file spills from its first eviction: the
+    header class has a page (reserved at start), so no victim is evicted
+    while the flash has room."""
+    srv = small_ext_server(spawn, mem=8)
+    try:
+        # just past the pool: 8 MiB of memory, 10 MiB of 4 KiB values
+        n = 10 * 1024 * 1024 // VAL
+        mc = fill_keys(srv, n)
+        mc.close()
+        st = stats(srv)
+        print("evictions", st["evictions"], "spilled", st["tc_ext_spilled"],
+              "objects written", st["extstore_objects_written"])
+        assert int(st["tc_ext_spilled"]) > 0
+        assert int(st["evictions"]) == 0, st["evictions"]
+        assert int(st["extstore_objects_written"]) == \
+            int(st["tc_ext_spilled"])
+        assert int(st["curr_items"]) == n
+    finally:
+        if os.path.exists(srv.ext_path):
+            os.unlink(srv.ext_path)
