@@ -9,6 +9,7 @@ ext_path exits with one line."""
 import os
 import socket
 import struct
+import subprocess
 import time
 import uuid
 
@@ -375,3 +376,71 @@ def test_spills_from_first_eviction(spawn):
     finally:
         if os.path.exists(srv.ext_path):
             os.unlink(srv.ext_path)
+
+
+@pytest.fixture
+def loop_device():
+    """A loop device over a 96 MiB file in /tmp: its path. Skipped, with
+    the reason, where loop devices cannot be made (not root, no
+    /dev/loop-control, a container without them). Detached at teardown."""
+    if IS_MEMCACHED:
+        pytest.skip("tiercache-only")
+    if os.geteuid() != 0:
+        pytest.skip("loop devices need root")
+    if not os.path.exists("/dev/loop-control"):
+        pytest.skip("no /dev/loop-control: loop devices unavailable")
+    img = f"/tmp/tc-proto-loop-{os.getpid()}-{uuid.uuid4().hex}.img"
+    with open(img, "wb") as f:
+        f.truncate(96 * 1024 * 1024)
+    try:
+        p = subprocess.run(["losetup", "--find", "--show", img],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        os.unlink(img)
+        pytest.skip(f"losetup failed: {e}")
+    if p.returncode != 0 or not p.stdout.strip().startswith("/dev/"):
+        os.unlink(img)
+        pytest.skip(f"losetup --find --show failed: {p.stderr.strip()}")
+    dev = p.stdout.strip()
+    try:
+        yield dev
+    finally:
+        subprocess.run(["losetup", "-d", dev], capture_output=True,
+                       timeout=30)
+        os.unlink(img)
+
+
+@pytest.mark.tiercache_only
+def test_block_device(spawn, loop_device):
+    """-o ext_path=/dev/loopN:SIZE: a block device holds the spilled
+    values (sized by BLKGETSIZE64, not fallocated); everything reads back
+    right."""
+    srv = spawn("-o", "ext_page_size=8", "-o", "ext_recache_rate=0",
+                "-o", f"ext_path={loop_device}:64m", mem=8, threads=1)
+    n = 3 * 8 * 1024 * 1024 // VAL
+    mc = fill_keys(srv, n, prefix="xb")
+    hits = 0
+    for start in range(0, n, 100):
+        got = mc.get_many(["xb:%06d" % i
+                           for i in range(start, min(start + 100, n))])
+        for k, v in got.items():
+            assert v == value_of(int(k[3:])), k
+        hits += len(got)
+    mc.close()
+    st = stats(srv)
+    assert hits >= n * 9 // 10, (hits, n)
+    assert int(st["get_extstore"]) > n // 2
+    assert int(st["extstore_limit_maxbytes"]) == 64 * 1024 * 1024
+    assert int(st["badcrc_from_extstore"]) == 0
+    assert os.path.exists(loop_device)   # a device is never unlinked
+
+
+@pytest.mark.tiercache_only
+def test_block_device_too_small(run_server, loop_device):
+    status, err = run_server(["-o", "ext_page_size=8",
+                              "-o", f"ext_path={loop_device}:128m"])
+    assert status == 1, (status, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert loop_device in lines[0] and "does not fit" in lines[0], lines[0]
+    assert str(96 * 1024 * 1024) in lines[0], lines[0]
