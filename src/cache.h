@@ -191,6 +191,9 @@ struct cache {
      * the reads seen (low 2 bits); atomic, relaxed; NULL when off */
     uint32_t *ext_reread;
     uint64_t ext_reread_mask;
+    /* a free pool page set aside at ext_open for the first flash-header
+     * class that needs one (ext.c); UINT32_MAX: none or used */
+    _Atomic uint32_t ext_hdr_page;
 };
 
 /* --- cache.c --- */

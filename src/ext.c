@@ -47,14 +47,21 @@
  * Concurrency:
  *   c->nvs                set at open, read-only after; the store is
  *                         thread-safe (tier/nvs.h).
+ *   c->ext_hdr_page       set at open; taken once by an atomic exchange
+ *                         (hdr_reserve_use, or ext_close).
  *   t->ext_ring, ext_aring, ext_recache_ctr, ext_want_page
- *                         owner thread only (struct cache_thread).
+ *                         owner thread only (struct cache_thread); at
+ *                         tc_close, the closing thread takes over the
+ *                         rings of threads that stopped calling
+ *                         (ext_thread_fini, nvs_ring_adopt).
  *   c->ext_reread         allocated at open, freed at close; slots are
  *                         read and written relaxed by any reader: a lost
  *                         update only delays or skips one recache.
  *   flash headers         written before publication with no lock held;
  *                         after it only exptime changes (touch), as for
  *                         any item.
+ *   ext_block_timeout_ms  a constant, except that tests set it while
+ *                         no read is in flight.
  *   Locks taken: one index bucket, briefly, per swap.
  */
 #include "src/ext.h"
@@ -151,6 +158,7 @@ ext_open(struct cache *c)
     const struct tc_config *cfg = &c->cfg;
     struct nvs_config nc;
 
+    atomic_store_explicit(&c->ext_hdr_page, UINT32_MAX, memory_order_relaxed);
     if (!cfg->ext_npaths)
         return 0;
     if (cfg->ext_npaths > NVS_MAX_PATHS) {
@@ -173,23 +181,65 @@ ext_open(struct cache *c)
     if (rc)
         return rc;
     rc = nvs_open(&nc, &c->nvs);
-    if (rc)
+    if (rc) {
         reread_close(c);
-    return rc;
+        return rc;
+    }
+    /* the header reserve: a pool attached with no free page has none */
+    uint32_t page;
+    if (pool_page_get(c->pool, &page) != 0)
+        page = UINT32_MAX;
+    atomic_store_explicit(&c->ext_hdr_page, page, memory_order_relaxed);
+    return 0;
 }
 
 void
 ext_close(struct cache *c)
 {
+    uint32_t page = atomic_exchange_explicit(&c->ext_hdr_page, UINT32_MAX,
+                                             memory_order_relaxed);
+    if (c->nvs && page != UINT32_MAX)
+        pool_page_put(c->pool, page);
     if (c->nvs)
         nvs_close(c->nvs);
     c->nvs = NULL;
     reread_close(c);
 }
 
+/*
+ * The header reserve. A spill needs a chunk of the flash-header class for
+ * its key length, taken without evicting (it runs inside an eviction).
+ * On a fresh cache that class has no page yet when the first evictions
+ * come, and the pool is full by then: without help, every victim of the
+ * first batch was evicted, and the page moved to the header class after it
+ * (ext_after_evict) was drained by evicting a page of victims. So ext_open
+ * sets one free page aside, and the first spill that finds no header chunk
+ * gives it to its class. A workload with keys of several header classes
+ * gets the reserve for the first; the others get a page the old way.
+ * Context: eviction, no lock held. Locks: pool, then class (slab_grow).
+ */
+static bool
+hdr_reserve_use(struct cache *c, unsigned cls)
+{
+    /* relaxed: the exchange alone makes one caller the page's owner */
+    uint32_t page = atomic_exchange_explicit(&c->ext_hdr_page, UINT32_MAX,
+                                             memory_order_relaxed);
+    if (page == UINT32_MAX)
+        return false;
+    /* back to the pool and at once to cls (as reclaim_reassign does: a
+     * class growing in between may take it, then this spill evicts) */
+    pool_page_put(c->pool, page);
+    return slab_grow(c->slab, cls) == 0;
+}
+
 void
 ext_thread_fini(struct cache_thread *t)
 {
+    /* tc_close tears down the contexts of threads that stopped calling
+     * without tc_thread_unregister (API contract: they are gone or idle):
+     * their rings change hands first; on the owner this is a no-op */
+    nvs_ring_adopt(t->ext_ring);
+    nvs_ring_adopt(t->ext_aring);
     /* reads still in flight: wait for them (each ends by its deadline) */
     for (int i = 0; t->ext_pend && i < 1000; i++) {
         ext_async_submit(t);
@@ -231,8 +281,11 @@ swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
 
     if (cls < 0)
         return -ENOSPC;
-    if (may_evict ? cache_alloc_item(t, &plan, &off, NULL) != 0
-                  : quota_alloc(t->quota, (unsigned)cls, &off) != 0) {
+    int rc = may_evict ? cache_alloc_item(t, &plan, &off, NULL)
+                       : quota_alloc(t->quota, (unsigned)cls, &off);
+    if (rc && !may_evict && hdr_reserve_use(c, (unsigned)cls))
+        rc = quota_alloc(t->quota, (unsigned)cls, &off);
+    if (rc) {
         t->ext_want_page = cls;
         return -ENOSPC;
     }
@@ -390,11 +443,18 @@ ring_get(struct cache_thread *t, struct nvs_ring **r)
     return 0;
 }
 
+uint32_t ext_block_timeout_ms = EXT_BLOCK_TIMEOUT_MS;
+
 /* One read on the thread's blocking ring, waited for. The result in
- * rd->res; on 0 the caller calls nvs_read_done(t->ext_ring, rd). */
+ * rd->res; on 0 the caller calls nvs_read_done(t->ext_ring, rd). The wait
+ * always ends: by ext_read_timeout_ms, or when that is 0 (no deadline for
+ * the server's asynchronous reads), by ext_block_timeout_ms, so that a
+ * lost completion cannot hang a tc_ caller or a read-modify-write. */
 static void
 read_wait(struct cache_thread *t, struct nvs_read *rd)
 {
+    if (!t->cache->cfg.ext_read_timeout_ms)
+        rd->timeout_ms = ext_block_timeout_ms;
     int rc = ring_get(t, &t->ext_ring);
     if (rc == 0)
         rc = nvs_read_prep(t->ext_ring, rd);
@@ -411,6 +471,11 @@ read_wait(struct cache_thread *t, struct nvs_read *rd)
         int n = nvs_ring_reap(t->ext_ring, &done, 1, 1);
         if (n == 1)
             break;
+        if (n <= 0) { /* 0: rd is not in flight (cannot happen) */
+            rd->res = n < 0 ? n : -EIO;
+            rd->value = NULL;
+            return;
+        }
     }
 }
 
@@ -422,7 +487,7 @@ read_checked(struct cache_thread *t, const void *key, uint32_t klen,
              uint64_t hash, uint64_t loc, const struct nvs_loc *nl,
              struct nvs_read *rd)
 {
-    memset(rd, 0, sizeof(*rd));
+    memset(rd, 0, sizeof(*rd)); /* timeout_ms 0: the store's */
     rd->loc = *nl;
     rd->key = key;
     rd->klen = (uint8_t)klen;
@@ -726,6 +791,13 @@ ext_maintain(struct cache_thread *t)
 }
 
 /* --- figures --- */
+
+void
+ext_stats_reset(struct cache *c)
+{
+    if (c->nvs)
+        nvs_stats_reset(c->nvs);
+}
 
 void
 ext_stats(struct cache *c, const int64_t *s, struct tc_stats *out)

@@ -20,7 +20,9 @@ struct item_hdr;
  * sentence in err_msg(). Nothing to do when ext_npaths is 0. */
 int ext_open(struct cache *c);
 void ext_close(struct cache *c);
-/* Destroy the thread's rings (its context is going away). */
+/* Destroy the thread's rings (its context is going away), after waiting
+ * for their reads in flight. Context: the thread of t, or tc_close for a
+ * thread that has stopped calling (its rings are adopted). */
 void ext_thread_fini(struct cache_thread *t);
 
 /* Eviction found the item at head cold: if its value is big enough, append
@@ -57,6 +59,14 @@ int ext_read_copy(struct cache_thread *t, const void *key, uint32_t klen,
                   uint64_t hash, uint64_t loc, const struct nvs_loc *nl,
                   char **buf);
 
+/* The deadline of a blocking read (ext_serve, ext_read_copy) when
+ * ext_read_timeout_ms is 0: that 0 means no deadline for the server's
+ * asynchronous reads (a parked connection), but a blocking caller gets
+ * this long bound, so a lost completion cannot hang it forever. A global
+ * so that tests can shorten it (not exported: no tc_ prefix). */
+#define EXT_BLOCK_TIMEOUT_MS 30000
+extern uint32_t ext_block_timeout_ms;
+
 /* A flash hit met by fetch_get: head_only answers from the header; with
  * o->async and an owner set, the read is queued and fn called with
  * info.pending (EXT_PENDING: counted when it completes); else as
@@ -81,3 +91,6 @@ int ext_async_done(struct cache_thread *t, const void *key, uint32_t klen,
 void ext_maintain(struct cache_thread *t);
 /* The tier's figures into out (the ext_ and extstore_ fields). */
 void ext_stats(struct cache *c, const int64_t *sum, struct tc_stats *out);
+/* "stats reset" for the store's own counters and read latency percentiles
+ * (the engine's ST_EXT_* counters reset with the other counters). */
+void ext_stats_reset(struct cache *c);

@@ -526,6 +526,7 @@ tc_stats_reset(struct tc_cache *tc)
     for (int i = 0; i < ST_FIRST_GAUGE; i++)
         c->reset_base[i] += s[i];
     pthread_mutex_unlock(&c->threads_lock);
+    ext_stats_reset(c);
 }
 
 TC_API int

@@ -12,7 +12,8 @@
  *   Any thread may call any function on an open cache. A thread's first call
  *   registers it (RCU reader, per-thread chunk quota, per-thread stats);
  *   tc_thread_register() does that up front and tc_thread_unregister() gives
- *   the thread's resources back (also done at thread exit). tc_open() and
+ *   the thread's resources back (also done at thread exit, and by tc_close()
+ *   for threads still registered, NVMe read rings included). tc_open() and
  *   tc_close() must not race with other calls on the same cache; every other
  *   thread must have stopped calling into the cache before tc_close().
  *
@@ -507,7 +508,10 @@ TC_API void tc_set_hot_write_rate(struct tc_cache *c, uint32_t rate);
 TC_API int tc_slab_nclasses(struct tc_cache *c);
 TC_API int tc_slab_stats(struct tc_cache *c, int cls,
                          struct tc_slab_stats *out);
-/* Zero the counters memcached's "stats reset" zeroes. */
+/* Zero the counters memcached's "stats reset" zeroes, the NVMe tier's
+ * included (extstore_* counters, get_extstore, miss/badcrc/recache, read
+ * timeouts and the read latency percentiles); gauges (curr_items, bytes,
+ * extstore_bytes_used, tc_ext_items, extstore_pages_free, ...) stay. */
 TC_API void tc_stats_reset(struct tc_cache *c);
 
 /* Write-hotspot tracker (tc_config.hotspot_dimms > 0). */

@@ -567,17 +567,20 @@ nvs_open_path(struct nvs *s, unsigned i)
     }
     s->fd[i] = fd;
     s->created[i] = !existed;
-    struct statfs fs;
-    if (fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
-        err_set("%s: is on tmpfs (memory, not flash); the NVMe store needs "
-                "a file on a disk or a block device",
-                path);
-        return -EINVAL;
-    }
     if (fstat(fd, &st) < 0) {
         int e = errno;
         err_set("%s: cannot stat: %s", path, strerror(e));
         return -e;
+    }
+    /* a device node's own file system (devtmpfs) says nothing of the
+     * device: only a regular file can be on tmpfs */
+    struct statfs fs;
+    if (!S_ISBLK(st.st_mode) && fstatfs(fd, &fs) == 0 &&
+        fs.f_type == TMPFS_MAGIC) {
+        err_set("%s: is on tmpfs (memory, not flash); the NVMe store needs "
+                "a file on a disk or a block device",
+                path);
+        return -EINVAL;
     }
     if (S_ISBLK(st.st_mode)) {
         uint64_t dev = 0;

@@ -25,7 +25,8 @@
  * (it completes at the next nvs_ring_reap without I/O).
  *
  * Concurrency: nvs_append/nvs_flush/nvs_release/nvs_loc_live/nvs_stats are
- * safe from any thread. A ring belongs to the thread that created it. The
+ * safe from any thread. A ring belongs to the thread that created it, until
+ * another thread adopts it (nvs_ring_adopt: owner gone). The
  * store's own locks guard only DRAM bookkeeping; it never writes PMEM.
  */
 
@@ -127,7 +128,16 @@ struct nvs_ring;
 
 /* A ring of depth entries for the calling thread. */
 int nvs_ring_create(struct nvs *s, unsigned depth, struct nvs_ring **out);
+/* Context: the owner thread (see nvs_ring_adopt). Waits for every read
+ * still in flight (their buffers belong to the I/O until it completes). */
 void nvs_ring_destroy(struct nvs_ring *r);
+/* The owner is gone: it exited, or it will never call on r again (the
+ * engine's tc_close, whose contract is that other threads have stopped
+ * calling). The calling thread becomes r's owner and may reap and destroy
+ * it. The old owner's last use must happen before this call (a join, a
+ * lock or the caller's contract), as for any hand-over of a plain object;
+ * the fallback pool's completions still go through r->cmu. */
+void nvs_ring_adopt(struct nvs_ring *r);
 /* An eventfd that becomes readable when completions are waiting, for the
  * thread's epoll loop; nvs_ring_reap drains it once this was called. */
 int nvs_ring_fd(const struct nvs_ring *r);
@@ -138,6 +148,8 @@ struct nvs_read {
     const void *key; /* compared with the record's key; kept by caller */
     uint8_t klen;
     void *udata;
+    uint32_t timeout_ms; /* this read's deadline; 0: the store's
+                            read_timeout_ms (which may be 0: none) */
     /* out, valid after reap until nvs_read_done */
     int res;           /* 0, -EIO, -EBADMSG (CRC, key, length or magic),
                           -ESTALE (segment reclaimed), -ETIMEDOUT */
@@ -150,7 +162,8 @@ struct nvs_read {
 
 /* Queue a read (not yet submitted). -EBUSY when the ring is full. */
 int nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd);
-/* Submit everything queued: the number submitted or a negative errno. */
+/* Submit everything queued: the number submitted or a negative errno.
+ * Each read's deadline starts here. */
 int nvs_ring_submit(struct nvs_ring *r);
 /* Collect up to max completed reads (checked, res set); waits for at least
  * wait_nr (fewer when fewer are in flight). Reads past their deadline are
@@ -181,6 +194,12 @@ struct nvs_stats {
     uint64_t write_errors; /* buffer writes that failed (records lost) */
 };
 void nvs_get_stats(struct nvs *s, struct nvs_stats *out);
+/* "stats reset": zero the counters (bytes/objects written and read,
+ * reclaims, lost, compaction, busy, read errors, write errors) and the read
+ * latency histogram. Gauges (bytes_total/used/dead, segments) stay. An
+ * increment racing with the reset may survive it. Context: any thread.
+ * Locks: takes the store's lock (for the (L) counters). */
+void nvs_stats_reset(struct nvs *s);
 
 /* ---- fault injection (tests) ---- */
 

@@ -7,9 +7,10 @@
  * handed out.
  *
  * Concurrency:
- *   struct nvs_ring  the creating thread only (asserted in debug builds),
- *                    except r->cdone, which fallback pool threads push to
- *                    under r->cmu
+ *   struct nvs_ring  its owner only (asserted in debug builds): the
+ *                    creating thread, or the one that adopted it once the
+ *                    creator was gone (nvs_ring_adopt); except r->cdone,
+ *                    which fallback pool threads push to under r->cmu
  *   a slot's buffer  the kernel's (or a pool thread's) from submit until
  *                    its completion arrives, even when the read timed out
  *                    (the slot is then ABANDONED, not reused, until then)
@@ -282,12 +283,10 @@ ring_expire(struct nvs_ring *r, uint64_t now)
 {
     uint64_t next = 0;
 
-    if (r->s->cfg.read_timeout_ms == 0)
-        return 0;
     for (unsigned i = 0; i < r->depth; i++) {
         struct nvs_slot *sl = &r->slot[i];
-        if (sl->state != SLOT_INFLIGHT)
-            continue;
+        if (sl->state != SLOT_INFLIGHT || sl->deadline == 0)
+            continue; /* 0: no deadline */
         if (now >= sl->deadline) {
             struct nvs_read *rd = sl->rd;
             atomic_fetch_add_explicit(&r->s->read_timeout, 1,
@@ -425,7 +424,6 @@ nvs_ring_submit(struct nvs_ring *r)
 {
     unsigned n = 0;
     uint64_t now = clock_nsec();
-    uint64_t tmo = (uint64_t)r->s->cfg.read_timeout_ms * 1000000ull;
 
     ASSERT_OWNER(r);
     if (r->nprepped == 0)
@@ -442,9 +440,11 @@ nvs_ring_submit(struct nvs_ring *r)
         struct nvs_slot *sl = &r->slot[i];
         if (sl->state != SLOT_PREPPED)
             continue;
+        uint32_t ms =
+            sl->rd->timeout_ms ? sl->rd->timeout_ms : r->s->cfg.read_timeout_ms;
         sl->state = SLOT_INFLIGHT;
         sl->t0 = now;
-        sl->deadline = now + tmo;
+        sl->deadline = ms ? now + (uint64_t)ms * 1000000ull : 0;
         r->nio++;
         n++;
         if (!r->uring)
@@ -560,4 +560,11 @@ nvs_ring_destroy(struct nvs_ring *r)
     free(r->slot);
     free(r->ready);
     free(r);
+}
+
+void
+nvs_ring_adopt(struct nvs_ring *r)
+{
+    if (r != NULL)
+        r->owner = pthread_self();
 }

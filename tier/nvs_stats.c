@@ -4,7 +4,9 @@
  * those of the tier/nvs.h contract.
  *
  * Concurrency:
- *   s->hist, counters (A)  atomics, relaxed: figures only
+ *   s->hist, counters (A)  atomics, relaxed: figures only; a reset
+ *                          (relaxed stores of 0) may lose an increment
+ *                          racing with it
  *   counters (L), tables   read under s->lock
  *   faults                 atomics, relaxed: set by tests, read by the
  *                          rings and the writer
@@ -108,6 +110,32 @@ nvs_get_stats(struct nvs *s, struct nvs_stats *o)
     o->read_lat_p99_ns = hist_quantile(h, total, 0.99);
     o->read_lat_p999_ns = hist_quantile(h, total, 0.999);
     o->uring = s->uring;
+}
+
+#define ZERO(x) atomic_store_explicit(&(x), 0, memory_order_relaxed)
+
+void
+nvs_stats_reset(struct nvs *s)
+{
+    lock_acquire(&s->lock);
+    s->page_reclaims = 0;
+    s->objects_lost = 0;
+    s->compact_runs = 0;
+    s->compact_rescues = 0;
+    s->compact_skipped = 0;
+    lock_release(&s->lock);
+    ZERO(s->bytes_written);
+    ZERO(s->objects_written);
+    ZERO(s->bytes_read);
+    ZERO(s->objects_read);
+    ZERO(s->append_busy);
+    ZERO(s->write_errors);
+    ZERO(s->read_badcrc);
+    ZERO(s->read_ioerr);
+    ZERO(s->read_timeout);
+    ZERO(s->read_stale);
+    for (unsigned i = 0; i < NVS_HIST_BUCKETS; i++)
+        ZERO(s->hist[i]);
 }
 
 #define CHECK(cond, ...)                                                       \

@@ -12,6 +12,7 @@
 #include "engine_fx.h"
 
 #include "src/cache.h"
+#include "src/ext.h"
 #include "tier/nvs.h"
 
 #include <fcntl.h>
@@ -32,6 +33,9 @@ store_of(struct tc_cache *c)
     /* the public handle is the engine's struct (src/tiercache.c) */
     return ((struct cache *)c)->nvs;
 }
+
+/* ext_read_timeout_ms for the next setup (then back to the default). */
+static uint32_t next_read_timeout_ms = 1000;
 
 static int
 xsetup_full(void **state, uint32_t item_size, uint32_t recache, bool hot,
@@ -58,6 +62,8 @@ xsetup_full(void **state, uint32_t item_size, uint32_t recache, bool hot,
     f->cfg.ext_item_size = item_size;
     f->cfg.ext_recache_rate = recache;
     f->cfg.ext_recache_window = window; /* 0: tests read keys many times */
+    f->cfg.ext_read_timeout_ms = next_read_timeout_ms;
+    next_read_timeout_ms = 1000;
     if (hot) { /* the DRAM hot pool, quick to promote (see test_hotkey) */
         f->cfg.hot_pool_size = 1 * MIB;
         f->cfg.hot_write_rate = 10;
@@ -110,6 +116,13 @@ static int
 xsetup_reread(void **state)
 {
     return xsetup_full(state, 512, 0, false, 1024);
+}
+
+static int
+xsetup_no_deadline(void **state)
+{
+    next_read_timeout_ms = 0;
+    return xsetup_with(state, 512, 0);
 }
 
 static int
@@ -544,6 +557,145 @@ test_faults_injected(void **state)
     check_ok(c);
 }
 
+static uint64_t
+mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ext_read_timeout_ms=0 is no deadline for the server's asynchronous
+ * reads, but a blocking read (tc_get_ex, a read-modify-write) still ends:
+ * by ext_block_timeout_ms (shortened here), as a miss plus a timeout. */
+static void
+test_blocking_read_bounded(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    char k[32];
+
+    fill(c, 0, 8000);
+    assert_int_equal(nvs_flush(store_of(c)), 0);
+    unsigned i = flash_key(c, 2000);
+    unsigned j = flash_key(c, i + 1);
+    unsigned later = flash_key(c, j + 1);
+    uint64_t before = stats(c).ext_read_timeouts;
+
+    ext_block_timeout_ms = 200;
+    struct nvs_faults fa = {.delay_ms = 2500};
+    nvs_set_faults(store_of(c), &fa);
+    uint64_t t0 = mono_ms();
+    int hit = read_check(c, i, 0, NULL);
+    uint64_t took = mono_ms() - t0;
+    key_of(j, k);
+    t0 = mono_ms();
+    int rc = store_s(c, TC_APPEND, k, ">", 0, 0, 0, NULL);
+    uint64_t took_rmw = mono_ms() - t0;
+    uint64_t tmo = stats(c).ext_read_timeouts - before;
+    print_message("keys %u %u: blocking read %" PRIu64 " ms (hit %d), "
+                  "append %" PRIu64 " ms (rc %d), %" PRIu64 " timeouts\n",
+                  i, j, took, hit, took_rmw, rc, tmo);
+    assert_int_equal(hit, 0);
+    assert_int_not_equal(rc, TC_OK);
+    /* the delay would take 2.5 s; the bound ends each wait at 0.2 s */
+    assert_true(took < 2000);
+    assert_true(took_rmw < 2000);
+    assert_int_equal(tmo, 2);
+    check_miss(c, k);
+
+    ext_block_timeout_ms = EXT_BLOCK_TIMEOUT_MS;
+    fa = (struct nvs_faults){0};
+    nvs_set_faults(store_of(c), &fa);
+    assert_int_equal(read_check(c, later, 0, NULL), 1);
+    check_ok(c);
+}
+
+/* A thread that read from flash (a blocking ring, and an asynchronous one
+ * with a read still in flight) and then stopped calling. */
+struct orphan {
+    struct tc_cache *c;
+    unsigned key;
+    bool park; /* stay alive (not calling) until released */
+    int got, pending;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stage; /* 1: done reading; 2: released */
+};
+
+static void *
+orphan_main(void *p)
+{
+    struct orphan *o = p;
+    char k[32];
+    unsigned char buf[VAL + 8];
+    struct got g = {.buf = buf, .cap = sizeof(buf)};
+    struct tc_get_opts opts = {.no_bump = true};
+
+    key_of(o->key, k);
+    o->got = tc_get_ex(o->c, k, strlen(k), &opts, got_fn, &g);
+    /* an asynchronous read left in flight (delayed), never reaped */
+    memset(&g, 0, sizeof(g));
+    opts.async = true;
+    tc_async_owner(o->c, o);
+    if (tc_get_ex(o->c, k, strlen(k), &opts, got_fn, &g) == TC_OK &&
+        g.info.pending)
+        o->pending = tc_async_submit(o->c);
+    pthread_mutex_lock(&o->mu);
+    o->stage = 1;
+    pthread_cond_broadcast(&o->cv);
+    while (o->park && o->stage != 2)
+        pthread_cond_wait(&o->cv, &o->mu);
+    pthread_mutex_unlock(&o->mu);
+    return NULL; /* no tc_thread_unregister */
+}
+
+/* tc_close while threads that made rings are gone: one exited without
+ * tc_thread_unregister (its rings go at thread exit, on that thread),
+ * one is still alive but stopped calling (tc_close destroys its rings, a
+ * read still in flight on one of them). Run under ASan and TSan. */
+static void
+test_close_orphan_rings(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    struct orphan o[2];
+    pthread_t th[2];
+
+    fill(c, 0, 8000);
+    assert_int_equal(nvs_flush(store_of(c)), 0);
+    unsigned i = flash_key(c, 2000);
+    unsigned j = flash_key(c, i + 1);
+    struct nvs_faults fa = {.delay_ms = 300};
+    nvs_set_faults(store_of(c), &fa);
+    for (int n = 0; n < 2; n++) {
+        o[n] = (struct orphan){.c = c, .key = n ? j : i, .park = n == 1};
+        pthread_mutex_init(&o[n].mu, NULL);
+        pthread_cond_init(&o[n].cv, NULL);
+        assert_int_equal(pthread_create(&th[n], NULL, orphan_main, &o[n]), 0);
+    }
+    assert_int_equal(pthread_join(th[0], NULL), 0);
+    pthread_mutex_lock(&o[1].mu);
+    while (o[1].stage != 1)
+        pthread_cond_wait(&o[1].cv, &o[1].mu);
+    pthread_mutex_unlock(&o[1].mu);
+    for (int n = 0; n < 2; n++) {
+        assert_int_equal(o[n].got, TC_OK);
+        assert_int_equal(o[n].pending, 1);
+    }
+    tc_close(c);
+    x->f.c = NULL;
+    pthread_mutex_lock(&o[1].mu);
+    o[1].stage = 2;
+    pthread_cond_broadcast(&o[1].cv);
+    pthread_mutex_unlock(&o[1].mu);
+    assert_int_equal(pthread_join(th[1], NULL), 0);
+    for (int n = 0; n < 2; n++) {
+        pthread_mutex_destroy(&o[n].mu);
+        pthread_cond_destroy(&o[n].cv);
+    }
+}
+
 /* Bytes flipped in the flash file: -EBADMSG, a miss and a counter. */
 static void
 test_faults_flipped(void **state)
@@ -778,6 +930,9 @@ main(void)
     }
     close(fd);
     unlink(probe);
+    /* TC_TEST_FILTER=test_name (a pattern): run only the matching tests */
+    if (getenv("TC_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("TC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         XT(test_spill_read_back),
         XT(test_item_age),
@@ -788,6 +943,8 @@ main(void)
         XTS(test_recache, xsetup_recache),
         XTS(test_recache_reread, xsetup_reread),
         XT(test_faults_injected),
+        XTS(test_blocking_read_bounded, xsetup_no_deadline),
+        XT(test_close_orphan_rings),
         XT(test_faults_flipped),
         XT(test_compaction),
         XT(test_tmpfs_refused),
