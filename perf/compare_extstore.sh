@@ -44,6 +44,7 @@
 #   EXT_DIR        directory of the flash files [/tmp]
 #   EXT_SIZE       flash bytes [1g]
 #   PORT_BASE      first port tried [21600]
+#   REPEAT         pairs (memcached, then tiercached) per workload [1]
 #   LOAD_RATE      sets/s while loading the keys before each run [1000;
 #                  0 = as fast as the server takes them]
 #   MEM_CGROUP_MB  run each server inside its own cgroup-v1 memory cgroup
@@ -84,6 +85,7 @@ EXT_DIR=${EXT_DIR:-/tmp}
 EXT_SIZE=${EXT_SIZE:-1g}
 PORT_BASE=${PORT_BASE:-21600}
 LOAD_RATE=${LOAD_RATE:-1000}
+REPEAT=${REPEAT:-1}
 MEM_CGROUP_MB=${MEM_CGROUP_MB:-0}
 cg_dir=""
 if [ "$MEM_CGROUP_MB" != 0 ]; then
@@ -281,14 +283,18 @@ while IFS='|' read -r wl dist pipe mget mix; do
     if [ -n "$only" ] && ! printf ',%s,' "$only" | grep -q ",$wl,"; then
         continue
     fi
-    log ""
-    log "=== $wl: 4 KiB values, $dist keys, get:set $mix, multiget $mget"
-    for name in memcached tiercached; do
-        run_one "$wl" "$name" "$dist" "$pipe" "$mget" "$mix"
+    for r in $(seq 1 "$REPEAT"); do
+        key=$wl
+        [ "$REPEAT" -gt 1 ] && key="$wl#$r"
+        log ""
+        log "=== $key: 4 KiB values, $dist keys, get:set $mix, multiget $mget"
+        for name in memcached tiercached; do
+            run_one "$key" "$name" "$dist" "$pipe" "$mget" "$mix"
+        done
+        MIX[$key]=$mix,$mget
+        table "$key"
+        ran="$ran $key"
     done
-    MIX[$wl]=$mix,$mget
-    table "$wl"
-    ran="$ran $wl"
 done <<<"$WORKLOADS"
 
 log ""

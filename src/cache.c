@@ -107,6 +107,7 @@ ctx_create(struct cache *c)
     memset(t, 0, sizeof(*t));
     t->cache = c;
     t->ext_want_page = -1;
+    t->ext_refill = -1;
     if (quota_create(c->slab, c->cfg.quota_batch, &t->quota) != 0) {
         err_set("no DRAM for a thread quota");
         free(t);

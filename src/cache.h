@@ -132,6 +132,9 @@ struct cache_thread {
     struct nvs_ring *ext_aring;   /* asynchronous ones (the server) */
     uint32_t ext_recache_ctr;     /* flash hits since the last recache */
     int ext_want_page;            /* header class short of chunks, or -1 */
+    int ext_refill;               /* the header class that used the
+                                     reserve, which is refilled from the
+                                     next other class evicting; or -1 */
     void *ext_owner;              /* tc_async_owner; NULL: reads block */
     struct ext_pending *ext_pend; /* asynchronous reads in flight */
     _Atomic int64_t stat[ST_COUNT] CACHE_ALIGNED;
@@ -457,6 +460,7 @@ int reclaim_evict(struct cache_thread *t, unsigned cls);
 /* Expiry sweep over budget chunks: items reclaimed. Locks: admin. */
 int reclaim_sweep(struct cache_thread *t, unsigned budget);
 int reclaim_reassign(struct cache_thread *t, int src, int dst);
+int reclaim_take_page(struct cache_thread *t, int src, uint32_t *page);
 int reclaim_shrink(struct cache_thread *t);
 int reclaim_start(struct cache *c);
 void reclaim_stop(struct cache *c);

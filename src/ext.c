@@ -213,9 +213,13 @@ ext_close(struct cache *c)
  * come, and the pool is full by then: without help, every victim of the
  * first batch was evicted, and the page moved to the header class after it
  * (ext_after_evict) was drained by evicting a page of victims. So ext_open
- * sets one free page aside, and the first spill that finds no header chunk
- * gives it to its class. A workload with keys of several header classes
- * gets the reserve for the first; the others get a page the old way.
+ * sets one free page aside, and a spill that finds no header chunk gives
+ * it to its class. The same happens each time a header class fills up, so
+ * after the eviction batch that used the reserve, the evicting thread
+ * refills it (hdr_reserve_refill) with a page of the class it was evicting
+ * from, whose items are spilled into the header page just given (or moved,
+ * or evicted when they cannot spill). Headers thus never wait for a page
+ * while victims are evicted in the meantime.
  * Context: eviction, no lock held. Locks: pool, then class (slab_grow).
  */
 static bool
@@ -230,6 +234,29 @@ hdr_reserve_use(struct cache *c, unsigned cls)
      * class growing in between may take it, then this spill evicts) */
     pool_page_put(c->pool, page);
     return slab_grow(c->slab, cls) == 0;
+}
+
+/* Put a page of class cls into the empty header reserve (see above):
+ * false when that failed (-EBUSY: a chunk of the drained page sat in
+ * another thread's stash; it gives it back at its next operation), to be
+ * tried again after the next eviction batch.
+ * Context: after an eviction batch, no lock held. Locks: admin (reclaim). */
+static bool
+hdr_reserve_refill(struct cache_thread *t, unsigned cls)
+{
+    struct cache *c = t->cache;
+    uint32_t page, none = UINT32_MAX;
+
+    if (atomic_load_explicit(&c->ext_hdr_page, memory_order_relaxed) !=
+        UINT32_MAX)
+        return true;
+    if (reclaim_take_page(t, (int)cls, &page) != 0)
+        return false;
+    if (!atomic_compare_exchange_strong_explicit(&c->ext_hdr_page, &none,
+                                                 page, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        pool_page_put(c->pool, page); /* another thread refilled it */
+    return true;
 }
 
 void
@@ -283,8 +310,10 @@ swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
         return -ENOSPC;
     int rc = may_evict ? cache_alloc_item(t, &plan, &off, NULL)
                        : quota_alloc(t->quota, (unsigned)cls, &off);
-    if (rc && !may_evict && hdr_reserve_use(c, (unsigned)cls))
+    if (rc && !may_evict && hdr_reserve_use(c, (unsigned)cls)) {
+        t->ext_refill = cls;
         rc = quota_alloc(t->quota, (unsigned)cls, &off);
+    }
     if (rc) {
         t->ext_want_page = cls;
         return -ENOSPC;
@@ -385,7 +414,17 @@ ext_after_evict(struct cache_thread *t, unsigned cls)
 {
     int want = t->ext_want_page;
     t->ext_want_page = -1;
+    /* not from the header class itself: that would drop headers */
+    if (t->ext_refill >= 0 && (unsigned)t->ext_refill != cls &&
+        !t->in_admin && hdr_reserve_refill(t, cls))
+        t->ext_refill = -1;
     if (want < 0 || (unsigned)want == cls || t->in_admin)
+        return;
+    /* another thread may have given the class the reserve meanwhile: a
+     * reassignment now would evict a page of victims for nothing */
+    struct slab_class_stats st;
+    slab_class_stats(t->cache->slab, (unsigned)want, &st);
+    if (st.free_chunks > 0)
         return;
     /* headers are small: one page holds thousands, so this is rare */
     reclaim_reassign(t, (int)cls, want);

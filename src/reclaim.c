@@ -238,6 +238,12 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
     if (rc != 0 && !c->cfg.evict)
         return; /* -M: never evict; the page stays and the drain fails */
     if (rc != 0) {
+        /* no room to move it: a cold value big enough goes to flash
+         * rather than away, as at eviction */
+        if (c->nvs && ext_spill(t, v->head, v->hash)) {
+            cache_defer_free(t, v->head);
+            return;
+        }
         if (unlink_victim(c, v, false, &dead)) {
             cache_account_unlink(t, v->head, dead, UNLINK_EVICTED);
             cache_defer_free(t, v->head);
@@ -357,6 +363,34 @@ pick_donor(struct cache *c, int dst)
         }
     }
     return best;
+}
+
+/* Empty one page of class src (its items moved, spilled or evicted, as for
+ * a reassignment) and take it from the pool into *page, for the caller to
+ * keep: 0, or a negative errno (also when another class took the freed page
+ * first). Context: no lock, no RCU section. Locks: admin. */
+int
+reclaim_take_page(struct cache_thread *t, int src, uint32_t *page)
+{
+    struct cache *c = t->cache;
+
+    if (t->in_admin)
+        return -EBUSY;
+    if (src < 0 || src >= (int)slab_nclasses(c->slab))
+        return -EINVAL;
+    pthread_mutex_lock(&c->admin);
+    t->in_admin = true;
+    uint32_t p;
+    int rc = slab_drain_pick(c->slab, (unsigned)src, 0, &p);
+    if (rc == 0)
+        rc = drain_for_reassign(t, p);
+    if (rc == 0)
+        rc = pool_page_get(c->pool, page);
+    if (rc == 0)
+        cache_stat_inc(t, ST_REASSIGNS);
+    t->in_admin = false;
+    pthread_mutex_unlock(&c->admin);
+    return rc;
 }
 
 int
