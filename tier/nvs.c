@@ -169,9 +169,9 @@ wbuf_seal_cur_locked(struct nvs *s)
     if (w == NULL)
         return;
     s->cur = NULL;
-    w->len = (uint32_t)ALIGN_UP(
-        (uint64_t)w->vend + w->dlen + sizeof(struct nvs_wbuf_footer),
-        NVS_BLOCK);
+    w->len = (uint32_t)ALIGN_UP((uint64_t)w->vend + w->dlen +
+                                    sizeof(struct nvs_wbuf_footer),
+                                NVS_BLOCK);
     s->wpos = w->seg_off + w->len;
     w->state = NVS_WB_SEALED;
     wbuf_unref(s, w, true);
@@ -245,8 +245,8 @@ static uint32_t
 wbuf_reserve_locked(struct nvs_wbuf *w, uint64_t vlen, uint32_t ds)
 {
     uint64_t tail = (uint64_t)w->dlen + ds + sizeof(struct nvs_wbuf_footer);
-    uint64_t p = nvs_val_place((uint64_t)w->seg_off + w->vend, vlen) -
-                 w->seg_off;
+    uint64_t p =
+        nvs_val_place((uint64_t)w->seg_off + w->vend, vlen) - w->seg_off;
 
     if (p + vlen + tail > w->cap)
         p = w->vend;

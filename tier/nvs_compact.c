@@ -103,8 +103,8 @@ compact_read(struct nvs *s, uint32_t start, uint32_t len)
  * offset end, belongs to an extent of generation gen starting at or after
  * lo and ending at end, with its directory inside it. */
 static bool
-compact_footer_ok(const struct nvs *s, const char *p, uint32_t gen,
-                  uint32_t lo, uint32_t end, struct nvs_wbuf_footer *f)
+compact_footer_ok(const struct nvs *s, const char *p, uint32_t gen, uint32_t lo,
+                  uint32_t end, struct nvs_wbuf_footer *f)
 {
     memcpy(f, p, sizeof(*f));
     if (f->magic != NVS_FOOT_MAGIC || f->gen != gen)
@@ -175,8 +175,11 @@ compact_extent(struct nvs *s, uint32_t seg, uint32_t gen, const char *ext,
             compact_count_bad(s);
             continue;
         }
-        struct nvs_loc old = {
-            .seg = seg, .gen = gen, .off = d.voff, .vlen = d.vlen, .crc = d.crc};
+        struct nvs_loc old = {.seg = seg,
+                              .gen = gen,
+                              .off = d.voff,
+                              .vlen = d.vlen,
+                              .crc = d.crc};
         if (!keep(arg, key, d.klen, &old)) {
             compact_count(s, &s->compact_skipped);
             continue;

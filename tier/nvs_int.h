@@ -114,7 +114,7 @@ struct nvs {
     uint32_t comp_idx;  /* directory entries of comp_off's extent done */
     uint32_t comp_scan; /* where the next read starts (>= comp_off) */
     uint64_t comp_seen; /* records found in valid directories */
-    char *comp_buf; /* wbuf_size bytes, maintenance thread only */
+    char *comp_buf;     /* wbuf_size bytes, maintenance thread only */
 
     /* counters: (L) under s->lock, (A) atomics */
     uint64_t page_reclaims, objects_lost;            /* (L) */

@@ -442,10 +442,10 @@ test_two_paths(void **state)
     /* the last value sits in the second file, at its segment's offset */
     int fd = open(path2, O_RDONLY);
     assert_true(fd >= 0);
-    assert_int_equal(pread(fd, out, sizeof(out),
-                           (off_t)(loc[n - 1].seg - 2) * FX_SEG +
-                               loc[n - 1].off),
-                     sizeof(out));
+    assert_int_equal(
+        pread(fd, out, sizeof(out),
+              (off_t)(loc[n - 1].seg - 2) * FX_SEG + loc[n - 1].off),
+        sizeof(out));
     assert_true(fx_check(out, sizeof(out), (uint32_t)n - 1, 2));
     close(fd);
     nvs_ring_destroy(r);
