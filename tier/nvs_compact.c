@@ -229,13 +229,16 @@ nvs_compact_step(struct nvs *s, double max_frag, uint64_t budget,
      * most one write buffer, so one read from its start holds it whole. */
     uint64_t got = 0;
     bool behind = false;
+    int err = 0;
     while (off < end && !behind && (got == 0 || got < budget)) {
         uint32_t len = MIN(s->cfg.wbuf_size, end - w);
         int r = compact_read(s, w, len);
         if (r < 0) {
+            /* keep the cursor: the extents done stay done */
             log_error("nvs: compaction read of segment %u failed: %s", seg,
                       strerror(-r));
-            return r;
+            err = r;
+            break;
         }
         got += len;
         bool reread = false;
@@ -279,6 +282,8 @@ nvs_compact_step(struct nvs *s, double max_frag, uint64_t budget,
     s->comp_idx = idx;
     s->comp_seen = seen;
     lock_release(&s->lock);
+    if (err < 0)
+        return nmoved > 0 ? nmoved : err;
     if (off >= end)
         compact_finish(s);
     return nmoved;

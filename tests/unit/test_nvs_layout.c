@@ -372,10 +372,11 @@ extent_of(const struct nvs_wbuf_footer *x, int n, const struct nvs_loc *loc)
 }
 
 /* Fill segment 0 (and part of 1) with 10000-byte records, drop every second
- * one of segment 0, damage what damage() says, compact segment 0; keep()
- * must be asked about exactly the records of undamaged buffers (and never
- * about a record that was not written), the others are counted lost, and
- * everything kept reads back exact. */
+ * one of segment 0, damage buffer bad1's footer (or directory) and bad2's
+ * directory and one byte of a value elsewhere, compact segment 0: keep()
+ * must be asked about exactly the intact records of undamaged buffers (and
+ * never about a record that was not written), the damaged buffers' records
+ * are counted lost, and everything kept reads back exact. */
 static void
 compact_damaged(int bad1, int bad2, bool footer1, uint64_t budget)
 {
@@ -403,7 +404,7 @@ compact_damaged(int bad1, int bad2, bool footer1, uint64_t budget)
     assert_true(n >= 4);
     if (bad1 < 0)
         bad1 += n;
-    int nseg0 = 0, nlost = 0, nmove = 0;
+    int nseg0 = 0, nlost = 0, nmove = 0, badval = -1;
     for (int i = 0; i < DN; i++) {
         if (m.loc[i].seg != 0)
             continue;
@@ -416,9 +417,13 @@ compact_damaged(int bad1, int bad2, bool footer1, uint64_t budget)
         }
         if (e == bad1 || e == bad2)
             nlost++;
+        else if (badval < 0 && m.live[i])
+            badval = i; /* a live record whose value gets a flipped byte */
         else
             nmove += m.live[i];
     }
+    assert_true(badval >= 0);
+    flip_at(f.path, m.loc[badval].off + 1234);
     assert_true(nseg0 > 20 && nseg0 < DN);
     /* a footer's CRC byte, or a byte of a directory */
     if (footer1)
@@ -438,12 +443,12 @@ compact_damaged(int bad1, int bad2, bool footer1, uint64_t budget)
     assert_int_equal(m.wrong, 0);
     for (int i = 0; i < DN; i++) {
         int e = extent_of(x, n, &m.loc[i]);
-        if (e >= 0) /* still in segment 0: lost or dropped */
-            assert_int_equal(m.asked[i], e != bad1 && e != bad2);
+        if (e >= 0) /* still in segment 0: lost, damaged or dropped */
+            assert_int_equal(m.asked[i], e != bad1 && e != bad2 && i != badval);
     }
     assert_int_equal(m.moved, nmove);
     assert_int_equal(st.objects_lost - st0.objects_lost, (uint64_t)nlost);
-    assert_true(st.read_badcrc - st0.read_badcrc >= 1u + (bad2 >= 0));
+    assert_true(st.read_badcrc - st0.read_badcrc >= 2u + (bad2 >= 0));
     for (int i = 0; i < DN; i++) {
         snprintf(key, sizeof(key), "d%d", i);
         if (m.loc[i].seg == 0) {
