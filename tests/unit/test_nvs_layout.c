@@ -292,8 +292,7 @@ test_full_buffer_boundary(void **state)
     lfx_close(&f);
 }
 
-/* ---- compaction over damaged buffers --------------------------------------
- */
+/* ---- compaction over damaged buffers ------------------------------------ */
 
 #define DN 48
 struct dmap {
