@@ -1,13 +1,15 @@
 /*
  * The NVMe store's read path against the disk's own limit.
  *
- * Fills a store file with records of exactly 4 KiB (16-byte key, 4056-byte
- * value, so each record is one aligned block), then:
+ * Fills about 90% of a store file with records of a 16-byte key and a
+ * --vlen byte value (4096 by default: one block in layout 2), then:
  *
  *   depth    for each iodepth (1, 8, 32, 128), --rounds times (3),
  *            alternating, medians kept: random reads of those
  *            records through one nvs_ring kept at that depth (prep, submit,
- *            reap in a loop: every completion is refilled at once), and,
+ *            reap in a loop: every completion is refilled at once), with
+ *            the device's bytes per read (from /sys/dev/block/M:m/stat of
+ *            the file's device: other I/O on it counts too), and,
  *            with --fio, fio on the same file and the same byte range
  *            right before it (ioengine=io_uring, direct=1, randread, 4k);
  *            IOPS for both and the ratio
@@ -24,7 +26,7 @@
  *
  * Usage: bench_nvs [--path FILE] [--size BYTES] [--seconds S] [--fio]
  *                  [--depths 1,8,32,128] [--rounds 3] [--batch-depth 32]
- *                  [--no-batch]
+ *                  [--no-batch] [--vlen 4096]
  *                  [--no-uring]
  *   defaults: $NVS_BENCH_PATH or /tmp/tc_bench_nvs.dat, 2 GiB, 3 s
  * The file is left in place (for fio) and removed with --cleanup.
@@ -40,11 +42,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
 #define KLEN 16
-#define VLEN (4096 - 24 - KLEN)
+#define MAX_VLEN (1u << 20)
 #define MAX_DEPTH 256
 
 struct opts {
@@ -55,6 +59,7 @@ struct opts {
     unsigned depths[8], ndepths;
     unsigned batch_depth;
     unsigned rounds;
+    uint32_t vlen;
 };
 
 struct bench {
@@ -90,10 +95,33 @@ key_of(char *key, uint64_t i)
              (unsigned long long)(i % 1000000000000000ull));
 }
 
+/* Reads completed and bytes read by the device holding path, or false. */
+static bool
+dev_reads(const char *path, uint64_t *ios, uint64_t *bytes)
+{
+    struct stat st;
+    char f[96];
+    unsigned long long r, rm, sec;
+
+    if (stat(path, &st) < 0)
+        return false;
+    snprintf(f, sizeof(f), "/sys/dev/block/%u:%u/stat", major(st.st_dev),
+             minor(st.st_dev));
+    FILE *p = fopen(f, "r");
+    if (p == NULL)
+        return false;
+    bool ok = fscanf(p, "%llu %llu %llu", &r, &rm, &sec) == 3;
+    fclose(p);
+    *ios = r;
+    *bytes = sec * 512;
+    return ok;
+}
+
 static int
 fill(struct bench *b)
 {
-    static char v[VLEN];
+    static char v[MAX_VLEN];
+    const uint32_t vlen = b->o.vlen;
     char key[24];
     struct nvs_config c = {
         .npaths = 1,
@@ -109,16 +137,19 @@ fill(struct bench *b)
     }
     uint32_t seg = 64u << 20;
     uint64_t nsegs = b->o.size / seg;
-    b->nrec = nsegs * (seg / 4096 - 1); /* a header block per segment */
+    /* 90% of the segments at a generous footprint per record (value,
+     * placement padding, key and descriptor or header): nothing is
+     * reclaimed while filling, in either layout */
     b->span = nsegs * seg;
+    b->nrec = b->span * 9 / 10 / (vlen + vlen / 8 + 64);
     b->loc = calloc(b->nrec, sizeof(*b->loc));
     if (b->loc == NULL)
         return -ENOMEM;
     uint64_t t0 = clock_nsec();
     for (uint64_t i = 0; i < b->nrec; i++) {
         key_of(key, i);
-        memset(v, (int)(i & 0xff), sizeof(v));
-        struct iovec iov = {.iov_base = v, .iov_len = VLEN};
+        memset(v, (int)(i & 0xff), vlen);
+        struct iovec iov = {.iov_base = v, .iov_len = vlen};
         while ((e = nvs_append(b->s, key, KLEN, &iov, 1, &b->loc[i])) ==
                -EAGAIN) {
             struct timespec ts = {.tv_nsec = 50000};
@@ -134,11 +165,15 @@ fill(struct bench *b)
     double secs = (double)(clock_nsec() - t0) / 1e9;
     struct nvs_stats st;
     nvs_get_stats(b->s, &st);
-    printf("fill: %" PRIu64 " records of 4 KiB (%.2f GiB) in %.1f s, "
-           "%.0f MB/s, %s\n",
-           b->nrec, (double)b->span / (1 << 30), secs,
+    printf("fill: %" PRIu64 " records of a %u-byte value (%.2f GiB) in "
+           "%.1f s, %.0f MB/s, %s\n",
+           b->nrec, vlen, (double)b->span / (1 << 30), secs,
            (double)st.bytes_written / secs / 1e6,
            st.uring ? "io_uring" : "pread/pwrite fallback");
+    if (st.page_reclaims > 0)
+        printf("fill: %" PRIu64 " segments reclaimed: early records are "
+               "stale (errors below)\n",
+               st.page_reclaims);
     return 0;
 }
 
@@ -164,6 +199,7 @@ cmp_u64(const void *a, const void *b)
 
 struct result {
     double iops;
+    double dev_bytes;              /* device bytes per read, -1 unknown */
     double avg_us, p99_us;         /* slot free -> completion */
     double dev_avg_us, dev_p99_us; /* submit -> completion */
     uint64_t errors;
@@ -189,6 +225,8 @@ run_reads(struct bench *b, unsigned depth, unsigned batch)
         fprintf(stderr, "bench_nvs: %s\n", err_msg());
         return res;
     }
+    uint64_t dio0, db0, dio1, db1;
+    bool have_dev = dev_reads(b->o.path, &dio0, &db0);
     uint64_t t0 = clock_nsec(), end = t0 + (uint64_t)(b->o.seconds * 1e9);
     for (unsigned i = 0; i < depth; i++)
         freeq[nfree++] = &q[i];
@@ -228,6 +266,9 @@ run_reads(struct bench *b, unsigned depth, unsigned batch)
     double secs = (double)(now - t0) / 1e9;
     nvs_ring_destroy(r);
     res.iops = (double)n / secs;
+    res.dev_bytes = -1;
+    if (have_dev && dev_reads(b->o.path, &dio1, &db1) && dio1 > dio0)
+        res.dev_bytes = (double)(db1 - db0) / (double)(dio1 - dio0);
     if (ns > 0) {
         double sl = 0, sd = 0;
         for (uint64_t i = 0; i < ns; i++) {
@@ -315,6 +356,7 @@ main(int argc, char **argv)
     o->batch = true;
     o->batch_depth = 32;
     o->rounds = 3;
+    o->vlen = 4096;
     o->ndepths = 4;
     o->depths[0] = 1, o->depths[1] = 8, o->depths[2] = 32, o->depths[3] = 128;
     for (int i = 1; i < argc; i++) {
@@ -329,6 +371,8 @@ main(int argc, char **argv)
             parse_depths(o, argv[++i]);
         else if (!strcmp(a, "--batch-depth") && v)
             o->batch_depth = (unsigned)strtoul(v, NULL, 10), i++;
+        else if (!strcmp(a, "--vlen") && v)
+            o->vlen = (uint32_t)strtoul(v, NULL, 0), i++;
         else if (!strcmp(a, "--rounds") && v)
             o->rounds = (unsigned)strtoul(v, NULL, 10), i++;
         else if (!strcmp(a, "--fio"))
@@ -343,8 +387,8 @@ main(int argc, char **argv)
             fprintf(stderr,
                     "usage: %s [--path FILE] [--size BYTES] "
                     "[--seconds S] [--fio] [--depths 1,8,32,128] "
-                    "[--rounds N] [--batch-depth N] [--no-batch] [--no-uring] "
-                    "[--cleanup]\n",
+                    "[--rounds N] [--batch-depth N] [--no-batch] [--vlen N] "
+                    "[--no-uring] [--cleanup]\n",
                     argv[0]);
             return 2;
         }
@@ -353,15 +397,16 @@ main(int argc, char **argv)
         o->rounds = 3;
     if (o->batch_depth < 1 || o->batch_depth > MAX_DEPTH)
         o->batch_depth = 32;
-    o->rounds = 3;
+    if (o->vlen < 1 || o->vlen > MAX_VLEN)
+        o->vlen = 4096;
     b.rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)time(NULL);
     printf("# bench_nvs: %s, %.2f GiB, %.1f s per point\n", o->path,
            (double)o->size / (1 << 30), o->seconds);
     if (fill(&b) < 0)
         return 1;
 
-    printf("\n%-6s %12s %12s %7s %9s %9s %7s\n", "depth", "store IOPS",
-           "fio IOPS", "ratio", "dev avg", "dev p99", "errors");
+    printf("\n%-6s %12s %12s %7s %9s %9s %9s %7s\n", "depth", "store IOPS",
+           "fio IOPS", "ratio", "dev avg", "dev p99", "B/read", "errors");
     for (unsigned i = 0; i < o->ndepths; i++) {
         unsigned d = o->depths[i];
         /* rounds of fio then store, alternating; the medians are kept */
@@ -379,14 +424,17 @@ main(int argc, char **argv)
             if (rs[k].iops == xm)
                 x = rs[k];
         if (f > 0)
-            printf("%-6u %12.0f %12.0f %7.2f %7.1fus %7.1fus %7" PRIu64 "\n", d,
-                   x.iops, f, x.iops / f, x.dev_avg_us, x.dev_p99_us, x.errors);
+            printf("%-6u %12.0f %12.0f %7.2f %7.1fus %7.1fus %9.0f %7" PRIu64
+                   "\n",
+                   d, x.iops, f, x.iops / f, x.dev_avg_us, x.dev_p99_us,
+                   x.dev_bytes, x.errors);
         else
-            printf("%-6u %12.0f %12s %7s %7.1fus %7.1fus %7" PRIu64 "\n", d,
-                   x.iops, "-", "-", x.dev_avg_us, x.dev_p99_us, x.errors);
-        printf("RESULT bench=nvs depth=%u store_iops=%.0f fio_iops=%.0f "
-               "ratio=%.3f\n",
-               d, x.iops, f, f > 0 ? x.iops / f : 0);
+            printf("%-6u %12.0f %12s %7s %7.1fus %7.1fus %9.0f %7" PRIu64 "\n",
+                   d, x.iops, "-", "-", x.dev_avg_us, x.dev_p99_us, x.dev_bytes,
+                   x.errors);
+        printf("RESULT bench=nvs vlen=%u depth=%u store_iops=%.0f "
+               "fio_iops=%.0f ratio=%.3f dev_bytes_per_read=%.0f\n",
+               o->vlen, d, x.iops, f, f > 0 ? x.iops / f : 0, x.dev_bytes);
         fflush(stdout);
     }
 
@@ -423,9 +471,12 @@ main(int argc, char **argv)
     struct nvs_stats st;
     nvs_get_stats(b.s, &st);
     printf("\nstore: %" PRIu64 " reads, p50 %.1f us, p99 %.1f us, p99.9 %.1f "
-           "us; crc/io errors %" PRIu64 "/%" PRIu64 "\n",
+           "us; crc/io errors %" PRIu64 "/%" PRIu64 "; bytes_read per read "
+           "%.0f\n",
            st.objects_read, st.read_lat_p50_ns / 1e3, st.read_lat_p99_ns / 1e3,
-           st.read_lat_p999_ns / 1e3, st.read_badcrc, st.read_ioerr);
+           st.read_lat_p999_ns / 1e3, st.read_badcrc, st.read_ioerr,
+           st.objects_read > 0 ? (double)st.bytes_read / (double)st.objects_read
+                               : 0.0);
     nvs_close(b.s);
     free(b.loc);
     if (o->cleanup)

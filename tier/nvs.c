@@ -33,6 +33,7 @@
 #include "tier/nvs_int.h"
 #include "tier/nvs_layout.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -158,8 +159,8 @@ wbuf_unref(struct nvs *s, struct nvs_wbuf *w, bool locked)
         lock_release(&s->lock);
 }
 
-/* Seal s->cur: no more reservations; the next buffer starts after its
- * last block. */
+/* Seal s->cur: no more reservations; its extent (values, directory,
+ * footer) ends at a block boundary, where the next buffer starts. */
 static void
 wbuf_seal_cur_locked(struct nvs *s)
 {
@@ -168,7 +169,10 @@ wbuf_seal_cur_locked(struct nvs *s)
     if (w == NULL)
         return;
     s->cur = NULL;
-    s->wpos = w->seg_off + (uint32_t)ALIGN_UP(w->fill, NVS_BLOCK);
+    w->len = (uint32_t)ALIGN_UP((uint64_t)w->vend + w->dlen +
+                                    sizeof(struct nvs_wbuf_footer),
+                                NVS_BLOCK);
+    s->wpos = w->seg_off + w->len;
     w->state = NVS_WB_SEALED;
     wbuf_unref(s, w, true);
 }
@@ -182,9 +186,10 @@ wbuf_find_free_locked(struct nvs *s)
     return NULL;
 }
 
-/* Make s->cur a buffer with room for rec bytes: seal the current one, open
- * a new segment when this one cannot take the record. -EAGAIN when no
- * buffer or no segment is available right now. */
+/* Make s->cur a buffer with room for a record that needs rec bytes in an
+ * empty buffer (value, descriptor, footer): seal the current one, open a
+ * new segment when this one cannot take the record. -EAGAIN when no buffer
+ * or no segment is available right now. */
 static int
 wbuf_next_locked(struct nvs *s, uint64_t rec)
 {
@@ -210,7 +215,7 @@ wbuf_next_locked(struct nvs *s, uint64_t rec)
     w->gen = atomic_load_explicit(&g->gen, memory_order_relaxed);
     w->seg_off = s->wpos;
     w->cap = MIN(s->cfg.wbuf_size, s->cfg.seg_size - s->wpos);
-    w->fill = 0;
+    w->vend = w->dlen = w->nrec = w->len = 0;
     if (s->wpos == 0) {
         struct nvs_seg_header h = {
             .magic = NVS_SEG_MAGIC,
@@ -223,13 +228,34 @@ wbuf_next_locked(struct nvs *s, uint64_t rec)
         h.crc = nvs_crc32c(0, &h, offsetof(struct nvs_seg_header, crc));
         memset(w->buf, 0, NVS_SEG_HDR_SIZE);
         memcpy(w->buf, &h, sizeof(h));
-        w->fill = NVS_SEG_HDR_SIZE;
+        w->vend = NVS_SEG_HDR_SIZE;
     }
     atomic_store_explicit(&w->refs, 1, memory_order_relaxed);
     w->state = NVS_WB_FILLING;
     g->pending++;
     s->cur = w;
     return 0;
+}
+
+/* Reserve room for a value of vlen bytes and a descriptor of ds bytes in
+ * w: the value's offset in the buffer, or UINT32_MAX when they do not fit.
+ * The value goes where nvs_val_place() says, or packed tightly when the
+ * padding would not fit. Locks: s->lock held. */
+static uint32_t
+wbuf_reserve_locked(struct nvs_wbuf *w, uint64_t vlen, uint32_t ds)
+{
+    uint64_t tail = (uint64_t)w->dlen + ds + sizeof(struct nvs_wbuf_footer);
+    uint64_t p =
+        nvs_val_place((uint64_t)w->seg_off + w->vend, vlen) - w->seg_off;
+
+    if (p + vlen + tail > w->cap)
+        p = w->vend;
+    if (p + vlen + tail > w->cap)
+        return UINT32_MAX;
+    w->vend = (uint32_t)(p + vlen);
+    w->dlen += ds;
+    w->nrec++;
+    return (uint32_t)p;
 }
 
 int
@@ -243,13 +269,16 @@ nvs_append(struct nvs *s, const void *key, uint8_t klen,
         vlen += val[i].iov_len;
         crc = nvs_crc32c(crc, val[i].iov_base, val[i].iov_len);
     }
-    uint64_t rec = nvs_rec_size(klen, vlen);
-    if (rec > s->cfg.wbuf_size - NVS_SEG_HDR_SIZE)
+    uint32_t ds = nvs_desc_size(klen);
+    uint64_t rec = vlen + ds + sizeof(struct nvs_wbuf_footer);
+    if (vlen > s->cfg.wbuf_size || rec > s->cfg.wbuf_size - NVS_SEG_HDR_SIZE)
         return -E2BIG;
 
     lock_acquire(&s->lock);
     struct nvs_wbuf *w = s->cur;
-    if (w == NULL || w->fill + rec > w->cap) {
+    uint32_t gap = w != NULL ? w->vend : 0;
+    uint32_t off = w != NULL ? wbuf_reserve_locked(w, vlen, ds) : UINT32_MAX;
+    if (off == UINT32_MAX) {
         int r = wbuf_next_locked(s, rec);
         if (r < 0) {
             lock_release(&s->lock);
@@ -257,12 +286,19 @@ nvs_append(struct nvs *s, const void *key, uint8_t klen,
             return r;
         }
         w = s->cur;
+        gap = w->vend;
+        off = wbuf_reserve_locked(w, vlen, ds);
+        /* an empty buffer takes any record below the E2BIG limit */
+        assert(off != UINT32_MAX);
+        if (off == UINT32_MAX) {
+            lock_release(&s->lock);
+            return -E2BIG;
+        }
     }
-    uint32_t off = w->fill;
-    w->fill += (uint32_t)rec;
+    uint32_t doff = w->cap - w->dlen; /* this record's descriptor */
     atomic_fetch_add_explicit(&w->refs, 1, memory_order_relaxed);
     struct nvs_seg *g = &s->seg[w->seg];
-    g->used += rec;
+    g->used += vlen + ds;
     g->nrec++;
     *out = (struct nvs_loc){
         .seg = w->seg,
@@ -273,32 +309,33 @@ nvs_append(struct nvs *s, const void *key, uint8_t klen,
     };
     lock_release(&s->lock);
 
-    /* The reserved range is this thread's alone until the unref. */
-    char *p = w->buf + off;
-    struct nvs_rec_header h = {
-        .magic = NVS_REC_MAGIC,
-        .gen = out->gen,
-        .vlen = (uint32_t)vlen,
-        .klen = klen,
-        .crc = crc,
-    };
-    memcpy(p, &h, sizeof(h));
-    p += sizeof(h);
-    memcpy(p, key, klen);
-    p += klen;
+    /* The reserved ranges are this thread's alone until the unref. */
+    char *p = w->buf + gap;
+    memset(p, 0, off - gap); /* padding before a block-placed value */
+    p = w->buf + off;
     for (int i = 0; i < niov; i++) {
         memcpy(p, val[i].iov_base, val[i].iov_len);
         p += val[i].iov_len;
     }
-    memset(p, 0, (size_t)(w->buf + off + rec - p)); /* padding */
+    struct nvs_rec_desc d = {
+        .magic = NVS_DESC_MAGIC,
+        .gen = out->gen,
+        .voff = out->off,
+        .vlen = (uint32_t)vlen,
+        .crc = crc,
+        .klen = klen,
+    };
+    p = w->buf + doff;
+    memcpy(p, &d, sizeof(d));
+    memcpy(p + sizeof(d), key, klen);
+    memset(p + sizeof(d) + klen, 0, ds - sizeof(d) - klen);
     atomic_fetch_add_explicit(&s->objects_written, 1, memory_order_relaxed);
     wbuf_unref(s, w, false);
     return 0;
 }
 
 bool
-nvs_wbuf_copy(struct nvs *s, const struct nvs_loc *loc, void *dst,
-              uint32_t size)
+nvs_wbuf_copy(struct nvs *s, const struct nvs_loc *loc, void *dst)
 {
     bool found = false;
 
@@ -307,9 +344,9 @@ nvs_wbuf_copy(struct nvs *s, const struct nvs_loc *loc, void *dst,
         struct nvs_wbuf *w = &s->wb[i];
         if (w->state == NVS_WB_FREE || w->seg != loc->seg ||
             w->gen != loc->gen || loc->off < w->seg_off ||
-            (uint64_t)loc->off + size > (uint64_t)w->seg_off + w->fill)
+            (uint64_t)loc->off + loc->vlen > (uint64_t)w->seg_off + w->vend)
             continue;
-        memcpy(dst, w->buf + (loc->off - w->seg_off), size);
+        memcpy(dst, w->buf + (loc->off - w->seg_off), loc->vlen);
         found = true;
     }
     lock_release(&s->lock);
@@ -332,7 +369,7 @@ int
 nvs_flush(struct nvs *s)
 {
     lock_acquire(&s->lock);
-    if (s->cur != NULL && s->cur->fill > 0)
+    if (s->cur != NULL && s->cur->nrec > 0)
         wbuf_seal_cur_locked(s);
     while (!wbuf_all_written_locked(s))
         pthread_cond_wait(&s->dcond, &s->lock.mutex);
@@ -349,14 +386,41 @@ nvs_release(struct nvs *s, const struct nvs_loc *loc)
     struct nvs_seg *g = &s->seg[loc->seg];
     if (atomic_load_explicit(&g->gen, memory_order_relaxed) == loc->gen &&
         g->state != NVS_SEG_FREE) {
-        /* The key length is not in the locator: count header and value. */
-        g->dead = MIN(g->used, g->dead + nvs_rec_size(0, loc->vlen));
+        /* The key length is not in the locator: count the value and a
+         * descriptor without its key. */
+        g->dead = MIN(g->used, g->dead + loc->vlen + nvs_desc_size(0));
         g->ndead++;
     }
     lock_release(&s->lock);
 }
 
 /* ---- the writer thread --------------------------------------------------- */
+
+/* Lay out a sealed buffer's extent (tier/nvs_layout.h): move the directory
+ * from the buffer's end to just before the footer, zero the gap after the
+ * values, write the footer. Context: the writer, which owns the buffer
+ * (WRITING); readers copy only value bytes, below w->vend. */
+static void
+wbuf_finish(struct nvs_wbuf *w)
+{
+    uint32_t foot = w->len - (uint32_t)sizeof(struct nvs_wbuf_footer);
+    uint32_t dir = foot - w->dlen;
+
+    memmove(w->buf + dir, w->buf + w->cap - w->dlen, w->dlen);
+    memset(w->buf + w->vend, 0, dir - w->vend);
+    struct nvs_wbuf_footer f = {
+        .magic = NVS_FOOT_MAGIC,
+        .gen = w->gen,
+        .start = w->seg_off,
+        .len = w->len,
+        .dir_off = w->seg_off + dir,
+        .dir_len = w->dlen,
+        .nrec = w->nrec,
+        .dir_crc = nvs_crc32c(0, w->buf + dir, w->dlen),
+    };
+    f.crc = nvs_crc32c(0, &f, offsetof(struct nvs_wbuf_footer, crc));
+    memcpy(w->buf + foot, &f, sizeof(f));
+}
 
 static int
 writer_write_uring(struct nvs *s, struct nvs_wbuf **batch, unsigned n, int *res)
@@ -365,8 +429,7 @@ writer_write_uring(struct nvs *s, struct nvs_wbuf **batch, unsigned n, int *res)
         struct nvs_wbuf *w = batch[i];
         struct io_uring_sqe *sqe = io_uring_get_sqe(&s->wring);
         struct nvs_loc at = {.seg = w->seg, .off = w->seg_off};
-        io_uring_prep_write(sqe, nvs_loc_fd(s, &at), w->buf,
-                            (unsigned)ALIGN_UP(w->fill, NVS_BLOCK),
+        io_uring_prep_write(sqe, nvs_loc_fd(s, &at), w->buf, w->len,
                             nvs_loc_foff(s, &at));
         io_uring_sqe_set_data64(sqe, i);
         res[i] = -EINPROGRESS;
@@ -395,7 +458,7 @@ writer_write_uring(struct nvs *s, struct nvs_wbuf **batch, unsigned n, int *res)
             return e;
         uint64_t i = io_uring_cqe_get_data64(cqe);
         struct nvs_wbuf *w = batch[i];
-        uint32_t len = (uint32_t)ALIGN_UP(w->fill, NVS_BLOCK);
+        uint32_t len = w->len;
         if (cqe->res == (int)len)
             res[i] = 0;
         else if (cqe->res >= 0) /* short: write the rest directly */
@@ -443,11 +506,8 @@ writer_main(void *arg)
             while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
                 ;
         }
-        /* The zero tail up to the block end tells a scan where to skip. */
         for (unsigned i = 0; i < n; i++) {
-            struct nvs_wbuf *w = batch[i];
-            uint32_t len = (uint32_t)ALIGN_UP(w->fill, NVS_BLOCK);
-            memset(w->buf + w->fill, 0, len - w->fill);
+            wbuf_finish(batch[i]);
             res[i] = -EINPROGRESS;
         }
         int r = 0;
@@ -455,7 +515,7 @@ writer_main(void *arg)
             r = writer_write_uring(s, batch, n, res);
         for (unsigned i = 0; i < n; i++) {
             struct nvs_wbuf *w = batch[i];
-            uint32_t len = (uint32_t)ALIGN_UP(w->fill, NVS_BLOCK);
+            uint32_t len = w->len;
             if (res[i] == -EINPROGRESS) /* fallback, or the ring failed */
                 res[i] =
                     nvs_io_pwrite_all(s->fd[s->seg[w->seg].path], w->buf, len,
@@ -477,8 +537,7 @@ writer_main(void *arg)
             struct nvs_wbuf *w = batch[i];
             struct nvs_seg *g = &s->seg[w->seg];
             g->pending--;
-            g->wend = MAX(g->wend,
-                          w->seg_off + (uint32_t)ALIGN_UP(w->fill, NVS_BLOCK));
+            g->wend = MAX(g->wend, w->seg_off + w->len);
             w->state = NVS_WB_FREE;
         }
         pthread_cond_broadcast(&s->dcond);

@@ -14,10 +14,14 @@
  * reclaimed: its generation is bumped, so every locator into it turns stale
  * (nvs_loc_live() false, a read of it fails with -ESTALE).
  *
- * Records on the medium: tier/nvs_layout.h (record header with magic, the
- * segment's generation, key and value lengths, CRC32C of key and value).
- * Every read is checked against the locator: segment generation, key,
- * length and CRC; anything wrong is an error result, never a value.
+ * Records on the medium: tier/nvs_layout.h (layout 2). Values are packed
+ * without headers from each write buffer's start, so a value of up to
+ * 4 KiB is one 4 KiB block read; each buffer ends with a directory (one
+ * descriptor with magic, generation, value offset and length, CRC32C and
+ * key per record) and a CRC-checked footer, which compaction walks. Every
+ * read is checked against the locator: segment generation (before submit
+ * and at completion), then CRC32C of the caller's key and the bytes read
+ * against loc.crc; anything wrong is an error result, never a value.
  *
  * Reads go through a per-thread struct nvs_ring (the worker thread's own
  * io_uring, or, where io_uring is refused, a small shared pool of threads
@@ -59,7 +63,7 @@ struct nvs_config {
 struct nvs_loc {
     uint32_t seg; /* segment number across all paths */
     uint32_t gen; /* the segment's generation when written */
-    uint32_t off; /* record offset within the segment (8-aligned) */
+    uint32_t off; /* the value's offset within the segment */
     uint32_t vlen;
     uint32_t crc; /* CRC32C of key and value */
     uint32_t rsv; /* zero */
@@ -85,9 +89,10 @@ void nvs_close(struct nvs *s);
 int nvs_append(struct nvs *s, const void *key, uint8_t klen,
                const struct iovec *val, int niov, struct nvs_loc *out);
 /* Send the open buffer now even if not full (maintenance ticks, tests)
- * and wait until it and every buffer sealed before it are written. The next
- * buffer starts at the following 4 KiB block, so a flush wastes less than 4
- * KiB. Returns 0. */
+ * and wait until it and every buffer sealed before it are written. The
+ * buffer goes out as values, directory and footer rounded up to 4 KiB; the
+ * next buffer starts after it, so a flush wastes less than 4 KiB. Returns
+ * 0. */
 int nvs_flush(struct nvs *s);
 
 /* Whether loc's segment has not been reclaimed since loc was written
@@ -95,19 +100,23 @@ int nvs_flush(struct nvs *s);
 bool nvs_loc_live(const struct nvs *s, const struct nvs_loc *loc);
 /* The engine dropped its reference to loc (delete, overwrite, expiry,
  * recache that let the flash copy go): counts dead bytes for compaction
- * (header and value; the key length is not in the locator). A stale loc
+ * (value and descriptor; the key length is not in the locator). A stale loc
  * is ignored. Call it at most once per locator. */
 void nvs_release(struct nvs *s, const struct nvs_loc *loc);
 
 /* Compaction: pick the sealed segment with the most dead bytes (at least
- * max_frag of it dead), read it and hand each record still live to fn,
+ * max_frag of it dead), read it write buffer by write buffer (each found
+ * by its footer, walked by its directory) and hand each record to keep,
  * which returns true to keep it (the store appends it again and calls
  * moved with the new locator) or false to let it go; then the segment is
- * freed. At most budget bytes are read per call (at least one record:
- * up to wbuf_size), so one segment may take several calls; the store keeps
- * the cursor. Returns records moved, 0 when nothing qualified (or nothing
- * was moved in this step), or a negative errno. When the flash is behind
- * (append -EAGAIN) the step stops and the next one resumes at that record.
+ * freed. A buffer whose footer or directory is damaged is skipped: its
+ * records are counted in objects_lost (and the damage in read_badcrc),
+ * never handed to keep. Reads are of wbuf_size bytes (less at the end);
+ * a call reads until budget bytes (at least one read), so one segment may
+ * take several calls; the store keeps the cursor. Returns records moved, 0
+ * when nothing qualified (or nothing was moved in this step), or a
+ * negative errno. When the flash is behind (append -EAGAIN) the step stops
+ * and the next one resumes at that record.
  * moved() is called after the new copy is appended; the old copy goes with
  * its segment, so the engine does not nvs_release() old. An item may have
  * been overwritten between keep() and moved(): moved() then releases
@@ -145,14 +154,15 @@ int nvs_ring_fd(const struct nvs_ring *r);
 struct nvs_read {
     /* in */
     struct nvs_loc loc;
-    const void *key; /* compared with the record's key; kept by caller */
+    const void *key; /* checked with loc.crc; kept by the caller */
     uint8_t klen;
     void *udata;
     uint32_t timeout_ms; /* this read's deadline; 0: the store's
                             read_timeout_ms (which may be 0: none) */
     /* out, valid after reap until nvs_read_done */
-    int res;           /* 0, -EIO, -EBADMSG (CRC, key, length or magic),
-                          -ESTALE (segment reclaimed), -ETIMEDOUT */
+    int res;           /* 0, -EIO, -EBADMSG (CRC of key and value, or a
+                          locator out of bounds), -ESTALE (segment
+                          reclaimed), -ETIMEDOUT */
     const char *value; /* loc.vlen bytes when res == 0 */
     uint64_t lat_ns;   /* submit to completion */
     /* private to the store */
@@ -182,9 +192,13 @@ struct nvs_stats {
     uint64_t bytes_total, bytes_used, bytes_dead;
     uint64_t segs_total, segs_free;
     uint64_t bytes_written, objects_written;
-    uint64_t bytes_read, objects_read;
+    uint64_t bytes_read, objects_read;    /* bytes read from the device (whole
+                                             blocks; 0 for a value served from
+                                             a write buffer), values read */
     uint64_t page_reclaims, objects_lost; /* live records in reclaimed
-                                             segments */
+                                             segments, and records of
+                                             damaged buffers compaction
+                                             skipped */
     uint64_t compact_runs, compact_rescues, compact_skipped;
     uint64_t append_busy; /* -EAGAIN: flash behind */
     uint64_t read_badcrc, read_ioerr, read_timeout, read_stale;

@@ -1,7 +1,11 @@
 /*
  * Compaction of the NVMe store: the sealed segment with the largest share
- * of dead bytes is read back in budget-sized steps; the records the engine
- * still wants are appended again and the segment is freed.
+ * of dead bytes is read back in steps of whole write buffers (extents,
+ * tier/nvs_layout.h); each extent is found by its footer and walked by its
+ * directory, the records the engine still wants are appended again, and
+ * the segment is freed. An extent whose footer or directory is damaged is
+ * skipped: its records are lost (counted in objects_lost and read_badcrc),
+ * never handed to keep().
  *
  * Concurrency:
  *   s->comp_*        the cursor: read and written under s->lock, and only
@@ -56,7 +60,9 @@ compact_pick_locked(struct nvs *s, double max_frag)
     s->seg[best].state = NVS_SEG_COMPACTING;
     s->comp_seg = best;
     s->comp_gen = atomic_load_explicit(&s->seg[best].gen, memory_order_relaxed);
-    s->comp_off = NVS_SEG_HDR_SIZE;
+    s->comp_off = s->comp_scan = 0; /* the first extent holds the header */
+    s->comp_idx = 0;
+    s->comp_seen = 0;
     s->comp_end = s->seg[best].wend;
     return true;
 }
@@ -70,6 +76,8 @@ compact_finish(struct nvs *s)
     uint32_t gen = atomic_load_explicit(&g->gen, memory_order_relaxed) + 1;
     /* Pairs with the acquire load in nvs_loc_live(). */
     atomic_store_explicit(&g->gen, gen == 0 ? 1 : gen, memory_order_release);
+    /* records of extents whose footer or directory was damaged */
+    s->objects_lost += g->nrec - MIN(s->comp_seen, g->nrec);
     g->used = g->dead = g->nrec = g->ndead = 0;
     g->wend = 0;
     g->state = NVS_SEG_FREE;
@@ -91,6 +99,111 @@ compact_read(struct nvs *s, uint32_t start, uint32_t len)
     return (uint32_t)r < len ? -EIO : 0;
 }
 
+/* Whether the footer at p, the last bytes of the block ending at segment
+ * offset end, belongs to an extent of generation gen starting at or after
+ * lo and ending at end, with its directory inside it. */
+static bool
+compact_footer_ok(const struct nvs *s, const char *p, uint32_t gen, uint32_t lo,
+                  uint32_t end, struct nvs_wbuf_footer *f)
+{
+    memcpy(f, p, sizeof(*f));
+    if (f->magic != NVS_FOOT_MAGIC || f->gen != gen)
+        return false;
+    if (nvs_crc32c(0, f, offsetof(struct nvs_wbuf_footer, crc)) != f->crc)
+        return false;
+    return f->start % NVS_BLOCK == 0 && f->start >= lo && f->len > 0 &&
+           f->len <= s->cfg.wbuf_size && (uint64_t)f->start + f->len == end &&
+           f->dir_off >= f->start &&
+           (uint64_t)f->dir_off + f->dir_len <= end - sizeof(*f);
+}
+
+static void
+compact_count_bad(struct nvs *s)
+{
+    atomic_fetch_add_explicit(&s->read_badcrc, 1, memory_order_relaxed);
+}
+
+static void
+compact_count(struct nvs *s, uint64_t *ctr)
+{
+    lock_acquire(&s->lock);
+    (*ctr)++;
+    lock_release(&s->lock);
+}
+
+/* Walk the directory of the extent f (its bytes at ext, which starts at
+ * segment offset f->start) from entry *idx on. Returns records moved; *idx
+ * is UINT32_MAX when the extent is done, else the record to resume at (the
+ * flash is behind: an append returned -EAGAIN). A damaged directory counts
+ * as one bad read and ends the walk; a valid one adds its entries to
+ * *seen. */
+static int
+compact_extent(struct nvs *s, uint32_t seg, uint32_t gen, const char *ext,
+               const struct nvs_wbuf_footer *f, uint32_t *idx, uint64_t *seen,
+               nvs_keep_fn *keep, nvs_moved_fn *moved, void *arg)
+{
+    const char *dir = ext + (f->dir_off - f->start);
+    uint32_t vlo = MAX(f->start, NVS_SEG_HDR_SIZE);
+    int nmoved = 0;
+
+    if (nvs_crc32c(0, dir, f->dir_len) != f->dir_crc) {
+        compact_count_bad(s);
+        *idx = UINT32_MAX;
+        return 0;
+    }
+    uint32_t pos = 0;
+    for (uint32_t i = 0; i < f->nrec; i++) {
+        struct nvs_rec_desc d;
+        if (pos + sizeof(d) > f->dir_len) {
+            compact_count_bad(s);
+            break;
+        }
+        memcpy(&d, dir + pos, sizeof(d));
+        uint32_t ds = nvs_desc_size(d.klen);
+        if (d.magic != NVS_DESC_MAGIC || d.gen != gen ||
+            pos + ds > f->dir_len || d.voff < vlo ||
+            (uint64_t)d.voff + d.vlen > f->dir_off) {
+            compact_count_bad(s); /* a CRC-clean but impossible entry */
+            break;
+        }
+        const char *key = dir + pos + sizeof(d);
+        const char *val = ext + (d.voff - f->start);
+        pos += ds;
+        if (i < *idx)
+            continue; /* done in an earlier step */
+        if (nvs_crc32c(nvs_crc32c(0, key, d.klen), val, d.vlen) != d.crc) {
+            compact_count_bad(s);
+            continue;
+        }
+        struct nvs_loc old = {.seg = seg,
+                              .gen = gen,
+                              .off = d.voff,
+                              .vlen = d.vlen,
+                              .crc = d.crc};
+        if (!keep(arg, key, d.klen, &old)) {
+            compact_count(s, &s->compact_skipped);
+            continue;
+        }
+        struct iovec iov = {.iov_base = (void *)val, .iov_len = d.vlen};
+        struct nvs_loc nl;
+        int r = nvs_append(s, key, d.klen, &iov, 1, &nl);
+        if (r == -EAGAIN) {
+            *idx = i; /* the flash is behind: resume at this record */
+            return nmoved;
+        }
+        if (r < 0) {
+            compact_count(s, &s->compact_skipped);
+            continue;
+        }
+        moved(arg, key, d.klen, &old, &nl);
+        nmoved++;
+        compact_count(s, &s->compact_rescues);
+    }
+    *seen += f->nrec;
+    *idx = UINT32_MAX;
+    return nmoved;
+}
+
 int
 nvs_compact_step(struct nvs *s, double max_frag, uint64_t budget,
                  nvs_keep_fn *keep, nvs_moved_fn *moved, void *arg)
@@ -106,93 +219,72 @@ nvs_compact_step(struct nvs *s, double max_frag, uint64_t budget,
         return 0;
     }
     uint32_t seg = s->comp_seg, gen = s->comp_gen;
-    uint32_t off = s->comp_off, end = s->comp_end;
+    uint32_t off = s->comp_off, end = s->comp_end, idx = s->comp_idx;
+    uint32_t w = s->comp_scan;
+    uint64_t seen = s->comp_seen;
     lock_release(&s->lock);
 
-    /* One read of at most a write buffer always holds a whole record. */
-    uint32_t start = off & ~(NVS_BLOCK - 1);
-    uint64_t want = ALIGN_UP(MAX(budget, (uint64_t)NVS_BLOCK), NVS_BLOCK);
-    uint32_t len = (uint32_t)MIN(want, (uint64_t)s->cfg.wbuf_size);
-    bool again = true;
-    uint32_t p = off;
-
-    while (again) {
-        again = false;
-        len = MIN(len, end - start);
-        int r = len == 0 ? 0 : compact_read(s, start, len);
+    /* off: the first byte not accounted for (an extent start, or the start
+     * of a damaged stretch); w: where the next read starts. An extent is at
+     * most one write buffer, so one read from its start holds it whole. */
+    uint64_t got = 0;
+    bool behind = false;
+    int err = 0;
+    while (off < end && !behind && (got == 0 || got < budget)) {
+        uint32_t len = MIN(s->cfg.wbuf_size, end - w);
+        int r = compact_read(s, w, len);
         if (r < 0) {
+            /* keep the cursor: the extents done stay done */
             log_error("nvs: compaction read of segment %u failed: %s", seg,
                       strerror(-r));
-            return r;
+            err = r;
+            break;
         }
-        uint32_t stop = start + len;
-        while (p + sizeof(struct nvs_rec_header) <= stop) {
-            struct nvs_rec_header h;
-            memcpy(&h, s->comp_buf + (p - start), sizeof(h));
-            if (h.magic != NVS_REC_MAGIC || h.gen != gen) {
-                p = (uint32_t)ALIGN_UP(p + 1, NVS_BLOCK); /* a buffer's tail */
+        got += len;
+        bool reread = false;
+        for (uint32_t e = MAX(w, off) + NVS_BLOCK; e <= w + len;
+             e += NVS_BLOCK) {
+            struct nvs_wbuf_footer f;
+            const char *p = s->comp_buf + (e - w) - sizeof(f);
+            if (!compact_footer_ok(s, p, gen, off, e, &f))
                 continue;
+            if (f.start > off) {
+                compact_count_bad(s); /* [off, f.start) is lost */
+                off = f.start;
+                idx = 0;
             }
-            uint64_t rec = nvs_rec_size(h.klen, h.vlen);
-            if (p + rec > stop) {
-                if (stop < end && p == off && len < s->cfg.wbuf_size) {
-                    len = s->cfg.wbuf_size; /* budget below one record */
-                    again = true;
-                    break;
-                }
-                if (stop < end && p != off)
-                    break; /* the rest at the next step */
-                /* cannot be a whole record: skip the block */
-                p = (uint32_t)ALIGN_UP(p + 1, NVS_BLOCK);
-                continue;
+            if (f.start < w) {
+                reread = true; /* begins before this read */
+                break;
             }
-            const char *key = s->comp_buf + (p - start) + sizeof(h);
-            if (nvs_crc32c(0, key, (uint64_t)h.klen + h.vlen) != h.crc) {
-                atomic_fetch_add_explicit(&s->read_badcrc, 1,
-                                          memory_order_relaxed);
-                p += (uint32_t)rec;
-                continue;
+            nmoved += compact_extent(s, seg, gen, s->comp_buf + (f.start - w),
+                                     &f, &idx, &seen, keep, moved, arg);
+            if (idx != UINT32_MAX) {
+                behind = true;
+                break;
             }
-            struct nvs_loc old = {
-                .seg = seg, .gen = gen, .off = p, .vlen = h.vlen, .crc = h.crc};
-            if (!keep(arg, key, h.klen, &old)) {
-                lock_acquire(&s->lock);
-                s->compact_skipped++;
-                lock_release(&s->lock);
-                p += (uint32_t)rec;
-                continue;
-            }
-            struct iovec iov = {.iov_base = (void *)(key + h.klen),
-                                .iov_len = h.vlen};
-            struct nvs_loc nl;
-            r = nvs_append(s, key, h.klen, &iov, 1, &nl);
-            if (r == -EAGAIN) {
-                /* the flash is behind: resume at this record next time */
-                lock_acquire(&s->lock);
-                s->comp_off = p;
-                lock_release(&s->lock);
-                return nmoved;
-            }
-            if (r < 0) {
-                lock_acquire(&s->lock);
-                s->compact_skipped++;
-                lock_release(&s->lock);
-            } else {
-                moved(arg, key, h.klen, &old, &nl);
-                nmoved++;
-                lock_acquire(&s->lock);
-                s->compact_rescues++;
-                lock_release(&s->lock);
-            }
-            p += (uint32_t)rec;
+            off = e;
+            idx = 0;
         }
+        if (behind || reread || off >= w + len)
+            w = off;
+        else if (w + len >= end) {
+            compact_count_bad(s); /* no valid footer after off: lost */
+            off = end;
+        } else if (off > w)
+            w = off; /* the extent at off is cut by this read */
+        else
+            w += len; /* the extent at off is damaged: look further on */
     }
-    if (p >= end) {
+    lock_acquire(&s->lock);
+    s->comp_off = off;
+    s->comp_scan = w;
+    s->comp_idx = idx;
+    s->comp_seen = seen;
+    lock_release(&s->lock);
+    if (err < 0)
+        return nmoved > 0 ? nmoved : err;
+    if (off >= end)
         compact_finish(s);
-    } else {
-        lock_acquire(&s->lock);
-        s->comp_off = p;
-        lock_release(&s->lock);
-    }
     return nmoved;
 }

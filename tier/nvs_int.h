@@ -73,7 +73,10 @@ struct nvs_wbuf {
     uint32_t seg, gen;     /* where the buffer goes */
     uint32_t seg_off;      /* segment offset of buf[0], 4 KiB aligned */
     uint32_t cap;          /* bytes usable (to the segment's end) */
-    uint32_t fill;         /* bytes reserved */
+    uint32_t vend;         /* values (and the header block) end here */
+    uint32_t dlen;         /* directory bytes, down from buf + cap */
+    uint32_t nrec;         /* records reserved */
+    uint32_t len;          /* extent bytes to write, set when sealed */
     _Atomic uint32_t refs; /* copies in progress, +1 while FILLING */
     int state;             /* enum nvs_wbuf_state */
     struct nvs_wbuf *next; /* writer queue */
@@ -108,7 +111,10 @@ struct nvs {
     /* compaction cursor (L) */
     uint32_t comp_seg; /* UINT32_MAX: none */
     uint32_t comp_gen, comp_off, comp_end;
-    char *comp_buf; /* wbuf_size bytes, maintenance thread only */
+    uint32_t comp_idx;  /* directory entries of comp_off's extent done */
+    uint32_t comp_scan; /* where the next read starts (>= comp_off) */
+    uint64_t comp_seen; /* records found in valid directories */
+    char *comp_buf;     /* wbuf_size bytes, maintenance thread only */
 
     /* counters: (L) under s->lock, (A) atomics */
     uint64_t page_reclaims, objects_lost;            /* (L) */
@@ -137,10 +143,9 @@ struct nvs {
 /* tier/nvs.c */
 /* Tests: use the table CRC even where SSE4.2 is available. */
 void nvs_crc32c_force_table(bool on);
-/* Copy the record at loc into dst when it is still in a write buffer:
- * true when copied (size bytes). Locks: takes s->lock. */
-bool nvs_wbuf_copy(struct nvs *s, const struct nvs_loc *loc, void *dst,
-                   uint32_t size);
+/* Copy the value at loc (loc->vlen bytes) into dst when it is still in a
+ * write buffer: true when copied. Locks: takes s->lock. */
+bool nvs_wbuf_copy(struct nvs *s, const struct nvs_loc *loc, void *dst);
 uint64_t nvs_loc_foff(const struct nvs *s, const struct nvs_loc *loc);
 int nvs_loc_fd(const struct nvs *s, const struct nvs_loc *loc);
 void nvs_hist_add(struct nvs *s, uint64_t ns);

@@ -2,9 +2,10 @@
  * Reads from the NVMe store: a per-thread struct nvs_ring over the
  * thread's own io_uring (or the fallback's pread pool, tier/nvs_io.c).
  * Each queued read owns a slot with a 4 KiB-aligned buffer; the read
- * covers the record's 4 KiB-aligned range, and the record is checked on
- * completion (generation, magic, key, lengths, CRC32C) before its value is
- * handed out.
+ * covers only the 4 KiB blocks that hold the value (one block for a value
+ * of up to 4 KiB placed within a block, tier/nvs_layout.h), and is checked
+ * on completion against the locator (generation, then CRC32C of the
+ * caller's key and the bytes read) before the value is handed out.
  *
  * Concurrency:
  *   struct nvs_ring  its owner only (asserted in debug builds): the
@@ -50,9 +51,9 @@ struct nvs_slot {
     struct nvs_read *rd; /* NULL once abandoned */
     char *buf;
     uint32_t cap;  /* bytes of buf */
-    uint32_t len;  /* bytes read: the record's aligned range */
-    uint32_t skip; /* record offset in buf */
-    uint32_t size; /* record bytes */
+    uint32_t len;  /* bytes read: the value's aligned range */
+    uint32_t skip; /* value offset in buf */
+    uint32_t size; /* value bytes */
     int state;
     int res; /* the I/O's byte count or -errno */
     uint64_t t0, deadline;
@@ -191,9 +192,12 @@ nvs_ring_fd(const struct nvs_ring *r)
 
 /* ---- completion ---------------------------------------------------------- */
 
-/* Check the record in sl's buffer against rd: 0 or the read's error. */
+/* Check the value in sl's buffer against rd's locator and key: 0 or the
+ * read's error. got: bytes that arrived (or -errno); io: bytes read from
+ * the device (0 when served from a write buffer). */
 static int
-ring_check(struct nvs *s, struct nvs_slot *sl, struct nvs_read *rd, int got)
+ring_check(struct nvs *s, struct nvs_slot *sl, struct nvs_read *rd, int got,
+           uint32_t io)
 {
     if (got < 0 || (uint32_t)got < sl->skip + sl->size) {
         atomic_fetch_add_explicit(&s->read_ioerr, 1, memory_order_relaxed);
@@ -203,20 +207,14 @@ ring_check(struct nvs *s, struct nvs_slot *sl, struct nvs_read *rd, int got)
         atomic_fetch_add_explicit(&s->read_stale, 1, memory_order_relaxed);
         return -ESTALE;
     }
-    const char *p = sl->buf + sl->skip;
-    struct nvs_rec_header h;
-    memcpy(&h, p, sizeof(h));
-    const char *key = p + sizeof(h);
-    bool ok = h.magic == NVS_REC_MAGIC && h.gen == rd->loc.gen &&
-              h.klen == rd->klen && h.vlen == rd->loc.vlen &&
-              h.crc == rd->loc.crc && memcmp(key, rd->key, rd->klen) == 0 &&
-              nvs_crc32c(0, key, (uint64_t)h.klen + h.vlen) == h.crc;
-    if (!ok) {
+    const char *v = sl->buf + sl->skip;
+    uint32_t crc = nvs_crc32c(nvs_crc32c(0, rd->key, rd->klen), v, sl->size);
+    if (crc != rd->loc.crc) {
         atomic_fetch_add_explicit(&s->read_badcrc, 1, memory_order_relaxed);
         return -EBADMSG;
     }
-    rd->value = key + h.klen;
-    atomic_fetch_add_explicit(&s->bytes_read, h.vlen, memory_order_relaxed);
+    rd->value = v;
+    atomic_fetch_add_explicit(&s->bytes_read, io, memory_order_relaxed);
     atomic_fetch_add_explicit(&s->objects_read, 1, memory_order_relaxed);
     return 0;
 }
@@ -243,7 +241,7 @@ ring_io_done(struct nvs_ring *r, struct nvs_slot *sl, int res)
             res = (int)sl->skip + (int)sl->size / 2;
     }
     struct nvs_read *rd = sl->rd;
-    rd->res = ring_check(s, sl, rd, res);
+    rd->res = ring_check(s, sl, rd, res, sl->len);
     rd->lat_ns = clock_nsec() - sl->t0;
     nvs_hist_add(s, rd->lat_ns);
     ring_ready_push(r, sl);
@@ -352,7 +350,7 @@ nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd)
     rd->priv = sl;
     rd->next = NULL;
     sl->rd = rd;
-    sl->size = (uint32_t)nvs_rec_size(rd->klen, rd->loc.vlen);
+    sl->size = rd->loc.vlen;
     uint64_t end = (uint64_t)rd->loc.off + sl->size;
 
     if (!nvs_loc_live(s, &rd->loc)) {
@@ -361,7 +359,7 @@ nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd)
         goto ready;
     }
     if (sl->size > s->cfg.wbuf_size || end > s->cfg.seg_size ||
-        rd->loc.off % NVS_REC_ALIGN != 0) {
+        rd->loc.off < NVS_SEG_HDR_SIZE) {
         atomic_fetch_add_explicit(&s->read_badcrc, 1, memory_order_relaxed);
         rd->res = -EBADMSG;
         goto ready;
@@ -369,13 +367,14 @@ nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd)
     uint64_t start = rd->loc.off & ~(uint64_t)(NVS_BLOCK - 1);
     sl->skip = (uint32_t)(rd->loc.off - start);
     sl->len = (uint32_t)(ALIGN_UP(end, NVS_BLOCK) - start);
-    if (slot_buf_reserve(sl, sl->len) < 0) {
+    if (slot_buf_reserve(sl, MAX(sl->len, NVS_BLOCK)) < 0) {
         rd->res = -ENOMEM;
         goto ready;
     }
-    /* Still in a write buffer: served from DRAM, no I/O. */
-    if (nvs_wbuf_copy(s, &rd->loc, sl->buf + sl->skip, sl->size)) {
-        rd->res = ring_check(s, sl, rd, (int)(sl->skip + sl->size));
+    /* Still in a write buffer: served from DRAM, no I/O. An empty value
+     * needs no I/O either: the CRC of the key says it all. */
+    if (sl->size == 0 || nvs_wbuf_copy(s, &rd->loc, sl->buf + sl->skip)) {
+        rd->res = ring_check(s, sl, rd, (int)(sl->skip + sl->size), 0);
         goto ready;
     }
 

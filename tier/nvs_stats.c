@@ -185,10 +185,17 @@ nvs_check_locked(struct nvs *s)
               w == s->cur ? "not filling but" : "filling but not");
         if (w->state == NVS_WB_FREE)
             continue;
-        CHECK(w->fill <= w->cap && w->seg_off % NVS_BLOCK == 0 &&
+        CHECK((uint64_t)w->vend + w->dlen + sizeof(struct nvs_wbuf_footer) <=
+                      w->cap &&
+                  w->seg_off % NVS_BLOCK == 0 &&
                   (uint64_t)w->seg_off + w->cap <= s->cfg.seg_size,
-              "nvs: write buffer %u: fill %u cap %u at %u", k, w->fill, w->cap,
-              w->seg_off);
+              "nvs: write buffer %u: values to %u, directory %u, cap %u at %u",
+              k, w->vend, w->dlen, w->cap, w->seg_off);
+        CHECK(w->state == NVS_WB_FILLING ||
+                  (w->len % NVS_BLOCK == 0 && w->len <= w->cap &&
+                   w->len >= w->vend + w->dlen),
+              "nvs: sealed write buffer %u has an extent of %u bytes", k,
+              w->len);
         CHECK(w->gen == atomic_load_explicit(&s->seg[w->seg].gen,
                                              memory_order_relaxed),
               "nvs: write buffer %u has an old generation of segment %u", k,

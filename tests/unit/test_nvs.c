@@ -337,9 +337,10 @@ test_wbuf_spanning_and_e2big(void **state)
         fx_fill(v, n, i, 0);
         assert_int_equal(fx_append(f.s, key, v, n, &loc[i]), 0);
     }
-    uint32_t rec = (uint32_t)nvs_rec_size(2, n);
-    assert_int_equal(loc[1].off, NVS_SEG_HDR_SIZE + rec);
-    assert_int_equal(loc[2].off, NVS_SEG_HDR_SIZE + 2 * rec);
+    /* values carry no header; each would span 6 blocks right after the
+     * previous one and 5 from the next boundary, 480 bytes on */
+    assert_int_equal(loc[1].off, 24576);
+    assert_int_equal(loc[2].off, 45056);
     /* the fourth does not fit the first buffer: it starts the second */
     assert_int_equal(loc[3].off, FX_WBUF);
     assert_int_equal(loc[3].seg, loc[0].seg);
@@ -353,9 +354,10 @@ test_wbuf_spanning_and_e2big(void **state)
         assert_int_equal(nvs_flush(f.s), 0);
     }
 
-    /* the largest record fills a buffer after a segment header */
-    uint32_t max = FX_WBUF - NVS_SEG_HDR_SIZE -
-                   (uint32_t)sizeof(struct nvs_rec_header) - 2;
+    /* the largest record (value, descriptor, footer) fills a buffer after a
+     * segment header */
+    uint32_t max = FX_WBUF - NVS_SEG_HDR_SIZE - nvs_desc_size(2) -
+                   (uint32_t)sizeof(struct nvs_wbuf_footer);
     fx_fill(v, max + 1, 9, 9);
     assert_int_equal(fx_append(f.s, "kx", v, max + 1, &loc[0]), -E2BIG);
     assert_int_equal(fx_append(f.s, "kx", v, max, &loc[0]), 0);
@@ -437,15 +439,14 @@ test_two_paths(void **state)
         assert_int_equal(fx_read(r, &loc[i], key, out), 0);
         assert_true(fx_check(out, sizeof(out), (uint32_t)i, 2));
     }
-    /* the last record sits in the second file, at its segment's offset */
+    /* the last value sits in the second file, at its segment's offset */
     int fd = open(path2, O_RDONLY);
     assert_true(fd >= 0);
-    uint32_t magic = 0;
     assert_int_equal(
-        pread(fd, &magic, 4,
+        pread(fd, out, sizeof(out),
               (off_t)(loc[n - 1].seg - 2) * FX_SEG + loc[n - 1].off),
-        4);
-    assert_int_equal(magic, NVS_REC_MAGIC);
+        sizeof(out));
+    assert_true(fx_check(out, sizeof(out), (uint32_t)n - 1, 2));
     close(fd);
     nvs_ring_destroy(r);
     nvs_close(s);
@@ -648,13 +649,12 @@ test_corruption_is_badmsg(void **state)
     assert_int_equal(nvs_flush(f.s), 0);
     int fd = open(f.path, O_RDWR);
     assert_true(fd >= 0);
-    /* one byte in record 0's value, record 1's magic, record 2's gen, each
-     * inverted (a fixed byte could equal what is there: the generation is
-     * seeded from the clock) */
+    /* one byte inverted in value 0's middle, value 1's first byte and value
+     * 2's last byte */
     uint64_t base = (uint64_t)loc[0].seg * FX_SEG;
-    flip_byte(fd, base + loc[0].off + 24 + 2 + 100);
+    flip_byte(fd, base + loc[0].off + 100);
     flip_byte(fd, base + loc[1].off);
-    flip_byte(fd, base + loc[2].off + 4);
+    flip_byte(fd, base + loc[2].off + sizeof(v) - 1);
     assert_int_equal(fsync(fd), 0);
     close(fd);
     for (int i = 0; i < 3; i++)
