@@ -47,9 +47,11 @@
  * Concurrency:
  *   c->nvs                set at open, read-only after; the store is
  *                         thread-safe (tier/nvs.h).
- *   c->ext_hdr_page       set at open; taken once by an atomic exchange
- *                         (hdr_reserve_use, or ext_close).
- *   t->ext_ring, ext_aring, ext_recache_ctr, ext_want_page
+ *   c->ext_hdr_page       the header reserve: set at open, taken by an
+ *                         atomic exchange (hdr_reserve_use, ext_close),
+ *                         refilled by a compare-exchange from empty
+ *                         (hdr_reserve_refill), so one owner at a time.
+ *   t->ext_ring, ext_aring, ext_recache_ctr, ext_want_page, ext_refill
  *                         owner thread only (struct cache_thread); at
  *                         tc_close, the closing thread takes over the
  *                         rings of threads that stopped calling
