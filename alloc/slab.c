@@ -9,19 +9,22 @@
  *     entering a class is written before it is published in that class's
  *     lists); read without a lock by slab_class_of()/slab_chunk_usable()/
  *     slab_ref() as hints (relaxed atomics), the caller rechecks what matters.
- *   page->ref_bits[]: relaxed atomic bits. Set by readers without a lock,
- *     cleared under the class lock by the CLOCK scan. A lost set or clear
- *     only changes which item is evicted next, never correctness.
- *   page->atime[]: relaxed 16-bit atomics, one per chunk. Set by readers
- *     and writers without a lock (slab_atime_set); slab_atime_rebase clamps
- *     old ones with a compare-exchange (a fresh time set meanwhile wins),
- *     one page at a time under its class lock. A lost update only skews one
- *     item's meta l / me la= by the time between two accesses.
+ *   page->chunk_word[]: relaxed 16-bit atomics, one per chunk: 3 bits
+ *     (reference, fetched, win) and 13 bits of access time. Bits set by
+ *     readers without a lock, the reference bit cleared under the class
+ *     lock by the CLOCK scan; a lost set or clear only changes which item
+ *     is evicted next, never correctness. The time is set by readers and
+ *     writers without a lock with a compare-exchange that keeps the bits
+ *     (slab_atime_set, slab_touch); slab_atime_rebase clamps old ones with a
+ *     compare-exchange (a fresh time set meanwhile wins), one page at a time
+ *     under its class lock. slab_fresh stores the whole word: only for a
+ *     chunk no reader can see (the CLOCK scan may clear its reference bit
+ *     meanwhile, which is clear either way).
  *   s->atime_next: relaxed atomic; whoever swaps it runs the rebase.
  *   page->free_bits/bits_words (the bitmap allocation): resized only while
  *     the page sits in the pool (add_page, no lock: the pool handed the page
  *     to this thread alone, and no reader can hold one of its chunks, all
- *     freed after a grace period); ref_bits and atime are repointed under
+ *     freed after a grace period); chunk_word is repointed under
  *     the class lock in install_page_locked before any of them is written.
  *   Immutable after slab_create: classes' size/perpage/recip and the page
  *     info array.
@@ -56,16 +59,17 @@
  * 2^22 (Granlund-Montgomery), and it avoids a divide on the read path. */
 #define RECIP_SHIFT 42
 
-/* per-chunk DRAM bits in page->ref_bits (4 per chunk) */
-#define BIT_REF 1ull
-#define BIT_FETCHED 2ull
-#define BIT_WIN 4ull
-#define BITS_ALL 15ull
-#define BITS_WORD(idx) ((idx) / 16)
-#define BITS_SHIFT(idx) (4 * ((idx) % 16))
+/* a chunk's 16-bit DRAM word in page->chunk_word: 3 bits, then the time */
+#define BIT_REF 1u
+#define BIT_FETCHED 2u
+#define BIT_WIN 4u
+#define BITS_ALL 7u
+#define TIME_SHIFT 3
+#define TIME_MASK (SLAB_ATIME_WRAP - 1)
+_Static_assert(TIME_SHIFT + SLAB_ATIME_BITS == 16, "one 16-bit word a chunk");
 /* 64-bit words of one page's DRAM tables per free-bit word (64 chunks):
- * free bits 1, reference bits 4, access times 16 (2 bytes a chunk) */
-#define TABLE_WORDS 21
+ * free bits 1, chunk words 16 (2 bytes a chunk) */
+#define TABLE_WORDS 17
 
 enum page_state {
     PAGE_FREE = 0,     /* in the pool */
@@ -82,16 +86,14 @@ struct slab_page {
     uint32_t scan_word;    /* lowest bitmap word that may hold a free bit */
     uint32_t bits_words;   /* capacity of the bitmaps, in free-bit words */
     _Atomic uint32_t used; /* ablation only: chunks holding an item */
-    uint64_t *free_bits;   /* 1 = free chunk; free_bits and ref_bits share one
-                              allocation, sized for the page's class when it
-                              joins one and only ever grown */
-    /* four bits per chunk, 16 chunks a word: the CLOCK reference bit,
-     * "fetched since stored", "recache win claimed", one spare; one atomic
-     * op sets reference and fetched together */
-    _Atomic uint64_t *ref_bits;
-    /* per chunk: low 16 bits of the unix second of its last store or read
-     * hit (see slab_atime_set) */
-    _Atomic uint16_t *atime;
+    uint64_t *free_bits;   /* 1 = free chunk; free_bits and chunk_word share
+                              one allocation, sized for the page's class when
+                              it joins one and only ever grown */
+    /* one word per chunk: the CLOCK reference bit, "fetched since stored",
+     * "recache win claimed" (BIT_*), and above them the unix second of its
+     * last store or read hit modulo 2^13 (see slab_atime_set); one atomic
+     * op sets reference, fetched and time together */
+    _Atomic uint16_t *chunk_word;
 };
 
 struct slab_class {
@@ -470,10 +472,9 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
                     uint32_t pg)
 {
     struct slab_page *p = &s->page[pg];
-    /* the layout follows this class: ref bits right after its free bits
-     * (set before either is written) */
-    p->ref_bits = (_Atomic uint64_t *)(p->free_bits + c->nwords);
-    p->atime = (_Atomic uint16_t *)(p->free_bits + 5 * c->nwords);
+    /* the layout follows this class: chunk words right after its free
+     * bits (set before either is written) */
+    p->chunk_word = (_Atomic uint16_t *)(p->free_bits + c->nwords);
     memset(p->free_bits, 0, c->nwords * sizeof(uint64_t));
     for (uint32_t w = 0; w < c->perpage / 64; w++)
         p->free_bits[w] = ~0ull;
@@ -481,8 +482,8 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
         p->free_bits[c->perpage / 64] = (1ull << (c->perpage % 64)) - 1;
     for (uint32_t i = 0; i < c->reserved; i++) /* ablation: the header */
         p->free_bits[i / 64] &= ~(1ull << (i % 64));
-    for (uint32_t w = 0; w < 4 * c->nwords; w++)
-        atomic_store_explicit(&p->ref_bits[w], 0, memory_order_relaxed);
+    for (uint32_t i = 0; i < 64 * c->nwords; i++)
+        atomic_store_explicit(&p->chunk_word[i], 0, memory_order_relaxed);
     p->nfree = c->perpage - c->reserved;
     p->scan_word = 0;
     atomic_store_explicit(&p->used, 0, memory_order_relaxed);
@@ -499,10 +500,8 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
 
 /* Give a page that is in the pool (so nobody reads its bits: its chunks
  * were all freed after a grace period) tables for nwords words of free
- * bits, 4 * nwords of reference bits and 16 * nwords of access times. The
- * access times are not cleared when a page changes class: every chunk gets
- * one when it is stored, before anyone can read it. DRAM only, no lock
- * held. */
+ * bits and 16 * nwords of chunk words (cleared by install_page_locked).
+ * DRAM only, no lock held. */
 static int
 size_bits(struct slab *s, struct slab_page *p, uint32_t nwords)
 {
@@ -516,8 +515,7 @@ size_bits(struct slab *s, struct slab_page *p, uint32_t nwords)
         memory_order_relaxed);
     free(p->free_bits);
     p->free_bits = b;
-    p->ref_bits = (_Atomic uint64_t *)(b + nwords);
-    p->atime = (_Atomic uint16_t *)(b + 5 * nwords);
+    p->chunk_word = (_Atomic uint16_t *)(b + nwords);
     p->bits_words = nwords;
     return 0;
 }
@@ -606,8 +604,7 @@ slab_give(struct slab *s, unsigned cls, const uint64_t *offs, unsigned n)
             abort();
         }
         p->free_bits[idx / 64] |= bit;
-        atomic_fetch_and_explicit(&p->ref_bits[BITS_WORD(idx)],
-                                  ~(BITS_ALL << BITS_SHIFT(idx)),
+        atomic_fetch_and_explicit(&p->chunk_word[idx], (uint16_t)~BITS_ALL,
                                   memory_order_relaxed);
         if (idx / 64 < p->scan_word)
             p->scan_word = idx / 64;
@@ -648,17 +645,17 @@ slab_page_draining(const struct slab *s, uint32_t page)
                PAGE_DRAINING;
 }
 
-/* The word and shift of a chunk's DRAM bits, or NULL for a free page. */
-static _Atomic uint64_t *
-chunk_bits(const struct slab *s, uint64_t off, unsigned *shift)
+/* The chunk's DRAM word and its page's class, or NULL for a free page.
+ * Inlined: it is most of every lock-free bit operation below. */
+static inline __attribute__((always_inline)) _Atomic uint16_t *
+chunk_word(const struct slab *s, uint64_t off, unsigned *cls_out)
 {
     const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
     unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
+    *cls_out = cls;
     if (unlikely(cls == SLAB_NO_CLASS))
         return NULL;
-    uint32_t idx = chunk_index(&s->cls[cls], off);
-    *shift = BITS_SHIFT(idx);
-    return &p->ref_bits[BITS_WORD(idx)];
+    return &p->chunk_word[chunk_index(&s->cls[cls], off)];
 }
 
 /* Ablation only: the mirror of the CLOCK bit of the chunk at off. */
@@ -674,23 +671,20 @@ pmeta_ref_at(const struct slab *s, uint64_t off, bool set)
 void
 slab_prefetch(const struct slab *s, uint64_t off)
 {
-    const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
-    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
-    if (unlikely(cls == SLAB_NO_CLASS))
-        return;
-    uint32_t idx = chunk_index(&s->cls[cls], off);
-    __builtin_prefetch((const void *)&p->ref_bits[BITS_WORD(idx)], 1, 3);
-    __builtin_prefetch((const void *)&p->atime[idx], 1, 3);
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    if (w)
+        __builtin_prefetch((const void *)w, 1, 3);
 }
 
 void
 slab_ref(struct slab *s, uint64_t off)
 {
-    unsigned shift;
-    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
     if (!w)
         return;
-    uint64_t both = (BIT_REF | BIT_FETCHED) << shift;
+    uint16_t both = BIT_REF | BIT_FETCHED;
     /* Read first: a hot item's bits are already set, and skipping the
      * read-modify-write keeps its cache line shared between cores. */
     if ((atomic_load_explicit(w, memory_order_relaxed) & both) != both) {
@@ -703,21 +697,18 @@ slab_ref(struct slab *s, uint64_t off)
 bool
 slab_fetched(const struct slab *s, uint64_t off)
 {
-    unsigned shift;
-    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
-    return w && (atomic_load_explicit(w, memory_order_relaxed) &
-                 (BIT_FETCHED << shift));
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    return w && (atomic_load_explicit(w, memory_order_relaxed) & BIT_FETCHED);
 }
 
 void
 slab_reset_bits(struct slab *s, uint64_t off)
 {
-    unsigned shift;
-    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
-    if (w &&
-        (atomic_load_explicit(w, memory_order_relaxed) & (BITS_ALL << shift))) {
-        atomic_fetch_and_explicit(w, ~(BITS_ALL << shift),
-                                  memory_order_relaxed);
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    if (w && (atomic_load_explicit(w, memory_order_relaxed) & BITS_ALL)) {
+        atomic_fetch_and_explicit(w, (uint16_t)~BITS_ALL, memory_order_relaxed);
         if (PMETA_ON(s))
             pmeta_ref_at(s, off, false);
     }
@@ -726,75 +717,137 @@ slab_reset_bits(struct slab *s, uint64_t off)
 bool
 slab_claim(struct slab *s, uint64_t off)
 {
-    unsigned shift;
-    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
     if (!w)
         return false;
     /* relaxed: the bit itself is the whole message, nothing else is
      * published with it */
-    uint64_t old =
-        atomic_fetch_or_explicit(w, BIT_WIN << shift, memory_order_relaxed);
-    return !(old & (BIT_WIN << shift));
+    uint16_t old = atomic_fetch_or_explicit(w, BIT_WIN, memory_order_relaxed);
+    return !(old & BIT_WIN);
 }
 
 bool
 slab_claimed(const struct slab *s, uint64_t off)
 {
-    unsigned shift;
-    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
-    return w &&
-           (atomic_load_explicit(w, memory_order_relaxed) & (BIT_WIN << shift));
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    return w && (atomic_load_explicit(w, memory_order_relaxed) & BIT_WIN);
 }
 
 /* --- access times (meta l, me la=) --- */
 
-/* The chunk's access time slot, or NULL for a free page. */
-static _Atomic uint16_t *
-chunk_atime(const struct slab *s, uint64_t off)
+static inline uint16_t
+word_time(uint16_t v)
 {
-    const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
-    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
-    if (unlikely(cls == SLAB_NO_CLASS))
-        return NULL;
-    return &p->atime[chunk_index(&s->cls[cls], off)];
+    return (uint16_t)(v >> TIME_SHIFT);
+}
+
+static inline uint16_t
+word_with_time(uint16_t v, uint32_t now)
+{
+    return (uint16_t)((v & BITS_ALL) | (now & TIME_MASK) << TIME_SHIFT);
+}
+
+/* Seconds from a stored time to now, modulo 2^13, capped. */
+static inline uint32_t
+atime_age(uint16_t then, uint32_t now)
+{
+    uint32_t age = (now - then) & TIME_MASK;
+    return age > SLAB_ATIME_CAP ? SLAB_ATIME_CAP : age;
+}
+
+/* Store the time into *w keeping its bits, as a compare-exchange from v (the
+ * word last loaded): a bit set or cleared meanwhile makes it retry, never
+ * lost. */
+static inline void
+word_set_time(_Atomic uint16_t *w, uint16_t v, uint32_t now)
+{
+    while (!atomic_compare_exchange_weak_explicit(w, &v, word_with_time(v, now),
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
 }
 
 void
 slab_atime_set(struct slab *s, uint64_t off, uint32_t now)
 {
-    _Atomic uint16_t *a = chunk_atime(s, off);
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    if (!w)
+        return;
     /* Read first, as slab_ref: an item read many times a second is
      * written once a second. */
-    if (a && atomic_load_explicit(a, memory_order_relaxed) != (uint16_t)now)
-        atomic_store_explicit(a, (uint16_t)now, memory_order_relaxed);
-}
-
-/* Seconds from a stored time to now, modulo 2^16, capped. */
-static uint32_t
-atime_age(uint16_t then, uint32_t now)
-{
-    uint32_t age = (uint16_t)((uint16_t)now - then);
-    return age > SLAB_ATIME_CAP ? SLAB_ATIME_CAP : age;
+    uint16_t v = atomic_load_explicit(w, memory_order_relaxed);
+    if (word_time(v) != (now & TIME_MASK))
+        word_set_time(w, v, now);
 }
 
 uint32_t
 slab_atime_age(const struct slab *s, uint64_t off, uint32_t now)
 {
-    _Atomic uint16_t *a = chunk_atime(s, off);
-    if (!a)
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    if (!w)
         return SLAB_ATIME_CAP;
-    return atime_age(atomic_load_explicit(a, memory_order_relaxed), now);
+    return atime_age(word_time(atomic_load_explicit(w, memory_order_relaxed)),
+                     now);
 }
 
 void
 slab_atime_copy(struct slab *s, uint64_t dst, uint64_t src)
 {
-    _Atomic uint16_t *from = chunk_atime(s, src);
-    _Atomic uint16_t *to = chunk_atime(s, dst);
+    unsigned cls;
+    _Atomic uint16_t *from = chunk_word(s, src, &cls);
+    _Atomic uint16_t *to = chunk_word(s, dst, &cls);
     if (from && to)
-        atomic_store_explicit(to,
-                              atomic_load_explicit(from, memory_order_relaxed),
-                              memory_order_relaxed);
+        word_set_time(
+            to, atomic_load_explicit(to, memory_order_relaxed),
+            word_time(atomic_load_explicit(from, memory_order_relaxed)));
+}
+
+void
+slab_touch(struct slab *s, uint64_t off, uint32_t now, bool bump,
+           struct slab_seen *out)
+{
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    if (!w) {
+        *out = (struct slab_seen){SLAB_ATIME_CAP, SLAB_NO_CLASS, false, false};
+        return;
+    }
+    uint16_t v = atomic_load_explicit(w, memory_order_relaxed);
+    out->age = atime_age(word_time(v), now);
+    out->cls = (uint8_t)cls;
+    out->fetched = v & BIT_FETCHED;
+    out->claimed = v & BIT_WIN;
+    if (!bump)
+        return;
+    /* as slab_ref and slab_atime_set: no write when nothing changes, so a
+     * hot item's line stays shared; one compare-exchange when it does */
+    uint16_t want = word_with_time(v | BIT_REF | BIT_FETCHED, now);
+    if (want == v)
+        return;
+    while (!atomic_compare_exchange_weak_explicit(
+        w, &v, want, memory_order_relaxed, memory_order_relaxed))
+        want = word_with_time(v | BIT_REF | BIT_FETCHED, now);
+    if (PMETA_ON(s) && (v & (BIT_REF | BIT_FETCHED)) != (BIT_REF | BIT_FETCHED))
+        pmeta_ref_at(s, off, true);
+}
+
+void
+slab_fresh(struct slab *s, uint64_t off, uint32_t now, bool win)
+{
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    if (!w)
+        return;
+    uint16_t v = atomic_load_explicit(w, memory_order_relaxed);
+    uint16_t want = word_with_time(win ? BIT_WIN : 0, now);
+    if (v != want)
+        atomic_store_explicit(w, want, memory_order_relaxed);
+    if (PMETA_ON(s) && (v & BIT_REF))
+        pmeta_ref_at(s, off, false);
 }
 
 /* Clamp the times of one page's chunks older than the cap to exactly the
@@ -803,18 +856,22 @@ static unsigned long
 rebase_page_locked(const struct slab_class *c, struct slab_page *p,
                    uint32_t now)
 {
-    uint16_t capped = (uint16_t)(now - SLAB_ATIME_CAP);
+    uint32_t capped = now - SLAB_ATIME_CAP;
     unsigned long n = 0;
     for (uint32_t i = 0; i < c->perpage; i++) {
-        uint16_t v = atomic_load_explicit(&p->atime[i], memory_order_relaxed);
-        if ((uint16_t)((uint16_t)now - v) < SLAB_ATIME_CAP)
-            continue;
-        /* relaxed: only this slot is published; a reader that set a fresh
-         * time since the load makes the exchange fail, and its time stays */
-        if (atomic_compare_exchange_strong_explicit(&p->atime[i], &v, capped,
-                                                    memory_order_relaxed,
-                                                    memory_order_relaxed))
-            n++;
+        _Atomic uint16_t *w = &p->chunk_word[i];
+        uint16_t v = atomic_load_explicit(w, memory_order_relaxed);
+        /* relaxed: only this word is published; a reader that set a fresh
+         * time since the load makes the exchange fail, and its time stays;
+         * one that only changed a bit makes it retry */
+        while (((now - word_time(v)) & TIME_MASK) >= SLAB_ATIME_CAP) {
+            if (atomic_compare_exchange_weak_explicit(
+                    w, &v, word_with_time(v, capped), memory_order_relaxed,
+                    memory_order_relaxed)) {
+                n++;
+                break;
+            }
+        }
     }
     return n;
 }
@@ -897,10 +954,10 @@ slab_scan(struct slab *s, unsigned cls, struct slab_cursor *cur,
         if (p->free_bits[idx / 64] & bit)
             continue;
         if (mode == SLAB_SCAN_CLOCK) {
-            _Atomic uint64_t *w = &p->ref_bits[BITS_WORD(idx)];
-            uint64_t ref = BIT_REF << BITS_SHIFT(idx);
-            if (atomic_load_explicit(w, memory_order_relaxed) & ref) {
-                atomic_fetch_and_explicit(w, ~ref, memory_order_relaxed);
+            _Atomic uint16_t *w = &p->chunk_word[idx];
+            if (atomic_load_explicit(w, memory_order_relaxed) & BIT_REF) {
+                atomic_fetch_and_explicit(w, (uint16_t)~BIT_REF,
+                                          memory_order_relaxed);
                 if (PMETA_ON(s))
                     pmeta_ref(s, c, pg, idx, false);
                 continue;

@@ -256,6 +256,18 @@ cache_class_of(const struct cache *c, uint64_t off)
     return cls < 0 ? 0 : (unsigned)cls;
 }
 
+void
+cache_touch_dram(struct cache *c, uint64_t off, bool bump,
+                 struct slab_seen *out)
+{
+    out->fetched = cache_bit_fetched(c, off);
+    out->claimed = cache_bit_claimed(c, off);
+    out->age = cache_atime_age(c, off, 0);
+    out->cls = (uint8_t)cache_class_of(c, off);
+    if (bump)
+        cache_bit_ref(c, off);
+}
+
 static void
 class_add(struct cache_thread *t, uint64_t off, int sign)
 {
