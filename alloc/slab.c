@@ -353,22 +353,27 @@ static unsigned
 take_locked(struct slab *s, struct slab_class *c, uint64_t *offs, unsigned want)
 {
     unsigned n = 0;
+    /* tested once: the word loop below is the quota refill's whole cost */
+    bool pmeta = PMETA_ON(s);
     while (n < want && c->partial != NO_PAGE) {
         uint32_t pg = c->partial;
         struct slab_page *p = &s->page[pg];
+        unsigned first = n;
         for (uint32_t w = p->scan_word; w < c->nwords && n < want; w++) {
-            while (p->free_bits[w] && n < want) {
-                unsigned bit = (unsigned)__builtin_ctzll(p->free_bits[w]);
-                p->free_bits[w] &= p->free_bits[w] - 1;
+            uint64_t bits = p->free_bits[w];
+            while (bits && n < want) {
+                unsigned bit = (unsigned)__builtin_ctzll(bits);
+                bits &= bits - 1;
                 offs[n++] = chunk_offset(c, pg, w * 64 + bit);
-                p->nfree--;
             }
-            if (PMETA_ON(s))
+            p->free_bits[w] = bits;
+            if (pmeta)
                 pmeta_free_word(s, pg, w);
-            if (!p->free_bits[w])
+            if (!bits)
                 p->scan_word = w + 1;
         }
-        if (PMETA_ON(s))
+        p->nfree -= n - first;
+        if (pmeta)
             pmeta_count(s, pg);
         if (p->nfree == 0)
             partial_remove_locked(s, c, pg);

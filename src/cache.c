@@ -268,7 +268,7 @@ cache_touch_dram(struct cache *c, uint64_t off, bool bump,
         cache_bit_ref(c, off);
 }
 
-static void
+static inline void
 class_add(struct cache_thread *t, uint64_t off, int sign)
 {
     if (cache_off_dram(off)) {
