@@ -324,6 +324,7 @@ struct word_setter {
     uint64_t off[4];
     uint32_t now;
     _Atomic bool stop;
+    _Atomic uint32_t rounds; /* done by the setter */
 };
 
 /* Sets times (each a compare-exchange that must keep the bits) until told
@@ -339,6 +340,7 @@ word_setter_main(void *arg)
             slab_atime_set(w->slab, off, w->now + i % 5);
         else
             slab_touch(w->slab, off, w->now + i % 7, true, &seen);
+        atomic_store_explicit(&w->rounds, i + 1, memory_order_relaxed);
     }
     return NULL;
 }
@@ -351,11 +353,16 @@ test_word_concurrent(void **state)
     struct fixture *f = fixture_new(4);
     *state = f;
     struct word_setter w = {.slab = f->slab, .now = 1700000000u};
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         w.off[i] = take1(f, 0);
+        slab_atime_set(f->slab, w.off[i], w.now);
+    }
     pthread_t tid;
     assert_int_equal(pthread_create(&tid, NULL, word_setter_main, &w), 0);
-    for (uint32_t r = 0; r < 20000; r++) {
+    /* at least 20000 rounds each side overlapping (bounded: a setter that
+     * has finished stops counting) */
+    for (uint32_t r = 0;
+         r < 20000 || (atomic_load(&w.rounds) < 20000 && r < 4000000); r++) {
         uint64_t off = w.off[r % 4];
         slab_reset_bits(f->slab, off);
         assert_true(slab_claim(f->slab, off));
