@@ -262,7 +262,7 @@ cache_touch_dram(struct cache *c, uint64_t off, bool bump,
 {
     out->fetched = cache_bit_fetched(c, off);
     out->claimed = cache_bit_claimed(c, off);
-    out->age = cache_atime_age(c, off, 0);
+    out->age = 0; /* a DRAM item keeps no time (cache_atime_age) */
     out->cls = (uint8_t)cache_class_of(c, off);
     if (bump)
         cache_bit_ref(c, off);
