@@ -9,19 +9,23 @@
  *     entering a class is written before it is published in that class's
  *     lists); read without a lock by slab_class_of()/slab_chunk_usable()/
  *     slab_ref() as hints (relaxed atomics), the caller rechecks what matters.
- *   page->ref_bits[]: relaxed atomic bits. Set by readers without a lock,
- *     cleared under the class lock by the CLOCK scan. A lost set or clear
- *     only changes which item is evicted next, never correctness.
- *   page->atime[]: relaxed 16-bit atomics, one per chunk. Set by readers
- *     and writers without a lock (slab_atime_set); slab_atime_rebase clamps
- *     old ones with a compare-exchange (a fresh time set meanwhile wins),
- *     one page at a time under its class lock. A lost update only skews one
- *     item's meta l / me la= by the time between two accesses.
- *   s->atime_next: relaxed atomic; whoever swaps it runs the rebase.
+ *   page->chunk_word[]: relaxed 16-bit atomics, one per chunk: 3 bits
+ *     (reference, fetched, win) and 13 bits of access time. Bits set by
+ *     readers without a lock, the reference bit cleared under the class
+ *     lock by the CLOCK scan; a lost set or clear only changes which item
+ *     is evicted next, never correctness. The time is set by readers and
+ *     writers without a lock with a compare-exchange that keeps the bits
+ *     (slab_atime_set, slab_touch); slab_atime_rebase clamps old ones with a
+ *     compare-exchange (a fresh time set meanwhile wins), one page at a time
+ *     under its class lock. slab_fresh stores the whole word: only for a
+ *     chunk no reader can see (the CLOCK scan may clear its reference bit
+ *     meanwhile, which is clear either way).
+ *   s->atime_next: relaxed atomic; whoever swaps it runs the rebase
+ *     (alloc/slab_atime.c, which holds the access time functions).
  *   page->free_bits/bits_words (the bitmap allocation): resized only while
  *     the page sits in the pool (add_page, no lock: the pool handed the page
  *     to this thread alone, and no reader can hold one of its chunks, all
- *     freed after a grace period); ref_bits and atime are repointed under
+ *     freed after a grace period); chunk_word is repointed under
  *     the class lock in install_page_locked before any of them is written.
  *   Immutable after slab_create: classes' size/perpage/recip and the page
  *     info array.
@@ -38,6 +42,7 @@
  */
 #include "alloc/slab.h"
 
+#include "alloc/slab_int.h"
 #include "alloc/slab_layout.h"
 #include "src/base/compiler.h"
 #include "src/base/err.h"
@@ -49,99 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PAGE_MASK ((uint64_t)POOL_PAGE_SIZE - 1)
-#define NO_PAGE UINT32_MAX
-/* Exact division of an in-page offset (< 2^20) by a chunk size (< 2^21):
- * idx = (x * ceil(2^42 / size)) >> 42, exact since the error term is below
- * 2^22 (Granlund-Montgomery), and it avoids a divide on the read path. */
-#define RECIP_SHIFT 42
-
-/* per-chunk DRAM bits in page->ref_bits (4 per chunk) */
-#define BIT_REF 1ull
-#define BIT_FETCHED 2ull
-#define BIT_WIN 4ull
-#define BITS_ALL 15ull
-#define BITS_WORD(idx) ((idx) / 16)
-#define BITS_SHIFT(idx) (4 * ((idx) % 16))
-/* 64-bit words of one page's DRAM tables per free-bit word (64 chunks):
- * free bits 1, reference bits 4, access times 16 (2 bytes a chunk) */
-#define TABLE_WORDS 21
-
-enum page_state {
-    PAGE_FREE = 0,     /* in the pool */
-    PAGE_ACTIVE = 1,   /* owned by a class, handing out chunks */
-    PAGE_DRAINING = 2, /* owned by a class, being emptied */
-};
-
-struct slab_page {
-    _Atomic uint8_t cls;
-    _Atomic uint8_t state;
-    uint32_t nfree;
-    uint32_t class_idx;    /* index in class->pages */
-    uint32_t next, prev;   /* partial list links (page numbers) */
-    uint32_t scan_word;    /* lowest bitmap word that may hold a free bit */
-    uint32_t bits_words;   /* capacity of the bitmaps, in free-bit words */
-    _Atomic uint32_t used; /* ablation only: chunks holding an item */
-    uint64_t *free_bits;   /* 1 = free chunk; free_bits and ref_bits share one
-                              allocation, sized for the page's class when it
-                              joins one and only ever grown */
-    /* four bits per chunk, 16 chunks a word: the CLOCK reference bit,
-     * "fetched since stored", "recache win claimed", one spare; one atomic
-     * op sets reference and fetched together */
-    _Atomic uint64_t *ref_bits;
-    /* per chunk: low 16 bits of the unix second of its last store or read
-     * hit (see slab_atime_set) */
-    _Atomic uint16_t *atime;
-};
-
-struct slab_class {
-    struct lock lock;
-    uint32_t size;
-    uint32_t perpage;
-    uint32_t nwords;
-    uint32_t reserved; /* ablation: chunks kept for the PMEM header */
-    uint64_t recip;
-    uint32_t *pages; /* page numbers owned, capacity = pool pages */
-    uint32_t npages;
-    uint32_t partial; /* head of pages with free chunks, or NO_PAGE */
-    uint64_t nfree;
-    uint64_t takes;
-    uint64_t gives;
-    uint64_t pages_added;
-    uint64_t pages_removed;
-} CACHE_ALIGNED;
-
-struct slab {
-    struct pool *pool;
-    slab_format_fn *format;
-    void *format_arg;
-    slab_meta_write_fn *meta_write; /* ablation only, NULL by default */
-    void *meta_arg;
-    bool format_in_lock; /* ablation only */
-    unsigned nclasses;
-    uint32_t npages;             /* pages in the pool mapping */
-    struct slab_page *page;      /* one per pool page */
-    _Atomic uint64_t bits_bytes; /* bitmap DRAM in use, for stats */
-    _Atomic uint32_t atime_next; /* unix second of the next atime rebase */
-    uint32_t *page_lists;        /* class->pages storage */
-    struct slab_class cls[SLAB_MAX_CLASSES];
-};
-
-static inline uint32_t
-chunk_index(const struct slab_class *c, uint64_t off)
-{
-    return (uint32_t)(((off & PAGE_MASK) * c->recip) >> RECIP_SHIFT);
-}
-
-static inline uint64_t
-chunk_offset(const struct slab_class *c, uint32_t page, uint32_t idx)
-{
-    return ((uint64_t)page << POOL_PAGE_SHIFT) + (uint64_t)idx * c->size;
-}
-
 /* --- EXPERIMENT ONLY: page metadata mirrored into PMEM (ablation) --- */
-
-#define PMETA_ON(s) unlikely((s)->meta_write != NULL)
 
 static inline uint64_t *
 pmeta_word(const struct slab *s, uint32_t pg, uint32_t w)
@@ -440,22 +353,27 @@ static unsigned
 take_locked(struct slab *s, struct slab_class *c, uint64_t *offs, unsigned want)
 {
     unsigned n = 0;
+    /* tested once: the word loop below is the quota refill's whole cost */
+    bool pmeta = PMETA_ON(s);
     while (n < want && c->partial != NO_PAGE) {
         uint32_t pg = c->partial;
         struct slab_page *p = &s->page[pg];
+        unsigned first = n;
         for (uint32_t w = p->scan_word; w < c->nwords && n < want; w++) {
-            while (p->free_bits[w] && n < want) {
-                unsigned bit = (unsigned)__builtin_ctzll(p->free_bits[w]);
-                p->free_bits[w] &= p->free_bits[w] - 1;
+            uint64_t bits = p->free_bits[w];
+            while (bits && n < want) {
+                unsigned bit = (unsigned)__builtin_ctzll(bits);
+                bits &= bits - 1;
                 offs[n++] = chunk_offset(c, pg, w * 64 + bit);
-                p->nfree--;
             }
-            if (PMETA_ON(s))
+            p->free_bits[w] = bits;
+            if (pmeta)
                 pmeta_free_word(s, pg, w);
-            if (!p->free_bits[w])
+            if (!bits)
                 p->scan_word = w + 1;
         }
-        if (PMETA_ON(s))
+        p->nfree -= n - first;
+        if (pmeta)
             pmeta_count(s, pg);
         if (p->nfree == 0)
             partial_remove_locked(s, c, pg);
@@ -470,10 +388,9 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
                     uint32_t pg)
 {
     struct slab_page *p = &s->page[pg];
-    /* the layout follows this class: ref bits right after its free bits
-     * (set before either is written) */
-    p->ref_bits = (_Atomic uint64_t *)(p->free_bits + c->nwords);
-    p->atime = (_Atomic uint16_t *)(p->free_bits + 5 * c->nwords);
+    /* the layout follows this class: chunk words right after its free
+     * bits (set before either is written) */
+    p->chunk_word = (_Atomic uint16_t *)(p->free_bits + c->nwords);
     memset(p->free_bits, 0, c->nwords * sizeof(uint64_t));
     for (uint32_t w = 0; w < c->perpage / 64; w++)
         p->free_bits[w] = ~0ull;
@@ -481,8 +398,8 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
         p->free_bits[c->perpage / 64] = (1ull << (c->perpage % 64)) - 1;
     for (uint32_t i = 0; i < c->reserved; i++) /* ablation: the header */
         p->free_bits[i / 64] &= ~(1ull << (i % 64));
-    for (uint32_t w = 0; w < 4 * c->nwords; w++)
-        atomic_store_explicit(&p->ref_bits[w], 0, memory_order_relaxed);
+    for (uint32_t i = 0; i < 64 * c->nwords; i++)
+        atomic_store_explicit(&p->chunk_word[i], 0, memory_order_relaxed);
     p->nfree = c->perpage - c->reserved;
     p->scan_word = 0;
     atomic_store_explicit(&p->used, 0, memory_order_relaxed);
@@ -499,10 +416,8 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
 
 /* Give a page that is in the pool (so nobody reads its bits: its chunks
  * were all freed after a grace period) tables for nwords words of free
- * bits, 4 * nwords of reference bits and 16 * nwords of access times. The
- * access times are not cleared when a page changes class: every chunk gets
- * one when it is stored, before anyone can read it. DRAM only, no lock
- * held. */
+ * bits and 16 * nwords of chunk words (cleared by install_page_locked).
+ * DRAM only, no lock held. */
 static int
 size_bits(struct slab *s, struct slab_page *p, uint32_t nwords)
 {
@@ -516,8 +431,7 @@ size_bits(struct slab *s, struct slab_page *p, uint32_t nwords)
         memory_order_relaxed);
     free(p->free_bits);
     p->free_bits = b;
-    p->ref_bits = (_Atomic uint64_t *)(b + nwords);
-    p->atime = (_Atomic uint16_t *)(b + 5 * nwords);
+    p->chunk_word = (_Atomic uint16_t *)(b + nwords);
     p->bits_words = nwords;
     return 0;
 }
@@ -606,8 +520,7 @@ slab_give(struct slab *s, unsigned cls, const uint64_t *offs, unsigned n)
             abort();
         }
         p->free_bits[idx / 64] |= bit;
-        atomic_fetch_and_explicit(&p->ref_bits[BITS_WORD(idx)],
-                                  ~(BITS_ALL << BITS_SHIFT(idx)),
+        atomic_fetch_and_explicit(&p->chunk_word[idx], (uint16_t)~BITS_ALL,
                                   memory_order_relaxed);
         if (idx / 64 < p->scan_word)
             p->scan_word = idx / 64;
@@ -648,19 +561,6 @@ slab_page_draining(const struct slab *s, uint32_t page)
                PAGE_DRAINING;
 }
 
-/* The word and shift of a chunk's DRAM bits, or NULL for a free page. */
-static _Atomic uint64_t *
-chunk_bits(const struct slab *s, uint64_t off, unsigned *shift)
-{
-    const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
-    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
-    if (unlikely(cls == SLAB_NO_CLASS))
-        return NULL;
-    uint32_t idx = chunk_index(&s->cls[cls], off);
-    *shift = BITS_SHIFT(idx);
-    return &p->ref_bits[BITS_WORD(idx)];
-}
-
 /* Ablation only: the mirror of the CLOCK bit of the chunk at off. */
 static void
 pmeta_ref_at(const struct slab *s, uint64_t off, bool set)
@@ -674,23 +574,20 @@ pmeta_ref_at(const struct slab *s, uint64_t off, bool set)
 void
 slab_prefetch(const struct slab *s, uint64_t off)
 {
-    const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
-    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
-    if (unlikely(cls == SLAB_NO_CLASS))
-        return;
-    uint32_t idx = chunk_index(&s->cls[cls], off);
-    __builtin_prefetch((const void *)&p->ref_bits[BITS_WORD(idx)], 1, 3);
-    __builtin_prefetch((const void *)&p->atime[idx], 1, 3);
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    if (w)
+        __builtin_prefetch((const void *)w, 1, 3);
 }
 
 void
 slab_ref(struct slab *s, uint64_t off)
 {
-    unsigned shift;
-    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
     if (!w)
         return;
-    uint64_t both = (BIT_REF | BIT_FETCHED) << shift;
+    uint16_t both = BIT_REF | BIT_FETCHED;
     /* Read first: a hot item's bits are already set, and skipping the
      * read-modify-write keeps its cache line shared between cores. */
     if ((atomic_load_explicit(w, memory_order_relaxed) & both) != both) {
@@ -703,21 +600,18 @@ slab_ref(struct slab *s, uint64_t off)
 bool
 slab_fetched(const struct slab *s, uint64_t off)
 {
-    unsigned shift;
-    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
-    return w && (atomic_load_explicit(w, memory_order_relaxed) &
-                 (BIT_FETCHED << shift));
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    return w && (atomic_load_explicit(w, memory_order_relaxed) & BIT_FETCHED);
 }
 
 void
 slab_reset_bits(struct slab *s, uint64_t off)
 {
-    unsigned shift;
-    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
-    if (w &&
-        (atomic_load_explicit(w, memory_order_relaxed) & (BITS_ALL << shift))) {
-        atomic_fetch_and_explicit(w, ~(BITS_ALL << shift),
-                                  memory_order_relaxed);
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    if (w && (atomic_load_explicit(w, memory_order_relaxed) & BITS_ALL)) {
+        atomic_fetch_and_explicit(w, (uint16_t)~BITS_ALL, memory_order_relaxed);
         if (PMETA_ON(s))
             pmeta_ref_at(s, off, false);
     }
@@ -726,135 +620,68 @@ slab_reset_bits(struct slab *s, uint64_t off)
 bool
 slab_claim(struct slab *s, uint64_t off)
 {
-    unsigned shift;
-    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
     if (!w)
         return false;
     /* relaxed: the bit itself is the whole message, nothing else is
      * published with it */
-    uint64_t old =
-        atomic_fetch_or_explicit(w, BIT_WIN << shift, memory_order_relaxed);
-    return !(old & (BIT_WIN << shift));
+    uint16_t old = atomic_fetch_or_explicit(w, BIT_WIN, memory_order_relaxed);
+    return !(old & BIT_WIN);
 }
 
 bool
 slab_claimed(const struct slab *s, uint64_t off)
 {
-    unsigned shift;
-    _Atomic uint64_t *w = chunk_bits(s, off, &shift);
-    return w &&
-           (atomic_load_explicit(w, memory_order_relaxed) & (BIT_WIN << shift));
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    return w && (atomic_load_explicit(w, memory_order_relaxed) & BIT_WIN);
 }
 
-/* --- access times (meta l, me la=) --- */
+/* --- a read hit and a store in one call each --- */
 
-/* The chunk's access time slot, or NULL for a free page. */
-static _Atomic uint16_t *
-chunk_atime(const struct slab *s, uint64_t off)
+void
+slab_touch(struct slab *s, uint64_t off, uint32_t now, bool bump,
+           struct slab_seen *out)
 {
-    const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
-    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
-    if (unlikely(cls == SLAB_NO_CLASS))
-        return NULL;
-    return &p->atime[chunk_index(&s->cls[cls], off)];
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    if (!w) {
+        *out = (struct slab_seen){SLAB_ATIME_CAP, SLAB_NO_CLASS, false, false};
+        return;
+    }
+    uint16_t v = atomic_load_explicit(w, memory_order_relaxed);
+    out->age = atime_age(word_time(v), now);
+    out->cls = (uint8_t)cls;
+    out->fetched = v & BIT_FETCHED;
+    out->claimed = v & BIT_WIN;
+    if (!bump)
+        return;
+    /* as slab_ref and slab_atime_set: no write when nothing changes, so a
+     * hot item's line stays shared; one compare-exchange when it does */
+    uint16_t want = word_with_time(v | BIT_REF | BIT_FETCHED, now);
+    if (want == v)
+        return;
+    while (!atomic_compare_exchange_weak_explicit(
+        w, &v, want, memory_order_relaxed, memory_order_relaxed))
+        want = word_with_time(v | BIT_REF | BIT_FETCHED, now);
+    if (PMETA_ON(s) && (v & (BIT_REF | BIT_FETCHED)) != (BIT_REF | BIT_FETCHED))
+        pmeta_ref_at(s, off, true);
 }
 
 void
-slab_atime_set(struct slab *s, uint64_t off, uint32_t now)
+slab_fresh(struct slab *s, uint64_t off, uint32_t now, bool win)
 {
-    _Atomic uint16_t *a = chunk_atime(s, off);
-    /* Read first, as slab_ref: an item read many times a second is
-     * written once a second. */
-    if (a && atomic_load_explicit(a, memory_order_relaxed) != (uint16_t)now)
-        atomic_store_explicit(a, (uint16_t)now, memory_order_relaxed);
-}
-
-/* Seconds from a stored time to now, modulo 2^16, capped. */
-static uint32_t
-atime_age(uint16_t then, uint32_t now)
-{
-    uint32_t age = (uint16_t)((uint16_t)now - then);
-    return age > SLAB_ATIME_CAP ? SLAB_ATIME_CAP : age;
-}
-
-uint32_t
-slab_atime_age(const struct slab *s, uint64_t off, uint32_t now)
-{
-    _Atomic uint16_t *a = chunk_atime(s, off);
-    if (!a)
-        return SLAB_ATIME_CAP;
-    return atime_age(atomic_load_explicit(a, memory_order_relaxed), now);
-}
-
-void
-slab_atime_copy(struct slab *s, uint64_t dst, uint64_t src)
-{
-    _Atomic uint16_t *from = chunk_atime(s, src);
-    _Atomic uint16_t *to = chunk_atime(s, dst);
-    if (from && to)
-        atomic_store_explicit(to,
-                              atomic_load_explicit(from, memory_order_relaxed),
-                              memory_order_relaxed);
-}
-
-/* Clamp the times of one page's chunks older than the cap to exactly the
- * cap. Locks: class. */
-static unsigned long
-rebase_page_locked(const struct slab_class *c, struct slab_page *p,
-                   uint32_t now)
-{
-    uint16_t capped = (uint16_t)(now - SLAB_ATIME_CAP);
-    unsigned long n = 0;
-    for (uint32_t i = 0; i < c->perpage; i++) {
-        uint16_t v = atomic_load_explicit(&p->atime[i], memory_order_relaxed);
-        if ((uint16_t)((uint16_t)now - v) < SLAB_ATIME_CAP)
-            continue;
-        /* relaxed: only this slot is published; a reader that set a fresh
-         * time since the load makes the exchange fail, and its time stays */
-        if (atomic_compare_exchange_strong_explicit(&p->atime[i], &v, capped,
-                                                    memory_order_relaxed,
-                                                    memory_order_relaxed))
-            n++;
-    }
-    return n;
-}
-
-unsigned long
-slab_atime_rebase(struct slab *s, uint32_t now)
-{
-    unsigned long n = 0;
-    for (unsigned cls = 0; cls < s->nclasses; cls++) {
-        struct slab_class *c = &s->cls[cls];
-        /* one page per lock hold; a page that moves meanwhile may be
-         * missed and is done by the next rebase (the margin between the
-         * cap and 2^16 seconds covers two periods) */
-        for (uint32_t i = 0;; i++) {
-            lock_acquire(&c->lock);
-            if (i >= c->npages) {
-                lock_release(&c->lock);
-                break;
-            }
-            n += rebase_page_locked(c, &s->page[c->pages[i]], now);
-            lock_release(&c->lock);
-        }
-    }
-    return n;
-}
-
-bool
-slab_atime_tick(struct slab *s, uint32_t now)
-{
-    uint32_t next = atomic_load_explicit(&s->atime_next, memory_order_relaxed);
-    /* due, or the clock went back by more than a period */
-    if ((int32_t)(now - next) < 0 &&
-        (int32_t)(next - now) <= (int32_t)SLAB_ATIME_PERIOD)
-        return false;
-    if (!atomic_compare_exchange_strong_explicit(
-            &s->atime_next, &next, now + SLAB_ATIME_PERIOD,
-            memory_order_relaxed, memory_order_relaxed))
-        return false; /* another thread runs this one */
-    slab_atime_rebase(s, now);
-    return true;
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    if (!w)
+        return;
+    uint16_t v = atomic_load_explicit(w, memory_order_relaxed);
+    uint16_t want = word_with_time(win ? BIT_WIN : 0, now);
+    if (v != want)
+        atomic_store_explicit(w, want, memory_order_relaxed);
+    if (PMETA_ON(s) && (v & BIT_REF))
+        pmeta_ref_at(s, off, false);
 }
 
 /* --- scanning (eviction CLOCK, expiry sweep) --- */
@@ -897,10 +724,10 @@ slab_scan(struct slab *s, unsigned cls, struct slab_cursor *cur,
         if (p->free_bits[idx / 64] & bit)
             continue;
         if (mode == SLAB_SCAN_CLOCK) {
-            _Atomic uint64_t *w = &p->ref_bits[BITS_WORD(idx)];
-            uint64_t ref = BIT_REF << BITS_SHIFT(idx);
-            if (atomic_load_explicit(w, memory_order_relaxed) & ref) {
-                atomic_fetch_and_explicit(w, ~ref, memory_order_relaxed);
+            _Atomic uint16_t *w = &p->chunk_word[idx];
+            if (atomic_load_explicit(w, memory_order_relaxed) & BIT_REF) {
+                atomic_fetch_and_explicit(w, (uint16_t)~BIT_REF,
+                                          memory_order_relaxed);
                 if (PMETA_ON(s))
                     pmeta_ref(s, c, pg, idx, false);
                 continue;

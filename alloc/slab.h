@@ -3,10 +3,10 @@
  * Slab classes over the page pool: each class cuts 1 MiB pages into chunks of
  * one size (memcached-like: min_chunk, then x growth_factor, 8-byte aligned,
  * up to chunk_max). All bookkeeping is in DRAM: per-page info (class, state,
- * free-chunk bitmap, CLOCK reference bitmap, 16-bit last access time per
- * chunk), per-class page lists and
- * partial-page lists. Chunks are named by their byte offset from the pool
- * base (uint64_t), never by pointer.
+ * free-chunk bitmap, and one 16-bit word per chunk holding its CLOCK
+ * reference, fetched and win bits and its last access time), per-class page
+ * lists and partial-page lists. Chunks are named by their byte offset from the
+ * pool base (uint64_t), never by pointer.
  *
  * The slab never writes the chunks: a new page is handed to the optional
  * format hook (which the engine points at the PMEM helpers) after the pool
@@ -17,15 +17,17 @@
  *   class->lock (LOCK_RANK_CLASS) guards the class's page list, partial list,
  *     nfree, cursors and, for pages of that class, page->nfree and
  *     page->free_bits.
- *   page->ref_bits     atomic, relaxed: reference, fetched and win bits, set
- *                      by readers (slab_ref, slab_claim), the reference bit
- *                      cleared by the CLOCK sweep under the class lock, all
- *                      by slab_give;
- *                      a lost update only changes which item is evicted.
- *   page->atime       atomic, relaxed: set by readers and writers
- *                      (slab_atime_set), old ones clamped by
- *                      slab_atime_rebase under the class lock with a
- *                      compare-exchange, so a fresh time always wins.
+ *   page->chunk_word   16-bit atomics, relaxed, one per chunk: the
+ *                      reference, fetched and win bits and the access time.
+ *                      Bits set by readers (slab_ref, slab_claim,
+ *                      slab_touch), the reference bit cleared by the CLOCK
+ *                      sweep under the class lock, all by slab_give; the
+ *                      time set by readers and writers (slab_atime_set,
+ *                      slab_touch) with a compare-exchange that keeps the
+ *                      bits, old times clamped by slab_atime_rebase under
+ *                      the class lock with a compare-exchange, so a fresh
+ *                      time always wins. A lost bit update only changes
+ *                      which item is evicted.
  *   page->cls, ->state written under the owning class lock (and the pool
  *                      lock when the page moves); read relaxed by
  *                      slab_chunk_usable() as a hint that the caller rechecks.
@@ -115,9 +117,9 @@ bool slab_chunk_usable(const struct slab *s, uint64_t off);
  * when the bit is already set, so hot items cost no cache-line traffic. */
 void slab_ref(struct slab *s, uint64_t off);
 
-/* Start loading the chunk's DRAM bits and access time, so that slab_ref()
- * and slab_atime_set() after reading the item do not wait for more cache
- * misses. */
+/* Start loading the chunk's DRAM word (bits and access time), so that
+ * slab_touch() after reading the item does not wait for another cache
+ * miss. */
 void slab_prefetch(const struct slab *s, uint64_t off);
 
 /* Whether the chunk was passed to slab_ref() since it was last taken (for
@@ -134,18 +136,24 @@ bool slab_claim(struct slab *s, uint64_t off);
 bool slab_claimed(const struct slab *s, uint64_t off);
 
 /*
- * Last access time per chunk (meta l, me la=): 2 bytes of DRAM a chunk,
- * the low 16 bits of the unix second of the chunk's last store or read hit.
- * An age is exact to the second below SLAB_ATIME_CAP (16 h); an older
- * access reads as SLAB_ATIME_CAP ("at least 16 h ago"), provided
- * slab_atime_tick() is called at least every few minutes (the maintenance
- * thread calls it every second): it rebases the times every
- * SLAB_ATIME_PERIOD seconds, clamping those older than the cap before the
- * 16-bit seconds could wrap (65536 s, 18.2 h: a margin of two periods).
- * DRAM only, lock-free; `now` is unix seconds (clock_now()).
+ * Last access time per chunk (meta l, me la=): 13 bits of the chunk's
+ * 16-bit DRAM word (the other 3 are its reference, fetched and win bits, so
+ * a read hit touches one DRAM line for all of them), the unix second of the
+ * chunk's last store or read hit modulo 2^13 (SLAB_ATIME_WRAP, 8192 s). An
+ * age is exact to the second below SLAB_ATIME_CAP (2 h); an older access
+ * reads as SLAB_ATIME_CAP ("at least 2 h ago"), provided slab_atime_tick()
+ * is called at least every minute or so (the maintenance thread calls it
+ * every second): it rebases the times every SLAB_ATIME_PERIOD seconds,
+ * clamping those older than the cap before they could wrap (a margin of
+ * two periods: 7200 + 2 * 300 < 8192). DRAM only, lock-free; `now` is unix
+ * seconds (clock_now()).
  */
-#define SLAB_ATIME_CAP 57600u   /* 16 h */
-#define SLAB_ATIME_PERIOD 3600u /* 1 h */
+#define SLAB_ATIME_BITS 13
+#define SLAB_ATIME_WRAP (1u << SLAB_ATIME_BITS)
+#define SLAB_ATIME_CAP 7200u   /* 2 h */
+#define SLAB_ATIME_PERIOD 300u /* 5 min */
+_Static_assert(SLAB_ATIME_CAP + 2 * SLAB_ATIME_PERIOD < SLAB_ATIME_WRAP,
+               "a time missed by one rebase is clamped by the next");
 /* The chunk was stored or read at now. Writes only when the second
  * changed. */
 void slab_atime_set(struct slab *s, uint64_t off, uint32_t now);
@@ -160,6 +168,26 @@ unsigned long slab_atime_rebase(struct slab *s, uint32_t now);
  * first on the first call); true if it ran. Any thread; one runs at a
  * time. */
 bool slab_atime_tick(struct slab *s, uint32_t now);
+
+/* What a chunk's DRAM word said before slab_touch() changed it. */
+struct slab_seen {
+    uint32_t age; /* as slab_atime_age() */
+    uint8_t cls;  /* as slab_class_of() */
+    bool fetched; /* as slab_fetched() */
+    bool claimed; /* as slab_claimed() */
+};
+
+/* A read hit in one call and one DRAM line (the engine's get path): fills
+ * *out with what slab_atime_age, slab_class_of, slab_fetched and
+ * slab_claimed would return, then, if bump, does what slab_ref and
+ * slab_atime_set do, in one atomic update (none when nothing changes). */
+void slab_touch(struct slab *s, uint64_t off, uint32_t now, bool bump,
+                struct slab_seen *out);
+
+/* A store's fresh chunk (the engine's set path): what slab_reset_bits,
+ * slab_atime_set and, if win, slab_claim do, in one store. Only for a chunk
+ * no reader can see yet. */
+void slab_fresh(struct slab *s, uint64_t off, uint32_t now, bool win);
 
 /* A position in a class's chunks, owned by the caller (one per purpose). */
 struct slab_cursor {

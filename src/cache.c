@@ -257,7 +257,19 @@ cache_class_of(const struct cache *c, uint64_t off)
     return cls < 0 ? 0 : (unsigned)cls;
 }
 
-static void
+void
+cache_touch_dram(struct cache *c, uint64_t off, bool bump,
+                 struct slab_seen *out)
+{
+    out->fetched = cache_bit_fetched(c, off);
+    out->claimed = cache_bit_claimed(c, off);
+    out->age = 0; /* a DRAM item keeps no time (cache_atime_age) */
+    out->cls = (uint8_t)cache_class_of(c, off);
+    if (bump)
+        cache_bit_ref(c, off);
+}
+
+static inline void
 class_add(struct cache_thread *t, uint64_t off, int sign)
 {
     if (cache_off_dram(off)) {

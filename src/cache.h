@@ -358,14 +358,6 @@ cache_bit_claim(struct cache *c, uint64_t off)
     return slab_claim(c->slab, off);
 }
 
-/* A fresh DRAM block's flags are already clear (dpool_alloc). */
-static inline void
-cache_bit_reset(struct cache *c, uint64_t off)
-{
-    if (likely(!cache_off_dram(off)))
-        slab_reset_bits(c->slab, off);
-}
-
 /* Last access time (meta l, me la=). A DRAM item keeps none: it is there
  * because it is written hot_write_rate times a second and leaves within a
  * maintenance step of cooling, so its age reads as 0. */
@@ -387,6 +379,35 @@ cache_atime_age(const struct cache *c, uint64_t off, uint32_t now)
 /* Slab class of a PMEM item; for a DRAM one, the class its size maps to
  * (what meta's "me" reports). */
 unsigned cache_class_of(const struct cache *c, uint64_t off);
+
+/* A read hit's DRAM bookkeeping in one call (slab_touch: one DRAM line for
+ * a PMEM item): *out gets the item's fetched and win bits, age and class
+ * before this access, then, if bump, its CLOCK bit and time are set. */
+void cache_touch_dram(struct cache *c, uint64_t off, bool bump,
+                      struct slab_seen *out);
+static inline void
+cache_touch(struct cache *c, uint64_t off, uint32_t now, bool bump,
+            struct slab_seen *out)
+{
+    if (unlikely(cache_off_dram(off))) {
+        cache_touch_dram(c, off, bump, out);
+        return;
+    }
+    slab_touch(c->slab, off, now, bump, out);
+}
+
+/* A store's head chunk before it is published: bits cleared (the win
+ * claimed if win) and the access time set, in one store for a PMEM item. */
+static inline void
+cache_fresh(struct cache *c, uint64_t off, uint32_t now, bool win)
+{
+    if (unlikely(cache_off_dram(off))) {
+        if (win) /* a fresh DRAM block's flags are already clear */
+            cache_bit_claim(c, off);
+        return;
+    }
+    slab_fresh(c->slab, off, now, win);
+}
 
 /* memcached's exptime rule: 0 never, up to 30 days relative, else absolute
  * unix time, negative already expired (returned as 1, long past). */

@@ -44,16 +44,16 @@ reap_dead(struct cache_thread *t, uint64_t hash, uint64_t loc,
 }
 
 /* Whether this reader should recache (meta W), someone already got that
- * (Z), or neither. The claim is a DRAM bit of the chunk: a read never writes
- * PMEM. */
+ * (Z), or neither; claimed: the win bit as cache_touch saw it. The claim is
+ * a DRAM bit of the chunk: a read never writes PMEM. */
 static uint8_t
 win_state(struct cache *c, const struct item_hdr *it, uint64_t off,
-          const struct tc_get_opts *o, uint32_t now)
+          const struct tc_get_opts *o, uint32_t now, bool claimed)
 {
     uint32_t exp = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
     bool due = (it->iflags & ITEM_STALE) ||
                (o->recache_below && exp != 0 && exp - now < o->recache_below);
-    if (cache_bit_claimed(c, off))
+    if (claimed)
         return TC_WIN_TAKEN;
     if (!due)
         return TC_WIN_NONE;
@@ -78,23 +78,23 @@ describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
              struct tc_item_info *out)
 {
     struct tc_item_info info;
+    struct slab_seen seen;
 
     if (o->touch)
         store_exptime(it, off, cache_exptime(o->exptime, now));
-    info.fetched = cache_bit_fetched(c, off);
-    info.win = win_state(c, it, off, o, now);
-    /* the age before this access, as memcached's l and la= */
-    info.last_access = cache_atime_age(c, off, now);
-    if (!o->no_bump) {
-        cache_bit_ref(c, off);
-        cache_atime_set(c, off, now);
-    }
+    /* one call on one DRAM word: the fetched and win bits and the age
+     * before this access (memcached's h, l and la=), then the CLOCK bit
+     * and the time set */
+    cache_touch(c, off, now, !o->no_bump, &seen);
+    info.fetched = seen.fetched;
+    info.win = win_state(c, it, off, o, now, seen.claimed);
+    info.last_access = seen.age;
     info.flags = it->flags;
     info.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
     info.cas = it->cas;
     info.vlen = it->vlen;
     info.stale = it->iflags & ITEM_STALE;
-    info.slab_class = (uint8_t)cache_class_of(c, off);
+    info.slab_class = seen.cls;
     info.flash = it->kind == ITEM_KIND_FLASH;
     info.pending = 0;
     *out = info;

@@ -35,9 +35,10 @@
  * Decisions where tiercache cannot be memcached:
  *
  *   - l (seconds since last access) and me's la=: the time before this
- *     access, kept in DRAM (2 bytes a chunk, alloc/slab.h), set by every
- *     store and read hit (not by mg u or me), exact to the second up to
- *     16 hours; an older access reads as 57600 (TC_LAST_ACCESS_CAP).
+ *     access, kept in DRAM (13 bits of the chunk's 2-byte word,
+ *     alloc/slab.h), set by every store and read hit (not by mg u or me),
+ *     exact to the second up to 2 hours; an older access reads as 7200
+ *     (TC_LAST_ACCESS_CAP).
  *     memcached's own is coarser: with its segmented LRU a read moves the
  *     time only on the item's second fetch and while it is not active, so
  *     after "set; mg; mg" both agree, but a first mg after a set moves

@@ -471,9 +471,9 @@ reclaim_shrink(struct cache_thread *t)
 
 /* --- maintenance thread --- */
 
-/* The maintenance thread: every second the expiry sweep, limbo, any
- * pending shrink and the hourly access time rebase (slab_atime_tick); in
- * between, limbo whenever a writer kicks it. */
+/* The maintenance thread: every second the expiry sweep, limbo and any
+ * pending shrink, every 5 minutes the access time rebase (slab_atime_tick);
+ * in between, limbo whenever a writer kicks it. */
 static void *
 maintenance_main(void *arg)
 {

@@ -253,7 +253,7 @@ static const struct opt opts[] = {
      .max = UINT32_MAX, .stat = "ext_item_age", .show = SHOW_NUM,
      .arg = "<secs>",
      .help = "only victims idle at least this long spill, younger ones "
-             "are evicted (default: no age limit; above 16 h counts as 16 h)"},
+             "are evicted (default: no age limit; above 2 h counts as 2 h)"},
     {.name = "ext_page_size", .sub = true, .type = OT_UINT,
      .off = F(ext_page_size), .def = "64", .min = 1, .max = 2048,
      .stat = "ext_page_size", .show = SHOW_NUM, .arg = "<MiB>",

@@ -210,11 +210,9 @@ commit(struct cache_thread *t, struct store_req *r,
         write_in_lock(c, head, plan, tails, r);
     pm_fence(); /* the bytes are in place before the index points at them */
     /* DRAM, before anyone can read it: a reused chunk starts unreferenced,
-     * unfetched and with its recache win unclaimed */
-    cache_bit_reset(c, head);
-    cache_atime_set(c, head, now); /* a store is an access (meta l) */
-    if (r->claim_win)
-        cache_bit_claim(c, head);
+     * unfetched and with its recache win unclaimed (or claimed, meta
+     * recache), and a store is an access (meta l) */
+    cache_fresh(c, head, now, r->claim_win);
 
     /* account while the chunk is still ours: once published, another
      * thread may replace, free and reuse it before we look again */

@@ -142,8 +142,8 @@ struct tc_config {
     uint32_t ext_item_age;        /* memcached's ext_item_age: only victims
                                      idle this many seconds spill, younger
                                      ones are evicted; UINT32_MAX (default)
-                                     or 0 = no limit; above 16 h counts as
-                                     16 h (the access time's cap) */
+                                     or 0 = no limit; above 2 h counts as
+                                     2 h (the access time's cap) */
     uint32_t ext_page_size;       /* segment bytes; default 64 MiB */
     uint32_t ext_wbuf_size;       /* write buffer bytes; default 4 MiB */
     uint32_t ext_recache_window;  /* entries of the re-read filter: a flash
@@ -190,9 +190,10 @@ struct tc_item_info {
                              value (iov NULL, niov 0) */
 };
 
-/* 16 hours: older accesses read as this (2 bytes of DRAM per item keep the
- * time; the maintenance thread or tc_maintain rebases it hourly). */
-#define TC_LAST_ACCESS_CAP 57600u
+/* 2 hours: older accesses read as this (13 bits of the 2 bytes of DRAM per
+ * item that also hold its CLOCK bits keep the time; the maintenance thread
+ * or tc_maintain rebases it every 5 minutes). */
+#define TC_LAST_ACCESS_CAP 7200u
 
 /* Called on a hit with the value in niov pieces (one unless the item is
  * chained). The pointers are valid only during the call. */
@@ -488,9 +489,9 @@ TC_API int tc_slab_reassign(struct tc_cache *c, int src, int dst);
 /* One step of maintenance on the calling thread: expiry sweep with the
  * configured budget, the hot-key step (rates, hot set, moving cooled or
  * dead items out of the DRAM pool), freeing what waits for a grace period,
- * pending memlimit drains, the hourly rebase of last access times (without
- * the maintenance thread, call it at least every hour or so for
- * last_access to stay right past 16 h). Returns the number of expired items
+ * pending memlimit drains, the rebase of last access times every 5 minutes
+ * (without the maintenance thread, call it at least every minute or so for
+ * last_access to stay right past 2 h). Returns the number of expired items
  * the sweep removed (DRAM items removed by the hot-key step are not in
  * it). */
 TC_API int tc_maintain(struct tc_cache *c);

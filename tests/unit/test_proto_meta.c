@@ -763,7 +763,7 @@ test_last_access(void **state)
     EXPECT(f, "mg foo h l k\r\n", "HD h1 l6 kfoo\r\n");
     EXPECT(f, "mg foo l\r\n", "HD l0\r\n");
     tc_clock_advance(TC_LAST_ACCESS_CAP + 5);
-    EXPECT(f, "mg foo l T0\r\n", "HD l57600\r\n");
+    EXPECT(f, "mg foo l T0\r\n", "HD l7200\r\n");
     EXPECT(f, "mg foo l\r\n", "HD l0\r\n");
     tc_clock_advance(9);
     EXPECT(f, "ms foo 1 l\r\nx\r\n", "HD\r\n"); /* accepted, no reply */

@@ -1,0 +1,155 @@
+#pragma once
+/*
+ * Internals of the slab shared by alloc/slab.c (classes, pages, chunks and
+ * their bits) and alloc/slab_atime.c (the access time in each chunk's DRAM
+ * word). Not for use outside alloc/slab*.c. The concurrency rules of every
+ * field are at the top of alloc/slab.c; each file repeats what it touches.
+ */
+
+#include "alloc/slab.h"
+
+#include "src/base/compiler.h"
+#include "src/base/lock.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define PAGE_MASK ((uint64_t)POOL_PAGE_SIZE - 1)
+#define NO_PAGE UINT32_MAX
+/* Exact division of an in-page offset (< 2^20) by a chunk size (< 2^21):
+ * idx = (x * ceil(2^42 / size)) >> 42, exact since the error term is below
+ * 2^22 (Granlund-Montgomery), and it avoids a divide on the read path. */
+#define RECIP_SHIFT 42
+
+/* a chunk's 16-bit DRAM word in page->chunk_word: 3 bits, then the time */
+#define BIT_REF 1u
+#define BIT_FETCHED 2u
+#define BIT_WIN 4u
+#define BITS_ALL 7u
+#define TIME_SHIFT 3
+#define TIME_MASK (SLAB_ATIME_WRAP - 1)
+_Static_assert(TIME_SHIFT + SLAB_ATIME_BITS == 16, "one 16-bit word a chunk");
+/* 64-bit words of one page's DRAM tables per free-bit word (64 chunks):
+ * free bits 1, chunk words 16 (2 bytes a chunk) */
+#define TABLE_WORDS 17
+
+enum page_state {
+    PAGE_FREE = 0,     /* in the pool */
+    PAGE_ACTIVE = 1,   /* owned by a class, handing out chunks */
+    PAGE_DRAINING = 2, /* owned by a class, being emptied */
+};
+
+struct slab_page {
+    _Atomic uint8_t cls;
+    _Atomic uint8_t state;
+    uint32_t nfree;
+    uint32_t class_idx;    /* index in class->pages */
+    uint32_t next, prev;   /* partial list links (page numbers) */
+    uint32_t scan_word;    /* lowest bitmap word that may hold a free bit */
+    uint32_t bits_words;   /* capacity of the bitmaps, in free-bit words */
+    _Atomic uint32_t used; /* ablation only: chunks holding an item */
+    uint64_t *free_bits;   /* 1 = free chunk; free_bits and chunk_word share
+                              one allocation, sized for the page's class when
+                              it joins one and only ever grown */
+    /* one word per chunk: the CLOCK reference bit, "fetched since stored",
+     * "recache win claimed" (BIT_*), and above them the unix second of its
+     * last store or read hit modulo 2^13 (see slab_atime_set); one atomic
+     * op sets reference, fetched and time together */
+    _Atomic uint16_t *chunk_word;
+};
+
+struct slab_class {
+    struct lock lock;
+    uint32_t size;
+    uint32_t perpage;
+    uint32_t nwords;
+    uint32_t reserved; /* ablation: chunks kept for the PMEM header */
+    uint64_t recip;
+    uint32_t *pages; /* page numbers owned, capacity = pool pages */
+    uint32_t npages;
+    uint32_t partial; /* head of pages with free chunks, or NO_PAGE */
+    uint64_t nfree;
+    uint64_t takes;
+    uint64_t gives;
+    uint64_t pages_added;
+    uint64_t pages_removed;
+} CACHE_ALIGNED;
+
+struct slab {
+    struct pool *pool;
+    slab_format_fn *format;
+    void *format_arg;
+    slab_meta_write_fn *meta_write; /* ablation only, NULL by default */
+    void *meta_arg;
+    bool format_in_lock; /* ablation only */
+    unsigned nclasses;
+    uint32_t npages;             /* pages in the pool mapping */
+    struct slab_page *page;      /* one per pool page */
+    _Atomic uint64_t bits_bytes; /* bitmap DRAM in use, for stats */
+    _Atomic uint32_t atime_next; /* unix second of the next atime rebase */
+    uint32_t *page_lists;        /* class->pages storage */
+    struct slab_class cls[SLAB_MAX_CLASSES];
+};
+
+static inline uint32_t
+chunk_index(const struct slab_class *c, uint64_t off)
+{
+    return (uint32_t)(((off & PAGE_MASK) * c->recip) >> RECIP_SHIFT);
+}
+
+static inline uint64_t
+chunk_offset(const struct slab_class *c, uint32_t page, uint32_t idx)
+{
+    return ((uint64_t)page << POOL_PAGE_SHIFT) + (uint64_t)idx * c->size;
+}
+
+/* EXPERIMENT ONLY: whether the page metadata is mirrored into PMEM */
+#define PMETA_ON(s) unlikely((s)->meta_write != NULL)
+
+/* The chunk's DRAM word and its page's class, or NULL for a free page.
+ * Inlined: it is most of every lock-free bit and time operation. */
+static inline __attribute__((always_inline)) _Atomic uint16_t *
+chunk_word(const struct slab *s, uint64_t off, unsigned *cls_out)
+{
+    const struct slab_page *p = &s->page[off >> POOL_PAGE_SHIFT];
+    unsigned cls = atomic_load_explicit(&p->cls, memory_order_relaxed);
+    *cls_out = cls;
+    if (unlikely(cls == SLAB_NO_CLASS))
+        return NULL;
+    return &p->chunk_word[chunk_index(&s->cls[cls], off)];
+}
+
+/* --- the access time in a chunk word (meta l, me la=) --- */
+
+static inline uint16_t
+word_time(uint16_t v)
+{
+    return (uint16_t)(v >> TIME_SHIFT);
+}
+
+static inline uint16_t
+word_with_time(uint16_t v, uint32_t now)
+{
+    return (uint16_t)((v & BITS_ALL) | (now & TIME_MASK) << TIME_SHIFT);
+}
+
+/* Seconds from a stored time to now, modulo 2^13, capped. */
+static inline uint32_t
+atime_age(uint16_t then, uint32_t now)
+{
+    uint32_t age = (now - then) & TIME_MASK;
+    return age > SLAB_ATIME_CAP ? SLAB_ATIME_CAP : age;
+}
+
+/* Store the time into *w keeping its bits, as a compare-exchange from v (the
+ * word last loaded): a bit set or cleared meanwhile makes it retry, never
+ * lost. */
+static inline void
+word_set_time(_Atomic uint16_t *w, uint16_t v, uint32_t now)
+{
+    while (!atomic_compare_exchange_weak_explicit(w, &v, word_with_time(v, now),
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
