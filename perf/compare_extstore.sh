@@ -51,7 +51,11 @@
 #                  limited to this many MiB (page cache included), so that
 #                  memcached's buffered flash reads cannot be served from
 #                  more RAM than tiercached may use [0 = off; needs root and
-#                  /sys/fs/cgroup/memory]
+#                  /sys/fs/cgroup/memory]. Each run logs the server's RSS
+#                  and the cgroup's peak charge: with -m 64 tiercached
+#                  peaks near 98 MiB (pool file, index, 8 MiB hot pool),
+#                  so 112 gives both servers the same RAM, memcached's
+#                  beyond its RSS going to the page cache.
 
 set -u -o pipefail
 
@@ -149,7 +153,10 @@ stop_server() {
     rm -f "$ext_file" "$pool_file"
     # the pool file's tmpfs pages and the flash file's page cache stay
     # charged to the cgroup until they are gone: drop them between runs
-    [ -n "$cg_dir" ] && echo 1 >"$cg_dir/memory.force_empty" 2>/dev/null
+    if [ -n "$cg_dir" ]; then
+        echo 1 >"$cg_dir/memory.force_empty" 2>/dev/null
+        echo 0 >"$cg_dir/memory.max_usage_in_bytes" 2>/dev/null
+    fi
     return 0
 }
 trap 'stop_server; exit 130' INT TERM
@@ -249,6 +256,14 @@ run_one() { # workload server dist pipe mget ratio
         --label "$name" --server-pid "$srv_pid" 2>&1)
     printf '%s\n' "$res" | sed 's/^/  /' | tee -a "$out" | grep -v '^  RESULT'
     R[$wl,$name]=$(printf '%s\n' "$res" | grep '^RESULT' | head -1)
+    # memory: the server's resident set, and with a cgroup its peak charge
+    # (page cache and the pool file's tmpfs pages included)
+    local mem rss
+    rss=$(awk '/^VmRSS/ {printf "%d", $2 / 1024}' "/proc/$srv_pid/status" 2>/dev/null)
+    mem="rss_mib=${rss:--}"
+    [ -n "$cg_dir" ] &&
+        mem="$mem cgroup_peak_mib=$(($(cat "$cg_dir/memory.max_usage_in_bytes") >> 20))"
+    log "  memory: $mem"
     S[$wl,$name]=$(server_stats "$port" curr_items evictions get_extstore \
         extstore_objects_written extstore_objects_read tc_ext_items \
         tc_ext_read_p99_us get_hits get_misses)
