@@ -194,8 +194,8 @@ struct cache {
      * the reads seen (low 2 bits); atomic, relaxed; NULL when off */
     uint32_t *ext_reread;
     uint64_t ext_reread_mask;
-    /* a free pool page set aside at ext_open for the first flash-header
-     * class that needs one (ext.c); UINT32_MAX: none or used */
+    /* the header reserve (ext.c): a free pool page for the flash-header
+     * class that fills up next, refilled after use; UINT32_MAX: none */
     _Atomic uint32_t ext_hdr_page;
 };
 
