@@ -254,8 +254,8 @@ hdr_reserve_refill(struct cache_thread *t, unsigned cls)
         return true;
     if (reclaim_take_page(t, (int)cls, &page) != 0)
         return false;
-    if (!atomic_compare_exchange_strong_explicit(&c->ext_hdr_page, &none,
-                                                 page, memory_order_relaxed,
+    if (!atomic_compare_exchange_strong_explicit(&c->ext_hdr_page, &none, page,
+                                                 memory_order_relaxed,
                                                  memory_order_relaxed))
         pool_page_put(c->pool, page); /* another thread refilled it */
     return true;
@@ -417,8 +417,8 @@ ext_after_evict(struct cache_thread *t, unsigned cls)
     int want = t->ext_want_page;
     t->ext_want_page = -1;
     /* not from the header class itself: that would drop headers */
-    if (t->ext_refill >= 0 && (unsigned)t->ext_refill != cls &&
-        !t->in_admin && hdr_reserve_refill(t, cls))
+    if (t->ext_refill >= 0 && (unsigned)t->ext_refill != cls && !t->in_admin &&
+        hdr_reserve_refill(t, cls))
         t->ext_refill = -1;
     if (want < 0 || (unsigned)want == cls || t->in_admin)
         return;

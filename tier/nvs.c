@@ -461,10 +461,9 @@ writer_piece_done(struct nvs *s, struct nvs_wbuf *w, uint32_t off, int res)
         return 0;
     if (res < 0)
         return res;
-    return nvs_io_pwrite_all(s->fd[s->seg[w->seg].path], w->buf + off + res,
-                             len - (uint32_t)res,
-                             s->seg[w->seg].foff + w->seg_off + off +
-                                 (uint32_t)res);
+    return nvs_io_pwrite_all(
+        s->fd[s->seg[w->seg].path], w->buf + off + res, len - (uint32_t)res,
+        s->seg[w->seg].foff + w->seg_off + off + (uint32_t)res);
 }
 
 /* Write the batch through the writer's ring: res[i] becomes 0 or a
