@@ -261,7 +261,7 @@ static const struct opt opts[] = {
     {.name = "ext_wbuf_size", .sub = true, .type = OT_UINT,
      .off = F(ext_wbuf_size), .def = "4", .min = 1, .max = 256,
      .stat = "ext_wbuf_size", .show = SHOW_NUM, .arg = "<MiB>",
-     .help = "write buffer in MiB, written as one aligned write; divides "
+     .help = "write buffer in MiB, written in aligned pieces when full; divides "
              "ext_page_size; larger values are evicted, not spilled"},
     {.name = "ext_recache_rate", .sub = true, .type = OT_UINT,
      .off = F(ext_recache_rate), .def = "2000", .min = 0, .max = UINT32_MAX,

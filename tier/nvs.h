@@ -9,7 +9,8 @@
  * Space: every path is cut into segments of seg_size bytes (ext_page_size);
  * segments are numbered across all paths. One segment at a time is open for
  * appends; appends fill a DRAM write buffer (wbuf_size, 4 KiB aligned) that
- * goes out as one aligned write when full (or on nvs_flush). A segment that
+ * goes out when full (or on nvs_flush), in aligned 256 KiB pieces, a few in
+ * flight (tier/nvs.c, NVS_WRITE_PIECE). A segment that
  * is full is sealed; when no segment is free the oldest sealed one is
  * reclaimed: its generation is bumped, so every locator into it turns stale
  * (nvs_loc_live() false, a read of it fails with -ESTALE).
