@@ -29,9 +29,13 @@
  * pipelined gets, many connections) goes out in one submit after it. While
  * holes are open the connection is parked: it sends what precedes the first
  * hole, reads and parses nothing more, and the worker serves its other
- * connections. The worker's ring eventfd wakes conn_async_reap(), which fills
- * each hole with its checked value (or puts the protocol's miss in place of the
- * reply) and resumes the connection: replies leave in request order.
+ * connections. Parking leaves EPOLLIN on: a client with one request in
+ * flight sends nothing until its reply, so switching it off and on would
+ * cost two epoll_ctl calls per flash read; only when input does arrive
+ * while parked (pipelining) does it go off until the connection resumes. The
+ * worker's ring eventfd wakes conn_async_reap(), which fills each hole with its
+ * checked value (or puts the protocol's miss in place of the reply) and resumes
+ * the connection: replies leave in request order.
  *
  * Concurrency:
  *   struct conn        owner worker only (the acceptor before the hand-off,
@@ -110,6 +114,7 @@ struct conn {
     bool held;       /* complete requests held back by the output mark
                         or by open holes */
     bool reaped;     /* on the worker's list of connections a reap filled */
+    bool in_parked;  /* input arrived while parked: EPOLLIN off until resumed */
     struct conn *reap_next;
 
     _Atomic int state;
@@ -488,7 +493,10 @@ settle(struct conn *c)
         return;
     }
     uint32_t ev = 0;
-    if (!c->eof && !c->closing && !backlogged(c) && !parked(c))
+    if (!parked(c))
+        c->in_parked = false;
+    if (!c->eof && !c->closing && !backlogged(c) && !c->in_parked &&
+        (!parked(c) || (c->events & EPOLLIN)))
         ev |= EPOLLIN;
     if (obuf_sendable(&c->out))
         ev |= EPOLLOUT;
@@ -519,8 +527,11 @@ conn_event(struct conn *c, uint32_t events)
     }
     if (events & EPOLLOUT)
         write_out(c);
-    if (events & (EPOLLIN | EPOLLHUP))
+    if (events & (EPOLLIN | EPOLLHUP)) {
+        if (parked(c))
+            c->in_parked = true; /* read once resumed: EPOLLIN off till then */
         read_and_process(c);
+    }
     write_out(c);
     settle(c);
 }

@@ -199,7 +199,8 @@ def test_pipelined_order(ext_server):
     request order, each intact."""
     flash = first_present(ext_server, 6, 200)
     mc = Client((ext_server.host, ext_server.port), timeout=10)
-    mc.set("xk:pool", b"in the pool")
+    # noreply=False: the get below comes on another connection
+    assert mc.set("xk:pool", b"in the pool", noreply=False)
     mc.close()
     before = int(stats(ext_server)["get_extstore"])
     c = Conn(ext_server.host, ext_server.port)
@@ -217,6 +218,32 @@ def test_pipelined_order(ext_server):
     c.expect(b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (k[4], VAL, value_of(flash[4])))
     c.close()
     assert int(stats(ext_server)["get_extstore"]) >= before + 5
+
+
+def test_input_while_parked(ext_server):
+    """Requests that arrive while the connection waits for flash reads
+    (in their own segments, after the multiget went out: a set, gets, a
+    request split across segments) run once the reads are back, in order.
+    Repeated, so that some segments land while the connection is parked
+    (its input stays switched on then, until input arrives)."""
+    flash = first_present(ext_server, 30, 1200)
+    c = Conn(ext_server.host, ext_server.port)
+    names = [key_of(i).encode() for i in flash]
+    for _ in range(20):
+        c.send(b"get %s\r\n" % b" ".join(names))
+        # shorter than 30 flash reads, longer than parsing the multiget:
+        # most rounds' next segments find the connection parked
+        time.sleep(0.0003)
+        c.send(b"set xk:pool2 0 0 10\r\npool value\r\nget xk:pool2\r\n")
+        c.send(b"mg %s v\r\nmn" % names[0])
+        c.send(b"\r\n")
+        for i in flash:
+            c.expect(b"VALUE %s 0 %d\r\n%s\r\n"
+                     % (key_of(i).encode(), VAL, value_of(i)))
+        c.expect(b"END\r\n")
+        c.expect(b"STORED\r\nVALUE xk:pool2 0 10\r\npool value\r\nEND\r\n")
+        c.expect(b"VA %d\r\n%s\r\nMN\r\n" % (VAL, value_of(flash[0])))
+    c.close()
 
 
 def test_many_connections_interleaved(ext_server):
