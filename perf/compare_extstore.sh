@@ -53,7 +53,7 @@
 #                  more RAM than tiercached may use [0 = off; needs root and
 #                  /sys/fs/cgroup/memory]. Each run logs the server's RSS
 #                  and the cgroup's peak charge: with -m 64 tiercached
-#                  peaks near 98 MiB (pool file, index, 8 MiB hot pool),
+#                  peaks at 90-95 MiB (pool file, index, 8 MiB hot pool),
 #                  so 112 gives both servers the same RAM, memcached's
 #                  beyond its RSS going to the page cache.
 
