@@ -272,7 +272,10 @@ run_one() { # workload server dist pipe mget ratio
 }
 
 table() {
-    local wl=$1 mc=${R[$wl,memcached]:-} tc=${R[$wl,tiercached]:-} row m a b
+    # two statements: a local's words are expanded before any is assigned,
+    # so one would read the caller's $wl (the workload without its #pair)
+    local wl=$1
+    local mc=${R[$wl,memcached]:-} tc=${R[$wl,tiercached]:-} row m a b
     log ""
     log "  $(printf '%-18s %12s %12s %8s' metric memcached tiercached tc/mc)"
     for row in "ops/s:ops" "p50 us:p50_us" "p99 us:p99_us" \
