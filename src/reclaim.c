@@ -365,10 +365,20 @@ pick_donor(struct cache *c, int dst)
     return best;
 }
 
-/* Empty one page of class src (its items moved, spilled or evicted, as for
- * a reassignment) and take it from the pool into *page, for the caller to
- * keep: 0, or a negative errno (also when another class took the freed page
- * first). Context: no lock, no RCU section. Locks: admin. */
+/* Pick a page of class src and empty it into the pool (its items moved,
+ * spilled or evicted): 0 or a negative errno. Context: admin held. */
+static int
+drain_one_of(struct cache_thread *t, unsigned src)
+{
+    uint32_t page;
+    int rc = slab_drain_pick(t->cache->slab, src, 0, &page);
+    return rc ? rc : drain_for_reassign(t, page);
+}
+
+/* Empty one page of class src, as for a reassignment, and take it from the
+ * pool into *page, for the caller to keep: 0, or a negative errno (also
+ * when another class took the freed page first). Context: no lock, no RCU
+ * section. Locks: admin. */
 int
 reclaim_take_page(struct cache_thread *t, int src, uint32_t *page)
 {
@@ -380,10 +390,7 @@ reclaim_take_page(struct cache_thread *t, int src, uint32_t *page)
         return -EINVAL;
     pthread_mutex_lock(&c->admin);
     t->in_admin = true;
-    uint32_t p;
-    int rc = slab_drain_pick(c->slab, (unsigned)src, 0, &p);
-    if (rc == 0)
-        rc = drain_for_reassign(t, p);
+    int rc = drain_one_of(t, (unsigned)src);
     if (rc == 0)
         rc = pool_page_get(c->pool, page);
     if (rc == 0)
@@ -398,7 +405,6 @@ reclaim_reassign(struct cache_thread *t, int src, int dst)
 {
     struct cache *c = t->cache;
     int n = (int)slab_nclasses(c->slab);
-    uint32_t page;
 
     if (t->in_admin)
         return -EBUSY;
@@ -408,10 +414,7 @@ reclaim_reassign(struct cache_thread *t, int src, int dst)
     t->in_admin = true;
     if (src < 0)
         src = pick_donor(c, dst);
-    int rc =
-        src < 0 ? -ENOENT : slab_drain_pick(c->slab, (unsigned)src, 0, &page);
-    if (rc == 0)
-        rc = drain_for_reassign(t, page);
+    int rc = src < 0 ? -ENOENT : drain_one_of(t, (unsigned)src);
     if (rc == 0) {
         /* the page is in the pool; hand one to dst now so that it is
          * dst's even if another class asks first */

@@ -2,9 +2,12 @@
 /*
  * Shared helpers of the NVMe store tests (tests/unit/test_nvs*.c): store
  * files under /tmp (ext4, O_DIRECT works) named with the pid, a small
- * configuration, and a synchronous read.
+ * configuration, a store with its read ring, and a synchronous read.
+ * Include after <cmocka.h>.
  */
 #include "tier/nvs.h"
+
+#include "src/base/err.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -36,6 +39,38 @@ fx_config(struct nvs_config *c, uint32_t nsegs, bool no_uring)
     c->nwbuf = 4;
     c->io_threads = 2;
     c->no_uring = no_uring;
+}
+
+/* A store and a read ring of depth 8 over it. */
+struct fx {
+    struct nvs *s;
+    struct nvs_ring *r;
+    char path[128];
+};
+
+/* Open the store c (from fx_config) and its ring into f: 0, or the
+ * error (nvs_open's is printed). */
+static inline int
+fx_open_cfg(struct fx *f, const struct nvs_config *c)
+{
+    snprintf(f->path, sizeof(f->path), "%s", c->path[0]);
+    int e = nvs_open(c, &f->s);
+    if (e < 0) {
+        print_error("nvs_open: %s\n", err_msg());
+        return e;
+    }
+    return nvs_ring_create(f->s, 8, &f->r);
+}
+
+/* Check the store's invariants, close it and remove its file. */
+static inline void
+fx_close(struct fx *f)
+{
+    if (nvs_check(f->s) != 0)
+        fail_msg("nvs_check: %s", err_msg());
+    nvs_ring_destroy(f->r);
+    nvs_close(f->s);
+    unlink(f->path);
 }
 
 /* Value bytes of record (id, version): a pattern checkable byte by byte. */

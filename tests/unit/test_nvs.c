@@ -67,12 +67,6 @@ __wrap_io_uring_queue_init(unsigned entries, struct io_uring *ring,
     return __real_io_uring_queue_init(entries, ring, flags);
 }
 
-struct fx {
-    struct nvs *s;
-    struct nvs_ring *r;
-    char path[128];
-};
-
 static int
 fx_open(struct fx *f, uint32_t nsegs, uint32_t timeout_ms)
 {
@@ -80,23 +74,7 @@ fx_open(struct fx *f, uint32_t nsegs, uint32_t timeout_ms)
 
     fx_config(&c, nsegs, no_uring);
     c.read_timeout_ms = timeout_ms;
-    snprintf(f->path, sizeof(f->path), "%s", fx_path);
-    int e = nvs_open(&c, &f->s);
-    if (e < 0) {
-        print_error("nvs_open: %s\n", err_msg());
-        return e;
-    }
-    return nvs_ring_create(f->s, 8, &f->r);
-}
-
-static void
-fx_close(struct fx *f)
-{
-    if (nvs_check(f->s) != 0)
-        fail_msg("nvs_check: %s", err_msg());
-    nvs_ring_destroy(f->r);
-    nvs_close(f->s);
-    unlink(f->path);
+    return fx_open_cfg(f, &c);
 }
 
 /* ---- CRC32C -------------------------------------------------------------- */

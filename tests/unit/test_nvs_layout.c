@@ -26,14 +26,8 @@
 
 static bool no_uring;
 
-struct lfx {
-    struct nvs *s;
-    struct nvs_ring *r;
-    char path[128];
-};
-
 static void
-lfx_open_nwbuf(struct lfx *f, uint32_t nsegs, uint32_t seg, uint32_t wbuf,
+lfx_open_nwbuf(struct fx *f, uint32_t nsegs, uint32_t seg, uint32_t wbuf,
                unsigned nwbuf)
 {
     struct nvs_config c;
@@ -46,26 +40,13 @@ lfx_open_nwbuf(struct lfx *f, uint32_t nsegs, uint32_t seg, uint32_t wbuf,
         c.wbuf_size = wbuf;
         c.size[0] = (uint64_t)nsegs * seg;
     }
-    snprintf(f->path, sizeof(f->path), "%s", fx_path);
-    if (nvs_open(&c, &f->s) != 0)
-        fail_msg("nvs_open: %s", err_msg());
-    assert_int_equal(nvs_ring_create(f->s, 8, &f->r), 0);
+    assert_int_equal(fx_open_cfg(f, &c), 0);
 }
 
 static void
-lfx_open(struct lfx *f, uint32_t nsegs, uint32_t seg, uint32_t wbuf)
+lfx_open(struct fx *f, uint32_t nsegs, uint32_t seg, uint32_t wbuf)
 {
     lfx_open_nwbuf(f, nsegs, seg, wbuf, 0);
-}
-
-static void
-lfx_close(struct lfx *f)
-{
-    if (nvs_check(f->s) != 0)
-        fail_msg("nvs_check: %s", err_msg());
-    nvs_ring_destroy(f->r);
-    nvs_close(f->s);
-    unlink(f->path);
 }
 
 static uint64_t
@@ -81,7 +62,7 @@ bytes_read(struct nvs *s)
 static void
 test_4k_values_one_block(void **state)
 {
-    struct lfx f;
+    struct fx f;
     static struct nvs_loc loc[40];
     static char v[4096], out[4096];
     struct nvs_stats st;
@@ -111,7 +92,7 @@ test_4k_values_one_block(void **state)
     assert_true(st.objects_read >= 40);
     assert_int_equal(st.bytes_read - b0, 40 * 4096);
     assert_int_equal(st.read_badcrc + st.read_ioerr, 0);
-    lfx_close(&f);
+    fx_close(&f);
 }
 
 /* Sizes from 1 byte to 64 KiB read back exact, from the write buffer and
@@ -125,7 +106,7 @@ test_mixed_sizes(void **state)
         4096, 4097, 5000,  8191,  8192,  8193,  12000, 16384, 20000,
         1,    4096, 33333, 40000, 65535, 65536, 3,     4096,  4100};
     enum { N = sizeof(sizes) / sizeof(sizes[0]) };
-    struct lfx f;
+    struct fx f;
     static struct nvs_loc loc[N];
     static char v[65536], out[65536];
     char key[16];
@@ -154,7 +135,7 @@ test_mixed_sizes(void **state)
         }
         assert_int_equal(nvs_flush(f.s), 0);
     }
-    lfx_close(&f);
+    fx_close(&f);
 }
 
 /* A value that would straddle a block boundary moves to the boundary when
@@ -162,7 +143,7 @@ test_mixed_sizes(void **state)
 static void
 test_value_placement(void **state)
 {
-    struct lfx f;
+    struct fx f;
     struct nvs_loc a, b, c, d, e;
     static char v[4096], out[4096];
 
@@ -214,7 +195,7 @@ test_value_placement(void **state)
     struct nvs_loc bad = b;
     bad.vlen--;
     assert_int_equal(fx_read(f.r, &bad, "b", out), -EBADMSG);
-    lfx_close(&f);
+    fx_close(&f);
 }
 
 /* The footer of the extent ending at segment offset end of segment 0. */
@@ -233,7 +214,7 @@ read_footer(const char *path, uint32_t end, struct nvs_wbuf_footer *out)
 static void
 test_full_buffer_boundary(void **state)
 {
-    struct lfx f;
+    struct fx f;
     struct nvs_loc l1, l2, l3, l4, l5, l6;
     static char v[FX_WBUF], out[FX_WBUF];
     struct nvs_wbuf_footer ft;
@@ -289,7 +270,7 @@ test_full_buffer_boundary(void **state)
         assert_int_equal(fx_read(f.r, l[i], key, out), 0);
         assert_true(fx_check(out, n[i], i + 1, 2));
     }
-    lfx_close(&f);
+    fx_close(&f);
 }
 
 /* ---- compaction over damaged buffers ------------------------------------ */
@@ -335,6 +316,27 @@ dmoved(void *arg, const void *key, uint8_t klen, const struct nvs_loc *old,
     assert_true(memcmp(&m->loc[id], old, sizeof(*old)) == 0);
     m->loc[id] = *new_loc;
     m->moved++;
+}
+
+/* Append the DN records "d<i>" (10,000-byte values of version ver) to f,
+ * all live in m, and flush them to the file. */
+static void
+dfill(struct fx *f, struct dmap *m, uint32_t ver)
+{
+    static char v[10000];
+    char key[16];
+
+    for (int i = 0; i < DN; i++) {
+        snprintf(key, sizeof(key), "d%d", i);
+        fx_fill(v, sizeof(v), (uint32_t)i, ver);
+        int e = -EAGAIN;
+        for (int k = 0; k < 1000 && e == -EAGAIN; k++)
+            if ((e = fx_append(f->s, key, v, sizeof(v), &m->loc[i])) == -EAGAIN)
+                nvs_flush(f->s); /* the writer is behind */
+        assert_int_equal(e, 0);
+        m->live[i] = true;
+    }
+    assert_int_equal(nvs_flush(f->s), 0);
 }
 
 static void
@@ -389,26 +391,16 @@ extent_of(const struct nvs_wbuf_footer *x, int n, const struct nvs_loc *loc)
 static void
 compact_damaged(int bad1, int bad2, bool footer1, uint64_t budget)
 {
-    struct lfx f;
+    struct fx f;
     static struct dmap m;
-    static char v[10000], out[10000];
+    static char out[10000];
     struct nvs_wbuf_footer x[64];
     struct nvs_stats st0, st;
     char key[16];
 
     memset(&m, 0, sizeof(m));
     lfx_open(&f, 8, 0, 0);
-    for (int i = 0; i < DN; i++) {
-        snprintf(key, sizeof(key), "d%d", i);
-        fx_fill(v, sizeof(v), (uint32_t)i, 6);
-        int e = -EAGAIN;
-        for (int k = 0; k < 1000 && e == -EAGAIN; k++)
-            if ((e = fx_append(f.s, key, v, sizeof(v), &m.loc[i])) == -EAGAIN)
-                nvs_flush(f.s); /* the writer is behind */
-        assert_int_equal(e, 0);
-        m.live[i] = true;
-    }
-    assert_int_equal(nvs_flush(f.s), 0);
+    dfill(&f, &m, 6);
     int n = seg0_extents(f.path, x, 64);
     assert_true(n >= 4);
     if (bad1 < 0)
@@ -468,7 +460,7 @@ compact_damaged(int bad1, int bad2, bool footer1, uint64_t budget)
         assert_int_equal(fx_read(f.r, &m.loc[i], key, out), 0);
         assert_true(fx_check(out, sizeof(out), (uint32_t)i, 6));
     }
-    lfx_close(&f);
+    fx_close(&f);
 }
 
 /* Buffer 2's footer and buffer 3's directory damaged; one buffer a step. */
@@ -502,26 +494,16 @@ test_compaction_damaged_tail(void **state)
 static void
 test_compaction_resumes_when_behind(void **state)
 {
-    struct lfx f;
+    struct fx f;
     static struct dmap m;
-    static char v[10000], out[10000];
+    static char out[10000];
     struct nvs_stats st;
     char key[16];
 
     (void)state;
     memset(&m, 0, sizeof(m));
     lfx_open_nwbuf(&f, 8, 0, 0, 2);
-    for (int i = 0; i < DN; i++) {
-        snprintf(key, sizeof(key), "d%d", i);
-        fx_fill(v, sizeof(v), (uint32_t)i, 8);
-        int e = -EAGAIN;
-        for (int k = 0; k < 1000 && e == -EAGAIN; k++)
-            if ((e = fx_append(f.s, key, v, sizeof(v), &m.loc[i])) == -EAGAIN)
-                nvs_flush(f.s);
-        assert_int_equal(e, 0);
-        m.live[i] = true;
-    }
-    assert_int_equal(nvs_flush(f.s), 0);
+    dfill(&f, &m, 8);
     int nlive = 0;
     for (int i = 0; i < DN; i++)
         if (m.loc[i].seg == 0) {
@@ -554,7 +536,7 @@ test_compaction_resumes_when_behind(void **state)
         assert_int_equal(fx_read(f.r, &m.loc[i], key, out), 0);
         assert_true(fx_check(out, sizeof(out), (uint32_t)i, 8));
     }
-    lfx_close(&f);
+    fx_close(&f);
 }
 
 #define LAYOUT_TESTS                                                           \
