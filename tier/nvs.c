@@ -428,7 +428,9 @@ wbuf_finish(struct nvs_wbuf *w)
  * machine's virtio disk, 4 KiB random reads at depth 4 beside 8 MB/s of
  * sequential writes: read p99 0.42 ms, p99.5 1.4 ms with 4 MiB writes;
  * 0.14 ms and 0.18 ms with 256 KiB ones). Smaller pieces let the reads in
- * between; a few in flight keep the write rate. */
+ * between; a few in flight keep the write rate. (In the server on that disk,
+ * neither 256 KiB pieces nor smaller ones moved the flash read p99 at 16
+ * connections, where waiting for a CPU dominates: perf/RESULTS.md.) */
 #define NVS_WRITE_PIECE (256u << 10)
 #define NVS_WRITE_INFLIGHT 4
 
