@@ -858,6 +858,8 @@ ext_stats(struct cache *c, const int64_t *s, struct tc_stats *out)
     out->ext_read_timeouts = (uint64_t)s[ST_EXT_TIMEOUTS];
     out->extstore_io_queue =
         s[ST_EXT_INFLIGHT] > 0 ? (uint64_t)s[ST_EXT_INFLIGHT] : 0;
+    out->ext_recache_window =
+        c->ext_reread ? (uint32_t)(c->ext_reread_mask + 1) : 0;
     if (!c->nvs)
         return;
     nvs_get_stats(c->nvs, &ns);

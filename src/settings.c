@@ -273,8 +273,9 @@ static const struct opt opts[] = {
      .max = UINT32_MAX, .stat = "ext_recache_window", .show = SHOW_NUM,
      .arg = "<num>",
      .help = "a flash item read 3 times within about this many flash reads "
-             "is copied back into the pool, 0 = never (default: one per "
-             "4 KiB of -m, 1024 to 4194304)"},
+             "is copied back into the pool, 0 = never; rounded up to a "
+             "power of two (default: the power of two above -m / 4 KiB, "
+             "1024 to 4194304)"},
     {.name = "ext_max_frag", .sub = true, .type = OT_DOUBLE,
      .off = F(ext_max_frag), .def = "0.8", .dmin = 0, .dmax = 1,
      .stat = "ext_max_frag", .show = SHOW_NUM, .arg = "<fraction>",

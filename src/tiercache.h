@@ -256,6 +256,9 @@ struct tc_stats {
     /* NVMe tier; memcached's extstore names where they match */
     bool ext_enabled;
     bool ext_uring;                /* false: the pread/pwrite fallback */
+    uint32_t ext_recache_window;   /* re-read filter slots in use (the
+                                      config's, rounded up to a power of
+                                      two, or the default's); 0 = off */
     uint64_t ext_items;            /* items whose value is on flash */
     uint64_t ext_item_bytes;       /* their value bytes */
     uint64_t ext_spilled;          /* values the eviction moved to flash */

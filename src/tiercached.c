@@ -142,6 +142,16 @@ open_cache(const struct settings *st, struct tc_cache **out)
     return 0;
 }
 
+/* stats settings shows what the engine made of a default it resolves
+ * itself ("auto"), not the marker the option was given as. */
+static void
+settings_in_use(struct settings *st, struct tc_cache *cache)
+{
+    struct tc_stats ts;
+    tc_stats(cache, &ts);
+    st->ext_recache_window = ts.ext_recache_window;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -171,6 +181,7 @@ main(int argc, char **argv)
     struct tc_cache *cache;
     if (open_cache(&st, &cache) != 0)
         return 1;
+    settings_in_use(&st, cache);
     struct server *srv;
     if (server_create(&st, cache, &srv) != 0) {
         fprintf(stderr, "tiercached: %s\n", err_msg());

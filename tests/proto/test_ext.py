@@ -276,6 +276,27 @@ def test_delete_overwrite_flash_items(ext_server):
 
 
 @pytest.mark.tiercache_only
+@pytest.mark.parametrize("opt,shown", [
+    ("", "8192"),                         # the power of two above 16M/4K
+    (",ext_recache_window=100", "128"),   # rounded up to a power of two
+    (",ext_recache_window=0", "0"),       # off
+])
+def test_recache_window_shown(opt, shown):
+    """stats settings shows the re-read filter's slots in use, not the
+    "auto" marker the default is given as."""
+    from conftest import start_server
+    path = f"/tmp/tc-proto-ext-{os.getpid()}-{uuid.uuid4().hex}.nvs"
+    srv = start_server(["-o", f"ext_page_size=8{opt},ext_path={path}:64m"],
+                       mem=MEM, threads=1)
+    try:
+        assert stats(srv, "settings")["ext_recache_window"] == shown
+    finally:
+        srv.stop()
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+@pytest.mark.tiercache_only
 def test_recache_window():
     """-o ext_recache_window: the third read of a flash key in a row copies
     it back into the pool (recache_from_extstore moves, the fourth read does

@@ -532,6 +532,7 @@ test_recache_reread(void **state)
     struct xfx *x = *state;
     struct tc_cache *c = x->f.c;
 
+    assert_int_equal(stats(c).ext_recache_window, 1024); /* slots in use */
     fill(c, 0, 8000);
     unsigned i = flash_key(c, 0); /* read 1 */
     bool fl = false;
