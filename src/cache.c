@@ -432,7 +432,7 @@ alloc_chunk(struct cache_thread *t, uint32_t size, uint64_t *off)
             continue;
         /* a page with room elsewhere (with -M too: its items move into
          * free chunks, none is evicted) */
-        if (reclaim_reassign(t, -1, (int)cls) != 0)
+        if (reclaim_reassign(t, -1, (int)cls, RECLAIM_WAIT) != 0)
             break;
     }
     return -ENOMEM;

@@ -22,7 +22,8 @@
  *                    copies items (PMEM writes) while a thread holds it, so
  *                    it is a plain mutex outside the rank and no-PMEM-write
  *                    checks, and no hot path waits on it (only an
- *                    allocation whose class has nothing left to evict).
+ *                    allocation whose class has nothing left to evict;
+ *                    the flash tier's header-page refills use trylock).
  *   cache->limbo_lock guards the limbo list.
  *   cache->threads_lock guards the list of thread contexts and the stats of
  *                    threads that left (a plain mutex, rank-free: held with
@@ -480,8 +481,13 @@ bool cache_unlink_loc(struct cache *c, uint64_t hash, uint64_t loc);
 int reclaim_evict(struct cache_thread *t, unsigned cls);
 /* Expiry sweep over budget chunks: items reclaimed. Locks: admin. */
 int reclaim_sweep(struct cache_thread *t, unsigned budget);
-int reclaim_reassign(struct cache_thread *t, int src, int dst);
-int reclaim_take_page(struct cache_thread *t, int src, uint32_t *page);
+/* Whether a reassignment waits for admin or gives up with -EBUSY while
+ * another thread holds it (see src/reclaim.c). */
+enum reclaim_how { RECLAIM_WAIT, RECLAIM_TRY };
+int reclaim_reassign(struct cache_thread *t, int src, int dst,
+                     enum reclaim_how how);
+int reclaim_take_page(struct cache_thread *t, int src, uint32_t *page,
+                      enum reclaim_how how);
 int reclaim_shrink(struct cache_thread *t);
 int reclaim_start(struct cache *c);
 void reclaim_stop(struct cache *c);

@@ -240,9 +240,11 @@ hdr_reserve_use(struct cache *c, unsigned cls)
 
 /* Put a page of class cls into the empty header reserve (see above):
  * false when that failed (-EBUSY: a chunk of the drained page sat in
- * another thread's stash; it gives it back at its next operation), to be
- * tried again after the next eviction batch.
- * Context: after an eviction batch, no lock held. Locks: admin (reclaim). */
+ * another thread's stash, which it gives back at its next operation, or
+ * another thread held admin, draining a page: spilling never waits for
+ * that), to be tried again after the next eviction batch.
+ * Context: after an eviction batch, no lock held. Locks: admin (reclaim,
+ * trylock). */
 static bool
 hdr_reserve_refill(struct cache_thread *t, unsigned cls)
 {
@@ -252,7 +254,7 @@ hdr_reserve_refill(struct cache_thread *t, unsigned cls)
     if (atomic_load_explicit(&c->ext_hdr_page, memory_order_relaxed) !=
         UINT32_MAX)
         return true;
-    if (reclaim_take_page(t, (int)cls, &page) != 0)
+    if (reclaim_take_page(t, (int)cls, &page, RECLAIM_TRY) != 0)
         return false;
     if (!atomic_compare_exchange_strong_explicit(&c->ext_hdr_page, &none, page,
                                                  memory_order_relaxed,
@@ -428,8 +430,9 @@ ext_after_evict(struct cache_thread *t, unsigned cls)
     slab_class_stats(t->cache->slab, (unsigned)want, &st);
     if (st.free_chunks > 0)
         return;
-    /* headers are small: one page holds thousands, so this is rare */
-    reclaim_reassign(t, (int)cls, want);
+    /* headers are small: one page holds thousands, so this is rare; with
+     * admin busy the next spill short of a header asks again */
+    reclaim_reassign(t, (int)cls, want, RECLAIM_TRY);
 }
 
 /* --- reads --- */

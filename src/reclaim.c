@@ -15,7 +15,12 @@
  *     cursors, reassignment and shrink; no other lock is held when it is
  *     taken. t->in_admin marks the
  *     thread holding it so that allocation under it never reassigns pages
- *     (which would take admin again).
+ *     (which would take admin again). A page drain copies items (PMEM
+ *     writes) while holding it, so only callers that cannot go on without
+ *     a page wait for it (RECLAIM_WAIT: an allocation whose class has
+ *     nothing left to evict, shrink, the tc_slab_reassign command); the
+ *     flash tier's header-page chances take it only when free
+ *     (RECLAIM_TRY) and retry after a later eviction batch.
  *   c->evict_cur[cls]: under the class lock, inside slab_scan().
  *   c->shrink_target: written by tc_set_mem_limit, read and cleared under
  *     admin; an atomic, since the maintenance thread peeks at it unlocked.
@@ -375,43 +380,65 @@ drain_one_of(struct cache_thread *t, unsigned src)
     return rc ? rc : drain_for_reassign(t, page);
 }
 
+/* Take admin for t: 0, or -EBUSY when t holds it already or (how
+ * RECLAIM_TRY) another thread does, which may be draining a page for a
+ * while (writing PMEM). */
+static int
+admin_enter(struct cache_thread *t, enum reclaim_how how)
+{
+    if (t->in_admin)
+        return -EBUSY;
+    if (how == RECLAIM_TRY) {
+        if (pthread_mutex_trylock(&t->cache->admin) != 0)
+            return -EBUSY;
+    } else {
+        pthread_mutex_lock(&t->cache->admin);
+    }
+    t->in_admin = true;
+    return 0;
+}
+
+static void
+admin_leave(struct cache_thread *t)
+{
+    t->in_admin = false;
+    pthread_mutex_unlock(&t->cache->admin);
+}
+
 /* Empty one page of class src, as for a reassignment, and take it from the
  * pool into *page, for the caller to keep: 0, or a negative errno (also
- * when another class took the freed page first). Context: no lock, no RCU
- * section. Locks: admin. */
+ * when another class took the freed page first, and -EBUSY when admin is
+ * busy and how is RECLAIM_TRY). Context: no lock, no RCU section. Locks:
+ * admin. */
 int
-reclaim_take_page(struct cache_thread *t, int src, uint32_t *page)
+reclaim_take_page(struct cache_thread *t, int src, uint32_t *page,
+                  enum reclaim_how how)
 {
     struct cache *c = t->cache;
 
-    if (t->in_admin)
-        return -EBUSY;
     if (src < 0 || src >= (int)slab_nclasses(c->slab))
         return -EINVAL;
-    pthread_mutex_lock(&c->admin);
-    t->in_admin = true;
+    if (admin_enter(t, how) != 0)
+        return -EBUSY;
     int rc = drain_one_of(t, (unsigned)src);
     if (rc == 0)
         rc = pool_page_get(c->pool, page);
     if (rc == 0)
         cache_stat_inc(t, ST_REASSIGNS);
-    t->in_admin = false;
-    pthread_mutex_unlock(&c->admin);
+    admin_leave(t);
     return rc;
 }
 
 int
-reclaim_reassign(struct cache_thread *t, int src, int dst)
+reclaim_reassign(struct cache_thread *t, int src, int dst, enum reclaim_how how)
 {
     struct cache *c = t->cache;
     int n = (int)slab_nclasses(c->slab);
 
-    if (t->in_admin)
-        return -EBUSY;
     if (dst < 0 || dst >= n || src >= n || src == dst || src < -1)
         return -EINVAL;
-    pthread_mutex_lock(&c->admin);
-    t->in_admin = true;
+    if (admin_enter(t, how) != 0)
+        return -EBUSY;
     if (src < 0)
         src = pick_donor(c, dst);
     int rc = src < 0 ? -ENOENT : drain_one_of(t, (unsigned)src);
@@ -421,8 +448,7 @@ reclaim_reassign(struct cache_thread *t, int src, int dst)
         slab_grow(c->slab, (unsigned)dst);
         cache_stat_inc(t, ST_REASSIGNS);
     }
-    t->in_admin = false;
-    pthread_mutex_unlock(&c->admin);
+    admin_leave(t);
     return rc;
 }
 
@@ -444,8 +470,7 @@ reclaim_shrink(struct cache_thread *t)
     uint32_t page;
     int rc = 0;
 
-    pthread_mutex_lock(&c->admin);
-    t->in_admin = true;
+    admin_enter(t, RECLAIM_WAIT); /* not held by t: maintenance, tc API */
     uint32_t target = atomic_load(&c->shrink_target);
     for (unsigned cls = 0; target && cls < slab_nclasses(c->slab); cls++) {
         /* stop allocation from every page above the target first, so
@@ -467,8 +492,7 @@ reclaim_shrink(struct cache_thread *t)
         if (rc == 0)
             atomic_store(&c->shrink_target, 0);
     }
-    t->in_admin = false;
-    pthread_mutex_unlock(&c->admin);
+    admin_leave(t);
     return rc;
 }
 

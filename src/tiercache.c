@@ -411,7 +411,7 @@ TC_API int
 tc_slab_reassign(struct tc_cache *tc, int src, int dst)
 {
     struct cache_thread *t = cache_thread_get(engine(tc));
-    return t ? reclaim_reassign(t, src, dst) : -ENOMEM;
+    return t ? reclaim_reassign(t, src, dst, RECLAIM_WAIT) : -ENOMEM;
 }
 
 TC_API int

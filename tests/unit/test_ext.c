@@ -269,6 +269,76 @@ test_spill_many_header_pages(void **state)
     check_ok(c);
 }
 
+/* Holds the engine's admin token (as a page drain or a "slabs reassign"
+ * would) until the test says done, at most 30 s. */
+struct admin_hold {
+    struct cache *c;
+    _Atomic bool held, done, released;
+};
+
+static void *
+admin_holder(void *arg)
+{
+    struct admin_hold *h = arg;
+    pthread_mutex_lock(&h->c->admin);
+    atomic_store(&h->held, true);
+    for (int i = 0; i < 30000 && !atomic_load(&h->done); i++)
+        usleep(1000);
+    atomic_store(&h->released, true);
+    pthread_mutex_unlock(&h->c->admin);
+    return NULL;
+}
+
+/* Spilling never waits for admin: the header reserve's refill and the
+ * header class's reassignment are chances taken after an eviction batch,
+ * not needs, so while another thread holds admin (draining a page, which
+ * writes PMEM) the fill goes on, evicting where no header chunk is left
+ * (before, it waited for admin: 30 s here); once admin is free again they
+ * resume and the next fill evicts next to nothing. */
+static void
+test_spill_admin_busy(void **state)
+{
+    struct xfx *x = *state;
+    struct tc_cache *c = x->f.c;
+    const unsigned n = 60000, vlen = 1024;
+    unsigned char v[1024];
+    char k[32];
+
+    struct admin_hold h = {.c = (struct cache *)c};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, admin_holder, &h), 0);
+    for (int i = 0; i < 5000 && !atomic_load(&h.held); i++)
+        usleep(1000);
+    assert_true(atomic_load(&h.held));
+    for (unsigned i = 0; i < n; i++) {
+        key_of(i, k);
+        value_of(i, 0, v, vlen);
+        put(c, k, v, vlen, i, 0);
+    }
+    bool waited = atomic_load(&h.released); /* the fill outlasted the hold */
+    atomic_store(&h.done, true);
+    pthread_join(th, NULL);
+    assert_false(waited);
+    struct tc_stats s = stats(c);
+    print_message("admin held: %" PRIu64 " spilled, %" PRIu64 " evicted\n",
+                  s.ext_spilled, s.evictions);
+    assert_true(s.ext_spilled > n / 8); /* the reserve's first page */
+
+    for (unsigned i = n; i < 2 * n; i++) {
+        key_of(i, k);
+        value_of(i, 0, v, vlen);
+        put(c, k, v, vlen, i, 0);
+    }
+    struct tc_stats s2 = stats(c);
+    print_message("admin free: %" PRIu64 " spilled, %" PRIu64 " evicted\n",
+                  s2.ext_spilled - s.ext_spilled, s2.evictions - s.evictions);
+    assert_true(s2.ext_spilled - s.ext_spilled > n / 2);
+    /* at most the page reassigned before the reserve's first refill
+     * (with admin held, about half of the fill was evicted) */
+    assert_true(s2.evictions - s.evictions < n / 20);
+    check_ok(c);
+}
+
 /* ext_item_age: victims idle less than the limit are evicted, not
  * spilled; once the clock has moved past it, they spill. */
 static void
@@ -981,6 +1051,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         XT(test_spill_read_back),
         XT(test_spill_many_header_pages),
+        XT(test_spill_admin_busy),
         XT(test_item_age),
         XTS(test_hot_flash_key, xsetup_hot),
         XT(test_delete_overwrite_expire),
