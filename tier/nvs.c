@@ -459,10 +459,16 @@ static int
 writer_piece_done(struct nvs *s, struct nvs_wbuf *w, uint32_t off, int res)
 {
     uint32_t len = MIN(NVS_WRITE_PIECE, w->len - off);
+    uint32_t every = atomic_load_explicit(&s->f_wshort, memory_order_relaxed);
+    /* fault injection: taken as short at a block boundary (O_DIRECT's
+     * short writes end on one, and the pwrite after must be aligned) */
+    if (every && res == (int)len && len >= 8192 && ++s->f_wseq % every == 0)
+        res = (int)(len / 2 & ~4095u);
     if (res == (int)len)
         return 0;
     if (res < 0)
         return res;
+    atomic_fetch_add_explicit(&s->write_short, 1, memory_order_relaxed);
     return nvs_io_pwrite_all(
         s->fd[s->seg[w->seg].path], w->buf + off + res, len - (uint32_t)res,
         s->seg[w->seg].foff + w->seg_off + off + (uint32_t)res);

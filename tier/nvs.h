@@ -207,6 +207,8 @@ struct nvs_stats {
     uint64_t read_lat_p50_ns, read_lat_p99_ns, read_lat_p999_ns;
     bool uring;            /* false: the pread/pwrite fallback is in use */
     uint64_t write_errors; /* buffer writes that failed (records lost) */
+    uint64_t write_short;  /* write pieces the ring wrote short, finished
+                              with pwrite */
 };
 void nvs_get_stats(struct nvs *s, struct nvs_stats *out);
 /* "stats reset": zero the counters (bytes/objects written and read,
@@ -219,11 +221,15 @@ void nvs_stats_reset(struct nvs *s);
 /* ---- fault injection (tests) ---- */
 
 struct nvs_faults {
-    uint32_t eio_every;      /* every Nth read completes with -EIO, 0 off */
-    uint32_t short_every;    /* every Nth read comes back short */
-    uint32_t delay_ms;       /* added before each read completes */
-    uint32_t write_delay_ms; /* the writer waits this long before each
-                                batch of buffer writes (flash behind) */
+    uint32_t eio_every;         /* every Nth read completes with -EIO, 0 off */
+    uint32_t short_every;       /* every Nth read comes back short */
+    uint32_t delay_ms;          /* added before each read completes */
+    uint32_t write_delay_ms;    /* the writer waits this long before each
+                                   batch of buffer writes (flash behind) */
+    uint32_t short_write_every; /* every Nth write piece the ring completes
+                                   counts as written to its middle only, as
+                                   a short write would (the rest is written
+                                   again with pwrite) */
 };
 void nvs_set_faults(struct nvs *s, const struct nvs_faults *f);
 

@@ -123,13 +123,15 @@ struct nvs {
     _Atomic uint64_t bytes_written, objects_written; /* (A) */
     _Atomic uint64_t bytes_read, objects_read;       /* (A) */
     _Atomic uint64_t append_busy, write_errors;      /* (A) */
+    _Atomic uint64_t write_short;                    /* (A) */
     _Atomic uint64_t read_badcrc, read_ioerr;        /* (A) */
     _Atomic uint64_t read_timeout, read_stale;       /* (A) */
     _Atomic uint64_t hist[NVS_HIST_BUCKETS];         /* (A) read lat */
 
     /* fault injection (A) */
-    _Atomic uint32_t f_eio, f_short, f_delay, f_wdelay;
+    _Atomic uint32_t f_eio, f_short, f_delay, f_wdelay, f_wshort;
     _Atomic uint64_t f_seq;
+    uint64_t f_wseq; /* write pieces completed: the writer thread's */
 
     /* the fallback's thread pool (tier/nvs_io.c) */
     pthread_mutex_t pool_mu;

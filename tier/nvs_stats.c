@@ -102,6 +102,7 @@ nvs_get_stats(struct nvs *s, struct nvs_stats *o)
     o->read_timeout = LOAD(s->read_timeout);
     o->read_stale = LOAD(s->read_stale);
     o->write_errors = LOAD(s->write_errors);
+    o->write_short = LOAD(s->write_short);
     for (unsigned i = 0; i < NVS_HIST_BUCKETS; i++) {
         h[i] = LOAD(s->hist[i]);
         total += h[i];
@@ -130,6 +131,7 @@ nvs_stats_reset(struct nvs *s)
     ZERO(s->objects_read);
     ZERO(s->append_busy);
     ZERO(s->write_errors);
+    ZERO(s->write_short);
     ZERO(s->read_badcrc);
     ZERO(s->read_ioerr);
     ZERO(s->read_timeout);
@@ -220,6 +222,8 @@ nvs_set_faults(struct nvs *s, const struct nvs_faults *f)
     atomic_store_explicit(&s->f_short, f->short_every, memory_order_relaxed);
     atomic_store_explicit(&s->f_delay, f->delay_ms, memory_order_relaxed);
     atomic_store_explicit(&s->f_wdelay, f->write_delay_ms,
+                          memory_order_relaxed);
+    atomic_store_explicit(&s->f_wshort, f->short_write_every,
                           memory_order_relaxed);
     atomic_store_explicit(&s->f_seq, 0, memory_order_relaxed);
 }

@@ -674,6 +674,47 @@ test_injected_eio_and_short(void **state)
     fx_close(&f);
 }
 
+/* A write piece the ring completes short is finished with pwrite from
+ * where it stopped: with every piece of 1 MiB buffers (four 256 KiB
+ * pieces) taken as half written, every record still reads back whole.
+ * The fallback writes with pwrite only (no pieces, nothing counted). */
+static void
+test_short_writes(void **state)
+{
+    struct fx f;
+    struct nvs_config c;
+    struct nvs_stats st;
+    struct nvs_loc loc[400];
+    char key[16], v[5000], out[5000];
+
+    (void)state;
+    fx_config(&c, 8, no_uring);
+    c.seg_size = 2u << 20;
+    c.size[0] = 8 * (uint64_t)c.seg_size;
+    c.wbuf_size = 1u << 20;
+    assert_int_equal(fx_open_cfg(&f, &c), 0);
+    nvs_set_faults(f.s, &(struct nvs_faults){.short_write_every = 1});
+    for (uint32_t i = 0; i < 400; i++) { /* about two buffers */
+        snprintf(key, sizeof(key), "k%u", i);
+        fx_fill(v, 4000 + i, i, 1);
+        assert_int_equal(fx_append(f.s, key, v, 4000 + i, &loc[i]), 0);
+    }
+    assert_int_equal(nvs_flush(f.s), 0);
+    nvs_set_faults(f.s, &(struct nvs_faults){0});
+    for (uint32_t i = 0; i < 400; i++) {
+        snprintf(key, sizeof(key), "k%u", i);
+        assert_int_equal(fx_read(f.r, &loc[i], key, out), 0);
+        assert_true(fx_check(out, 4000 + i, i, 1));
+    }
+    nvs_get_stats(f.s, &st);
+    assert_int_equal(st.write_errors, 0);
+    if (no_uring)
+        assert_int_equal(st.write_short, 0);
+    else
+        assert_true(st.write_short >= 4); /* one whole buffer's pieces */
+    fx_close(&f);
+}
+
 static void
 test_deadline(void **state)
 {
@@ -813,8 +854,8 @@ test_ring_full(void **state)
         cmocka_unit_test(test_compaction),                                     \
         cmocka_unit_test(test_corruption_is_badmsg),                           \
         cmocka_unit_test(test_injected_eio_and_short),                         \
-        cmocka_unit_test(test_deadline), cmocka_unit_test(test_ring_fd),       \
-        cmocka_unit_test(test_ring_full)
+        cmocka_unit_test(test_short_writes), cmocka_unit_test(test_deadline),  \
+        cmocka_unit_test(test_ring_fd), cmocka_unit_test(test_ring_full)
 
 int
 main(void)
