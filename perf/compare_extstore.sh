@@ -56,6 +56,14 @@
 #                  peaks at 90-95 MiB (pool file, index, 8 MiB hot pool),
 #                  so 112 gives both servers the same RAM, memcached's
 #                  beyond its RSS going to the page cache.
+#   WORKER_SCHED   1: both servers' worker threads pinned one per CPU (of
+#                  the process's set, round robin) with a $SLICE_US us
+#                  scheduler slice: tiercached through its own
+#                  -o pin_workers,worker_slice_us, memcached (which has no
+#                  such option) from outside, on its mc-worker threads, with
+#                  taskset and sched_setattr [0 = both as the kernel runs
+#                  them]
+#   SLICE_US       the slice for WORKER_SCHED [300]
 
 set -u -o pipefail
 
@@ -91,6 +99,8 @@ PORT_BASE=${PORT_BASE:-21600}
 LOAD_RATE=${LOAD_RATE:-1000}
 REPEAT=${REPEAT:-1}
 MEM_CGROUP_MB=${MEM_CGROUP_MB:-0}
+WORKER_SCHED=${WORKER_SCHED:-0}
+SLICE_US=${SLICE_US:-300}
 cg_dir=""
 if [ "$MEM_CGROUP_MB" != 0 ]; then
     cg_dir=/sys/fs/cgroup/memory/tc-ext-bench-$$
@@ -171,6 +181,29 @@ pick_port() {
     return 1
 }
 
+# WORKER_SCHED for memcached, from outside: what tiercached's
+# -o pin_workers,worker_slice_us do to its own workers (src/server.c).
+sched_mc_workers() { # pid
+    local pid=$1 i=0 t
+    local -a cpus
+    read -r -a cpus < <(/usr/bin/python3 -c 'import os, sys
+print(*sorted(os.sched_getaffinity(int(sys.argv[1]))))' "$pid")
+    for t in /proc/"$pid"/task/*; do
+        [ "$(cat "$t/comm" 2>/dev/null)" = mc-worker ] || continue
+        taskset -pc "${cpus[i % ${#cpus[@]}]}" "${t##*/}" >/dev/null
+        # struct sched_attr (56 bytes): SCHED_OTHER with a slice in ns
+        /usr/bin/python3 -c 'import ctypes, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+a = ctypes.create_string_buffer(struct.pack("IIQiIQQQII", 56, 0, 0, 0, 0,
+                                            int(sys.argv[2]) * 1000, 0, 0, 0, 0))
+if libc.syscall(314, int(sys.argv[1]), a, 0) != 0:  # SYS_sched_setattr
+    sys.exit("sched_setattr: errno %d" % ctypes.get_errno())' \
+            "${t##*/}" "$SLICE_US" >>"$out" 2>&1
+        i=$((i + 1))
+    done
+    echo "# memcached: $i mc-worker threads pinned, slice $SLICE_US us" >>"$out"
+}
+
 start_server() { # name port
     local name=$1 port=$2 _
     local -a cmd
@@ -187,6 +220,8 @@ start_server() { # name port
         cmd=("$TIERCACHED" -p "$port" -l 127.0.0.1 -t "$SERVER_THREADS"
             -m "$MEM_MB" -c 1024 -e "$pool_file" -o
             "ext_page_size=64,ext_wbuf_size=4,ext_path=$ext_file:$EXT_SIZE")
+        [ "$WORKER_SCHED" = 1 ] &&
+            cmd+=(-o "pin_workers,worker_slice_us=$SLICE_US")
         ;;
     esac
     echo "# start: ${cmd[*]}" >>"$out"
@@ -201,7 +236,11 @@ start_server() { # name port
     srv_pid=$!
     for _ in $(seq 1 100); do
         kill -0 "$srv_pid" 2>/dev/null || { srv_pid=""; return 1; }
-        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            [ "$WORKER_SCHED" = 1 ] && [ "$name" = memcached ] &&
+                sched_mc_workers "$srv_pid"
+            return 0
+        fi
         sleep 0.1
     done
     stop_server
@@ -295,6 +334,7 @@ log "# memcached: $("$MEMCACHED" -V 2>&1 | head -1); tiercached: $TIERCACHED"
 log "# servers: -t $SERVER_THREADS -m $MEM_MB, flash $EXT_SIZE (64 MiB pages, 4 MiB write buffers), fresh for every run"
 log "# client: --conns $CONNS --keys $KEYS (x 4 KiB = $((KEYS * 4 / 1024)) MiB) --duration $DURATION, every key set once first at $LOAD_RATE sets/s"
 [ -n "$cg_dir" ] && log "# each server in a cgroup-v1 memory cgroup of $MEM_CGROUP_MB MiB (page cache included)"
+[ "$WORKER_SCHED" = 1 ] && log "# WORKER_SCHED=1: both servers' workers pinned one per CPU with a $SLICE_US us slice (tiercached -o pin_workers,worker_slice_us=$SLICE_US; memcached's mc-worker threads by taskset and sched_setattr)"
 
 ran=""
 while IFS='|' read -r wl dist pipe mget mix; do

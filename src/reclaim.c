@@ -508,6 +508,7 @@ maintenance_main(void *arg)
     struct cache_thread *t = cache_thread_get(c);
     struct timespec tick;
 
+    pthread_setname_np(pthread_self(), "tc-maint");
     if (!t)
         return NULL;
     clock_gettime(CLOCK_REALTIME, &tick);

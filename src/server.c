@@ -79,6 +79,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -114,6 +115,7 @@ struct worker {
     size_t qn, qcap;
     struct conn_worker cw;
     struct stats_ctr ctr;
+    int cpu; /* -o pin_workers: the one CPU it runs on; -1 = any */
 };
 
 struct server {
@@ -466,10 +468,71 @@ worker_quiesce(struct server *srv)
     pthread_mutex_unlock(&srv->quiet_lock);
 }
 
+/* The kernel's struct sched_attr (linux/sched/types.h, which clashes with
+ * glibc's <sched.h>): glibc 2.36 has no wrapper for sched_setattr. */
+struct kernel_sched_attr {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period; /* ns; runtime: a normal thread's
+                                           slice since Linux 6.12 */
+    uint32_t util_min, util_max;
+};
+
+/* Set the calling thread's scheduler slice (EEVDF's custom slice, Linux
+ * 6.12+): 0, or an errno; ENOTSUP where the kernel took the call but kept
+ * its own slice (older kernels ignore the field for normal threads). */
+static int
+set_slice(uint64_t us)
+{
+    struct kernel_sched_attr a = {
+        .size = sizeof(a), .policy = SCHED_OTHER, .runtime = us * 1000};
+    if (syscall(SYS_sched_setattr, 0, &a, 0) != 0)
+        return errno;
+    struct kernel_sched_attr got = {0};
+    if (syscall(SYS_sched_getattr, 0, &got, sizeof(got), 0) != 0)
+        return errno;
+    return got.runtime == us * 1000 ? 0 : ENOTSUP;
+}
+
+/* A worker's name (tc-worker-N, for top -H, perf and /proc), its CPU
+ * (pin_workers) and its scheduler slice (worker_slice_us). Why both: on a
+ * busy machine a worker woken by a request or a flash completion otherwise
+ * waits behind the other worker or the client for the rest of their slice,
+ * which the kernel checks at the next tick (4 ms at HZ=250); pinned, the
+ * workers never queue behind each other, and with a short slice a waking
+ * worker preempts a longer-sliced thread at once (perf/RESULTS.md, "Where
+ * the 9:1 tail comes from"). A refusal is logged; the worker runs anyway. */
+static void
+worker_sched(struct worker *w)
+{
+    unsigned idx = (unsigned)(w - w->srv->workers);
+    char name[16];
+    snprintf(name, sizeof(name), "tc-worker-%u", idx);
+    pthread_setname_np(pthread_self(), name);
+    if (w->cpu >= 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(w->cpu, &one);
+        int rc = pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+        if (rc)
+            log_warn("pin_workers: worker %u cannot be kept on CPU %d: %s", idx,
+                     w->cpu, strerror(rc));
+    }
+    uint64_t us = w->srv->st->worker_slice_us;
+    int rc = us ? set_slice(us) : 0;
+    if (rc && idx == 0)
+        log_warn("worker_slice_us: the kernel did not take a %llu us slice "
+                 "(%s; custom slices need Linux 6.12)",
+                 (unsigned long long)us, strerror(rc));
+}
+
 static void *
 worker_main(void *arg)
 {
     struct worker *w = arg;
+    worker_sched(w);
     if (tc_thread_register(w->srv->cache) != 0)
         log_warn("worker: cannot register with the cache: %s", tc_errmsg());
     /* the NVMe tier's completions for this worker's ring (issue 4) */
@@ -678,11 +741,35 @@ acceptor_loop(struct server *srv)
     }
 }
 
+/* pin_workers: worker i gets the i-th CPU (round robin) of those the
+ * process may run on, read before any worker narrows its own. */
+static void
+assign_cpus(struct server *srv)
+{
+    cpu_set_t allowed;
+    int cpus[CPU_SETSIZE], n = 0;
+    for (unsigned i = 0; i < srv->nworkers; i++)
+        srv->workers[i].cpu = -1;
+    if (!srv->st->pin_workers)
+        return;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+        log_warn("pin_workers: cannot read this process's CPUs: %s",
+                 strerror(errno));
+        return;
+    }
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &allowed))
+            cpus[n++] = c;
+    for (unsigned i = 0; n > 0 && i < srv->nworkers; i++)
+        srv->workers[i].cpu = cpus[i % (unsigned)n];
+}
+
 static int
 start_workers(struct server *srv)
 {
     int rc = 0;
     unsigned i;
+    assign_cpus(srv);
     /* nstarted is final before any worker can reach worker_quiesce(): that
      * happens only after stop_workers() */
     pthread_mutex_lock(&srv->quiet_lock);

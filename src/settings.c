@@ -172,6 +172,16 @@ static const struct opt opts[] = {
      .show = SHOW_YESNO,
      .help = "accepted for memcached compatibility, no effect: a connection "
              "over -c always gets an error and is closed"},
+    {.name = "pin_workers", .sub = true, .type = OT_BOOL,
+     .off = F(pin_workers), .stat = "tc_pin_workers", .show = SHOW_YESNO,
+     .help = "run worker thread i only on the i-th CPU this process may use "
+             "(round robin): workers never queue behind each other"},
+    {.name = "worker_slice_us", .sub = true, .type = OT_UINT,
+     .off = F(worker_slice_us), .def = "0", .min = 0, .max = 100000,
+     .stat = "tc_worker_slice_us", .show = SHOW_NUM, .arg = "<us>",
+     .help = "the workers' scheduler slice (Linux 6.12+, 100 to 100000; "
+             "0 = the kernel's): a short one lets a worker woken by a "
+             "request or a flash read preempt a busy thread at once"},
     {.name = "no_background", .sub = true, .type = OT_BOOL,
      .off = F(no_background), .stat = "tc_background",
      .show = SHOW_NOT_YESNO,
@@ -847,6 +857,12 @@ finish(struct settings *s)
     if (s->port == 0 && !s->unix_path) {
         err_set("-p: 0 turns TCP off and no -s unix socket was given, so "
                 "there is nothing to listen on");
+        return -EINVAL;
+    }
+    if (s->worker_slice_us && s->worker_slice_us < 100) {
+        err_set("-o worker_slice_us: %llu is below the kernel's floor of "
+                "100 (0 = the kernel's default slice)",
+                (unsigned long long)s->worker_slice_us);
         return -EINVAL;
     }
     int rc = check_slabs(s);

@@ -52,8 +52,10 @@ struct settings {
     uint64_t hash_items;     /* 0 = derive from the pool size */
     uint64_t quota_batch;
     uint64_t sweep_budget;
-    bool maxconns_fast; /* accepted, no effect */
-    bool no_background; /* no maintenance thread (tests) */
+    bool maxconns_fast;       /* accepted, no effect */
+    bool no_background;       /* no maintenance thread (tests) */
+    bool pin_workers;         /* worker i on the i-th allowed CPU */
+    uint64_t worker_slice_us; /* workers' scheduler slice, 0 = kernel's */
     /* write-hotspot tracking and latency emulation (issue 5) */
     uint64_t hotspot_dimms; /* 0 = off */
     uint64_t hotspot_interleave;

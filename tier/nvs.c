@@ -539,6 +539,7 @@ writer_main(void *arg)
     struct nvs_wbuf *batch[NVS_WRITER_DEPTH];
     int res[NVS_WRITER_DEPTH];
 
+    pthread_setname_np(pthread_self(), "tc-nvs-write");
     lock_acquire(&s->lock);
     for (;;) {
         while (s->wq_head == NULL && !s->stop)

@@ -79,6 +79,7 @@ pool_main(void *arg)
 {
     struct nvs *s = arg;
 
+    pthread_setname_np(pthread_self(), "tc-nvs-io");
     pthread_mutex_lock(&s->pool_mu);
     for (;;) {
         while (s->pool_head == NULL && !s->pool_stop)

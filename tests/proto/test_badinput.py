@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from conftest import Conn
+
 MIB = 1024 * 1024
 IS_MEMCACHED = os.environ.get("TC_SERVER_KIND") == "memcached"
 SEED = int(os.environ.get("TC_SEED", "20240611"))
@@ -448,6 +450,8 @@ BAD_FLAGS = [
     (["-I", "1x"], "-I"),
     (["-o", "no_such_option=1"], "no_such_option"),
     (["-U", "abc"], "-U"),
+    (["-o", "worker_slice_us=50"], "worker_slice_us"),
+    (["-o", "worker_slice_us=200000"], "worker_slice_us"),
 ]
 
 
@@ -478,3 +482,77 @@ def test_impossible_pool_path(run_server):
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert rc > 0, f"killed by signal {-rc}; stderr: {err!r}"
         assert len(lines) == 1, f"stderr is not one line: {err!r}"
+
+
+# ---- worker threads: names, CPUs, scheduler slice -------------------------
+
+
+def _threads(pid):
+    """{tid: (name, allowed CPUs, slice ns or None)} of a process."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        base = f"/proc/{pid}/task/{tid}"
+        with open(f"{base}/comm") as f:
+            name = f.read().strip()
+        slice_ns = None
+        try:
+            with open(f"{base}/sched") as f:
+                for line in f:
+                    if line.startswith("se.slice"):
+                        slice_ns = int(line.split(":")[1])
+        except OSError:
+            pass
+        out[int(tid)] = (name, os.sched_getaffinity(int(tid)), slice_ns)
+    return out
+
+
+@pytest.mark.tiercache_only
+def test_pin_workers_and_slice(spawn, key):
+    """-o pin_workers,worker_slice_us=300: the workers are named
+    tc-worker-N, each runs on its own CPU of the process's set (round
+    robin), with a 300 us slice where the kernel shows it; the server
+    serves as usual."""
+    srv = spawn("-o", "pin_workers,worker_slice_us=300", threads=3)
+    allowed = sorted(os.sched_getaffinity(srv.proc.pid))
+    workers = {name: (cpus, sl) for name, cpus, sl
+               in _threads(srv.proc.pid).values()
+               if name.startswith("tc-worker-")}
+    assert sorted(workers) == ["tc-worker-0", "tc-worker-1", "tc-worker-2"]
+    for i in range(3):
+        cpus, sl = workers[f"tc-worker-{i}"]
+        assert cpus == {allowed[i % len(allowed)]}, (i, cpus, allowed)
+        if sl is not None:
+            assert sl == 300000, (i, sl)
+    k = key.encode()
+    c = Conn(srv.host, srv.port)
+    c.send(b"set %s 0 0 1\r\nx\r\nget %s\r\n" % (k, k))
+    assert c.read_until(b"END\r\n") == \
+        b"STORED\r\nVALUE %s 0 1\r\nx\r\nEND\r\n" % k
+    c.close()
+    st = dict(line.split(" ")[1:3] for line in
+              srv_stats_settings(srv).splitlines() if line.startswith("STAT"))
+    assert st["tc_pin_workers"] == "yes"
+    assert st["tc_worker_slice_us"] == "300"
+
+
+@pytest.mark.tiercache_only
+def test_workers_unpinned_by_default(spawn):
+    """Without the options the workers keep the process's CPUs and the
+    kernel's slice."""
+    srv = spawn(threads=2)
+    allowed = os.sched_getaffinity(srv.proc.pid)
+    ths = _threads(srv.proc.pid)
+    main_slice = ths[srv.proc.pid][2]
+    workers = [t for t in ths.values() if t[0].startswith("tc-worker-")]
+    assert len(workers) == 2
+    for name, cpus, sl in workers:
+        assert cpus == allowed, name
+        assert sl == main_slice, name
+
+
+def srv_stats_settings(srv):
+    c = Conn(srv.host, srv.port)
+    c.send(b"stats settings\r\n")
+    text = c.read_until(b"END\r\n").decode()
+    c.close()
+    return text
