@@ -470,7 +470,8 @@ reclaim_shrink(struct cache_thread *t)
     uint32_t page;
     int rc = 0;
 
-    admin_enter(t, RECLAIM_WAIT); /* not held by t: maintenance, tc API */
+    if (admin_enter(t, RECLAIM_WAIT) != 0)
+        return -EBUSY; /* t holds admin (a shrink from inside a drain) */
     uint32_t target = atomic_load(&c->shrink_target);
     for (unsigned cls = 0; target && cls < slab_nclasses(c->slab); cls++) {
         /* stop allocation from every page above the target first, so

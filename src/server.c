@@ -28,7 +28,8 @@
  * clean.
  *
  * Concurrency:
- *   srv->ls[], nls, st, sh, cache, epoch     set before the workers start,
+ *   srv->ls[], nls, st, sh, cache, epoch, w->cpu
+ *                                set before the workers start,
  *                                read-only afterwards.
  *   w->qlock                     guards w->q, w->qn, w->qcap (acceptor
  *                                pushes, worker pops); also the hand-off
