@@ -29,6 +29,8 @@
 
 #include <cmocka.h>
 
+#include "seed_fx.h"
+
 /* --- fixture --- */
 
 struct fixture {
@@ -159,42 +161,6 @@ free1(struct fixture *f, struct quota *q, unsigned cls, uint64_t off)
     seen_del(f->seen, off);
     quota_free(q, cls, off);
 }
-
-/* --- seeded PRNG (xorshift64*) --- */
-
-static uint64_t
-test_seed(void)
-{
-    const char *env = getenv("TC_SEED");
-
-    if (env != NULL && *env != '\0')
-        return strtoull(env, NULL, 0);
-    return (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
-}
-
-static uint64_t
-rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-
-#define CHECK_SEED(cond, seed, ...)                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            print_error("seed=0x%llx (rerun with TC_SEED=0x%llx): ",           \
-                        (unsigned long long)(seed),                            \
-                        (unsigned long long)(seed));                           \
-            print_error(__VA_ARGS__);                                          \
-            print_error("\n");                                                 \
-            fail_msg("%s", #cond);                                             \
-        }                                                                      \
-    } while (0)
 
 /* --- single-thread tests --- */
 

@@ -1,0 +1,44 @@
+#pragma once
+/*
+ * Seeded randomness for the allocator tests (test_pool, test_quota,
+ * test_slab): TC_SEED fixes the seed, a failure prints it. Include after
+ * <cmocka.h>.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* xorshift64*: the seed from TC_SEED, else from the clock. */
+static inline uint64_t
+test_seed(void)
+{
+    const char *env = getenv("TC_SEED");
+
+    if (env != NULL && *env != '\0')
+        return strtoull(env, NULL, 0);
+    return (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+}
+
+static inline uint64_t
+rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+#define CHECK_SEED(cond, seed, ...)                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            print_error("seed=0x%llx (rerun with TC_SEED=0x%llx): ",           \
+                        (unsigned long long)(seed),                            \
+                        (unsigned long long)(seed));                           \
+            print_error(__VA_ARGS__);                                          \
+            print_error("\n");                                                 \
+            fail_msg("%s", #cond);                                             \
+        }                                                                      \
+    } while (0)
