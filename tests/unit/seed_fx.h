@@ -1,16 +1,18 @@
 #pragma once
 /*
- * Seeded randomness for the allocator tests (test_pool, test_quota,
- * test_slab): TC_SEED fixes the seed, a failure prints it. Include after
- * <cmocka.h>.
+ * Seeded randomness for the unit tests: rng_next (xorshift64*) for all of
+ * them (engine_fx.h and test_stress include it too, with their own
+ * TC_TEST_SEED seeds); the allocator tests' seed (test_pool, test_quota,
+ * test_slab: TC_SEED fixes it, CHECK_SEED prints it on a failure).
+ * Include after <cmocka.h>.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
-/* xorshift64*: the seed from TC_SEED, else from the clock. */
+/* The allocator tests' seed: TC_SEED, else from the clock. */
 static inline uint64_t
-test_seed(void)
+alloc_test_seed(void)
 {
     const char *env = getenv("TC_SEED");
 
@@ -19,6 +21,7 @@ test_seed(void)
     return (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
 }
 
+/* xorshift64* */
 static inline uint64_t
 rng_next(uint64_t *s)
 {

@@ -309,7 +309,7 @@ test_random_bursts_exact(void **state)
     bool inuse[MAX_TEST_PAGES] = {false};
     uint32_t held[MAX_TEST_PAGES];
     uint32_t nheld = 0, limit = n;
-    uint64_t seed = test_seed(), rng = seed | 1;
+    uint64_t seed = alloc_test_seed(), rng = seed | 1;
 
     *state = f;
     for (int op = 0; op < 200000; op++) {
@@ -430,7 +430,7 @@ test_two_threads(void **state)
     *state = f;
     assert_non_null(sh);
     sh->pool = f->pool;
-    sh->seed = test_seed();
+    sh->seed = alloc_test_seed();
     for (int i = 0; i < 2; i++) {
         w[i].sh = sh;
         w[i].id = i + 1;

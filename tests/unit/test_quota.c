@@ -360,7 +360,7 @@ test_accounting_random(void **state)
     unsigned cls[NC];
     uint64_t *held[NC];
     unsigned nheld[NC] = {0};
-    uint64_t seed = test_seed(), rng = seed | 1;
+    uint64_t seed = alloc_test_seed(), rng = seed | 1;
 
     *state = f;
     assert_int_equal(quota_create(f->slab, 8, &f->q[0]), 0);
@@ -548,7 +548,7 @@ test_two_threads_distinct(void **state)
     pthread_t t[2];
 
     *state = f;
-    sh.seed = test_seed();
+    sh.seed = alloc_test_seed();
     sh.owner = calloc(8ull * POOL_PAGE_SIZE / 64, 1);
     assert_non_null(sh.owner);
     for (int i = 0; i < 4; i++)
@@ -667,7 +667,7 @@ test_two_threads_stress(void **state)
     pthread_t t[2];
 
     *state = f;
-    sh.seed = test_seed();
+    sh.seed = alloc_test_seed();
     sh.owner = calloc(6ull * POOL_PAGE_SIZE / 64, 1);
     assert_non_null(sh.owner);
     for (int i = 0; i < 4; i++)

@@ -402,7 +402,7 @@ test_take_never_twice(void **state)
     uint64_t taken[ARRAY_SIZE(sizes)] = {0};
     bool done[ARRAY_SIZE(sizes)] = {false};
     uint64_t offs[64];
-    uint64_t seed = test_seed(), rng = seed | 1;
+    uint64_t seed = alloc_test_seed(), rng = seed | 1;
     unsigned ndone = 0, rounds = 0;
 
     *state = f;
@@ -590,7 +590,7 @@ test_random_bursts_check(void **state)
     uint64_t *held[NC];
     unsigned nheld[NC] = {0};
     uint64_t offs[64];
-    uint64_t seed = test_seed(), rng = seed | 1;
+    uint64_t seed = alloc_test_seed(), rng = seed | 1;
 
     *state = f;
     for (unsigned i = 0; i < NC; i++) {

@@ -42,6 +42,8 @@
 
 #include <cmocka.h>
 
+#include "seed_fx.h"
+
 #define T0 1700000000u
 #define MIB (1024u * 1024u)
 
@@ -106,17 +108,6 @@ test_seed(void)
     if (s != NULL && *s != '\0')
         return (uint32_t)strtoul(s, NULL, 0);
     return (uint32_t)time(NULL) ^ ((uint32_t)getpid() << 16);
-}
-
-static uint64_t
-rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1Dull;
 }
 
 static uint32_t
