@@ -45,9 +45,12 @@ if not SERVER_BIN.is_absolute():
 
 HOST = "127.0.0.1"
 MEM_MIB = 64
-START_TIMEOUT = 10.0  # seconds until the server accepts
-STOP_TIMEOUT = 15.0   # seconds from SIGTERM to exit (ASan builds are slow)
-IO_TIMEOUT = 5.0      # seconds a client waits for a reply
+# Limits of waits for something that must happen; a fast run never reaches
+# them, they only decide how long a broken server takes to fail. Generous, so
+# that a slow machine (ASan, a CPU hog, neighbours) does not fail a test.
+START_TIMEOUT = 60.0  # seconds until the server accepts
+STOP_TIMEOUT = 60.0   # seconds from SIGTERM to exit (ASan builds are slow)
+IO_TIMEOUT = 30.0     # seconds a client waits for a reply
 SANITIZER_PATTERNS = ("ERROR: AddressSanitizer", "runtime error",
                       "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer")
 
@@ -306,11 +309,11 @@ def spawn():
 
 @pytest.fixture
 def run_server():
-    """run_server(extra, pool=True, timeout=10) -> (status, stderr): run the
+    """run_server(extra, pool=True, timeout=60) -> (status, stderr): run the
     server binary with the standard flags plus `extra`, expecting it to
     exit by itself (bad flags). Killed and failed after `timeout`."""
 
-    def _run(extra, pool=True, timeout=10):
+    def _run(extra, pool=True, timeout=60):
         pool_path = None
         if pool and not IS_MEMCACHED:
             pool_path = f"/dev/shm/tc-proto-bad-{uuid.uuid4().hex}.pool"
@@ -500,7 +503,7 @@ class Conn:
 
 @pytest.fixture
 def connect(server):
-    """connect(srv=None, timeout=5) -> Conn to srv (default: the module's
+    """connect(srv=None, timeout=30) -> Conn to srv (default: the module's
     server). Every connection is closed at teardown."""
     conns = []
 
