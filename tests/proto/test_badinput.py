@@ -152,7 +152,7 @@ def test_control_char_key_refused(mc, ch):
 def test_value_larger_than_item_max(mc, key):
     data = b"L" * (MIB + 100)
     mc.cmd(b"set %s 0 0 %d\r\n%s\r\n" % (b(key), len(data), data),
-           b"SERVER_ERROR object too large for cache\r\n", timeout=20)
+           b"SERVER_ERROR object too large for cache\r\n", timeout=60)
     mc.check_alive()
     # and announced but sent slowly, in pieces
     mc.send(b"set %s 0 0 %d\r\n" % (b(key), len(data)))
@@ -160,7 +160,7 @@ def test_value_larger_than_item_max(mc, key):
         mc.send(data[i:i + 256 * 1024])
         time.sleep(0.01)
     mc.send(b"\r\n")
-    mc.expect(b"SERVER_ERROR object too large for cache\r\n", timeout=20)
+    mc.expect(b"SERVER_ERROR object too large for cache\r\n", timeout=60)
     mc.check_alive()
 
 
@@ -172,21 +172,19 @@ def test_line_too_long(connect):
         c.send(b"x" * 20000)
     except (BrokenPipeError, ConnectionResetError):
         pass
-    assert c.closed_by_peer(5.0), "a 20000-byte line was not refused"
+    assert c.closed_by_peer(30.0), "a 20000-byte line was not refused"
     assert c.buf in (b"", b"CLIENT_ERROR line too long\r\n"), c.buf
     connect().check_alive()
 
 
 def test_garbage(connect, server):
     rng = random.Random(SEED)
-    deadline = time.monotonic() + 20
-    for i in range(40):
-        assert time.monotonic() < deadline, "garbage loop took too long"
+    for i in range(40):  # bounded: 40 connections, each op with a timeout
         n = rng.choice([1, 7, 24, 100, 1000, 4096])
         blob = bytes(rng.randrange(256) for _ in range(n))
         if i % 4 == 0:
             blob = b"\x80" + blob  # binary mode
-        c = connect(timeout=2)
+        c = connect(timeout=30)
         try:
             c.send(blob + b"\r\n")
             c.closed_by_peer(0.05)
@@ -208,7 +206,7 @@ def test_binary_garbage_headers(connect, server):
            hdr.pack(0x80, 0x00, 0, 0, 0xFF, 0xFFFF, 0, 0, 0),   # no key
            hdr.pack(0x80, 0x0a, 0, 0, 0, 0, 0, 0, 0) + b"\x00" * 24]
     for blob in bad:
-        c = connect(timeout=2)
+        c = connect(timeout=30)
         c.send(blob)
         c.closed_by_peer(0.3)
         c.close()
@@ -226,10 +224,10 @@ def test_half_command_stall(connect, key):
         c.send(partial[i % len(partial)])
         stalled.append(c)
     other = connect()
-    t0 = time.monotonic()
+    # a stalled client that blocked its worker would leave these without
+    # a reply (each waits at most the connection's timeout)
     for i in range(50):
         other.check_alive(f"{key}-other-{i}")
-    assert time.monotonic() - t0 < 10
     # the stalled ones finish their commands and get their replies
     stalled[0].send(b"\r\n")
     stalled[0].expect(b"END\r\n")
@@ -287,7 +285,7 @@ def test_reset_mid_reply(spawn, connect, key):
     val = b"r" * (256 * 1024)
     mc.cmd(b"set %s 0 0 %d\r\n%s\r\n" % (b(key), len(val), val), b"STORED\r\n")
     for _ in range(30):
-        s = socket.create_connection((srv.host, srv.port), timeout=2)
+        s = socket.create_connection((srv.host, srv.port), timeout=30)
         s.sendall(b"get %s\r\n" % b(key) * 20)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                      struct.pack("ii", 1, 0))
@@ -299,7 +297,7 @@ def test_reset_mid_reply(spawn, connect, key):
 
 def test_connect_churn(connect, server):
     for _ in range(300):
-        s = socket.create_connection((server.host, server.port), timeout=2)
+        s = socket.create_connection((server.host, server.port), timeout=30)
         s.close()
     connect().check_alive()
 
@@ -319,11 +317,9 @@ def test_2000_connections(raised_nofile, spawn, key):
     srv = spawn("-c", "4096")
     conns = []
     try:
-        t0 = time.monotonic()
-        for _ in range(2000):
-            s = socket.create_connection((srv.host, srv.port), timeout=10)
+        for _ in range(2000):  # each connect waits at most 30 s
+            s = socket.create_connection((srv.host, srv.port), timeout=30)
             conns.append(s)
-            assert time.monotonic() - t0 < 60, "connecting took over 60 s"
         first = conns[0]
         v = b"%d" % len(conns)
         first.sendall(b"set %s 0 0 %d\r\n%s\r\n" % (b(key), len(v), v))
@@ -333,9 +329,9 @@ def test_2000_connections(raised_nofile, spawn, key):
         for s in conns:
             s.sendall(req)
         bad = 0
+        deadline = time.monotonic() + 120  # for all 2000 replies
         for s in conns:
             got = b""
-            deadline = time.monotonic() + 10
             while len(got) < len(exp) and time.monotonic() < deadline:
                 d = s.recv(len(exp) - len(got))
                 if not d:
@@ -345,7 +341,7 @@ def test_2000_connections(raised_nofile, spawn, key):
         assert bad == 0, f"{bad} of 2000 connections not served"
         conns[1].sendall(b"stats\r\n")
         buf = b""
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while not buf.endswith(b"END\r\n") and time.monotonic() < deadline:
             buf += conns[1].recv(65536)
         m = re.search(rb"STAT curr_connections (\d+)", buf)
@@ -378,6 +374,28 @@ def _conn_state(s, wait):
         out += d
 
 
+def _reply_line(s, wait):
+    """Bytes up to the first CRLF, with b"<closed>" appended if the server
+    closed first; whatever came when `wait` seconds passed."""
+    out = b""
+    deadline = time.monotonic() + wait
+    while b"\r\n" not in out:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return out
+        r, _, _ = select.select([s], [], [], left)
+        if not r:
+            return out
+        try:
+            d = s.recv(4096)
+        except ConnectionResetError:
+            return out + b"<closed>"
+        if not d:
+            return out + b"<closed>"
+        out += d
+    return out
+
+
 def test_max_connections(spawn, key):
     # memcached counts its own reserved descriptors against -c and cannot
     # start with -c 10; with -c 32 it serves a handful
@@ -387,17 +405,24 @@ def test_max_connections(spawn, key):
     rejected = None
     try:
         for i in range(limit + 1):
-            s = socket.create_connection((srv.host, srv.port), timeout=5)
-            unasked = _conn_state(s, 0.15)
-            if unasked:
-                rejected = (i, s, unasked)
-                break
-            s.sendall(b"version\r\n")
-            line = s.recv(100)
-            if not line.startswith(b"VERSION "):
-                rejected = (i, s, line + _conn_state(s, 0.5))
-                break
-            conns.append(s)
+            s = socket.create_connection((srv.host, srv.port), timeout=30)
+            # a refused connection gets the limit line unasked, then a
+            # close; an accepted one answers "version". The line may come
+            # after the short wait on a slow machine: then it is the answer
+            got = _conn_state(s, 0.15)
+            if not got:
+                try:
+                    s.sendall(b"version\r\n")
+                except OSError:  # refused and closed meanwhile
+                    pass
+                got = _reply_line(s, 30)
+                if got.startswith(b"VERSION "):
+                    conns.append(s)
+                    continue
+            if not got.endswith(b"<closed>"):
+                got += _conn_state(s, 30)  # until the close (bounded)
+            rejected = (i, s, got)
+            break
         assert rejected, f"{limit + 1} connections accepted with -c {limit}"
         i, s, got = rejected
         assert got == b"ERROR Too many open connections\r\n<closed>", (
@@ -415,12 +440,15 @@ def test_max_connections(spawn, key):
         # a slot freed is usable again
         conns.pop().close()
         ok = False
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60
         while not ok and time.monotonic() < deadline:
-            s = socket.create_connection((srv.host, srv.port), timeout=5)
+            s = socket.create_connection((srv.host, srv.port), timeout=30)
             if not _conn_state(s, 0.15):
-                s.sendall(b"version\r\n")
-                ok = s.recv(100).startswith(b"VERSION ")
+                try:
+                    s.sendall(b"version\r\n")
+                except OSError:  # refused and closed meanwhile
+                    pass
+                ok = _reply_line(s, 30).startswith(b"VERSION ")
             if ok:
                 conns.append(s)
             else:

@@ -75,7 +75,7 @@ def ext_server():
                  f"ext_path={path}:256m"]
     srv = start_server(flags, mem=MEM, threads=2)
     try:
-        mc = Client((srv.host, srv.port), timeout=10, no_delay=True)
+        mc = Client((srv.host, srv.port), timeout=30, no_delay=True)
         for start in range(0, NKEYS, 200):
             mc.set_many({key_of(i): value_of(i)
                          for i in range(start, min(start + 200, NKEYS))},
@@ -256,7 +256,7 @@ def test_pipelined_order(ext_server):
     """Flash hits, misses and pool hits in one pipeline come back in
     request order, each intact."""
     flash = first_present(ext_server, 6, 200)
-    mc = Client((ext_server.host, ext_server.port), timeout=10)
+    mc = Client((ext_server.host, ext_server.port), timeout=30)
     # noreply=False: the get below comes on another connection
     assert mc.set("xk:pool", b"in the pool", noreply=False)
     mc.close()
@@ -322,7 +322,7 @@ def test_many_connections_interleaved(ext_server):
 
 def test_delete_overwrite_flash_items(ext_server):
     i, j = first_present(ext_server, 2, 600)
-    mc = Client((ext_server.host, ext_server.port), timeout=10)
+    mc = Client((ext_server.host, ext_server.port), timeout=30)
     assert mc.delete(key_of(i), noreply=False)
     assert mc.get(key_of(i)) is None
     mc.set(key_of(j), b"new")
@@ -367,7 +367,7 @@ def test_recache_window():
     try:
         st = stats(srv, "settings")
         assert st["ext_recache_window"] == "64"
-        mc = Client((srv.host, srv.port), timeout=10, no_delay=True)
+        mc = Client((srv.host, srv.port), timeout=30, no_delay=True)
         n = 2 * MEM * 1024 * 1024 // VAL
         for start in range(0, n, 200):
             mc.set_many({key_of(i): value_of(i)
@@ -429,7 +429,7 @@ def small_ext_server(spawn, extra=(), mem=8):
 
 
 def fill_keys(srv, n, prefix="xr"):
-    mc = Client((srv.host, srv.port), timeout=10, no_delay=True)
+    mc = Client((srv.host, srv.port), timeout=30, no_delay=True)
     for start in range(0, n, 200):
         mc.set_many({"%s:%06d" % (prefix, i): value_of(i)
                      for i in range(start, min(start + 200, n))},

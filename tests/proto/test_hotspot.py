@@ -100,7 +100,7 @@ def test_stats_and_dump_after_sets(spawn):
     assert m.group(4) in ("item_header", "item_value", "mixed")
 
     c.send(b"hotspot dump\r\n")
-    body = c.read_until(b"END\r\n", timeout=10).decode()
+    body = c.read_until(b"END\r\n", timeout=60).decode()
     assert body.endswith("\r\nEND\r\n")
     text = body[:-len("END\r\n")].replace("\r\n", "\n")
     meta, dimms, blocks = parse_csv(text)

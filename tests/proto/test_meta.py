@@ -5,6 +5,7 @@ not request flags, are compared as a set (memcached puts them last).
 """
 
 import base64
+import math
 import re
 import time
 
@@ -373,30 +374,76 @@ def _l(toks):
     return next(int(t[1:]) for t in toks if t.startswith("l"))
 
 
+def timed(fn):
+    """(fn(), (t0, t1)): the client's monotonic times around the call,
+    between which the server handled it."""
+    t0 = time.monotonic()
+    out = fn()
+    return out, (t0, time.monotonic())
+
+
+def check_age(age, access, read, what):
+    """An age in whole seconds the server reported in a request handled
+    within `read` (t0, t1), counted from an access it handled within
+    `access` (t0, t1; the span of every access that may have set the
+    time). The server's clock moved by floor or ceil of the real time
+    between the two: at least floor(read0 - access1), at most
+    ceil(read1 - access0). On a quiet machine these are the two values a
+    fixed wait allows (0 or 1 at once, 1 or 2 after 1.1 s); a slow one only
+    moves them up, and the check stays exact about what it can know."""
+    lo = max(0, math.floor(read[0] - access[1]))
+    hi = math.ceil(read[1] - access[0])
+    assert lo <= age <= hi, (
+        f"{what}: age {age}, but {read[0] - access[1]:.3f} to "
+        f"{read[1] - access[0]:.3f} s passed since the access")
+
+
+def span(*spans):
+    """The span from the first start to the last end."""
+    return (min(a for a, _ in spans), max(b for _, b in spans))
+
+
 def test_mg_last_access(mc, key):
     """l: seconds since the item was last stored or read, before this read.
 
     The sequence is one where memcached and tiercache agree: memcached's
     segmented LRU moves the time on a read only from the item's second
     fetch on (README, "Protocols"), so the item is fetched once first. Each
-    wait is 1.1 s; both servers count whole seconds of a ticking clock, so
-    an age is one of two values.
+    wait is at least 1.1 s; both servers count whole seconds, so an age is
+    bounded by the real time measured around the requests (check_age).
     """
     L = re.compile(r"l\d+")
-    mc.set(key, "x")
-    assert _l(meta(mc, f"mg {key} l h\r\n", "HD", [L, "h0"])) in (0, 1)
+
+    def mg_l(flags, code="HD", want=(), value=None):
+        toks, t = timed(lambda: meta(mc, f"mg {key} {flags}\r\n", code,
+                                     want, value=value))
+        return _l(toks), t
+
+    _, stored = timed(lambda: mc.set(key, "x"))
+    age, t1 = mg_l("l h", want=[L, "h0"])
+    check_age(age, stored, t1, "right after the set")
     time.sleep(1.1)
-    assert _l(meta(mc, f"mg {key} l h\r\n", "HD", [L, "h1"])) in (1, 2)
+    # memcached counts from the set (a first fetch does not move the
+    # time), tiercache may count from the first read
+    age, t2 = mg_l("l h", want=[L, "h1"])
+    check_age(age, span(stored, t1), t2, "1.1 s after the first read")
+    assert age >= 1
     # that read was an access
-    assert _l(meta(mc, f"mg {key} l\r\n", "HD", [L])) in (0, 1)
+    age, t3 = mg_l("l", want=[L])
+    check_age(age, t2, t3, "right after the second read")
     time.sleep(1.1)
-    # u reads without moving it
-    assert _l(meta(mc, f"mg {key} l u\r\n", "HD", [L])) in (1, 2)
-    assert _l(meta(mc, f"mg {key} u t l v\r\n", "VA", ["t-1", L],
-                   value="x")) in (1, 2)
+    # u reads without moving it (the last access: the read before, or the
+    # one before that)
+    age, t4 = mg_l("l u", want=[L])
+    check_age(age, span(t2, t3), t4, "1.1 s later, read with u")
+    assert age >= 1
+    age, t5 = mg_l("u t l v", code="VA", want=["t-1", L], value="x")
+    check_age(age, span(t2, t3), t5, "after a read with u")
+    assert age >= 1
     # a store is an access
-    mc.set(key, "y")
-    assert _l(meta(mc, f"mg {key} l\r\n", "HD", [L])) in (0, 1)
+    _, stored = timed(lambda: mc.set(key, "y"))
+    age, t6 = mg_l("l", want=[L])
+    check_age(age, stored, t6, "right after a store")
     meta(mc, f"mg {key}-missing l\r\n", "EN")
     mc.cmd(f"mg {key} l l\r\n".encode(), b"CLIENT_ERROR duplicate flag\r\n")
     # accepted (and ignored) by ms and md, as memcached does
@@ -476,7 +523,6 @@ def test_ma_errors(mc, key):
 
 def test_me(mc, key):
     mc.cmd(f"me {key}\r\n".encode(), b"EN\r\n")
-    mc.set(key, "x")
 
     def me_fields():
         mc.send(f"me {key}\r\n".encode())
@@ -485,24 +531,32 @@ def test_me(mc, key):
             line.endswith(b"\r\n"), line
         return dict(kv.split("=", 1) for kv in line.decode().split()[2:])
 
-    f = me_fields()
+    _, stored = timed(lambda: mc.set(key, "x"))
+    f, t = timed(me_fields)
     # memcached's fields, in its order
     assert list(f) == ["exp", "la", "cas", "fetch", "cls", "size"], f
-    assert f["la"] in ("0", "1"), f
+    check_age(int(f["la"]), stored, t, "la right after the set")
     # me itself is not a fetch
     assert f["exp"] == "-1" and f["fetch"] == "no", f
     assert me_fields()["fetch"] == "no"
-    meta(mc, f"mg {key} v\r\n", "VA", value="x")
+    _, fetched = timed(lambda: meta(mc, f"mg {key} v\r\n", "VA", value="x"))
     f = me_fields()
     assert f["fetch"] == "yes", f
     assert int(f["cas"]) == mg_cas(mc, key)
     # la=: seconds since the last access; me itself is not one (the mg
     # above was the first fetch, so memcached moves its time from the next)
     time.sleep(1.1)
-    la = int(me_fields()["la"])
-    assert la in (1, 2) and int(me_fields()["la"]) in (la, la + 1)
-    meta(mc, f"mg {key} v\r\n", "VA", value="x")
-    assert me_fields()["la"] in ("0", "1")
+    f, t = timed(me_fields)
+    la = int(f["la"])
+    check_age(la, span(stored, fetched), t, "la 1.1 s after the first fetch")
+    assert la >= 1
+    f, t = timed(me_fields)
+    check_age(int(f["la"]), span(stored, fetched), t, "la again")
+    assert int(f["la"]) >= la
+    _, fetched = timed(lambda: meta(mc, f"mg {key} v\r\n", "VA",
+                                    value="x"))
+    f, t = timed(me_fields)
+    check_age(int(f["la"]), fetched, t, "la right after the second fetch")
 
 
 def test_me_base64(mc, key):

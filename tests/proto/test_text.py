@@ -212,8 +212,8 @@ def test_exptime_negative_and_past(mc, key):
 def test_exptime_expires(mc, key):
     mc.cmd(b"set %s 0 1 1\r\nX\r\n" % b(key), b"STORED\r\n")
     mc.cmd(b"set %s-keep 0 100 1\r\nY\r\n" % b(key), b"STORED\r\n")
-    assert wait_until(lambda: mc.get_value(key) is None, 4.0), \
-        "item with TTL 1 still there after 4 s"
+    assert wait_until(lambda: mc.get_value(key) is None, 60.0), \
+        "item with TTL 1 still there after 60 s"
     assert mc.get_value(key + "-keep") == b"Y"
 
 
@@ -387,11 +387,24 @@ def test_flush_all(spawn, connect, key):
 def test_flush_all_delay(spawn, connect, key):
     srv = spawn()
     mc = connect(srv)
-    mc.set(key, "x")
-    mc.cmd(b"flush_all 2\r\n", b"OK\r\n")
-    assert mc.get_value(key) == b"x", "flush_all 2 flushed at once"
-    assert wait_until(lambda: mc.get_value(key) is None, 5.0), \
-        "flush_all 2: item still there after 5 s"
+    # the item must still be there when read within a second of the
+    # flush_all 2 (server seconds are whole: 1 s of margin); a read that
+    # came later on a slow machine proves nothing, so try again (a new
+    # flush_all replaces the pending one)
+    for attempt in range(10):
+        mc.set(key, "x")
+        t0 = time.monotonic()
+        mc.cmd(b"flush_all 2\r\n", b"OK\r\n")
+        got = mc.get_value(key)
+        if time.monotonic() - t0 < 1.0:
+            break
+        print(f"attempt {attempt}: the read came "
+              f"{time.monotonic() - t0:.2f} s after flush_all 2; again")
+    else:
+        pytest.fail("no read within 1 s of flush_all 2 in 10 attempts")
+    assert got == b"x", "flush_all 2 flushed at once"
+    assert wait_until(lambda: mc.get_value(key) is None, 60.0), \
+        "flush_all 2: item still there after 60 s"
     time.sleep(1.1)  # past the flush second (memcached's clock is 1 s)
     mc.set(key, "y")
     assert mc.get_value(key) == b"y", "item stored after the delayed flush"
@@ -426,7 +439,7 @@ def test_quit(connect, key):
     mc.set(key, "q")
     mc.send(b"get %s\r\nquit\r\nget %s\r\n" % (b(key), b(key)))
     mc.expect(value_block(key, 0, "q") + b"END\r\n")
-    assert mc.closed_by_peer(3.0), "quit did not close the connection"
+    assert mc.closed_by_peer(30.0), "quit did not close the connection"
     assert mc.buf == b"", f"reply after quit: {mc.buf!r}"
     connect().check_alive()
 
@@ -443,11 +456,11 @@ def test_shutdown_enabled(spawn, connect):
     mc = connect(srv)
     mc.check_alive()
     mc.send(b"shutdown\r\n")
-    rc = srv.wait_exit(15)
+    rc = srv.wait_exit(60)
     assert rc == 0, f"server exited {rc} after shutdown; " \
         f"stderr: {srv.stderr_text()[-2000:]}"
     srv.check_stderr()
-    assert mc.closed_by_peer(2.0)
+    assert mc.closed_by_peer(30.0)
 
 
 # ---- stats ----------------------------------------------------------------
@@ -465,14 +478,17 @@ GENERAL_STATS = ("pid", "uptime", "time", "version", "pointer_size",
 def test_stats_general(spawn, connect, key):
     srv = spawn()
     mc = connect(srv)
+    t0 = time.time()
     st = mc.stats()
+    t1 = time.time()
     missing = [n for n in GENERAL_STATS if n not in st]
     assert not missing, f"stats lacks {missing}"
     assert int(st["pid"]) == srv.pid
     assert int(st["limit_maxbytes"]) == 64 * MIB
     assert int(st["threads"]) == 4
     assert int(st["curr_connections"]) >= 1
-    assert abs(int(st["time"]) - time.time()) < 5
+    # the server's clock, read while the request was served
+    assert int(t0) - 1 <= int(st["time"]) <= int(t1) + 1, (t0, st["time"], t1)
     for n in GENERAL_STATS:
         if n != "version":
             assert re.match(r"^-?\d+(\.\d+)?$", st[n]), (n, st[n])
@@ -610,16 +626,16 @@ def test_pipeline_100(mc, key):
 def test_value_near_item_max(mc, key):
     data = bytes(i % 251 for i in range(MIB - 512))
     mc.cmd(b"set %s 1 0 %d\r\n%s\r\n" % (b(key), len(data), data),
-           b"STORED\r\n", timeout=20)
+           b"STORED\r\n", timeout=60)
     mc.cmd(b"get %s\r\n" % b(key), value_block(key, 1, data) + b"END\r\n",
-           timeout=20)
+           timeout=60)
 
 
 def test_value_over_item_max(mc, key):
     mc.set(key, "old")
     data = b"z" * (MIB + 1)
     mc.cmd(b"set %s 0 0 %d\r\n%s\r\n" % (b(key), len(data), data),
-           b"SERVER_ERROR object too large for cache\r\n", timeout=20)
+           b"SERVER_ERROR object too large for cache\r\n", timeout=60)
     # the connection goes on: the refused value was swallowed
     mc.check_alive()
 
@@ -630,7 +646,7 @@ def test_value_over_item_max_drops_old(mc, key):
     mc.set(key, "old")
     data = b"z" * (MIB + 1)
     mc.cmd(b"set %s 0 0 %d\r\n%s\r\n" % (b(key), len(data), data),
-           b"SERVER_ERROR object too large for cache\r\n", timeout=20)
+           b"SERVER_ERROR object too large for cache\r\n", timeout=60)
     mc.cmd(b"get %s\r\n" % b(key), b"END\r\n")
 
 
@@ -639,12 +655,12 @@ def test_item_max_flag(spawn, connect, key):
     mc = connect(srv)
     data = bytes(i % 253 for i in range(2 * MIB - 1024))
     mc.cmd(b"set %s 0 0 %d\r\n%s\r\n" % (b(key), len(data), data),
-           b"STORED\r\n", timeout=20)
+           b"STORED\r\n", timeout=60)
     mc.cmd(b"get %s\r\n" % b(key), value_block(key, 0, data) + b"END\r\n",
-           timeout=20)
+           timeout=60)
     big = b"q" * (2 * MIB + 1)
     mc.cmd(b"set %s-2 0 0 %d\r\n%s\r\n" % (b(key), len(big), big),
-           b"SERVER_ERROR object too large for cache\r\n", timeout=20)
+           b"SERVER_ERROR object too large for cache\r\n", timeout=60)
     mc.check_alive()
 
 
@@ -656,11 +672,11 @@ def test_item_max_exact_boundary(mc, key):
     n = MIB - 24 - len(k)
     data = b"e" * n
     mc.cmd(b"set %s 0 0 %d\r\n%s\r\n" % (k, n, data), b"STORED\r\n",
-           timeout=20)
+           timeout=60)
     mc.cmd(b"get %s\r\n" % k, value_block(key, 0, data) + b"END\r\n",
-           timeout=20)
+           timeout=60)
     mc.cmd(b"set %s 0 0 %d\r\n%se\r\n" % (k, n + 1, data),
-           b"SERVER_ERROR object too large for cache\r\n", timeout=20)
+           b"SERVER_ERROR object too large for cache\r\n", timeout=60)
     mc.check_alive()
 
 
@@ -669,7 +685,7 @@ def test_item_max_exact_boundary(mc, key):
 
 @pytest.fixture
 def pm(server):
-    c = Client((server[0], server[1]), connect_timeout=5, timeout=5)
+    c = Client((server[0], server[1]), connect_timeout=30, timeout=30)
     yield c
     c.close()
 
@@ -731,7 +747,7 @@ def test_pymemcache_stats_version(pm):
 
 def test_pymemcache_flush_all(spawn):
     srv = spawn()
-    c = Client((srv[0], srv[1]), connect_timeout=5, timeout=5)
+    c = Client((srv[0], srv[1]), connect_timeout=30, timeout=30)
     try:
         c.set_many({"a": b"1", "b": b"2"}, noreply=False)
         assert c.flush_all(noreply=False) is True
@@ -752,7 +768,7 @@ def _fill(mc, prefix, n, size):
     replies = []
     for i in range(n):
         mc.send(b"set %s-%d 0 0 %d\r\n%s\r\n" % (b(prefix), i, size, val))
-        line = mc.readline(timeout=10)
+        line = mc.readline(timeout=60)
         replies.append(line)
         if line != b"STORED\r\n":
             break
