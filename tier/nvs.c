@@ -532,6 +532,23 @@ writer_write_uring(struct nvs *s, struct nvs_wbuf **batch, unsigned n, int *res)
     return 0;
 }
 
+/* The write_delay_ms fault: wait that long before a batch, re-reading the
+ * fault every millisecond, so that clearing it ends the wait. A test can
+ * thus hold the writer (a long delay) exactly until it has seen what a
+ * stalled flash does, whatever the machine's speed. */
+static void
+writer_fault_delay(struct nvs *s)
+{
+    uint64_t t0 = clock_nsec();
+    for (;;) {
+        uint32_t ms = atomic_load_explicit(&s->f_wdelay, memory_order_relaxed);
+        if (ms == 0 || clock_nsec() - t0 >= (uint64_t)ms * 1000000)
+            return;
+        struct timespec ts = {.tv_nsec = 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void *
 writer_main(void *arg)
 {
@@ -557,14 +574,7 @@ writer_main(void *arg)
             s->wq_tail = NULL;
         lock_release(&s->lock);
 
-        uint32_t wdelay =
-            atomic_load_explicit(&s->f_wdelay, memory_order_relaxed);
-        if (wdelay > 0) {
-            struct timespec ts = {.tv_sec = wdelay / 1000,
-                                  .tv_nsec = (long)(wdelay % 1000) * 1000000};
-            while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-                ;
-        }
+        writer_fault_delay(s);
         for (unsigned i = 0; i < n; i++) {
             wbuf_finish(batch[i]);
             res[i] = -EINPROGRESS;

@@ -225,7 +225,8 @@ struct nvs_faults {
     uint32_t short_every;       /* every Nth read comes back short */
     uint32_t delay_ms;          /* added before each read completes */
     uint32_t write_delay_ms;    /* the writer waits this long before each
-                                   batch of buffer writes (flash behind) */
+                                   batch of buffer writes (flash behind);
+                                   setting 0 ends a wait under way */
     uint32_t short_write_every; /* every Nth write piece the ring completes
                                    counts as written to its middle only, as
                                    a short write would (the rest is written

@@ -19,6 +19,9 @@
 
 #define FX_SEG (256u * 1024)
 #define FX_WBUF (64u * 1024)
+/* A write_delay_ms that holds the writer until the test clears the fault
+ * (clearing ends the wait): a stalled flash at any machine speed. */
+#define FX_HOLD_MS 600000u
 
 static char fx_path[128];
 

@@ -9,6 +9,7 @@
  */
 #include "tier/nvs.h"
 
+#include "src/base/clock.h"
 #include "src/base/err.h"
 
 #include <pthread.h>
@@ -79,14 +80,14 @@ appender(void *p)
 
         key_of(key, a->t, k);
         fx_fill(v, n, id, ver);
-        /* the flash is behind: wait up to 10 s (100 us at a time) */
-        for (int tries = 0; tries < 100000 && e == -EAGAIN; tries++) {
-            e = fx_append(w->s, key, v, n, &loc);
-            if (e == -EAGAIN) {
-                struct timespec ts = {.tv_nsec = 100000};
-                atomic_fetch_add(&w->appends_busy, 1);
-                nanosleep(&ts, NULL);
-            }
+        /* the flash is behind: wait until the writer frees a buffer
+         * (100 us at a time), at most 60 s */
+        uint64_t limit = clock_nsec() + 60ull * 1000000000;
+        while ((e = fx_append(w->s, key, v, n, &loc)) == -EAGAIN &&
+               clock_nsec() < limit) {
+            struct timespec ts = {.tv_nsec = 100000};
+            atomic_fetch_add(&w->appends_busy, 1);
+            nanosleep(&ts, NULL);
         }
         if (e != 0) {
             print_error("append %u of t%d: %s\n", i, a->t, strerror(-e));
