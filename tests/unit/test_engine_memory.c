@@ -28,9 +28,8 @@ test_eviction_clock(void **state)
     const unsigned total = 3u * 8 * MIB / 1024; /* 3x the pool in 1 KiB */
     unsigned char v[EV_VLEN], buf[EV_VLEN];
     char key[32];
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
 
+    /* bounded by count (no background thread: nothing to wait for) */
     for (unsigned i = 0; i < total; i++) {
         snprintf(key, sizeof(key), "ev%07u", i);
         ev_value(v, i);
@@ -43,11 +42,8 @@ test_eviction_clock(void **state)
                 (void)tc_get_copy(f->c, key, strlen(key), buf, EV_VLEN, NULL);
             }
         }
-        if (i % 4096 == 0) {
+        if (i % 4096 == 0)
             check_ok(f->c);
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            assert_true(t1.tv_sec - t0.tv_sec < 60);
-        }
     }
     unsigned hot = 0, cold = 0, live = 0;
     for (unsigned i = 0; i < total; i++) {

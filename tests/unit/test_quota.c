@@ -478,6 +478,7 @@ struct shared {
     _Atomic uint8_t *owner; /* one byte per 64 bytes of pool: 0 or thread */
     _Atomic int bad;
     _Atomic uint64_t bad_off;
+    pthread_barrier_t go; /* test_two_threads_stress: after the first op */
 };
 
 struct worker {
@@ -607,11 +608,23 @@ stress_main(void *arg)
     uint64_t rng = (sh->seed ^ (uint64_t)w->id * 0x9E3779B97F4A7C15ull) | 1;
     time_t start = time(NULL);
 
+    bool started = false;
+
     w->rc = quota_create(sh->f->slab, w->id == 1 ? 8 : 32, &w->q);
-    if (w->rc != 0)
+    if (w->rc != 0) {
+        pthread_barrier_wait(&sh->go);
         return NULL;
+    }
     for (w->ops = 0; w->ops < 100000; w->ops++) {
-        if ((w->ops & 1023) == 0 && time(NULL) - start >= 20)
+        /* each thread's first op (an allocation: nothing is held) comes
+         * before either starts its mix, so each gets a chunk however the
+         * two are scheduled (one that started late could otherwise find
+         * every page held by the other) */
+        if (w->ops == 1) {
+            pthread_barrier_wait(&sh->go);
+            started = true;
+        }
+        if ((w->ops & 1023) == 1023 && time(NULL) - start >= 20)
             break;
         bool do_alloc = w->nheld == 0 ||
                         (w->nheld < w->maxheld && rng_next(&rng) % 100 < 55);
@@ -648,6 +661,8 @@ stress_main(void *arg)
         if ((w->ops % 5000) == 4999 && (rng_next(&rng) & 1))
             quota_flush(w->q);
     }
+    if (!started)
+        pthread_barrier_wait(&sh->go);
     while (w->nheld > 0) {
         w->nheld--;
         release(sh, w->held[w->nheld]);
@@ -668,6 +683,7 @@ test_two_threads_stress(void **state)
 
     *state = f;
     sh.seed = alloc_test_seed();
+    assert_int_equal(pthread_barrier_init(&sh.go, NULL, 2), 0);
     sh.owner = calloc(6ull * POOL_PAGE_SIZE / 64, 1);
     assert_non_null(sh.owner);
     for (int i = 0; i < 4; i++)
@@ -685,6 +701,7 @@ test_two_threads_stress(void **state)
     }
     for (int i = 0; i < 2; i++)
         assert_int_equal(pthread_join(t[i], NULL), 0);
+    pthread_barrier_destroy(&sh.go);
     assert_int_equal(w[0].rc, 0);
     assert_int_equal(w[1].rc, 0);
     CHECK_SEED(atomic_load(&sh.bad) == 0, sh.seed,
