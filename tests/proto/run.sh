@@ -31,13 +31,13 @@ if ! /usr/bin/python3 -c 'import pytest, pymemcache' 2>/dev/null; then
 fi
 
 echo "=== proto: $server ($TC_SERVER_KIND)"
-timeout --kill-after=10 "${PROTO_TIMEOUT:-600}" \
+timeout --kill-after=10 "${PROTO_TIMEOUT:-3600}" \
     /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/proto "$@"
 rc=$?
 case $rc in
 0) echo "proto: passed ($server)" ;;
 5) echo "proto: FAILED: no tests collected ($server)" ;;
-124) echo "proto: FAILED: timed out after ${PROTO_TIMEOUT:-600} s ($server)" ;;
+124) echo "proto: FAILED: timed out after ${PROTO_TIMEOUT:-3600} s ($server)" ;;
 *) echo "proto: FAILED, pytest exit status $rc ($server)" ;;
 esac
 exit $rc

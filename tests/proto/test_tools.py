@@ -26,7 +26,7 @@ sys.path.insert(0, str(TOOLS))
 import tc_hotspot_common as hs  # noqa: E402
 
 
-def run_tool(name, *args, timeout=60):
+def run_tool(name, *args, timeout=300):
     return subprocess.run([str(TOOLS / name)] + [str(a) for a in args],
                           capture_output=True, text=True, timeout=timeout,
                           cwd=str(ROOT))
@@ -173,9 +173,9 @@ def test_tc_memtrace_tiny_workload(tmp_path):
     out = tmp_path / "trace.csv"
     try:
         r = run_tool("tc-memtrace", "-o", out, "--sets", "20", "--report",
-                     tmp_path, "--time-limit", "240", "--",
+                     tmp_path, "--time-limit", "600", "--",
                      SERVER_BIN, "-p", port, "-l", "127.0.0.1", "-U", "0",
-                     "-m", "8", "-t", "1", "-e", pool, timeout=300)
+                     "-m", "8", "-t", "1", "-e", pool, timeout=700)
     finally:
         if os.path.exists(pool):
             os.unlink(pool)
