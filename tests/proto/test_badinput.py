@@ -534,6 +534,18 @@ def _threads(pid):
     return out
 
 
+def _workers_started(srv, n):
+    """Each worker names, pins and slices itself when it starts, which may
+    be after the server accepts: a request on n consecutive connections
+    (handed round robin to the n workers) proves each got that far."""
+    conns = [Conn(srv.host, srv.port) for _ in range(n)]
+    for c in conns:
+        c.send(b"version\r\n")
+    for c in conns:
+        assert c.readline().startswith(b"VERSION "), "a worker did not answer"
+        c.close()
+
+
 @pytest.mark.tiercache_only
 def test_pin_workers_and_slice(spawn, key):
     """-o pin_workers,worker_slice_us=300: the workers are named
@@ -541,6 +553,7 @@ def test_pin_workers_and_slice(spawn, key):
     robin), with a 300 us slice where the kernel shows it; the server
     serves as usual."""
     srv = spawn("-o", "pin_workers,worker_slice_us=300", threads=3)
+    _workers_started(srv, 3)
     allowed = sorted(os.sched_getaffinity(srv.proc.pid))
     workers = {name: (cpus, sl) for name, cpus, sl
                in _threads(srv.proc.pid).values()
@@ -568,6 +581,7 @@ def test_workers_unpinned_by_default(spawn):
     """Without the options the workers keep the process's CPUs and the
     kernel's slice."""
     srv = spawn(threads=2)
+    _workers_started(srv, 2)
     allowed = os.sched_getaffinity(srv.proc.pid)
     ths = _threads(srv.proc.pid)
     main_slice = ths[srv.proc.pid][2]
