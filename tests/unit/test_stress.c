@@ -18,10 +18,12 @@
  *             be a decimal number (padding spaces allowed); incr/decr must
  *             never say TC_NON_NUMERIC
  *
- * Bounded by STRESS_OPS per worker and STRESS_WALL_S seconds, except that
- * the wall clock stops the workers only once the pool has evicted (the
- * churn this test is about; on a slow machine it takes longer), up to
- * STRESS_CHURN_WAIT_S, after which the test fails saying so. Seeded
+ * Bounded by STRESS_OPS per worker and STRESS_WALL_S seconds a round: a
+ * round that ends by the wall clock before the pool evicted anything (the
+ * churn this test is about; a slow machine needs longer) is followed by
+ * another, up to STRESS_CHURN_WAIT_S in all, after which the test fails
+ * saying so. (Checked between rounds: tc_stats is not for a thread racing
+ * the workers, see quota_refills.) Seeded
  * (printed; TC_TEST_SEED=<n> replays the op streams, not the interleaving).
  * Runs under TSan through the Makefile's tsan target.
  */
@@ -571,18 +573,6 @@ elapsed(const struct timespec *a)
            (double)(b.tv_nsec - a->tv_nsec) / 1e9;
 }
 
-/* Past STRESS_WALL_S: stop once the pool has churned (evicted), or past
- * STRESS_CHURN_WAIT_S in any case (run_stress then fails). */
-static bool
-wall_stop(struct shared *sh)
-{
-    if (elapsed(&sh->start) > STRESS_CHURN_WAIT_S)
-        return true;
-    struct tc_stats s;
-    tc_stats(sh->c, &s);
-    return s.evictions > 0;
-}
-
 static void *
 worker_main(void *arg)
 {
@@ -590,11 +580,14 @@ worker_main(void *arg)
     struct shared *sh = w->sh;
     if (w->id % 2 == 1) /* one worker registers up front, one lazily */
         tc_thread_register(sh->c);
-    for (w->ops = 0; w->ops < STRESS_OPS; w->ops++) {
-        if ((w->ops & 63) == 0) {
+    /* w->ops carries over from the previous round; each round makes
+     * progress (no stop check at its first op) */
+    const uint64_t first = w->ops;
+    for (; w->ops < STRESS_OPS; w->ops++) {
+        if ((w->ops & 63) == 0 && w->ops != first) {
             if (atomic_load_explicit(&sh->stop, memory_order_relaxed))
                 break;
-            if (elapsed(&sh->start) > STRESS_WALL_S && wall_stop(sh)) {
+            if (elapsed(&sh->start) > STRESS_WALL_S) {
                 atomic_store_explicit(&sh->stop, true, memory_order_relaxed);
                 break;
             }
@@ -659,6 +652,27 @@ final_pass(struct shared *sh, struct worker *w0, struct worker **ws)
     (void)sh;
 }
 
+/* One round of the workers, until STRESS_OPS each or STRESS_WALL_S: true
+ * when the wall clock ended it (another round may follow). */
+static bool
+run_round(struct shared *sh, struct worker **ws)
+{
+    pthread_t th[STRESS_THREADS];
+    atomic_store(&sh->stop, false);
+    clock_gettime(CLOCK_MONOTONIC, &sh->start);
+    for (int i = 0; i < STRESS_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, worker_main, ws[i]), 0);
+    for (int i = 0; i < STRESS_THREADS; i++)
+        pthread_join(th[i], NULL);
+    bool more = false;
+    for (int i = 0; i < STRESS_THREADS; i++) {
+        if (ws[i]->corrupt + ws[i]->other_err > 100)
+            return false;
+        more |= ws[i]->ops < STRESS_OPS;
+    }
+    return more && atomic_load(&sh->stop);
+}
+
 static struct worker *
 worker_new(struct shared *sh, int id)
 {
@@ -713,17 +727,22 @@ run_stress(const struct stress_cfg *cfg)
         fail_msg("tc_open: %d (%s)", rc, tc_errmsg());
 
     struct worker *ws[STRESS_THREADS];
-    pthread_t th[STRESS_THREADS];
-    clock_gettime(CLOCK_MONOTONIC, &sh->start);
-    for (int i = 0; i < STRESS_THREADS; i++) {
-        ws[i] = worker_new(sh, i);
-        assert_int_equal(pthread_create(&th[i], NULL, worker_main, ws[i]), 0);
-    }
-    for (int i = 0; i < STRESS_THREADS; i++)
-        pthread_join(th[i], NULL);
-    double secs = elapsed(&sh->start);
-
     struct tc_stats s;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < STRESS_THREADS; i++)
+        ws[i] = worker_new(sh, i);
+    for (int round = 1;; round++) {
+        if (!run_round(sh, ws))
+            break; /* every worker reached STRESS_OPS, or too many errors */
+        tc_stats(sh->c, &s);
+        if (s.evictions > 0 || elapsed(&t0) > STRESS_CHURN_WAIT_S)
+            break;
+        print_message("stress %s: no eviction yet after round %d (%.1f s); "
+                      "another round\n",
+                      cfg->name, round, elapsed(&t0));
+    }
+    double secs = elapsed(&t0);
     tc_stats(sh->c, &s);
     uint64_t ops = 0, reads = 0, hits = 0, corrupt = 0, nomem = 0, e2big = 0,
              errs = 0;
@@ -773,8 +792,8 @@ run_stress(const struct stress_cfg *cfg)
         fail_msg("stress %s (seed %u): %" PRIu64 " corrupt reads, %" PRIu64
                  " unexpected results; first: %s",
                  cfg->name, seed, corrupt, errs, first);
-    /* the pool really churned (the workers ran until it did, or until
-     * their op count, or STRESS_CHURN_WAIT_S) */
+    /* the pool really churned (the workers ran rounds until it did, or
+     * until their op count, or STRESS_CHURN_WAIT_S) */
     if (s.evictions == 0)
         fail_msg("stress %s (seed %u): no eviction in %" PRIu64 " ops, %.1f s",
                  cfg->name, seed, ops, secs);
