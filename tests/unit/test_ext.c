@@ -48,8 +48,8 @@ xsetup_full(void **state, uint32_t item_size, uint32_t recache, bool hot,
     struct fx *f = &x->f;
     snprintf(f->path, sizeof(f->path), "/dev/shm/tc_test_ext_%d_%s.pool",
              (int)getpid(), name);
-    snprintf(x->ext, sizeof(x->ext), "/tmp/tc_test_ext_%d_%s.nvs",
-             (int)getpid(), name);
+    test_flash_path(x->ext, sizeof(x->ext), "tc_test_ext_%d_%s.nvs",
+                    (int)getpid(), name);
     tc_config_init(&f->cfg);
     f->cfg.pool_path = f->path;
     f->cfg.pool_size = 16 * MIB;
@@ -1036,7 +1036,8 @@ main(void)
 {
     /* the store needs O_DIRECT under /tmp */
     char probe[64];
-    snprintf(probe, sizeof(probe), "/tmp/tc_test_ext_probe_%d", (int)getpid());
+    test_flash_path(probe, sizeof(probe), "tc_test_ext_probe_%d",
+                    (int)getpid());
     int fd = open(probe, O_RDWR | O_CREAT | O_DIRECT, 0600);
     if (fd < 0) {
         printf("SKIP test_ext: O_DIRECT refused under /tmp (%s)\n",
