@@ -7,6 +7,9 @@
 #   make test             every test suite of $(VARIANT) (unit for now)
 #   make asan / tsan      unit tests under ASan+UBSan / TSan
 #   make check            test, asan and tsan, one after the other
+#   make check-loaded     check under a CPU hog on every core (TARGET=unit,
+#                         RUNS=3 pick the target and the runs in a row)
+#   make check-slowdev    check with the tests' flash files on a slow device
 #   make bench            build the benchmarks, run perf/run_all.sh
 #   make exports          fail unless libtiercache.so exports only tc_* names
 #   make format / format-check / clean
@@ -230,6 +233,18 @@ check:
 	@rc=0; for t in test asan tsan; do \
 		$(MAKE) --no-print-directory $$t || rc=1; \
 	done; exit $$rc
+
+# The suite on a loaded machine (tests/stress_check.sh): TARGET (default
+# check) RUNS times in a row with a CPU hog on every core, or with the tests'
+# flash files on a slow device. $(MAKE) in the line passes the jobserver on.
+.PHONY: check-loaded check-slowdev
+check-loaded:
+	MAKE='$(MAKE)' tests/stress_check.sh --cpu-hog \
+		TARGET='$(or $(TARGET),check)' RUNS='$(or $(RUNS),1)'
+
+check-slowdev:
+	MAKE='$(MAKE)' tests/stress_check.sh --slow-device \
+		TARGET='$(or $(TARGET),check)' RUNS='$(or $(RUNS),1)'
 
 bench: $(BENCH_BINS)
 	@if [ -x perf/run_all.sh ]; then \
