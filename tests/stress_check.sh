@@ -3,6 +3,7 @@
 # show that no test depends on the speed of the CPU or of the disk.
 #
 #   tests/stress_check.sh [--cpu-hog] [--slow-device] [NAME=VALUE...]
+#                         [-- COMMAND [ARG...]]
 #
 #   --cpu-hog      (the default) a CPU hog on every core while the target
 #                  runs: `stress-ng --cpu $(nproc)`, or a busy loop per CPU
@@ -15,6 +16,9 @@
 #                  it. A part the kernel or sandbox refuses is skipped with
 #                  the reason; without a loop device the run is skipped.
 #   Both options together: both at once.
+#   -- COMMAND     run COMMAND instead of make, e.g. one test:
+#                  -- build/debug/tests/unit/test_ext
+#                  -- tests/proto/run.sh build/debug/tiercached -k ext
 #
 # NAME=VALUE arguments (or the same names in the environment):
 #   TARGET=check       make target(s) to run, e.g. TARGET=unit
@@ -32,7 +36,7 @@
 #
 # The hog and the device are set up by this script, removed on exit (also on
 # a failure or an interrupt), and the hog is stopped by its PIDs. The exit
-# status is the failing run's make status, else 0.
+# status is the failing run's status, else 0.
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 1
@@ -50,8 +54,15 @@ SLOW_IMG_DIR=${SLOW_IMG_DIR:-/tmp}
 
 want_hog=0
 want_slow=0
-for arg in "$@"; do
+run_cmd=()
+while [ $# -gt 0 ]; do
+    arg=$1
+    shift
     case $arg in
+    --)
+        run_cmd=("$@")
+        break
+        ;;
     --cpu-hog) want_hog=1 ;;
     --slow-device) want_slow=1 ;;
     TARGET=* | RUNS=* | HOG_WORKERS=* | SLOW_*=*) declare "$arg" ;;
@@ -385,9 +396,13 @@ trap 'say "terminated"; exit 143' TERM
 # and a signal to this script (Ctrl-C, a timeout) reaches the trap at once.
 set -m
 
-make_cmd=("${MAKE:-make}" --no-print-directory)
-# run by hand (not from make): build in parallel as CI does
-[ -z "${MAKELEVEL:-}" ] && make_cmd+=(-j"$(nproc)")
+if [ ${#run_cmd[@]} -eq 0 ]; then
+    run_cmd=("${MAKE:-make}" --no-print-directory)
+    # run by hand (not from make): build in parallel as CI does
+    [ -z "${MAKELEVEL:-}" ] && run_cmd+=(-j"$(nproc)")
+    # shellcheck disable=SC2206 # TARGET may name several targets
+    run_cmd+=($TARGET)
+fi
 
 export TEST_TIMEOUT=${TEST_TIMEOUT:-1200}
 export PROTO_TIMEOUT=${PROTO_TIMEOUT:-1800}
@@ -413,11 +428,10 @@ what=""
 [ "$want_hog" -eq 1 ] && what+=" cpu-hog"
 [ "$want_slow" -eq 1 ] && what+=" slow-device"
 for ((run = 1; run <= RUNS; run++)); do
-    say "run $run of $RUNS:${what}: ${make_cmd[*]} $TARGET" \
+    say "run $run of $RUNS:${what}: ${run_cmd[*]}" \
         "(load average $(cut -d' ' -f1-3 /proc/loadavg))"
     start=$(date +%s)
-    # shellcheck disable=SC2086 # TARGET may name several targets
-    in_slow_cg "${make_cmd[@]}" $TARGET &
+    in_slow_cg "${run_cmd[@]}" &
     run_pid=$!
     wait "$run_pid"
     rc=$?
@@ -425,7 +439,7 @@ for ((run = 1; run <= RUNS; run++)); do
     secs=$(($(date +%s) - start))
     [ "$want_slow" -eq 1 ] && [ "$rc" -ne 0 ] && slow_io_report
     if [ "$rc" -ne 0 ]; then
-        say "FAILED: run $run of $RUNS (${what# }), make $TARGET: exit" \
+        say "FAILED: run $run of $RUNS (${what# }), ${run_cmd[*]}: exit" \
             "status $rc after ${secs}s"
         exit "$rc"
     fi
@@ -433,4 +447,4 @@ for ((run = 1; run <= RUNS; run++)); do
         "(load average $(cut -d' ' -f1-3 /proc/loadavg))"
     [ "$want_slow" -eq 1 ] && slow_io_report
 done
-say "passed: make $TARGET, $RUNS run(s) in a row,${what}"
+say "passed: ${run_cmd[*]}, $RUNS run(s) in a row,${what}"
