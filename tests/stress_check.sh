@@ -89,11 +89,11 @@ say() { echo "stress_check: $*"; }
 # ---- the CPU hog ------------------------------------------------------------
 
 hog_pids=()
+hog_watch= # pid of the watchdog that stops the hog should this script die
 
 hog_start() {
     if command -v stress-ng >/dev/null 2>&1; then
-        # --timeout: a safety net should this script be killed by SIGKILL
-        stress-ng --cpu "$HOG_WORKERS" --timeout 6h --quiet &
+        stress-ng --cpu "$HOG_WORKERS" --quiet &
         hog_pids=($!)
         say "CPU hog: stress-ng --cpu $HOG_WORKERS (pid ${hog_pids[0]})"
     else
@@ -105,6 +105,14 @@ hog_start() {
         say "CPU hog: stress-ng not installed (Debian package stress-ng);" \
             "$HOG_WORKERS busy loop(s) instead (pids ${hog_pids[*]})"
     fi
+    # killed by SIGKILL, this script runs no trap: the watchdog then stops
+    # the hog within 2 s
+    (
+        trap '' INT
+        while kill -0 "$$" 2>/dev/null; do sleep 2; done
+        kill -TERM "${hog_pids[@]}" 2>/dev/null
+    ) &
+    hog_watch=$!
     sleep 1
     local p
     for p in "${hog_pids[@]}"; do
@@ -117,6 +125,11 @@ hog_start() {
 
 hog_stop() {
     local p
+    if [ -n "$hog_watch" ]; then
+        kill -TERM "$hog_watch" 2>/dev/null
+        wait "$hog_watch" 2>/dev/null
+        hog_watch=
+    fi
     for p in "${hog_pids[@]}"; do
         kill -TERM "$p" 2>/dev/null
     done
