@@ -86,6 +86,18 @@ esac
 
 say() { echo "stress_check: $*"; }
 
+# make -n runs a recipe line that names $(MAKE) all the same: start nothing
+# then (make puts its one-letter flags, n among them, first in MAKEFLAGS).
+mflags=${MAKEFLAGS:-}
+mflags=${mflags%% *}
+if [ -n "${MAKELEVEL:-}" ] && [ "${mflags#-}" = "$mflags" ] &&
+    [ "${mflags#*n}" != "$mflags" ]; then
+    say "make -n: would run ${TARGET} with$([ "$want_hog" -eq 1 ] &&
+        echo ' a CPU hog')$([ "$want_slow" -eq 1 ] &&
+        echo ' the flash files on a slow device'), $RUNS time(s)"
+    exit 0
+fi
+
 # ---- the CPU hog ------------------------------------------------------------
 
 hog_pids=()
