@@ -91,7 +91,7 @@ def flash_dir():
     return os.environ.get("TC_TEST_FLASH_DIR") or "/tmp"
 
 
-def flash_path(stem, suffix):
+def flash_file(stem, suffix):
     """A fresh file name in flash_dir(): STEM-PID-UUIDSUFFIX."""
     return os.path.join(flash_dir(),
                         f"{stem}-{os.getpid()}-{uuid.uuid4().hex}{suffix}")

@@ -15,7 +15,7 @@ import time
 import pytest
 from pymemcache.client.base import Client
 
-from conftest import IS_MEMCACHED, Conn, flash_path
+from conftest import IS_MEMCACHED, Conn, flash_file
 
 MEM = 16           # MiB of item memory
 VAL = 4096         # bytes per value
@@ -36,7 +36,7 @@ def key_of(i):
 def ext_server():
     """One server with a flash file for the module, filled with NKEYS."""
     from conftest import start_server
-    path = flash_path("tc-proto-ext", ".nvs")
+    path = flash_file("tc-proto-ext", ".nvs")
     # memcached wants ext_page_size before ext_path; ext_item_age=0 makes
     # it spill at once, as tiercached does under memory pressure; no
     # recache, so that keys read several times stay on flash
@@ -284,7 +284,7 @@ def test_recache_window_shown(opt, shown):
     """stats settings shows the re-read filter's slots in use, not the
     "auto" marker the default is given as."""
     from conftest import start_server
-    path = flash_path("tc-proto-ext", ".nvs")
+    path = flash_file("tc-proto-ext", ".nvs")
     srv = start_server(["-o", f"ext_page_size=8{opt},ext_path={path}:64m"],
                        mem=MEM, threads=1)
     try:
@@ -301,7 +301,7 @@ def test_recache_window():
     it back into the pool (recache_from_extstore moves, the fourth read does
     not touch flash, the value is the same); stats settings shows it."""
     from conftest import start_server
-    path = flash_path("tc-proto-ext", ".nvs")
+    path = flash_file("tc-proto-ext", ".nvs")
     srv = start_server(["-o", "ext_page_size=8,ext_recache_rate=0,"
                         f"ext_recache_window=64,ext_path={path}:64m"],
                        mem=MEM, threads=1)
@@ -360,7 +360,7 @@ def test_bad_ext_path_syntax(run_server):
 def small_ext_server(spawn, extra=(), mem=8):
     """A server of `mem` MiB with its own 64 MiB flash file; the path in
     srv.ext_path (removed by the caller's finally)."""
-    path = flash_path("tc-proto-ext", ".nvs")
+    path = flash_file("tc-proto-ext", ".nvs")
     flags = ["-o", "ext_page_size=8", "-o", "ext_recache_rate=0"]
     flags += list(extra)
     flags += ["-o", f"ext_path={path}:64m"]
@@ -480,7 +480,7 @@ def loop_device():
         pytest.skip("loop devices need root")
     if not os.path.exists("/dev/loop-control"):
         pytest.skip("no /dev/loop-control: loop devices unavailable")
-    img = flash_path("tc-proto-loop", ".img")
+    img = flash_file("tc-proto-loop", ".img")
     with open(img, "wb") as f:
         f.truncate(96 * 1024 * 1024)
     try:
