@@ -38,9 +38,10 @@ A miss is always allowed (a cache may drop anything). Anything else is a
 wrong value: counted, the first ones printed with the key's history.
 
 Exit status: 0 when every check passed (no wrong value, no protocol error,
-RSS flat in runs of
-RSS_MIN_SECONDS or more, the workers finished), 1 otherwise, 2 on a usage error. The
-report goes to stdout and, as JSON, to --json.
+RSS flat in runs of RSS_MIN_SECONDS or more, the workers finished), 1
+otherwise, 2 on a usage error. The report goes to stdout and, as JSON, to
+--json. Before the load, self_test() shows the model refusing each kind of
+wrong value, so a pass comes from a checker that can fail.
 """
 
 import argparse
