@@ -628,7 +628,8 @@ def rss(pid):
 STAT_KEYS = ["curr_items", "evictions", "tc_ext_spilled", "tc_ext_items",
              "slabs_moved", "hotkey_promotions", "hotkey_demotions",
              "hotkey_current", "get_hits", "get_misses", "get_extstore",
-             "cmd_flush", "limit_maxbytes", "store_no_memory"]
+             "cmd_flush", "limit_maxbytes", "store_no_memory",
+             "tc_ext_spill_busy", "tc_pmem_pages_free"]
 
 
 class Controller:
