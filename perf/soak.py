@@ -41,7 +41,9 @@ Exit status: 0 when every check passed (no wrong value, no protocol error,
 RSS flat in runs of RSS_MIN_SECONDS or more, the workers finished), 1
 otherwise, 2 on a usage error. The report goes to stdout and, as JSON, to
 --json. Before the load, self_test() shows the model refusing each kind of
-wrong value, so a pass comes from a checker that can fail.
+wrong value, so a pass comes from a checker that can fail; end to end,
+--inject-stale 0.0005 writes superseded versions back behind the model
+(what a server resurrecting old data would show) and the run fails.
 """
 
 import argparse
@@ -311,7 +313,27 @@ class Worker:
             return self.rnd.choice(self.recent)
         return self.rnd.randrange(self.nkeys)
 
+    def inject_stale(self, c):
+        """--inject-stale: write back a superseded version of a key behind
+        the model's back, as a server resurrecting old data would look; the
+        checker must then report wrong values."""
+        k = self.pick()
+        st = self.model.keys.get(k)
+        old = [v for v, r in st.recs.items() if r[2] == ST_STORED and
+               r[1] is not None and r[1] < st.c_done] if st else []
+        if not old:
+            return False
+        name = self.name(k)
+        val = self.values.make(name, old[0], 200)
+        c.wbuf += b"set %s %d 0 %d\r\n%s\r\n" % (name, old[0] & 0xFFFF,
+                                                  len(val), val)
+        c.pending.append(Req("inject", [k], [name]))
+        return True
+
     def issue(self, c):
+        if self.a.inject_stale and self.rnd.random() < self.a.inject_stale:
+            if self.inject_stale(c):
+                return
         r = self.rnd.random()
         op = next(name for acc, name in self.mix if r < acc or acc >= 0.999)
         if op in ("hot_set", "hot_get"):
@@ -409,6 +431,9 @@ class Worker:
 
     def done_simple(self, req, ln):
         kind = req.kind
+        if kind == "inject":
+            self.counts["injected_stale_writes"] += 1
+            return
         tag = "hot_" + kind if req.hot else kind
         word = ln.split(b" ")[0].decode("ascii", "replace").lower()
         if word in ("server_error", "client_error", "error"):
@@ -845,6 +870,10 @@ def parse_args(argv):
                    help="percent the last quarter's RSS max may exceed "
                    "the second quarter's")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--inject-stale", type=float, default=0,
+                   help="share of ops that write an old version back "
+                   "behind the model (tests the checker: the run must "
+                   "fail)")
     p.add_argument("--json", default="")
     a = p.parse_args(argv)
     a.phase = a.phase or max(1.0, a.seconds / 10)
