@@ -44,7 +44,8 @@ struct proto_server_ops {
     /* shutdown command: 0, or -EPERM when not enabled (-A). */
     int (*shutdown)(void *srv);
     void (*verbosity)(void *srv, int level);
-    /* cache_memlimit <MiB>: 0 or a negative errno. */
+    /* cache_memlimit <MiB>: 0 or a negative errno; -EBUSY (a shrink the
+     * maintenance step finishes later) is answered OK. */
     int (*memlimit)(void *srv, uint64_t mib);
 };
 

@@ -530,13 +530,18 @@ cmd_verbosity(struct text_cmd *c, int arg)
     return (ssize_t)c->line_bytes;
 }
 
+/* The server's op, or with no server the engine directly. -EBUSY is a
+ * shrink that could not empty every page above the new limit at once: the
+ * limit already holds for allocations and the maintenance step finishes
+ * the shrink, so it is accepted (memcached too replies OK at once). */
 static int
 set_memlimit(struct proto_sess *s, uint64_t mib)
 {
+    int rc;
     if (s->ops && s->ops->memlimit)
-        return s->ops->memlimit(s->srv, mib);
-    /* no server: the engine directly; a pending shrink is accepted */
-    int rc = tc_set_mem_limit(s->cache, mib << 20);
+        rc = s->ops->memlimit(s->srv, mib);
+    else
+        rc = tc_set_mem_limit(s->cache, mib << 20);
     return rc == -EBUSY ? 0 : rc;
 }
 

@@ -90,7 +90,8 @@ stub_memlimit(void *srv, uint64_t mib)
     if (mib > 1024)
         return -EINVAL;
     st->memlimit_mib = mib;
-    return 0;
+    /* 12: a shrink accepted but not finished (tiercached under load) */
+    return mib == 12 ? -EBUSY : 0;
 }
 
 static const struct proto_server_ops stub_ops = {
@@ -759,6 +760,9 @@ test_memlimit(void **state)
     assert_int_equal(f->srv.memlimit_mib, 16);
     expect(f, "cache_memlimit 32 noreply\r\n", "");
     assert_int_equal(f->srv.memlimit_mib, 32);
+    /* a shrink still in progress is accepted, not "failed" */
+    expect(f, "cache_memlimit 12\r\n", "OK\r\n");
+    assert_int_equal(f->srv.memlimit_mib, 12);
     expect(f, "cache_memlimit 4\r\n",
            "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n");
     expect(f, "cache_memlimit 2000000000\r\n",
