@@ -1207,7 +1207,7 @@ test_multiget_slices_pipelined(void **state)
     free(want);
     tc_clock_advance(101); /* every key was touched, k5 the last */
     for (int i = 0; i < 6; i++) {
-        char line[16];
+        char line[24];
         snprintf(line, sizeof(line), "get k%d\r\n", i);
         expect(f, line, "END\r\n");
     }
