@@ -28,7 +28,7 @@ import uuid
 
 import pytest
 
-from conftest import IS_ASAN, IS_MEMCACHED, Conn
+from conftest import IS_ASAN, IS_MEMCACHED, Conn, flash_file
 
 MIB = 1024 * 1024
 ITEM_MAX = MIB           # -I: the default, 1m
@@ -538,7 +538,7 @@ def assert_one_line_each(lines, what):
 
 @pytest.fixture
 def flash_path():
-    path = f"/tmp/tc-proto-faults-{os.getpid()}-{uuid.uuid4().hex}.nvs"
+    path = flash_file("tc-proto-faults", ".nvs")
     yield path
     if os.path.exists(path):
         os.unlink(path)
