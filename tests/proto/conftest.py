@@ -87,6 +87,19 @@ def pytest_report_header(config):
     return [f"server: {SERVER_BIN} (kind={KIND}, asan={IS_ASAN})"]
 
 
+def flash_dir():
+    """Where the tests put their flash (ext_path) files: TC_TEST_FLASH_DIR,
+    else /tmp. O_DIRECT must work there (ext4, xfs; not tmpfs).
+    tests/stress_check.sh --slow-device points it at a throttled device."""
+    return os.environ.get("TC_TEST_FLASH_DIR") or "/tmp"
+
+
+def flash_file(stem, suffix):
+    """A fresh file name in flash_dir(): STEM-PID-UUIDSUFFIX."""
+    return os.path.join(flash_dir(),
+                        f"{stem}-{os.getpid()}-{uuid.uuid4().hex}{suffix}")
+
+
 def free_port():
     """A TCP port that was free a moment ago (bind port 0, read it back)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

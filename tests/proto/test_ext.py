@@ -1,10 +1,10 @@
 """The NVMe tier from the wire (issue 4): a server with a small -m and an
-ext_path under /tmp (ext4: O_DIRECT works there) stores four times its
-memory; everything reads back right (or as a miss, only where evicted)
-through pymemcache, raw text get/gets multigets, meta mg and the binary
-protocol; pipelined requests mixing flash hits, misses and pool hits come
-back in order; the extstore stats and "stats tiers" are there; a bad
-ext_path exits with one line.
+ext_path in conftest's flash_dir() (/tmp by default: O_DIRECT works there)
+stores four times its memory; everything reads back right (or as a miss,
+only where evicted) through pymemcache, raw text get/gets multigets, meta
+mg and the binary protocol; pipelined requests mixing flash hits, misses
+and pool hits come back in order; the extstore stats and "stats tiers" are
+there; a bad ext_path exits with one line.
 
 How many values reach the flash depends on how fast its writer drains the
 write buffers (a victim the flash is too busy for is evicted, counted in
@@ -19,12 +19,11 @@ import socket
 import struct
 import subprocess
 import time
-import uuid
 
 import pytest
 from pymemcache.client.base import Client
 
-from conftest import IS_MEMCACHED, Conn
+from conftest import IS_MEMCACHED, Conn, flash_file
 
 MEM = 16           # MiB of item memory
 VAL = 4096         # bytes per value
@@ -63,7 +62,7 @@ def wait_for(what, pred, limit=WAIT, step=0.05):
 def ext_server():
     """One server with a flash file for the module, filled with NKEYS."""
     from conftest import start_server
-    path = f"/tmp/tc-proto-ext-{os.getpid()}-{uuid.uuid4().hex}.nvs"
+    path = flash_file("tc-proto-ext", ".nvs")
     # memcached wants ext_page_size before ext_path; ext_item_age=0 makes
     # it spill at once, as tiercached does under memory pressure; no
     # recache, so that keys read several times stay on flash
@@ -343,7 +342,7 @@ def test_recache_window_shown(opt, shown):
     """stats settings shows the re-read filter's slots in use, not the
     "auto" marker the default is given as."""
     from conftest import start_server
-    path = f"/tmp/tc-proto-ext-{os.getpid()}-{uuid.uuid4().hex}.nvs"
+    path = flash_file("tc-proto-ext", ".nvs")
     srv = start_server(["-o", f"ext_page_size=8{opt},ext_path={path}:64m"],
                        mem=MEM, threads=1)
     try:
@@ -360,7 +359,7 @@ def test_recache_window():
     it back into the pool (recache_from_extstore moves, the fourth read does
     not touch flash, the value is the same); stats settings shows it."""
     from conftest import start_server
-    path = f"/tmp/tc-proto-ext-{os.getpid()}-{uuid.uuid4().hex}.nvs"
+    path = flash_file("tc-proto-ext", ".nvs")
     srv = start_server(["-o", "ext_page_size=8,ext_recache_rate=0,"
                         f"ext_recache_window=64,ext_path={path}:64m"]
                        + NO_READ_DEADLINE, mem=MEM, threads=1)
@@ -419,7 +418,7 @@ def test_bad_ext_path_syntax(run_server):
 def small_ext_server(spawn, extra=(), mem=8):
     """A server of `mem` MiB with its own 64 MiB flash file; the path in
     srv.ext_path (removed by the caller's finally)."""
-    path = f"/tmp/tc-proto-ext-{os.getpid()}-{uuid.uuid4().hex}.nvs"
+    path = flash_file("tc-proto-ext", ".nvs")
     flags = ["-o", "ext_page_size=8", "-o", "ext_recache_rate=0"]
     flags += NO_READ_DEADLINE + list(extra)
     flags += ["-o", f"ext_path={path}:64m"]
@@ -551,7 +550,7 @@ def test_spills_from_first_eviction(spawn):
 
 @pytest.fixture
 def loop_device():
-    """A loop device over a 96 MiB file in /tmp: its path. Skipped, with
+    """A loop device over a 96 MiB file in flash_dir(): its path. Skipped, with
     the reason, where loop devices cannot be made (not root, no
     /dev/loop-control, a container without them). Detached at teardown."""
     if IS_MEMCACHED:
@@ -560,7 +559,7 @@ def loop_device():
         pytest.skip("loop devices need root")
     if not os.path.exists("/dev/loop-control"):
         pytest.skip("no /dev/loop-control: loop devices unavailable")
-    img = f"/tmp/tc-proto-loop-{os.getpid()}-{uuid.uuid4().hex}.img"
+    img = flash_file("tc-proto-loop", ".img")
     with open(img, "wb") as f:
         f.truncate(96 * 1024 * 1024)
     try:

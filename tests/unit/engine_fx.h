@@ -29,6 +29,7 @@
 
 #include <cmocka.h>
 
+#include "flash_fx.h"
 #include "seed_fx.h"
 
 #define T0 1700000000u

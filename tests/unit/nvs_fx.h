@@ -1,13 +1,16 @@
 #pragma once
 /*
  * Shared helpers of the NVMe store tests (tests/unit/test_nvs*.c): store
- * files under /tmp (ext4, O_DIRECT works) named with the pid, a small
+ * files in the flash directory (flash_fx.h: TC_TEST_FLASH_DIR, else /tmp;
+ * O_DIRECT must work there) named with the pid, a small
  * configuration, a store with its read ring, and a synchronous read.
  * Include after <cmocka.h>.
  */
 #include "tier/nvs.h"
 
 #include "src/base/err.h"
+
+#include "flash_fx.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -31,8 +34,8 @@ fx_config(struct nvs_config *c, uint32_t nsegs, bool no_uring)
     static int seq;
 
     memset(c, 0, sizeof(*c));
-    snprintf(fx_path, sizeof(fx_path), "/tmp/tc_nvs_test_%d_%d.dat",
-             (int)getpid(), seq++);
+    test_flash_path(fx_path, sizeof(fx_path), "tc_nvs_test_%d_%d.dat",
+                    (int)getpid(), seq++);
     unlink(fx_path);
     c->npaths = 1;
     c->path[0] = fx_path;
