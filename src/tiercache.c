@@ -137,7 +137,8 @@ tc_get_ex(struct tc_cache *tc, const void *key, size_t klen,
         rc = fetch_get(t, key, (uint32_t)klen, opts, fn, arg);
         if (rc != TC_NOT_FOUND || !opts->vivify)
             return rc;
-        int made = store_vivify(t, key, (uint32_t)klen, opts->vivify_exptime);
+        int made = store_vivify(t, key, (uint32_t)klen, opts->vivify_exptime,
+                                opts->vivified_cas);
         if (made == TC_OK) {
             if (opts->vivified)
                 *opts->vivified = true;
@@ -154,7 +155,7 @@ TC_API int
 tc_get(struct tc_cache *tc, const void *key, size_t klen, tc_value_fn *fn,
        void *arg)
 {
-    static const struct tc_get_opts plain;
+    static const struct tc_get_opts plain = {.no_win = true};
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
     return t ? fetch_get(t, key, (uint32_t)klen, &plain, fn, arg) : rc;
@@ -164,7 +165,7 @@ TC_API int
 tc_gat(struct tc_cache *tc, const void *key, size_t klen, int64_t exptime,
        tc_value_fn *fn, void *arg)
 {
-    struct tc_get_opts o = {.touch = true, .exptime = exptime};
+    struct tc_get_opts o = {.touch = true, .exptime = exptime, .no_win = true};
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
     return t ? fetch_get(t, key, (uint32_t)klen, &o, fn, arg) : rc;
