@@ -50,9 +50,8 @@
  *     time only on the item's second fetch and while it is not active, so
  *     after "set; mg; mg" both agree, but a first mg after a set moves
  *     tiercache's time and not memcached's.
- *   - mg E (CAS of a vivified placeholder), md E (CAS after I) and ma E are
- *     accepted and ignored: the engine's tc_get_opts, tc_invalidate and
- *     tc_arith_opts take no explicit CAS. ms E is honoured.
+ *   - E (the new CAS, memcached 1.6.2x): ms's new item, mg N's placeholder,
+ *     md I's stale item and ma's result (or the item its N created).
  *   - mg N on a miss: memcached answers as for a hit on the new empty item
  *     ("HD W", "VA 0 ... W"), not EN. The engine returns TC_NOT_FOUND with
  *     *vivified set and does not call back, so the reply is built from one
@@ -637,6 +636,7 @@ meta_get(struct proto_sess *s, struct meta_req *r, struct obuf *out)
         .no_bump = r->no_bump,
         .vivified = &vivified,
         .vivified_cas = &viv_cas,
+        .vivify_cas = r->has_cas_new ? r->cas_new : 0,
         .recache_before_touch = flag_pos(r, 'R') < flag_pos(r, 'T'),
         .async = r->value,      /* a flash value comes without blocking */
         .head_only = !r->value, /* no value wanted: no flash read */
@@ -931,10 +931,12 @@ meta_delete(struct proto_sess *s, struct meta_req *r, struct obuf *out)
     } else if (r->remove) {
         rc = md_remove_value(s->cache, r);
         if (rc == TC_OK && r->stale)
-            rc = tc_invalidate(s->cache, r->key, r->klen, 0, -1);
+            rc = tc_invalidate_ex(s->cache, r->key, r->klen, 0, -1,
+                                  r->has_cas_new ? r->cas_new : 0);
     } else if (r->stale && !(r->has_ttl && r->ttl < 0)) {
-        rc = tc_invalidate(s->cache, r->key, r->klen, cas_in,
-                           r->has_ttl ? r->ttl : -1);
+        rc = tc_invalidate_ex(s->cache, r->key, r->klen, cas_in,
+                              r->has_ttl ? r->ttl : -1,
+                              r->has_cas_new ? r->cas_new : 0);
     } else {
         rc = tc_delete(s->cache, r->key, r->klen, cas_in);
     }
@@ -999,6 +1001,7 @@ meta_arith(struct proto_sess *s, struct meta_req *r, struct obuf *out)
         .touch = r->has_ttl,
         .exptime = r->ttl,
         .vivified = &created,
+        .cas_new = r->has_cas_new ? r->cas_new : 0,
     };
     struct tc_item_info info;
     uint64_t v = 0;

@@ -480,7 +480,7 @@ store_concat(struct cache_thread *t, bool append, const void *key,
 
 int
 store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
-                 uint64_t cas_in, int64_t exptime)
+                 uint64_t cas_in, int64_t exptime, uint64_t cas_new)
 {
     struct store_req r;
     struct item_hdr old;
@@ -493,6 +493,7 @@ store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
             return TC_EXISTS;
         r.hdr = old;
         r.hdr.iflags |= ITEM_STALE;
+        r.cas_new = cas_new;
         /* memcached marks the item in place: still fetched if it was */
         r.keep_fetched = cache_bit_fetched(t->cache, cache_off(r.expect));
         if (exptime >= 0)
@@ -595,7 +596,7 @@ store_recache(struct cache_thread *t, const void *key, uint32_t klen,
  * TC_OK when this call created it. */
 int
 store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
-             int64_t exptime, uint64_t *cas_out)
+             int64_t exptime, uint64_t cas_new, uint64_t *cas_out)
 {
     struct iovec iov = {NULL, 0};
     struct store_req r;
@@ -604,6 +605,7 @@ store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
     r.hdr.exptime = cache_exptime(exptime, clock_now());
     r.val = (struct item_src){&iov, 1};
     r.claim_win = true;
+    r.cas_new = cas_new;
     return store_one(t, &r, cas_out);
 }
 
@@ -662,6 +664,7 @@ arith_vivify(struct cache_thread *t, const void *key, uint32_t klen,
     r.hdr.vlen = (uint32_t)len;
     r.hdr.exptime = cache_exptime(o->vivify_exptime, clock_now());
     r.val = (struct item_src){&iov, 1};
+    r.cas_new = o->cas_new;
     int rc = store_one(t, &r, NULL);
     if (rc == TC_OK) {
         *value = o->initial;
@@ -764,6 +767,7 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         r.hdr.vlen = (uint32_t)(iov[0].iov_len + (pad ? iov[1].iov_len : 0));
         if (o && o->touch)
             r.hdr.exptime = cache_exptime(o->exptime, clock_now());
+        r.cas_new = o ? o->cas_new : 0;
         r.val = (struct item_src){iov, niov};
         int rc = store_one(t, &r, NULL);
         free(pad);

@@ -138,7 +138,7 @@ tc_get_ex(struct tc_cache *tc, const void *key, size_t klen,
         if (rc != TC_NOT_FOUND || !opts->vivify)
             return rc;
         int made = store_vivify(t, key, (uint32_t)klen, opts->vivify_exptime,
-                                opts->vivified_cas);
+                                opts->vivify_cas, opts->vivified_cas);
         if (made == TC_OK) {
             if (opts->vivified)
                 *opts->vivified = true;
@@ -305,12 +305,21 @@ tc_decr(struct tc_cache *tc, const void *key, size_t klen, uint64_t delta,
 }
 
 TC_API int
-tc_invalidate(struct tc_cache *tc, const void *key, size_t klen,
-              uint64_t cas_in, int64_t exptime)
+tc_invalidate_ex(struct tc_cache *tc, const void *key, size_t klen,
+                 uint64_t cas_in, int64_t exptime, uint64_t cas_new)
 {
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
-    return t ? store_invalidate(t, key, (uint32_t)klen, cas_in, exptime) : rc;
+    return t ? store_invalidate(t, key, (uint32_t)klen, cas_in, exptime,
+                                cas_new)
+             : rc;
+}
+
+TC_API int
+tc_invalidate(struct tc_cache *tc, const void *key, size_t klen,
+              uint64_t cas_in, int64_t exptime)
+{
+    return tc_invalidate_ex(tc, key, klen, cas_in, exptime, 0);
 }
 
 TC_API int

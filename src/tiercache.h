@@ -362,6 +362,7 @@ struct tc_get_opts {
     bool no_bump;   /* do not mark the item used (meta u) */
     bool *vivified; /* out, may be NULL */
     uint64_t *vivified_cas; /* out, may be NULL: the placeholder's CAS */
+    uint64_t vivify_cas;    /* nonzero: the placeholder's CAS (meta E) */
     bool async;     /* a flash item may answer pending (see tc_async_owner)
                        instead of blocking on its read */
     bool head_only; /* fn needs the header only: a flash item's value is
@@ -427,6 +428,9 @@ TC_API int tc_store_ex(struct tc_cache *c, enum tc_store_mode mode,
  * TC_OK, TC_NOT_FOUND, TC_EXISTS. */
 TC_API int tc_invalidate(struct tc_cache *c, const void *key, size_t klen,
                          uint64_t cas_in, int64_t exptime);
+/* The same, the new CAS being cas_new when nonzero (meta md I E). */
+TC_API int tc_invalidate_ex(struct tc_cache *c, const void *key, size_t klen,
+                            uint64_t cas_in, int64_t exptime, uint64_t cas_new);
 
 /* Arithmetic with the meta protocol's options (ma). */
 struct tc_arith_opts {
@@ -436,7 +440,8 @@ struct tc_arith_opts {
     uint64_t cas_in; /* nonzero: must match (meta C) */
     bool touch;      /* set the expiry on success (meta T) */
     int64_t exptime;
-    bool *vivified; /* out, may be NULL: the miss created the item */
+    bool *vivified;   /* out, may be NULL: the miss created the item */
+    uint64_t cas_new; /* nonzero: the new item's CAS (meta E) */
 };
 /* *value the new value; *info (may be NULL) the new item's header. */
 TC_API int tc_arith_ex(struct tc_cache *c, const void *key, size_t klen,

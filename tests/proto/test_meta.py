@@ -648,3 +648,17 @@ def test_stale_mark_on_rewrites(mc, key):
     # an append makes a new item: fresh, not stale
     mc.cmd(f"append {key} 0 0 1\r\n2\r\n".encode(), b"STORED\r\n")
     meta(mc, f"mg {key} v h\r\n", "VA", ["h0"], value="12")
+
+
+@pytest.mark.tiercache_only
+def test_explicit_cas_everywhere(mc, key):
+    """E (the new CAS) on mg N, md I and ma, as memcached 1.6.2x documents
+    it (1.6.18 has no E: the differential test cannot compare it)."""
+    e = 10**12 + 17
+    meta(mc, f"mg {key} N30 E{e} c\r\n", "HD", [f"c{e}"], wxz="W")
+    meta(mc, f"md {key} I E{e + 1}\r\n", "HD")
+    meta(mc, f"mg {key} c\r\n", "HD", [f"c{e + 1}"], wxz="XW")
+    meta(mc, f"ma {key}-n N0 E{e + 2} c v\r\n", "VA", [f"c{e + 2}"],
+         value="0")
+    meta(mc, f"ma {key}-n E{e + 3} c v\r\n", "VA", [f"c{e + 3}"], value="1")
+    assert mg_cas(mc, key + "-n") == e + 3

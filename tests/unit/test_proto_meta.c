@@ -711,7 +711,7 @@ test_ma(void **state)
     /* CAS */
     EXPECT(f, "ms c 1 E500\r\n1\r\n", "HD\r\n");
     EXPECT(f, "ma c C499\r\n", "EX\r\n");
-    EXPECT(f, "ma c C500 c E9999\r\n", "HD c501\r\n");
+    EXPECT(f, "ma c C500 c E9999\r\n", "HD c9999\r\n"); /* E: the new CAS */
     EXPECT(f, "ma c C0 v\r\n", "VA 1\r\n3\r\n");
     /* misses, vivify */
     EXPECT(f, "ma nope\r\n", "NF\r\n");
