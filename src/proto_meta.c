@@ -654,7 +654,7 @@ meta_get(struct proto_sess *s, struct meta_req *r, struct obuf *out)
     int rc = tc_get_ex(s->cache, r->key, r->klen, &o, mg_reply, &x);
     if (rc == TC_NOT_FOUND && vivified) {
         /* our placeholder: read it back for its CAS and TTL */
-        struct tc_get_opts again = {.no_bump = r->no_bump};
+        struct tc_get_opts again = {.no_bump = r->no_bump, .no_win = true};
         x.vivified = true;
         rc = tc_get_ex(s->cache, r->key, r->klen, &again, mg_reply, &x);
         if (rc == TC_NOT_FOUND) { /* already gone (born expired) */
@@ -846,7 +846,8 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
         case 's': {
             uint32_t size = (uint32_t)vlen;
             if (rc == TC_OK && (mode == TC_APPEND || mode == TC_PREPEND)) {
-                struct tc_get_opts peek = {.no_bump = true, .head_only = true};
+                struct tc_get_opts peek = {
+                    .no_bump = true, .head_only = true, .no_win = true};
                 tc_get_ex(s->cache, r->key, r->klen, &peek, note_vlen, &size);
             }
             rl_flag_u64(&l, 's', size);
@@ -880,7 +881,7 @@ note_cas(void *arg, const struct tc_item_info *info, const struct iovec *iov,
 static int
 peek_cas(struct tc_cache *c, const struct meta_req *r, uint64_t *cas)
 {
-    struct tc_get_opts o = {.no_bump = true, .head_only = true};
+    struct tc_get_opts o = {.no_bump = true, .head_only = true, .no_win = true};
     struct peek p = {0};
     int rc = tc_get_ex(c, r->key, r->klen, &o, note_cas, &p);
     if (rc == TC_OK)
@@ -1132,7 +1133,7 @@ meta_debug(struct proto_sess *s, struct meta_req *r, const char *line,
         r->klen = kn;
         r->binary = true;
     }
-    struct tc_get_opts o = {.no_bump = true, .head_only = true};
+    struct tc_get_opts o = {.no_bump = true, .head_only = true, .no_win = true};
     struct me_ctx x = {r, out};
     int rc = tc_get_ex(s->cache, r->key, r->klen, &o, me_reply, &x);
     if (rc == TC_NOT_FOUND)

@@ -642,8 +642,10 @@ def test_stale_mark_on_rewrites(mc, key):
     meta(mc, f"md {key} I\r\n", "HD")
     assert mc.get_value(key) == b"1"
     meta(mc, f"mg {key} h\r\n", "HD", ["h1"], wxz="XW")
-    # md I marks in place: still fetched
+    # md I marks in place: still fetched; me (a debug read) takes no win
     meta(mc, f"md {key} I\r\n", "HD")
+    mc.send(f"me {key}\r\n".encode())
+    assert mc.readline().startswith(b"ME "), "me: no ME line"
     meta(mc, f"mg {key} h\r\n", "HD", ["h1"], wxz="XW")
     # an append makes a new item: fresh, not stale
     mc.cmd(f"append {key} 0 0 1\r\n2\r\n".encode(), b"STORED\r\n")
