@@ -155,7 +155,7 @@ INTENDED = [
     ("strict numbers", _strict_number, None, True),
     ("opaque checked first", _long_opaque, None, True),
     ("key echoed as sent", lambda sent: True, _key_echo, False),
-    ("ma T kept when the number grows", _ma_touch, _ma_done, True),
+    ("ma T when the number grows", _ma_touch, _ma_done, True),
     ("base64 keys strict", _lenient_b64, None, True),
 ]
 
