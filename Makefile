@@ -8,6 +8,8 @@
 #   make asan / tsan      unit tests under ASan+UBSan / TSan
 #   make check            test, asan and tsan, one after the other
 #   make bench            build the benchmarks, run perf/run_all.sh
+#   make soak             perf/soak.sh: SOAK_SECONDS (600) of checked mixed
+#                         load on a release tiercached (not part of check)
 #   make exports          fail unless libtiercache.so exports only tc_* names
 #   make format / format-check / clean
 #
@@ -175,7 +177,7 @@ TIERCACHED := build/release/tiercached
 # ---- top-level targets --------------------------------------------------------
 
 .DEFAULT_GOAL := all
-.PHONY: all debug unit test asan tsan check bench exports format \
+.PHONY: all debug unit test asan tsan check bench soak exports format \
 	format-check clean
 
 all: build/release/libtiercache.a build/release/libtiercache.so \
@@ -240,6 +242,13 @@ bench: $(BENCH_BINS)
 		echo "bench: built $(words $(BENCH_BINS)) benchmark(s);" \
 			"no perf/run_all.sh to run"; \
 	fi
+
+# A long run, never in CI: mixed load with evictions, flash spills, hot
+# keys, page moves, cache_memlimit and flush_all, every value read checked
+# by the load generator's shadow model (perf/soak.sh says what fails it).
+SOAK_SECONDS ?= 600
+soak: build/release/tiercached
+	SOAK_SECONDS=$(SOAK_SECONDS) TIERCACHED=$< bash perf/soak.sh
 
 # Every symbol the shared library defines for the dynamic linker (functions
 # and data) must start with tc_, apart from the linker's own (_init, _fini,

@@ -8,6 +8,9 @@
  *   struct quota   owner thread only, no lock (debug builds assert the
  *                  owner); quota_destroy() may run elsewhere once the owner
  *                  no longer uses it.
+ *   q->refills     written by the owner only, read by any thread (stats):
+ *                  relaxed atomics, a counter with nothing published
+ *                  alongside it.
  *   The slab calls made here take the class lock (and the pool lock when a
  *   page is added); this file holds no lock of its own.
  */
@@ -18,6 +21,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +39,7 @@ struct quota {
     unsigned nclasses;
     bool pmeta; /* ablation only: slab_pmeta_on() */
     pthread_t owner;
-    uint64_t refills;
+    _Atomic uint64_t refills;
     struct quota_stash stash[SLAB_MAX_CLASSES];
     uint64_t storage[];
 };
@@ -112,7 +116,10 @@ quota_alloc(struct quota *q, unsigned cls, uint64_t *off)
         int n = slab_take(q->slab, cls, st->offs, q->batch);
         if (n < 0)
             return n;
-        q->refills++;
+        atomic_store_explicit(
+            &q->refills,
+            atomic_load_explicit(&q->refills, memory_order_relaxed) + 1,
+            memory_order_relaxed);
         st->n = (uint32_t)n;
     }
 }
@@ -153,5 +160,5 @@ quota_stashed(const struct quota *q, unsigned cls)
 uint64_t
 quota_refills(const struct quota *q)
 {
-    return q->refills;
+    return atomic_load_explicit(&q->refills, memory_order_relaxed);
 }

@@ -29,4 +29,5 @@ void quota_free(struct quota *q, unsigned cls, uint64_t off);
 void quota_flush(struct quota *q);
 
 unsigned quota_stashed(const struct quota *q, unsigned cls);
-uint64_t quota_refills(const struct quota *q); /* slab_take calls made */
+/* slab_take calls made; any thread (a relaxed read) */
+uint64_t quota_refills(const struct quota *q);

@@ -12,8 +12,10 @@
  * Back-pressure: while more than sh->out_high bytes wait to be written, the
  * connection stops running requests and stops reading (EPOLLIN off), so a
  * client that never reads its replies holds at most out_high plus one
- * request's replies. When the output drains below out_high, the requests
- * already buffered run and reading resumes.
+ * parser call's replies: one request, or PROTO_GET_SLICE plus one value of
+ * a multi-key get, which stops between keys (sess.resume) and carries on
+ * here once the output drains. When the output drains below out_high, the
+ * requests already buffered run and reading resumes.
  *
  * Input buffer: starts at CONN_IN_START, doubles while reads fill it (up to
  * CONN_IN_FAST), grows to what proto_sess.need says a request needs (up to
@@ -344,8 +346,10 @@ process(struct conn *c)
             c->closing = true;
             break;
         }
-        if (r == 0)
-            break;
+        if (r == 0 && !c->sess.resume)
+            break; /* incomplete: read more */
+        /* with sess.resume a get stopped half-way: go on unless the
+         * output is now backlogged (the loop's condition) */
         c->in_off += MIN((size_t)r, c->in_len - c->in_off);
         ran = true;
     }

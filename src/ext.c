@@ -867,6 +867,7 @@ ext_stats(struct cache *c, const int64_t *s, struct tc_stats *out)
         return;
     nvs_get_stats(c->nvs, &ns);
     out->ext_uring = ns.uring;
+    out->ext_write_errors = ns.write_errors;
     out->extstore_bytes_written = ns.bytes_written;
     out->extstore_objects_written = ns.objects_written;
     out->extstore_bytes_read = ns.bytes_read;

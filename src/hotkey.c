@@ -151,7 +151,7 @@ hotkey_create(struct cache *c)
     atomic_init(&h->rate, cfg->hot_write_rate ? cfg->hot_write_rate : 1000);
     h->item_max = (uint32_t)MIN((uint64_t)c->chunk_max, cfg->hot_pool_size / 8);
     pthread_mutex_init(&h->lock, NULL);
-    h->last_ns = clock_nsec();
+    h->last_ns = clock_rate_nsec();
     int rc = -EINVAL;
     if (h->k > TOPK_MAX_K) {
         err_set("hotkey_k %u is above %u", h->k, TOPK_MAX_K);
@@ -592,9 +592,12 @@ hotkey_tick(struct cache_thread *t)
     if (!h)
         return;
     pthread_mutex_lock(&h->lock);
-    uint64_t now = clock_nsec();
-    /* steps closer than 1 ms (tc_maintain in a loop) count as 1 ms */
-    double dt = MAX((double)(now - h->last_ns) / 1e9, 0.001);
+    uint64_t now = clock_rate_nsec();
+    /* steps closer than 1 ms (tc_maintain in a loop, a frozen test clock)
+     * count as 1 ms, and so does a step back (a test clock set or
+     * cleared) */
+    double dt = now > h->last_ns ? (double)(now - h->last_ns) / 1e9 : 0;
+    dt = MAX(dt, 0.001);
     h->last_ns = now;
     merge_locked(c, h);
     double a = exp(-dt / h->window);

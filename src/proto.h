@@ -12,6 +12,12 @@
  *   > 0            bytes consumed; call again with the rest when more come
  *   0              the first request is incomplete: read more (s->need says
  *                  how many bytes in all the request needs, if known)
+ *   either, with s->resume set
+ *                  the request at in + (returned value) is half done: a
+ *                  multi-key get stopped between two keys after appending
+ *                  PROTO_GET_SLICE bytes of replies. Call again with the
+ *                  same bytes (from that request on) once the connection
+ *                  wants more output; it carries on from the next key.
  *   PROTO_CLOSE    close the connection once the obuf is flushed (quit, a
  *                  line too long, a protocol violation memcached closes on)
  *
@@ -30,6 +36,10 @@
 #define PROTO_CLOSE ((ssize_t)-1)
 /* memcached's limit for a command line (KEY_MAX_LENGTH + room for args) */
 #define PROTO_LINE_MAX 8192
+/* Replies one call appends for a multi-key get before it stops between two
+ * keys (s->resume): so a get of many large values holds no more than this
+ * plus one value before the connection's back-pressure can act. */
+#define PROTO_GET_SLICE (256u * 1024)
 
 struct proto_sess;
 
@@ -44,7 +54,8 @@ struct proto_server_ops {
     /* shutdown command: 0, or -EPERM when not enabled (-A). */
     int (*shutdown)(void *srv);
     void (*verbosity)(void *srv, int level);
-    /* cache_memlimit <MiB>: 0 or a negative errno. */
+    /* cache_memlimit <MiB>: 0 or a negative errno; -EBUSY (a shrink the
+     * maintenance step finishes later) is answered OK. */
     int (*memlimit)(void *srv, uint64_t mib);
 };
 
@@ -66,6 +77,8 @@ struct proto_sess {
     bool chosen;            /* the protocol is decided for good */
     uint64_t swallow;       /* bytes still to discard (refused value) */
     size_t need;            /* hint: bytes the pending request needs */
+    size_t resume; /* a get stopped half-way: where its next key starts,
+                      from the start of its line (0 = none); see above */
     struct proto_counters ctr;
     void *priv; /* a parser's own state, freed by
                    proto_sess_fini */

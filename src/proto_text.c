@@ -35,7 +35,11 @@
  *
  * s->need is the size of the request at in + (returned value) when that
  * request is incomplete and its size is known (a storage command waiting for
- * its data block), else 0.
+ * its data block), else 0. s->resume is set when a get of many keys stopped
+ * after PROTO_GET_SLICE bytes of replies (src/proto.h): the replies are
+ * copies of the values, so one get of many large values would otherwise
+ * hold them all; a connection holds at most its back-pressure mark plus a
+ * slice and one value.
  *
  * Counters: every request consumed counts in ctr.cmd_total (errors
  * included, meta ones too; proto.c relies on it to spot the connection's
@@ -92,6 +96,7 @@ struct text_cmd {
     struct proto_token tok[PROTO_MAX_TOKENS];
     int ntok; /* PROTO_MAX_TOKENS + 1 when there are more */
     bool noreply;
+    size_t resume; /* s->resume as the call found it: a get's next key */
 };
 
 typedef ssize_t text_cmd_fn(struct text_cmd *c, int arg);
@@ -239,12 +244,26 @@ keys_ok(const struct text_cmd *c, size_t from, unsigned *nkeys)
     return true;
 }
 
-static void
+/* Is there a key at or after line[pos]? */
+static bool
+more_keys(const struct text_cmd *c, size_t pos)
+{
+    while (pos < c->len && c->line[pos] == ' ')
+        pos++;
+    return pos < c->len;
+}
+
+/* Look up the keys from line offset `from` on. 0 when all are done (or the
+ * output failed); else this call appended PROTO_GET_SLICE bytes and keys
+ * remain: the offset to carry on from. At least one key is done per call,
+ * so a get resumed over and over still ends. */
+static size_t
 fetch_keys(struct text_cmd *c, size_t from, bool touch, int64_t exptime,
            bool with_cas)
 {
     struct proto_token t;
     struct get_ctx g = {.out = c->out, .key = &t, .with_cas = with_cas};
+    uint64_t stop = obuf_pos(c->out) + PROTO_GET_SLICE;
     size_t pos = from;
     while (next_token(c->line, c->len, &pos, &t)) {
         /* async: a flash value is read without blocking (a hole) */
@@ -252,11 +271,17 @@ fetch_keys(struct text_cmd *c, size_t from, bool touch, int64_t exptime,
             .touch = touch, .exptime = exptime, .async = true, .no_win = true};
         tc_get_ex(c->s->cache, t.p, t.n, &o, emit_value, &g);
         if (c->out->err)
-            return;
+            return 0;
+        if (obuf_pos(c->out) >= stop && more_keys(c, pos))
+            return pos;
     }
+    return 0;
 }
 
-/* get, gets, bget (arg: 1 = with CAS); gat, gats (arg | 2 = touch). */
+/* get, gets, bget (arg: 1 = with CAS); gat, gats (arg | 2 = touch). A get
+ * whose replies pass PROTO_GET_SLICE stops between two keys and returns 0
+ * with s->resume set; called again on the same line, it carries on (its
+ * keys were checked and it was counted the first time). */
 static ssize_t
 cmd_get(struct text_cmd *c, int arg)
 {
@@ -268,14 +293,19 @@ cmd_get(struct text_cmd *c, int arg)
         reply_err(c, PERR_INVALID_EXPTIME);
         return (ssize_t)c->line_bytes;
     }
-    size_t from = keys_start(c, touch);
-    if (!keys_ok(c, from, &nkeys)) {
-        reply_err(c, PERR_KEY_TOO_LONG);
-        return (ssize_t)c->line_bytes;
+    size_t from = c->resume;
+    if (from == 0 || from >= c->len) {
+        from = keys_start(c, touch);
+        if (!keys_ok(c, from, &nkeys)) {
+            reply_err(c, PERR_KEY_TOO_LONG);
+            return (ssize_t)c->line_bytes;
+        }
+        if (nkeys > 1)
+            c->s->ctr.get_multi++;
     }
-    if (nkeys > 1)
-        c->s->ctr.get_multi++;
-    fetch_keys(c, from, touch, exptime, with_cas);
+    c->s->resume = fetch_keys(c, from, touch, exptime, with_cas);
+    if (c->s->resume)
+        return 0;
     obuf_add(c->out, "END\r\n", 5);
     return (ssize_t)c->line_bytes;
 }
@@ -530,13 +560,18 @@ cmd_verbosity(struct text_cmd *c, int arg)
     return (ssize_t)c->line_bytes;
 }
 
+/* The server's op, or with no server the engine directly. -EBUSY is a
+ * shrink that could not empty every page above the new limit at once: the
+ * limit already holds for allocations and the maintenance step finishes
+ * the shrink, so it is accepted (memcached too replies OK at once). */
 static int
 set_memlimit(struct proto_sess *s, uint64_t mib)
 {
+    int rc;
     if (s->ops && s->ops->memlimit)
-        return s->ops->memlimit(s->srv, mib);
-    /* no server: the engine directly; a pending shrink is accepted */
-    int rc = tc_set_mem_limit(s->cache, mib << 20);
+        rc = s->ops->memlimit(s->srv, mib);
+    else
+        rc = tc_set_mem_limit(s->cache, mib << 20);
     return rc == -EBUSY ? 0 : rc;
 }
 
@@ -885,8 +920,10 @@ find_line(const struct proto_sess *s, const char *in, size_t len)
 static ssize_t
 text_one(struct proto_sess *s, const char *in, size_t len, struct obuf *out)
 {
-    struct text_cmd c = {.s = s, .out = out, .line = in};
+    struct text_cmd c = {.s = s, .out = out, .line = in, .resume = s->resume};
     long eol = find_line(s, in, len);
+
+    s->resume = 0; /* only cmd_get sets it again */
 
     if (eol == LINE_INCOMPLETE)
         return 0;

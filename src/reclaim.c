@@ -499,6 +499,21 @@ reclaim_shrink(struct cache_thread *t)
 
 /* --- maintenance thread --- */
 
+/* Chunks this thread frees (the limbo of every thread, the sweep) land in
+ * its quota stash, up to two batches a class: 32 MiB of the largest
+ * chunks. Workers give theirs back at their next operation after a page
+ * drain asks (cache_thread_get) and when they go idle; this thread never
+ * calls that again, so it gives them back after each piece of work. Else
+ * they stay there for good: a drain of their page fails (a class left
+ * with no page answers every set "out of memory"), and a class short of
+ * chunks evicts its own items (an append near -I evicted the item it
+ * grew) while a third of the pool sits in this stash. */
+static void
+maintenance_quiesce(struct cache_thread *t)
+{
+    cache_thread_quiesce(t);
+}
+
 /* The maintenance thread: every second the expiry sweep, limbo and any
  * pending shrink, every 5 minutes the access time rebase (slab_atime_tick);
  * in between, limbo whenever a writer kicks it. */
@@ -524,6 +539,7 @@ maintenance_main(void *arg)
                                          memory_order_relaxed)) {
                 pthread_mutex_unlock(&c->bg_lock);
                 cache_reclaim_limbo(t);
+                maintenance_quiesce(t);
                 pthread_mutex_lock(&c->bg_lock);
             }
         }
@@ -537,6 +553,7 @@ maintenance_main(void *arg)
         if (atomic_load(&c->shrink_target))
             reclaim_shrink(t);
         slab_atime_tick(c->slab, clock_now());
+        maintenance_quiesce(t);
         pthread_mutex_lock(&c->bg_lock);
     }
     pthread_mutex_unlock(&c->bg_lock);

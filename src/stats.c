@@ -202,6 +202,7 @@ general_extstore(struct obuf *out, const struct tc_stats *t)
     stat_u64(out, "tc_ext_spilled", t->ext_spilled);
     stat_u64(out, "tc_ext_spill_busy", t->ext_spill_busy);
     stat_u64(out, "tc_ext_read_timeouts", t->ext_read_timeouts);
+    stat_u64(out, "tc_ext_write_errors", t->ext_write_errors);
     stat_u64(out, "tc_ext_read_p50_us", t->ext_read_p50_ns / 1000);
     stat_u64(out, "tc_ext_read_p99_us", t->ext_read_p99_ns / 1000);
     stat_u64(out, "tc_ext_read_p999_us", t->ext_read_p999_ns / 1000);

@@ -272,6 +272,8 @@ struct tc_stats {
     uint64_t badcrc_from_extstore; /* flash reads failing their check */
     uint64_t recache_from_extstore;
     uint64_t ext_read_timeouts;
+    uint64_t ext_write_errors; /* flash buffer writes that failed (their
+                                  values read back as misses) */
     uint64_t extstore_bytes_written;
     uint64_t extstore_objects_written;
     uint64_t extstore_bytes_read;

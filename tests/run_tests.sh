@@ -5,7 +5,8 @@
 #
 # LABEL (default "unit") is taken from the first argument when that is not an
 # executable file. Each binary runs under `timeout` (TEST_TIMEOUT seconds,
-# default 300) and passes when it exits 0. Its output is printed as it runs.
+# default 900: a bound against hangs, far above a run on a loaded machine)
+# and passes when it exits 0. Its output is printed as it runs.
 # The last line is exactly "LABEL: N passed, N failed" (N counts binaries);
 # the exit status is non-zero when any binary failed or none was given.
 set -uo pipefail
@@ -16,7 +17,7 @@ if [ $# -gt 0 ] && ! { [ -f "$1" ] && [ -x "$1" ]; }; then
     shift
 fi
 
-timeout_s=${TEST_TIMEOUT:-300}
+timeout_s=${TEST_TIMEOUT:-900}
 passed=0
 failed=0
 failed_names=()

@@ -532,6 +532,30 @@ writer_write_uring(struct nvs *s, struct nvs_wbuf **batch, unsigned n, int *res)
     return 0;
 }
 
+/* Fault injection (write_eio_every): every Nth buffer is not written and
+ * fails with -EIO, as on a full or failing device. Such buffers move to the
+ * end of the batch; returns how many come before them (to be written). */
+static unsigned
+writer_inject_eio(struct nvs *s, struct nvs_wbuf **batch, unsigned n, int *res)
+{
+    uint32_t every = atomic_load_explicit(&s->f_weio, memory_order_relaxed);
+    unsigned nw = n;
+
+    if (!every)
+        return n;
+    for (unsigned i = 0; i < nw;) {
+        if (++s->f_wbseq % every != 0) {
+            i++;
+            continue;
+        }
+        struct nvs_wbuf *w = batch[i];
+        batch[i] = batch[--nw];
+        batch[nw] = w;
+        res[nw] = -EIO;
+    }
+    return nw;
+}
+
 static void *
 writer_main(void *arg)
 {
@@ -569,9 +593,10 @@ writer_main(void *arg)
             wbuf_finish(batch[i]);
             res[i] = -EINPROGRESS;
         }
+        unsigned nw = writer_inject_eio(s, batch, n, res);
         int r = 0;
         if (s->uring && !s->wring_dead)
-            r = writer_write_uring(s, batch, n, res);
+            r = writer_write_uring(s, batch, nw, res);
         for (unsigned i = 0; i < n; i++) {
             struct nvs_wbuf *w = batch[i];
             uint32_t len = w->len;
@@ -580,10 +605,15 @@ writer_main(void *arg)
                     nvs_io_pwrite_all(s->fd[s->seg[w->seg].path], w->buf, len,
                                       s->seg[w->seg].foff + w->seg_off);
             if (res[i] < 0) {
+                /* its records read back as misses (their CRC fails) */
                 atomic_fetch_add_explicit(&s->write_errors, 1,
                                           memory_order_relaxed);
-                log_error("nvs: writing %u bytes to segment %u failed: %s", len,
-                          w->seg, strerror(-res[i]));
+                if (nvs_log_first(s, NVS_LOGGED_WRITE))
+                    log_error("nvs: writing %u bytes to segment %u failed: "
+                              "%s; its values are lost (misses), and later "
+                              "write errors are only counted "
+                              "(tc_ext_write_errors)",
+                              len, w->seg, strerror(-res[i]));
             } else {
                 atomic_fetch_add_explicit(&s->bytes_written, len,
                                           memory_order_relaxed);

@@ -230,6 +230,9 @@ struct nvs_faults {
                                    counts as written to its middle only, as
                                    a short write would (the rest is written
                                    again with pwrite) */
+    uint32_t write_eio_every;   /* every Nth buffer write fails with -EIO
+                                   (its records are lost, as on a full or
+                                   failing device) */
 };
 void nvs_set_faults(struct nvs *s, const struct nvs_faults *f);
 

@@ -235,8 +235,10 @@ nvs_compact_step(struct nvs *s, double max_frag, uint64_t budget,
         int r = compact_read(s, w, len);
         if (r < 0) {
             /* keep the cursor: the extents done stay done */
-            log_error("nvs: compaction read of segment %u failed: %s", seg,
-                      strerror(-r));
+            if (nvs_log_first(s, NVS_LOGGED_COMPACT))
+                log_error("nvs: compaction read of segment %u failed: %s "
+                          "(later compaction read errors are not logged)",
+                          seg, strerror(-r));
             err = r;
             break;
         }

@@ -127,11 +127,16 @@ struct nvs {
     _Atomic uint64_t read_badcrc, read_ioerr;        /* (A) */
     _Atomic uint64_t read_timeout, read_stale;       /* (A) */
     _Atomic uint64_t hist[NVS_HIST_BUCKETS];         /* (A) read lat */
+    /* NVS_LOGGED_* bits: the first media error of each kind is logged,
+     * later ones only counted, so a failing device cannot flood the log
+     * (A, fetch_or) */
+    _Atomic uint32_t logged;
 
     /* fault injection (A) */
-    _Atomic uint32_t f_eio, f_short, f_delay, f_wdelay, f_wshort;
+    _Atomic uint32_t f_eio, f_short, f_delay, f_wdelay, f_wshort, f_weio;
     _Atomic uint64_t f_seq;
-    uint64_t f_wseq; /* write pieces completed: the writer thread's */
+    uint64_t f_wseq;  /* write pieces completed: the writer thread's */
+    uint64_t f_wbseq; /* buffers written: the writer thread's */
 
     /* the fallback's thread pool (tier/nvs_io.c) */
     pthread_mutex_t pool_mu;
@@ -141,6 +146,21 @@ struct nvs {
     unsigned pool_n;
     bool pool_stop;
 };
+
+enum {
+    NVS_LOGGED_READ = 1u << 0,    /* a read failed its I/O or its check */
+    NVS_LOGGED_WRITE = 1u << 1,   /* a buffer write failed */
+    NVS_LOGGED_COMPACT = 1u << 2, /* a compaction read failed */
+};
+
+/* Whether this is the first error of kind (an NVS_LOGGED_* bit): the
+ * caller logs it then, and only then. Context: any thread. */
+static inline bool
+nvs_log_first(struct nvs *s, uint32_t kind)
+{
+    return !(atomic_fetch_or_explicit(&s->logged, kind, memory_order_relaxed) &
+             kind);
+}
 
 /* tier/nvs.c */
 /* Tests: use the table CRC even where SSE4.2 is available. */

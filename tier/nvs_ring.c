@@ -25,12 +25,14 @@
 #include "src/base/clock.h"
 #include "src/base/compiler.h"
 #include "src/base/err.h"
+#include "src/base/log.h"
 #include "tier/nvs_int.h"
 #include "tier/nvs_layout.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -192,6 +194,28 @@ nvs_ring_fd(const struct nvs_ring *r)
 
 /* ---- completion ---------------------------------------------------------- */
 
+/* The first failed read of the store's life gets a log line (a damaged or
+ * failing device would otherwise go unnoticed, or, logged every time,
+ * flood the log); the others are counted only. got: as in ring_check. */
+static void
+ring_log_failure(struct nvs *s, const struct nvs_read *rd, int got,
+                 uint32_t want)
+{
+    if (!nvs_log_first(s, NVS_LOGGED_READ))
+        return;
+    char why[64];
+    if (got < 0)
+        snprintf(why, sizeof(why), "%s", strerror(-got));
+    else if ((uint32_t)got < want)
+        snprintf(why, sizeof(why), "short read (%d of %u bytes)", got, want);
+    else
+        snprintf(why, sizeof(why), "checksum mismatch");
+    log_error("nvs: a read of %u bytes at offset %u of segment %u failed: "
+              "%s; such reads are misses, and later ones are only counted "
+              "(get_aborted_extstore, badcrc_from_extstore)",
+              rd->loc.vlen, rd->loc.off, rd->loc.seg, why);
+}
+
 /* Check the value in sl's buffer against rd's locator and key: 0 or the
  * read's error. got: bytes that arrived (or -errno); io: bytes read from
  * the device (0 when served from a write buffer). */
@@ -201,6 +225,7 @@ ring_check(struct nvs *s, struct nvs_slot *sl, struct nvs_read *rd, int got,
 {
     if (got < 0 || (uint32_t)got < sl->skip + sl->size) {
         atomic_fetch_add_explicit(&s->read_ioerr, 1, memory_order_relaxed);
+        ring_log_failure(s, rd, got, sl->skip + sl->size);
         return -EIO;
     }
     if (!nvs_loc_live(s, &rd->loc)) {
@@ -211,6 +236,7 @@ ring_check(struct nvs *s, struct nvs_slot *sl, struct nvs_read *rd, int got,
     uint32_t crc = nvs_crc32c(nvs_crc32c(0, rd->key, rd->klen), v, sl->size);
     if (crc != rd->loc.crc) {
         atomic_fetch_add_explicit(&s->read_badcrc, 1, memory_order_relaxed);
+        ring_log_failure(s, rd, got, 0);
         return -EBADMSG;
     }
     rd->value = v;

@@ -225,5 +225,6 @@ nvs_set_faults(struct nvs *s, const struct nvs_faults *f)
                           memory_order_relaxed);
     atomic_store_explicit(&s->f_wshort, f->short_write_every,
                           memory_order_relaxed);
+    atomic_store_explicit(&s->f_weio, f->write_eio_every, memory_order_relaxed);
     atomic_store_explicit(&s->f_seq, 0, memory_order_relaxed);
 }

@@ -62,3 +62,13 @@ clock_nsec(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+uint64_t
+clock_rate_nsec(void)
+{
+    uint32_t fake = atomic_load_explicit(&clock_fake, memory_order_relaxed);
+
+    if (fake != 0)
+        return (uint64_t)fake * 1000000000ull;
+    return clock_nsec();
+}

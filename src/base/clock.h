@@ -17,3 +17,10 @@ void clock_advance(uint32_t secs);
 
 /* Monotonic nanoseconds. */
 uint64_t clock_nsec(void);
+
+/* Nanoseconds for rate windows (hot-key rates): the fake time while one is
+ * set, so that a test's rates depend on the time it moves on and not on how
+ * long its steps took; clock_nsec() otherwise. The two scales differ: a
+ * caller that sees the value go back (fake set or cleared) must treat the
+ * interval as unknown. */
+uint64_t clock_rate_nsec(void);

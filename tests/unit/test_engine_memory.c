@@ -847,6 +847,61 @@ test_model_random(void **state)
     free(m);
 }
 
+/* ------------------------------------------- the maintenance thread's stash */
+
+/* The class holding n items of vlen bytes (-1 if none does). */
+static int
+class_with_items(struct tc_cache *c, uint64_t n)
+{
+    struct tc_slab_stats s;
+    for (int i = 0; tc_slab_stats(c, i, &s) == 0; i++)
+        if (s.used_chunks == n)
+            return i;
+    return -1;
+}
+
+/* Chunks freed through limbo come back to their class even when the
+ * maintenance thread reclaims the limbo: it keeps no stash between rounds
+ * (it used to keep up to two batches a class for good, which kept their
+ * page from ever draining). Waits (bounded) for the thread's next round. */
+static void
+test_maintenance_thread_keeps_no_stash(void **state)
+{
+    struct fx *f = *state;
+    char key[32];
+    unsigned char v[3000];
+    const unsigned n = 200;
+
+    f->cfg.pool_size = 8 * MIB;
+    f->cfg.background = true;
+    fx_reopen(f);
+    fill_pattern(v, sizeof(v), 7);
+    for (unsigned i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "stash-%u", i);
+        assert_int_equal(tc_set(f->c, key, strlen(key), v, sizeof(v), 0, 0),
+                         TC_OK);
+    }
+    int cls = class_with_items(f->c, n);
+    assert_true(cls >= 0);
+    for (unsigned i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "stash-%u", i);
+        assert_int_equal(tc_delete(f->c, key, strlen(key), 0), TC_OK);
+    }
+    /* this thread's stash back to the class, its frees into limbo: from
+     * here only the maintenance thread reclaims them */
+    tc_thread_quiesce(f->c);
+    struct tc_slab_stats s;
+    for (int tries = 0; tries < 300; tries++) { /* 30 s: a loaded machine */
+        assert_int_equal(tc_slab_stats(f->c, cls, &s), 0);
+        if (s.free_chunks == s.total_chunks)
+            break;
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(s.used_chunks, 0);
+    assert_int_equal(s.free_chunks, s.total_chunks);
+}
+
 /* ------------------------------------------------------------------ main */
 
 int
@@ -860,6 +915,7 @@ main(void)
         TC_TEST(test_mem_limit),
         TC_TEST(test_slab_reassign),
         TC_TEST(test_model_random),
+        TC_TEST(test_maintenance_thread_keeps_no_stash),
         cmocka_unit_test_prestate_setup_teardown(
             test_open_failures, setup_noopen, teardown, "test_open_failures"),
     };

@@ -32,10 +32,13 @@ setup_hot(void **state)
     return fx_open(f);
 }
 
-/* Write k n times with value v, then one maintenance step: k is hot. */
+/* Write k n times with value v, then one maintenance step: k is hot. The
+ * step before the writes starts a rate interval at the test clock's now,
+ * so that the writes count as done in one instant. */
 static void
 heat(struct tc_cache *c, const char *k, const char *v, int n)
 {
+    tc_maintain(c);
     for (int i = 0; i < n; i++)
         puts_(c, k, v);
     tc_maintain(c);
@@ -242,18 +245,62 @@ test_off(void **state)
     check_ok(f->c);
 }
 
+/* With the test clock set, a write rate is counted over the time the test
+ * moves on, not over how long its steps took: 200 writes in a frozen step
+ * (counted as 1 ms) rate about 200/s; two seconds on, the rate has decayed
+ * by e^-2 and the key, below half the threshold, is demoted. */
+static void
+test_rates_follow_test_clock(void **state)
+{
+    struct fx *f = *state;
+    struct tc_cache *c = f->c;
+    struct tc_hotkey hk[4];
+
+    heat(c, "k", "v", 200);
+    assert_int_equal(tc_hotkeys(c, false, hk, 4), 1);
+    assert_true(hk[0].write_rate > 199 && hk[0].write_rate < 201);
+    puts_(c, "k", "v"); /* promoted */
+    assert_true(in_dram(c, "k"));
+    tc_set_hot_write_rate(c, 100);
+    tc_clock_advance(2);
+    tc_maintain(c);
+    assert_int_equal(tc_hotkeys(c, false, hk, 4), 1);
+    /* (200 * 0.999 + 1) * (1 - e^-2) / 2 */
+    assert_true(hk[0].write_rate > 86 && hk[0].write_rate < 87);
+    assert_true(in_dram(c, "k")); /* above half the threshold: stays */
+    tc_clock_advance(2);
+    tc_maintain(c);
+    assert_int_equal(stats(c).hotkey_demotions, 1);
+    assert_false(in_dram(c, "k"));
+    check_str(c, "k", "v");
+    check_ok(c);
+}
+
 /* ---------------------------------------------------------------- stress */
 
 #define SKEYS 8
 #define SWRITES 4000
+/* Writers go on past SWRITES until the mover has seen a key promoted and
+ * one demoted, or this many seconds have passed: how many moves fit in
+ * SWRITES writes depends on the scheduler. */
+#define SMOVE_LIMIT_S 60
 
 struct sctx {
     struct tc_cache *c;
     unsigned id;
     _Atomic bool stop;
+    _Atomic bool *moved; /* shared: set by the mover */
     _Atomic int failures;
     char msg[160];
 };
+
+static double
+mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 /* A value names its key and carries a counter and a check byte, so a reader
  * can tell a whole value of the right key from anything else. */
@@ -294,7 +341,9 @@ writer_main(void *arg)
 {
     struct sctx *s = arg;
     char k[16], v[128], buf[128];
-    for (unsigned i = 0; i < SWRITES; i++) {
+    double end = mono_s() + SMOVE_LIMIT_S;
+    for (unsigned i = 0;
+         i < SWRITES || (!atomic_load(s->moved) && mono_s() < end); i++) {
         int key = (int)((i * 7 + s->id) % SKEYS);
         snprintf(k, sizeof(k), "key%d", key);
         int n = make_val(v, sizeof(v), key, i);
@@ -318,6 +367,10 @@ mover_main(void *arg)
         /* alternately everything hot and nothing hot */
         tc_set_hot_write_rate(s->c, i % 2 ? 1000000000 : 1);
         tc_maintain(s->c);
+        struct tc_stats st;
+        tc_stats(s->c, &st);
+        if (st.hotkey_promotions > 0 && st.hotkey_demotions > 0)
+            atomic_store(s->moved, true);
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
@@ -332,6 +385,7 @@ test_stress_moves(void **state)
     struct sctx w[2], m;
     pthread_t tw[2], tm;
     char k[16], v[128];
+    _Atomic bool moved = false;
 
     tc_clock_set(0); /* real clock: nothing expires here */
     for (int i = 0; i < SKEYS; i++) {
@@ -341,10 +395,12 @@ test_stress_moves(void **state)
     }
     memset(&m, 0, sizeof(m));
     m.c = c;
+    m.moved = &moved;
     for (unsigned i = 0; i < 2; i++) {
         memset(&w[i], 0, sizeof(w[i]));
         w[i].c = c;
         w[i].id = i;
+        w[i].moved = &moved;
         assert_int_equal(pthread_create(&tw[i], NULL, writer_main, &w[i]), 0);
     }
     assert_int_equal(pthread_create(&tm, NULL, mover_main, &m), 0);
@@ -361,6 +417,9 @@ test_stress_moves(void **state)
     print_message("stress: %llu promotions, %llu demotions\n",
                   (unsigned long long)s.hotkey_promotions,
                   (unsigned long long)s.hotkey_demotions);
+    if (!atomic_load(&moved))
+        fail_msg("no key was promoted and demoted within %d s of writes",
+                 SMOVE_LIMIT_S);
     assert_true(s.hotkey_promotions > 0);
     assert_true(s.hotkey_demotions > 0);
     assert_int_equal(s.curr_items, SKEYS);
@@ -396,6 +455,8 @@ main(void)
                                                  teardown, "full"),
         cmocka_unit_test_prestate_setup_teardown(test_off, setup_hot, teardown,
                                                  "off"),
+        cmocka_unit_test_prestate_setup_teardown(test_rates_follow_test_clock,
+                                                 setup_hot, teardown, "clock"),
         cmocka_unit_test_prestate_setup_teardown(test_stress_moves, setup_hot,
                                                  teardown, "stress"),
     };

@@ -840,6 +840,104 @@ test_ring_full(void **state)
     fx_close(&f);
 }
 
+/* ---- media errors are logged once ---------------------------------------- */
+
+/* stderr goes to a temporary file between stderr_capture and
+ * stderr_release, which returns the number of lines written to it that
+ * contain what. */
+static int saved_stderr = -1;
+static FILE *captured;
+
+static void
+stderr_capture(void)
+{
+    fflush(stderr);
+    captured = tmpfile();
+    assert_non_null(captured);
+    saved_stderr = dup(2);
+    assert_true(saved_stderr >= 0);
+    assert_true(dup2(fileno(captured), 2) >= 0);
+}
+
+static int
+stderr_release(const char *what)
+{
+    char line[2048];
+    int n = 0;
+
+    fflush(stderr);
+    assert_true(dup2(saved_stderr, 2) >= 0);
+    close(saved_stderr);
+    rewind(captured);
+    while (fgets(line, sizeof(line), captured))
+        if (strstr(line, what)) {
+            fputs(line, stderr); /* shown in the test's output too */
+            n++;
+        }
+    fclose(captured);
+    return n;
+}
+
+/* A failing device: every buffer write fails (-EIO, as on a full disk),
+ * then every read. Each failure is counted and is a miss, never a value;
+ * the log gets one line for the writes and one for the reads, however
+ * many fail. */
+static void
+test_media_errors_logged_once(void **state)
+{
+    struct fx f;
+    struct nvs_config c;
+    struct nvs_stats st;
+    struct nvs_loc loc[300];
+    char key[16], v[5000], out[5000];
+
+    (void)state;
+    fx_config(&c, 8, no_uring);
+    c.seg_size = 2u << 20;
+    c.size[0] = 8 * (uint64_t)c.seg_size;
+    c.wbuf_size = 256u << 10;
+    assert_int_equal(fx_open_cfg(&f, &c), 0);
+    stderr_capture();
+    nvs_set_faults(f.s, &(struct nvs_faults){.write_eio_every = 1});
+    for (uint32_t i = 0; i < 300; i++) { /* about five buffers */
+        snprintf(key, sizeof(key), "k%u", i);
+        fx_fill(v, 4000, i, 1);
+        int rc = fx_append(f.s, key, v, 4000, &loc[i]);
+        if (rc == -EAGAIN) { /* every buffer is being written: wait */
+            assert_int_equal(nvs_flush(f.s), 0);
+            rc = fx_append(f.s, key, v, 4000, &loc[i]);
+        }
+        assert_int_equal(rc, 0);
+    }
+    assert_int_equal(nvs_flush(f.s), 0);
+    nvs_get_stats(f.s, &st);
+    assert_true(st.write_errors >= 4);
+    assert_int_equal(st.bytes_written, 0);
+    nvs_set_faults(f.s, &(struct nvs_faults){0});
+    /* the failed buffers' records: the file holds no value there */
+    for (uint32_t i = 0; i < 300; i++) {
+        snprintf(key, sizeof(key), "k%u", i);
+        assert_int_equal(fx_read(f.r, &loc[i], key, out), -EBADMSG);
+    }
+    /* a record written well, then read through injected I/O errors */
+    fx_fill(v, 4000, 7, 2);
+    assert_int_equal(fx_append(f.s, "good", v, 4000, &loc[0]), 0);
+    assert_int_equal(nvs_flush(f.s), 0);
+    nvs_set_faults(f.s, &(struct nvs_faults){.eio_every = 1});
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(fx_read(f.r, &loc[0], "good", out), -EIO);
+    nvs_set_faults(f.s, &(struct nvs_faults){0});
+    int lines = stderr_release("nvs: ");
+    nvs_get_stats(f.s, &st);
+    assert_int_equal(st.read_badcrc, 300);
+    assert_int_equal(st.read_ioerr, 20);
+    /* one line for the writes, one for the reads */
+    assert_int_equal(lines, 2);
+    assert_int_equal(fx_read(f.r, &loc[0], "good", out), 0);
+    assert_true(fx_check(out, 4000, 7, 2));
+    fx_close(&f);
+}
+
 #define STORE_TESTS                                                            \
     cmocka_unit_test(test_open_refuses_tmpfs),                                 \
         cmocka_unit_test(test_open_refuses_too_large),                         \
@@ -855,7 +953,8 @@ test_ring_full(void **state)
         cmocka_unit_test(test_corruption_is_badmsg),                           \
         cmocka_unit_test(test_injected_eio_and_short),                         \
         cmocka_unit_test(test_short_writes), cmocka_unit_test(test_deadline),  \
-        cmocka_unit_test(test_ring_fd), cmocka_unit_test(test_ring_full)
+        cmocka_unit_test(test_ring_fd), cmocka_unit_test(test_ring_full),      \
+        cmocka_unit_test(test_media_errors_logged_once)
 
 int
 main(void)

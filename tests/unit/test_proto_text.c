@@ -90,7 +90,8 @@ stub_memlimit(void *srv, uint64_t mib)
     if (mib > 1024)
         return -EINVAL;
     st->memlimit_mib = mib;
-    return 0;
+    /* 12: a shrink accepted but not finished (tiercached under load) */
+    return mib == 12 ? -EBUSY : 0;
 }
 
 static const struct proto_server_ops stub_ops = {
@@ -194,9 +195,9 @@ pump(struct fx *f)
         }
         assert_true(rc >= 0);
         assert_true((size_t)rc <= f->acc_len - pos);
-        if (rc == 0)
+        if (rc == 0 && !f->s.resume)
             break;
-        pos += (size_t)rc;
+        pos += (size_t)rc; /* with s.resume: carry on with the get */
     }
     memmove(f->acc, f->acc + pos, f->acc_len - pos);
     f->acc_len -= pos;
@@ -777,6 +778,9 @@ test_memlimit(void **state)
     assert_int_equal(f->srv.memlimit_mib, 16);
     expect(f, "cache_memlimit 32 noreply\r\n", "");
     assert_int_equal(f->srv.memlimit_mib, 32);
+    /* a shrink still in progress is accepted, not "failed" */
+    expect(f, "cache_memlimit 12\r\n", "OK\r\n");
+    assert_int_equal(f->srv.memlimit_mib, 12);
     expect(f, "cache_memlimit 4\r\n",
            "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n");
     expect(f, "cache_memlimit 2000000000\r\n",
@@ -1099,6 +1103,138 @@ test_yield_on_big_replies(void **state)
     assert_int_equal(rc, 9);
 }
 
+/* ---- a get of many large values, in slices ------------------------------ */
+
+#define SLICE_VLEN 100000u /* three values pass PROTO_GET_SLICE */
+
+/* Store keys k0..k<n-1>, each SLICE_VLEN bytes of its own letter, with an
+ * exptime of 0. */
+static void
+store_slice_values(struct fx *f, int n)
+{
+    size_t cap = SLICE_VLEN + 64;
+    char *in = malloc(cap);
+    assert_non_null(in);
+    for (int i = 0; i < n; i++) {
+        size_t h =
+            (size_t)snprintf(in, cap, "set k%d 0 0 %u\r\n", i, SLICE_VLEN);
+        memset(in + h, 'a' + i, SLICE_VLEN);
+        memcpy(in + h + SLICE_VLEN, "\r\n", 2);
+        expect_n(f, in, h + SLICE_VLEN + 2, "STORED\r\n", 8);
+    }
+    free(in);
+}
+
+/* The whole reply to a get of keys (k<i>, or a miss for -1), then END. */
+static char *
+slice_reply(const int *keys, int n, size_t *len)
+{
+    size_t cap = (size_t)n * (SLICE_VLEN + 64) + 8;
+    char *out = malloc(cap);
+    assert_non_null(out);
+    size_t w = 0;
+    for (int i = 0; i < n; i++) {
+        if (keys[i] < 0)
+            continue;
+        w += (size_t)snprintf(out + w, cap - w, "VALUE k%d 0 %u\r\n", keys[i],
+                              SLICE_VLEN);
+        memset(out + w, 'a' + keys[i], SLICE_VLEN);
+        w += SLICE_VLEN;
+        memcpy(out + w, "\r\n", 2);
+        w += 2;
+    }
+    memcpy(out + w, "END\r\n", 5);
+    *len = w + 5;
+    return out;
+}
+
+/* A get whose replies pass PROTO_GET_SLICE stops between two keys with
+ * s->resume set, consuming nothing; each call appends at most a slice
+ * plus one value, and the calls together give exactly the whole reply,
+ * counted as one request. */
+static void
+test_multiget_in_slices(void **state)
+{
+    struct fx *f = *state;
+    static const int keys[] = {0, -1, 1, 2, 3, 0, 4, -1, 5, 1};
+    const int n = (int)(sizeof(keys) / sizeof(keys[0]));
+    const size_t one = SLICE_VLEN + 32; /* a reply with its header */
+    store_slice_values(f, 6);
+    uint64_t cmds = f->s.ctr.cmd_total;
+    const char *line = "get k0 nope k1 k2 k3 k0 k4 nope k5 k1\r\nversion\r\n";
+    size_t get_len = strlen(line) - 9;
+    int calls = 0;
+    ssize_t rc;
+    do {
+        size_t before = obuf_pending(&f->out);
+        rc = proto_process(&f->s, line, strlen(line), &f->out);
+        size_t made = obuf_pending(&f->out) - before;
+        assert_true(made <= PROTO_GET_SLICE + one);
+        if (rc == 0) {
+            assert_true(f->s.resume > 0 && f->s.resume < get_len);
+            assert_true(made >= PROTO_GET_SLICE);
+        }
+        assert_true(++calls <= n);
+    } while (rc == 0);
+    assert_int_equal(rc, (ssize_t)get_len); /* the get, not the version */
+    assert_int_equal(f->s.resume, 0);
+    assert_true(calls >= 3); /* ~1 MB of replies in slices of 256 KiB */
+    assert_int_equal(f->s.ctr.cmd_total - cmds, 1);
+    assert_int_equal(f->s.ctr.get_multi, 1);
+
+    size_t wlen, glen;
+    char *want = slice_reply(keys, n, &wlen);
+    char *got = take_output(f, &glen);
+    assert_bytes(got, glen, want, wlen);
+    free(got);
+    free(want);
+    expect(f, line + get_len, "VERSION " TC_VERSION "\r\n");
+}
+
+/* A caller that hands over another line than the one a get stopped in
+ * gets a fresh request of that line, never a key read from past its end;
+ * requests before a get are consumed in the call where it stops; a gat's
+ * touch reaches the keys after a stop too. */
+static void
+test_multiget_slices_pipelined(void **state)
+{
+    struct fx *f = *state;
+    static const int keys[] = {0, 1, 2, 3, 4, 5}, k5[] = {5};
+    size_t wlen, glen;
+    store_slice_values(f, 6);
+
+    const char *get = "get k0 k1 k2 k3 k4\r\n";
+    assert_int_equal(proto_process(&f->s, get, strlen(get), &f->out), 0);
+    assert_true(f->s.resume > strlen("get k5"));
+    free(take_output(f, &glen));
+    char *want = slice_reply(k5, 1, &wlen);
+    expect_n(f, "get k5\r\n", 8, want, wlen);
+    free(want);
+    assert_int_equal(f->s.resume, 0);
+
+    const char *in = "touch k5 0\r\ngat 100 k0 k1 k2 k3 k4 k5\r\n";
+    size_t first = strlen("touch k5 0\r\n");
+    ssize_t rc = proto_process(&f->s, in, strlen(in), &f->out);
+    assert_int_equal(rc, (ssize_t)first);
+    assert_true(f->s.resume > 0);
+    rc = 0;
+    for (int i = 0; i < 6 && rc == 0; i++) /* bounded: 3 slices at most */
+        rc = proto_process(&f->s, in + first, strlen(in) - first, &f->out);
+    assert_int_equal(rc, (ssize_t)(strlen(in) - first));
+    want = slice_reply(keys, 6, &wlen);
+    char *got = take_output(f, &glen);
+    assert_true(glen == 9 + wlen && memcmp(got, "TOUCHED\r\n", 9) == 0);
+    assert_bytes(got + 9, glen - 9, want, wlen);
+    free(got);
+    free(want);
+    tc_clock_advance(101); /* every key was touched, k5 the last */
+    for (int i = 0; i < 6; i++) {
+        char line[24];
+        snprintf(line, sizeof(line), "get k%d\r\n", i);
+        expect(f, line, "END\r\n");
+    }
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
@@ -1134,6 +1270,8 @@ main(void)
         T(test_counters),
         T(test_need_hint),
         T(test_yield_on_big_replies),
+        T(test_multiget_in_slices),
+        T(test_multiget_slices_pipelined),
         T(test_pipeline_two_reads),
         T(test_pipeline_split_everywhere),
     };
