@@ -631,6 +631,19 @@ parse_u64(const char *s, size_t n, uint64_t *out)
     return true;
 }
 
+/* Where the number parse_u64 read ends: after its leading spaces and
+ * digits. */
+static size_t
+number_end(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n && s[i] == ' ')
+        i++;
+    while (i < n && s[i] >= '0' && s[i] <= '9')
+        i++;
+    return i;
+}
+
 static void
 fill_info(struct tc_item_info *info, const struct item_hdr *h)
 {
@@ -736,9 +749,8 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         if (!same)
             continue;
         if (!parse_u64(digits, head, &v) ||
-            (head < old.vlen && digits[head - 1] >= '0' &&
-             digits[head - 1] <= '9')) /* longer than any number */
-            return TC_NON_NUMERIC;
+            (head < old.vlen && number_end(digits, head) == head))
+            return TC_NON_NUMERIC; /* runs on past what we read */
         v = incr ? v + delta : (delta > v ? 0 : v - delta);
         int len =
             snprintf(digits, sizeof(digits), "%llu", (unsigned long long)v);

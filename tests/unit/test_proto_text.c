@@ -628,6 +628,13 @@ test_incr_decr(void **state)
            "abcdefghij\r\n",
            "STORED\r\n");
     expect(f, "incr n 12\r\n", "12\r\n");
+    expect(f, "set p 0 0 2\r\n5 \r\n", "STORED\r\n");
+    expect(f,
+           "append p 0 0 70\r\n"
+           "1234567890123456789012345678901234567890123456789012345678901234"
+           "567890\r\n",
+           "STORED\r\n");
+    expect(f, "incr p 1\r\n", "6\r\n");
     expect(f,
            "set s 0 0 70\r\n"
            "1234567890123456789012345678901234567890123456789012345678901234"
