@@ -670,14 +670,17 @@ slab_touch(struct slab *s, uint64_t off, uint32_t now, bool bump,
 }
 
 void
-slab_fresh(struct slab *s, uint64_t off, uint32_t now, bool win)
+slab_fresh(struct slab *s, uint64_t off, uint32_t now, unsigned bits)
 {
     unsigned cls;
     _Atomic uint16_t *w = chunk_word(s, off, &cls);
     if (!w)
         return;
     uint16_t v = atomic_load_explicit(w, memory_order_relaxed);
-    uint16_t want = word_with_time(win ? BIT_WIN : 0, now);
+    uint16_t want =
+        word_with_time((bits & SLAB_FRESH_WIN ? BIT_WIN : 0) |
+                           (bits & SLAB_FRESH_FETCHED ? BIT_FETCHED : 0),
+                       now);
     if (v != want)
         atomic_store_explicit(w, want, memory_order_relaxed);
     if (PMETA_ON(s) && (v & BIT_REF))

@@ -185,9 +185,12 @@ void slab_touch(struct slab *s, uint64_t off, uint32_t now, bool bump,
                 struct slab_seen *out);
 
 /* A store's fresh chunk (the engine's set path): what slab_reset_bits,
- * slab_atime_set and, if win, slab_claim do, in one store. Only for a chunk
- * no reader can see yet. */
-void slab_fresh(struct slab *s, uint64_t off, uint32_t now, bool win);
+ * slab_atime_set and, with SLAB_FRESH_WIN, slab_claim do, in one store;
+ * SLAB_FRESH_FETCHED starts it fetched (a rewrite memcached does in
+ * place). Only for a chunk no reader can see yet. */
+#define SLAB_FRESH_WIN 1u
+#define SLAB_FRESH_FETCHED 2u
+void slab_fresh(struct slab *s, uint64_t off, uint32_t now, unsigned bits);
 
 /* A position in a class's chunks, owned by the caller (one per purpose). */
 struct slab_cursor {

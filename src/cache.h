@@ -398,16 +398,21 @@ cache_touch(struct cache *c, uint64_t off, uint32_t now, bool bump,
 }
 
 /* A store's head chunk before it is published: bits cleared (the win
- * claimed if win) and the access time set, in one store for a PMEM item. */
+ * claimed, the item fetched, as bits SLAB_FRESH_* say) and the access time
+ * set, in one store for a PMEM item. */
 static inline void
-cache_fresh(struct cache *c, uint64_t off, uint32_t now, bool win)
+cache_fresh(struct cache *c, uint64_t off, uint32_t now, unsigned bits)
 {
     if (unlikely(cache_off_dram(off))) {
-        if (win) /* a fresh DRAM block's flags are already clear */
+        /* a fresh DRAM block's flags are already clear */
+        if (bits & SLAB_FRESH_WIN)
             cache_bit_claim(c, off);
+        if (bits & SLAB_FRESH_FETCHED)
+            atomic_fetch_or_explicit(dpool_flags(cache_dram_ptr(off)),
+                                     HOT_FETCHED, memory_order_relaxed);
         return;
     }
-    slab_fresh(c->slab, off, now, win);
+    slab_fresh(c->slab, off, now, bits);
 }
 
 /* memcached's exptime rule: 0 never, up to 30 days relative, else absolute

@@ -48,14 +48,19 @@ reap_dead(struct cache_thread *t, uint64_t hash, uint64_t loc,
  * a DRAM bit of the chunk: a read never writes PMEM. */
 static uint8_t
 win_state(struct cache *c, const struct item_hdr *it, uint64_t off,
-          const struct tc_get_opts *o, uint32_t now, bool claimed)
+          const struct tc_get_opts *o, uint32_t now, bool claimed,
+          uint32_t exp_before)
 {
-    uint32_t exp = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+    uint32_t exp = o->recache_before_touch
+                       ? exp_before
+                       : __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+    /* an expiry this call's touch put in the past counts as below any R */
     bool due = (it->iflags & ITEM_STALE) ||
-               (o->recache_below && exp != 0 && exp - now < o->recache_below);
+               (o->recache_below && exp != 0 &&
+                (exp <= now || exp - now < o->recache_below));
     if (claimed)
         return TC_WIN_TAKEN;
-    if (!due)
+    if (!due || o->no_win)
         return TC_WIN_NONE;
     return cache_bit_claim(c, off) ? TC_WIN_YOU : TC_WIN_TAKEN;
 }
@@ -80,6 +85,7 @@ describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
     struct tc_item_info info;
     struct slab_seen seen;
 
+    info.exptime_before = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
     if (o->touch)
         store_exptime(it, off, cache_exptime(o->exptime, now));
     /* one call on one DRAM word: the fetched and win bits and the age
@@ -87,7 +93,7 @@ describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
      * and the time set */
     cache_touch(c, off, now, !o->no_bump, &seen);
     info.fetched = seen.fetched;
-    info.win = win_state(c, it, off, o, now, seen.claimed);
+    info.win = win_state(c, it, off, o, now, seen.claimed, info.exptime_before);
     info.last_access = seen.age;
     info.flags = it->flags;
     info.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);

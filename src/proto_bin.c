@@ -435,6 +435,7 @@ bin_get(struct proto_sess *s, const struct bin_req *r, struct obuf *out)
         .exptime = touch ? (int64_t)get32(r->ext) : 0,
         .async = h.with_value,
         .head_only = !h.with_value,
+        .no_win = true,
     };
     rc = tc_get_ex(s->cache, r->key, r->keylen, &o, bin_hit_reply, &h);
 

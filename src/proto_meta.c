@@ -17,12 +17,19 @@
  *     20 tokens "CLIENT_ERROR options flags are too long", a key over 250
  *     bytes "CLIENT_ERROR bad command line format", a bad number "CLIENT_ERROR
  *     bad token in command line format" (N T R C E), "... invalid numeric
- *     initial value" (J), "... invalid numeric delta value" (D). ma reports
- *     any of these as "CLIENT_ERROR invalid or duplicate flag", as memcached
- *     does. Numbers take an optional sign (+ only for unsigned ones) and
- *     must be whole tokens; an empty token ("T") is an error.
+ *     initial value" (J), "... invalid numeric delta value" (D). ma and md
+ *     report any of these as "CLIENT_ERROR invalid or duplicate flag", and
+ *     ms, md and ma too many tokens as "options flags too long" (mg: "are
+ *     too long"), as memcached does. Numbers take an optional sign (+ only
+ *     for unsigned ones) and must be whole tokens; an empty token ("T") is
+ *     an error.
+ *   - T, N and R act where they stand in the request, as memcached applies
+ *     them while it writes the return flags: a t ahead of T reports the
+ *     old TTL, one ahead of N on a new item "-1"; a new item's TTL is the
+ *     later of T and N; R looks at the TTL as T left it, or not yet.
  *   - q hides the nominal reply only: EN of mg, HD of ms and md, the whole
- *     success reply (HD or VA) of ma. NS, EX, NF and every error are always
+ *     success reply (HD or VA) of ma, except when ma's N created the item
+ *     (memcached sends that one). NS, EX, NF and every error are always
  *     sent. mn answers "MN" and is how a pipeline of quiet requests ends.
  *   - An ms whose line is refused after its length was read has its data
  *     block discarded (swallowed), so the stream stays in step; a length
@@ -43,9 +50,8 @@
  *     time only on the item's second fetch and while it is not active, so
  *     after "set; mg; mg" both agree, but a first mg after a set moves
  *     tiercache's time and not memcached's.
- *   - mg E (CAS of a vivified placeholder), md E (CAS after I) and ma E are
- *     accepted and ignored: the engine's tc_get_opts, tc_invalidate and
- *     tc_arith_opts take no explicit CAS. ms E is honoured.
+ *   - E (the new CAS, memcached 1.6.2x): ms's new item, mg N's placeholder,
+ *     md I's stale item and ma's result (or the item its N created).
  *   - mg N on a miss: memcached answers as for a hit on the new empty item
  *     ("HD W", "VA 0 ... W"), not EN. The engine returns TC_NOT_FOUND with
  *     *vivified set and does not call back, so the reply is built from one
@@ -217,6 +223,7 @@ parse_i32(const char *p, size_t n, int32_t *out)
 struct meta_req {
     struct proto_token tok[PROTO_MAX_TOKENS];
     int ntok;       /* tokens held in tok (the line may have more) */
+    bool flag_err;  /* meta_parse failed on a flag, not the line's shape */
     int first_flag; /* index of the first flag token */
     const char *key;
     size_t klen;
@@ -373,7 +380,9 @@ meta_parse(struct meta_req *r, const char *line, size_t llen, int first)
         return PERR_BAD_FORMAT;
     if (n > META_MAX_TOKENS)
         return PERR_TOO_MANY_FLAGS;
-    return meta_parse_flags(r);
+    enum proto_err err = meta_parse_flags(r);
+    r->flag_err = err != PERR_NONE;
+    return err;
 }
 
 /* ---- reply lines -----------------------------------------------------------
@@ -481,6 +490,50 @@ abs_exptime(int64_t e, uint32_t now)
     return e <= META_REALTIME_MAXDELTA ? now + (uint32_t)e : (uint32_t)e;
 }
 
+/* Index of the first token of flag f, or r->ntok when there is none. */
+static int
+flag_pos(const struct meta_req *r, char f)
+{
+    for (int i = r->first_flag; i < r->ntok; i++)
+        if (r->tok[i].p[0] == f)
+            return i;
+    return r->ntok;
+}
+
+/*
+ * memcached applies T and N while it writes the return flags, in request
+ * order, so a t ahead of them reports the expiry as it was: the old one
+ * of an existing item (exptime_before), 0 ("-1") for one this request
+ * created, whose expiry is then the last of T and N.
+ */
+static int32_t
+created_ttl(const struct meta_req *r)
+{
+    return r->has_ttl && flag_pos(r, 'T') > flag_pos(r, 'N') ? r->ttl
+                                                             : r->viv_ttl;
+}
+
+static int64_t
+ttl_at(const struct meta_req *r, int pos, const struct tc_item_info *info,
+       bool created, uint32_t now)
+{
+    if (!created)
+        return ttl_left(r->has_ttl && flag_pos(r, 'T') > pos
+                            ? info->exptime_before
+                            : info->exptime,
+                        now);
+    int tp = r->has_ttl ? flag_pos(r, 'T') : r->ntok;
+    int np = r->vivify ? flag_pos(r, 'N') : r->ntok;
+    int32_t e;
+    if (tp < pos && (np > pos || tp > np))
+        e = r->ttl;
+    else if (np < pos)
+        e = r->viv_ttl;
+    else
+        return -1;
+    return ttl_left(abs_exptime(e, now), now);
+}
+
 /* ---- mg ------------------------------------------------------------------ */
 
 struct mg_ctx {
@@ -517,7 +570,7 @@ mg_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
             rl_flag_u64(&l, 's', info->vlen);
             break;
         case 't':
-            rl_flag_i64(&l, 't', ttl_left(info->exptime, now));
+            rl_flag_i64(&l, 't', ttl_at(r, i, info, x->vivified, now));
             break;
         case 'c':
             rl_flag_u64(&l, 'c', info->cas);
@@ -574,13 +627,17 @@ static void
 meta_get(struct proto_sess *s, struct meta_req *r, struct obuf *out)
 {
     bool vivified = false;
+    uint64_t viv_cas = 0;
     struct tc_get_opts o = {
         .touch = r->has_ttl,
         .exptime = r->ttl,
         .vivify = r->vivify,
-        .vivify_exptime = r->viv_ttl,
+        .vivify_exptime = created_ttl(r),
         .no_bump = r->no_bump,
         .vivified = &vivified,
+        .vivified_cas = &viv_cas,
+        .vivify_cas = r->has_cas_new ? r->cas_new : 0,
+        .recache_before_touch = flag_pos(r, 'R') < flag_pos(r, 'T'),
         .async = r->value,      /* a flash value comes without blocking */
         .head_only = !r->value, /* no value wanted: no flash read */
     };
@@ -597,12 +654,13 @@ meta_get(struct proto_sess *s, struct meta_req *r, struct obuf *out)
     int rc = tc_get_ex(s->cache, r->key, r->klen, &o, mg_reply, &x);
     if (rc == TC_NOT_FOUND && vivified) {
         /* our placeholder: read it back for its CAS and TTL */
-        struct tc_get_opts again = {.no_bump = r->no_bump};
+        struct tc_get_opts again = {.no_bump = r->no_bump, .no_win = true};
         x.vivified = true;
         rc = tc_get_ex(s->cache, r->key, r->klen, &again, mg_reply, &x);
         if (rc == TC_NOT_FOUND) { /* already gone (born expired) */
             struct tc_item_info info = {
-                .exptime = abs_exptime(r->viv_ttl, clock_now()),
+                .exptime = abs_exptime(created_ttl(r), clock_now()),
+                .cas = viv_cas,
             };
             mg_reply(&x, &info, NULL, 0);
             rc = TC_OK;
@@ -662,6 +720,13 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
     uint64_t block = vlen + 2;
 
     enum proto_err err = meta_parse(r, line, llen, 3);
+    if (err != PERR_NONE && !r->flag_err) {
+        /* memcached refuses a long key or too many tokens before it reads
+         * the length: the data block is then read as commands */
+        proto_reply_err(s, out,
+                        err == PERR_TOO_MANY_FLAGS ? PERR_FLAGS_TOO_LONG : err);
+        return (ssize_t)linelen;
+    }
     enum tc_store_mode mode = TC_SET;
     if (err == PERR_NONE) {
         switch (r->mode) {
@@ -712,7 +777,7 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
         if (mode == TC_SET || mode == TC_REPLACE) {
             mode = TC_CAS; /* memcached upgrades set/replace with C */
             o.cas_in = r->cas;
-            o.invalidate = r->stale;
+            o.invalidate = r->stale && r->cas; /* C0 is never older */
         } else if ((mode == TC_APPEND || mode == TC_PREPEND) && r->cas) {
             o.cas_check = true; /* add ignores C; C0 checks nothing */
             o.cas_in = r->cas;
@@ -781,7 +846,8 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
         case 's': {
             uint32_t size = (uint32_t)vlen;
             if (rc == TC_OK && (mode == TC_APPEND || mode == TC_PREPEND)) {
-                struct tc_get_opts peek = {.no_bump = true, .head_only = true};
+                struct tc_get_opts peek = {
+                    .no_bump = true, .head_only = true, .no_win = true};
                 tc_get_ex(s->cache, r->key, r->klen, &peek, note_vlen, &size);
             }
             rl_flag_u64(&l, 's', size);
@@ -815,7 +881,7 @@ note_cas(void *arg, const struct tc_item_info *info, const struct iovec *iov,
 static int
 peek_cas(struct tc_cache *c, const struct meta_req *r, uint64_t *cas)
 {
-    struct tc_get_opts o = {.no_bump = true, .head_only = true};
+    struct tc_get_opts o = {.no_bump = true, .head_only = true, .no_win = true};
     struct peek p = {0};
     int rc = tc_get_ex(c, r->key, r->klen, &o, note_cas, &p);
     if (rc == TC_OK)
@@ -866,10 +932,12 @@ meta_delete(struct proto_sess *s, struct meta_req *r, struct obuf *out)
     } else if (r->remove) {
         rc = md_remove_value(s->cache, r);
         if (rc == TC_OK && r->stale)
-            rc = tc_invalidate(s->cache, r->key, r->klen, 0, -1);
+            rc = tc_invalidate_ex(s->cache, r->key, r->klen, 0, -1,
+                                  r->has_cas_new ? r->cas_new : 0);
     } else if (r->stale && !(r->has_ttl && r->ttl < 0)) {
-        rc = tc_invalidate(s->cache, r->key, r->klen, cas_in,
-                           r->has_ttl ? r->ttl : -1);
+        rc = tc_invalidate_ex(s->cache, r->key, r->klen, cas_in,
+                              r->has_ttl ? r->ttl : -1,
+                              r->has_cas_new ? r->cas_new : 0);
     } else {
         rc = tc_delete(s->cache, r->key, r->klen, cas_in);
     }
@@ -925,13 +993,16 @@ meta_arith(struct proto_sess *s, struct meta_req *r, struct obuf *out)
         return;
     }
 
+    bool created = false;
     struct tc_arith_opts o = {
         .vivify = r->vivify,
         .initial = r->initial,
-        .vivify_exptime = r->viv_ttl,
+        .vivify_exptime = created_ttl(r),
         .cas_in = r->has_cas ? r->cas : 0, /* C0: no check, as memcached */
         .touch = r->has_ttl,
         .exptime = r->ttl,
+        .vivified = &created,
+        .cas_new = r->has_cas_new ? r->cas_new : 0,
     };
     struct tc_item_info info;
     uint64_t v = 0;
@@ -963,7 +1034,8 @@ meta_arith(struct proto_sess *s, struct meta_req *r, struct obuf *out)
         proto_reply_err(s, out, PERR_BUSY);
         return;
     }
-    if (r->quiet)
+    /* q hides the reply of an update, not of a creation (memcached) */
+    if (r->quiet && !created)
         return;
 
     char num[24];
@@ -983,7 +1055,7 @@ meta_arith(struct proto_sess *s, struct meta_req *r, struct obuf *out)
             rl_flag_u64(&l, 'c', info.cas);
             break;
         case 't':
-            rl_flag_i64(&l, 't', ttl_left(info.exptime, now));
+            rl_flag_i64(&l, 't', ttl_at(r, i, &info, created, now));
             break;
         case 'O':
             rl_add(&l, " ", 1);
@@ -1061,7 +1133,7 @@ meta_debug(struct proto_sess *s, struct meta_req *r, const char *line,
         r->klen = kn;
         r->binary = true;
     }
-    struct tc_get_opts o = {.no_bump = true, .head_only = true};
+    struct tc_get_opts o = {.no_bump = true, .head_only = true, .no_win = true};
     struct me_ctx x = {r, out};
     int rc = tc_get_ex(s->cache, r->key, r->klen, &o, me_reply, &x);
     if (rc == TC_NOT_FOUND)
@@ -1122,10 +1194,13 @@ proto_meta_process(struct proto_sess *s, const char *in, size_t len,
     case 'a':
         err = meta_parse(&r, in, llen, 2);
         if (err != PERR_NONE) {
-            /* ma words every flag error alike, as memcached does; a
-             * missing key and a long opaque are not flag errors */
-            if (cmd == 'a' && r.ntok >= 2 && err != PERR_OPAQUE_LONG)
+            /* ma and md word every flag error alike, as memcached does (a
+             * long opaque is not one of them); they also say "options
+             * flags too long" where mg says "are too long" */
+            if (cmd != 'g' && r.flag_err && err != PERR_OPAQUE_LONG)
                 err = PERR_MA_FLAG;
+            if (cmd != 'g' && err == PERR_TOO_MANY_FLAGS)
+                err = PERR_FLAGS_TOO_LONG;
             proto_reply_err(s, out, err);
             break;
         }

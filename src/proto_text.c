@@ -268,7 +268,7 @@ fetch_keys(struct text_cmd *c, size_t from, bool touch, int64_t exptime,
     while (next_token(c->line, c->len, &pos, &t)) {
         /* async: a flash value is read without blocking (a hole) */
         struct tc_get_opts o = {
-            .touch = touch, .exptime = exptime, .async = true};
+            .touch = touch, .exptime = exptime, .async = true, .no_win = true};
         tc_get_ex(c->s->cache, t.p, t.n, &o, emit_value, &g);
         if (c->out->err)
             return 0;

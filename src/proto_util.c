@@ -48,6 +48,7 @@ static const char *const err_text[PERR_COUNT] = {
     [PERR_DECODE_KEY] = "CLIENT_ERROR error decoding key",
     [PERR_OPAQUE_LONG] = "CLIENT_ERROR opaque token too long",
     [PERR_TOO_MANY_FLAGS] = "CLIENT_ERROR options flags are too long",
+    [PERR_FLAGS_TOO_LONG] = "CLIENT_ERROR options flags too long",
     [PERR_M_LENGTH] = "CLIENT_ERROR incorrect length for M token",
     [PERR_MS_MODE] = "CLIENT_ERROR invalid mode for ms M token",
     [PERR_MA_MODE] = "CLIENT_ERROR invalid mode for ma M token",

@@ -54,13 +54,14 @@ enum proto_err {
     PERR_BAD_TOKEN,      /* a flag's token is not a valid number */
     PERR_DECODE_KEY,     /* b flag and a key that is not base64 */
     PERR_OPAQUE_LONG,    /* O token over 32 bytes */
-    PERR_TOO_MANY_FLAGS, /* more than 20 tokens */
+    PERR_TOO_MANY_FLAGS, /* more than 20 tokens (mg) */
+    PERR_FLAGS_TOO_LONG, /* more than 20 tokens (ms md ma: their text) */
     PERR_M_LENGTH,       /* M token not one character */
     PERR_MS_MODE,        /* ms M<mode> unknown */
     PERR_MA_MODE,        /* ma M<mode> unknown */
     PERR_INITIAL,        /* ma J not a number */
     PERR_DELTA,          /* ma D not a number */
-    PERR_MA_FLAG,        /* any flag error of ma, memcached's one text */
+    PERR_MA_FLAG,        /* any flag error of ma or md: memcached's one text */
     PERR_UNHANDLED,      /* ms whose mode the engine refused */
     PERR_BUSY,           /* not memcached's: the engine gave up after
                             racing writers */

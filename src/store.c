@@ -45,6 +45,8 @@ struct store_req {
     bool cas_check;     /* compare cas_in whatever the mode (meta C) */
     uint64_t cas_new;   /* nonzero: the new item's CAS (meta E) */
     bool claim_win;     /* the storer holds the recache win (vivify) */
+    bool keep_fetched;  /* the new chunk starts fetched (meta h): what
+                           memcached rewrites in place stays fetched */
     uint64_t expect;    /* loc, for STORE_SWAP */
     bool check_exptime; /* STORE_SWAP also needs the old item's exptime
                            unchanged (a touch meanwhile must not be lost) */
@@ -212,7 +214,9 @@ commit(struct cache_thread *t, struct store_req *r,
     /* DRAM, before anyone can read it: a reused chunk starts unreferenced,
      * unfetched and with its recache win unclaimed (or claimed, meta
      * recache), and a store is an access (meta l) */
-    cache_fresh(c, head, now, r->claim_win);
+    cache_fresh(c, head, now,
+                (r->claim_win ? SLAB_FRESH_WIN : 0) |
+                    (r->keep_fetched ? SLAB_FRESH_FETCHED : 0));
 
     /* account while the chunk is still ours: once published, another
      * thread may replace, free and reuse it before we look again */
@@ -463,6 +467,9 @@ store_concat(struct cache_thread *t, bool append, const void *key,
             return -E2BIG;
         r.hdr = old;
         r.hdr.vlen = old.vlen + (uint32_t)vlen;
+        /* memcached: the result is a new item, no longer stale, its recache
+         * win free again */
+        r.hdr.iflags &= (uint8_t)~ITEM_STALE;
         r.cas_new = o ? o->cas_new : 0;
         int rc = rewrite(t, &r, &old, val, vlen, append, true, cas_out);
         if (rc != -EAGAIN)
@@ -473,7 +480,7 @@ store_concat(struct cache_thread *t, bool append, const void *key,
 
 int
 store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
-                 uint64_t cas_in, int64_t exptime)
+                 uint64_t cas_in, int64_t exptime, uint64_t cas_new)
 {
     struct store_req r;
     struct item_hdr old;
@@ -486,6 +493,9 @@ store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
             return TC_EXISTS;
         r.hdr = old;
         r.hdr.iflags |= ITEM_STALE;
+        r.cas_new = cas_new;
+        /* memcached marks the item in place: still fetched if it was */
+        r.keep_fetched = cache_bit_fetched(t->cache, cache_off(r.expect));
         if (exptime >= 0)
             r.hdr.exptime = cache_exptime(exptime, clock_now());
         int rc = rewrite(t, &r, &old, NULL, 0, true, exptime < 0, NULL);
@@ -496,7 +506,9 @@ store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
 }
 
 /* meta ms with I: when the client's CAS is older than the item's, the new
- * value is stored marked stale instead of being refused. */
+ * value is stored marked stale instead of being refused, keeping the old
+ * item's expiry and its recache win (memcached: a win already handed out
+ * stays taken, the next mg sees Z). */
 static int
 store_or_stale(struct cache_thread *t, const void *key, uint32_t klen,
                const void *val, size_t vlen, uint32_t flags, int64_t exptime,
@@ -512,10 +524,15 @@ store_or_stale(struct cache_thread *t, const void *key, uint32_t klen,
             return TC_NOT_FOUND;
         if (o->cas_in > old.cas)
             return TC_EXISTS;
-        r.hdr.iflags = o->cas_in < old.cas ? ITEM_STALE : 0;
+        bool stale = o->cas_in < old.cas;
+        r.hdr.iflags = stale ? ITEM_STALE : 0;
         r.hdr.vlen = (uint32_t)vlen;
         r.hdr.flags = flags;
-        r.hdr.exptime = cache_exptime(exptime, clock_now());
+        r.hdr.exptime =
+            stale ? old.exptime : cache_exptime(exptime, clock_now());
+        /* a stale chunk's win bit read outside the section: a writer that
+         * moved the item meanwhile makes the publish fail (-EAGAIN) */
+        r.claim_win = stale && cache_bit_claimed(t->cache, cache_off(r.expect));
         r.val = (struct item_src){&iov, 1};
         r.cas_new = o->cas_new;
         int rc = store_one(t, &r, cas_out);
@@ -579,7 +596,7 @@ store_recache(struct cache_thread *t, const void *key, uint32_t klen,
  * TC_OK when this call created it. */
 int
 store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
-             int64_t exptime)
+             int64_t exptime, uint64_t cas_new, uint64_t *cas_out)
 {
     struct iovec iov = {NULL, 0};
     struct store_req r;
@@ -588,7 +605,8 @@ store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
     r.hdr.exptime = cache_exptime(exptime, clock_now());
     r.val = (struct item_src){&iov, 1};
     r.claim_win = true;
-    return store_one(t, &r, NULL);
+    r.cas_new = cas_new;
+    return store_one(t, &r, cas_out);
 }
 
 /* memcached's rule for a number (safe_strtoull): optional leading spaces,
@@ -613,6 +631,19 @@ parse_u64(const char *s, size_t n, uint64_t *out)
     return true;
 }
 
+/* Where the number parse_u64 read ends: after its leading spaces and
+ * digits. */
+static size_t
+number_end(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n && s[i] == ' ')
+        i++;
+    while (i < n && s[i] >= '0' && s[i] <= '9')
+        i++;
+    return i;
+}
+
 static void
 fill_info(struct tc_item_info *info, const struct item_hdr *h)
 {
@@ -625,6 +656,10 @@ fill_info(struct tc_item_info *info, const struct item_hdr *h)
     info->vlen = h->vlen;
     info->stale = h->iflags & ITEM_STALE;
 }
+
+/* Bytes of a value an incr reads its number from (20 digits and room for
+ * the spaces memcached's strtoull skips before them). */
+#define ARITH_HEAD 64u
 
 /* meta ma N/J: a miss creates the item with the initial value. */
 static int
@@ -642,10 +677,13 @@ arith_vivify(struct cache_thread *t, const void *key, uint32_t klen,
     r.hdr.vlen = (uint32_t)len;
     r.hdr.exptime = cache_exptime(o->vivify_exptime, clock_now());
     r.val = (struct item_src){&iov, 1};
+    r.cas_new = o->cas_new;
     int rc = store_one(t, &r, NULL);
     if (rc == TC_OK) {
         *value = o->initial;
         fill_info(info, &r.hdr);
+        if (o->vivified)
+            *o->vivified = true;
     }
     return rc;
 }
@@ -661,6 +699,8 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
     enum cache_stat hit = incr ? ST_INCR_HITS : ST_DECR_HITS;
     enum cache_stat miss = incr ? ST_INCR_MISSES : ST_DECR_MISSES;
 
+    if (o && o->vivified)
+        *o->vivified = false;
     for (int i = 0; i < RMW_RETRIES; i++) {
         char digits[72];
         uint64_t v;
@@ -675,8 +715,16 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
                 cache_stat_inc(t, miss);
             return rc;
         }
-        if (old.vlen > 64 || old.nchain)
+        /* memcached's order: an empty or chained value is not a number,
+         * then the CAS, then the digits */
+        if (old.vlen == 0 || old.nchain)
             return TC_NON_NUMERIC;
+        if (o && o->cas_in && old.cas != o->cas_in)
+            return TC_EXISTS;
+        /* the number is read from the value's first bytes: memcached's
+         * strtoull ignores what follows a space (a padded number with an
+         * append behind it still counts) */
+        uint32_t head = old.vlen < ARITH_HEAD ? old.vlen : ARITH_HEAD;
         char *fbuf = NULL;
         if (old.kind == ITEM_KIND_FLASH) {
             int frc =
@@ -690,9 +738,9 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         const struct item_hdr *it = cache_item_at(c, cache_off(r.expect));
         bool same = it->cas == old.cas;
         if (same && fbuf)
-            memcpy(digits, fbuf, old.vlen);
+            memcpy(digits, fbuf, head);
         else if (same)
-            pm_read(digits, item_key(it) + it->klen, old.vlen);
+            pm_read(digits, item_key(it) + it->klen, head);
         free(fbuf);
         r.hdr = old;
         if (same && !(o && o->touch))
@@ -700,26 +748,49 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         cache_read_unlock();
         if (!same)
             continue;
-        if (!parse_u64(digits, old.vlen, &v))
-            return TC_NON_NUMERIC;
-        /* memcached checks the value before the CAS */
-        if (o && o->cas_in && old.cas != o->cas_in)
-            return TC_EXISTS;
+        if (!parse_u64(digits, head, &v) ||
+            (head < old.vlen && number_end(digits, head) == head))
+            return TC_NON_NUMERIC; /* runs on past what we read */
         v = incr ? v + delta : (delta > v ? 0 : v - delta);
         int len =
             snprintf(digits, sizeof(digits), "%llu", (unsigned long long)v);
-        struct iovec iov = {digits, (size_t)len};
-        r.hdr.vlen = (uint32_t)len;
+        struct iovec iov[2] = {{digits, (size_t)len}};
+        int niov = 1;
+        char *pad = NULL;
+        /* a number that fits is rewritten in place by memcached: the old
+         * length, space padded, the stale mark and the recache win kept;
+         * a longer one is a new item */
+        if ((uint32_t)len <= old.vlen) {
+            size_t sp = old.vlen - (uint32_t)len;
+            if (sp <= sizeof(digits) - (size_t)len) {
+                memset(digits + len, ' ', sp);
+                iov[0].iov_len += sp;
+            } else if ((pad = malloc(sp)) != NULL) {
+                memset(pad, ' ', sp);
+                iov[niov++] = (struct iovec){pad, sp};
+            } else {
+                return -ENOMEM;
+            }
+            r.claim_win = cache_bit_claimed(c, cache_off(r.expect));
+            r.keep_fetched = cache_bit_fetched(c, cache_off(r.expect));
+        } else {
+            r.hdr.iflags &= (uint8_t)~ITEM_STALE;
+        }
+        r.hdr.vlen = (uint32_t)(iov[0].iov_len + (pad ? iov[1].iov_len : 0));
         if (o && o->touch)
             r.hdr.exptime = cache_exptime(o->exptime, clock_now());
-        r.val = (struct item_src){&iov, 1};
+        r.cas_new = o ? o->cas_new : 0;
+        r.val = (struct item_src){iov, niov};
         int rc = store_one(t, &r, NULL);
+        free(pad);
         if (rc == -EAGAIN)
             continue;
         if (rc == TC_OK) {
             cache_stat_inc(t, hit);
             *value = v;
             fill_info(info, &r.hdr);
+            if (info)
+                info->exptime_before = old.exptime;
         }
         return rc;
     }

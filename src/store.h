@@ -29,10 +29,11 @@ int store_ex(struct cache_thread *t, enum tc_store_mode mode, const void *key,
              int64_t exptime, const struct tc_store_opts *o, uint64_t *cas_out);
 /* Mark stale, keeping the value (tc_invalidate). */
 int store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
-                     uint64_t cas_in, int64_t exptime);
-/* An empty placeholder holding the recache win: TC_OK if created. */
+                     uint64_t cas_in, int64_t exptime, uint64_t cas_new);
+/* An empty placeholder holding the recache win: TC_OK if created, its CAS
+ * (cas_new if nonzero) in *cas_out (may be NULL). */
 int store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
-                 int64_t exptime);
+                 int64_t exptime, uint64_t cas_new, uint64_t *cas_out);
 /* Copy a flash item's value (read by ext.c) back into the pool in place of
  * its header at index location expect, keeping its CAS, flags and expiry:
  * TC_OK, or -EAGAIN when the item changed meanwhile. */

@@ -137,7 +137,8 @@ tc_get_ex(struct tc_cache *tc, const void *key, size_t klen,
         rc = fetch_get(t, key, (uint32_t)klen, opts, fn, arg);
         if (rc != TC_NOT_FOUND || !opts->vivify)
             return rc;
-        int made = store_vivify(t, key, (uint32_t)klen, opts->vivify_exptime);
+        int made = store_vivify(t, key, (uint32_t)klen, opts->vivify_exptime,
+                                opts->vivify_cas, opts->vivified_cas);
         if (made == TC_OK) {
             if (opts->vivified)
                 *opts->vivified = true;
@@ -154,7 +155,7 @@ TC_API int
 tc_get(struct tc_cache *tc, const void *key, size_t klen, tc_value_fn *fn,
        void *arg)
 {
-    static const struct tc_get_opts plain;
+    static const struct tc_get_opts plain = {.no_win = true};
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
     return t ? fetch_get(t, key, (uint32_t)klen, &plain, fn, arg) : rc;
@@ -164,7 +165,7 @@ TC_API int
 tc_gat(struct tc_cache *tc, const void *key, size_t klen, int64_t exptime,
        tc_value_fn *fn, void *arg)
 {
-    struct tc_get_opts o = {.touch = true, .exptime = exptime};
+    struct tc_get_opts o = {.touch = true, .exptime = exptime, .no_win = true};
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
     return t ? fetch_get(t, key, (uint32_t)klen, &o, fn, arg) : rc;
@@ -304,12 +305,21 @@ tc_decr(struct tc_cache *tc, const void *key, size_t klen, uint64_t delta,
 }
 
 TC_API int
-tc_invalidate(struct tc_cache *tc, const void *key, size_t klen,
-              uint64_t cas_in, int64_t exptime)
+tc_invalidate_ex(struct tc_cache *tc, const void *key, size_t klen,
+                 uint64_t cas_in, int64_t exptime, uint64_t cas_new)
 {
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
-    return t ? store_invalidate(t, key, (uint32_t)klen, cas_in, exptime) : rc;
+    return t ? store_invalidate(t, key, (uint32_t)klen, cas_in, exptime,
+                                cas_new)
+             : rc;
+}
+
+TC_API int
+tc_invalidate(struct tc_cache *tc, const void *key, size_t klen,
+              uint64_t cas_in, int64_t exptime)
+{
+    return tc_invalidate_ex(tc, key, klen, cas_in, exptime, 0);
 }
 
 TC_API int

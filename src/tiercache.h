@@ -171,8 +171,10 @@ enum tc_win {
 };
 
 struct tc_item_info {
-    uint32_t flags;   /* client flags */
-    uint32_t exptime; /* absolute unix seconds, 0 = never */
+    uint32_t flags;          /* client flags */
+    uint32_t exptime;        /* absolute unix seconds, 0 = never */
+    uint32_t exptime_before; /* the expiry before this call's touch or
+                                arith (meta t ahead of T) */
     uint64_t cas;
     uint32_t vlen;        /* value length in bytes */
     bool fetched;         /* read before this request (meta h) */
@@ -353,10 +355,16 @@ struct tc_get_opts {
                     with vivify_exptime and return TC_NOT_FOUND
                     with *vivified set: the caller won (meta N) */
     int64_t vivify_exptime;
-    uint32_t recache_below; /* win when the remaining TTL (seconds) is
-                               below this (meta R); 0 = off */
-    bool no_bump;           /* do not mark the item used (meta u) */
-    bool *vivified;         /* out, may be NULL */
+    uint32_t recache_below;    /* win when the remaining TTL (seconds) is
+                                  below this (meta R); 0 = off */
+    bool recache_before_touch; /* R looks at the expiry before this
+                                  call's touch (meta R ahead of T) */
+    bool no_win;    /* a read that cannot hand out the recache win (a text or
+                       binary get) leaves it for the next meta reader */
+    bool no_bump;   /* do not mark the item used (meta u) */
+    bool *vivified; /* out, may be NULL */
+    uint64_t *vivified_cas; /* out, may be NULL: the placeholder's CAS */
+    uint64_t vivify_cas;    /* nonzero: the placeholder's CAS (meta E) */
     bool async;     /* a flash item may answer pending (see tc_async_owner)
                        instead of blocking on its read */
     bool head_only; /* fn needs the header only: a flash item's value is
@@ -422,6 +430,9 @@ TC_API int tc_store_ex(struct tc_cache *c, enum tc_store_mode mode,
  * TC_OK, TC_NOT_FOUND, TC_EXISTS. */
 TC_API int tc_invalidate(struct tc_cache *c, const void *key, size_t klen,
                          uint64_t cas_in, int64_t exptime);
+/* The same, the new CAS being cas_new when nonzero (meta md I E). */
+TC_API int tc_invalidate_ex(struct tc_cache *c, const void *key, size_t klen,
+                            uint64_t cas_in, int64_t exptime, uint64_t cas_new);
 
 /* Arithmetic with the meta protocol's options (ma). */
 struct tc_arith_opts {
@@ -431,6 +442,8 @@ struct tc_arith_opts {
     uint64_t cas_in; /* nonzero: must match (meta C) */
     bool touch;      /* set the expiry on success (meta T) */
     int64_t exptime;
+    bool *vivified;   /* out, may be NULL: the miss created the item */
+    uint64_t cas_new; /* nonzero: the new item's CAS (meta E) */
 };
 /* *value the new value; *info (may be NULL) the new item's header. */
 TC_API int tc_arith_ex(struct tc_cache *c, const void *key, size_t klen,
@@ -452,7 +465,9 @@ TC_API int tc_set(struct tc_cache *c, const void *key, size_t klen,
 
 /* incr (wraps at 2^64) or decr (stops at 0). *value receives the new value,
  * *cas_out (may be NULL) the new CAS. TC_NOT_FOUND, TC_NON_NUMERIC. The
- * stored value is the decimal text, as memcached keeps it. */
+ * stored value is the decimal text, as memcached keeps it: a number shorter
+ * than the old value is padded with spaces to the old length (memcached
+ * rewrites it in place so). */
 TC_API int tc_incr(struct tc_cache *c, const void *key, size_t klen,
                    uint64_t delta, uint64_t *value, uint64_t *cas_out);
 TC_API int tc_decr(struct tc_cache *c, const void *key, size_t klen,

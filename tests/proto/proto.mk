@@ -17,3 +17,16 @@ proto: build/debug/tiercached
 
 proto-asan: build/asan/tiercached
 	$(RUN_ENV_asan) tests/proto/run.sh build/asan/tiercached
+
+# The differential test against memcached (tests/proto/test_diff.py), long:
+#   make diff-long DIFF_SEQUENCES=100000 [DIFF_SEED=n]
+# (the normal proto run sends 2,000 sequences). No time bound; niced.
+DIFF_SEQUENCES ?= 100000
+DIFF_SEED ?=
+
+.PHONY: diff-long
+
+diff-long: build/debug/tiercached
+	TC_DIFF_SEQUENCES=$(DIFF_SEQUENCES) TC_DIFF_SEED=$(DIFF_SEED) \
+	TC_DIFF_SECONDS=0 PROTO_TIMEOUT=86400 \
+	nice -n 19 tests/proto/run.sh build/debug/tiercached -k test_diff -s

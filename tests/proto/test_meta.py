@@ -606,3 +606,115 @@ def test_meta_pipeline_mixed(mc, key, n):
                 f"CLIENT_ERROR cannot increment or decrement non-numeric "
                 f"value\r\n").encode()
     mc.cmd(req + b"mn\r\n", exp + b"MN\r\n")
+
+
+# ---- what the differential test against memcached settled (test_diff.py) --
+
+
+def test_md_ms_flag_error_texts(mc, key):
+    # md words every flag error as ma does; ms/md/ma say "options flags
+    # too long" where mg says "are too long"
+    for bad in ("y", "Cx", "q q"):
+        mc.cmd(f"md {key} {bad}\r\n".encode(),
+               b"CLIENT_ERROR invalid or duplicate flag\r\n")
+    many = " ".join(["q"] * 25)
+    mc.cmd(f"md {key} {many}\r\n".encode(),
+           b"CLIENT_ERROR options flags too long\r\n")
+    mc.cmd(f"mg {key} {many}\r\n".encode(),
+           b"CLIENT_ERROR options flags are too long\r\n")
+    # refused before the length is read: the data line is a command then
+    mc.cmd(f"ms {key} 2 {many}\r\nhi\r\n".encode(),
+           b"CLIENT_ERROR options flags too long\r\nERROR\r\n")
+    resync(mc)
+
+
+def test_ms_invalidate_keeps_ttl_and_taken_win(mc, key):
+    meta(mc, f"ms {key} 3 T100\r\nold\r\n", "HD")
+    c = mg_cas(mc, key)
+    meta(mc, f"md {key} I\r\n", "HD")
+    meta(mc, f"mg {key} v\r\n", "VA", wxz="XW", value="old")   # win taken
+    # a stale store (CAS older than the item's): the item's TTL stays, and
+    # the win already handed out stays taken
+    meta(mc, f"ms {key} 3 C{c} I T5000\r\nnew\r\n", "HD")
+    meta(mc, f"mg {key} v t\r\n", "VA", [TTL(100)], wxz="XZ", value="new")
+    # C0 is never "older": refused
+    meta(mc, f"ms {key} 1 C0 I\r\nx\r\n", "EX")
+
+
+def test_flags_apply_in_request_order(mc, key):
+    # a t ahead of N or T reports the TTL before them
+    meta(mc, f"mg {key} t N100\r\n", "HD", ["t-1"], wxz="W")
+    meta(mc, f"mg {key} t\r\n", "HD", [TTL(100)], wxz="Z")
+    meta(mc, f"mg {key} t T200\r\n", "HD", [TTL(100)], wxz="Z")
+    meta(mc, f"mg {key} T300 t\r\n", "HD", [TTL(300)], wxz="Z")
+    # of T and N on a new item the later one wins
+    meta(mc, f"mg {key}-2 N100 T-1\r\n", "HD", wxz="W")
+    meta(mc, f"mg {key}-2\r\n", "EN")
+    # R sees the TTL as it stands at R: after T-1 the item is due
+    mc.set(key + "-3", "x")
+    meta(mc, f"mg {key}-3 T-1 R30\r\n", "HD", wxz="W")
+    # ma: the same order for t, T and N
+    meta(mc, f"ma {key}-4 t N100\r\n", "HD", ["t-1"])
+    meta(mc, f"ma {key}-4 t T200\r\n", "HD", [TTL(100)])
+    meta(mc, f"ma {key}-4 t\r\n", "HD", [TTL(200)])
+
+
+def test_ma_quiet_creation_replies(mc, key):
+    # q hides the reply of an update, not of the creation by N
+    mc.cmd(f"ma {key} q N0 J5 v\r\nma {key} q v\r\nmn\r\n".encode(),
+           b"VA 1\r\n5\r\nMN\r\n")
+    meta(mc, f"mg {key} v\r\n", "VA", value="6")
+
+
+def test_arith_cas_before_number(mc, key):
+    # memcached: an empty value is not a number, then the CAS, then digits
+    mc.set(key, "abc")
+    c = mg_cas(mc, key)
+    meta(mc, f"ma {key} C{c + 1}\r\n", "EX")
+    error_line(mc, f"ma {key} C{c}\r\n",
+               b"CLIENT_ERROR cannot increment or decrement non-numeric")
+    mc.set(key, "")
+    error_line(mc, f"ma {key} C{c + 1}\r\n",
+               b"CLIENT_ERROR cannot increment or decrement non-numeric")
+
+
+def test_incr_pads_in_place(mc, key):
+    # a shorter number keeps the length, space padded (memcached rewrites
+    # it in place); the number is read up to the first space, so an append
+    # behind it does not stop the next incr
+    mc.set(key, "100")
+    mc.cmd(f"decr {key} 1\r\n".encode(), b"99\r\n")
+    mc.cmd(f"append {key} 0 0 3\r\nabc\r\n".encode(), b"STORED\r\n")
+    mc.cmd(f"incr {key} 1\r\n".encode(), b"100\r\n")
+    mc.cmd(f"get {key}\r\n".encode(),
+           b"VALUE %s 0 6\r\n100   \r\nEND\r\n" % b(key))
+
+
+def test_stale_mark_on_rewrites(mc, key):
+    # a text get hands out no win: the next meta reader gets it
+    mc.set(key, "1")
+    meta(mc, f"md {key} I\r\n", "HD")
+    assert mc.get_value(key) == b"1"
+    meta(mc, f"mg {key} h\r\n", "HD", ["h1"], wxz="XW")
+    # md I marks in place: still fetched; me (a debug read) takes no win
+    meta(mc, f"md {key} I\r\n", "HD")
+    mc.send(f"me {key}\r\n".encode())
+    assert mc.readline().startswith(b"ME "), "me: no ME line"
+    meta(mc, f"mg {key} h\r\n", "HD", ["h1"], wxz="XW")
+    # an append makes a new item: fresh, not stale
+    mc.cmd(f"append {key} 0 0 1\r\n2\r\n".encode(), b"STORED\r\n")
+    meta(mc, f"mg {key} v h\r\n", "VA", ["h0"], value="12")
+
+
+@pytest.mark.tiercache_only
+def test_explicit_cas_everywhere(mc, key):
+    """E (the new CAS) on mg N, md I and ma, as memcached 1.6.2x documents
+    it (1.6.18 has no E: the differential test cannot compare it)."""
+    e = 10**12 + 17
+    meta(mc, f"mg {key} N30 E{e} c\r\n", "HD", [f"c{e}"], wxz="W")
+    meta(mc, f"md {key} I E{e + 1}\r\n", "HD")
+    meta(mc, f"mg {key} c\r\n", "HD", [f"c{e + 1}"], wxz="XW")
+    meta(mc, f"ma {key}-n N0 E{e + 2} c v\r\n", "VA", [f"c{e + 2}"],
+         value="0")
+    meta(mc, f"ma {key}-n E{e + 3} c v\r\n", "VA", [f"c{e + 3}"], value="1")
+    assert mg_cas(mc, key + "-n") == e + 3

@@ -427,7 +427,7 @@ test_vivify(void **state)
     char req[128], want[128];
     uint64_t cas = 0;
 
-    const char *r = ask(f, "mg foo s c t v N30\r\n");
+    const char *r = ask(f, "mg foo N30 s c t v\r\n");
     assert_int_equal(sscanf(r, "VA 0 s0 c%" SCNu64, &cas), 1);
     snprintf(want, sizeof(want), "VA 0 s0 c%" PRIu64 " t30 W\r\n\r\n", cas);
     assert_string_equal(r, want);
@@ -436,6 +436,15 @@ test_vivify(void **state)
     EXPECT(f, "mg foo\r\n", "HD Z\r\n");
     EXPECT(f, "mg bar N30\r\n", "HD W\r\n");
     EXPECT(f, "mg bar N30 q k\r\n", "HD kbar Z\r\n");
+    /* flags act in request order, as in memcached: a t ahead of N sees
+     * the new item before N gave it its TTL; of T and N the last wins */
+    EXPECT(f, "mg baz t N30\r\n", "HD t-1 W\r\n");
+    EXPECT(f, "mg baz t\r\n", "HD t30 Z\r\n");
+    EXPECT(f, "mg qux N30 T60 t\r\n", "HD t60 W\r\n");
+    EXPECT(f, "mg qux2 T60 N30 t\r\n", "HD t30 W\r\n");
+    /* T on an existing item: t before it reports the old TTL */
+    EXPECT(f, "mg qux t T90\r\n", "HD t60 Z\r\n");
+    EXPECT(f, "mg qux t\r\n", "HD t90 Z\r\n");
 
     /* the winner recaches with the CAS it got */
     snprintf(req, sizeof(req), "ms foo 5 C%" PRIu64 " T60\r\nvalue\r\n", cas);
@@ -653,7 +662,12 @@ test_md(void **state)
     EXPECT(f, "md foo I T-1\r\n", "HD\r\n");
     EXPECT(f, "mg foo\r\n", "EN\r\n");
     EXPECT(f, "md\r\n", "ERROR\r\n");
-    EXPECT(f, "md foo y\r\n", "CLIENT_ERROR invalid flag\r\n");
+    /* md words every flag error as ma does (memcached) */
+    EXPECT(f, "md foo y\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
+    EXPECT(f, "md foo Cx\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
+    EXPECT(f, "md foo q q\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
+    EXPECT(f, "md foo q q q q q q q q q q q q q q q q q q q q q q q q q q\r\n",
+           "CLIENT_ERROR options flags too long\r\n");
 }
 
 static void
@@ -697,7 +711,7 @@ test_ma(void **state)
     /* CAS */
     EXPECT(f, "ms c 1 E500\r\n1\r\n", "HD\r\n");
     EXPECT(f, "ma c C499\r\n", "EX\r\n");
-    EXPECT(f, "ma c C500 c E9999\r\n", "HD c501\r\n");
+    EXPECT(f, "ma c C500 c E9999\r\n", "HD c9999\r\n"); /* E: the new CAS */
     EXPECT(f, "ma c C0 v\r\n", "VA 1\r\n3\r\n");
     /* misses, vivify */
     EXPECT(f, "ma nope\r\n", "NF\r\n");
@@ -793,8 +807,7 @@ test_errors(void **state)
            "CLIENT_ERROR bad token in command line format\r\n");
     EXPECT(f, "mg foo R-\r\n",
            "CLIENT_ERROR bad token in command line format\r\n");
-    EXPECT(f, "md foo C-1\r\n",
-           "CLIENT_ERROR bad token in command line format\r\n");
+    EXPECT(f, "md foo C-1\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
     EXPECT(f, "ms foo 1 E1a\r\nx\r\n",
            "CLIENT_ERROR bad token in command line format\r\n");
     EXPECT(f, "ms foo 1 F4294967296\r\nx\r\n",

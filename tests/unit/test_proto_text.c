@@ -588,7 +588,11 @@ test_incr_decr(void **state)
     expect(f, "set n 3 0 2\r\n10\r\n", "STORED\r\n");
     expect(f, "incr n 5\r\n", "15\r\n");
     expect(f, "decr n 6\r\n", "9\r\n");
-    expect(f, "get n\r\n", "VALUE n 3 1\r\n9\r\nEND\r\n");
+    /* a shorter number keeps the length, space padded, as memcached's
+     * in-place rewrite leaves it; a longer one grows */
+    expect(f, "get n\r\n", "VALUE n 3 2\r\n9 \r\nEND\r\n");
+    expect(f, "incr n 91\r\n", "100\r\n");
+    expect(f, "get n\r\n", "VALUE n 3 3\r\n100\r\nEND\r\n");
     expect(f, "decr n 100\r\n", "0\r\n"); /* floor at 0 */
     expect(f, "incr n 18446744073709551615\r\n", "18446744073709551615\r\n");
     expect(f, "incr n 1\r\n", "0\r\n"); /* wraps */
@@ -615,7 +619,28 @@ test_incr_decr(void **state)
     expect(f,
            "incr n 1 noreply\r\ndecr n 5 noreply\r\nincr s 1 noreply\r\n"
            "incr n x noreply\r\nget n\r\n",
-           "VALUE n 0 1\r\n0\r\nEND\r\n");
+           "VALUE n 0 20\r\n0                   \r\nEND\r\n");
+    /* the number is read from the value's start: what follows a space
+     * (an append after a padded number) is ignored, as by strtoull */
+    expect(f,
+           "append n 0 0 70\r\n"
+           "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghij"
+           "abcdefghij\r\n",
+           "STORED\r\n");
+    expect(f, "incr n 12\r\n", "12\r\n");
+    expect(f, "set p 0 0 2\r\n5 \r\n", "STORED\r\n");
+    expect(f,
+           "append p 0 0 70\r\n"
+           "1234567890123456789012345678901234567890123456789012345678901234"
+           "567890\r\n",
+           "STORED\r\n");
+    expect(f, "incr p 1\r\n", "6\r\n");
+    expect(f,
+           "set s 0 0 70\r\n"
+           "1234567890123456789012345678901234567890123456789012345678901234"
+           "567890\r\n",
+           "STORED\r\n");
+    expect(f, "incr s 1\r\n", nonnum);
 }
 
 /* ---- delete, touch ------------------------------------------------------ */
