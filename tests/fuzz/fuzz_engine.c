@@ -65,6 +65,11 @@
 #define FZ_NKEYS 12
 #define FZ_MAX_OPS 2000
 #define FZ_CHECK_EVERY 32
+#define FZ_FILL_MAX 512 /* filler items per input: bounds its run time */
+/* Shrinks of the memory limit per input: a shrink of a full pool costs
+ * eviction scans for every item it cannot move (much of a slow input's
+ * time), and two are enough to reach every path. */
+#define FZ_SHRINK_MAX 2
 #define FZ_DAYS30 2592000
 #define FZ_MIB (1ull << 20)
 
@@ -92,7 +97,10 @@ struct fz {
     uint64_t flush_hi; /* cas_hi when the last flush took effect */
     uint64_t losses;   /* the loss counters after the last operation */
     uint64_t forgotten;
-    unsigned enomem; /* -ENOMEM results (allowed; counted for the trace) */
+    unsigned enomem;  /* -ENOMEM results (allowed; counted for the trace) */
+    unsigned filled;  /* filler items stored */
+    unsigned shrinks; /* memory limits set below the previous one */
+    uint64_t limit;   /* the memory limit, bytes */
     bool trace;
     struct fz_item m[FZ_NKEYS];
 };
@@ -1075,6 +1083,10 @@ fz_op_mem_limit(struct fz *f)
     uint64_t pages = b % 8, npages = (FZ_POOL_SIZE >> 20) - 2;
     uint64_t bytes = pages * FZ_MIB + (b & 0x80 ? fz_u16(f) : 0);
 
+    if (pages >= 1 && pages <= npages && bytes < f->limit &&
+        f->shrinks++ >= FZ_SHRINK_MAX)
+        return;
+
     int rc = tc_set_mem_limit(f->c, bytes);
     if (f->trace)
         fprintf(stderr, "  mem limit %" PRIu64 ": %d\n", bytes, rc);
@@ -1084,6 +1096,8 @@ fz_op_mem_limit(struct fz *f)
     else
         FUZZ_CHECK(rc == 0 || rc == -EBUSY, "op %u: mem limit %" PRIu64 ": %d",
                    f->op, bytes, rc);
+    if (rc == 0 || rc == -EBUSY)
+        f->limit = pages * FZ_MIB;
     f->losses = fz_loss_counters(f);
 }
 
@@ -1123,6 +1137,9 @@ fz_op_fill(struct fz *f)
     uint32_t vlen = fz_u8(f) * 16u;
     char key[16];
 
+    if (count > FZ_FILL_MAX - f->filled)
+        count = FZ_FILL_MAX - f->filled;
+    f->filled += count;
     memset(val, 'f', vlen);
     f->cas_hi += count;
     for (unsigned i = 0; i < count; i++) {
@@ -1335,6 +1352,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     f.p = data;
     f.n = size;
     f.now = FZ_T0;
+    f.limit = FZ_POOL_SIZE - 2 * FZ_MIB;
     f.trace = getenv("FUZZ_ENGINE_TRACE") != NULL;
     while (f.n > 0 && f.op < FZ_MAX_OPS) {
         enum fz_opcode op = (enum fz_opcode)(fz_u8(&f) % FZ_NOPS);

@@ -282,12 +282,11 @@ def seeds():
          mem_limit(6), maintain()] + [get(k) for k in range(12)])
     s["fill"] = b"".join([
         store(SET, 0, v_short(5)), store(SET, 1, v_chained(100)),
-        fill(64, 0, 3), fill(64, 64, 10), fill(64, 128, 30),
-        fill(64, 192, 60), get(0), get(1), store(SET, 2, v_big(10)),
-        fill(64, 256, 255), fill(64, 320, 200), fill(64, 384, 100),
-        fill(64, 448, 120), fill(64, 512, 250), get(2), maintain(),
-        fill(64, 576, 0), get(0), mem_limit(1), fill(64, 0, 64), get(1),
-        mem_limit(4), fill(64, 1000, 2), get(0),
+        fill(32, 0, 3), fill(32, 64, 30), get(0), get(1),
+        store(SET, 2, v_big(10)), fill(64, 256, 255), fill(64, 320, 200),
+        fill(64, 384, 100), fill(64, 448, 120), get(2), maintain(),
+        fill(16, 576, 0), get(0), mem_limit(1), fill(64, 0, 64), get(1),
+        mem_limit(4), fill(32, 1000, 2), get(0),
     ])
     s["bad_keys"] = b"".join([
         store(SET, EMPTY_KEY, v_short(3)), store(SET, LONG_KEY, v_short(3)),
