@@ -288,8 +288,10 @@ fz_loss_counters(struct fz *f)
 {
     struct tc_stats s;
     tc_stats(f->c, &s);
+    /* flash records compaction did not keep (unfetched ones) are lost */
     return s.evictions + s.miss_from_extstore + s.badcrc_from_extstore +
-           s.get_aborted_extstore + s.extstore_objects_lost;
+           s.get_aborted_extstore + s.extstore_objects_lost +
+           s.extstore_compact_skipped;
 }
 
 /* A delayed flush takes effect at the first operation that looks at the
