@@ -96,6 +96,7 @@ struct fz {
     uint64_t cas_hi;   /* bound on the engine's CAS counter */
     uint64_t flush_hi; /* cas_hi when the last flush took effect */
     uint64_t losses;   /* the loss counters after the last operation */
+    uint64_t losses0;  /* ... and before this one */
     uint64_t forgotten;
     unsigned enomem;  /* -ENOMEM results (allowed; counted for the trace) */
     unsigned filled;  /* filler items stored */
@@ -412,7 +413,20 @@ fz_check_hit(struct fz *f, unsigned k, const struct tc_item_info *info,
         FUZZ_CHECK(memcmp(val, m->val, len) == 0,
                    "op %u (%s): key %u wrong value (%u bytes compared)", f->op,
                    what, k, len);
-    m->loss_at = f->losses;
+    /* the read may evict after it saw the item (a flash value copied back
+     * into the pool allocates): seen as of the start of the operation */
+    m->loss_at = f->losses0;
+}
+
+/* The trace line of a read. */
+static void
+fz_trace_read(const struct fz *f, unsigned k, int rc,
+              const struct tc_item_info *info)
+{
+    if (f->trace)
+        fprintf(stderr, "  key %u: %d%s%s\n", k, rc,
+                rc == TC_OK && info->flash ? " (flash)" : "",
+                rc == TC_OK && info->stale ? " (stale)" : "");
 }
 
 /* A miss on key k. */
@@ -764,6 +778,7 @@ fz_op_get_copy(struct fz *f)
     struct tc_item_info info;
 
     int rc = tc_get_copy(f->c, fz_keys[k], fz_klen[k], buf, cap, &info);
+    fz_trace_read(f, k, rc, &info);
     if (fz_bad_key(f, k, rc, "get_copy"))
         return;
     f->losses = fz_loss_counters(f);
@@ -812,6 +827,7 @@ fz_op_get_ex(struct fz *f)
     g.called = false;
 
     int rc = tc_get_ex(f->c, fz_keys[k], fz_klen[k], &o, fz_collect, &g);
+    fz_trace_read(f, k, rc, &g.info);
     if (fz_bad_key(f, k, rc, "get_ex"))
         return;
     f->losses = fz_loss_counters(f);
@@ -890,7 +906,7 @@ fz_op_touch(struct fz *f)
     f->losses = fz_loss_counters(f);
     if (fz_judge(f, k, rc, TC_OK, TC_NOT_FOUND, false, "touch")) {
         f->m[k].exptime = fz_abs_exptime(e, f->now);
-        f->m[k].loss_at = f->losses;
+        f->m[k].loss_at = f->losses0;
     } else {
         f->m[k].present = false;
     }
@@ -1194,6 +1210,7 @@ fz_step(struct fz *f, enum fz_opcode op)
 {
     /* a bound on the CAS values one operation can use */
     f->cas_hi += 4;
+    f->losses0 = f->losses;
     switch (op) {
     case FZ_STORE:
         fz_op_store(f);
@@ -1256,6 +1273,7 @@ fz_final(struct fz *f)
         struct tc_item_info info;
         int rc =
             tc_get_copy(f->c, fz_keys[k], fz_klen[k], buf, sizeof(buf), &info);
+        fz_trace_read(f, k, rc, &info);
         f->losses = fz_loss_counters(f);
         fz_judge(f, k, rc, TC_OK, TC_NOT_FOUND, false, "final");
         if (rc == TC_OK)
