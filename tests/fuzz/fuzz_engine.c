@@ -30,15 +30,22 @@
  *   - a new CAS is larger than every CAS seen before (E gives exactly the
  *     client's), and never above what the operations could have used;
  *   - a miss on a key the model holds is allowed only as an eviction:
- *     the cache's loss counters (evictions, flash values lost) must have
- *     moved since the model last saw the item, and the number of keys so
- *     forgotten never exceeds those counters;
+ *     the cache's loss counters (evictions, flash records lost or dropped
+ *     by compaction) must have moved since the model last saw the item (a
+ *     read sees it as of the start of its operation: a flash value copied
+ *     back into the pool may evict it afterwards), and the number of keys
+ *     so forgotten never exceeds those counters;
  *   - tc_check() finds the cache consistent;
  *   - and, under the sanitizers, no memory error or leak.
  *
  * Built with FZ_EXT (fuzz_engine_ext.c), the same target runs with a tiny
  * NVMe tier under /tmp, so that evictions spill values to flash and reads
  * come back from it.
+ *
+ * Input: one opcode byte per operation (enum fz_opcode, modulo FZ_NOPS)
+ * followed by its operands as the fz_op_* functions read them; the input
+ * running out reads as zeros. tests/fuzz/gen_engine_corpus.py writes seeds
+ * in this format (change both together).
  *
  * FUZZ_ENGINE_TRACE=1 in the environment prints every operation (to find
  * which one a failing input trips on).
