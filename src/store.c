@@ -201,6 +201,9 @@ commit(struct cache_thread *t, struct store_req *r,
     struct cache *c = t->cache;
     uint32_t now = clock_now();
 
+    /* a delayed flush whose time has come takes effect before this item
+     * gets its CAS: its watermark must not cover an item stored after it */
+    cache_flush_check(c, now);
     r->hdr.cas = next_cas(c, r->cas_new);
     /* PMEM: the item is written here, before it is visible, with no lock
      * held (DESIGN rule 2); a hot key's item goes to its DRAM block */
@@ -221,7 +224,6 @@ commit(struct cache_thread *t, struct store_req *r,
     /* account while the chunk is still ours: once published, another
      * thread may replace, free and reuse it before we look again */
     cache_account(t, head, 1);
-    cache_flush_check(c, now);
     int rc = publish(t, r, head, now, old);
     if (rc != TC_OK) {
         cache_account(t, head, -1);

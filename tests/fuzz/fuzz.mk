@@ -19,6 +19,10 @@
 #                      full log to build/fuzz/<name>.log.
 #                      FUZZ_TARGETS="text meta" picks targets; FUZZ_ARGS adds
 #                      libFuzzer flags (e.g. -jobs=4, -max_len=...).
+#                      An input running over 60 s counts as a hang: a bound
+#                      for a hang, not a speed, so generous on a loaded
+#                      machine (fuzz_engine's slowest inputs, shrinking a
+#                      full pool, take seconds under the sanitizers).
 
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(FUZZ_SRCS))
@@ -112,7 +116,7 @@ fuzz: $(FUZZ_BINS)
 		mkdir -p build/fuzz/corpus/$$n build/fuzz/artifacts; \
 		log=build/fuzz/$$n.log; \
 		if build/fuzz/tests/fuzz/fuzz_$$n -max_total_time=$(FUZZ_SECONDS) \
-			-timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+			-timeout=60 -rss_limit_mb=2048 -print_final_stats=1 \
 			-artifact_prefix=build/fuzz/artifacts/$$n- $(FUZZ_ARGS) \
 			build/fuzz/corpus/$$n tests/fuzz/corpus/$$n > $$log 2>&1; \
 		then \
