@@ -19,10 +19,10 @@ proto-asan: build/asan/tiercached
 	$(RUN_ENV_asan) tests/proto/run.sh build/asan/tiercached
 
 # The differential test against memcached (tests/proto/test_diff.py), long:
-#   make diff-long DIFF_SEQUENCES=100000 [DIFF_SEED=n]
+#   make diff-long DIFF_SEQUENCES=100000 [DIFF_SEED=n] (default: a new seed)
 # (the normal proto run sends 2,000 sequences). No time bound; niced.
 DIFF_SEQUENCES ?= 100000
-DIFF_SEED ?=
+DIFF_SEED ?= random
 
 .PHONY: diff-long
 
