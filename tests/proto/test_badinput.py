@@ -353,33 +353,13 @@ def test_2000_connections(raised_nofile, spawn, key):
     assert srv.alive()
 
 
-def _conn_state(s, wait):
-    """Whatever the server sends unasked within `wait` seconds: bytes, or
-    b"<closed>" appended when it closed."""
+def _read_for(s, wait, line=False):
+    """What the server sends unasked within `wait` seconds (with line:
+    only until the first CRLF), with b"<closed>" appended when it closed
+    first."""
     out = b""
     deadline = time.monotonic() + wait
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return out
-        r, _, _ = select.select([s], [], [], left)
-        if not r:
-            return out
-        try:
-            d = s.recv(4096)
-        except ConnectionResetError:
-            return out + b"<closed>"
-        if not d:
-            return out + b"<closed>"
-        out += d
-
-
-def _reply_line(s, wait):
-    """Bytes up to the first CRLF, with b"<closed>" appended if the server
-    closed first; whatever came when `wait` seconds passed."""
-    out = b""
-    deadline = time.monotonic() + wait
-    while b"\r\n" not in out:
+    while not (line and b"\r\n" in out):
         left = deadline - time.monotonic()
         if left <= 0:
             return out
@@ -394,6 +374,16 @@ def _reply_line(s, wait):
             return out + b"<closed>"
         out += d
     return out
+
+
+def _conn_state(s, wait):
+    """Whatever the server sends unasked within `wait` seconds."""
+    return _read_for(s, wait)
+
+
+def _reply_line(s, wait):
+    """Bytes up to the first CRLF, or whatever came in `wait` seconds."""
+    return _read_for(s, wait, line=True)
 
 
 def test_max_connections(spawn, key):
