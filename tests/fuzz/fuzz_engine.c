@@ -77,6 +77,11 @@
  * eviction scans for every item it cannot move (much of a slow input's
  * time), and two are enough to reach every path. */
 #define FZ_SHRINK_MAX 2
+#ifdef FZ_EXT
+#define FZ_HAS_EXT 1
+#else
+#define FZ_HAS_EXT 0
+#endif
 #define FZ_DAYS30 2592000
 #define FZ_MIB (1ull << 20)
 
@@ -942,27 +947,79 @@ fz_parse_u64(const uint8_t *s, uint32_t n, uint64_t *out)
     return true;
 }
 
-/* What incr/decr gives for a live item: TC_OK with *v the new value, or
- * TC_NON_NUMERIC / TC_EXISTS. */
+/* The bytes of a value incr/decr reads its number from (memcached reads
+ * it with strtoull, which stops at the first space). */
+#define FZ_ARITH_HEAD 64u
+
+/* Whether the value of key k with vlen bytes is chained over several
+ * chunks (memcached's chunked items, which incr refuses as non-numeric). */
+static bool
+fz_chained(unsigned k, uint32_t vlen)
+{
+    return sizeof(struct item_hdr) + fz_klen[k] + vlen > FZ_CHUNK_MAX;
+}
+
+/* The number at the start of a value: leading spaces, digits, then the
+ * end or a space; false when the digits run on past the bytes read. */
+static bool
+fz_value_number(const struct fz_item *m, uint64_t *out)
+{
+    uint32_t head = m->vlen < FZ_ARITH_HEAD ? m->vlen : FZ_ARITH_HEAD;
+    if (!fz_parse_u64(m->val, head, out))
+        return false;
+    if (head == m->vlen)
+        return true;
+    uint32_t i = 0;
+    while (i < head && m->val[i] == ' ')
+        i++;
+    while (i < head && m->val[i] >= '0' && m->val[i] <= '9')
+        i++;
+    return i < head;
+}
+
+/* What incr/decr gives for a live item, in memcached's order (an empty or
+ * chained value, then the CAS, then the digits): TC_OK with *v the new
+ * value, or TC_NON_NUMERIC / TC_EXISTS. *or_ok: a chained value that went
+ * to flash comes back as one piece, so TC_OK with *v is right as well. */
 static int
 fz_expect_arith(struct fz *f, unsigned k, bool incr, uint64_t delta,
-                uint64_t cas_in, uint64_t *v)
+                uint64_t cas_in, uint64_t *v, bool *or_ok)
 {
+    const struct fz_item *m = &f->m[k];
     uint64_t old;
-    if (!fz_parse_u64(f->m[k].val, f->m[k].vlen, &old))
+    bool chained = fz_chained(k, m->vlen);
+    *or_ok = false;
+    if (m->vlen == 0 || (chained && !FZ_HAS_EXT))
         return TC_NON_NUMERIC;
-    if (cas_in && cas_in != f->m[k].cas)
+    if (cas_in && cas_in != m->cas)
         return TC_EXISTS;
+    if (!fz_value_number(m, &old))
+        return TC_NON_NUMERIC;
     *v = incr ? old + delta : (delta > old ? 0 : old - delta);
+    if (chained) {
+        *or_ok = true;
+        return TC_NON_NUMERIC;
+    }
     return TC_OK;
 }
 
+/* The value after incr/decr: as memcached, a number that fits is written
+ * over the old value, space padded to its length, the stale mark kept; a
+ * longer one is a new item, no longer stale. */
 static void
 fz_put_number(struct fz *f, unsigned k, uint64_t v, uint32_t exptime,
               uint64_t cas)
 {
     struct fz_item *m = &f->m[k];
-    m->vlen = (uint32_t)sprintf((char *)m->val, "%" PRIu64, v);
+    char digits[24];
+    uint32_t len = (uint32_t)sprintf(digits, "%" PRIu64, v);
+    memcpy(m->val, digits, len);
+    if (len <= m->vlen) {
+        memset(m->val + len, ' ', m->vlen - len);
+    } else {
+        m->vlen = len;
+        m->stale = false;
+    }
     m->exptime = exptime;
     m->cas = cas;
     m->loss_at = f->losses;
@@ -1003,7 +1060,10 @@ fz_op_arith(struct fz *f)
         return;
     f->losses = fz_loss_counters(f);
 
-    int want = fz_expect_arith(f, k, incr, delta, o.cas_in, &want_v);
+    bool or_ok;
+    int want = fz_expect_arith(f, k, incr, delta, o.cas_in, &want_v, &or_ok);
+    if (or_ok && rc == TC_OK)
+        want = TC_OK;
     int alt = o.vivify ? TC_OK : TC_NOT_FOUND;
     bool live = fz_judge(f, k, rc, want, alt, true, "arith");
     if (rc != TC_OK)
