@@ -664,6 +664,7 @@ fz_apply_concat(struct fz *f, struct fz_store *s, bool live, uint64_t cas)
     }
     m->vlen += s->vlen;
     m->cas = cas;
+    m->stale = false; /* memcached: a new item, no longer stale */
     m->loss_at = f->losses;
 }
 
@@ -979,28 +980,31 @@ fz_value_number(const struct fz_item *m, uint64_t *out)
 
 /* What incr/decr gives for a live item, in memcached's order (an empty or
  * chained value, then the CAS, then the digits): TC_OK with *v the new
- * value, or TC_NON_NUMERIC / TC_EXISTS. *or_ok: a chained value that went
- * to flash comes back as one piece, so TC_OK with *v is right as well. */
+ * value, or TC_NON_NUMERIC / TC_EXISTS. *also: another right answer: a
+ * chained value that went to flash comes back in one piece, and is then
+ * judged by its CAS and digits. */
 static int
 fz_expect_arith(struct fz *f, unsigned k, bool incr, uint64_t delta,
-                uint64_t cas_in, uint64_t *v, bool *or_ok)
+                uint64_t cas_in, uint64_t *v, int *also)
 {
     const struct fz_item *m = &f->m[k];
     uint64_t old;
-    bool chained = fz_chained(k, m->vlen);
-    *or_ok = false;
-    if (m->vlen == 0 || (chained && !FZ_HAS_EXT))
-        return TC_NON_NUMERIC;
+    int flat = TC_OK;
     if (cas_in && cas_in != m->cas)
-        return TC_EXISTS;
-    if (!fz_value_number(m, &old))
-        return TC_NON_NUMERIC;
-    *v = incr ? old + delta : (delta > old ? 0 : old - delta);
-    if (chained) {
-        *or_ok = true;
+        flat = TC_EXISTS;
+    else if (!fz_value_number(m, &old))
+        flat = TC_NON_NUMERIC;
+    else
+        *v = incr ? old + delta : (delta > old ? 0 : old - delta);
+    *also = flat;
+    if (m->vlen == 0)
+        return *also = TC_NON_NUMERIC;
+    if (fz_chained(k, m->vlen)) {
+        if (!FZ_HAS_EXT)
+            *also = TC_NON_NUMERIC;
         return TC_NON_NUMERIC;
     }
-    return TC_OK;
+    return flat;
 }
 
 /* The value after incr/decr: as memcached, a number that fits is written
@@ -1060,10 +1064,10 @@ fz_op_arith(struct fz *f)
         return;
     f->losses = fz_loss_counters(f);
 
-    bool or_ok;
-    int want = fz_expect_arith(f, k, incr, delta, o.cas_in, &want_v, &or_ok);
-    if (or_ok && rc == TC_OK)
-        want = TC_OK;
+    int also;
+    int want = fz_expect_arith(f, k, incr, delta, o.cas_in, &want_v, &also);
+    if (rc == also)
+        want = also;
     int alt = o.vivify ? TC_OK : TC_NOT_FOUND;
     bool live = fz_judge(f, k, rc, want, alt, true, "arith");
     if (rc != TC_OK)
