@@ -735,8 +735,10 @@ fz_run_store(struct fz *f, struct fz_store *s)
         return;
     }
     bool mark = stale && s->o.cas_in < f->m[k].cas;
-    fz_put(f, k, s->val, s->vlen, s->flags, fz_abs_exptime(s->exptime, f->now),
-           cas, mark);
+    /* memcached: a value stored stale keeps the old item's TTL */
+    uint32_t exptime =
+        mark ? f->m[k].exptime : fz_abs_exptime(s->exptime, f->now);
+    fz_put(f, k, s->val, s->vlen, s->flags, exptime, cas, mark);
 }
 
 /* tc_set / tc_store with every mode. */
