@@ -511,6 +511,18 @@ store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
  * value is stored marked stale instead of being refused, keeping the old
  * item's expiry and its recache win (memcached: a win already handed out
  * stays taken, the next mg sees Z). */
+/* Whether the chunk at loc still holds the item of this CAS and its recache
+ * win is claimed. Context: outside an RCU read section. */
+static bool
+claimed_rcu(struct cache *c, uint64_t loc, uint64_t cas)
+{
+    cache_read_lock();
+    bool claimed = cache_item_at(c, cache_off(loc))->cas == cas &&
+                   cache_bit_claimed(c, cache_off(loc));
+    cache_read_unlock();
+    return claimed;
+}
+
 static int
 store_or_stale(struct cache_thread *t, const void *key, uint32_t klen,
                const void *val, size_t vlen, uint32_t flags, int64_t exptime,
@@ -532,9 +544,11 @@ store_or_stale(struct cache_thread *t, const void *key, uint32_t klen,
         r.hdr.flags = flags;
         r.hdr.exptime =
             stale ? old.exptime : cache_exptime(exptime, clock_now());
-        /* a stale chunk's win bit read outside the section: a writer that
-         * moved the item meanwhile makes the publish fail (-EAGAIN) */
-        r.claim_win = stale && cache_bit_claimed(t->cache, cache_off(r.expect));
+        /* the win bit read in a section of its own, only while the chunk
+         * still holds the item (a freed chunk's page may be joining another
+         * class); a writer that moves the item after it makes the publish
+         * fail (-EAGAIN) */
+        r.claim_win = stale && claimed_rcu(t->cache, r.expect, old.cas);
         r.val = (struct item_src){&iov, 1};
         r.cas_new = o->cas_new;
         int rc = store_one(t, &r, cas_out);
@@ -739,6 +753,10 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         cache_read_lock();
         const struct item_hdr *it = cache_item_at(c, cache_off(r.expect));
         bool same = it->cas == old.cas;
+        /* the chunk's DRAM bits only while it is known to be the item: a
+         * freed chunk's page may be joining another class */
+        bool claimed = same && cache_bit_claimed(c, cache_off(r.expect));
+        bool fetched = same && cache_bit_fetched(c, cache_off(r.expect));
         if (same && fbuf)
             memcpy(digits, fbuf, head);
         else if (same)
@@ -773,8 +791,8 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
             } else {
                 return -ENOMEM;
             }
-            r.claim_win = cache_bit_claimed(c, cache_off(r.expect));
-            r.keep_fetched = cache_bit_fetched(c, cache_off(r.expect));
+            r.claim_win = claimed;
+            r.keep_fetched = fetched;
         } else {
             r.hdr.iflags &= (uint8_t)~ITEM_STALE;
         }
