@@ -76,9 +76,13 @@ LDFLAGS ?=
 
 # ---- sources ----------------------------------------------------------------
 
-# src/tiercached.c is the server's main(): never part of the library.
-LIB_SRCS := $(filter-out src/tiercached.c,\
-	$(wildcard src/base/*.c alloc/*.c tier/*.c src/*.c))
+# The library (libtiercache): base, allocator, tiers and the engine behind
+# src/tiercache.h. The server (src/server/) is a second archive on top of it,
+# linked into tiercached and the server's unit tests, never into the library;
+# src/server/tiercached.c is its main().
+LIB_SRCS := $(wildcard src/base/*.c alloc/*.c tier/*.c src/engine/*.c)
+SRV_SRCS := $(filter-out src/server/tiercached.c,\
+	$(wildcard src/server/*.c src/server/proto/*.c))
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 BENCH_SRCS := $(wildcard perf/bench_*.c)
 
@@ -88,22 +92,33 @@ BENCH_SRCS := $(wildcard perf/bench_*.c)
 # unit test binaries and the object rules for that variant.
 define VARIANT_RULES
 LIB_OBJS_$(1) := $$(patsubst %.c,build/$(1)/%.o,$$(LIB_SRCS))
+SRV_OBJS_$(1) := $$(patsubst %.c,build/$(1)/%.o,$$(SRV_SRCS))
 UNIT_BINS_$(1) := $$(patsubst %.c,build/$(1)/%,$$(UNIT_SRCS))
 UNIT_OBJS_$(1) := $$(UNIT_BINS_$(1):=.o)
 CFLAGS_$(1) := $$(TC_CPPFLAGS) $$(TC_CFLAGS) $$(VFLAGS_$(1)) $$(CPPFLAGS) \
 	$$(CFLAGS)
 LDFLAGS_$(1) := $$(VLDFLAGS_$(1)) $$(LDFLAGS)
-DEPS += $$(LIB_OBJS_$(1):.o=.d) $$(UNIT_OBJS_$(1):.o=.d)
+DEPS += $$(LIB_OBJS_$(1):.o=.d) $$(SRV_OBJS_$(1):.o=.d) \
+	$$(UNIT_OBJS_$(1):.o=.d)
 
 $$(LIB_OBJS_$(1)): build/$(1)/%.o: %.c
 	@mkdir -p $$(@D)
 	$$(CC) $$(CFLAGS_$(1)) $$(LIB_CFLAGS) -c $$< -o $$@
+
+$$(SRV_OBJS_$(1)): build/$(1)/%.o: %.c
+	@mkdir -p $$(@D)
+	$$(CC) $$(CFLAGS_$(1)) -c $$< -o $$@
 
 $$(UNIT_OBJS_$(1)): build/$(1)/%.o: %.c
 	@mkdir -p $$(@D)
 	$$(CC) $$(CFLAGS_$(1)) -c $$< -o $$@
 
 build/$(1)/libtiercache.a: $$(LIB_OBJS_$(1))
+	@mkdir -p $$(@D)
+	@rm -f $$@
+	$$(AR) rcs $$@ $$^
+
+build/$(1)/libtcserver.a: $$(SRV_OBJS_$(1)) | layers
 	@mkdir -p $$(@D)
 	@rm -f $$@
 	$$(AR) rcs $$@ $$^
@@ -116,8 +131,9 @@ build/$(1)/libtiercache.so: $$(LIB_OBJS_$(1))
 # extra link flags for it (-Wl,--wrap=symbol ...) and is a prerequisite, so
 # editing it relinks the test.
 $$(UNIT_BINS_$(1)): build/$(1)/tests/unit/%: build/$(1)/tests/unit/%.o \
-		build/$(1)/libtiercache.a $$$$(wildcard tests/unit/$$$$*.wrap)
-	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$< $$(call wrap_flags,tests/unit/$$*.wrap) build/$(1)/libtiercache.a $$(LIBS) $$(TEST_LIBS)
+		build/$(1)/libtcserver.a build/$(1)/libtiercache.a \
+		$$$$(wildcard tests/unit/$$$$*.wrap)
+	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$< $$(call wrap_flags,tests/unit/$$*.wrap) build/$(1)/libtcserver.a build/$(1)/libtiercache.a $$(LIBS) $$(TEST_LIBS)
 
 .PHONY: lib-$(1) unit-bins-$(1)
 lib-$(1): build/$(1)/libtiercache.a
@@ -163,16 +179,18 @@ $(foreach t,$(PERF_TOOLS),$(eval $(call PERF_TOOL_RULES,$(t))))
 
 # ---- server -------------------------------------------------------------------
 
-# build/<variant>/tiercached: the server's main() (src/tiercached.c, never in
-# the library) over that variant's libtiercache.a. `all` builds the release
-# one, `debug` the debug one; the protocol suites use the one they test.
+# build/<variant>/tiercached: the server's main() (src/server/tiercached.c)
+# over that variant's libtcserver.a and libtiercache.a. `all` builds the
+# release one, `debug` the debug one; the protocol suites use the one they
+# test.
 define SERVER_RULES
-DEPS += build/$(1)/src/tiercached.d
-build/$(1)/src/tiercached.o: src/tiercached.c
+DEPS += build/$(1)/src/server/tiercached.d
+build/$(1)/src/server/tiercached.o: src/server/tiercached.c
 	@mkdir -p $$(@D)
 	$$(CC) $$(CFLAGS_$(1)) -c $$< -o $$@
-build/$(1)/tiercached: build/$(1)/src/tiercached.o build/$(1)/libtiercache.a
-	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$< build/$(1)/libtiercache.a $$(LIBS)
+build/$(1)/tiercached: build/$(1)/src/server/tiercached.o \
+		build/$(1)/libtcserver.a build/$(1)/libtiercache.a
+	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$< build/$(1)/libtcserver.a build/$(1)/libtiercache.a $$(LIBS)
 endef
 $(foreach v,$(VARIANTS),$(eval $(call SERVER_RULES,$(v))))
 TIERCACHED := build/release/tiercached
@@ -187,6 +205,21 @@ all: build/release/libtiercache.a build/release/libtiercache.so \
 	$(BENCH_BINS) $(TIERCACHED)
 
 debug: build/debug/libtiercache.a $(UNIT_BINS_debug) build/debug/tiercached
+
+# The layers: the server (src/server/) sees the engine only through the
+# public header; the engine, tiers and allocator never include the server.
+# Checked by every build of the library or the server.
+.PHONY: layers
+layers:
+	@bad=$$(grep -rn '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' \
+		src/server | grep -v -e '"src/server/' -e '"src/base/' \
+		-e '"src/tiercache.h"'; \
+		grep -rn '^[[:space:]]*#[[:space:]]*include[[:space:]]*"src/server/' \
+		src/base src/engine alloc tier); \
+	if [ -n "$$bad" ]; then \
+		echo "layers: an include crosses a layer:"; echo "$$bad"; \
+		exit 1; \
+	fi
 
 # Suites of `make test`, run in this order by sub-makes. Adding a suite is
 # one line here plus its own target, e.g.

@@ -1,5 +1,5 @@
 /*
- * Micro-benchmark of the DRAM hash index (src/htab.c), one thread.
+ * Micro-benchmark of the DRAM hash index (src/engine/htab.c), one thread.
  *
  * 1M keys ("key:%08u", memcached-like) live in a DRAM fake item store
  * indexed by location; match() compares key bytes there, as the engine
@@ -15,7 +15,7 @@
  *
  * Usage: bench_htab [nkeys]   Prints figures; asserts no speed.
  */
-#include "src/htab.h"
+#include "src/engine/htab.h"
 
 #include "src/base/hash.h"
 

@@ -182,7 +182,7 @@ pick_port() {
 }
 
 # WORKER_SCHED for memcached, from outside: what tiercached's
-# -o pin_workers,worker_slice_us do to its own workers (src/server.c).
+# -o pin_workers,worker_slice_us do to its own workers (src/server/server.c).
 sched_mc_workers() { # pid
     local pid=$1 i=0 t
     local -a cpus

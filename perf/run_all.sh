@@ -19,7 +19,7 @@
 # else `make build/release/perf/<name>` and build/release/perf; as a last
 # resort a benchmark is compiled by hand into perf/out/bin (against
 # build/release/libtiercache.a, or bench_alloc from the alloc/ and src/base/
-# sources, bench_htab from src/htab.c and src/base/).
+# sources, bench_htab from src/engine/htab.c and src/base/).
 #
 # Total time with the defaults: about 4-6 minutes on 2 cores.
 
@@ -81,7 +81,7 @@ hand_build() {
             -o "$bin" >>"$out_dir/build.log" 2>&1 || return 1
     elif [ "$name" = bench_htab ]; then
         # shellcheck disable=SC2046
-        gcc $cflags "$src" src/htab.c src/base/*.c $(sys_libs) \
+        gcc $cflags "$src" src/engine/htab.c src/base/*.c $(sys_libs) \
             -o "$bin" >>"$out_dir/build.log" 2>&1 || return 1
     else
         return 1

@@ -45,6 +45,14 @@ extern "C" {
 #define TC_API __attribute__((visibility("default")))
 
 #define TC_KEY_MAX 250
+/* The engine's per-item header, counted with the key and the value against
+ * item_size_max (as memcached counts its own item header). */
+#define TC_ITEM_HEADER_SIZE 24
+/* item_size_max when tc_config_init sets it. */
+#define TC_ITEM_SIZE_MAX_DEFAULT (1u << 20)
+/* The pool file holds a header area of this size in front of the item
+ * memory: N bytes of items need a pool_size of N + TC_POOL_HEADER_SIZE. */
+#define TC_POOL_HEADER_SIZE (2u << 20)
 #define TC_EXT_MAX_PATHS 8
 #define TC_EXT_RECACHE_AUTO UINT32_MAX
 /* tiercache's own release. */

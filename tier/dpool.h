@@ -1,8 +1,8 @@
 #pragma once
 /*
  * The DRAM hot pool: a fixed byte budget of DRAM blocks from memkind, for
- * the copies of write-hot items (src/hotkey.c). The only place that calls
- * memkind.
+ * the copies of write-hot items (src/engine/hotkey.c). The only place that
+ * calls memkind.
  *
  * Kind: MEMKIND_DEFAULT (ordinary DRAM through memkind's jemalloc arenas).
  * The point of the pool is to keep write-hot data off PMEM, and on a

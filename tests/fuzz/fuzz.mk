@@ -6,7 +6,7 @@
 #
 #   make fuzz-replay   one suite of `make test` and `make asan`: builds
 #                      build/$(VARIANT)/tests/fuzz/replay_<name> with $(CC)
-#                      against that variant's libtiercache.a and replays
+#                      against that variant's libraries and replays
 #                      every file of tests/fuzz/corpus/<name>/, one child
 #                      process per input; ends with "fuzz-replay: N passed,
 #                      N failed" (N counts inputs)
@@ -45,7 +45,8 @@ $$(FUZZ_REPLAY_OBJS_$(1)): build/$(1)/%.o: %.c
 	$$(CC) $$(CFLAGS_$(1)) -c $$< -o $$@
 
 build/$(1)/tests/fuzz/replay_%: build/$(1)/tests/fuzz/fuzz_%.o \
-		build/$(1)/tests/fuzz/replay_main.o build/$(1)/libtiercache.a
+		build/$(1)/tests/fuzz/replay_main.o build/$(1)/libtcserver.a \
+		build/$(1)/libtiercache.a
 	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$^ $$(LIBS)
 endef
 
@@ -84,13 +85,15 @@ FUZZ_VFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
 CFLAGS_fuzz := $(TC_CPPFLAGS) $(TC_CFLAGS) $(FUZZ_VFLAGS) $(CPPFLAGS) \
 	$(CFLAGS)
 FUZZ_LIB_OBJS := $(patsubst %.c,build/fuzz/%.o,$(LIB_SRCS))
+FUZZ_SRV_OBJS := $(patsubst %.c,build/fuzz/%.o,$(SRV_SRCS))
 FUZZ_OBJS := $(patsubst %.c,build/fuzz/%.o,$(FUZZ_SRCS))
 FUZZ_BINS := $(patsubst %,build/fuzz/tests/fuzz/fuzz_%,$(FUZZ_TARGETS))
-FUZZ_DEPS += $(FUZZ_LIB_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d)
+FUZZ_DEPS += $(FUZZ_LIB_OBJS:.o=.d) $(FUZZ_SRV_OBJS:.o=.d) \
+	$(FUZZ_OBJS:.o=.d)
 
-# The library is instrumented for coverage too: the fuzzer steers by the
+# The libraries are instrumented for coverage too: the fuzzer steers by the
 # engine's branches as well as the parser's.
-$(FUZZ_LIB_OBJS): build/fuzz/%.o: %.c
+$(FUZZ_LIB_OBJS) $(FUZZ_SRV_OBJS): build/fuzz/%.o: %.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(CFLAGS_fuzz) -fsanitize=fuzzer-no-link $(LIB_CFLAGS) \
 		-c $< -o $@
@@ -100,12 +103,17 @@ build/fuzz/libtiercache.a: $(FUZZ_LIB_OBJS)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
+build/fuzz/libtcserver.a: $(FUZZ_SRV_OBJS)
+	@mkdir -p $(@D)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
 $(FUZZ_OBJS): build/fuzz/%.o: %.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(CFLAGS_fuzz) -fsanitize=fuzzer-no-link -c $< -o $@
 
 build/fuzz/tests/fuzz/fuzz_%: build/fuzz/tests/fuzz/fuzz_%.o \
-		build/fuzz/libtiercache.a
+		build/fuzz/libtcserver.a build/fuzz/libtiercache.a
 	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined $(LDFLAGS) -o $@ $^ \
 		$(LIBS)
 

@@ -1,6 +1,6 @@
 /*
- * Fuzz target: the binary protocol (src/proto_bin.c) through proto_process,
- * on a tiny cache.
+ * Fuzz target: the binary protocol (src/server/proto/proto_bin.c) through
+ * proto_process, on a tiny cache.
  *
  * Input: byte 0 seeds the read sizes, the rest is the byte stream of one
  * connection (it must start with the binary magic 0x80; anything else is
@@ -24,8 +24,8 @@
 
 #include "tests/fuzz/fuzz.h"
 
-#include "src/obuf.h"
-#include "src/proto.h"
+#include "src/server/obuf.h"
+#include "src/server/proto/proto.h"
 #include "src/tiercache.h"
 
 #include <errno.h>

@@ -53,7 +53,7 @@
 
 #include "tests/fuzz/fuzz.h"
 
-#include "src/item_layout.h"
+#include "src/engine/item_layout.h"
 #include "src/tiercache.h"
 
 #include <errno.h>

@@ -1,8 +1,8 @@
 /*
- * Fuzz target: the meta commands (src/proto_meta.c: mg, ms, md, ma, mn, me)
- * over a small real cache. Every line goes to proto_meta_process, as the
- * text parser would send a meta one (a line that is not a meta command is
- * "ERROR"); the text parser's hand-over is fuzz_text's business.
+ * Fuzz target: the meta commands (src/server/proto/proto_meta.c: mg, ms, md,
+ * ma, mn, me) over a small real cache. Every line goes to proto_meta_process,
+ * as the text parser would send a meta one (a line that is not a meta command
+ * is "ERROR"); the text parser's hand-over is fuzz_text's business.
  *
  * Input: one byte that picks how the rest is cut into reads, then the bytes
  * a client would send. The stream is run twice, after a flush_all each
@@ -28,8 +28,8 @@
 
 #include "tests/fuzz/fuzz.h"
 
-#include "src/obuf.h"
-#include "src/proto.h"
+#include "src/server/obuf.h"
+#include "src/server/proto/proto.h"
 #include "src/tiercache.h"
 
 #include <stdbool.h>

@@ -24,8 +24,8 @@
 
 #include "tests/fuzz/fuzz.h"
 
-#include "src/obuf.h"
-#include "src/proto.h"
+#include "src/server/obuf.h"
+#include "src/server/proto/proto.h"
 #include "src/tiercache.h"
 
 #include <errno.h>

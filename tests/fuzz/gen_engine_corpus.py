@@ -296,7 +296,7 @@ def seeds():
         store(SET, 9, v_big(399)), store(APPEND, 0, v_big(0)), get(0),
     ])
     # the first command once a delayed flush is due is a set: the set must
-    # survive the flush (src/store.c commit)
+    # survive the flush (src/engine/store.c commit)
     s["flush_then_set"] = b"".join([
         store(SET, 0, v_short(3)), flush(5), clock(5),
         store(SET, 1, v_short(4)), get(0), get(1),

@@ -12,9 +12,9 @@
  * needs.
  */
 
-#include "src/proto.h"
+#include "src/server/proto/proto.h"
 
-#include "src/obuf.h"
+#include "src/server/obuf.h"
 #include "src/tiercache.h"
 
 #include <errno.h>

@@ -1,7 +1,7 @@
 /*
- * The engine's NVMe tier (src/ext.c) through the public API: spilling cold
- * values at eviction, reading them back, deletes/overwrites/expiry of flash
- * items, read-modify-write commands on them, recache, compaction, fault
+ * The engine's NVMe tier (src/engine/ext.c) through the public API: spilling
+ * cold values at eviction, reading them back, deletes/overwrites/expiry of
+ * flash items, read-modify-write commands on them, recache, compaction, fault
  * injection (through nvs_set_faults and by flipping bytes in the flash
  * file), and a concurrent read/write/compaction stress that checks every
  * value read (run under TSan by the tsan target).
@@ -11,8 +11,8 @@
  */
 #include "engine_fx.h"
 
-#include "src/cache.h"
-#include "src/ext.h"
+#include "src/engine/cache.h"
+#include "src/engine/ext.h"
 #include "tier/nvs.h"
 #include "tier/nvs_layout.h"
 
@@ -31,7 +31,7 @@ struct xfx {
 static struct nvs *
 store_of(struct tc_cache *c)
 {
-    /* the public handle is the engine's struct (src/tiercache.c) */
+    /* the public handle is the engine's struct (src/engine/tiercache.c) */
     return ((struct cache *)c)->nvs;
 }
 

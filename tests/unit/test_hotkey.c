@@ -1,6 +1,6 @@
 /*
- * Unit tests for src/hotkey.c through the public API: a key written often
- * is promoted into the DRAM hot pool and demoted when it cools; every
+ * Unit tests for src/engine/hotkey.c through the public API: a key written
+ * often is promoted into the DRAM hot pool and demoted when it cools; every
  * operation (get, touch, gat, append, incr, cas, delete, flush, expiry)
  * behaves the same on a DRAM item, tc_check() agrees with the stats after
  * each; a full pool leaves keys in PMEM; and a stress run moves hot keys in

@@ -1,7 +1,7 @@
 /*
  * Unit tests for tier/hotspot.c (the write-hotspot tracker) and its engine
- * side (src/cache_hotspot.c, through the public tc_hotspot_* calls): exact
- * byte counts per block and per DIMM for known write sequences, including
+ * side (src/engine/cache_hotspot.c, through the public tc_hotspot_* calls):
+ * exact byte counts per block and per DIMM for known write sequences, including
  * writes that cross interleave and block boundaries and sampling; the skew;
  * the top list and the CSV dump; attaching to the PMEM write hook; and the
  * attribution of a known item's bytes.

@@ -1,12 +1,12 @@
 /*
- * Unit tests for src/htab.c, against a fake item store: an array of items
- * indexed by location, each holding its key. match() compares keys, so a
+ * Unit tests for src/engine/htab.c, against a fake item store: an array of
+ * items indexed by location, each holding its key. match() compares keys, so a
  * tag collision is resolved exactly as the engine resolves it.
  *
  * Seeded randomness: HTAB_TEST_SEED=<n> replays a run; the seed is printed
  * when a randomized test fails.
  */
-#include "src/htab.h"
+#include "src/engine/htab.h"
 
 #include <errno.h>
 #include <pthread.h>

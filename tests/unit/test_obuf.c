@@ -1,5 +1,5 @@
 /*
- * Unit tests for src/obuf.c: appends of every kind, geometric growth,
+ * Unit tests for src/server/obuf.c: appends of every kind, geometric growth,
  * consume and its compaction, the sticky error, freeing a large block once
  * drained, and a seeded random op stream checked against a flat model.
  */
@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "src/obuf.h"
+#include "src/server/obuf.h"
 
 #define TEST_SEED 0x9e3779b97f4a7c15ull
 

@@ -1,7 +1,7 @@
 /*
- * The binary protocol's commands (src/proto_bin.c): every opcode and its
- * quiet form, hits and misses, CAS, incr/decr creation, expiry, stats, quit,
- * with replies compared byte for byte with what memcached 1.6 sends
+ * The binary protocol's commands (src/server/proto/proto_bin.c): every opcode
+ * and its quiet form, hits and misses, CAS, incr/decr creation, expiry, stats,
+ * quit, with replies compared byte for byte with what memcached 1.6 sends
  * (status codes, error texts, lengths, CAS). Framing and broken streams are
  * in test_proto_bin_stream.c.
  */

@@ -1,7 +1,7 @@
 /*
- * The binary protocol's framing (src/proto_bin.c): values too large for an
- * item refused and swallowed without being buffered, lengths that do not
- * suit the opcode ("Invalid arguments", then close), unknown opcodes,
+ * The binary protocol's framing (src/server/proto/proto_bin.c): values too
+ * large for an item refused and swallowed without being buffered, lengths that
+ * do not suit the opcode ("Invalid arguments", then close), unknown opcodes,
  * broken streams, partial requests and their s->need, and the same replies
  * whichever way the input is cut.
  */

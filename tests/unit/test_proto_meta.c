@@ -1,8 +1,8 @@
 /*
- * Meta commands (src/proto_meta.c) against a real engine: exact reply bytes
- * for every flag of mg, ms, md, ma, mn and me, base64 keys, opaque echo,
- * quiet mode, stale-while-revalidate, vivify, early recache, explicit CAS,
- * and memcached's error strings.
+ * Meta commands (src/server/proto/proto_meta.c) against a real engine: exact
+ * reply bytes for every flag of mg, ms, md, ma, mn and me, base64 keys, opaque
+ * echo, quiet mode, stale-while-revalidate, vivify, early recache, explicit
+ * CAS, and memcached's error strings.
  *
  * Requests go through proto_process(), the connection's entry point (the
  * text parser hands meta lines to proto_meta_process()), fed the way a
@@ -10,7 +10,7 @@
  * for the next read.
  */
 
-#include "src/proto.h"
+#include "src/server/proto/proto.h"
 #include "src/tiercache.h"
 
 #include <inttypes.h>

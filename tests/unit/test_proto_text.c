@@ -1,8 +1,8 @@
 /*
- * The classic text protocol (src/proto_text.c through proto_process)
- * against a real engine: exact reply bytes for every command and error,
- * noreply, swallowed values, pipelining split at every byte boundary and in
- * random chunks, expiry and flush on a frozen clock.
+ * The classic text protocol (src/server/proto/proto_text.c through
+ * proto_process) against a real engine: exact reply bytes for every command and
+ * error, noreply, swallowed values, pipelining split at every byte boundary and
+ * in random chunks, expiry and flush on a frozen clock.
  *
  * Each test opens its own cache on a /dev/shm pool (background off, clock
  * frozen at T0) and a session with a stub proto_server_ops; teardown closes
@@ -10,10 +10,10 @@
  * TC_TEST_SEED to replay one.
  */
 
-#include "src/proto.h"
+#include "src/server/proto/proto.h"
 
-#include "src/obuf.h"
-#include "src/proto_util.h"
+#include "src/server/obuf.h"
+#include "src/server/proto/proto_util.h"
 #include "src/tiercache.h"
 
 #include <errno.h>

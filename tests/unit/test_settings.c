@@ -1,5 +1,5 @@
 /*
- * Unit tests for src/settings.c: defaults, every flag (short, attached,
+ * Unit tests for src/server/settings.c: defaults, every flag (short, attached,
  * bundled, long), k/m/g suffixes, -o options, the one-line error naming the
  * flag for every bad value, checks across options, --help and
  * "stats settings".
@@ -17,8 +17,8 @@
 #include <cmocka.h>
 
 #include "src/base/err.h"
-#include "src/obuf.h"
-#include "src/settings.h"
+#include "src/server/obuf.h"
+#include "src/server/settings.h"
 
 #define MAX_ARGS 32
 

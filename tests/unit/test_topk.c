@@ -1,10 +1,10 @@
 /*
- * Unit tests for src/topk.c: planted hot keys in a Zipf stream are found
+ * Unit tests for src/engine/topk.c: planted hot keys in a Zipf stream are found
  * with about their rates, cold keys leave after the window, an adversarial
  * stream of distinct keys keeps K entries. Seeded (TOPK_TEST_SEED=<n>
  * replays a run; the seed is printed when a randomized test fails).
  */
-#include "src/topk.h"
+#include "src/engine/topk.h"
 
 #include <math.h>
 #include <setjmp.h>

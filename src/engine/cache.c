@@ -1,0 +1,952 @@
+/*
+ * Engine lifecycle, per-thread contexts, item memory and the shared rules
+ * (expiry, flush, CAS). The concurrency picture of the whole engine is at
+ * the top of src/engine/cache.h.
+ *
+ * Concurrency (this file):
+ *   registry_lock   guards the list of live caches (ids), so that a thread
+ *                   exiting after a cache closed does not touch it.
+ *   tls[]           the calling thread's (cache id -> context) table; owner
+ *                   thread only.
+ *   c->threads_lock guards c->threads, c->retired, c->reset_base.
+ *   c->cas_seq      relaxed fetch_add: uniqueness is all CAS needs; order
+ *                   with the index comes from the bucket lock.
+ *   c->flush_at / flush_cas: see cache_flush_check().
+ */
+#include "src/engine/cache.h"
+
+#include "src/base/clock.h"
+#include "src/base/err.h"
+#include "src/base/hash.h"
+#include "src/base/log.h"
+#include "src/engine/cache_hotspot.h"
+#include "src/engine/hotkey.h"
+#include "src/engine/ext.h"
+#include "tier/pm.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <urcu/urcu-memb.h>
+
+#define TLS_SLOTS 8
+
+struct tls_slot {
+    uint64_t id;
+    struct cache *cache;
+    struct cache_thread *ctx;
+};
+
+static __thread struct tls_slot tls[TLS_SLOTS];
+static __thread unsigned tls_count;
+static __thread bool tls_rcu_registered;
+
+char cache_rcu_token;
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t exit_key;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static uint64_t next_cache_id = 1;
+static struct cache *live[64];
+static uint64_t live_id[64];
+
+static bool
+id_is_live(uint64_t id)
+{
+    for (unsigned i = 0; i < ARRAY_SIZE(live); i++)
+        if (live_id[i] == id)
+            return true;
+    return false;
+}
+
+/* --- per-thread contexts --- */
+
+static void thread_exit(void *unused);
+
+static void
+exit_key_create(void)
+{
+    pthread_key_create(&exit_key, thread_exit);
+}
+
+static void
+ctx_destroy(struct cache *c, struct cache_thread *t)
+{
+    cache_defer_flush(t);
+    ext_thread_fini(t);
+    /* unlink first: tc_stats walks c->threads under threads_lock and reads
+     * each quota, which must not be freed under it */
+    pthread_mutex_lock(&c->threads_lock);
+    for (struct cache_thread **p = &c->threads; *p; p = &(*p)->next) {
+        if (*p == t) {
+            *p = t->next;
+            break;
+        }
+    }
+    for (int s = 0; s < ST_COUNT; s++)
+        c->retired[s] +=
+            atomic_load_explicit(&t->stat[s], memory_order_relaxed);
+    for (int i = 0; i < SLAB_MAX_CLASSES; i++)
+        c->retired_cls[i] +=
+            atomic_load_explicit(&t->cls_chunks[i], memory_order_relaxed);
+    c->retired_refills += quota_refills(t->quota);
+    pthread_mutex_unlock(&c->threads_lock);
+    quota_destroy(t->quota);
+    hotkey_thread_fini(t);
+    free(t);
+}
+
+static struct cache_thread *
+ctx_create(struct cache *c)
+{
+    struct cache_thread *t = aligned_alloc(CACHE_LINE, sizeof(*t));
+    if (!t) {
+        err_set("no DRAM for a thread context");
+        return NULL;
+    }
+    memset(t, 0, sizeof(*t));
+    t->cache = c;
+    t->ext_want_page = -1;
+    t->ext_refill = -1;
+    if (quota_create(c->slab, c->cfg.quota_batch, &t->quota) != 0) {
+        err_set("no DRAM for a thread quota");
+        free(t);
+        return NULL;
+    }
+    if (hotkey_thread_init(t) != 0) {
+        err_set("no DRAM for a thread's hot-key samples");
+        quota_destroy(t->quota);
+        free(t);
+        return NULL;
+    }
+    pthread_mutex_lock(&c->threads_lock);
+    t->next = c->threads;
+    c->threads = t;
+    pthread_mutex_unlock(&c->threads_lock);
+    return t;
+}
+
+static void
+tls_remove(unsigned i)
+{
+    tls[i] = tls[--tls_count];
+    memset(&tls[tls_count], 0, sizeof(tls[0]));
+    if (tls_count == 0 && tls_rcu_registered) {
+        urcu_memb_unregister_thread();
+        tls_rcu_registered = false;
+    }
+}
+
+/* Drop slots whose cache has closed. Locks: registry_lock. */
+static void
+tls_prune_locked(void)
+{
+    for (unsigned i = 0; i < tls_count;) {
+        if (!id_is_live(tls[i].id))
+            tls_remove(i);
+        else
+            i++;
+    }
+}
+
+static void
+thread_exit(void *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&registry_lock);
+    while (tls_count) {
+        struct tls_slot s = tls[0];
+        if (id_is_live(s.id))
+            ctx_destroy(s.cache, s.ctx);
+        tls_remove(0);
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+struct cache_thread *
+cache_thread_get(struct cache *c)
+{
+    for (unsigned i = 0; i < tls_count; i++) {
+        if (tls[i].cache == c && tls[i].id == c->id) {
+            struct cache_thread *t = tls[i].ctx;
+            if (unlikely(
+                    t->quota_gen !=
+                    atomic_load_explicit(&c->quota_gen, memory_order_relaxed)))
+                cache_thread_quiesce(t);
+            return t;
+        }
+    }
+
+    pthread_once(&exit_once, exit_key_create);
+    pthread_mutex_lock(&registry_lock);
+    tls_prune_locked();
+    uint64_t id = c->id;
+    struct cache_thread *t = NULL;
+    if (tls_count == TLS_SLOTS)
+        err_set("a thread may use at most %d caches at once", TLS_SLOTS);
+    else if (id_is_live(id))
+        t = ctx_create(c);
+    if (t) {
+        if (!tls_rcu_registered) {
+            urcu_memb_register_thread();
+            tls_rcu_registered = true;
+        }
+        tls[tls_count++] = (struct tls_slot){id, c, t};
+        pthread_setspecific(exit_key, (void *)1);
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return t;
+}
+
+void
+cache_thread_quiesce(struct cache_thread *t)
+{
+    t->quota_gen =
+        atomic_load_explicit(&t->cache->quota_gen, memory_order_relaxed);
+    quota_flush(t->quota);
+    cache_defer_flush(t);
+}
+
+void
+cache_thread_put(struct cache *c)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (unsigned i = 0; i < tls_count; i++) {
+        if (tls[i].cache == c && id_is_live(tls[i].id)) {
+            ctx_destroy(c, tls[i].ctx);
+            tls_remove(i);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void
+cache_stats_sum(struct cache *c, int64_t *sum)
+{
+    pthread_mutex_lock(&c->threads_lock);
+    for (int s = 0; s < ST_COUNT; s++)
+        sum[s] = c->retired[s];
+    for (struct cache_thread *t = c->threads; t; t = t->next)
+        for (int s = 0; s < ST_COUNT; s++)
+            sum[s] += atomic_load_explicit(&t->stat[s], memory_order_relaxed);
+    for (int s = 0; s < ST_FIRST_GAUGE; s++)
+        sum[s] -= c->reset_base[s];
+    pthread_mutex_unlock(&c->threads_lock);
+}
+
+int64_t
+cache_class_chunks(struct cache *c, unsigned cls)
+{
+    pthread_mutex_lock(&c->threads_lock);
+    int64_t n = c->retired_cls[cls];
+    for (struct cache_thread *t = c->threads; t; t = t->next)
+        n += atomic_load_explicit(&t->cls_chunks[cls], memory_order_relaxed);
+    pthread_mutex_unlock(&c->threads_lock);
+    return n;
+}
+
+unsigned
+cache_class_of(const struct cache *c, uint64_t off)
+{
+    if (!cache_off_dram(off))
+        return slab_class_of(c->slab, off);
+    const struct item_hdr *it = cache_item_at(c, off);
+    int cls = slab_class_for(
+        c->slab, (uint32_t)(sizeof(*it) + it->klen + (uint64_t)it->vlen));
+    return cls < 0 ? 0 : (unsigned)cls;
+}
+
+void
+cache_touch_dram(struct cache *c, uint64_t off, bool bump,
+                 struct slab_seen *out)
+{
+    out->fetched = cache_bit_fetched(c, off);
+    out->claimed = cache_bit_claimed(c, off);
+    out->age = 0; /* a DRAM item keeps no time (cache_atime_age) */
+    out->cls = (uint8_t)cache_class_of(c, off);
+    if (bump)
+        cache_bit_ref(c, off);
+}
+
+static inline void
+class_add(struct cache_thread *t, uint64_t off, int sign)
+{
+    if (cache_off_dram(off)) {
+        cache_stat_add(t, ST_HOT_ITEMS, sign);
+        return; /* no slab chunk */
+    }
+    unsigned cls = slab_class_of(t->cache->slab, off);
+    int64_t v = atomic_load_explicit(&t->cls_chunks[cls], memory_order_relaxed);
+    atomic_store_explicit(&t->cls_chunks[cls], v + sign, memory_order_relaxed);
+}
+
+void
+cache_account(struct cache_thread *t, uint64_t head, int sign)
+{
+    struct cache *c = t->cache;
+    const struct item_hdr *it = cache_item_at(c, head);
+    const uint64_t *tails = item_tails(it);
+
+    cache_stat_add(t, ST_CURR_ITEMS, sign);
+    cache_stat_add(t, ST_BYTES, sign * (int64_t)cache_item_bytes(c, it));
+    if (it->kind == ITEM_KIND_FLASH) {
+        cache_stat_add(t, ST_EXT_ITEMS, sign);
+        cache_stat_add(t, ST_EXT_BYTES, sign * (int64_t)it->vlen);
+        class_add(t, head, sign);
+        return;
+    }
+    class_add(t, head, sign);
+    for (unsigned i = 0; i < it->nchain; i++)
+        class_add(t, tails[i], sign);
+}
+
+void
+cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
+                     enum cache_unlink why)
+{
+    struct cache *c = t->cache;
+    const struct item_hdr *it = cache_item_at(c, head);
+    bool fetched = cache_bit_fetched(c, head);
+    /* the flash copy is dead now: only the store's books change (ext.c) */
+    if (it->kind == ITEM_KIND_FLASH && c->nvs)
+        nvs_release(c->nvs, item_flash_loc(it));
+    cache_account(t, head, -1);
+    if (dead == CACHE_EXPIRED && !fetched && why != UNLINK_DELETED &&
+        why != UNLINK_REPLACED)
+        cache_stat_inc(t, ST_EXPIRED_UNFETCHED);
+    /* memcached's "reclaimed": memory of a dead item used for a new one */
+    if (dead != CACHE_LIVE && (why == UNLINK_REPLACED || why == UNLINK_EVICTED))
+        cache_stat_inc(t, ST_RECLAIMED);
+    if (dead == CACHE_LIVE && why == UNLINK_EVICTED) {
+        cache_stat_inc(t, ST_EVICTIONS);
+        if (!fetched)
+            cache_stat_inc(t, ST_EVICTED_UNFETCHED);
+    }
+}
+
+/* --- rules --- */
+
+uint64_t
+cache_hash(const struct cache *c, const void *key, uint32_t klen)
+{
+    return hash_bytes(key, klen, c->hash_seed);
+}
+
+uint32_t
+cache_exptime(int64_t exptime, uint32_t now)
+{
+    if (exptime == 0)
+        return 0;
+    if (exptime < 0)
+        return 1; /* long past: the item is born expired */
+    if (exptime <= CACHE_REALTIME_MAXDELTA)
+        return now + (uint32_t)exptime;
+    return exptime > UINT32_MAX ? UINT32_MAX : (uint32_t)exptime;
+}
+
+/*
+ * A delayed flush becomes a CAS watermark the moment its time comes: every
+ * item stored before then has a smaller CAS. The thread that wins the
+ * exchange on flush_at publishes the watermark; a reader that loses the race
+ * may judge one item by the old watermark, which is the same as the flush
+ * arriving a moment later.
+ */
+void
+cache_flush_check(struct cache *c, uint32_t now)
+{
+    uint32_t at = atomic_load_explicit(&c->flush_at, memory_order_acquire);
+    if (likely(at == 0) || now < at)
+        return;
+    if (atomic_compare_exchange_strong_explicit(
+            &c->flush_at, &at, 0, memory_order_acq_rel, memory_order_acquire)) {
+        uint64_t seq = atomic_load_explicit(&c->cas_seq, memory_order_relaxed);
+        atomic_store_explicit(&c->flush_cas, seq, memory_order_release);
+    }
+}
+
+enum cache_dead
+cache_item_dead(const struct cache *c, const struct item_hdr *it, uint32_t now)
+{
+    uint32_t exp = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+    if (exp != 0 && exp <= now)
+        return CACHE_EXPIRED;
+    /* acquire pairs with the release store in cache_flush_check/flush_all */
+    if (it->cas <= atomic_load_explicit(&c->flush_cas, memory_order_acquire))
+        return CACHE_FLUSHED;
+    /* a DRAM check in the store, no I/O (it is a PMEM header, never a
+     * copy: every caller passes item_at()) */
+    if (it->kind == ITEM_KIND_FLASH && c->nvs &&
+        !nvs_loc_live(c->nvs, item_flash_loc(it)))
+        return CACHE_LOST;
+    return CACHE_LIVE;
+}
+
+uint64_t
+cache_item_bytes(const struct cache *c, const struct item_hdr *it)
+{
+    struct item_plan plan;
+    if (it->kind == ITEM_KIND_FLASH)
+        return item_flash_size(it->klen);
+    item_plan(it->klen, it->vlen, c->chunk_max, &plan);
+    return plan.total;
+}
+
+/* --- item memory --- */
+
+/* Whether the class owns any page (else eviction there finds nothing). */
+static bool
+class_has_pages(struct cache *c, unsigned cls)
+{
+    struct slab_class_stats st;
+    slab_class_stats(c->slab, cls, &st);
+    return st.pages > 0;
+}
+
+/*
+ * One chunk of the class for size: from the quota; else evict cold items of
+ * the class (CLOCK may need several passes to find one); else wait for
+ * pending deferred frees; else take a page from another class.
+ */
+static int
+alloc_chunk(struct cache_thread *t, uint32_t size, uint64_t *off)
+{
+    struct cache *c = t->cache;
+    unsigned cls = (unsigned)slab_class_for(c->slab, size);
+    int evict_misses = 0;
+
+    for (int attempt = 0; attempt < 32; attempt++) {
+        if (quota_alloc(t->quota, cls, off) == 0)
+            return 0;
+        /* memory freed but waiting for readers comes first: cheaper than
+         * evicting, and eviction must not outrun it */
+        if (attempt == 0 && cache_reclaim_limbo(t) > 0)
+            continue;
+        if (c->cfg.evict && evict_misses < 8) {
+            if (reclaim_evict(t, cls) > 0)
+                continue;
+            if (++evict_misses < 8 && class_has_pages(c, cls))
+                continue;
+        }
+        if (cache_reclaim_limbo(t) > 0)
+            continue;
+        /* a page with room elsewhere (with -M too: its items move into
+         * free chunks, none is evicted) */
+        if (reclaim_reassign(t, -1, (int)cls, RECLAIM_WAIT) != 0)
+            break;
+    }
+    return -ENOMEM;
+}
+
+int
+cache_alloc_item(struct cache_thread *t, const struct item_plan *plan,
+                 uint64_t *head, uint64_t *tails)
+{
+    struct cache *c = t->cache;
+    unsigned i;
+
+    for (i = 0; i < plan->nchain; i++) {
+        uint32_t size = i + 1 == plan->nchain ? plan->last_size : c->chunk_max;
+        if (alloc_chunk(t, size, &tails[i]) != 0)
+            goto err_free_tails;
+    }
+    if (alloc_chunk(t, plan->head_size, head) != 0)
+        goto err_free_tails;
+    return 0;
+
+err_free_tails:
+    while (i-- > 0)
+        quota_free(t->quota, slab_class_of(c->slab, tails[i]), tails[i]);
+    return -ENOMEM;
+}
+
+void
+cache_free_unpublished(struct cache_thread *t, const struct item_plan *plan,
+                       uint64_t head, const uint64_t *tails)
+{
+    struct slab *s = t->cache->slab;
+    if (cache_off_dram(head)) {
+        hotkey_free(t->cache, head);
+        return;
+    }
+    for (unsigned i = 0; i < plan->nchain; i++)
+        quota_free(t->quota, slab_class_of(s, tails[i]), tails[i]);
+    quota_free(t->quota, slab_class_of(s, head), head);
+}
+
+void
+cache_free_now(struct cache_thread *t, uint64_t head)
+{
+    struct cache *c = t->cache;
+    if (cache_off_dram(head)) {
+        hotkey_free(c, head);
+        return;
+    }
+    const struct item_hdr *it = item_at(c->base, head);
+    const uint64_t *tails = item_tails(it);
+    for (unsigned i = 0; i < it->nchain; i++)
+        quota_free(t->quota, slab_class_of(c->slab, tails[i]), tails[i]);
+    quota_free(t->quota, slab_class_of(c->slab, head), head);
+}
+
+/*
+ * Deferred frees. A thread collects the items it unlinks in a batch; a full
+ * batch goes on the cache's limbo list. Whoever needs memory (a failed
+ * allocation, a page drain, the maintenance thread every second, a writer
+ * when limbo grows long) takes the whole list, waits for one grace period
+ * and frees everything on it. One synchronize_rcu thus covers many batches,
+ * and no helper thread or rcu_barrier is involved.
+ */
+struct limbo_batch {
+    struct limbo_batch *next;
+    unsigned n;
+    uint64_t head[CACHE_DEFER_BATCH];
+};
+
+/* Items in limbo past which a writer wakes the maintenance thread to free
+ * them, and past which (or past the soft bound when there is no such
+ * thread) it frees them itself, bounding the memory waiting there. */
+#define LIMBO_SOFT_ITEMS 4096
+#define LIMBO_HARD_ITEMS 65536
+
+/* Deferred entries are head offsets (8-aligned); the low bit marks a
+ * chained item, whose tails must be read from its header when freed. A
+ * plain item is freed without touching PMEM. */
+#define DEFER_CHAINED 1ull
+
+static void
+free_entry(struct cache_thread *t, uint64_t e)
+{
+    if (cache_off_dram(e))
+        hotkey_free(t->cache, e);
+    else if (e & DEFER_CHAINED)
+        cache_free_now(t, e & ~DEFER_CHAINED);
+    else
+        quota_free(t->quota, slab_class_of(t->cache->slab, e), e);
+}
+
+int
+cache_reclaim_limbo(struct cache_thread *t)
+{
+    struct cache *c = t->cache;
+    int n = 0;
+
+    cache_defer_flush(t);
+    pthread_mutex_lock(&c->limbo_lock);
+    struct limbo_batch *list = c->limbo;
+    c->limbo = NULL;
+    pthread_mutex_unlock(&c->limbo_lock);
+    if (!list)
+        return 0;
+    /* every item on the list was unlinked before it was queued, so one
+     * grace period from here covers them all */
+    urcu_memb_synchronize_rcu();
+    cache_rcu_synced();
+    while (list) {
+        struct limbo_batch *b = list;
+        list = b->next;
+        for (unsigned i = 0; i < b->n; i++)
+            free_entry(t, b->head[i]);
+        n += (int)b->n;
+        atomic_fetch_sub_explicit(&c->limbo_items, b->n, memory_order_relaxed);
+        free(b);
+    }
+    return n;
+}
+
+void
+cache_defer_flush(struct cache_thread *t)
+{
+    struct cache *c = t->cache;
+    if (!t->ndefer)
+        return;
+    struct limbo_batch *b = malloc(sizeof(*b));
+    if (!b) {
+        /* No DRAM for the batch: wait for readers here instead. */
+        urcu_memb_synchronize_rcu();
+        cache_rcu_synced();
+        for (unsigned i = 0; i < t->ndefer; i++)
+            free_entry(t, t->defer[i]);
+        t->ndefer = 0;
+        return;
+    }
+    unsigned n = t->ndefer;
+    b->n = n;
+    memcpy(b->head, t->defer, n * sizeof(uint64_t));
+    t->ndefer = 0;
+    /* count before publishing: once b is on the list another thread may
+     * reclaim and free it */
+    atomic_fetch_add_explicit(&c->limbo_items, n, memory_order_relaxed);
+    pthread_mutex_lock(&c->limbo_lock);
+    b->next = c->limbo;
+    c->limbo = b;
+    pthread_mutex_unlock(&c->limbo_lock);
+}
+
+void
+cache_defer_free(struct cache_thread *t, uint64_t head)
+{
+    struct cache *c = t->cache;
+    /* Context: the caller unlinked the item, so its header is still
+     * intact, and likely in the CPU cache */
+    t->defer[t->ndefer++] =
+        head | (cache_item_at(c, head)->nchain ? DEFER_CHAINED : 0);
+    if (t->ndefer < CACHE_DEFER_BATCH)
+        return;
+    cache_defer_flush(t);
+    uint64_t n = atomic_load_explicit(&c->limbo_items, memory_order_relaxed);
+    if (c->bg_running && n > LIMBO_SOFT_ITEMS && n <= LIMBO_HARD_ITEMS) {
+        if (!atomic_exchange_explicit(&c->bg_kick, true, memory_order_relaxed))
+            pthread_cond_signal(&c->bg_cond);
+    } else if (n > LIMBO_SOFT_ITEMS) {
+        /* Context: callers free outside any read section, so waiting for
+         * a grace period here is allowed */
+        cache_reclaim_limbo(t);
+    }
+}
+
+bool
+cache_match_key(void *arg, uint64_t loc)
+{
+    const struct cache_key *k = arg;
+    uint64_t off = cache_off(loc);
+    /* overlap the miss on the chunk's CLOCK bits with the one on the item */
+    if (likely(!cache_off_dram(off)))
+        slab_prefetch(k->c->slab, off);
+    return item_key_equals(cache_item_at(k->c, off), k->key, k->klen);
+}
+
+bool
+cache_unlink_loc(struct cache *c, uint64_t hash, uint64_t loc)
+{
+    struct htab_bucket *b = htab_lock(c->htab, hash);
+    _Atomic uint64_t *slot = htab_find_loc_locked(b, loc);
+    if (slot)
+        htab_remove_locked(slot);
+    htab_unlock(b);
+    return slot != NULL;
+}
+
+/* --- lifecycle --- */
+
+static void
+format_page(void *arg, char *page, uint32_t chunk_size, uint32_t nchunks)
+{
+    struct cache *c = arg;
+    /* ablation only (ablate_init_in_lock): slab.c holds the class lock */
+    bool in_lock = unlikely(c->cfg.ablate_init_in_lock);
+    if (in_lock)
+        pm_unchecked_begin();
+    /* PMEM: mark every chunk empty so that a scan (or a future warm
+     * restart) never mistakes a fresh page's bytes for items. No lock is
+     * held here (slab.c calls the hook between its locks). */
+    for (uint32_t i = 0; i < nchunks; i++)
+        pm_set(page + (uint64_t)i * chunk_size, ITEM_KIND_EMPTY, 1);
+    if (in_lock)
+        pm_unchecked_end();
+}
+
+/* EXPERIMENT ONLY (ablate_meta_in_pmem): a word of a page's PMEM header,
+ * stored under the slab class lock on purpose. */
+static void
+pmeta_write(void *arg, uint64_t *pmem_dst, uint64_t v)
+{
+    (void)arg;
+    pm_unchecked_begin();
+    pm_store64(pmem_dst, v);
+    pm_unchecked_end();
+}
+
+static int
+check_config(const struct tc_config *cfg)
+{
+    uint32_t chunk_max = cfg->chunk_max ? cfg->chunk_max : POOL_PAGE_SIZE / 2;
+    uint64_t tails = cfg->item_size_max / (chunk_max - 16) + 1;
+
+    if (cfg->item_size_max < 1024 || tails > ITEM_MAX_TAILS ||
+        cfg->item_size_max > (1u << 30)) {
+        err_set("item_size_max %u is out of range (1 KiB to %llu bytes with "
+                "chunk_max %u)",
+                cfg->item_size_max,
+                (unsigned long long)ITEM_MAX_TAILS * (chunk_max - 16),
+                chunk_max);
+        return -EINVAL;
+    }
+    if (cfg->chunk_max &&
+        (cfg->chunk_max < 1024 || cfg->chunk_max > POOL_PAGE_SIZE)) {
+        err_set("chunk_max %u is out of range (1 KiB to 1 MiB)",
+                cfg->chunk_max);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int
+open_memory(struct cache *c)
+{
+    struct region_config rc = {c->cfg.pool_path, c->cfg.pool_size};
+    int rcode = region_open(&rc, &c->region);
+    if (rcode)
+        return rcode;
+
+    uint64_t len = region_data_size(c->region);
+    uint32_t limit = 0;
+    if (c->cfg.mem_limit) {
+        uint64_t pages = c->cfg.mem_limit >> POOL_PAGE_SHIFT;
+        limit = (uint32_t)MIN(MAX(pages, 1ull), len >> POOL_PAGE_SHIFT);
+    }
+    rcode = pool_create(region_data(c->region), len, limit, &c->pool);
+    if (rcode)
+        return rcode;
+    c->base = pool_base(c->pool);
+
+    struct slab_config sc = {
+        .min_chunk = c->cfg.min_chunk,
+        .growth_factor = c->cfg.growth_factor,
+        .chunk_max = c->cfg.chunk_max,
+        .format = format_page,
+        .format_arg = c,
+        /* experiment only (issue 5), off by default */
+        .meta_write = c->cfg.ablate_meta_in_pmem ? pmeta_write : NULL,
+        .format_in_lock = c->cfg.ablate_init_in_lock,
+    };
+    rcode = slab_create(&sc, c->pool, &c->slab);
+    if (rcode)
+        return rcode;
+    c->chunk_max = slab_chunk_size(c->slab, slab_nclasses(c->slab) - 1);
+
+    uint64_t expected = c->cfg.expected_items;
+    if (!expected)
+        expected = MAX(len / 128, 1024ull);
+    rcode = htab_create(expected, &c->htab);
+    if (rcode)
+        return rcode;
+    rcode = cache_hotspot_open(c);
+    if (rcode)
+        return rcode;
+    return hotkey_create(c);
+}
+
+static void
+close_memory(struct cache *c)
+{
+    hotkey_destroy(c);
+    cache_hotspot_close(c);
+    htab_destroy(c->htab);
+    slab_destroy(c->slab);
+    pool_destroy(c->pool);
+    region_close(c->region);
+}
+
+static int
+registry_add(struct cache *c)
+{
+    int rc = -EMFILE;
+    pthread_mutex_lock(&registry_lock);
+    for (unsigned i = 0; i < ARRAY_SIZE(live); i++) {
+        if (!live[i]) {
+            live[i] = c;
+            live_id[i] = c->id = next_cache_id++;
+            rc = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+    if (rc)
+        err_set("too many open caches (at most %zu)", ARRAY_SIZE(live));
+    return rc;
+}
+
+static void
+registry_remove(struct cache *c)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (unsigned i = 0; i < ARRAY_SIZE(live); i++) {
+        if (live[i] == c) {
+            live[i] = NULL;
+            live_id[i] = 0;
+        }
+    }
+    tls_prune_locked();
+    pthread_mutex_unlock(&registry_lock);
+}
+
+int
+cache_open(const struct tc_config *cfg, struct cache **out)
+{
+    int rc = check_config(cfg);
+    if (rc)
+        return rc;
+    struct cache *c = aligned_alloc(CACHE_LINE, sizeof(*c));
+    if (!c) {
+        err_set("no DRAM for the cache");
+        return -ENOMEM;
+    }
+    memset(c, 0, sizeof(*c));
+    c->cfg = *cfg;
+    c->hash_seed = 0x9e3779b97f4a7c15ull ^ (uint64_t)clock_nsec();
+    atomic_init(&c->cas_seq, 0);
+    pthread_mutex_init(&c->admin, NULL);
+    pthread_mutex_init(&c->threads_lock, NULL);
+    pthread_mutex_init(&c->limbo_lock, NULL);
+    pthread_mutex_init(&c->bg_lock, NULL);
+    pthread_cond_init(&c->bg_cond, NULL);
+
+    rc = open_memory(c);
+    if (rc)
+        goto err_close;
+    rc = ext_open(c);
+    if (rc)
+        goto err_close;
+    rc = registry_add(c);
+    if (rc)
+        goto err_ext;
+    if (c->cfg.background && (rc = reclaim_start(c)) != 0)
+        goto err_unregister;
+    log_info("cache open: %s, %llu MiB pool (%s), %u slab classes",
+             region_path(c->region),
+             (unsigned long long)(region_data_size(c->region) >> 20),
+             region_is_pmem(c->region) ? "PMEM" : "emulated PMEM",
+             slab_nclasses(c->slab));
+    *out = c;
+    return 0;
+
+err_unregister:
+    registry_remove(c);
+err_ext:
+    ext_close(c);
+err_close:
+    close_memory(c);
+    pthread_mutex_destroy(&c->admin);
+    free(c);
+    return rc;
+}
+
+void
+cache_close(struct cache *c)
+{
+    reclaim_stop(c);
+    /* Other threads have stopped (API contract): free everything in limbo
+     * before the slab goes away. */
+    pthread_mutex_lock(&c->threads_lock);
+    for (struct cache_thread *t = c->threads; t; t = t->next)
+        cache_defer_flush(t);
+    pthread_mutex_unlock(&c->threads_lock);
+    struct cache_thread *self = cache_thread_get(c);
+    if (self)
+        cache_reclaim_limbo(self);
+    while (c->threads)
+        ctx_destroy(c, c->threads);
+    registry_remove(c);
+    ext_close(c);
+    close_memory(c);
+    pthread_mutex_destroy(&c->admin);
+    pthread_mutex_destroy(&c->threads_lock);
+    pthread_mutex_destroy(&c->limbo_lock);
+    pthread_mutex_destroy(&c->bg_lock);
+    pthread_cond_destroy(&c->bg_cond);
+    free(c);
+}
+
+/* --- invariants --- */
+
+struct check_walk {
+    struct cache *c;
+    uint64_t items;
+    uint64_t bytes;
+    uint64_t hot; /* of which in the DRAM hot pool */
+    uint64_t ext_items, ext_bytes;
+};
+
+static int
+check_entry(void *arg, uint64_t loc)
+{
+    struct check_walk *w = arg;
+    struct cache *c = w->c;
+    uint64_t off = cache_off(loc);
+
+    if (cache_off_dram(off)) {
+        if (!c->hot || !(atomic_load_explicit(dpool_flags(cache_dram_ptr(off)),
+                                              memory_order_acquire) &
+                         HOT_WRITTEN)) {
+            err_set("index entry names a DRAM item that is not written");
+            return -EFAULT;
+        }
+        w->hot++;
+    } else if (off >= (uint64_t)pool_npages(c->pool) << POOL_PAGE_SHIFT ||
+               slab_class_of(c->slab, off) == SLAB_NO_CLASS) {
+        err_set("index entry points at offset %llu outside any slab page",
+                (unsigned long long)off);
+        return -EFAULT;
+    }
+    const struct item_hdr *it = cache_item_at(c, off);
+    if (!item_kind_is_head(it->kind) || it->klen == 0 ||
+        it->klen > TC_KEY_MAX) {
+        err_set("index entry at offset %llu holds no item (kind %#x)",
+                (unsigned long long)off, it->kind);
+        return -EFAULT;
+    }
+    struct cache_key k = {c, item_key(it), it->klen};
+    cache_read_lock();
+    uint64_t found = htab_lookup_rcu(c->htab, cache_hash(c, k.key, k.klen),
+                                     cache_match_key, &k);
+    cache_read_unlock();
+    if (found != loc) {
+        err_set("item at offset %llu is not where its key hashes",
+                (unsigned long long)off);
+        return -EFAULT;
+    }
+    if (it->kind == ITEM_KIND_FLASH) {
+        const struct nvs_loc *nl = item_flash_loc(it);
+        uint32_t size = slab_chunk_size(c->slab, slab_class_of(c->slab, off));
+        if (!c->nvs || nl->vlen != it->vlen || it->nchain ||
+            item_flash_size(it->klen) > size) {
+            err_set("flash item at offset %llu is inconsistent (value %u "
+                    "bytes, locator %u, chunk %u)",
+                    (unsigned long long)off, it->vlen, nl->vlen, size);
+            return -EFAULT;
+        }
+        w->ext_items++;
+        w->ext_bytes += it->vlen;
+    }
+    w->items++;
+    w->bytes += cache_item_bytes(c, it);
+    return 0;
+}
+
+int
+cache_check(struct cache *c)
+{
+    struct check_walk w = {c, 0, 0, 0, 0, 0};
+    int64_t s[ST_COUNT];
+
+    if (!cache_thread_get(c))
+        return -ENOMEM;
+    int rc = htab_foreach(c->htab, check_entry, &w);
+    if (rc)
+        return rc;
+    cache_stats_sum(c, s);
+    if ((int64_t)w.items != s[ST_CURR_ITEMS] ||
+        (int64_t)w.bytes != s[ST_BYTES]) {
+        err_set("index holds %llu items of %llu bytes, stats say %lld of "
+                "%lld",
+                (unsigned long long)w.items, (unsigned long long)w.bytes,
+                (long long)s[ST_CURR_ITEMS], (long long)s[ST_BYTES]);
+        return -EFAULT;
+    }
+    if ((int64_t)w.hot != s[ST_HOT_ITEMS]) {
+        err_set("index holds %llu DRAM items, stats say %lld",
+                (unsigned long long)w.hot, (long long)s[ST_HOT_ITEMS]);
+        return -EFAULT;
+    }
+    if ((int64_t)w.ext_items != s[ST_EXT_ITEMS] ||
+        (int64_t)w.ext_bytes != s[ST_EXT_BYTES]) {
+        err_set("index holds %llu flash items of %llu value bytes, stats say "
+                "%lld of %lld",
+                (unsigned long long)w.ext_items,
+                (unsigned long long)w.ext_bytes, (long long)s[ST_EXT_ITEMS],
+                (long long)s[ST_EXT_BYTES]);
+        return -EFAULT;
+    }
+    return slab_check(c->slab);
+}

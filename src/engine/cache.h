@@ -1,0 +1,500 @@
+#pragma once
+/*
+ * Engine internals shared by src/engine/cache.c (lifecycle, threads, memory),
+ * src/engine/store.c (writes), src/engine/fetch.c (reads, touch, delete) and
+ * src/engine/reclaim.c (eviction, expiry sweep, page moves, maintenance).
+ * Not installed; the public API is src/tiercache.h.
+ *
+ * Concurrency (the whole engine's picture; README repeats it):
+ *   index            see src/engine/htab.h: RCU readers, bucket spin locks.
+ *   item chunks      written before publication with no lock held; after
+ *                    publication only exptime changes (one 4-byte store).
+ *   freed chunks     an item unlinked from the index is freed only after an
+ *                    RCU grace period: its thread's deferred batch goes on
+ *                    the cache's limbo list, which whoever needs memory
+ *                    empties after one synchronize_rcu (cache.c); eviction
+ *                    waits with synchronize_rcu for its own victims.
+ *   cache->cas_seq, flush_cas, flush_at
+ *                    atomics; see the functions that use them.
+ *   cache->admin     serialises maintenance: the expiry sweep cursors, page
+ *                    reassignment, memlimit drains. It is an ownership
+ *                    token, not a lock over shared DRAM state: relocation
+ *                    copies items (PMEM writes) while a thread holds it, so
+ *                    it is a plain mutex outside the rank and no-PMEM-write
+ *                    checks, and no hot path waits on it (only an
+ *                    allocation whose class has nothing left to evict;
+ *                    the flash tier's header-page refills use trylock).
+ *   cache->limbo_lock guards the limbo list.
+ *   cache->threads_lock guards the list of thread contexts and the stats of
+ *                    threads that left (a plain mutex, rank-free: held with
+ *                    no other lock except by the hot-key tick, which takes
+ *                    it inside its own lock and takes each thread's sample
+ *                    buffer lock inside it; see src/engine/hotkey.c).
+ *   cache->hot       hot-key tracking and the DRAM hot pool:
+ * src/engine/hotkey.c states its rules. DRAM-resident items follow the same
+ *                    publication and grace-period rules as PMEM ones.
+ *   evict_cur[cls]   guarded by that slab class's lock (slab_scan takes it).
+ *   struct cache_thread: owner thread only, except stats, which other
+ *                    threads read with relaxed loads when summing.
+ *   RCU flavour      liburcu memb: read-side sections cost two thread-local
+ *                    stores and need no periodic quiescent state, which an
+ *                    embedding application's threads cannot promise.
+ */
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <urcu/urcu-memb.h>
+
+#include "alloc/pool.h"
+#include "alloc/quota.h"
+#include "alloc/slab.h"
+#include "src/base/compiler.h"
+#include "src/base/lock.h"
+#include "src/engine/htab.h"
+#include "src/engine/item.h"
+#include "src/tiercache.h"
+#include "tier/dpool.h"
+#include "tier/region.h"
+
+#define CACHE_DEFER_BATCH 64
+#define CACHE_REALTIME_MAXDELTA 2592000 /* 30 days, memcached's rule */
+
+/* Per-thread counters, summed on demand. Owner writes with relaxed
+ * load+store (no lock prefix); readers use relaxed loads. */
+enum cache_stat {
+    ST_CMD_GET,
+    ST_CMD_SET,
+    ST_CMD_TOUCH,
+    ST_CMD_FLUSH,
+    ST_GET_HITS,
+    ST_GET_MISSES,
+    ST_GET_EXPIRED,
+    ST_GET_FLUSHED,
+    ST_DELETE_HITS,
+    ST_DELETE_MISSES,
+    ST_INCR_HITS,
+    ST_INCR_MISSES,
+    ST_DECR_HITS,
+    ST_DECR_MISSES,
+    ST_CAS_HITS,
+    ST_CAS_MISSES,
+    ST_CAS_BADVAL,
+    ST_TOUCH_HITS,
+    ST_TOUCH_MISSES,
+    ST_STORE_TOO_LARGE,
+    ST_STORE_NO_MEMORY,
+    ST_EVICTIONS,
+    ST_RECLAIMED,
+    ST_EXPIRED_UNFETCHED,
+    ST_EVICTED_UNFETCHED,
+    ST_TOTAL_ITEMS,
+    ST_SWEEP_RECLAIMED,
+    ST_REASSIGNS,
+    ST_HOT_PROMOTIONS,  /* an item entered the DRAM hot pool */
+    ST_HOT_DEMOTIONS,   /* a key's item went from DRAM back to PMEM */
+    ST_HOT_BYTES_SAVED, /* value bytes written to DRAM instead of PMEM */
+    ST_EXT_SPILLED,     /* values moved to flash by eviction */
+    ST_EXT_SPILL_BUSY,  /* nvs_append said -EAGAIN: evicted instead */
+    ST_EXT_GETS,        /* get_extstore */
+    ST_EXT_ABORTED,     /* get_aborted_extstore: -EIO, -ETIMEDOUT */
+    ST_EXT_MISS,        /* miss_from_extstore: segment reused (-ESTALE) */
+    ST_EXT_BADCRC,      /* badcrc_from_extstore: -EBADMSG */
+    ST_EXT_RECACHE,     /* recache_from_extstore */
+    ST_EXT_TIMEOUTS,    /* -ETIMEDOUT */
+    /* gauges kept as per-thread deltas (may be negative per thread) */
+    ST_CURR_ITEMS,
+    ST_BYTES,
+    ST_HOT_ITEMS,    /* items in the index that live in the DRAM hot pool */
+    ST_EXT_ITEMS,    /* items whose value is on flash */
+    ST_EXT_BYTES,    /* their value bytes */
+    ST_EXT_INFLIGHT, /* flash reads submitted, not reaped */
+    ST_COUNT
+};
+#define ST_FIRST_GAUGE ST_CURR_ITEMS
+
+struct cache;
+struct hotspot;
+struct hotkey;
+struct hotkey_tbuf;
+
+struct cache_thread {
+    struct cache *cache;
+    struct quota *quota;
+    struct hotkey_tbuf *hk; /* hot-key samples (src/engine/hotkey.c), or NULL */
+    struct cache_thread *next; /* cache->threads list */
+    bool in_admin;      /* holds cache->admin: allocation must not reassign */
+    uint32_t quota_gen; /* cache->quota_gen when this thread last flushed */
+    unsigned ndefer;
+    uint64_t defer[CACHE_DEFER_BATCH]; /* head offsets awaiting a grace
+                                          period */
+    struct nvs_ring *ext_ring;    /* blocking flash reads (ext.c), lazily */
+    struct nvs_ring *ext_aring;   /* asynchronous ones (the server) */
+    uint32_t ext_recache_ctr;     /* flash hits since the last recache */
+    int ext_want_page;            /* header class short of chunks, or -1 */
+    int ext_refill;               /* the header class that used the
+                                     reserve, which is refilled from the
+                                     next other class evicting; or -1 */
+    void *ext_owner;              /* tc_async_owner; NULL: reads block */
+    struct ext_pending *ext_pend; /* asynchronous reads in flight */
+    _Atomic int64_t stat[ST_COUNT] CACHE_ALIGNED;
+    _Atomic int64_t cls_chunks[SLAB_MAX_CLASSES]; /* chunks of live items */
+};
+
+struct cache {
+    uint64_t id; /* unique per open, so a stale thread slot never matches */
+    struct tc_config cfg;
+    struct region *region;
+    struct pool *pool;
+    struct slab *slab;
+    struct htab *htab;
+    char *base;
+    uint64_t hash_seed;
+    uint32_t chunk_max;
+
+    _Atomic uint64_t cas_seq CACHE_ALIGNED;
+    _Atomic uint64_t flush_cas;   /* items with cas <= this are flushed */
+    _Atomic uint32_t flush_at;    /* pending delayed flush time, 0 none */
+    _Atomic uint32_t quota_gen;   /* bumped by a page drain: every thread
+                                     gives its stashed chunks back at its
+                                     next operation (relaxed: a hint) */
+    pthread_mutex_t limbo_lock;   /* guards limbo (never held with another) */
+    struct limbo_batch *limbo;    /* unlinked items awaiting a grace period */
+    _Atomic uint64_t limbo_items; /* relaxed: a hint */
+
+    pthread_mutex_t admin CACHE_ALIGNED;
+    struct slab_cursor sweep_cur[SLAB_MAX_CLASSES];
+    unsigned sweep_cls;
+    _Atomic uint32_t shrink_target; /* pages wanted after a pending shrink,
+                                       0 none */
+
+    pthread_mutex_t threads_lock;
+    struct cache_thread *threads;
+    int64_t retired[ST_COUNT]; /* stats of threads that left */
+    int64_t retired_cls[SLAB_MAX_CLASSES];
+    uint64_t retired_refills;
+    int64_t reset_base[ST_COUNT]; /* subtracted after "stats reset" */
+
+    pthread_t bg;
+    bool bg_running;
+    _Atomic bool bg_stop;
+    _Atomic bool bg_kick; /* a writer asked for limbo to be freed now */
+    pthread_mutex_t bg_lock;
+    pthread_cond_t bg_cond;
+
+    struct slab_cursor evict_cur[SLAB_MAX_CLASSES];
+    /* write-hotspot tracking and latency emulation (src/engine/cache_hotspot.c)
+     */
+    struct hotspot *hotspot; /* NULL: tracking off */
+    bool pm_latency;         /* this cache set the PMEM helpers' latency */
+
+    struct hotkey
+        *hot; /* NULL when the hot pool is off (src/engine/hotkey.c) */
+
+    struct nvs *nvs; /* the NVMe store (ext.c), NULL when off */
+    /* ext.c's re-read filter: per slot a key-hash tag (high 30 bits) and
+     * the reads seen (low 2 bits); atomic, relaxed; NULL when off */
+    uint32_t *ext_reread;
+    uint64_t ext_reread_mask;
+    /* the header reserve (ext.c): a free pool page for the flash-header
+     * class that fills up next, refilled after use; UINT32_MAX: none */
+    _Atomic uint32_t ext_hdr_page;
+};
+
+/* --- cache.c --- */
+
+/* RCU read-side sections. Under TSan, each section's end releases a token
+ * that code running after a grace period acquires (cache_rcu_synced), so
+ * TSan sees what the grace period guarantees. */
+extern char cache_rcu_token;
+
+static inline void
+cache_read_lock(void)
+{
+    urcu_memb_read_lock();
+}
+
+static inline void
+cache_read_unlock(void)
+{
+    TSAN_RELEASE(&cache_rcu_token);
+    urcu_memb_read_unlock();
+}
+
+/* Call after a grace period ended (after synchronize_rcu, before freeing
+ * what the readers could still see). */
+static inline void
+cache_rcu_synced(void)
+{
+    TSAN_ACQUIRE(&cache_rcu_token);
+}
+
+int cache_open(const struct tc_config *cfg, struct cache **out);
+void cache_close(struct cache *c);
+/* tc_check(): index <-> items <-> stats <-> slabs. No writer may run. */
+int cache_check(struct cache *c);
+
+/* Key comparison for htab lookups. */
+struct cache_key {
+    const struct cache *c;
+    const void *key;
+    uint32_t klen;
+};
+bool cache_match_key(void *arg, uint64_t loc);
+
+/* The calling thread's context for c, registering it on first use; NULL
+ * only when DRAM runs out (err_msg says so). */
+struct cache_thread *cache_thread_get(struct cache *c);
+/* Give back the calling thread's stash and deferred frees (tc_thread_quiesce
+ * and a drain's request). */
+void cache_thread_quiesce(struct cache_thread *t);
+void cache_thread_put(struct cache *c);
+
+static inline void
+cache_stat_add(struct cache_thread *t, enum cache_stat s, int64_t n)
+{
+    int64_t v = atomic_load_explicit(&t->stat[s], memory_order_relaxed);
+    atomic_store_explicit(&t->stat[s], v + n, memory_order_relaxed);
+}
+#define cache_stat_inc(t, s) cache_stat_add((t), (s), 1)
+
+void cache_stats_sum(struct cache *c, int64_t *sum);
+/* Chunks of live items in class cls, summed over threads. */
+int64_t cache_class_chunks(struct cache *c, unsigned cls);
+
+/* Locations in the index: chunk offset / 8 + 1, so 0 means empty. */
+static inline uint64_t
+cache_loc(uint64_t off)
+{
+    return (off >> 3) + 1;
+}
+
+static inline uint64_t
+cache_off(uint64_t loc)
+{
+    return (loc - 1) << 3;
+}
+
+uint64_t cache_hash(const struct cache *c, const void *key, uint32_t klen);
+
+/*
+ * Item offsets. A PMEM item is named by its head chunk's offset from the
+ * pool base (below 2^50: pools are at most 16 TiB). An item in the DRAM
+ * hot pool (src/engine/hotkey.c) is named by CACHE_DRAM_OFF | its address,
+ * which is 8-aligned and below 2^47 (x86-64 user space; hotkey.c refuses any
+ * other), so both kinds map through cache_loc() into the index's 48 bits
+ * and back. Every place that turns an offset into an item goes through
+ * cache_item_at(); per-chunk DRAM bits through the cache_bit_* helpers.
+ * DRAM items are always plain (no tails).
+ */
+#define CACHE_DRAM_OFF (1ull << 50)
+#define CACHE_DRAM_ADDR_LIMIT (1ull << 47)
+
+static inline bool
+cache_off_dram(uint64_t off)
+{
+    return (off & CACHE_DRAM_OFF) != 0;
+}
+
+static inline void *
+cache_dram_ptr(uint64_t off)
+{
+    return (void *)(uintptr_t)(off & ~CACHE_DRAM_OFF);
+}
+
+static inline const struct item_hdr *
+cache_item_at(const struct cache *c, uint64_t off)
+{
+    if (unlikely(cache_off_dram(off)))
+        return (const struct item_hdr *)cache_dram_ptr(off);
+    return item_at(c->base, off);
+}
+
+/* Flag bits of a DRAM item's block (dpool_flags), in place of the slab's
+ * per-chunk bits. HOT_WRITTEN: the item bytes are complete (release store,
+ * for the maintenance walk). */
+#define HOT_WRITTEN 0x01
+#define HOT_FETCHED 0x02
+#define HOT_CLAIMED 0x04
+
+static inline void
+cache_bit_ref(struct cache *c, uint64_t off)
+{
+    if (unlikely(cache_off_dram(off))) {
+        _Atomic uint8_t *f = dpool_flags(cache_dram_ptr(off));
+        if (!(atomic_load_explicit(f, memory_order_relaxed) & HOT_FETCHED))
+            atomic_fetch_or_explicit(f, HOT_FETCHED, memory_order_relaxed);
+        return;
+    }
+    slab_ref(c->slab, off);
+}
+
+static inline bool
+cache_bit_fetched(const struct cache *c, uint64_t off)
+{
+    if (unlikely(cache_off_dram(off)))
+        return atomic_load_explicit(dpool_flags(cache_dram_ptr(off)),
+                                    memory_order_relaxed) &
+               HOT_FETCHED;
+    return slab_fetched(c->slab, off);
+}
+
+static inline bool
+cache_bit_claimed(const struct cache *c, uint64_t off)
+{
+    if (unlikely(cache_off_dram(off)))
+        return atomic_load_explicit(dpool_flags(cache_dram_ptr(off)),
+                                    memory_order_relaxed) &
+               HOT_CLAIMED;
+    return slab_claimed(c->slab, off);
+}
+
+/* True for the first claimer of the item's recache win. */
+static inline bool
+cache_bit_claim(struct cache *c, uint64_t off)
+{
+    if (unlikely(cache_off_dram(off)))
+        return !(atomic_fetch_or_explicit(dpool_flags(cache_dram_ptr(off)),
+                                          HOT_CLAIMED, memory_order_relaxed) &
+                 HOT_CLAIMED);
+    return slab_claim(c->slab, off);
+}
+
+/* Last access time (meta l, me la=). A DRAM item keeps none: it is there
+ * because it is written hot_write_rate times a second and leaves within a
+ * maintenance step of cooling, so its age reads as 0. */
+static inline void
+cache_atime_set(struct cache *c, uint64_t off, uint32_t now)
+{
+    if (likely(!cache_off_dram(off)))
+        slab_atime_set(c->slab, off, now);
+}
+
+static inline uint32_t
+cache_atime_age(const struct cache *c, uint64_t off, uint32_t now)
+{
+    if (unlikely(cache_off_dram(off)))
+        return 0;
+    return slab_atime_age(c->slab, off, now);
+}
+
+/* Slab class of a PMEM item; for a DRAM one, the class its size maps to
+ * (what meta's "me" reports). */
+unsigned cache_class_of(const struct cache *c, uint64_t off);
+
+/* A read hit's DRAM bookkeeping in one call (slab_touch: one DRAM line for
+ * a PMEM item): *out gets the item's fetched and win bits, age and class
+ * before this access, then, if bump, its CLOCK bit and time are set. */
+void cache_touch_dram(struct cache *c, uint64_t off, bool bump,
+                      struct slab_seen *out);
+static inline void
+cache_touch(struct cache *c, uint64_t off, uint32_t now, bool bump,
+            struct slab_seen *out)
+{
+    if (unlikely(cache_off_dram(off))) {
+        cache_touch_dram(c, off, bump, out);
+        return;
+    }
+    slab_touch(c->slab, off, now, bump, out);
+}
+
+/* A store's head chunk before it is published: bits cleared (the win
+ * claimed, the item fetched, as bits SLAB_FRESH_* say) and the access time
+ * set, in one store for a PMEM item. */
+static inline void
+cache_fresh(struct cache *c, uint64_t off, uint32_t now, unsigned bits)
+{
+    if (unlikely(cache_off_dram(off))) {
+        /* a fresh DRAM block's flags are already clear */
+        if (bits & SLAB_FRESH_WIN)
+            cache_bit_claim(c, off);
+        if (bits & SLAB_FRESH_FETCHED)
+            atomic_fetch_or_explicit(dpool_flags(cache_dram_ptr(off)),
+                                     HOT_FETCHED, memory_order_relaxed);
+        return;
+    }
+    slab_fresh(c->slab, off, now, bits);
+}
+
+/* memcached's exptime rule: 0 never, up to 30 days relative, else absolute
+ * unix time, negative already expired (returned as 1, long past). */
+uint32_t cache_exptime(int64_t exptime, uint32_t now);
+
+/* Applies a delayed flush whose time has come. Call before any decision
+ * that depends on flush state. */
+void cache_flush_check(struct cache *c, uint32_t now);
+
+enum cache_dead {
+    CACHE_LIVE = 0,
+    CACHE_EXPIRED = 1,
+    CACHE_FLUSHED = 2,
+    CACHE_LOST = 3, /* a flash item whose segment was reused */
+};
+/* Whether an item is still visible at now. */
+enum cache_dead cache_item_dead(const struct cache *c,
+                                const struct item_hdr *it, uint32_t now);
+
+/* Chunks for an item per plan: the head in *head, tails in tails[]. May
+ * evict (when enabled). 0 or -ENOMEM. Context: no lock, no RCU section. */
+int cache_alloc_item(struct cache_thread *t, const struct item_plan *plan,
+                     uint64_t *head, uint64_t *tails);
+/* Give back the chunks of an item that was never published. */
+void cache_free_unpublished(struct cache_thread *t,
+                            const struct item_plan *plan, uint64_t head,
+                            const uint64_t *tails);
+/* Free an item unlinked from the index after a grace period. */
+void cache_defer_free(struct cache_thread *t, uint64_t head);
+/* Put the thread's deferred batch on the cache's limbo list now. */
+void cache_defer_flush(struct cache_thread *t);
+/* Take everything in limbo (this thread's batch too), wait for one grace
+ * period and free it into the thread's quota: the number of items freed.
+ * Context: no lock, no RCU read section. */
+int cache_reclaim_limbo(struct cache_thread *t);
+/* Free an unlinked item's chunks right away into the thread's quota (the
+ * caller has waited for a grace period). */
+void cache_free_now(struct cache_thread *t, uint64_t head);
+
+/* An item entered (sign 1) or left (sign -1) the index: curr_items, bytes
+ * and per-class chunk counts. Reads the item's header and tail list. */
+void cache_account(struct cache_thread *t, uint64_t head, int sign);
+/* Why an item left the index, for memcached's counters. */
+enum cache_unlink {
+    UNLINK_DELETED,  /* delete, or a failed set dropping the old value */
+    UNLINK_REPLACED, /* a store put a new item in its place */
+    UNLINK_EVICTED,  /* taken to make room (evictions, or reclaimed if it
+                        was dead already) */
+    UNLINK_SWEPT,    /* expired, found by the sweep */
+    UNLINK_REAPED,   /* expired or flushed, found by a reader */
+};
+/* An item left the index: cache_account(-1) plus the counters memcached
+ * keeps for the reason and its state (`dead`, enum cache_dead). */
+void cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
+                          enum cache_unlink why);
+
+/* Bytes an item accounts for in the "bytes" stat. */
+uint64_t cache_item_bytes(const struct cache *c, const struct item_hdr *it);
+
+/* Unlink the item at loc if the index still holds it for this hash: true
+ * when this call removed it (the caller then frees it). */
+bool cache_unlink_loc(struct cache *c, uint64_t hash, uint64_t loc);
+
+/* --- ext.c: the NVMe tier (see ext.h) --- */
+
+/* --- reclaim.c --- */
+
+/* Evict up to a batch of cold items of class cls, wait for readers and
+ * free them into the thread's quota: the number freed. */
+int reclaim_evict(struct cache_thread *t, unsigned cls);
+/* Expiry sweep over budget chunks: items reclaimed. Locks: admin. */
+int reclaim_sweep(struct cache_thread *t, unsigned budget);
+/* Whether a reassignment waits for admin or gives up with -EBUSY while
+ * another thread holds it (see src/engine/reclaim.c). */
+enum reclaim_how { RECLAIM_WAIT, RECLAIM_TRY };
+int reclaim_reassign(struct cache_thread *t, int src, int dst,
+                     enum reclaim_how how);
+int reclaim_take_page(struct cache_thread *t, int src, uint32_t *page,
+                      enum reclaim_how how);
+int reclaim_shrink(struct cache_thread *t);
+int reclaim_start(struct cache *c);
+void reclaim_stop(struct cache *c);

@@ -1,0 +1,886 @@
+/*
+ * The engine's side of the NVMe tier (issue 4). The store (tier/nvs.h)
+ * keeps values in log-structured segments; the engine decides what goes
+ * there and keeps each spilled item as a flash header in PMEM (kind
+ * ITEM_KIND_FLASH: header, key, struct nvs_loc; src/engine/item_layout.h).
+ *
+ * Spill: the eviction scan (reclaim.c) offers every cold victim, an item
+ * whose CLOCK reference bit the hand found clear. A live one with a value
+ * of at least ext_item_size bytes is appended to the store's write buffer
+ * (inside an RCU read section, so its chunks cannot be reused under the
+ * copy; nvs_append never blocks on I/O), then a header chunk is taken from
+ * the thread's quota without evicting anything, written with no lock held
+ * and swapped into the index in place of the item, copy-on-write: the old
+ * item is freed by the eviction batch after its grace period. When the
+ * store is behind (-EAGAIN) or no header chunk is free, the victim is
+ * evicted as before; a missing header chunk also asks for one page to be
+ * moved to the header class once the batch is done.
+ *
+ * Reads: a flash header found by a reader is copied out inside the read
+ * section; the value is read after it through the store, which checks the
+ * segment generation, key, length and CRC32C. Any failure (-EBADMSG, -EIO,
+ * -ETIMEDOUT, -ESTALE) is a miss plus a counter, and the header is
+ * unlinked if the index still holds it. A header whose segment has been
+ * reused is recognised without I/O (cache_item_dead says CACHE_LOST).
+ * Recache copies a flash hit's value back into the pool, swapping it for
+ * the header only if the index still holds that header (the flash copy is
+ * released with the header). Two rules pick the hits: memcached's, one
+ * flash hit in ext_recache_rate (per thread), and a re-read filter: a
+ * direct-mapped table of ext_recache_window slots, each holding a key-hash
+ * tag and a count of the reads it saw; the third read of a key while its
+ * slot still holds it recaches. A key keeps its slot only until another
+ * flash read lands there, so a key must be read about three times in
+ * ext_recache_window flash reads: hot keys (skewed loads, keys spilled
+ * before they turned hot) come back after a few reads, while a uniform
+ * load, where no key is hotter than what recache would evict, rarely
+ * passes (a recache costs a PMEM write and, later, a spill).
+ *
+ * Deletes, overwrites, expiry and flushes never touch the flash: when a
+ * flash header leaves the index, cache_account_unlink() tells the store the
+ * record is dead (nvs_release), for compaction.
+ *
+ * Compaction (maintenance thread): nvs_compact_step() offers every live
+ * record of a mostly dead segment; it is kept when the index still points
+ * at that locator and the item was read since it was stored (FETCHED bit),
+ * and a moved record gets a new header swapped in, the same way as a spill.
+ *
+ * Concurrency:
+ *   c->nvs                set at open, read-only after; the store is
+ *                         thread-safe (tier/nvs.h).
+ *   c->ext_hdr_page       the header reserve: set at open, taken by an
+ *                         atomic exchange (hdr_reserve_use, ext_close),
+ *                         refilled by a compare-exchange from empty
+ *                         (hdr_reserve_refill), so one owner at a time.
+ *   t->ext_ring, ext_aring, ext_recache_ctr, ext_want_page, ext_refill
+ *                         owner thread only (struct cache_thread); at
+ *                         tc_close, the closing thread takes over the
+ *                         rings of threads that stopped calling
+ *                         (ext_thread_fini, nvs_ring_adopt).
+ *   c->ext_reread         allocated at open, freed at close; slots are
+ *                         read and written relaxed by any reader: a lost
+ *                         update only delays or skips one recache.
+ *   flash headers         written before publication with no lock held;
+ *                         after it only exptime changes (touch), as for
+ *                         any item.
+ *   ext_block_timeout_ms  a constant, except that tests set it while
+ *                         no read is in flight.
+ *   Locks taken: one index bucket, briefly, per swap.
+ */
+#include "src/engine/ext.h"
+
+#include "src/base/clock.h"
+#include "src/base/err.h"
+#include "src/base/log.h"
+#include "src/engine/cache.h"
+#include "src/engine/store.h"
+#include "tier/pm.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int reap_batch(struct cache_thread *t, tc_async_fn *fn, void *arg,
+                      int wait_nr);
+int ext_async_submit(struct cache_thread *t);
+
+/* Reads in flight on one thread's ring. */
+#define EXT_RING_DEPTH 256
+/* Bytes compaction reads per step, and steps per maintenance tick. */
+#define EXT_COMPACT_BUDGET (8u << 20)
+#define EXT_COMPACT_STEPS 4
+
+/* Slots of the re-read filter: ext_recache_window rounded up to a power of
+ * two; the default is one slot per 4 KiB of pool (about one per item of the
+ * ext_item_size a spill tier is for), 1,024 to 4M. */
+static uint64_t
+reread_slots(const struct tc_config *cfg)
+{
+    uint64_t want = cfg->ext_recache_window;
+    if (want == TC_EXT_RECACHE_AUTO) {
+        want = cfg->pool_size >> 12;
+        want = want < 1024 ? 1024 : want > (4u << 20) ? (4u << 20) : want;
+    }
+    if (!want)
+        return 0;
+    uint64_t n = 1;
+    while (n < want)
+        n <<= 1;
+    return n;
+}
+
+static int
+reread_open(struct cache *c)
+{
+    uint64_t n = reread_slots(&c->cfg);
+    c->ext_reread = NULL;
+    c->ext_reread_mask = 0;
+    if (!n)
+        return 0;
+    c->ext_reread = calloc(n, sizeof(uint32_t));
+    if (!c->ext_reread) {
+        err_set("no memory for the %llu-slot flash re-read filter",
+                (unsigned long long)n);
+        return -ENOMEM;
+    }
+    c->ext_reread_mask = n - 1;
+    return 0;
+}
+
+static void
+reread_close(struct cache *c)
+{
+    free(c->ext_reread);
+    c->ext_reread = NULL;
+}
+
+/* Count a flash hit of the key with this hash in the re-read filter: true
+ * on its third read while the slot kept it (the slot is then cleared). */
+static bool
+reread_due(struct cache *c, uint64_t hash)
+{
+    if (!c->ext_reread)
+        return false;
+    /* the slot from the low bits, the tag from the high ones, so that keys
+     * sharing a slot differ in their tags */
+    uint32_t *slot = &c->ext_reread[hash & c->ext_reread_mask];
+    uint32_t tag = (uint32_t)(hash >> 32) & ~3u;
+    uint32_t v = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    uint32_t next = (v & ~3u) == tag ? v + 1 : tag;
+    if ((next & 3u) >= 2) {
+        __atomic_store_n(slot, 0, __ATOMIC_RELAXED);
+        return true;
+    }
+    __atomic_store_n(slot, next, __ATOMIC_RELAXED);
+    return false;
+}
+
+int
+ext_open(struct cache *c)
+{
+    const struct tc_config *cfg = &c->cfg;
+    struct nvs_config nc;
+
+    atomic_store_explicit(&c->ext_hdr_page, UINT32_MAX, memory_order_relaxed);
+    if (!cfg->ext_npaths)
+        return 0;
+    if (cfg->ext_npaths > NVS_MAX_PATHS) {
+        err_set("at most %d ext_path options", NVS_MAX_PATHS);
+        return -EINVAL;
+    }
+    memset(&nc, 0, sizeof(nc));
+    nc.npaths = cfg->ext_npaths;
+    for (unsigned i = 0; i < nc.npaths; i++) {
+        nc.path[i] = cfg->ext_path[i];
+        nc.size[i] = cfg->ext_size[i];
+    }
+    nc.seg_size = cfg->ext_page_size;
+    nc.wbuf_size = cfg->ext_wbuf_size;
+    nc.nwbuf = 4;
+    nc.read_timeout_ms = cfg->ext_read_timeout_ms;
+    nc.io_threads = cfg->ext_threads;
+    nc.no_uring = cfg->ext_no_uring;
+    int rc = reread_open(c);
+    if (rc)
+        return rc;
+    rc = nvs_open(&nc, &c->nvs);
+    if (rc) {
+        reread_close(c);
+        return rc;
+    }
+    /* the header reserve: a pool attached with no free page has none */
+    uint32_t page;
+    if (pool_page_get(c->pool, &page) != 0)
+        page = UINT32_MAX;
+    atomic_store_explicit(&c->ext_hdr_page, page, memory_order_relaxed);
+    return 0;
+}
+
+void
+ext_close(struct cache *c)
+{
+    uint32_t page = atomic_exchange_explicit(&c->ext_hdr_page, UINT32_MAX,
+                                             memory_order_relaxed);
+    if (c->nvs && page != UINT32_MAX)
+        pool_page_put(c->pool, page);
+    if (c->nvs)
+        nvs_close(c->nvs);
+    c->nvs = NULL;
+    reread_close(c);
+}
+
+/*
+ * The header reserve. A spill needs a chunk of the flash-header class for
+ * its key length, taken without evicting (it runs inside an eviction).
+ * On a fresh cache that class has no page yet when the first evictions
+ * come, and the pool is full by then: without help, every victim of the
+ * first batch was evicted, and the page moved to the header class after it
+ * (ext_after_evict) was drained by evicting a page of victims. So ext_open
+ * sets one free page aside, and a spill that finds no header chunk gives
+ * it to its class. The same happens each time a header class fills up, so
+ * after the eviction batch that used the reserve, the evicting thread
+ * refills it (hdr_reserve_refill) with a page of the class it was evicting
+ * from, whose items are spilled into the header page just given (or moved,
+ * or evicted when they cannot spill). Headers thus never wait for a page
+ * while victims are evicted in the meantime.
+ * Context: eviction, no lock held. Locks: pool, then class (slab_grow).
+ */
+static bool
+hdr_reserve_use(struct cache *c, unsigned cls)
+{
+    /* relaxed: the exchange alone makes one caller the page's owner */
+    uint32_t page = atomic_exchange_explicit(&c->ext_hdr_page, UINT32_MAX,
+                                             memory_order_relaxed);
+    if (page == UINT32_MAX)
+        return false;
+    /* back to the pool and at once to cls (as reclaim_reassign does: a
+     * class growing in between may take it, then this spill evicts) */
+    pool_page_put(c->pool, page);
+    return slab_grow(c->slab, cls) == 0;
+}
+
+/* Put a page of class cls into the empty header reserve (see above):
+ * false when that failed (-EBUSY: a chunk of the drained page sat in
+ * another thread's stash, which it gives back at its next operation, or
+ * another thread held admin, draining a page: spilling never waits for
+ * that), to be tried again after the next eviction batch.
+ * Context: after an eviction batch, no lock held. Locks: admin (reclaim,
+ * trylock). */
+static bool
+hdr_reserve_refill(struct cache_thread *t, unsigned cls)
+{
+    struct cache *c = t->cache;
+    uint32_t page, none = UINT32_MAX;
+
+    if (atomic_load_explicit(&c->ext_hdr_page, memory_order_relaxed) !=
+        UINT32_MAX)
+        return true;
+    if (reclaim_take_page(t, (int)cls, &page, RECLAIM_TRY) != 0)
+        return false;
+    if (!atomic_compare_exchange_strong_explicit(&c->ext_hdr_page, &none, page,
+                                                 memory_order_relaxed,
+                                                 memory_order_relaxed))
+        pool_page_put(c->pool, page); /* another thread refilled it */
+    return true;
+}
+
+void
+ext_thread_fini(struct cache_thread *t)
+{
+    /* tc_close tears down the contexts of threads that stopped calling
+     * without tc_thread_unregister (API contract: they are gone or idle):
+     * their rings change hands first; on the owner this is a no-op */
+    nvs_ring_adopt(t->ext_ring);
+    nvs_ring_adopt(t->ext_aring);
+    /* reads still in flight: wait for them (each ends by its deadline) */
+    for (int i = 0; t->ext_pend && i < 1000; i++) {
+        ext_async_submit(t);
+        reap_batch(t, NULL, NULL, 1);
+    }
+    if (t->ext_ring)
+        nvs_ring_destroy(t->ext_ring);
+    if (t->ext_aring)
+        nvs_ring_destroy(t->ext_aring);
+    t->ext_ring = t->ext_aring = NULL;
+}
+
+static bool
+loc_equal(const struct nvs_loc *a, const struct nvs_loc *b)
+{
+    return a->seg == b->seg && a->gen == b->gen && a->off == b->off &&
+           a->vlen == b->vlen && a->crc == b->crc;
+}
+
+/* --- swapping a header in --- */
+
+/*
+ * Write a flash header for hdr/key/nl into a chunk from the thread's quota
+ * (evicting only when may_evict: never on the eviction path) and swap it into
+ * the index for the item at old, if the index still holds old and its expiry is
+ * still hdr->exptime (a touch meanwhile must not be lost). The new chunk in
+ * *out. 0, -ENOSPC (no free chunk) or -EAGAIN (the item changed). Context: no
+ * lock, no RCU section.
+ */
+static int
+swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
+               const struct item_hdr *hdr, const void *key,
+               const struct nvs_loc *nl, bool may_evict, uint64_t *out)
+{
+    struct cache *c = t->cache;
+    struct item_plan plan = {.head_size = item_flash_size(hdr->klen)};
+    int cls = slab_class_for(c->slab, plan.head_size);
+    uint64_t off;
+
+    if (cls < 0)
+        return -ENOSPC;
+    int rc = may_evict ? cache_alloc_item(t, &plan, &off, NULL)
+                       : quota_alloc(t->quota, (unsigned)cls, &off);
+    if (rc && !may_evict && hdr_reserve_use(c, (unsigned)cls)) {
+        t->ext_refill = cls;
+        rc = quota_alloc(t->quota, (unsigned)cls, &off);
+    }
+    if (rc) {
+        t->ext_want_page = cls;
+        return -ENOSPC;
+    }
+    /* PMEM: the header is written before it is visible, no lock held */
+    item_write_flash(c->base, off, hdr, key, nl);
+    pm_fence();
+    slab_reset_bits(c->slab, off);
+    cache_account(t, off, 1);
+
+    struct htab_bucket *b = htab_lock(c->htab, hash);
+    _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(old));
+    const struct item_hdr *it = item_at(c->base, old);
+    bool ok = slot &&
+              __atomic_load_n(&it->exptime, __ATOMIC_RELAXED) == hdr->exptime &&
+              cache_item_dead(c, it, clock_now()) == CACHE_LIVE;
+    if (ok)
+        htab_replace_locked(slot, hash, cache_loc(off));
+    htab_unlock(b);
+    if (!ok) {
+        cache_account(t, off, -1);
+        quota_free(t->quota, (unsigned)cls, off);
+        return -EAGAIN;
+    }
+    *out = off;
+    return 0;
+}
+
+/* --- spill --- */
+
+/* memcached's ext_item_age: only items idle at least that long spill; a
+ * younger victim is evicted. UINT32_MAX (the default) is no age limit. Ages
+ * come from the slab's per-chunk access time, which saturates at
+ * SLAB_ATIME_CAP: a limit above it counts as the cap. */
+static bool
+ext_old_enough(struct cache *c, uint64_t head)
+{
+    uint32_t want = c->cfg.ext_item_age;
+    if (want == UINT32_MAX || want == 0)
+        return true;
+    if (want > SLAB_ATIME_CAP)
+        want = SLAB_ATIME_CAP;
+    return slab_atime_age(c->slab, head, clock_now()) >= want;
+}
+
+bool
+ext_spill(struct cache_thread *t, uint64_t head, uint64_t hash)
+{
+    struct cache *c = t->cache;
+    struct item_hdr hdr;
+    char key[TC_KEY_MAX];
+    struct nvs_loc nl;
+    uint64_t off;
+    int rc = -ENOENT;
+
+    if (!c->nvs)
+        return false;
+    cache_read_lock();
+    const struct item_hdr *it = item_at(c->base, head);
+    item_hdr_load(&hdr, it);
+    /* a spill must save pool memory: the header's chunk is smaller than
+     * the item's (an ext_item_size below that has no effect) */
+    unsigned cls = slab_class_of(c->slab, head);
+    if (hdr.kind == ITEM_KIND_HEAD && hdr.vlen >= c->cfg.ext_item_size &&
+        ext_old_enough(c, head) && hdr.klen > 0 && hdr.klen <= TC_KEY_MAX &&
+        cls != SLAB_NO_CLASS &&
+        (hdr.nchain ||
+         item_flash_size(hdr.klen) < slab_chunk_size(c->slab, cls))) {
+        memcpy(key, item_key(it), hdr.klen);
+        struct cache_key k = {c, key, hdr.klen};
+        /* only the item the index holds: inside this section its chunks
+         * cannot be freed, so the value copied below is the item's */
+        if (htab_lookup_rcu(c->htab, hash, cache_match_key, &k) ==
+                cache_loc(head) &&
+            cache_item_dead(c, it, clock_now()) == CACHE_LIVE) {
+            struct iovec iov[ITEM_MAX_TAILS + 1];
+            int n = item_value_iov(c->base, it, c->chunk_max, iov);
+            rc = nvs_append(c->nvs, key, hdr.klen, iov, n, &nl);
+        }
+    }
+    cache_read_unlock();
+    if (rc == -EAGAIN)
+        cache_stat_inc(t, ST_EXT_SPILL_BUSY);
+    if (rc)
+        return false;
+    rc = swap_in_header(t, hash, head, &hdr, key, &nl, false, &off);
+    if (rc) {
+        nvs_release(c->nvs, &nl);
+        return false;
+    }
+    cache_account(t, head, -1);
+    cache_stat_inc(t, ST_EXT_SPILLED);
+    return true;
+}
+
+void
+ext_after_evict(struct cache_thread *t, unsigned cls)
+{
+    int want = t->ext_want_page;
+    t->ext_want_page = -1;
+    /* not from the header class itself: that would drop headers */
+    if (t->ext_refill >= 0 && (unsigned)t->ext_refill != cls && !t->in_admin &&
+        hdr_reserve_refill(t, cls))
+        t->ext_refill = -1;
+    if (want < 0 || (unsigned)want == cls || t->in_admin)
+        return;
+    /* another thread may have given the class the reserve meanwhile: a
+     * reassignment now would evict a page of victims for nothing */
+    struct slab_class_stats st;
+    slab_class_stats(t->cache->slab, (unsigned)want, &st);
+    if (st.free_chunks > 0)
+        return;
+    /* headers are small: one page holds thousands, so this is rare; with
+     * admin busy the next spill short of a header asks again */
+    reclaim_reassign(t, (int)cls, want, RECLAIM_TRY);
+}
+
+/* --- reads --- */
+
+void
+ext_hit_fill(struct ext_hit *h, const struct item_hdr *it, uint64_t hash,
+             uint64_t loc)
+{
+    h->hash = hash;
+    h->loc = loc;
+    h->nl = *item_flash_loc(it);
+}
+
+/* A failed read: count it; when the record itself failed (-EBADMSG, -EIO,
+ * -ETIMEDOUT, -ESTALE), drop the header if the index still holds it. */
+static void
+read_failed(struct cache_thread *t, uint64_t hash, uint64_t loc, int res)
+{
+    switch (res) {
+    case -ESTALE:
+        cache_stat_inc(t, ST_EXT_MISS);
+        break;
+    case -EBADMSG:
+        cache_stat_inc(t, ST_EXT_BADCRC);
+        break;
+    case -ETIMEDOUT:
+        cache_stat_inc(t, ST_EXT_TIMEOUTS);
+        cache_stat_inc(t, ST_EXT_ABORTED);
+        break;
+    case -EIO:
+        cache_stat_inc(t, ST_EXT_ABORTED);
+        break;
+    default: /* -EBUSY, -ENOMEM: the ring, not the record; keep it */
+        cache_stat_inc(t, ST_EXT_ABORTED);
+        return;
+    }
+    if (!cache_unlink_loc(t->cache, hash, loc))
+        return;
+    cache_account_unlink(t, cache_off(loc), CACHE_LOST, UNLINK_REAPED);
+    cache_defer_free(t, cache_off(loc));
+}
+
+static int
+ring_get(struct cache_thread *t, struct nvs_ring **r)
+{
+    if (!*r) {
+        int rc = nvs_ring_create(t->cache->nvs, EXT_RING_DEPTH, r);
+        if (rc)
+            return rc;
+    }
+    (void)t;
+    return 0;
+}
+
+uint32_t ext_block_timeout_ms = EXT_BLOCK_TIMEOUT_MS;
+
+/* One read on the thread's blocking ring, waited for. The result in
+ * rd->res; on 0 the caller calls nvs_read_done(t->ext_ring, rd). The wait
+ * always ends: by ext_read_timeout_ms, or when that is 0 (no deadline for
+ * the server's asynchronous reads), by ext_block_timeout_ms, so that a
+ * lost completion cannot hang a tc_ caller or a read-modify-write. */
+static void
+read_wait(struct cache_thread *t, struct nvs_read *rd)
+{
+    if (!t->cache->cfg.ext_read_timeout_ms)
+        rd->timeout_ms = ext_block_timeout_ms;
+    int rc = ring_get(t, &t->ext_ring);
+    if (rc == 0)
+        rc = nvs_read_prep(t->ext_ring, rd);
+    if (rc == 0 && (rc = nvs_ring_submit(t->ext_ring)) > 0)
+        rc = 0;
+    if (rc) {
+        rd->res = rc < 0 ? rc : -EIO;
+        rd->value = NULL;
+        return;
+    }
+    /* this ring carries one read at a time: what comes back is rd */
+    struct nvs_read *done = NULL;
+    for (;;) {
+        int n = nvs_ring_reap(t->ext_ring, &done, 1, 1);
+        if (n == 1)
+            break;
+        if (n <= 0) { /* 0: rd is not in flight (cannot happen) */
+            rd->res = n < 0 ? n : -EIO;
+            rd->value = NULL;
+            return;
+        }
+    }
+}
+
+/* A blocking read of key's value at nl, checked by the store: 0 with the
+ * value in rd->value (the caller then calls nvs_read_done), or the error,
+ * after read_failed() dropped the header at loc and counted it. */
+static int
+read_checked(struct cache_thread *t, const void *key, uint32_t klen,
+             uint64_t hash, uint64_t loc, const struct nvs_loc *nl,
+             struct nvs_read *rd)
+{
+    memset(rd, 0, sizeof(*rd)); /* timeout_ms 0: the store's */
+    rd->loc = *nl;
+    rd->key = key;
+    rd->klen = (uint8_t)klen;
+    cache_stat_add(t, ST_EXT_INFLIGHT, 1);
+    read_wait(t, rd);
+    cache_stat_add(t, ST_EXT_INFLIGHT, -1);
+    if (!rd->res)
+        return 0;
+    read_failed(t, hash, loc, rd->res);
+    if (t->ext_ring)
+        nvs_read_done(t->ext_ring, rd); /* frees the ring's slot */
+    return rd->res;
+}
+
+static void
+recache_maybe(struct cache_thread *t, const void *key, uint32_t klen,
+              const struct ext_hit *h, const char *value)
+{
+    struct cache *c = t->cache;
+    uint32_t rate = c->cfg.ext_recache_rate;
+    bool due = reread_due(c, h->hash);
+    if (rate && ++t->ext_recache_ctr >= rate) {
+        t->ext_recache_ctr = 0;
+        due = true;
+    }
+    if (!due)
+        return;
+    struct item_hdr hdr = {
+        .klen = (uint8_t)klen,
+        .iflags = h->info.stale ? ITEM_STALE : 0,
+        .vlen = h->info.vlen,
+        .flags = h->info.flags,
+        .exptime = h->info.exptime,
+        .cas = h->info.cas,
+    };
+    if (store_recache(t, key, klen, &hdr, h->loc, value) == TC_OK)
+        cache_stat_inc(t, ST_EXT_RECACHE);
+}
+
+int
+ext_async_done(struct cache_thread *t, const void *key, uint32_t klen,
+               const struct ext_hit *h, const struct nvs_read *rd)
+{
+    if (rd->res) {
+        read_failed(t, h->hash, h->loc, rd->res);
+        cache_stat_inc(t, h->touch ? ST_TOUCH_MISSES : ST_GET_MISSES);
+        return TC_NOT_FOUND;
+    }
+    cache_stat_inc(t, h->touch ? ST_TOUCH_HITS : ST_GET_HITS);
+    cache_stat_inc(t, ST_EXT_GETS);
+    recache_maybe(t, key, klen, h, rd->value);
+    return TC_OK;
+}
+
+int
+ext_serve(struct cache_thread *t, const void *key, uint32_t klen,
+          const struct ext_hit *h, tc_value_fn *fn, void *arg)
+{
+    struct nvs_read rd;
+    if (read_checked(t, key, klen, h->hash, h->loc, &h->nl, &rd))
+        return TC_NOT_FOUND;
+    cache_stat_inc(t, ST_EXT_GETS);
+    struct iovec iov = {(void *)rd.value, rd.loc.vlen};
+    if (fn)
+        fn(arg, &h->info, &iov, 1);
+    recache_maybe(t, key, klen, h, rd.value);
+    nvs_read_done(t->ext_ring, &rd);
+    return TC_OK;
+}
+
+int
+ext_read_copy(struct cache_thread *t, const void *key, uint32_t klen,
+              uint64_t hash, uint64_t loc, const struct nvs_loc *nl, char **buf)
+{
+    struct nvs_read rd;
+    int rc = read_checked(t, key, klen, hash, loc, nl, &rd);
+    if (rc)
+        return rc;
+    *buf = malloc(nl->vlen ? nl->vlen : 1);
+    if (*buf)
+        memcpy(*buf, rd.value, nl->vlen);
+    nvs_read_done(t->ext_ring, &rd);
+    return *buf ? 0 : -ENOMEM;
+}
+
+/* --- asynchronous reads (tc_async_*) --- */
+
+/* One read in flight on the thread's asynchronous ring: what completing it
+ * needs, with its own copy of the key (the store compares it). */
+struct ext_pending {
+    struct nvs_read rd;
+    struct ext_hit h;
+    void *owner; /* NULL once cancelled */
+    struct ext_pending *prev, *next;
+    uint8_t klen;
+    char key[TC_KEY_MAX];
+};
+
+int
+ext_async_fd(struct cache_thread *t)
+{
+    if (!t->cache->nvs)
+        return -ENOENT;
+    int rc = ring_get(t, &t->ext_aring);
+    return rc ? rc : nvs_ring_fd(t->ext_aring);
+}
+
+/* Queue an asynchronous read of h: 0, or a negative errno (then the
+ * caller reads it the blocking way). */
+static int
+pend(struct cache_thread *t, const void *key, uint32_t klen,
+     const struct ext_hit *h, uint64_t *id)
+{
+    if (ring_get(t, &t->ext_aring) != 0)
+        return -ENOMEM;
+    struct ext_pending *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->h = *h;
+    p->owner = t->ext_owner;
+    p->klen = (uint8_t)klen;
+    memcpy(p->key, key, klen);
+    p->rd.loc = h->nl;
+    p->rd.key = p->key;
+    p->rd.klen = p->klen;
+    p->rd.udata = p;
+    int rc = nvs_read_prep(t->ext_aring, &p->rd);
+    if (rc) {
+        free(p);
+        return rc; /* -EBUSY: the ring is full */
+    }
+    p->next = t->ext_pend;
+    if (p->next)
+        p->next->prev = p;
+    t->ext_pend = p;
+    *id = (uint64_t)(uintptr_t)p;
+    return 0;
+}
+
+int
+ext_get(struct cache_thread *t, const void *key, uint32_t klen,
+        struct ext_hit *h, const struct tc_get_opts *o, tc_value_fn *fn,
+        void *arg)
+{
+    if (o->head_only) {
+        if (fn)
+            fn(arg, &h->info, NULL, 0);
+        return TC_OK;
+    }
+    if (o->async && t->ext_owner &&
+        pend(t, key, klen, h, &h->info.pending) == 0) {
+        if (fn)
+            fn(arg, &h->info, NULL, 0);
+        return EXT_PENDING;
+    }
+    return ext_serve(t, key, klen, h, fn, arg);
+}
+
+int
+ext_async_submit(struct cache_thread *t)
+{
+    if (!t->ext_aring)
+        return 0;
+    int n = nvs_ring_submit(t->ext_aring);
+    if (n > 0)
+        cache_stat_add(t, ST_EXT_INFLIGHT, n);
+    return n;
+}
+
+static void
+unlink_pending(struct cache_thread *t, struct ext_pending *p)
+{
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        t->ext_pend = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+}
+
+/* Reap what is done (wait_nr 0: never waits). */
+static int
+reap_batch(struct cache_thread *t, tc_async_fn *fn, void *arg, int wait_nr)
+{
+    struct nvs_read *done[32];
+    int n = nvs_ring_reap(t->ext_aring, done, 32, wait_nr);
+    for (int i = 0; i < n; i++) {
+        struct ext_pending *p = done[i]->udata;
+        cache_stat_add(t, ST_EXT_INFLIGHT, -1);
+        int rc = ext_async_done(t, p->key, p->klen, &p->h, &p->rd);
+        unlink_pending(t, p);
+        if (p->owner && fn) {
+            struct iovec iov = {(void *)p->rd.value, p->rd.loc.vlen};
+            fn(arg, p->owner, (uint64_t)(uintptr_t)p, &iov,
+               rc == TC_OK ? 1 : 0);
+        }
+        nvs_read_done(t->ext_aring, &p->rd);
+        free(p);
+    }
+    return n;
+}
+
+int
+ext_async_reap(struct cache_thread *t, tc_async_fn *fn, void *arg)
+{
+    int total = 0, n;
+    if (!t->ext_aring)
+        return 0;
+    do {
+        n = reap_batch(t, fn, arg, 0);
+        if (n > 0)
+            total += n;
+    } while (n == 32);
+    return total;
+}
+
+void
+ext_async_cancel(struct cache_thread *t, void *owner)
+{
+    for (struct ext_pending *p = t->ext_pend; p; p = p->next)
+        if (p->owner == owner)
+            p->owner = NULL;
+}
+
+/* --- compaction --- */
+
+/* The index location of the flash header for key whose locator is nl, or
+ * 0. Context: inside a read section. */
+static uint64_t
+find_header_rcu(struct cache *c, const void *key, uint8_t klen,
+                const struct nvs_loc *nl, uint64_t hash)
+{
+    struct cache_key k = {c, key, klen};
+    uint64_t loc = htab_lookup_rcu(c->htab, hash, cache_match_key, &k);
+    if (!loc)
+        return 0;
+    const struct item_hdr *it = cache_item_at(c, cache_off(loc));
+    if (it->kind != ITEM_KIND_FLASH || !loc_equal(item_flash_loc(it), nl))
+        return 0;
+    return loc;
+}
+
+static bool
+compact_keep(void *arg, const void *key, uint8_t klen,
+             const struct nvs_loc *old)
+{
+    struct cache_thread *t = arg;
+    struct cache *c = t->cache;
+    uint64_t hash = cache_hash(c, key, klen);
+    cache_read_lock();
+    uint64_t loc = find_header_rcu(c, key, klen, old, hash);
+    bool keep = loc && slab_fetched(c->slab, cache_off(loc)) &&
+                cache_item_dead(c, cache_item_at(c, cache_off(loc)),
+                                clock_now()) == CACHE_LIVE;
+    cache_read_unlock();
+    return keep;
+}
+
+static void
+compact_moved(void *arg, const void *key, uint8_t klen,
+              const struct nvs_loc *old, const struct nvs_loc *new_loc)
+{
+    struct cache_thread *t = arg;
+    struct cache *c = t->cache;
+    uint64_t hash = cache_hash(c, key, klen), off;
+    struct item_hdr hdr;
+
+    cache_read_lock();
+    uint64_t loc = find_header_rcu(c, key, klen, old, hash);
+    if (loc)
+        item_hdr_load(&hdr, cache_item_at(c, cache_off(loc)));
+    cache_read_unlock();
+    /* the maintenance thread may evict for the new header (a record
+     * without one is lost anyway) */
+    if (!loc || swap_in_header(t, hash, cache_off(loc), &hdr, key, new_loc,
+                               true, &off) != 0) {
+        nvs_release(c->nvs, new_loc);
+        return;
+    }
+    /* same size, same class: the counts do not move; the old header goes
+     * after a grace period, without releasing its (moved) record */
+    cache_account(t, cache_off(loc), -1);
+    slab_ref(c->slab, off);
+    cache_defer_free(t, cache_off(loc));
+}
+
+void
+ext_maintain(struct cache_thread *t)
+{
+    struct cache *c = t->cache;
+    if (!c->nvs)
+        return;
+    for (int i = 0; i < EXT_COMPACT_STEPS; i++) {
+        int rc =
+            nvs_compact_step(c->nvs, c->cfg.ext_max_frag, EXT_COMPACT_BUDGET,
+                             compact_keep, compact_moved, t);
+        if (rc <= 0)
+            break;
+    }
+    cache_defer_flush(t);
+}
+
+/* --- figures --- */
+
+void
+ext_stats_reset(struct cache *c)
+{
+    if (c->nvs)
+        nvs_stats_reset(c->nvs);
+}
+
+void
+ext_stats(struct cache *c, const int64_t *s, struct tc_stats *out)
+{
+    struct nvs_stats ns;
+
+    out->ext_enabled = c->nvs != NULL;
+    out->ext_items = (uint64_t)s[ST_EXT_ITEMS];
+    out->ext_item_bytes = (uint64_t)s[ST_EXT_BYTES];
+    out->ext_spilled = (uint64_t)s[ST_EXT_SPILLED];
+    out->ext_spill_busy = (uint64_t)s[ST_EXT_SPILL_BUSY];
+    out->get_extstore = (uint64_t)s[ST_EXT_GETS];
+    out->get_aborted_extstore = (uint64_t)s[ST_EXT_ABORTED];
+    out->miss_from_extstore = (uint64_t)s[ST_EXT_MISS];
+    out->badcrc_from_extstore = (uint64_t)s[ST_EXT_BADCRC];
+    out->recache_from_extstore = (uint64_t)s[ST_EXT_RECACHE];
+    out->ext_read_timeouts = (uint64_t)s[ST_EXT_TIMEOUTS];
+    out->extstore_io_queue =
+        s[ST_EXT_INFLIGHT] > 0 ? (uint64_t)s[ST_EXT_INFLIGHT] : 0;
+    out->ext_recache_window =
+        c->ext_reread ? (uint32_t)(c->ext_reread_mask + 1) : 0;
+    if (!c->nvs)
+        return;
+    nvs_get_stats(c->nvs, &ns);
+    out->ext_uring = ns.uring;
+    out->ext_write_errors = ns.write_errors;
+    out->extstore_bytes_written = ns.bytes_written;
+    out->extstore_objects_written = ns.objects_written;
+    out->extstore_bytes_read = ns.bytes_read;
+    out->extstore_objects_read = ns.objects_read;
+    out->extstore_page_reclaims = ns.page_reclaims;
+    out->extstore_objects_lost = ns.objects_lost;
+    out->extstore_compact_rescues = ns.compact_rescues;
+    out->extstore_compact_skipped = ns.compact_skipped;
+    out->extstore_bytes_used = ns.bytes_used;
+    out->extstore_bytes_dead = ns.bytes_dead;
+    out->extstore_limit_maxbytes = ns.bytes_total;
+    out->extstore_pages_free = ns.segs_free;
+    out->ext_read_p50_ns = ns.read_lat_p50_ns;
+    out->ext_read_p99_ns = ns.read_lat_p99_ns;
+    out->ext_read_p999_ns = ns.read_lat_p999_ns;
+}

@@ -1,0 +1,68 @@
+#pragma once
+/*
+ * Hot keys: sampled write and read rates per key (a streaming top-K each,
+ * src/engine/topk.c), and the DRAM hot pool (tier/dpool.c) for the items of
+ * write-hot keys, where repeated writes replace a DRAM copy instead of
+ * writing PMEM (DESIGN rule 1). Engine internals; the public view is
+ * tc_hotkeys() and the hotkey_* stats.
+ *
+ * Placement: a write of a key in the hot set goes to a DRAM block (a
+ * promotion when the key's item was in PMEM or absent); a write of any
+ * other key, or when the pool is full, goes to PMEM (a demotion when the
+ * item was in DRAM). The maintenance tick rebuilds the hot set from the
+ * write rates (enter at hot_write_rate writes/s, leave below half of it)
+ * and moves DRAM items whose key left the hot set back to PMEM, and
+ * removes dead (expired or flushed) DRAM items.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "src/engine/item.h"
+#include "src/tiercache.h"
+
+struct cache;
+struct cache_thread;
+struct hotkey;
+
+/* Create c->hot from c->cfg (NULL when hot_pool_size is 0): 0, -EINVAL or
+ * -ENOMEM with err_msg set. */
+int hotkey_create(struct cache *c);
+void hotkey_destroy(struct cache *c);
+
+/* A thread's sample buffer (t->hk): created with the thread context,
+ * destroyed after it left c->threads. 0 or -ENOMEM. */
+int hotkey_thread_init(struct cache_thread *t);
+void hotkey_thread_fini(struct cache_thread *t);
+
+/* Write path: sample the write and, for a hot key whose item fits, take a
+ * DRAM block for it: 0 with *head its offset (CACHE_DRAM_OFF | address),
+ * or -ENOENT (use PMEM). Context: no lock, no RCU section. */
+int hotkey_place(struct cache_thread *t, uint64_t hash, const void *key,
+                 uint32_t klen, const struct item_plan *plan, uint64_t *head);
+/* Write a plain item into its DRAM block (the DRAM twin of item_write). */
+void hotkey_write(uint64_t head, const struct item_plan *plan,
+                  const struct item_hdr *hdr, const void *key,
+                  const struct item_src *val);
+/* Give a DRAM item's block back (unpublished, or after a grace period). */
+void hotkey_free(struct cache *c, uint64_t head);
+/* A store replaced old (0: none) by head: promotion, demotion and bytes
+ * saved counters. */
+void hotkey_count_store(struct cache_thread *t, uint64_t old_off, uint64_t head,
+                        uint32_t vlen);
+
+/* Read path: sample a hit. */
+void hotkey_note_read(struct cache_thread *t, uint64_t hash, const void *key,
+                      uint32_t klen);
+
+/* Maintenance (the background thread each second, or tc_maintain): merge
+ * the samples, rebuild the hot set, demote cooled items, remove dead DRAM
+ * items. Context: no lock, no RCU section. */
+void hotkey_tick(struct cache_thread *t);
+
+/* tc_hotkeys(): the current top keys by write (by_reads false) or read
+ * rate. */
+int hotkey_list(struct cache *c, bool by_reads, struct tc_hotkey *out, int max);
+/* tc_set_hot_write_rate(). */
+void hotkey_set_rate(struct cache *c, uint32_t rate);
+uint64_t hotkey_pool_bytes(const struct cache *c);

@@ -1,0 +1,155 @@
+/*
+ * Items in chunks. Stateless: every write goes through the PMEM helpers and
+ * happens before the item is published in the index, outside any lock.
+ */
+#include "src/engine/item.h"
+
+#include "src/base/compiler.h"
+#include "tier/pm.h"
+
+#include <string.h>
+
+/* Items up to this size are staged in DRAM and written in one copy. */
+#define ITEM_STAGE_MAX 512
+
+void
+item_plan(uint32_t klen, uint64_t vlen, uint32_t chunk_max,
+          struct item_plan *out)
+{
+    uint64_t plain = sizeof(struct item_hdr) + klen + vlen;
+
+    memset(out, 0, sizeof(*out));
+    if (plain <= chunk_max) {
+        out->head_size = (uint32_t)plain;
+        out->total = plain;
+        return;
+    }
+    out->tail_room = chunk_max - (uint32_t)sizeof(struct item_tail);
+    uint64_t n = (vlen + out->tail_room - 1) / out->tail_room;
+    out->nchain = (uint8_t)MIN(n, (uint64_t)ITEM_MAX_TAILS);
+    out->head_size = (uint32_t)(ALIGN_UP(sizeof(struct item_hdr) + klen, 8u) +
+                                8 * out->nchain);
+    out->last_size =
+        (uint32_t)(sizeof(struct item_tail) + vlen - (n - 1) * out->tail_room);
+    out->total = out->head_size + n * sizeof(struct item_tail) + vlen;
+}
+
+/* A read position over the value's pieces. */
+struct stream {
+    const struct iovec *iov;
+    int niov;
+    int i;
+    size_t at;
+};
+
+/* PMEM: copy the next n bytes of the stream to dst. */
+static void
+stream_copy(char *dst, struct stream *s, size_t n)
+{
+    while (n > 0 && s->i < s->niov) {
+        size_t left = s->iov[s->i].iov_len - s->at;
+        size_t k = MIN(left, n);
+        if (k)
+            pm_copy(dst, (const char *)s->iov[s->i].iov_base + s->at, k);
+        dst += k;
+        n -= k;
+        s->at += k;
+        if (s->at == s->iov[s->i].iov_len) {
+            s->i++;
+            s->at = 0;
+        }
+    }
+}
+
+void
+item_write(char *base, uint64_t off, const struct item_plan *plan,
+           const uint64_t *tails, const struct item_hdr *hdr, const void *key,
+           const struct item_src *val)
+{
+    struct item_hdr h = *hdr;
+    struct stream s = {val->iov, val->niov, 0, 0};
+    char *head = base + off;
+
+    h.kind = ITEM_KIND_HEAD;
+    h.nchain = plan->nchain;
+    if (!plan->nchain && plan->head_size <= ITEM_STAGE_MAX) {
+        /* small item: build it in DRAM and write it with one copy (one
+         * call into libpmem instead of three or more) */
+        char stage[ITEM_STAGE_MAX];
+        memcpy(stage, &h, sizeof(h));
+        memcpy(stage + sizeof(h), key, h.klen);
+        size_t at = sizeof(h) + h.klen;
+        for (int i = 0; i < val->niov; i++) {
+            if (!val->iov[i].iov_len)
+                continue; /* an empty value may come as {NULL, 0} */
+            memcpy(stage + at, val->iov[i].iov_base, val->iov[i].iov_len);
+            at += val->iov[i].iov_len;
+        }
+        pm_copy(head, stage, at);
+        return;
+    }
+    char hk[sizeof(h) + 255];
+    memcpy(hk, &h, sizeof(h));
+    memcpy(hk + sizeof(h), key, h.klen);
+    pm_copy(head, hk, sizeof(h) + h.klen);
+    if (!plan->nchain) {
+        stream_copy(head + sizeof(h) + h.klen, &s, h.vlen);
+        return;
+    }
+    pm_copy((char *)item_tails((const struct item_hdr *)head), tails,
+            8u * plan->nchain);
+    uint64_t left = h.vlen;
+    for (unsigned i = 0; i < plan->nchain; i++) {
+        struct item_tail t = {.kind = ITEM_KIND_TAIL, .head = off};
+        size_t n = MIN(left, (uint64_t)plan->tail_room);
+        pm_copy(base + tails[i], &t, sizeof(t));
+        stream_copy(base + tails[i] + sizeof(t), &s, n);
+        left -= n;
+    }
+}
+
+void
+item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
+                 const void *key, const struct nvs_loc *loc)
+{
+    char stage[sizeof(struct item_hdr) + 256 + sizeof(struct nvs_loc)];
+    struct item_hdr h = *hdr;
+    uint32_t at = item_flash_size(h.klen) - (uint32_t)sizeof(*loc);
+
+    h.kind = ITEM_KIND_FLASH;
+    h.nchain = 0;
+    memset(stage, 0, sizeof(stage));
+    memcpy(stage, &h, sizeof(h));
+    memcpy(stage + sizeof(h), key, h.klen);
+    memcpy(stage + at, loc, sizeof(*loc));
+    pm_copy(base + off, stage, at + sizeof(*loc));
+}
+
+int
+item_value_iov(const char *base, const struct item_hdr *it, uint32_t chunk_max,
+               struct iovec *iov)
+{
+    if (!it->nchain) {
+        iov[0].iov_base = (void *)(item_key(it) + it->klen);
+        iov[0].iov_len = it->vlen;
+        return 1;
+    }
+    const uint64_t *tails = item_tails(it);
+    uint32_t room = chunk_max - (uint32_t)sizeof(struct item_tail);
+    uint64_t left = it->vlen;
+    int n = 0;
+    for (unsigned i = 0; i < it->nchain && n <= ITEM_MAX_TAILS; i++) {
+        iov[n].iov_base = (void *)(base + tails[i] + sizeof(struct item_tail));
+        iov[n].iov_len = MIN(left, (uint64_t)room);
+        left -= iov[n].iov_len;
+        n++;
+    }
+    return n;
+}
+
+bool
+item_key_equals(const struct item_hdr *it, const void *key, uint32_t klen)
+{
+    return it->klen == klen && item_kind_is_head(it->kind) &&
+           memcmp(item_key(it), key, klen) == 0;
+}

@@ -1,0 +1,110 @@
+#pragma once
+/*
+ * Items in chunks: sizes, writing (through the PMEM helpers, never under a
+ * lock), reading the key and the value pieces. No state of its own.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "src/engine/item_layout.h"
+
+/* Most value pieces a chained item can have (limits item_size_max). */
+#define ITEM_MAX_TAILS 255
+
+struct item_plan {
+    uint32_t head_size; /* bytes needed in the head chunk */
+    uint8_t nchain;     /* tail chunks */
+    uint32_t tail_room; /* value bytes per full tail chunk */
+    uint32_t last_size; /* bytes needed in the last tail chunk */
+    uint64_t total;     /* bytes counted in the "bytes" stat */
+};
+
+/* Lay out an item of klen/vlen given the largest chunk size. */
+void item_plan(uint32_t klen, uint64_t vlen, uint32_t chunk_max,
+               struct item_plan *out);
+
+static inline const struct item_hdr *
+item_at(const char *base, uint64_t off)
+{
+    return (const struct item_hdr *)(base + off);
+}
+
+/* Copy a published header: exptime may change under a reader (touch, one
+ * atomic store), so it is loaded atomically. */
+static inline void
+item_hdr_load(struct item_hdr *dst, const struct item_hdr *src)
+{
+    dst->kind = src->kind;
+    dst->klen = src->klen;
+    dst->nchain = src->nchain;
+    dst->iflags = src->iflags;
+    dst->vlen = src->vlen;
+    dst->flags = src->flags;
+    dst->exptime = __atomic_load_n(&src->exptime, __ATOMIC_RELAXED);
+    dst->cas = src->cas;
+}
+
+static inline const char *
+item_key(const struct item_hdr *it)
+{
+    return (const char *)(it + 1);
+}
+
+/* Offsets of a chained item's tails (8-aligned after the key). */
+static inline const uint64_t *
+item_tails(const struct item_hdr *it)
+{
+    uintptr_t p = (uintptr_t)(item_key(it) + it->klen);
+    return (const uint64_t *)((p + 7) & ~(uintptr_t)7);
+}
+
+/* Whether a chunk's kind byte starts an item (in PMEM or on flash). */
+static inline bool
+item_kind_is_head(uint8_t kind)
+{
+    return kind == ITEM_KIND_HEAD || kind == ITEM_KIND_FLASH;
+}
+
+/* Bytes of a flash item's header chunk: header, key, pad, locator. */
+static inline uint32_t
+item_flash_size(uint32_t klen)
+{
+    return (uint32_t)((sizeof(struct item_hdr) + klen + 7) & ~(size_t)7) +
+           (uint32_t)sizeof(struct nvs_loc);
+}
+
+/* A flash item's locator (8-aligned after the key). */
+static inline const struct nvs_loc *
+item_flash_loc(const struct item_hdr *it)
+{
+    uintptr_t p = (uintptr_t)(item_key(it) + it->klen);
+    return (const struct nvs_loc *)((p + 7) & ~(uintptr_t)7);
+}
+
+/* Write a flash item's header chunk at off: hdr (kind set here), key and
+ * locator. PMEM: one pm_copy; no lock may be held. */
+void item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
+                      const void *key, const struct nvs_loc *loc);
+
+/* Write header, key and value into the head chunk at off (and the tails
+ * listed in tails[] for a chained item). PMEM: writes through pm_copy; no
+ * lock may be held. The value is given as up to three pieces (append and
+ * prepend join old and new without a DRAM copy). */
+struct item_src {
+    const struct iovec *iov;
+    int niov;
+};
+void item_write(char *base, uint64_t off, const struct item_plan *plan,
+                const uint64_t *tails, const struct item_hdr *hdr,
+                const void *key, const struct item_src *val);
+
+/* Value as iovecs into PMEM: returns the count (<= ITEM_MAX_TAILS + 1). */
+int item_value_iov(const char *base, const struct item_hdr *it,
+                   uint32_t chunk_max, struct iovec *iov);
+
+/* Does the chunk hold a head whose key equals key? Bounds-checked against
+ * chunk_size so that a stale or half-written chunk is safe to look at. */
+bool item_key_equals(const struct item_hdr *it, const void *key, uint32_t klen);

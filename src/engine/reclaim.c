@@ -1,0 +1,588 @@
+/*
+ * Getting memory back: CLOCK eviction, the expiry sweep, page draining
+ * (moving live items off a page, for page reassignment and pool shrink) and
+ * the maintenance thread.
+ *
+ * Eviction state is DRAM only: the slab's per-chunk reference bits, set by
+ * readers and cleared by the CLOCK hand (slab_scan). A candidate chunk's
+ * header is read from PMEM without the index vouching for it, so it may be
+ * free, half-written or stale: read_victim() copies it with bounds checks,
+ * and the item is taken only if the index, under the bucket lock, still
+ * points at exactly that chunk.
+ *
+ * Concurrency:
+ *   c->admin (a maintenance token, see src/engine/cache.h) serialises sweep
+ *     cursors, reassignment and shrink; no other lock is held when it is
+ *     taken. t->in_admin marks the
+ *     thread holding it so that allocation under it never reassigns pages
+ *     (which would take admin again). A page drain copies items (PMEM
+ *     writes) while holding it, so only callers that cannot go on without
+ *     a page wait for it (RECLAIM_WAIT: an allocation whose class has
+ *     nothing left to evict, shrink, the tc_slab_reassign command); the
+ *     flash tier's header-page chances take it only when free
+ *     (RECLAIM_TRY) and retry after a later eviction batch.
+ *   c->evict_cur[cls]: under the class lock, inside slab_scan().
+ *   c->shrink_target: written by tc_set_mem_limit, read and cleared under
+ *     admin; an atomic, since the maintenance thread peeks at it unlocked.
+ *   Item copies during relocation happen with no lock held.
+ */
+#include "src/engine/cache.h"
+
+#include "src/base/clock.h"
+#include "src/base/err.h"
+#include "src/base/log.h"
+#include "src/engine/hotkey.h"
+#include "src/engine/ext.h"
+#include "tier/pm.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+#include <urcu/urcu-memb.h>
+
+#define EVICT_BATCH 32
+#define EVICT_BUDGET 4096
+#define DRAIN_BATCH 1024
+#define DRAIN_ROUNDS 8
+
+struct victim {
+    uint64_t head; /* offset of the head chunk */
+    uint64_t hash;
+};
+
+/*
+ * Copy a candidate's key out of a chunk nobody vouches for. The chunk may
+ * be written concurrently (a fresh item not yet published): the bytes are
+ * read one at a time through volatile loads, bounds-checked, and trusted
+ * only after the index confirms the location under the bucket lock. TSan
+ * is told this read is intended.
+ */
+/* Size of the chunk at off, read from its page's class once: the page may
+ * leave its class (a drain) at any moment, so a caller holding no lock
+ * must not look twice. False when no class owns it. */
+static bool
+chunk_size_of(const struct cache *c, uint64_t off, uint32_t *size)
+{
+    unsigned cls = slab_class_of(c->slab, off);
+    if (cls == SLAB_NO_CLASS)
+        return false;
+    *size = slab_chunk_size(c->slab, cls);
+    return true;
+}
+
+__attribute__((no_sanitize_thread)) static bool
+read_victim(const struct cache *c, uint64_t off, struct victim *v)
+{
+    const volatile uint8_t *p = (const volatile uint8_t *)(c->base + off);
+    uint32_t size;
+    char key[TC_KEY_MAX];
+
+    if (!chunk_size_of(c, off, &size))
+        return false;
+    if (p[0] == ITEM_KIND_TAIL) {
+        uint64_t head = 0;
+        for (unsigned i = 0; i < 8; i++)
+            head |= (uint64_t)p[8 + i] << (8 * i);
+        if (head % 8 ||
+            head >= (uint64_t)pool_npages(c->pool) << POOL_PAGE_SHIFT ||
+            !chunk_size_of(c, head, &size))
+            return false;
+        off = head;
+        p = (const volatile uint8_t *)(c->base + off);
+    }
+    uint8_t klen = p[1];
+    if (!item_kind_is_head(p[0]) || klen == 0 || klen > TC_KEY_MAX ||
+        sizeof(struct item_hdr) + klen > size)
+        return false;
+    for (unsigned i = 0; i < klen; i++)
+        key[i] = (char)p[sizeof(struct item_hdr) + i];
+    v->head = off;
+    v->hash = cache_hash(c, key, klen);
+    return true;
+}
+
+/* Unlink the victim if the index still holds it: its liveness under the
+ * lock in *dead. Locks: one bucket. */
+static bool
+unlink_victim(struct cache *c, const struct victim *v, bool dead_only,
+              enum cache_dead *dead)
+{
+    struct htab_bucket *b = htab_lock(c->htab, v->hash);
+    _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(v->head));
+    bool taken = false;
+    if (slot) {
+        *dead = cache_item_dead(c, item_at(c->base, v->head), clock_now());
+        if (!dead_only || *dead != CACHE_LIVE) {
+            htab_remove_locked(slot);
+            taken = true;
+        }
+    }
+    htab_unlock(b);
+    return taken;
+}
+
+int
+reclaim_evict(struct cache_thread *t, unsigned cls)
+{
+    struct cache *c = t->cache;
+    uint64_t offs[EVICT_BATCH], freed[EVICT_BATCH];
+    unsigned n = slab_scan(c->slab, cls, &c->evict_cur[cls], SLAB_SCAN_CLOCK,
+                           EVICT_BUDGET, offs, EVICT_BATCH);
+    unsigned nfreed = 0;
+
+    for (unsigned i = 0; i < n; i++) {
+        struct victim v;
+        enum cache_dead dead;
+        if (!read_victim(c, offs[i], &v))
+            continue;
+        /* a cold value big enough moves to flash (ext.c): its item left
+         * the index for a flash header and is freed like an evicted one */
+        if (c->nvs && ext_spill(t, v.head, v.hash)) {
+            freed[nfreed++] = v.head;
+            continue;
+        }
+        if (!unlink_victim(c, &v, false, &dead))
+            continue;
+        cache_account_unlink(t, v.head, dead, UNLINK_EVICTED);
+        freed[nfreed++] = v.head;
+    }
+    if (!nfreed) {
+        ext_after_evict(t, cls);
+        return 0;
+    }
+    /* The memory is needed now: wait for readers instead of deferring. */
+    urcu_memb_synchronize_rcu();
+    cache_rcu_synced();
+    for (unsigned i = 0; i < nfreed; i++)
+        cache_free_now(t, freed[i]);
+    ext_after_evict(t, cls);
+    return (int)nfreed;
+}
+
+int
+reclaim_sweep(struct cache_thread *t, unsigned budget)
+{
+    struct cache *c = t->cache;
+    uint64_t offs[64];
+    int reclaimed = 0;
+    unsigned ncls = slab_nclasses(c->slab);
+
+    pthread_mutex_lock(&c->admin);
+    for (unsigned step = 0; step < ncls && budget > 0; step++) {
+        unsigned cls = c->sweep_cls;
+        unsigned look = MIN(budget, 4096u);
+        unsigned n = slab_scan(c->slab, cls, &c->sweep_cur[cls], SLAB_SCAN_ALL,
+                               look, offs, ARRAY_SIZE(offs));
+        budget -= look;
+        for (unsigned i = 0; i < n; i++) {
+            struct victim v;
+            enum cache_dead dead;
+            if (!read_victim(c, offs[i], &v) ||
+                !unlink_victim(c, &v, true, &dead))
+                continue;
+            cache_account_unlink(t, v.head, dead, UNLINK_SWEPT);
+            cache_stat_inc(t, ST_SWEEP_RECLAIMED);
+            cache_defer_free(t, v.head);
+            reclaimed++;
+        }
+        /* stay on a class until its cursor wraps, then move on */
+        if (c->sweep_cur[cls].page_idx == 0 && c->sweep_cur[cls].chunk < look)
+            c->sweep_cls = (cls + 1) % ncls;
+    }
+    pthread_mutex_unlock(&c->admin);
+    cache_defer_flush(t);
+    return reclaimed;
+}
+
+/* --- relocation --- */
+
+/* Chunks for a moved item from free chunks the classes already have (no
+ * new page, no eviction): 0 or -ENOSPC. */
+static int
+alloc_existing(struct cache *c, const struct item_plan *plan, uint64_t *head,
+               uint64_t *tails)
+{
+    unsigned i;
+    for (i = 0; i < plan->nchain; i++) {
+        uint32_t size = i + 1 == plan->nchain ? plan->last_size : c->chunk_max;
+        int cls = slab_class_for(c->slab, size);
+        if (slab_take_existing(c->slab, (unsigned)cls, &tails[i], 1) != 1)
+            goto err_give;
+    }
+    int cls = slab_class_for(c->slab, plan->head_size);
+    if (slab_take_existing(c->slab, (unsigned)cls, head, 1) == 1)
+        return 0;
+err_give:
+    while (i-- > 0)
+        slab_give(c->slab, slab_class_of(c->slab, tails[i]), &tails[i], 1);
+    return -ENOSPC;
+}
+
+/* Copy the live item at v->head into fresh chunks (never from a draining
+ * page) and switch the index; if there is no room, evict it instead.
+ * new_pages: the copy may take pages from the pool (shrink) or only free
+ * chunks the classes already hold (reassignment, as memcached's
+ * rebalancer). Context: admin held, no other lock, no RCU section. */
+static void
+relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
+{
+    struct cache *c = t->cache;
+    struct item_hdr hdr;
+    struct item_plan plan;
+    uint64_t head, tails[ITEM_MAX_TAILS], old = cache_loc(v->head);
+    enum cache_dead dead;
+
+    cache_read_lock();
+    item_hdr_load(&hdr, item_at(c->base, v->head));
+    cache_read_unlock();
+    item_plan(hdr.klen, hdr.vlen, c->chunk_max, &plan);
+    if (hdr.kind == ITEM_KIND_FLASH) /* a header chunk, value on flash */
+        plan = (struct item_plan){.head_size = item_flash_size(hdr.klen)};
+    int rc = new_pages ? cache_alloc_item(t, &plan, &head, tails)
+                       : alloc_existing(c, &plan, &head, tails);
+    if (rc != 0 && !c->cfg.evict)
+        return; /* -M: never evict; the page stays and the drain fails */
+    if (rc != 0) {
+        /* no room to move it: a cold value big enough goes to flash
+         * rather than away, as at eviction */
+        if (c->nvs && ext_spill(t, v->head, v->hash)) {
+            cache_defer_free(t, v->head);
+            return;
+        }
+        if (unlink_victim(c, v, false, &dead)) {
+            cache_account_unlink(t, v->head, dead, UNLINK_EVICTED);
+            cache_defer_free(t, v->head);
+        }
+        return;
+    }
+
+    /* PMEM: copy with no lock held; the old item cannot be freed while we
+     * are in the read section, and the swap below checks it is current. */
+    cache_read_lock();
+    const struct item_hdr *it = item_at(c->base, v->head);
+    bool same = it->cas == hdr.cas && it->kind == hdr.kind &&
+                item_kind_is_head(hdr.kind);
+    if (same && hdr.kind == ITEM_KIND_FLASH) {
+        hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+        item_write_flash(c->base, head, &hdr, item_key(it), item_flash_loc(it));
+        pm_fence();
+    } else if (same) {
+        struct iovec iov[ITEM_MAX_TAILS + 1];
+        int n = item_value_iov(c->base, it, c->chunk_max, iov);
+        struct item_src src = {iov, n};
+        hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+        item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src);
+        pm_fence();
+        slab_atime_copy(c->slab, head, v->head); /* meta l survives a move */
+    }
+    cache_read_unlock();
+
+    struct htab_bucket *b = htab_lock(c->htab, v->hash);
+    _Atomic uint64_t *slot = same ? htab_find_loc_locked(b, old) : NULL;
+    if (slot)
+        htab_replace_locked(slot, v->hash, cache_loc(head));
+    htab_unlock(b);
+    if (slot)
+        cache_defer_free(t, v->head); /* CAS kept: clients see no change */
+    else
+        cache_free_unpublished(t, &plan, head, tails);
+}
+
+/* Relocate the live chunks of a draining page, walking it once. */
+static void
+drain_round(struct cache_thread *t, uint32_t page, bool new_pages)
+{
+    struct cache *c = t->cache;
+    uint64_t offs[DRAIN_BATCH];
+    uint32_t from = 0;
+    unsigned n;
+
+    do {
+        n = slab_drain_live_from(c->slab, page, from, offs, DRAIN_BATCH);
+        for (unsigned i = 0; i < n; i++) {
+            struct victim v;
+            if (read_victim(c, offs[i], &v))
+                relocate(t, &v, new_pages);
+        }
+        if (n)
+            from =
+                (uint32_t)((offs[n - 1] & (POOL_PAGE_SIZE - 1)) /
+                               slab_chunk_size(
+                                   c->slab, slab_class_of(c->slab, offs[0])) +
+                           1);
+    } while (n == DRAIN_BATCH);
+    /* chunks that stay allocated (stashed, in flight) wait for the next
+     * round; the moved items' old chunks come back from limbo here */
+    cache_reclaim_limbo(t);
+    quota_flush(t->quota);
+}
+
+/* Empty a draining page into the pool. Context: admin held. */
+static int
+drain_page(struct cache_thread *t, uint32_t page, bool new_pages)
+{
+    struct cache *c = t->cache;
+    for (int round = 0; round < DRAIN_ROUNDS; round++) {
+        if (slab_drain_finish(c->slab, page) == 0)
+            return 0;
+        drain_round(t, page, new_pages);
+    }
+    return slab_drain_finish(c->slab, page);
+}
+
+/* Begin, empty and finish one page for reassignment: 0 or -EBUSY (the page
+ * is back in service). Context: admin held. */
+static int
+drain_for_reassign(struct cache_thread *t, uint32_t page)
+{
+    struct cache *c = t->cache;
+    quota_flush(t->quota);
+    int rc = slab_drain_begin(c->slab, page);
+    if (rc)
+        return rc;
+    /* other threads give their stashes back at their next operation */
+    atomic_fetch_add_explicit(&c->quota_gen, 1, memory_order_relaxed);
+    rc = drain_page(t, page, false);
+    if (rc)
+        slab_drain_abort(c->slab, page);
+    return rc;
+}
+
+/* The class with the most free chunks (or, failing that, the most pages)
+ * other than dst, or -1. */
+static int
+pick_donor(struct cache *c, int dst)
+{
+    int best = -1;
+    uint64_t best_free = 0, best_pages = 0;
+    for (unsigned i = 0; i < slab_nclasses(c->slab); i++) {
+        struct slab_class_stats st;
+        slab_class_stats(c->slab, i, &st);
+        if ((int)i == dst || st.pages == 0)
+            continue;
+        if (best < 0 || st.free_chunks > best_free ||
+            (st.free_chunks == best_free && st.pages > best_pages)) {
+            best = (int)i;
+            best_free = st.free_chunks;
+            best_pages = st.pages;
+        }
+    }
+    return best;
+}
+
+/* Pick a page of class src and empty it into the pool (its items moved,
+ * spilled or evicted): 0 or a negative errno. Context: admin held. */
+static int
+drain_one_of(struct cache_thread *t, unsigned src)
+{
+    uint32_t page;
+    int rc = slab_drain_pick(t->cache->slab, src, 0, &page);
+    return rc ? rc : drain_for_reassign(t, page);
+}
+
+/* Take admin for t: 0, or -EBUSY when t holds it already or (how
+ * RECLAIM_TRY) another thread does, which may be draining a page for a
+ * while (writing PMEM). */
+static int
+admin_enter(struct cache_thread *t, enum reclaim_how how)
+{
+    if (t->in_admin)
+        return -EBUSY;
+    if (how == RECLAIM_TRY) {
+        if (pthread_mutex_trylock(&t->cache->admin) != 0)
+            return -EBUSY;
+    } else {
+        pthread_mutex_lock(&t->cache->admin);
+    }
+    t->in_admin = true;
+    return 0;
+}
+
+static void
+admin_leave(struct cache_thread *t)
+{
+    t->in_admin = false;
+    pthread_mutex_unlock(&t->cache->admin);
+}
+
+/* Empty one page of class src, as for a reassignment, and take it from the
+ * pool into *page, for the caller to keep: 0, or a negative errno (also
+ * when another class took the freed page first, and -EBUSY when admin is
+ * busy and how is RECLAIM_TRY). Context: no lock, no RCU section. Locks:
+ * admin. */
+int
+reclaim_take_page(struct cache_thread *t, int src, uint32_t *page,
+                  enum reclaim_how how)
+{
+    struct cache *c = t->cache;
+
+    if (src < 0 || src >= (int)slab_nclasses(c->slab))
+        return -EINVAL;
+    if (admin_enter(t, how) != 0)
+        return -EBUSY;
+    int rc = drain_one_of(t, (unsigned)src);
+    if (rc == 0)
+        rc = pool_page_get(c->pool, page);
+    if (rc == 0)
+        cache_stat_inc(t, ST_REASSIGNS);
+    admin_leave(t);
+    return rc;
+}
+
+int
+reclaim_reassign(struct cache_thread *t, int src, int dst, enum reclaim_how how)
+{
+    struct cache *c = t->cache;
+    int n = (int)slab_nclasses(c->slab);
+
+    if (dst < 0 || dst >= n || src >= n || src == dst || src < -1)
+        return -EINVAL;
+    if (admin_enter(t, how) != 0)
+        return -EBUSY;
+    if (src < 0)
+        src = pick_donor(c, dst);
+    int rc = src < 0 ? -ENOENT : drain_one_of(t, (unsigned)src);
+    if (rc == 0) {
+        /* the page is in the pool; hand one to dst now so that it is
+         * dst's even if another class asks first */
+        slab_grow(c->slab, (unsigned)dst);
+        cache_stat_inc(t, ST_REASSIGNS);
+    }
+    admin_leave(t);
+    return rc;
+}
+
+/* Give the memory of free pages at or above the limit back to the system. */
+static void
+discard_above(struct cache *c, uint32_t limit)
+{
+    for (uint32_t p = limit; p < pool_npages(c->pool); p++)
+        if (slab_class_of(c->slab, (uint64_t)p << POOL_PAGE_SHIFT) ==
+            SLAB_NO_CLASS)
+            region_discard(c->region, (uint64_t)p << POOL_PAGE_SHIFT,
+                           POOL_PAGE_SIZE);
+}
+
+int
+reclaim_shrink(struct cache_thread *t)
+{
+    struct cache *c = t->cache;
+    uint32_t page;
+    int rc = 0;
+
+    if (admin_enter(t, RECLAIM_WAIT) != 0)
+        return -EBUSY; /* t holds admin (a shrink from inside a drain) */
+    uint32_t target = atomic_load(&c->shrink_target);
+    for (unsigned cls = 0; target && cls < slab_nclasses(c->slab); cls++) {
+        /* stop allocation from every page above the target first, so
+         * moved items land below it */
+        while (slab_drain_pick(c->slab, cls, target, &page) == 0)
+            slab_drain_begin(c->slab, page);
+    }
+    atomic_fetch_add_explicit(&c->quota_gen, 1, memory_order_relaxed);
+    for (uint32_t p = target; target && p < pool_npages(c->pool); p++) {
+        if (slab_class_of(c->slab, (uint64_t)p << POOL_PAGE_SHIFT) ==
+            SLAB_NO_CLASS)
+            continue;
+        quota_flush(t->quota);
+        if (drain_page(t, p, true) != 0)
+            rc = -EBUSY;
+    }
+    if (target) {
+        discard_above(c, target);
+        if (rc == 0)
+            atomic_store(&c->shrink_target, 0);
+    }
+    admin_leave(t);
+    return rc;
+}
+
+/* --- maintenance thread --- */
+
+/* Chunks this thread frees (the limbo of every thread, the sweep) land in
+ * its quota stash, up to two batches a class: 32 MiB of the largest
+ * chunks. Workers give theirs back at their next operation after a page
+ * drain asks (cache_thread_get) and when they go idle; this thread never
+ * calls that again, so it gives them back after each piece of work. Else
+ * they stay there for good: a drain of their page fails (a class left
+ * with no page answers every set "out of memory"), and a class short of
+ * chunks evicts its own items (an append near -I evicted the item it
+ * grew) while a third of the pool sits in this stash. */
+static void
+maintenance_quiesce(struct cache_thread *t)
+{
+    cache_thread_quiesce(t);
+}
+
+/* The maintenance thread: every second the expiry sweep, limbo and any
+ * pending shrink, every 5 minutes the access time rebase (slab_atime_tick);
+ * in between, limbo whenever a writer kicks it. */
+static void *
+maintenance_main(void *arg)
+{
+    struct cache *c = arg;
+    struct cache_thread *t = cache_thread_get(c);
+    struct timespec tick;
+
+    pthread_setname_np(pthread_self(), "tc-maint");
+    if (!t)
+        return NULL;
+    clock_gettime(CLOCK_REALTIME, &tick);
+    pthread_mutex_lock(&c->bg_lock);
+    while (!atomic_load_explicit(&c->bg_stop, memory_order_relaxed)) {
+        tick.tv_sec += 1;
+        int rc = 0;
+        while (rc != ETIMEDOUT &&
+               !atomic_load_explicit(&c->bg_stop, memory_order_relaxed)) {
+            rc = pthread_cond_timedwait(&c->bg_cond, &c->bg_lock, &tick);
+            if (atomic_exchange_explicit(&c->bg_kick, false,
+                                         memory_order_relaxed)) {
+                pthread_mutex_unlock(&c->bg_lock);
+                cache_reclaim_limbo(t);
+                maintenance_quiesce(t);
+                pthread_mutex_lock(&c->bg_lock);
+            }
+        }
+        if (atomic_load_explicit(&c->bg_stop, memory_order_relaxed))
+            break;
+        pthread_mutex_unlock(&c->bg_lock);
+        reclaim_sweep(t, c->cfg.sweep_budget);
+        hotkey_tick(t);
+        ext_maintain(t);
+        cache_reclaim_limbo(t);
+        if (atomic_load(&c->shrink_target))
+            reclaim_shrink(t);
+        slab_atime_tick(c->slab, clock_now());
+        maintenance_quiesce(t);
+        pthread_mutex_lock(&c->bg_lock);
+    }
+    pthread_mutex_unlock(&c->bg_lock);
+    cache_thread_put(c);
+    return NULL;
+}
+
+int
+reclaim_start(struct cache *c)
+{
+    atomic_store(&c->bg_stop, false);
+    int rc = pthread_create(&c->bg, NULL, maintenance_main, c);
+    if (rc) {
+        err_set("cannot start the maintenance thread: %s", strerror(rc));
+        return -rc;
+    }
+    c->bg_running = true;
+    return 0;
+}
+
+void
+reclaim_stop(struct cache *c)
+{
+    if (!c->bg_running)
+        return;
+    pthread_mutex_lock(&c->bg_lock);
+    atomic_store(&c->bg_stop, true);
+    pthread_cond_signal(&c->bg_cond);
+    pthread_mutex_unlock(&c->bg_lock);
+    pthread_join(c->bg, NULL);
+    c->bg_running = false;
+}

@@ -1,0 +1,818 @@
+/*
+ * The write path: set, add, replace, cas, append, prepend, incr, decr.
+ *
+ * Every write is copy-on-write: the new item is written into fresh chunks
+ * with no lock held (PMEM writes happen only here, before publication), then
+ * the bucket lock is taken for the DRAM-only decision and index switch, and
+ * the old item is freed after a grace period. Read-modify-write commands
+ * (append, prepend, incr, decr) read the old item, build the new one, and
+ * publish only if the index still holds the item they read (else retry).
+ *
+ * Concurrency: no state of its own; see src/engine/cache.h. Lock taken: one
+ * bucket lock, briefly, per publication. RCU read sections never span an
+ * allocation (allocation may wait for a grace period).
+ */
+#include "src/engine/store.h"
+
+#include "src/engine/cache.h"
+#include "src/engine/ext.h"
+#include "src/engine/fetch.h"
+#include "src/engine/hotkey.h"
+
+#include "src/base/clock.h"
+#include "src/base/compiler.h"
+#include "tier/pm.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <urcu/urcu-memb.h>
+
+#define RMW_RETRIES 64
+
+/* STORE_SWAP: publish only if the index still holds `expect`. */
+#define STORE_SWAP 100
+
+struct store_req {
+    int mode; /* enum tc_store_mode or STORE_SWAP */
+    const void *key;
+    uint32_t klen;
+    uint64_t hash;
+    struct item_hdr hdr; /* flags, exptime, vlen, klen filled by caller */
+    struct item_src val;
+    uint64_t cas_in;
+    bool cas_check;     /* compare cas_in whatever the mode (meta C) */
+    uint64_t cas_new;   /* nonzero: the new item's CAS (meta E) */
+    bool claim_win;     /* the storer holds the recache win (vivify) */
+    bool keep_fetched;  /* the new chunk starts fetched (meta h): what
+                           memcached rewrites in place stays fetched */
+    uint64_t expect;    /* loc, for STORE_SWAP */
+    bool check_exptime; /* STORE_SWAP also needs the old item's exptime
+                           unchanged (a touch meanwhile must not be lost) */
+    uint32_t expect_exptime;
+    bool recache;        /* a flash value copied back: not a new item */
+    struct nvs_loc xloc; /* snapshot of a flash item: its locator */
+};
+
+/* Decide under the bucket lock whether the new item may replace what the
+ * index holds. Reads PMEM headers only. Returns TC_OK or a tc_result. */
+static int
+decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
+              uint32_t now)
+{
+    bool live = old && cache_item_dead(c, cache_item_at(c, cache_off(old)),
+                                       now) == CACHE_LIVE;
+    if (r->cas_check && r->mode != STORE_SWAP) {
+        if (!live)
+            return TC_NOT_FOUND;
+        if (cache_item_at(c, cache_off(old))->cas != r->cas_in)
+            return TC_EXISTS;
+    }
+    switch (r->mode) {
+    case TC_ADD:
+        return live ? TC_NOT_STORED : TC_OK;
+    case TC_REPLACE:
+        return live ? TC_OK : TC_NOT_STORED;
+    case TC_CAS:
+        if (!live)
+            return TC_NOT_FOUND;
+        return cache_item_at(c, cache_off(old))->cas == r->cas_in ? TC_OK
+                                                                  : TC_EXISTS;
+    case STORE_SWAP:
+        if (old != r->expect)
+            return -EAGAIN;
+        if (r->check_exptime &&
+            __atomic_load_n(&cache_item_at(c, cache_off(old))->exptime,
+                            __ATOMIC_RELAXED) != r->expect_exptime)
+            return -EAGAIN;
+        return TC_OK;
+    default:
+        return TC_OK;
+    }
+}
+
+static void
+count_outcome(struct cache_thread *t, int mode, int rc)
+{
+    if (mode != TC_CAS)
+        return;
+    if (rc == TC_OK)
+        cache_stat_inc(t, ST_CAS_HITS);
+    else if (rc == TC_EXISTS)
+        cache_stat_inc(t, ST_CAS_BADVAL);
+    else if (rc == TC_NOT_FOUND)
+        cache_stat_inc(t, ST_CAS_MISSES);
+}
+
+/* Switch the index to the new item. Locks: one bucket. */
+static int
+publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
+        uint32_t now, uint64_t *old_out)
+{
+    struct cache *c = t->cache;
+    struct cache_key k = {c, r->key, r->klen};
+    uint64_t loc = cache_loc(head);
+
+    struct htab_bucket *b = htab_lock(c->htab, r->hash);
+    _Atomic uint64_t *slot = htab_find_locked(b, r->hash, cache_match_key, &k);
+    uint64_t old =
+        slot ? htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed))
+             : 0;
+    int rc = decide_locked(c, r, old, now);
+    if (rc == TC_OK) {
+        if (slot)
+            htab_replace_locked(slot, r->hash, loc);
+        else if (htab_insert_locked(c->htab, b, r->hash, loc) != 0)
+            rc = -ENOMEM;
+    }
+    htab_unlock(b);
+    *old_out = rc == TC_OK ? old : 0;
+    return rc;
+}
+
+/* The CAS for a new item: the next of the counter, or the client's own
+ * (meta E), which then also lifts the counter so that later CAS values stay
+ * unique and above it. */
+static uint64_t
+next_cas(struct cache *c, uint64_t explicit_cas)
+{
+    if (!explicit_cas)
+        return atomic_fetch_add_explicit(&c->cas_seq, 1, memory_order_relaxed) +
+               1;
+    uint64_t seq = atomic_load_explicit(&c->cas_seq, memory_order_relaxed);
+    while (seq < explicit_cas &&
+           !atomic_compare_exchange_weak_explicit(
+               &c->cas_seq, &seq, explicit_cas, memory_order_relaxed,
+               memory_order_relaxed))
+        ;
+    return explicit_cas;
+}
+
+/* Memory for the item r describes. 0, -E2BIG or -ENOMEM. Context: no lock
+ * and no RCU read section (allocation may wait for a grace period). */
+static int
+prepare(struct cache_thread *t, const struct store_req *r,
+        struct item_plan *plan, uint64_t *head, uint64_t *tails)
+{
+    struct cache *c = t->cache;
+
+    item_plan(r->klen, r->hdr.vlen, c->chunk_max, plan);
+    /* The limit counts header, key and value, not the chaining overhead,
+     * so that what fits does not depend on chunk sizes. */
+    if (sizeof(struct item_hdr) + r->klen + (uint64_t)r->hdr.vlen >
+        c->cfg.item_size_max) {
+        cache_stat_inc(t, ST_STORE_TOO_LARGE);
+        return -E2BIG;
+    }
+    /* a write-hot key's item goes to the DRAM hot pool */
+    if (c->hot && hotkey_place(t, r->hash, r->key, r->klen, plan, head) == 0)
+        return 0;
+    if (cache_alloc_item(t, plan, head, tails) != 0) {
+        cache_stat_inc(t, ST_STORE_NO_MEMORY);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* EXPERIMENT ONLY (ablate_init_in_lock, issue 5): the item written with its
+ * head chunk's slab class lock held, as Tair MDB initialised items inside
+ * its slab lock. Breaks DESIGN rule 2 on purpose. Locks: slab class. */
+static void
+write_in_lock(struct cache *c, uint64_t head, const struct item_plan *plan,
+              const uint64_t *tails, struct store_req *r)
+{
+    unsigned cls = slab_class_of(c->slab, head);
+    slab_ablate_lock(c->slab, cls);
+    pm_unchecked_begin();
+    item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val);
+    pm_unchecked_end();
+    slab_ablate_unlock(c->slab, cls);
+}
+
+/* Write the prepared item and publish it; on failure its chunks go back.
+ * *old receives the replaced item's location (0 if none), which the caller
+ * retires with retire_old() once outside any RCU read section. */
+static int
+commit(struct cache_thread *t, struct store_req *r,
+       const struct item_plan *plan, uint64_t head, const uint64_t *tails,
+       uint64_t *old, uint64_t *cas_out)
+{
+    struct cache *c = t->cache;
+    uint32_t now = clock_now();
+
+    /* a delayed flush whose time has come takes effect before this item
+     * gets its CAS: its watermark must not cover an item stored after it */
+    cache_flush_check(c, now);
+    r->hdr.cas = next_cas(c, r->cas_new);
+    /* PMEM: the item is written here, before it is visible, with no lock
+     * held (DESIGN rule 2); a hot key's item goes to its DRAM block */
+    if (cache_off_dram(head))
+        hotkey_write(head, plan, &r->hdr, r->key, &r->val);
+    else if (likely(!c->cfg.ablate_init_in_lock))
+        item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val);
+    else
+        write_in_lock(c, head, plan, tails, r);
+    pm_fence(); /* the bytes are in place before the index points at them */
+    /* DRAM, before anyone can read it: a reused chunk starts unreferenced,
+     * unfetched and with its recache win unclaimed (or claimed, meta
+     * recache), and a store is an access (meta l) */
+    cache_fresh(c, head, now,
+                (r->claim_win ? SLAB_FRESH_WIN : 0) |
+                    (r->keep_fetched ? SLAB_FRESH_FETCHED : 0));
+
+    /* account while the chunk is still ours: once published, another
+     * thread may replace, free and reuse it before we look again */
+    cache_account(t, head, 1);
+    int rc = publish(t, r, head, now, old);
+    if (rc != TC_OK) {
+        cache_account(t, head, -1);
+        cache_free_unpublished(t, plan, head, tails);
+        return rc;
+    }
+    if (!r->recache)
+        cache_stat_inc(t, ST_TOTAL_ITEMS);
+    if (c->hot)
+        hotkey_count_store(t, *old ? cache_off(*old) : 0, head, r->hdr.vlen);
+    if (cas_out)
+        *cas_out = r->hdr.cas;
+    return TC_OK;
+}
+
+/* Account for and free (after a grace period) the item a store replaced. */
+static void
+retire_old(struct cache_thread *t, uint64_t old)
+{
+    struct cache *c = t->cache;
+    if (!old)
+        return;
+    int dead =
+        cache_item_dead(c, cache_item_at(c, cache_off(old)), clock_now());
+    cache_account_unlink(t, cache_off(old), dead, UNLINK_REPLACED);
+    cache_defer_free(t, cache_off(old));
+}
+
+/* Start loading the items the publish step will compare keys with: their
+ * misses then overlap the item copy instead of stalling under the bucket
+ * lock. */
+static void
+prefetch_old(struct cache *c, uint64_t hash)
+{
+    uint64_t locs[HTAB_SLOTS];
+    unsigned n = htab_peek(c->htab, hash, locs, HTAB_SLOTS);
+    for (unsigned i = 0; i < n; i++)
+        __builtin_prefetch(cache_item_at(c, cache_off(locs[i])), 0, 3);
+}
+
+/* Prepare, commit and retire: one whole store. */
+static int
+store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
+{
+    struct item_plan plan;
+    uint64_t head, tails[ITEM_MAX_TAILS], old = 0;
+
+    htab_prefetch(t->cache->htab, r->hash);
+    int rc = prepare(t, r, &plan, &head, tails);
+    if (rc)
+        return rc;
+    prefetch_old(t->cache, r->hash);
+    rc = commit(t, r, &plan, head, tails, &old, cas_out);
+    retire_old(t, old);
+    return rc;
+}
+
+static void
+req_init(struct store_req *r, struct cache_thread *t, int mode, const void *key,
+         uint32_t klen)
+{
+    memset(r, 0, sizeof(*r));
+    r->mode = mode;
+    r->key = key;
+    r->klen = klen;
+    r->hash = cache_hash(t->cache, key, klen);
+    r->hdr.klen = (uint8_t)klen;
+}
+
+static bool snapshot(struct cache *c, struct store_req *r, struct item_hdr *hdr,
+                     uint64_t *loc);
+
+/* A store whose outcome the index already decides (add on a live key, a
+ * CAS that cannot match, replace of a missing key) is answered without
+ * allocating: under memory pressure that would evict for nothing, or fail
+ * with "out of memory" where memcached says "exists". The decision is
+ * taken again under the bucket lock. */
+static int
+precheck(struct cache_thread *t, struct store_req *r)
+{
+    struct item_hdr old;
+    uint64_t loc;
+    bool cas = r->cas_check || r->mode == TC_CAS;
+
+    if (!cas && r->mode != TC_ADD && r->mode != TC_REPLACE)
+        return TC_OK;
+    bool hit = snapshot(t->cache, r, &old, &loc);
+    if (cas)
+        return !hit ? TC_NOT_FOUND : old.cas != r->cas_in ? TC_EXISTS : TC_OK;
+    if (r->mode == TC_ADD)
+        return hit ? TC_NOT_STORED : TC_OK;
+    return hit ? TC_OK : TC_NOT_STORED;
+}
+
+int
+store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
+            uint32_t klen, const void *val, size_t vlen, uint32_t flags,
+            int64_t exptime, const struct tc_store_opts *o, uint64_t *cas_out)
+{
+    struct iovec iov = {(void *)val, vlen};
+    struct store_req r;
+
+    req_init(&r, t, mode, key, klen);
+    r.hdr.vlen = (uint32_t)vlen;
+    r.hdr.flags = flags;
+    r.hdr.exptime = cache_exptime(exptime, clock_now());
+    r.val = (struct item_src){&iov, 1};
+    if (o) {
+        r.cas_in = o->cas_in;
+        r.cas_check = o->cas_check;
+        r.cas_new = o->cas_new;
+    }
+    cache_stat_inc(t, ST_CMD_SET);
+    int rc = vlen > UINT32_MAX ? -E2BIG : precheck(t, &r);
+    if (rc == TC_OK)
+        rc = store_one(t, &r, cas_out);
+    count_outcome(t, r.cas_check ? TC_CAS : mode, rc);
+    /* memcached: a set that cannot be stored removes the old value rather
+     * than leave stale data behind */
+    if (mode == TC_SET && (rc == -E2BIG || rc == -ENOMEM))
+        fetch_drop(t, key, klen);
+    return rc;
+}
+
+/* The item the key maps to now, copied out: header and location. Miss when
+ * absent or dead. Context: takes and leaves an RCU read section. */
+static bool
+snapshot(struct cache *c, struct store_req *r, struct item_hdr *hdr,
+         uint64_t *loc)
+{
+    struct cache_key k = {c, r->key, r->klen};
+    uint32_t now = clock_now();
+
+    cache_flush_check(c, now);
+    cache_read_lock();
+    *loc = htab_lookup_rcu(c->htab, r->hash, cache_match_key, &k);
+    bool hit = *loc != 0;
+    if (hit) {
+        const struct item_hdr *it = cache_item_at(c, cache_off(*loc));
+        hit = cache_item_dead(c, it, now) == CACHE_LIVE;
+        item_hdr_load(hdr, it);
+        if (hdr->kind == ITEM_KIND_FLASH)
+            r->xloc = *item_flash_loc(it);
+    }
+    cache_read_unlock();
+    return hit;
+}
+
+/* The new item keeps the old one's expiry as it is at publication: read it
+ * now and have the swap check it did not change (touch does not move the
+ * CAS). Context: inside a read section, it is the old item. */
+static void
+carry_exptime(struct store_req *r, const struct item_hdr *it)
+{
+    r->expect_exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+    r->hdr.exptime = r->expect_exptime;
+    r->check_exptime = true;
+}
+
+/*
+ * Rewrite the item r->expect points at (whose header the caller read as
+ * `old`) with header r->hdr and its old value, plus `add` appended or
+ * prepended; keep_exptime carries the old item's expiry over. -EAGAIN when
+ * the item changed meanwhile. The old value is
+ * copied from PMEM inside a read section that starts after allocation, so
+ * the old item cannot be freed under the copy.
+ */
+static int
+rewrite(struct cache_thread *t, struct store_req *r, const struct item_hdr *old,
+        const void *add, size_t alen, bool append, bool keep_exptime,
+        uint64_t *cas_out)
+{
+    struct cache *c = t->cache;
+    struct item_plan plan;
+    uint64_t head, tails[ITEM_MAX_TAILS], oldloc = 0;
+    struct iovec iov[ITEM_MAX_TAILS + 2];
+    char *fbuf = NULL;
+    int rc;
+
+    /* a flash item's value comes into DRAM first (blocking read); a failed
+     * read dropped the item, which the retry then finds missing */
+    if (old->kind == ITEM_KIND_FLASH &&
+        (rc = ext_read_copy(t, r->key, r->klen, r->hash, r->expect, &r->xloc,
+                            &fbuf)) != 0)
+        return rc == -ENOMEM ? rc : -EAGAIN;
+    rc = prepare(t, r, &plan, &head, tails);
+    if (rc) {
+        free(fbuf);
+        return rc;
+    }
+    cache_read_lock();
+    const struct item_hdr *it = cache_item_at(c, cache_off(r->expect));
+    struct iovec *vi = append || !alen ? iov : iov + 1;
+    int n = 1;
+    if (fbuf)
+        vi[0] = (struct iovec){fbuf, old->vlen};
+    else
+        n = item_value_iov(c->base, it, c->chunk_max, vi);
+    if (alen && append)
+        iov[n] = (struct iovec){(void *)add, alen};
+    else if (alen)
+        iov[0] = (struct iovec){(void *)add, alen};
+    r->val = (struct item_src){iov, n + (alen ? 1 : 0)};
+    if (keep_exptime)
+        carry_exptime(r, it);
+    if (it->cas == old->cas) {
+        rc = commit(t, r, &plan, head, tails, &oldloc, cas_out);
+    } else {
+        cache_free_unpublished(t, &plan, head, tails);
+        rc = -EAGAIN;
+    }
+    cache_read_unlock();
+    free(fbuf);
+    retire_old(t, oldloc);
+    return rc;
+}
+
+int
+store_concat(struct cache_thread *t, bool append, const void *key,
+             uint32_t klen, const void *val, size_t vlen, uint32_t flags,
+             const struct tc_store_opts *o, uint64_t *cas_out)
+{
+    struct store_req r;
+    struct item_hdr old;
+
+    cache_stat_inc(t, ST_CMD_SET);
+    for (int i = 0; i < RMW_RETRIES; i++) {
+        req_init(&r, t, STORE_SWAP, key, klen);
+        if (!snapshot(t->cache, &r, &old, &r.expect)) {
+            if (!o || !o->vivify)
+                return TC_NOT_STORED;
+            /* meta N: a miss stores the value as a new item */
+            struct tc_store_opts add = {.cas_new = o->cas_new};
+            int rc = store_plain(t, TC_ADD, key, klen, val, vlen, flags,
+                                 o->vivify_exptime, &add, cas_out);
+            if (rc != TC_NOT_STORED)
+                return rc;
+            continue; /* created meanwhile: append to it */
+        }
+        if (o && o->cas_check && old.cas != o->cas_in)
+            return TC_EXISTS;
+        if ((uint64_t)old.vlen + vlen > UINT32_MAX)
+            return -E2BIG;
+        r.hdr = old;
+        r.hdr.vlen = old.vlen + (uint32_t)vlen;
+        /* memcached: the result is a new item, no longer stale, its recache
+         * win free again */
+        r.hdr.iflags &= (uint8_t)~ITEM_STALE;
+        r.cas_new = o ? o->cas_new : 0;
+        int rc = rewrite(t, &r, &old, val, vlen, append, true, cas_out);
+        if (rc != -EAGAIN)
+            return rc;
+    }
+    return -EBUSY;
+}
+
+int
+store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
+                 uint64_t cas_in, int64_t exptime, uint64_t cas_new)
+{
+    struct store_req r;
+    struct item_hdr old;
+
+    for (int i = 0; i < RMW_RETRIES; i++) {
+        req_init(&r, t, STORE_SWAP, key, klen);
+        if (!snapshot(t->cache, &r, &old, &r.expect))
+            return TC_NOT_FOUND;
+        if (cas_in && old.cas != cas_in)
+            return TC_EXISTS;
+        r.hdr = old;
+        r.hdr.iflags |= ITEM_STALE;
+        r.cas_new = cas_new;
+        /* memcached marks the item in place: still fetched if it was */
+        r.keep_fetched = cache_bit_fetched(t->cache, cache_off(r.expect));
+        if (exptime >= 0)
+            r.hdr.exptime = cache_exptime(exptime, clock_now());
+        int rc = rewrite(t, &r, &old, NULL, 0, true, exptime < 0, NULL);
+        if (rc != -EAGAIN)
+            return rc;
+    }
+    return -EBUSY;
+}
+
+/* meta ms with I: when the client's CAS is older than the item's, the new
+ * value is stored marked stale instead of being refused, keeping the old
+ * item's expiry and its recache win (memcached: a win already handed out
+ * stays taken, the next mg sees Z). */
+/* Whether the chunk at loc still holds the item of this CAS and its recache
+ * win is claimed. Context: outside an RCU read section. */
+static bool
+claimed_rcu(struct cache *c, uint64_t loc, uint64_t cas)
+{
+    cache_read_lock();
+    bool claimed = cache_item_at(c, cache_off(loc))->cas == cas &&
+                   cache_bit_claimed(c, cache_off(loc));
+    cache_read_unlock();
+    return claimed;
+}
+
+static int
+store_or_stale(struct cache_thread *t, const void *key, uint32_t klen,
+               const void *val, size_t vlen, uint32_t flags, int64_t exptime,
+               const struct tc_store_opts *o, uint64_t *cas_out)
+{
+    struct iovec iov = {(void *)val, vlen};
+    struct store_req r;
+    struct item_hdr old;
+
+    for (int i = 0; i < RMW_RETRIES; i++) {
+        req_init(&r, t, STORE_SWAP, key, klen);
+        if (!snapshot(t->cache, &r, &old, &r.expect))
+            return TC_NOT_FOUND;
+        if (o->cas_in > old.cas)
+            return TC_EXISTS;
+        bool stale = o->cas_in < old.cas;
+        r.hdr.iflags = stale ? ITEM_STALE : 0;
+        r.hdr.vlen = (uint32_t)vlen;
+        r.hdr.flags = flags;
+        r.hdr.exptime =
+            stale ? old.exptime : cache_exptime(exptime, clock_now());
+        /* the win bit read in a section of its own, only while the chunk
+         * still holds the item (a freed chunk's page may be joining another
+         * class); a writer that moves the item after it makes the publish
+         * fail (-EAGAIN) */
+        r.claim_win = stale && claimed_rcu(t->cache, r.expect, old.cas);
+        r.val = (struct item_src){&iov, 1};
+        r.cas_new = o->cas_new;
+        int rc = store_one(t, &r, cas_out);
+        if (rc != -EAGAIN)
+            return rc;
+    }
+    return -EBUSY;
+}
+
+int
+store_ex(struct cache_thread *t, enum tc_store_mode mode, const void *key,
+         uint32_t klen, const void *val, size_t vlen, uint32_t flags,
+         int64_t exptime, const struct tc_store_opts *o, uint64_t *cas_out)
+{
+    if (vlen > UINT32_MAX)
+        return -E2BIG;
+    switch (mode) {
+    case TC_APPEND:
+    case TC_PREPEND:
+        return store_concat(t, mode == TC_APPEND, key, klen, val, vlen, flags,
+                            o, cas_out);
+    case TC_CAS:
+    case TC_SET:
+    case TC_REPLACE:
+        if (o && o->invalidate && (o->cas_check || mode == TC_CAS)) {
+            cache_stat_inc(t, ST_CMD_SET);
+            int rc = store_or_stale(t, key, klen, val, vlen, flags, exptime, o,
+                                    cas_out);
+            count_outcome(t, TC_CAS, rc);
+            return rc;
+        }
+        return store_plain(t, mode, key, klen, val, vlen, flags, exptime, o,
+                           cas_out);
+    case TC_ADD:
+        return store_plain(t, mode, key, klen, val, vlen, flags, exptime, o,
+                           cas_out);
+    }
+    return -EINVAL;
+}
+
+int
+store_recache(struct cache_thread *t, const void *key, uint32_t klen,
+              const struct item_hdr *hdr, uint64_t expect, const void *val)
+{
+    struct iovec iov = {(void *)val, hdr->vlen};
+    struct store_req r;
+
+    req_init(&r, t, STORE_SWAP, key, klen);
+    r.hdr = *hdr;
+    r.hdr.klen = (uint8_t)klen;
+    r.val = (struct item_src){&iov, 1};
+    r.expect = expect;
+    r.cas_new = hdr->cas; /* clients see no change */
+    r.check_exptime = true;
+    r.expect_exptime = hdr->exptime;
+    r.recache = true;
+    return store_one(t, &r, NULL);
+}
+
+/* meta mg N: an empty placeholder whose storer holds the recache win.
+ * TC_OK when this call created it. */
+int
+store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
+             int64_t exptime, uint64_t cas_new, uint64_t *cas_out)
+{
+    struct iovec iov = {NULL, 0};
+    struct store_req r;
+
+    req_init(&r, t, TC_ADD, key, klen);
+    r.hdr.exptime = cache_exptime(exptime, clock_now());
+    r.val = (struct item_src){&iov, 1};
+    r.claim_win = true;
+    r.cas_new = cas_new;
+    return store_one(t, &r, cas_out);
+}
+
+/* memcached's rule for a number (safe_strtoull): optional leading spaces,
+ * digits, then the end or a space (a decr may have left trailing spaces,
+ * and memcached ignores what follows a space). */
+static bool
+parse_u64(const char *s, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i = 0, start;
+    while (i < n && s[i] == ' ')
+        i++;
+    for (start = i; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    if (i == start || (i < n && s[i] != ' ' && s[i] != '\r' && s[i] != '\n'))
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Where the number parse_u64 read ends: after its leading spaces and
+ * digits. */
+static size_t
+number_end(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n && s[i] == ' ')
+        i++;
+    while (i < n && s[i] >= '0' && s[i] <= '9')
+        i++;
+    return i;
+}
+
+static void
+fill_info(struct tc_item_info *info, const struct item_hdr *h)
+{
+    if (!info)
+        return;
+    memset(info, 0, sizeof(*info));
+    info->flags = h->flags;
+    info->exptime = h->exptime;
+    info->cas = h->cas;
+    info->vlen = h->vlen;
+    info->stale = h->iflags & ITEM_STALE;
+}
+
+/* Bytes of a value an incr reads its number from (20 digits and room for
+ * the spaces memcached's strtoull skips before them). */
+#define ARITH_HEAD 64u
+
+/* meta ma N/J: a miss creates the item with the initial value. */
+static int
+arith_vivify(struct cache_thread *t, const void *key, uint32_t klen,
+             const struct tc_arith_opts *o, uint64_t *value,
+             struct tc_item_info *info)
+{
+    char digits[24];
+    int len = snprintf(digits, sizeof(digits), "%llu",
+                       (unsigned long long)o->initial);
+    struct iovec iov = {digits, (size_t)len};
+    struct store_req r;
+
+    req_init(&r, t, TC_ADD, key, klen);
+    r.hdr.vlen = (uint32_t)len;
+    r.hdr.exptime = cache_exptime(o->vivify_exptime, clock_now());
+    r.val = (struct item_src){&iov, 1};
+    r.cas_new = o->cas_new;
+    int rc = store_one(t, &r, NULL);
+    if (rc == TC_OK) {
+        *value = o->initial;
+        fill_info(info, &r.hdr);
+        if (o->vivified)
+            *o->vivified = true;
+    }
+    return rc;
+}
+
+int
+store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
+            uint64_t delta, const struct tc_arith_opts *o, uint64_t *value,
+            struct tc_item_info *info)
+{
+    struct cache *c = t->cache;
+    struct store_req r;
+    struct item_hdr old;
+    enum cache_stat hit = incr ? ST_INCR_HITS : ST_DECR_HITS;
+    enum cache_stat miss = incr ? ST_INCR_MISSES : ST_DECR_MISSES;
+
+    if (o && o->vivified)
+        *o->vivified = false;
+    for (int i = 0; i < RMW_RETRIES; i++) {
+        char digits[72];
+        uint64_t v;
+        req_init(&r, t, STORE_SWAP, key, klen);
+        if (!snapshot(c, &r, &old, &r.expect)) {
+            int rc = TC_NOT_FOUND;
+            if (o && o->vivify &&
+                (rc = arith_vivify(t, key, klen, o, value, info)) ==
+                    TC_NOT_STORED)
+                continue; /* created meanwhile: count on it */
+            if (rc == TC_NOT_FOUND)
+                cache_stat_inc(t, miss);
+            return rc;
+        }
+        /* memcached's order: an empty or chained value is not a number,
+         * then the CAS, then the digits */
+        if (old.vlen == 0 || old.nchain)
+            return TC_NON_NUMERIC;
+        if (o && o->cas_in && old.cas != o->cas_in)
+            return TC_EXISTS;
+        /* the number is read from the value's first bytes: memcached's
+         * strtoull ignores what follows a space (a padded number with an
+         * append behind it still counts) */
+        uint32_t head = old.vlen < ARITH_HEAD ? old.vlen : ARITH_HEAD;
+        char *fbuf = NULL;
+        if (old.kind == ITEM_KIND_FLASH) {
+            int frc =
+                ext_read_copy(t, key, klen, r.hash, r.expect, &r.xloc, &fbuf);
+            if (frc == -ENOMEM)
+                return frc;
+            if (frc)
+                continue; /* dropped: the retry finds it missing */
+        }
+        cache_read_lock();
+        const struct item_hdr *it = cache_item_at(c, cache_off(r.expect));
+        bool same = it->cas == old.cas;
+        /* the chunk's DRAM bits only while it is known to be the item: a
+         * freed chunk's page may be joining another class */
+        bool claimed = same && cache_bit_claimed(c, cache_off(r.expect));
+        bool fetched = same && cache_bit_fetched(c, cache_off(r.expect));
+        if (same && fbuf)
+            memcpy(digits, fbuf, head);
+        else if (same)
+            pm_read(digits, item_key(it) + it->klen, head);
+        free(fbuf);
+        r.hdr = old;
+        if (same && !(o && o->touch))
+            carry_exptime(&r, it);
+        cache_read_unlock();
+        if (!same)
+            continue;
+        if (!parse_u64(digits, head, &v) ||
+            (head < old.vlen && number_end(digits, head) == head))
+            return TC_NON_NUMERIC; /* runs on past what we read */
+        v = incr ? v + delta : (delta > v ? 0 : v - delta);
+        int len =
+            snprintf(digits, sizeof(digits), "%llu", (unsigned long long)v);
+        struct iovec iov[2] = {{digits, (size_t)len}};
+        int niov = 1;
+        char *pad = NULL;
+        /* a number that fits is rewritten in place by memcached: the old
+         * length, space padded, the stale mark and the recache win kept;
+         * a longer one is a new item */
+        if ((uint32_t)len <= old.vlen) {
+            size_t sp = old.vlen - (uint32_t)len;
+            if (sp <= sizeof(digits) - (size_t)len) {
+                memset(digits + len, ' ', sp);
+                iov[0].iov_len += sp;
+            } else if ((pad = malloc(sp)) != NULL) {
+                memset(pad, ' ', sp);
+                iov[niov++] = (struct iovec){pad, sp};
+            } else {
+                return -ENOMEM;
+            }
+            r.claim_win = claimed;
+            r.keep_fetched = fetched;
+        } else {
+            r.hdr.iflags &= (uint8_t)~ITEM_STALE;
+        }
+        r.hdr.vlen = (uint32_t)(iov[0].iov_len + (pad ? iov[1].iov_len : 0));
+        if (o && o->touch)
+            r.hdr.exptime = cache_exptime(o->exptime, clock_now());
+        r.cas_new = o ? o->cas_new : 0;
+        r.val = (struct item_src){iov, niov};
+        int rc = store_one(t, &r, NULL);
+        free(pad);
+        if (rc == -EAGAIN)
+            continue;
+        if (rc == TC_OK) {
+            cache_stat_inc(t, hit);
+            *value = v;
+            fill_info(info, &r.hdr);
+            if (info)
+                info->exptime_before = old.exptime;
+        }
+        return rc;
+    }
+    return -EBUSY;
+}

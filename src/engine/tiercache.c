@@ -1,0 +1,654 @@
+/*
+ * The public embedding API (src/tiercache.h): argument checks, the calling
+ * thread's context, then the engine. The only file whose functions are
+ * exported; they carry the tc_ prefix of the installed header rather than
+ * this file's stem.
+ *
+ * Concurrency: no state of its own; see src/engine/cache.h.
+ */
+#include "src/tiercache.h"
+
+#include "src/base/clock.h"
+#include "src/base/compiler.h"
+#include "src/base/err.h"
+#include "src/engine/cache.h"
+#include "src/engine/ext.h"
+#include "src/engine/fetch.h"
+#include "src/engine/hotkey.h"
+#include "src/engine/store.h"
+#include "tier/hotspot.h"
+#include "tier/region_layout.h"
+
+#include <errno.h>
+#include <string.h>
+
+_Static_assert(TC_POOL_HEADER_SIZE == REGION_DATA_OFFSET,
+               "the pool header the API states is the region's");
+
+struct tc_cache {
+    struct cache c;
+};
+
+static inline struct cache *
+engine(struct tc_cache *tc)
+{
+    return &tc->c;
+}
+
+/* The calling thread's context; NULL after a bad key or no DRAM. */
+static struct cache_thread *
+enter(struct tc_cache *tc, size_t klen, int *rc)
+{
+    if (klen == 0 || klen > TC_KEY_MAX) {
+        *rc = -EINVAL;
+        return NULL;
+    }
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (!t)
+        *rc = -ENOMEM;
+    return t;
+}
+
+TC_API void
+tc_config_init(struct tc_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->pool_path = REGION_DEFAULT_PATH;
+    cfg->pool_size = 64ull << 20;
+    cfg->min_chunk = 64;
+    cfg->growth_factor = 1.25;
+    cfg->chunk_max = POOL_PAGE_SIZE / 2;
+    cfg->item_size_max = TC_ITEM_SIZE_MAX_DEFAULT;
+    cfg->evict = true;
+    cfg->quota_batch = 32;
+    cfg->background = true;
+    cfg->sweep_budget = 1024;
+    cfg->hotspot_interleave = 4096;
+    cfg->hotspot_sample = 1;
+    cfg->hot_pool_size = 0;
+    cfg->hot_write_rate = 1000;
+    cfg->hotkey_window = 10;
+    cfg->hotkey_k = 64;
+    cfg->hotkey_sample = 16;
+    cfg->ext_item_size = 512;
+    cfg->ext_item_age = UINT32_MAX;
+    cfg->ext_page_size = 64u << 20;
+    cfg->ext_wbuf_size = 4u << 20;
+    cfg->ext_recache_rate = 2000;
+    cfg->ext_recache_window = TC_EXT_RECACHE_AUTO;
+    cfg->ext_max_frag = 0.8;
+    cfg->ext_read_timeout_ms = 1000;
+    cfg->ext_threads = 2;
+}
+
+TC_API int
+tc_open(const struct tc_config *cfg, struct tc_cache **out)
+{
+    struct cache *c;
+    err_clear();
+    int rc = cache_open(cfg, &c);
+    if (rc)
+        return rc;
+    /* struct tc_cache is the engine's struct under the public name */
+    *out = (struct tc_cache *)c;
+    return 0;
+}
+
+TC_API void
+tc_close(struct tc_cache *tc)
+{
+    if (tc)
+        cache_close(engine(tc));
+}
+
+TC_API const char *
+tc_errmsg(void)
+{
+    return err_msg();
+}
+
+TC_API int
+tc_thread_register(struct tc_cache *tc)
+{
+    return cache_thread_get(engine(tc)) ? 0 : -ENOMEM;
+}
+
+TC_API void
+tc_thread_unregister(struct tc_cache *tc)
+{
+    cache_thread_put(engine(tc));
+}
+
+TC_API void
+tc_thread_quiesce(struct tc_cache *tc)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (t)
+        cache_thread_quiesce(t);
+}
+
+TC_API int
+tc_get_ex(struct tc_cache *tc, const void *key, size_t klen,
+          const struct tc_get_opts *opts, tc_value_fn *fn, void *arg)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    if (!t)
+        return rc;
+    if (opts->vivified)
+        *opts->vivified = false;
+    for (int i = 0; i < 2; i++) {
+        rc = fetch_get(t, key, (uint32_t)klen, opts, fn, arg);
+        if (rc != TC_NOT_FOUND || !opts->vivify)
+            return rc;
+        int made = store_vivify(t, key, (uint32_t)klen, opts->vivify_exptime,
+                                opts->vivify_cas, opts->vivified_cas);
+        if (made == TC_OK) {
+            if (opts->vivified)
+                *opts->vivified = true;
+            return TC_NOT_FOUND;
+        }
+        if (made != TC_NOT_STORED)
+            return made;
+        /* another client vivified it meanwhile: read that one */
+    }
+    return rc;
+}
+
+TC_API int
+tc_get(struct tc_cache *tc, const void *key, size_t klen, tc_value_fn *fn,
+       void *arg)
+{
+    static const struct tc_get_opts plain = {.no_win = true};
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? fetch_get(t, key, (uint32_t)klen, &plain, fn, arg) : rc;
+}
+
+TC_API int
+tc_gat(struct tc_cache *tc, const void *key, size_t klen, int64_t exptime,
+       tc_value_fn *fn, void *arg)
+{
+    struct tc_get_opts o = {.touch = true, .exptime = exptime, .no_win = true};
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? fetch_get(t, key, (uint32_t)klen, &o, fn, arg) : rc;
+}
+
+TC_API int
+tc_async_fd(struct tc_cache *tc)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    return t ? ext_async_fd(t) : -ENOMEM;
+}
+
+TC_API void
+tc_async_owner(struct tc_cache *tc, void *owner)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (t)
+        t->ext_owner = owner;
+}
+
+TC_API int
+tc_async_submit(struct tc_cache *tc)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    return t ? ext_async_submit(t) : -ENOMEM;
+}
+
+TC_API int
+tc_async_reap(struct tc_cache *tc, tc_async_fn *fn, void *arg)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    return t ? ext_async_reap(t, fn, arg) : -ENOMEM;
+}
+
+TC_API void
+tc_async_cancel(struct tc_cache *tc, void *owner)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (t)
+        ext_async_cancel(t, owner);
+}
+
+struct copy_arg {
+    void *buf;
+    size_t cap;
+    struct tc_item_info *info;
+};
+
+static void
+copy_value(void *arg, const struct tc_item_info *info, const struct iovec *iov,
+           int niov)
+{
+    struct copy_arg *a = arg;
+    size_t at = 0;
+    for (int i = 0; i < niov && at < a->cap; i++) {
+        size_t n = MIN(iov[i].iov_len, a->cap - at);
+        memcpy((char *)a->buf + at, iov[i].iov_base, n);
+        at += n;
+    }
+    if (a->info)
+        *a->info = *info;
+}
+
+TC_API int
+tc_get_copy(struct tc_cache *tc, const void *key, size_t klen, void *buf,
+            size_t cap, struct tc_item_info *info)
+{
+    struct copy_arg a = {buf, cap, info};
+    return tc_get(tc, key, klen, copy_value, &a);
+}
+
+TC_API int
+tc_store_ex(struct tc_cache *tc, enum tc_store_mode mode, const void *key,
+            size_t klen, const void *val, size_t vlen, uint32_t flags,
+            int64_t exptime, const struct tc_store_opts *opts,
+            uint64_t *cas_out)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? store_ex(t, mode, key, (uint32_t)klen, val, vlen, flags, exptime,
+                        opts, cas_out)
+             : rc;
+}
+
+TC_API int
+tc_store(struct tc_cache *tc, enum tc_store_mode mode, const void *key,
+         size_t klen, const void *val, size_t vlen, uint32_t flags,
+         int64_t exptime, uint64_t cas_in, uint64_t *cas_out)
+{
+    struct tc_store_opts o = {.cas_in = cas_in};
+    return tc_store_ex(tc, mode, key, klen, val, vlen, flags, exptime, &o,
+                       cas_out);
+}
+
+TC_API int
+tc_set(struct tc_cache *tc, const void *key, size_t klen, const void *val,
+       size_t vlen, uint32_t flags, int64_t exptime)
+{
+    return tc_store(tc, TC_SET, key, klen, val, vlen, flags, exptime, 0, NULL);
+}
+
+TC_API int
+tc_arith_ex(struct tc_cache *tc, const void *key, size_t klen, bool incr,
+            uint64_t delta, const struct tc_arith_opts *opts, uint64_t *value,
+            struct tc_item_info *info)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? store_arith(t, incr, key, (uint32_t)klen, delta, opts, value,
+                           info)
+             : rc;
+}
+
+static int
+arith(struct tc_cache *tc, const void *key, size_t klen, bool incr,
+      uint64_t delta, uint64_t *value, uint64_t *cas_out)
+{
+    struct tc_item_info info;
+    int rc = tc_arith_ex(tc, key, klen, incr, delta, NULL, value, &info);
+    if (rc == TC_OK && cas_out)
+        *cas_out = info.cas;
+    return rc;
+}
+
+TC_API int
+tc_incr(struct tc_cache *tc, const void *key, size_t klen, uint64_t delta,
+        uint64_t *value, uint64_t *cas_out)
+{
+    return arith(tc, key, klen, true, delta, value, cas_out);
+}
+
+TC_API int
+tc_decr(struct tc_cache *tc, const void *key, size_t klen, uint64_t delta,
+        uint64_t *value, uint64_t *cas_out)
+{
+    return arith(tc, key, klen, false, delta, value, cas_out);
+}
+
+TC_API int
+tc_invalidate_ex(struct tc_cache *tc, const void *key, size_t klen,
+                 uint64_t cas_in, int64_t exptime, uint64_t cas_new)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? store_invalidate(t, key, (uint32_t)klen, cas_in, exptime,
+                                cas_new)
+             : rc;
+}
+
+TC_API int
+tc_invalidate(struct tc_cache *tc, const void *key, size_t klen,
+              uint64_t cas_in, int64_t exptime)
+{
+    return tc_invalidate_ex(tc, key, klen, cas_in, exptime, 0);
+}
+
+TC_API int
+tc_delete(struct tc_cache *tc, const void *key, size_t klen, uint64_t cas_in)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? fetch_delete(t, key, (uint32_t)klen, cas_in) : rc;
+}
+
+TC_API int
+tc_drop(struct tc_cache *tc, const void *key, size_t klen)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? fetch_drop(t, key, (uint32_t)klen) : rc;
+}
+
+TC_API void
+tc_store_refused(struct tc_cache *tc, const void *key, size_t klen,
+                 bool drop_old)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    if (!t)
+        return;
+    cache_stat_inc(t, ST_CMD_SET);
+    cache_stat_inc(t, ST_STORE_TOO_LARGE);
+    if (drop_old)
+        fetch_drop(t, key, (uint32_t)klen);
+}
+
+TC_API int
+tc_touch(struct tc_cache *tc, const void *key, size_t klen, int64_t exptime)
+{
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? fetch_touch(t, key, (uint32_t)klen, exptime) : rc;
+}
+
+TC_API int
+tc_flush_all(struct tc_cache *tc, int64_t delay)
+{
+    struct cache *c = engine(tc);
+    struct cache_thread *t = cache_thread_get(c);
+    uint32_t now = clock_now();
+
+    if (!t)
+        return -ENOMEM;
+    cache_stat_inc(t, ST_CMD_FLUSH);
+    if (delay > 0) {
+        /* memcached: the delay follows the exptime rules, so a value past
+         * 30 days is an absolute time */
+        atomic_store_explicit(&c->flush_at, cache_exptime(delay, now),
+                              memory_order_release);
+        return TC_OK;
+    }
+    atomic_store_explicit(&c->flush_at, 0, memory_order_release);
+    uint64_t seq = atomic_load_explicit(&c->cas_seq, memory_order_relaxed);
+    /* release pairs with the acquire in cache_item_dead() */
+    atomic_store_explicit(&c->flush_cas, seq, memory_order_release);
+    return TC_OK;
+}
+
+TC_API int
+tc_set_mem_limit(struct tc_cache *tc, uint64_t bytes)
+{
+    struct cache *c = engine(tc);
+    struct cache_thread *t = cache_thread_get(c);
+    uint64_t pages = bytes >> POOL_PAGE_SHIFT;
+
+    if (!t)
+        return -ENOMEM;
+    if (pages < 1 || pages > pool_npages(c->pool)) {
+        err_set("memory limit %llu bytes is outside 1 MiB .. %llu MiB",
+                (unsigned long long)bytes,
+                (unsigned long long)pool_npages(c->pool));
+        return -EINVAL;
+    }
+    uint32_t old = pool_limit(c->pool);
+    pool_set_limit(c->pool, (uint32_t)pages);
+    c->cfg.mem_limit = pages << POOL_PAGE_SHIFT;
+    if (pages >= old) {
+        /* pages a pending shrink was draining below the new limit go back
+         * into service; admin keeps maintenance from draining meanwhile */
+        pthread_mutex_lock(&c->admin);
+        for (uint32_t p = 0; p < pages; p++)
+            if (slab_page_draining(c->slab, p))
+                slab_drain_abort(c->slab, p);
+        atomic_store(&c->shrink_target, 0);
+        pthread_mutex_unlock(&c->admin);
+        return 0;
+    }
+    atomic_store(&c->shrink_target, (uint32_t)pages);
+    return reclaim_shrink(t);
+}
+
+TC_API int
+tc_slab_reassign(struct tc_cache *tc, int src, int dst)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    return t ? reclaim_reassign(t, src, dst, RECLAIM_WAIT) : -ENOMEM;
+}
+
+TC_API int
+tc_maintain(struct tc_cache *tc)
+{
+    struct cache *c = engine(tc);
+    struct cache_thread *t = cache_thread_get(c);
+    if (!t)
+        return -ENOMEM;
+    cache_flush_check(c, clock_now());
+    int n = reclaim_sweep(t, c->cfg.sweep_budget);
+    hotkey_tick(t);
+    ext_maintain(t);
+    cache_reclaim_limbo(t);
+    if (atomic_load(&c->shrink_target))
+        reclaim_shrink(t);
+    slab_atime_tick(c->slab, clock_now());
+    return n;
+}
+
+TC_API void
+tc_stats(struct tc_cache *tc, struct tc_stats *out)
+{
+    struct cache *c = engine(tc);
+    int64_t s[ST_COUNT];
+
+    cache_stats_sum(c, s);
+    memset(out, 0, sizeof(*out));
+    out->curr_items = (uint64_t)s[ST_CURR_ITEMS];
+    out->total_items = (uint64_t)s[ST_TOTAL_ITEMS];
+    out->bytes = (uint64_t)s[ST_BYTES];
+    out->limit_maxbytes = (uint64_t)pool_limit(c->pool) << POOL_PAGE_SHIFT;
+    out->evictions = (uint64_t)s[ST_EVICTIONS];
+    out->reclaimed = (uint64_t)s[ST_RECLAIMED];
+    out->expired_unfetched = (uint64_t)s[ST_EXPIRED_UNFETCHED];
+    out->evicted_unfetched = (uint64_t)s[ST_EVICTED_UNFETCHED];
+    out->cmd_get = (uint64_t)s[ST_CMD_GET];
+    out->cmd_set = (uint64_t)s[ST_CMD_SET];
+    out->cmd_touch = (uint64_t)s[ST_CMD_TOUCH];
+    out->cmd_flush = (uint64_t)s[ST_CMD_FLUSH];
+    out->get_hits = (uint64_t)s[ST_GET_HITS];
+    out->get_misses = (uint64_t)s[ST_GET_MISSES];
+    out->get_expired = (uint64_t)s[ST_GET_EXPIRED];
+    out->get_flushed = (uint64_t)s[ST_GET_FLUSHED];
+    out->delete_hits = (uint64_t)s[ST_DELETE_HITS];
+    out->delete_misses = (uint64_t)s[ST_DELETE_MISSES];
+    out->incr_hits = (uint64_t)s[ST_INCR_HITS];
+    out->incr_misses = (uint64_t)s[ST_INCR_MISSES];
+    out->decr_hits = (uint64_t)s[ST_DECR_HITS];
+    out->decr_misses = (uint64_t)s[ST_DECR_MISSES];
+    out->cas_hits = (uint64_t)s[ST_CAS_HITS];
+    out->cas_misses = (uint64_t)s[ST_CAS_MISSES];
+    out->cas_badval = (uint64_t)s[ST_CAS_BADVAL];
+    out->touch_hits = (uint64_t)s[ST_TOUCH_HITS];
+    out->touch_misses = (uint64_t)s[ST_TOUCH_MISSES];
+    out->store_too_large = (uint64_t)s[ST_STORE_TOO_LARGE];
+    out->store_no_memory = (uint64_t)s[ST_STORE_NO_MEMORY];
+    out->slab_reassign_count = (uint64_t)s[ST_REASSIGNS];
+    out->sweep_reclaimed = (uint64_t)s[ST_SWEEP_RECLAIMED];
+    out->hotkey_current = (uint64_t)s[ST_HOT_ITEMS];
+    out->hotkey_promotions = (uint64_t)s[ST_HOT_PROMOTIONS];
+    out->hotkey_demotions = (uint64_t)s[ST_HOT_DEMOTIONS];
+    out->hotkey_pmem_bytes_saved = (uint64_t)s[ST_HOT_BYTES_SAVED];
+    out->hot_pool_bytes = hotkey_pool_bytes(c);
+    out->hot_pool_limit = c->cfg.hot_pool_size;
+    ext_stats(c, s, out);
+
+    uint64_t free_pages = pool_nfree(c->pool);
+    out->pmem_bytes = region_data_size(c->region);
+    out->pmem_pages_total = pool_limit(c->pool);
+    out->pmem_pages_free = free_pages;
+    out->total_malloced = 0;
+    for (unsigned i = 0; i < slab_nclasses(c->slab); i++) {
+        struct slab_class_stats st;
+        slab_class_stats(c->slab, i, &st);
+        out->total_malloced += (uint64_t)st.pages << POOL_PAGE_SHIFT;
+    }
+    out->pmem_is_pmem = region_is_pmem(c->region);
+    out->dram_index_bytes = htab_dram_bytes(c->htab);
+    out->dram_meta_bytes = slab_dram_bytes(c->slab);
+    out->index_buckets = htab_nbuckets(c->htab);
+    out->index_overflow_buckets = htab_noverflow(c->htab);
+    pthread_mutex_lock(&c->threads_lock);
+    out->quota_refills = c->retired_refills;
+    for (struct cache_thread *t = c->threads; t; t = t->next)
+        out->quota_refills += quota_refills(t->quota);
+    pthread_mutex_unlock(&c->threads_lock);
+}
+
+TC_API int
+tc_hotkeys(struct tc_cache *tc, bool by_reads, struct tc_hotkey *out, int max)
+{
+    struct cache *c = engine(tc);
+    if (!cache_thread_get(c))
+        return -ENOMEM;
+    return hotkey_list(c, by_reads, out, max);
+}
+
+TC_API void
+tc_set_hot_write_rate(struct tc_cache *tc, uint32_t rate)
+{
+    hotkey_set_rate(engine(tc), rate);
+}
+
+TC_API void
+tc_stats_reset(struct tc_cache *tc)
+{
+    struct cache *c = engine(tc);
+    int64_t s[ST_COUNT];
+    cache_stats_sum(c, s);
+    pthread_mutex_lock(&c->threads_lock);
+    for (int i = 0; i < ST_FIRST_GAUGE; i++)
+        c->reset_base[i] += s[i];
+    pthread_mutex_unlock(&c->threads_lock);
+    ext_stats_reset(c);
+}
+
+TC_API int
+tc_slab_nclasses(struct tc_cache *tc)
+{
+    return (int)slab_nclasses(engine(tc)->slab);
+}
+
+TC_API int
+tc_slab_stats(struct tc_cache *tc, int cls, struct tc_slab_stats *out)
+{
+    struct cache *c = engine(tc);
+    struct slab_class_stats st;
+    if (cls < 0 || cls >= (int)slab_nclasses(c->slab))
+        return -EINVAL;
+    slab_class_stats(c->slab, (unsigned)cls, &st);
+    out->chunk_size = st.chunk_size;
+    out->chunks_per_page = st.perpage;
+    out->total_pages = st.pages;
+    out->total_chunks = (uint64_t)st.pages * st.perpage;
+    out->free_chunks = st.free_chunks;
+    out->used_chunks = (uint64_t)cache_class_chunks(c, (unsigned)cls);
+    return 0;
+}
+
+/* --- write-hotspot tracker (tier/hotspot.h) --- */
+
+_Static_assert(TC_HOTSPOT_MAX_DIMMS == HOTSPOT_MAX_DIMMS,
+               "public and tracker DIMM limits agree");
+_Static_assert(TC_HOTSPOT_TOP_MAX == HOTSPOT_TOP_MAX,
+               "public and tracker top-list limits agree");
+
+TC_API int
+tc_hotspot_get(struct tc_cache *tc, struct tc_hotspot *out)
+{
+    const struct hotspot *h = engine(tc)->hotspot;
+
+    memset(out, 0, sizeof(*out));
+    if (!h)
+        return 0;
+    out->dimms = hotspot_dimm_bytes(h, out->dimm_bytes, TC_HOTSPOT_MAX_DIMMS);
+    hotspot_dimm_writes(h, out->dimm_writes, TC_HOTSPOT_MAX_DIMMS);
+    for (unsigned d = 0; d < out->dimms; d++)
+        out->sampled_bytes += out->dimm_bytes[d];
+    out->skew = hotspot_skew(h);
+    out->interleave = hotspot_config(h)->interleave;
+    out->sample = hotspot_config(h)->sample_every;
+    out->map_bytes = hotspot_map_bytes(h);
+    return 0;
+}
+
+static int
+hotspot_off(void)
+{
+    err_set("write-hotspot tracking is off (hotspot_dimms=0)");
+    return -ENOTSUP;
+}
+
+TC_API int
+tc_hotspot_top(struct tc_cache *tc, struct tc_hotspot_block *out, unsigned k)
+{
+    const struct hotspot *h = engine(tc)->hotspot;
+    struct hotspot_block b[HOTSPOT_TOP_MAX];
+
+    if (!h)
+        return hotspot_off();
+    unsigned n = hotspot_top(h, b, k);
+    for (unsigned i = 0; i < n; i++)
+        out[i] = (struct tc_hotspot_block){b[i].index, b[i].bytes, b[i].writes,
+                                           hotspot_kind_name(b[i].what)};
+    return (int)n;
+}
+
+TC_API int
+tc_hotspot_reset(struct tc_cache *tc)
+{
+    struct hotspot *h = engine(tc)->hotspot;
+
+    if (!h)
+        return hotspot_off();
+    hotspot_reset(h);
+    return 0;
+}
+
+TC_API int
+tc_hotspot_dump(struct tc_cache *tc, FILE *f)
+{
+    const struct hotspot *h = engine(tc)->hotspot;
+
+    if (!h)
+        return hotspot_off();
+    return hotspot_dump(h, f);
+}
+
+TC_API int
+tc_check(struct tc_cache *tc)
+{
+    return cache_check(engine(tc));
+}
+
+TC_API void
+tc_clock_set(uint32_t t)
+{
+    clock_set_fake(t);
+}
+
+TC_API void
+tc_clock_advance(uint32_t secs)
+{
+    clock_advance(secs);
+}

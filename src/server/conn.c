@@ -1,0 +1,657 @@
+/*
+ * Client connections (src/server/conn.h).
+ *
+ * One wake-up of a connection: read what the socket has (a bounded number
+ * of reads), run proto_process() over the input after every read until it
+ * wants more, and only when the socket is drained (a short read) or the
+ * budget is used up, write the replies out: a pipelined batch of requests
+ * gets one send() for all its replies. The obuf is one contiguous block, so
+ * one send() is one syscall for everything pending; a partial send waits
+ * for EPOLLOUT instead of trying again into a full socket buffer.
+ *
+ * Back-pressure: while more than sh->out_high bytes wait to be written, the
+ * connection stops running requests and stops reading (EPOLLIN off), so a
+ * client that never reads its replies holds at most out_high plus one
+ * parser call's replies: one request, or PROTO_GET_SLICE plus one value of
+ * a multi-key get, which stops between keys (sess.resume) and carries on
+ * here once the output drains. When the output drains below out_high, the
+ * requests already buffered run and reading resumes.
+ *
+ * Input buffer: starts at CONN_IN_START, doubles while reads fill it (up to
+ * CONN_IN_FAST), grows to what proto_sess.need says a request needs (up to
+ * sh->in_max), and shrinks back once empty after a large request.
+ *
+ * Epoll is level-triggered: a connection left with unread input (budget
+ * used up) is reported again at the next epoll_wait, after the others.
+ *
+ * Flash reads (issue 4): requests run with the connection as the owner of
+ * the thread's asynchronous reads (tc_async_owner), so a get of a value on
+ * the NVMe tier leaves a hole in the obuf instead of blocking the worker;
+ * every read queued while the worker handles one epoll wake-up (multigets,
+ * pipelined gets, many connections) goes out in one submit after it. While
+ * holes are open the connection is parked: it sends what precedes the first
+ * hole, reads and parses nothing more, and the worker serves its other
+ * connections. Parking leaves EPOLLIN on: a client with one request in
+ * flight sends nothing until its reply, so switching it off and on would
+ * cost two epoll_ctl calls per flash read; only when input does arrive
+ * while parked (pipelining) does it go off until the connection resumes. The
+ * worker's ring eventfd wakes conn_async_reap(), which fills each hole with its
+ * checked value (or puts the protocol's miss in place of the reply) and resumes
+ * the connection: replies leave in request order.
+ *
+ * Concurrency:
+ *   struct conn        owner worker only (the acceptor before the hand-off,
+ *                      through the worker's locked queue), except:
+ *   c->state,
+ *   c->last_active     _Atomic, relaxed: written by the owner, read by
+ *                      "stats conns" on other workers, under list->lock;
+ *                      lone values, nothing published with them.
+ *   c->fd, c->addr,
+ *   c->listen_addr     immutable while c is on a list.
+ *   list->head, n,
+ *   c->prev, c->next   list->lock: the owner links and unlinks under it,
+ *                      readers walk under it; a connection is unlinked
+ *                      before it is freed, so a walker never sees freed
+ *                      memory. The owner reads its own links without the
+ *                      lock (it is the only writer).
+ */
+
+#include "src/server/conn.h"
+
+#include "src/base/clock.h"
+#include "src/base/log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define CONN_IN_START 2048
+#define CONN_IN_FAST (16 * 1024)
+/* Reads per wake-up before the worker turns to its other connections. */
+#define CONN_READS_PER_EVENT 16
+
+enum conn_state {
+    CS_WAITING, /* nothing buffered, waiting for a request */
+    CS_READ,    /* part of a request buffered */
+    CS_PARSE,   /* running requests */
+    CS_WRITE,   /* replies pending, waiting for the socket */
+    CS_IO,      /* parked: flash reads in flight */
+    CS_CLOSING,
+};
+
+static const char *const state_names[] = {
+    [CS_WAITING] = "conn_waiting", [CS_READ] = "conn_read",
+    [CS_PARSE] = "conn_parse_cmd", [CS_WRITE] = "conn_write",
+    [CS_IO] = "conn_io_queue",     [CS_CLOSING] = "conn_closing",
+};
+
+struct conn {
+    int fd;
+    struct conn_worker *w; /* NULL until attached */
+    const struct conn_shared *sh;
+    struct conn *prev, *next;
+    const char *listen_addr;
+    char addr[CONN_ADDR_MAX];
+
+    char *in;
+    size_t in_off; /* first byte not yet consumed by the parser */
+    size_t in_len; /* bytes in in */
+    size_t in_cap;
+    size_t in_want; /* capacity the next read should have */
+
+    struct obuf out;
+    struct proto_sess sess;
+
+    uint32_t events; /* epoll mask registered */
+    bool eof;        /* the peer closed its side */
+    bool closing;    /* PROTO_CLOSE: flush, then close */
+    bool dead;       /* socket error or no memory: close now */
+    bool held;       /* complete requests held back by the output mark
+                        or by open holes */
+    bool reaped;     /* on the worker's list of connections a reap filled */
+    bool in_parked;  /* input arrived while parked: EPOLLIN off until resumed */
+    struct conn *reap_next;
+
+    _Atomic int state;
+    _Atomic uint32_t last_active; /* conn_now() of the last progress */
+};
+
+uint32_t
+conn_now(const struct conn_shared *sh)
+{
+    return (uint32_t)((clock_nsec() - sh->epoch_ns) / 1000000000ull);
+}
+
+static void
+set_state(struct conn *c, enum conn_state s)
+{
+    atomic_store_explicit(&c->state, s, memory_order_relaxed);
+}
+
+static void
+touch(struct conn *c)
+{
+    atomic_store_explicit(&c->last_active, c->w->now, memory_order_relaxed);
+}
+
+/* --- create / destroy --- */
+
+/* "tcp:1.2.3.4:5678", "tcp6:[::1]:5678", "unix:/path" (memcached's form). */
+static void
+peer_name(int fd, char *buf, size_t n)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char host[INET6_ADDRSTRLEN];
+    if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0) {
+        snprintf(buf, n, "unknown");
+        return;
+    }
+    if (ss.ss_family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+        snprintf(buf, n, "tcp:%s:%u", host, ntohs(a->sin_port));
+    } else if (ss.ss_family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+        snprintf(buf, n, "tcp6:[%s]:%u", host, ntohs(a->sin6_port));
+    } else {
+        snprintf(buf, n, "unix:");
+    }
+}
+
+int
+conn_create(const struct conn_shared *sh, int fd, const char *listen_addr,
+            struct conn **out)
+{
+    struct conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->in = malloc(CONN_IN_START);
+    if (!c->in) {
+        free(c);
+        return -ENOMEM;
+    }
+    c->fd = fd;
+    c->sh = sh;
+    c->in_cap = c->in_want = CONN_IN_START;
+    c->listen_addr = listen_addr;
+    peer_name(fd, c->addr, sizeof(c->addr));
+    if (!strcmp(c->addr, "unix:"))
+        snprintf(c->addr, sizeof(c->addr), "%s", listen_addr);
+    obuf_init(&c->out);
+    proto_sess_init(&c->sess, sh->cache, sh->ops, sh->srv, sh->item_size_max);
+    atomic_init(&c->state, CS_WAITING);
+    atomic_init(&c->last_active, 0);
+    *out = c;
+    return 0;
+}
+
+static void
+list_add(struct conn_list *l, struct conn *c)
+{
+    pthread_mutex_lock(&l->lock);
+    c->prev = NULL;
+    c->next = l->head;
+    if (l->head)
+        l->head->prev = c;
+    l->head = c;
+    l->n++;
+    pthread_mutex_unlock(&l->lock);
+}
+
+static void
+list_del(struct conn_list *l, struct conn *c)
+{
+    pthread_mutex_lock(&l->lock);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        l->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    l->n--;
+    pthread_mutex_unlock(&l->lock);
+}
+
+int
+conn_attach(struct conn *c, struct conn_worker *w)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    c->w = w;
+    touch(c);
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+        int rc = -errno;
+        log_warn("cannot watch connection %s: %s", c->addr, strerror(-rc));
+        c->w = NULL;
+        return rc;
+    }
+    c->events = EPOLLIN;
+    list_add(&w->list, c);
+    log_debug("connection %d from %s", c->fd, c->addr);
+    return 0;
+}
+
+void
+conn_destroy(struct conn *c)
+{
+    if (c->w) {
+        /* unlink first: a "stats conns" walker may be looking at c */
+        list_del(&c->w->list, c);
+        log_debug("connection %d from %s closed", c->fd, c->addr);
+    }
+    if (c->out.nholes) /* its flash reads finish without it */
+        tc_async_cancel(c->sh->cache, c);
+    close(c->fd); /* also removes it from the epoll set */
+    proto_sess_fini(&c->sess);
+    obuf_fini(&c->out);
+    free(c->in);
+    atomic_fetch_sub_explicit(c->sh->curr_conns, 1, memory_order_relaxed);
+    free(c);
+}
+
+/* --- input --- */
+
+/* Make room for the next read: rewind or slide the unconsumed bytes to the
+ * front, grow to what the pending request needs. 0, or -E2BIG when a
+ * request does not fit in sh->in_max, -ENOMEM. */
+static int
+in_prepare(struct conn *c)
+{
+    size_t keep = c->in_len - c->in_off;
+    if (keep == 0 && c->in_cap > CONN_IN_FAST) {
+        char *p = realloc(c->in, CONN_IN_START); /* after a large request */
+        if (p) {
+            c->in = p;
+            c->in_cap = c->in_want = CONN_IN_START;
+        }
+    }
+    if (c->in_off) {
+        memmove(c->in, c->in + c->in_off, keep);
+        c->in_off = 0;
+        c->in_len = keep;
+    }
+    size_t want = MAX(c->in_want, c->sess.need);
+    if (keep == c->in_cap)
+        want = MAX(want, c->in_cap * 2);
+    want = MIN(want, c->sh->in_max);
+    if (want > c->in_cap) {
+        char *p = realloc(c->in, want);
+        if (!p)
+            return -ENOMEM;
+        c->in = p;
+        c->in_cap = want;
+    }
+    return c->in_len < c->in_cap ? 0 : -E2BIG;
+}
+
+static void
+fold_counters(struct conn *c)
+{
+    struct proto_counters *p = &c->sess.ctr;
+    struct stats_ctr *ctr = c->w->ctr;
+    if (p->cmd_total)
+        stats_ctr_add(ctr, STATS_CMD_TOTAL, p->cmd_total);
+    if (p->meta_cmds)
+        stats_ctr_add(ctr, STATS_CMD_META, p->meta_cmds);
+    if (p->get_multi)
+        stats_ctr_add(ctr, STATS_GET_MULTI, p->get_multi);
+    if (p->bin_cmds)
+        stats_ctr_add(ctr, STATS_CMD_BIN, p->bin_cmds);
+    if (p->protocol_errors)
+        stats_ctr_add(ctr, STATS_PROTO_ERRORS, p->protocol_errors);
+    memset(p, 0, sizeof(*p));
+}
+
+static bool
+backlogged(const struct conn *c)
+{
+    return obuf_pending(&c->out) >= c->sh->out_high;
+}
+
+/* Waiting for flash reads: parse and read nothing more. */
+static bool
+parked(const struct conn *c)
+{
+    return c->out.nholes > 0;
+}
+
+/* Run every complete request in the input, unless the output is
+ * backlogged or the connection is parked; the flash reads they queued go
+ * out with the wake-up's others (conn_async_submit). */
+static void
+process(struct conn *c)
+{
+    bool ran = false;
+    unsigned holes = c->out.nholes;
+    if (parked(c)) {
+        c->held = c->in_off < c->in_len;
+        return;
+    }
+    if (c->w->async)
+        tc_async_owner(c->sh->cache, c);
+    while (c->in_off < c->in_len && !c->closing && !backlogged(c) &&
+           !parked(c)) {
+        set_state(c, CS_PARSE);
+        ssize_t r = proto_process(&c->sess, c->in + c->in_off,
+                                  c->in_len - c->in_off, &c->out);
+        if (r < 0) { /* PROTO_CLOSE; anything else negative likewise */
+            c->closing = true;
+            break;
+        }
+        if (r == 0 && !c->sess.resume)
+            break; /* incomplete: read more */
+        /* with sess.resume a get stopped half-way: go on unless the
+         * output is now backlogged (the loop's condition) */
+        c->in_off += MIN((size_t)r, c->in_len - c->in_off);
+        ran = true;
+    }
+    if (c->w->async)
+        tc_async_owner(c->sh->cache, NULL);
+    if (c->out.nholes > holes)
+        c->w->submit_due = true; /* conn_async_submit, after the wake-up */
+    c->held =
+        c->in_off < c->in_len && !c->closing && (backlogged(c) || parked(c));
+    if (c->in_off == c->in_len)
+        c->in_off = c->in_len = 0;
+    if (ran)
+        touch(c);
+    fold_counters(c);
+    if (c->out.err) {
+        log_warn("connection %s: out of memory for replies; closing", c->addr);
+        c->dead = true;
+    }
+}
+
+/* One read into the input. >0 bytes (*drained: fewer than there was room
+ * for, so the socket has nothing more now), 0 nothing to read, -1 stop
+ * (eof, error). */
+static ssize_t
+read_once(struct conn *c, bool *drained)
+{
+    int rc = in_prepare(c);
+    if (rc) {
+        log_warn("connection %s: %s; closing", c->addr,
+                 rc == -E2BIG ? "request larger than -I allows"
+                              : "out of memory for input");
+        c->dead = true;
+        return -1;
+    }
+    size_t room = c->in_cap - c->in_len;
+    for (;;) {
+        ssize_t n = recv(c->fd, c->in + c->in_len, room, 0);
+        if (n > 0) {
+            c->in_len += (size_t)n;
+            stats_ctr_add(c->w->ctr, STATS_BYTES_READ, (uint64_t)n);
+            *drained = (size_t)n < room;
+            if (!*drained && c->in_cap < CONN_IN_FAST)
+                c->in_want = c->in_cap * 2;
+            return n;
+        }
+        if (n == 0) {
+            c->eof = true;
+            return -1;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        c->dead = true;
+        return -1;
+    }
+}
+
+/* Read and run requests until the socket is drained, the budget is used
+ * up or the output backs up. */
+static void
+read_and_process(struct conn *c)
+{
+    for (int i = 0;; i++) {
+        if (c->eof || c->closing || c->dead || backlogged(c) || parked(c))
+            return;
+        if (i == CONN_READS_PER_EVENT) {
+            stats_ctr_add(c->w->ctr, STATS_CONN_YIELDS, 1);
+            return;
+        }
+        bool drained = false;
+        if (read_once(c, &drained) <= 0)
+            return;
+        process(c);
+        if (drained)
+            return; /* write the batch out */
+    }
+}
+
+/* --- output --- */
+
+/* Write what may go (up to the first hole). True when all of it went out;
+ * false when the socket took less (wait for EPOLLOUT) or failed
+ * (c->dead). */
+static bool
+flush(struct conn *c)
+{
+    while (obuf_sendable(&c->out)) {
+        size_t len = obuf_sendable(&c->out);
+        ssize_t n = send(c->fd, c->out.buf + c->out.head, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            obuf_consume(&c->out, (size_t)n);
+            stats_ctr_add(c->w->ctr, STATS_BYTES_WRITTEN, (uint64_t)n);
+            touch(c);
+            if ((size_t)n < len)
+                return false; /* socket buffer full */
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return false;
+        c->dead = true; /* EPIPE, ECONNRESET, ... */
+        return false;
+    }
+    return true;
+}
+
+/* Flush, and while the output falls below the mark run the requests that
+ * were held back, flushing again after each round. Every round consumes
+ * input, so this ends; it stops early when the socket is full (the
+ * remaining rounds come with EPOLLOUT). */
+static void
+write_out(struct conn *c)
+{
+    while (!c->dead) {
+        bool drained = flush(c);
+        if (c->dead || !c->held || backlogged(c) || parked(c))
+            return;
+        process(c);
+        if (!drained)
+            return;
+    }
+}
+
+/* --- after a wake-up: close, or set the epoll mask and state --- */
+
+static bool
+finished(const struct conn *c)
+{
+    if (c->dead)
+        return true;
+    if (obuf_pending(&c->out) || parked(c))
+        return false;
+    /* closing: flushed. eof: whatever was complete has run (not
+     * backlogged, since nothing is pending). */
+    return c->closing || c->eof;
+}
+
+static void
+settle(struct conn *c)
+{
+    if (finished(c)) {
+        conn_destroy(c);
+        return;
+    }
+    uint32_t ev = 0;
+    if (!parked(c))
+        c->in_parked = false;
+    if (!c->eof && !c->closing && !backlogged(c) && !c->in_parked &&
+        (!parked(c) || (c->events & EPOLLIN)))
+        ev |= EPOLLIN;
+    if (obuf_sendable(&c->out))
+        ev |= EPOLLOUT;
+    if (ev != c->events) {
+        struct epoll_event e = {.events = ev, .data.ptr = c};
+        if (epoll_ctl(c->w->epfd, EPOLL_CTL_MOD, c->fd, &e) != 0) {
+            log_warn("connection %s: epoll_ctl: %s", c->addr, strerror(errno));
+            conn_destroy(c);
+            return;
+        }
+        c->events = ev;
+    }
+    enum conn_state s = c->closing || c->eof    ? CS_CLOSING
+                        : parked(c)             ? CS_IO
+                        : obuf_pending(&c->out) ? CS_WRITE
+                        : c->in_len > c->in_off ? CS_READ
+                                                : CS_WAITING;
+    set_state(c, s);
+}
+
+void
+conn_event(struct conn *c, uint32_t events)
+{
+    if (events & EPOLLERR) {
+        c->dead = true;
+        settle(c);
+        return;
+    }
+    if (events & EPOLLOUT)
+        write_out(c);
+    if (events & (EPOLLIN | EPOLLHUP)) {
+        if (parked(c))
+            c->in_parked = true; /* read once resumed: EPOLLIN off till then */
+        read_and_process(c);
+    }
+    write_out(c);
+    settle(c);
+}
+
+/* --- flash reads --- */
+
+struct reap_list {
+    struct conn *head;
+};
+
+/* tc_async_fn: one finished read of connection owner. */
+static void
+reap_one(void *arg, void *owner, uint64_t id, const struct iovec *iov, int niov)
+{
+    struct reap_list *l = arg;
+    struct conn *c = owner;
+    obuf_hole_fill(&c->out, id, iov, niov);
+    if (!c->reaped) {
+        c->reaped = true;
+        c->reap_next = l->head;
+        l->head = c;
+    }
+}
+
+void
+conn_async_submit(struct conn_worker *w)
+{
+    if (!w->submit_due)
+        return;
+    w->submit_due = false;
+    int n = tc_async_submit(w->sh->cache);
+    if (n > 0)
+        w->inflight += (unsigned)n;
+}
+
+void
+conn_async_reap(struct conn_worker *w)
+{
+    struct reap_list l = {NULL};
+    int n = tc_async_reap(w->sh->cache, reap_one, &l);
+    if (n > 0)
+        w->inflight -= MIN((unsigned)n, w->inflight);
+    while (l.head) {
+        struct conn *c = l.head;
+        l.head = c->reap_next;
+        c->reaped = false;
+        if (c->out.err)
+            c->dead = true;
+        /* sends up to the next hole; with none left, runs the requests
+         * that waited (more input: epoll reports it once EPOLLIN is back) */
+        write_out(c);
+        settle(c);
+    }
+}
+
+/* --- sweeps --- */
+
+void
+conn_sweep_idle(struct conn_worker *w)
+{
+    uint32_t limit = w->sh->idle_timeout;
+    if (!limit)
+        return;
+    /* the owner is the only writer of the list: no lock to read it */
+    struct conn *c = w->list.head;
+    while (c) {
+        struct conn *next = c->next;
+        uint32_t last =
+            atomic_load_explicit(&c->last_active, memory_order_relaxed);
+        if (w->now - last > limit) {
+            log_debug("connection %s idle for %u s; closing", c->addr,
+                      w->now - last);
+            stats_ctr_add(w->ctr, STATS_IDLE_KICKS, 1);
+            conn_destroy(c);
+        }
+        c = next;
+    }
+}
+
+void
+conn_close_all(struct conn_worker *w)
+{
+    while (w->list.head)
+        conn_destroy(w->list.head);
+}
+
+int
+conn_list_init(struct conn_list *l)
+{
+    l->head = NULL;
+    l->n = 0;
+    return -pthread_mutex_init(&l->lock, NULL);
+}
+
+void
+conn_list_fini(struct conn_list *l)
+{
+    pthread_mutex_destroy(&l->lock);
+}
+
+void
+conn_list_walk(struct conn_list *l, uint32_t now, conn_walk_fn *fn, void *arg)
+{
+    pthread_mutex_lock(&l->lock);
+    for (struct conn *c = l->head; c; c = c->next) {
+        uint32_t last =
+            atomic_load_explicit(&c->last_active, memory_order_relaxed);
+        int s = atomic_load_explicit(&c->state, memory_order_relaxed);
+        struct conn_view v = {
+            .fd = c->fd,
+            .addr = c->addr,
+            .listen_addr = c->listen_addr,
+            .state = state_names[s],
+            .idle_secs = now > last ? now - last : 0,
+        };
+        fn(arg, &v);
+    }
+    pthread_mutex_unlock(&l->lock);
+}

@@ -1,0 +1,112 @@
+#pragma once
+/*
+ * One client connection: a non-blocking socket, an input buffer that grows
+ * on demand, a proto_sess and an obuf. A worker thread's event loop calls
+ * conn_event() when epoll reports the socket; the connection reads what is
+ * there, runs the protocol over it, and writes the replies out in as few
+ * send() calls as it can (one for a whole pipelined batch).
+ *
+ * Life: the acceptor creates it (conn_create), hands it to a worker, which
+ * adopts it (conn_attach) and from then on is its only user; it ends in
+ * conn_destroy() on the worker (or on the acceptor/worker that still holds
+ * it unattached at shutdown).
+ *
+ * Concurrency: a connection belongs to one thread at a time (hand-off
+ * through the worker's locked queue). struct conn_list is read by other
+ * workers for "stats conns", under its lock; see conn.c.
+ */
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/server/proto/proto.h"
+#include "src/server/stats.h"
+
+#define CONN_ADDR_MAX 128
+
+struct conn;
+
+/* What every connection of a server shares; set up before any connection
+ * exists and read-only afterwards (curr_conns points at a counter). */
+struct conn_shared {
+    struct tc_cache *cache;
+    const struct proto_server_ops *ops;
+    void *srv;
+    uint32_t item_size_max; /* -I */
+    size_t in_max;          /* input buffer limit: item_size_max +
+                               PROTO_LINE_MAX + 2 */
+    size_t out_high;        /* stop reading while more output is pending */
+    uint32_t idle_timeout;  /* seconds, 0 = off */
+    uint64_t epoch_ns;      /* clock_nsec() at server start */
+    _Atomic uint64_t *curr_conns; /* decremented when a connection ends */
+};
+
+/* A worker's connections. */
+struct conn_list {
+    pthread_mutex_t lock; /* guards head, prev/next links, n */
+    struct conn *head;
+    unsigned n;
+};
+
+/* Per-worker context, owned by the worker thread. */
+struct conn_worker {
+    int epfd;
+    struct conn_list list;
+    struct stats_ctr *ctr; /* this worker's counters */
+    const struct conn_shared *sh;
+    uint32_t now;      /* conn_now() at the loop's last wake */
+    bool async;        /* flash completions are watched: gets may pend */
+    unsigned inflight; /* flash reads submitted and not yet reaped */
+    bool submit_due;   /* flash reads queued since the last submit */
+};
+
+/* What "stats conns" shows of a connection (or a listener). */
+struct conn_view {
+    int fd;
+    const char *addr;
+    const char *listen_addr; /* NULL for a listener */
+    const char *state;       /* memcached's names: conn_waiting, ... */
+    uint32_t idle_secs;
+};
+typedef void conn_walk_fn(void *arg, const struct conn_view *v);
+
+/* Seconds since the server started (monotonic). Context: any thread. */
+uint32_t conn_now(const struct conn_shared *sh);
+
+/* Build a connection for an accepted socket (non-blocking already).
+ * listen_addr must outlive it. 0 or -ENOMEM; on failure fd is not closed.
+ * Context: the acceptor. */
+int conn_create(const struct conn_shared *sh, int fd, const char *listen_addr,
+                struct conn **out);
+/* Register with the worker's epoll and list. 0 or a negative errno (then
+ * the caller destroys it). Context: the adopting worker. */
+int conn_attach(struct conn *c, struct conn_worker *w);
+/* Close the socket and free everything. Context: the owner thread. */
+void conn_destroy(struct conn *c);
+
+/* Handle epoll events; may destroy c. Context: c's worker. */
+void conn_event(struct conn *c, uint32_t events);
+
+/* Submit the flash reads the connections queued since the last call: one
+ * io_uring_submit for everything one epoll wake-up ran. Context: w's
+ * worker, after handling the wake-up's events. */
+void conn_async_submit(struct conn_worker *w);
+
+/* The worker's flash reads finished (its ring's eventfd is readable): fill
+ * the connections' holes and resume them. Context: w's worker. */
+void conn_async_reap(struct conn_worker *w);
+
+/* Close connections idle longer than sh->idle_timeout. Context: w's
+ * worker. */
+void conn_sweep_idle(struct conn_worker *w);
+/* Destroy every connection of w (shutdown). Context: w's worker. */
+void conn_close_all(struct conn_worker *w);
+
+int conn_list_init(struct conn_list *l);
+void conn_list_fini(struct conn_list *l);
+/* Call fn for each connection of l. Locks: takes l->lock. Context: any. */
+void conn_list_walk(struct conn_list *l, uint32_t now, conn_walk_fn *fn,
+                    void *arg);

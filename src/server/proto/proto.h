@@ -1,0 +1,110 @@
+#pragma once
+/*
+ * The contract between the connection layer (src/server/conn.c) and the
+ * protocol parsers (src/server/proto/proto_text.c for classic text and meta
+ * commands, src/server/proto/proto_bin.c for the binary protocol).
+ *
+ * A parser gets the bytes a connection has received and not yet consumed,
+ * executes every complete request at their front against the cache, appends
+ * the replies (in request order) to the connection's obuf, and returns how
+ * many bytes it consumed. It never blocks and never reads the socket.
+ *
+ *   > 0            bytes consumed; call again with the rest when more come
+ *   0              the first request is incomplete: read more (s->need says
+ *                  how many bytes in all the request needs, if known)
+ *   either, with s->resume set
+ *                  the request at in + (returned value) is half done: a
+ *                  multi-key get stopped between two keys after appending
+ *                  PROTO_GET_SLICE bytes of replies. Call again with the
+ *                  same bytes (from that request on) once the connection
+ *                  wants more output; it carries on from the next key.
+ *   PROTO_CLOSE    close the connection once the obuf is flushed (quit, a
+ *                  line too long, a protocol violation memcached closes on)
+ *
+ * Concurrency: a proto_sess belongs to one connection, used by its worker
+ * thread only. The server ops may be called from any worker.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "src/server/obuf.h"
+#include "src/tiercache.h"
+
+#define PROTO_CLOSE ((ssize_t)-1)
+/* memcached's limit for a command line (KEY_MAX_LENGTH + room for args) */
+#define PROTO_LINE_MAX 8192
+/* Replies one call appends for a multi-key get before it stops between two
+ * keys (s->resume): so a get of many large values holds no more than this
+ * plus one value before the connection's back-pressure can act. */
+#define PROTO_GET_SLICE (256u * 1024)
+
+struct proto_sess;
+
+/* What only the server can do, for the commands that need it. */
+struct proto_server_ops {
+    /* Append the "STAT name value\r\n" lines of a stats group ("" for the
+     * general stats; "settings", "slabs", "items", "conns", "sizes"...),
+     * without the final "END\r\n". 0, or -ENOENT for an unknown group. */
+    int (*stats)(void *srv, struct proto_sess *s, const char *group,
+                 struct obuf *out);
+    void (*stats_reset)(void *srv);
+    /* shutdown command: 0, or -EPERM when not enabled (-A). */
+    int (*shutdown)(void *srv);
+    void (*verbosity)(void *srv, int level);
+    /* cache_memlimit <MiB>: 0 or a negative errno; -EBUSY (a shrink the
+     * maintenance step finishes later) is answered OK. */
+    int (*memlimit)(void *srv, uint64_t mib);
+};
+
+/* Per-connection protocol counters the server sums into its stats. */
+struct proto_counters {
+    uint64_t cmd_total;       /* requests executed */
+    uint64_t get_multi;       /* get/gets with more than one key */
+    uint64_t meta_cmds;       /* meta requests */
+    uint64_t bin_cmds;        /* binary requests */
+    uint64_t protocol_errors; /* ERROR / CLIENT_ERROR replies */
+};
+
+struct proto_sess {
+    struct tc_cache *cache;
+    const struct proto_server_ops *ops;
+    void *srv;
+    uint32_t item_size_max; /* -I: largest value + key + header accepted
+                             * (given 0: TC_ITEM_SIZE_MAX_DEFAULT) */
+    bool binary;            /* chosen on the first byte (0x80 = binary) */
+    bool chosen;            /* the protocol is decided for good */
+    uint64_t swallow;       /* bytes still to discard (refused value) */
+    size_t need;            /* hint: bytes the pending request needs */
+    size_t resume; /* a get stopped half-way: where its next key starts,
+                      from the start of its line (0 = none); see above */
+    struct proto_counters ctr;
+    void *priv; /* a parser's own state, freed by
+                   proto_sess_fini */
+};
+
+void proto_sess_init(struct proto_sess *s, struct tc_cache *cache,
+                     const struct proto_server_ops *ops, void *srv,
+                     uint32_t item_size_max);
+void proto_sess_fini(struct proto_sess *s);
+/* A store of this key and value length exceeds item_size_max (-I), which
+ * counts the engine's item header too. */
+bool proto_too_large(const struct proto_sess *s, size_t klen, uint64_t vlen);
+
+/* Auto-detects text or binary on the first byte of the connection, then
+ * calls the parser. */
+ssize_t proto_process(struct proto_sess *s, const char *in, size_t len,
+                      struct obuf *out);
+
+ssize_t proto_text_process(struct proto_sess *s, const char *in, size_t len,
+                           struct obuf *out);
+ssize_t proto_bin_process(struct proto_sess *s, const char *in, size_t len,
+                          struct obuf *out);
+/* Meta commands (mg, ms, md, ma, mn, me): the text parser calls this when
+ * the line at the front of `in` starts with a meta command; it handles that
+ * one request (its line and, for ms, the data block) and returns like
+ * proto_text_process. */
+ssize_t proto_meta_process(struct proto_sess *s, const char *in, size_t len,
+                           struct obuf *out);

@@ -1,0 +1,1218 @@
+/*
+ * Meta commands: mg, ms, md, ma, mn, me (memcached 1.6's "Meta Commands",
+ * doc/protocol.txt). The text parser hands us one request whose line starts
+ * with a meta command; we execute it against the engine's meta extensions
+ * (tc_get_ex, tc_store_ex, tc_invalidate, tc_arith_ex) and append the reply.
+ *
+ * What memcached does is the reference, down to the error strings and the
+ * order of the returned flags:
+ *
+ *   - Flags are single letters, some carrying a token ("T30", "Oab").
+ *     Return flags come back in the order of the request, then Z, X, W.
+ *     k returns the key ("k<key>"; a base64 key as "k<base64> b").
+ *     O returns its whole token ("Oab"), at most 32 bytes.
+ *   - Every command accepts every flag memcached knows (an ms ignores v, an
+ *     mg ignores F); a letter it does not know is "CLIENT_ERROR invalid
+ *     flag", the same letter twice "CLIENT_ERROR duplicate flag", more than
+ *     20 tokens "CLIENT_ERROR options flags are too long", a key over 250
+ *     bytes "CLIENT_ERROR bad command line format", a bad number "CLIENT_ERROR
+ *     bad token in command line format" (N T R C E), "... invalid numeric
+ *     initial value" (J), "... invalid numeric delta value" (D). ma and md
+ *     report any of these as "CLIENT_ERROR invalid or duplicate flag", and
+ *     ms, md and ma too many tokens as "options flags too long" (mg: "are
+ *     too long"), as memcached does. Numbers take an optional sign (+ only
+ *     for unsigned ones) and must be whole tokens; an empty token ("T") is
+ *     an error.
+ *   - T, N and R act where they stand in the request, as memcached applies
+ *     them while it writes the return flags: a t ahead of T reports the
+ *     old TTL, one ahead of N on a new item "-1"; a new item's TTL is the
+ *     later of T and N; R looks at the TTL as T left it, or not yet.
+ *   - q hides the nominal reply only: EN of mg, HD of ms and md, the whole
+ *     success reply (HD or VA) of ma, except when ma's N created the item
+ *     (memcached sends that one). NS, EX, NF and every error are always
+ *     sent. mn answers "MN" and is how a pipeline of quiet requests ends.
+ *   - An ms whose line is refused after its length was read has its data
+ *     block discarded (swallowed), so the stream stays in step; a length
+ *     that does not parse is refused with the line alone, as memcached does.
+ *   - mg C<cas> (memcached 1.6.4x): when the item's CAS equals it the client
+ *     has this version, and the reply is HD without the value.
+ *   - Keys are checked for length only (memcached does no more for meta);
+ *     b keys are strict RFC 4648 base64 with padding.
+ *
+ * Decisions where tiercache cannot be memcached:
+ *
+ *   - l (seconds since last access) and me's la=: the time before this
+ *     access, kept in DRAM (13 bits of the chunk's 2-byte word,
+ *     alloc/slab.h), set by every store and read hit (not by mg u or me),
+ *     exact to the second up to 2 hours; an older access reads as 7200
+ *     (TC_LAST_ACCESS_CAP).
+ *     memcached's own is coarser: with its segmented LRU a read moves the
+ *     time only on the item's second fetch and while it is not active, so
+ *     after "set; mg; mg" both agree, but a first mg after a set moves
+ *     tiercache's time and not memcached's.
+ *   - E (the new CAS, memcached 1.6.2x): ms's new item, mg N's placeholder,
+ *     md I's stale item and ma's result (or the item its N created).
+ *   - mg N on a miss: memcached answers as for a hit on the new empty item
+ *     ("HD W", "VA 0 ... W"), not EN. The engine returns TC_NOT_FOUND with
+ *     *vivified set and does not call back, so the reply is built from one
+ *     more lookup of the placeholder (for its CAS and TTL), with W forced.
+ *   - ms s after an append or prepend needs the new length, which
+ *     tc_store_ex does not return: it is read back with one more lookup.
+ *   - md x (drop the value, keep the item) is an empty CAS-checked replace
+ *     that keeps the old CAS, retried while other writers race it.
+ *   - md I with a negative T (stale and already expired) deletes the item:
+ *     tc_invalidate cannot set an expiry in the past.
+ *   - R above 30 days is an absolute time, as in memcached: converted to
+ *     seconds from now for the engine.
+ *
+ * Concurrency: no state of its own. A call works on one session, owned by
+ * one connection and used by its worker thread only; the engine calls are
+ * thread-safe. The value callback runs inside the engine's RCU read
+ * section and only appends to the session's obuf.
+ */
+
+#include "src/server/proto/proto.h"
+
+#include "src/server/proto/proto_util.h"
+
+#include "src/base/clock.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#define META_MAX_TOKENS 20 /* memcached's MFLAG_MAX_OPT_LENGTH */
+#define META_OPAQUE_MAX 32 /* memcached's MFLAG_MAX_OPAQUE_LENGTH */
+#define META_LINE_MAX 1024 /* longest reply line: < 520 bytes */
+#define META_B64_MAX 344   /* base64 of a 250-byte key, with padding */
+#define META_REALTIME_MAXDELTA 2592000 /* 30 days: relative vs absolute */
+#define META_RETRIES 16                /* md x against concurrent writers */
+
+/* ---- base64 (RFC 4648, with padding), for b keys ------------------------- */
+
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static int
+b64_value(unsigned char ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    if (ch == '+')
+        return 62;
+    if (ch == '/')
+        return 63;
+    return -1;
+}
+
+/* Encode n bytes into dst (room for 4 * ceil(n / 3)); returns the length. */
+static size_t
+b64_encode(const unsigned char *src, size_t n, char *dst)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)src[i] << 16;
+        if (i + 1 < n)
+            v |= (uint32_t)src[i + 1] << 8;
+        if (i + 2 < n)
+            v |= src[i + 2];
+        dst[o++] = b64_alphabet[(v >> 18) & 63];
+        dst[o++] = b64_alphabet[(v >> 12) & 63];
+        dst[o++] = i + 1 < n ? b64_alphabet[(v >> 6) & 63] : '=';
+        dst[o++] = i + 2 < n ? b64_alphabet[v & 63] : '=';
+    }
+    return o;
+}
+
+/* Decode a padded base64 string into dst (room for 3 * n / 4 bytes).
+ * Returns the decoded length, or 0 when src is not valid base64 (memcached
+ * treats an empty result as a failure too). */
+static size_t
+b64_decode(const char *src, size_t n, unsigned char *dst)
+{
+    size_t o = 0;
+    if (n == 0 || n % 4 != 0)
+        return 0;
+    for (size_t i = 0; i < n; i += 4) {
+        int v[4];
+        int pad = 0;
+        for (int j = 0; j < 4; j++) {
+            unsigned char ch = (unsigned char)src[i + j];
+            if (ch == '=' && i + 4 == n && j >= 2) {
+                v[j] = 0;
+                pad++;
+                continue;
+            }
+            if (pad) /* data after padding */
+                return 0;
+            v[j] = b64_value(ch);
+            if (v[j] < 0)
+                return 0;
+        }
+        uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 |
+                     (uint32_t)v[2] << 6 | (uint32_t)v[3];
+        dst[o++] = (unsigned char)(w >> 16);
+        if (pad < 2)
+            dst[o++] = (unsigned char)(w >> 8);
+        if (pad < 1)
+            dst[o++] = (unsigned char)w;
+    }
+    return o;
+}
+
+/* ---- numbers (memcached's safe_strto* on a whole token) ------------------ */
+
+static bool
+parse_digits(const char *p, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return false;
+        unsigned d = (unsigned)(p[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+/* Unsigned 64-bit: optional '+', digits. */
+static bool
+parse_u64(const char *p, size_t n, uint64_t *out)
+{
+    if (n && p[0] == '+') {
+        p++;
+        n--;
+    }
+    return parse_digits(p, n, out);
+}
+
+/* Signed 32-bit: optional sign, digits. */
+static bool
+parse_i32(const char *p, size_t n, int32_t *out)
+{
+    bool neg = false;
+    uint64_t v;
+    if (n && (p[0] == '+' || p[0] == '-')) {
+        neg = p[0] == '-';
+        p++;
+        n--;
+    }
+    if (!parse_digits(p, n, &v) || v > (neg ? 2147483648u : 2147483647u))
+        return false;
+    *out = neg ? (int32_t)(-(int64_t)v) : (int32_t)v;
+    return true;
+}
+
+/* ---- a parsed request ---------------------------------------------------- */
+
+struct meta_req {
+    struct proto_token tok[PROTO_MAX_TOKENS];
+    int ntok;       /* tokens held in tok (the line may have more) */
+    bool flag_err;  /* meta_parse failed on a flag, not the line's shape */
+    int first_flag; /* index of the first flag token */
+    const char *key;
+    size_t klen;
+    bool binary;      /* b: key was base64 */
+    bool value;       /* v */
+    bool quiet;       /* q */
+    bool no_bump;     /* u */
+    bool stale;       /* I */
+    bool remove;      /* x */
+    bool has_ttl;     /* T */
+    bool vivify;      /* N */
+    bool has_cas;     /* C */
+    bool has_cas_new; /* E */
+    int32_t ttl;
+    int32_t viv_ttl;
+    int32_t recache;       /* R */
+    uint32_t client_flags; /* F */
+    char mode;             /* M */
+    uint64_t cas;
+    uint64_t cas_new;
+    uint64_t delta;                 /* D, default 1 */
+    uint64_t initial;               /* J */
+    unsigned char kbuf[TC_KEY_MAX]; /* a decoded b key */
+};
+
+/*
+ * memcached's flag preparse: every known flag is accepted by every command.
+ * Unknown and duplicate flags stop at once; bad tokens are noted and the
+ * scan goes on, the last message winning, as memcached's loop does.
+ */
+static enum proto_err
+meta_parse_flags(struct meta_req *r)
+{
+    uint8_t seen[128] = {0};
+    enum proto_err err = PERR_NONE;
+
+    for (int i = r->first_flag; i < r->ntok; i++) {
+        const char *p = r->tok[i].p;
+        size_t n = r->tok[i].n;
+        uint8_t f = (uint8_t)p[0];
+        if (f >= 127 || seen[f])
+            return PERR_DUP_FLAG;
+        seen[f] = 1;
+        switch (f) {
+        case 'b': {
+            size_t kn = b64_decode(r->key, r->klen, r->kbuf);
+            if (kn == 0) {
+                err = PERR_DECODE_KEY;
+                break;
+            }
+            r->key = (const char *)r->kbuf;
+            r->klen = kn;
+            r->binary = true;
+            break;
+        }
+        case 'N':
+            r->vivify = true;
+            if (!parse_i32(p + 1, n - 1, &r->viv_ttl))
+                err = PERR_BAD_TOKEN;
+            break;
+        case 'T':
+            r->has_ttl = true;
+            if (!parse_i32(p + 1, n - 1, &r->ttl))
+                err = PERR_BAD_TOKEN;
+            break;
+        case 'R':
+            if (!parse_i32(p + 1, n - 1, &r->recache))
+                err = PERR_BAD_TOKEN;
+            break;
+        case 'O': /* its length is checked once the flags are good */
+        case 'P': /* proxy hints: accepted, no meaning here */
+        case 'L':
+        case 'k':
+        case 's':
+        case 't':
+        case 'c':
+        case 'f':
+        case 'h':
+        case 'l':
+            break;
+        case 'v':
+            r->value = true;
+            break;
+        case 'u':
+            r->no_bump = true;
+            break;
+        case 'q':
+            r->quiet = true;
+            break;
+        case 'x':
+            r->remove = true;
+            break;
+        case 'I':
+            r->stale = true;
+            break;
+        case 'F': {
+            uint64_t v;
+            if (!parse_u64(p + 1, n - 1, &v) || v > UINT32_MAX)
+                err = PERR_BAD_FORMAT;
+            else
+                r->client_flags = (uint32_t)v;
+            break;
+        }
+        case 'C':
+            r->has_cas = true;
+            if (!parse_u64(p + 1, n - 1, &r->cas))
+                err = PERR_BAD_TOKEN;
+            break;
+        case 'E':
+            r->has_cas_new = true;
+            if (!parse_u64(p + 1, n - 1, &r->cas_new))
+                err = PERR_BAD_TOKEN;
+            break;
+        case 'M':
+            if (n != 2)
+                err = PERR_M_LENGTH;
+            else
+                r->mode = p[1];
+            break;
+        case 'J':
+            if (!parse_u64(p + 1, n - 1, &r->initial))
+                err = PERR_INITIAL;
+            break;
+        case 'D':
+            if (!parse_u64(p + 1, n - 1, &r->delta))
+                err = PERR_DELTA;
+            break;
+        default: /* a flag memcached does not know either */
+            return PERR_BAD_FLAG;
+        }
+    }
+    if (err != PERR_NONE)
+        return err;
+    for (int i = r->first_flag; i < r->ntok; i++)
+        if (r->tok[i].p[0] == 'O' && r->tok[i].n > META_OPAQUE_MAX)
+            return PERR_OPAQUE_LONG;
+    return PERR_NONE;
+}
+
+/* Tokenize the line and parse key and flags (flags from token `first`).
+ * The token count and key length are checked first, as memcached does. */
+static enum proto_err
+meta_parse(struct meta_req *r, const char *line, size_t llen, int first)
+{
+    int n = proto_tokenize(line, llen, r->tok, PROTO_MAX_TOKENS);
+    r->ntok = n > PROTO_MAX_TOKENS ? PROTO_MAX_TOKENS : n;
+    r->first_flag = first;
+    r->delta = 1;
+    if (n < 2)
+        return PERR_BAD_FORMAT;
+    r->key = r->tok[1].p;
+    r->klen = r->tok[1].n;
+    if (r->klen > TC_KEY_MAX)
+        return PERR_BAD_FORMAT;
+    if (n > META_MAX_TOKENS)
+        return PERR_TOO_MANY_FLAGS;
+    enum proto_err err = meta_parse_flags(r);
+    r->flag_err = err != PERR_NONE;
+    return err;
+}
+
+/* ---- reply lines -----------------------------------------------------------
+ */
+
+struct rline {
+    char b[META_LINE_MAX];
+    size_t n;
+};
+
+static void
+rl_add(struct rline *l, const void *p, size_t n)
+{
+    if (n > sizeof(l->b) - l->n) /* cannot happen: lines are bounded */
+        n = sizeof(l->b) - l->n;
+    memcpy(l->b + l->n, p, n);
+    l->n += n;
+}
+
+static void
+rl_str(struct rline *l, const char *s)
+{
+    rl_add(l, s, strlen(s));
+}
+
+/* " <f><v>" */
+static void
+rl_flag_u64(struct rline *l, char f, uint64_t v)
+{
+    char num[24];
+    int n = snprintf(num, sizeof(num), " %c%" PRIu64, f, v);
+    rl_add(l, num, (size_t)n);
+}
+
+static void
+rl_flag_i64(struct rline *l, char f, int64_t v)
+{
+    char num[24];
+    int n = snprintf(num, sizeof(num), " %c%" PRId64, f, v);
+    rl_add(l, num, (size_t)n);
+}
+
+/* " k<key>", or " k<base64> b" for a binary key. */
+static void
+rl_key(struct rline *l, const struct meta_req *r)
+{
+    rl_add(l, " k", 2);
+    if (r->binary) {
+        char b64[META_B64_MAX];
+        rl_add(l, b64, b64_encode((const unsigned char *)r->key, r->klen, b64));
+        rl_add(l, " b", 2);
+    } else {
+        rl_add(l, r->key, r->klen);
+    }
+}
+
+/* The O and k return flags, in request order (every reply but mg's hit). */
+static void
+rl_opaque_key(struct rline *l, const struct meta_req *r)
+{
+    for (int i = r->first_flag; i < r->ntok; i++) {
+        if (r->tok[i].p[0] == 'O') {
+            rl_add(l, " ", 1);
+            rl_add(l, r->tok[i].p, r->tok[i].n);
+        } else if (r->tok[i].p[0] == 'k') {
+            rl_key(l, r);
+        }
+    }
+}
+
+static void
+rl_flush(struct rline *l, struct obuf *out)
+{
+    rl_add(l, "\r\n", 2);
+    obuf_add(out, l->b, l->n);
+}
+
+/* A status line with the O and k flags: "NF Oxx kfoo\r\n". */
+static void
+reply_status(struct obuf *out, const struct meta_req *r, const char *code)
+{
+    struct rline l;
+    l.n = 0;
+    rl_str(&l, code);
+    rl_opaque_key(&l, r);
+    rl_flush(&l, out);
+}
+
+/* Seconds left before an absolute expiry, -1 for none (memcached's t). */
+static int64_t
+ttl_left(uint32_t exptime, uint32_t now)
+{
+    return exptime == 0 ? -1 : (int64_t)exptime - (int64_t)now;
+}
+
+/* An exptime as the engine reads it, made absolute (for a synthesized
+ * reply when a vivified placeholder is gone already). */
+static uint32_t
+abs_exptime(int64_t e, uint32_t now)
+{
+    if (e == 0)
+        return 0;
+    if (e < 0)
+        return 1;
+    return e <= META_REALTIME_MAXDELTA ? now + (uint32_t)e : (uint32_t)e;
+}
+
+/* Index of the first token of flag f, or r->ntok when there is none. */
+static int
+flag_pos(const struct meta_req *r, char f)
+{
+    for (int i = r->first_flag; i < r->ntok; i++)
+        if (r->tok[i].p[0] == f)
+            return i;
+    return r->ntok;
+}
+
+/*
+ * memcached applies T and N while it writes the return flags, in request
+ * order, so a t ahead of them reports the expiry as it was: the old one
+ * of an existing item (exptime_before), 0 ("-1") for one this request
+ * created, whose expiry is then the last of T and N.
+ */
+static int32_t
+created_ttl(const struct meta_req *r)
+{
+    return r->has_ttl && flag_pos(r, 'T') > flag_pos(r, 'N') ? r->ttl
+                                                             : r->viv_ttl;
+}
+
+static int64_t
+ttl_at(const struct meta_req *r, int pos, const struct tc_item_info *info,
+       bool created, uint32_t now)
+{
+    if (!created)
+        return ttl_left(r->has_ttl && flag_pos(r, 'T') > pos
+                            ? info->exptime_before
+                            : info->exptime,
+                        now);
+    int tp = r->has_ttl ? flag_pos(r, 'T') : r->ntok;
+    int np = r->vivify ? flag_pos(r, 'N') : r->ntok;
+    int32_t e;
+    if (tp < pos && (np > pos || tp > np))
+        e = r->ttl;
+    else if (np < pos)
+        e = r->viv_ttl;
+    else
+        return -1;
+    return ttl_left(abs_exptime(e, now), now);
+}
+
+/* ---- mg ------------------------------------------------------------------ */
+
+struct mg_ctx {
+    const struct meta_req *r;
+    struct obuf *out;
+    bool vivified; /* reply for our own placeholder: W, never Z */
+    bool served;
+};
+
+/* Build the hit reply: header line, then the value when asked. Runs inside
+ * the engine's read section (or after it, for a synthesized placeholder). */
+static void
+mg_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
+         int niov)
+{
+    struct mg_ctx *x = arg;
+    const struct meta_req *r = x->r;
+    uint32_t now = clock_now();
+    bool value = r->value && !(r->has_cas && info->cas == r->cas);
+    struct rline l;
+    uint64_t start = obuf_pos(x->out);
+
+    l.n = 0;
+    if (value) {
+        char head[16];
+        rl_add(&l, head,
+               (size_t)snprintf(head, sizeof(head), "VA %" PRIu32, info->vlen));
+    } else {
+        rl_str(&l, "HD");
+    }
+    for (int i = r->first_flag; i < r->ntok; i++) {
+        switch (r->tok[i].p[0]) {
+        case 's':
+            rl_flag_u64(&l, 's', info->vlen);
+            break;
+        case 't':
+            rl_flag_i64(&l, 't', ttl_at(r, i, info, x->vivified, now));
+            break;
+        case 'c':
+            rl_flag_u64(&l, 'c', info->cas);
+            break;
+        case 'f':
+            rl_flag_u64(&l, 'f', info->flags);
+            break;
+        case 'h':
+            rl_flag_u64(&l, 'h', info->fetched ? 1 : 0);
+            break;
+        case 'l':
+            rl_flag_u64(&l, 'l', info->last_access);
+            break;
+        case 'O':
+            rl_add(&l, " ", 1);
+            rl_add(&l, r->tok[i].p, r->tok[i].n);
+            break;
+        case 'k':
+            rl_key(&l, r);
+            break;
+        }
+    }
+    uint8_t win = x->vivified ? TC_WIN_YOU : info->win;
+    if (win == TC_WIN_TAKEN)
+        rl_add(&l, " Z", 2);
+    if (info->stale && !x->vivified)
+        rl_add(&l, " X", 2);
+    if (win == TC_WIN_YOU)
+        rl_add(&l, " W", 2);
+    rl_flush(&l, x->out);
+    if (value && info->pending) {
+        /* a flash value still being read (issue 4): a hole, and the miss
+         * line that replaces this reply if the read fails */
+        struct rline miss;
+        miss.n = 0;
+        if (!r->quiet) {
+            rl_str(&miss, "EN");
+            rl_opaque_key(&miss, r);
+            rl_add(&miss, "\r\n", 2);
+        }
+        if (obuf_hole_open(x->out, info->pending, start, info->vlen) == 0) {
+            obuf_add(x->out, "\r\n", 2);
+            obuf_hole_close(x->out, miss.b, miss.n);
+        }
+    } else if (value) {
+        for (int i = 0; i < niov; i++)
+            obuf_add(x->out, iov[i].iov_base, iov[i].iov_len);
+        obuf_add(x->out, "\r\n", 2);
+    }
+    x->served = true;
+}
+
+static void
+meta_get(struct proto_sess *s, struct meta_req *r, struct obuf *out)
+{
+    bool vivified = false;
+    uint64_t viv_cas = 0;
+    struct tc_get_opts o = {
+        .touch = r->has_ttl,
+        .exptime = r->ttl,
+        .vivify = r->vivify,
+        .vivify_exptime = created_ttl(r),
+        .no_bump = r->no_bump,
+        .vivified = &vivified,
+        .vivified_cas = &viv_cas,
+        .vivify_cas = r->has_cas_new ? r->cas_new : 0,
+        .recache_before_touch = flag_pos(r, 'R') < flag_pos(r, 'T'),
+        .async = r->value,      /* a flash value comes without blocking */
+        .head_only = !r->value, /* no value wanted: no flash read */
+    };
+    struct mg_ctx x = {.r = r, .out = out};
+
+    if (r->recache > META_REALTIME_MAXDELTA) {
+        uint32_t now = clock_now();
+        o.recache_below =
+            (uint32_t)r->recache > now ? (uint32_t)r->recache - now : 0;
+    } else if (r->recache > 0) {
+        o.recache_below = (uint32_t)r->recache;
+    }
+
+    int rc = tc_get_ex(s->cache, r->key, r->klen, &o, mg_reply, &x);
+    if (rc == TC_NOT_FOUND && vivified) {
+        /* our placeholder: read it back for its CAS and TTL */
+        struct tc_get_opts again = {.no_bump = r->no_bump, .no_win = true};
+        x.vivified = true;
+        rc = tc_get_ex(s->cache, r->key, r->klen, &again, mg_reply, &x);
+        if (rc == TC_NOT_FOUND) { /* already gone (born expired) */
+            struct tc_item_info info = {
+                .exptime = abs_exptime(created_ttl(r), clock_now()),
+                .cas = viv_cas,
+            };
+            mg_reply(&x, &info, NULL, 0);
+            rc = TC_OK;
+        }
+    }
+    if (rc == TC_OK)
+        return;
+    if (rc == TC_NOT_FOUND || rc == -ENOMEM || rc == -E2BIG) {
+        /* a failed vivify is a miss, as in memcached */
+        if (!r->quiet)
+            reply_status(out, r, "EN");
+        return;
+    }
+    proto_reply_err(s, out, rc == -EINVAL ? PERR_BAD_FORMAT : PERR_BUSY);
+}
+
+/* ---- ms ------------------------------------------------------------------ */
+
+/* Bytes of an ms request to consume when refusing it: the line and its data
+ * block, or what has arrived of it with the rest left to swallow. */
+static size_t
+ms_discard(struct proto_sess *s, size_t linelen, size_t len, uint64_t block)
+{
+    uint64_t avail = len - linelen;
+    if (avail >= block)
+        return linelen + (size_t)block;
+    s->swallow = block - avail;
+    return len;
+}
+
+/* The value length after a successful append/prepend (see the top). */
+static void
+note_vlen(void *arg, const struct tc_item_info *info, const struct iovec *iov,
+          int niov)
+{
+    (void)iov;
+    (void)niov;
+    *(uint32_t *)arg = info->vlen;
+}
+
+static ssize_t
+meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
+         size_t linelen, struct obuf *out)
+{
+    const char *line = in;
+    size_t llen = linelen - 1;
+    uint64_t vlen;
+
+    if (llen && line[llen - 1] == '\r')
+        llen--;
+    int n = proto_tokenize(line, llen, r->tok, PROTO_MAX_TOKENS);
+    if (n < 3 || !parse_digits(r->tok[2].p, r->tok[2].n, &vlen) ||
+        vlen > INT32_MAX - 2) {
+        proto_reply_err(s, out, PERR_BAD_FORMAT);
+        return (ssize_t)linelen;
+    }
+    uint64_t block = vlen + 2;
+
+    enum proto_err err = meta_parse(r, line, llen, 3);
+    if (err != PERR_NONE && !r->flag_err) {
+        /* memcached refuses a long key or too many tokens before it reads
+         * the length: the data block is then read as commands */
+        proto_reply_err(s, out,
+                        err == PERR_TOO_MANY_FLAGS ? PERR_FLAGS_TOO_LONG : err);
+        return (ssize_t)linelen;
+    }
+    enum tc_store_mode mode = TC_SET;
+    if (err == PERR_NONE) {
+        switch (r->mode) {
+        case 0:
+        case 'S':
+            break;
+        case 'E':
+            mode = TC_ADD;
+            break;
+        case 'A':
+            mode = TC_APPEND;
+            break;
+        case 'P':
+            mode = TC_PREPEND;
+            break;
+        case 'R':
+            mode = TC_REPLACE;
+            break;
+        default:
+            err = PERR_MS_MODE;
+        }
+    }
+    if (err != PERR_NONE) {
+        proto_reply_err(s, out, err);
+        return (ssize_t)ms_discard(s, linelen, len, block);
+    }
+    /* Too large to ever store: refused (and the block swallowed unread, as
+     * memcached does) whether or not the block has arrived yet, so the
+     * reply does not depend on how the bytes were cut into reads. */
+    if (proto_too_large(s, r->klen, vlen)) {
+        tc_store_refused(s->cache, r->key, r->klen, true);
+        proto_reply_err(s, out, PERR_TOO_LARGE);
+        return (ssize_t)ms_discard(s, linelen, len, block);
+    }
+    if (len - linelen < block) {
+        s->need = linelen + (size_t)block;
+        return 0;
+    }
+    const char *val = in + linelen;
+    if (val[vlen] != '\r' || val[vlen + 1] != '\n') {
+        proto_reply_err(s, out, PERR_BAD_CHUNK);
+        return (ssize_t)(linelen + block);
+    }
+
+    struct tc_store_opts o = {0};
+    if (r->has_cas) {
+        if (mode == TC_SET || mode == TC_REPLACE) {
+            mode = TC_CAS; /* memcached upgrades set/replace with C */
+            o.cas_in = r->cas;
+            o.invalidate = r->stale && r->cas; /* C0 is never older */
+        } else if ((mode == TC_APPEND || mode == TC_PREPEND) && r->cas) {
+            o.cas_check = true; /* add ignores C; C0 checks nothing */
+            o.cas_in = r->cas;
+        }
+    }
+    if (r->has_cas_new)
+        o.cas_new = r->cas_new;
+    if (r->vivify && (mode == TC_APPEND || mode == TC_PREPEND)) {
+        o.vivify = true;
+        o.vivify_exptime = r->viv_ttl;
+    }
+    uint64_t cas = 0;
+    int rc = tc_store_ex(s->cache, mode, r->key, r->klen, val, (size_t)vlen,
+                         r->client_flags, r->has_ttl ? r->ttl : 0, &o, &cas);
+    const char *code;
+    switch (rc) {
+    case TC_OK:
+        code = "HD";
+        break;
+    case TC_NOT_STORED:
+        code = "NS";
+        break;
+    case TC_EXISTS:
+        code = "EX";
+        break;
+    case TC_NOT_FOUND:
+        code = "NF";
+        break;
+    case -E2BIG:
+    case -ENOMEM:
+        /* memcached drops the old item so that no stale value outlives a
+         * failed ms, whatever the mode (the engine does it for TC_SET) */
+        if (mode != TC_SET)
+            tc_drop(s->cache, r->key, r->klen);
+        proto_reply_err(s, out,
+                        rc == -E2BIG ? PERR_TOO_LARGE : PERR_OUT_OF_MEMORY);
+        return (ssize_t)(linelen + block);
+    case -EINVAL:
+        proto_reply_err(s, out, PERR_BAD_FORMAT);
+        return (ssize_t)(linelen + block);
+    case -EBUSY:
+        proto_reply_err(s, out, PERR_BUSY);
+        return (ssize_t)(linelen + block);
+    default:
+        proto_reply_err(s, out, PERR_UNHANDLED);
+        return (ssize_t)(linelen + block);
+    }
+    if (rc == TC_OK && r->quiet)
+        return (ssize_t)(linelen + block);
+
+    struct rline l;
+    l.n = 0;
+    rl_str(&l, code);
+    for (int i = r->first_flag; i < r->ntok; i++) {
+        switch (r->tok[i].p[0]) {
+        case 'O':
+            rl_add(&l, " ", 1);
+            rl_add(&l, r->tok[i].p, r->tok[i].n);
+            break;
+        case 'k':
+            rl_key(&l, r);
+            break;
+        case 'c':
+            rl_flag_u64(&l, 'c', rc == TC_OK ? cas : 0);
+            break;
+        case 's': {
+            uint32_t size = (uint32_t)vlen;
+            if (rc == TC_OK && (mode == TC_APPEND || mode == TC_PREPEND)) {
+                struct tc_get_opts peek = {
+                    .no_bump = true, .head_only = true, .no_win = true};
+                tc_get_ex(s->cache, r->key, r->klen, &peek, note_vlen, &size);
+            }
+            rl_flag_u64(&l, 's', size);
+            break;
+        }
+        }
+    }
+    rl_flush(&l, out);
+    return (ssize_t)(linelen + block);
+}
+
+/* ---- md ------------------------------------------------------------------ */
+
+struct peek {
+    bool hit;
+    uint64_t cas;
+};
+
+static void
+note_cas(void *arg, const struct tc_item_info *info, const struct iovec *iov,
+         int niov)
+{
+    (void)iov;
+    (void)niov;
+    struct peek *p = arg;
+    p->hit = true;
+    p->cas = info->cas;
+}
+
+/* The item's CAS without marking it used: TC_OK or TC_NOT_FOUND. */
+static int
+peek_cas(struct tc_cache *c, const struct meta_req *r, uint64_t *cas)
+{
+    struct tc_get_opts o = {.no_bump = true, .head_only = true, .no_win = true};
+    struct peek p = {0};
+    int rc = tc_get_ex(c, r->key, r->klen, &o, note_cas, &p);
+    if (rc == TC_OK)
+        *cas = p.cas;
+    return rc;
+}
+
+/* md x: an empty value in place of the old one, with md's F and T, keeping
+ * the old CAS (or E). CAS-checked against what was read, so a concurrent
+ * writer makes it retry instead of being overwritten. */
+static int
+md_remove_value(struct tc_cache *c, const struct meta_req *r)
+{
+    for (int i = 0; i < META_RETRIES; i++) {
+        uint64_t cas;
+        int rc = peek_cas(c, r, &cas);
+        if (rc != TC_OK)
+            return rc;
+        if (r->has_cas && cas != r->cas)
+            return TC_EXISTS;
+        struct tc_store_opts o = {
+            .cas_in = cas,
+            .cas_new = r->has_cas_new && r->cas_new ? r->cas_new : cas,
+        };
+        rc = tc_store_ex(c, TC_CAS, r->key, r->klen, "", 0, r->client_flags,
+                         r->has_ttl ? r->ttl : 0, &o, NULL);
+        if (rc == TC_EXISTS && r->has_cas)
+            return TC_EXISTS;
+        if (rc != TC_EXISTS && rc != TC_NOT_FOUND)
+            return rc;
+    }
+    return -EBUSY;
+}
+
+static void
+meta_delete(struct proto_sess *s, struct meta_req *r, struct obuf *out)
+{
+    uint64_t cas_in = r->has_cas ? r->cas : 0;
+    int rc;
+
+    /* C0: memcached compares it like any CAS; the engine reads 0 as "no
+     * check". An item with CAS 0 does not exist, so C0 fails on any hit. */
+    if (r->has_cas && r->cas == 0) {
+        uint64_t cas;
+        rc = peek_cas(s->cache, r, &cas);
+        if (rc == TC_OK)
+            rc = TC_EXISTS;
+    } else if (r->remove) {
+        rc = md_remove_value(s->cache, r);
+        if (rc == TC_OK && r->stale)
+            rc = tc_invalidate_ex(s->cache, r->key, r->klen, 0, -1,
+                                  r->has_cas_new ? r->cas_new : 0);
+    } else if (r->stale && !(r->has_ttl && r->ttl < 0)) {
+        rc = tc_invalidate_ex(s->cache, r->key, r->klen, cas_in,
+                              r->has_ttl ? r->ttl : -1,
+                              r->has_cas_new ? r->cas_new : 0);
+    } else {
+        rc = tc_delete(s->cache, r->key, r->klen, cas_in);
+    }
+
+    const char *code;
+    switch (rc) {
+    case TC_OK:
+        if (r->quiet)
+            return;
+        code = "HD";
+        break;
+    case TC_NOT_FOUND:
+        code = "NF";
+        break;
+    case TC_EXISTS:
+        code = "EX";
+        break;
+    case TC_NOT_STORED:
+        code = "NS";
+        break;
+    case -ENOMEM:
+    case -E2BIG:
+        proto_reply_err(s, out, PERR_NOMEM);
+        return;
+    case -EINVAL:
+        proto_reply_err(s, out, PERR_BAD_FORMAT);
+        return;
+    default:
+        proto_reply_err(s, out, PERR_BUSY);
+        return;
+    }
+    reply_status(out, r, code);
+}
+
+/* ---- ma ------------------------------------------------------------------ */
+
+static void
+meta_arith(struct proto_sess *s, struct meta_req *r, struct obuf *out)
+{
+    bool incr;
+    switch (r->mode) {
+    case 0:
+    case 'I':
+    case '+':
+        incr = true;
+        break;
+    case 'D':
+    case '-':
+        incr = false;
+        break;
+    default:
+        proto_reply_err(s, out, PERR_MA_MODE);
+        return;
+    }
+
+    bool created = false;
+    struct tc_arith_opts o = {
+        .vivify = r->vivify,
+        .initial = r->initial,
+        .vivify_exptime = created_ttl(r),
+        .cas_in = r->has_cas ? r->cas : 0, /* C0: no check, as memcached */
+        .touch = r->has_ttl,
+        .exptime = r->ttl,
+        .vivified = &created,
+        .cas_new = r->has_cas_new ? r->cas_new : 0,
+    };
+    struct tc_item_info info;
+    uint64_t v = 0;
+    int rc =
+        tc_arith_ex(s->cache, r->key, r->klen, incr, r->delta, &o, &v, &info);
+    switch (rc) {
+    case TC_OK:
+        break;
+    case TC_NOT_FOUND:
+        reply_status(out, r, "NF");
+        return;
+    case TC_EXISTS:
+        reply_status(out, r, "EX");
+        return;
+    case TC_NOT_STORED:
+        reply_status(out, r, "NS");
+        return;
+    case TC_NON_NUMERIC:
+        proto_reply_err(s, out, PERR_NON_NUMERIC);
+        return;
+    case -ENOMEM:
+    case -E2BIG:
+        proto_reply_err(s, out, PERR_NOMEM);
+        return;
+    case -EINVAL:
+        proto_reply_err(s, out, PERR_BAD_FORMAT);
+        return;
+    default:
+        proto_reply_err(s, out, PERR_BUSY);
+        return;
+    }
+    /* q hides the reply of an update, not of a creation (memcached) */
+    if (r->quiet && !created)
+        return;
+
+    char num[24];
+    int nlen = snprintf(num, sizeof(num), "%" PRIu64, v);
+    uint32_t now = clock_now();
+    struct rline l;
+    l.n = 0;
+    if (r->value) {
+        char head[16];
+        rl_add(&l, head, (size_t)snprintf(head, sizeof(head), "VA %d", nlen));
+    } else {
+        rl_str(&l, "HD");
+    }
+    for (int i = r->first_flag; i < r->ntok; i++) {
+        switch (r->tok[i].p[0]) {
+        case 'c':
+            rl_flag_u64(&l, 'c', info.cas);
+            break;
+        case 't':
+            rl_flag_i64(&l, 't', ttl_at(r, i, &info, created, now));
+            break;
+        case 'O':
+            rl_add(&l, " ", 1);
+            rl_add(&l, r->tok[i].p, r->tok[i].n);
+            break;
+        case 'k':
+            rl_key(&l, r);
+            break;
+        }
+    }
+    rl_flush(&l, out);
+    if (r->value) {
+        obuf_add(out, num, (size_t)nlen);
+        obuf_add(out, "\r\n", 2);
+    }
+}
+
+/* ---- me ------------------------------------------------------------------ */
+
+struct me_ctx {
+    const struct meta_req *r;
+    struct obuf *out;
+};
+
+static void
+me_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
+         int niov)
+{
+    (void)iov;
+    (void)niov;
+    struct me_ctx *x = arg;
+    const struct meta_req *r = x->r;
+    struct rline l;
+    char rest[128];
+
+    l.n = 0;
+    rl_str(&l, "ME ");
+    if (r->binary) {
+        char b64[META_B64_MAX];
+        rl_add(&l, b64,
+               b64_encode((const unsigned char *)r->key, r->klen, b64));
+    } else {
+        rl_add(&l, r->key, r->klen);
+    }
+    int n =
+        snprintf(rest, sizeof(rest),
+                 " exp=%" PRId64 " la=%" PRIu32 " cas=%" PRIu64
+                 " fetch=%s cls=%u size=%zu",
+                 ttl_left(info->exptime, clock_now()), info->last_access,
+                 info->cas, info->fetched ? "yes" : "no", info->slab_class + 1u,
+                 TC_ITEM_HEADER_SIZE + r->klen + info->vlen);
+    rl_add(&l, rest, (size_t)n);
+    rl_flush(&l, x->out);
+}
+
+/* me <key> [b]: only a "b" right after the key means anything. */
+static void
+meta_debug(struct proto_sess *s, struct meta_req *r, const char *line,
+           size_t llen, struct obuf *out)
+{
+    int n = proto_tokenize(line, llen, r->tok, PROTO_MAX_TOKENS);
+    if (n < 2 || r->tok[1].n > TC_KEY_MAX) {
+        proto_reply_err(s, out, PERR_BAD_FORMAT);
+        return;
+    }
+    r->key = r->tok[1].p;
+    r->klen = r->tok[1].n;
+    if (n >= 3 && r->tok[2].n == 1 && r->tok[2].p[0] == 'b') {
+        size_t kn = b64_decode(r->key, r->klen, r->kbuf);
+        if (kn == 0) {
+            proto_reply_err(s, out, PERR_BAD_FORMAT);
+            return;
+        }
+        r->key = (const char *)r->kbuf;
+        r->klen = kn;
+        r->binary = true;
+    }
+    struct tc_get_opts o = {.no_bump = true, .head_only = true, .no_win = true};
+    struct me_ctx x = {r, out};
+    int rc = tc_get_ex(s->cache, r->key, r->klen, &o, me_reply, &x);
+    if (rc == TC_NOT_FOUND)
+        obuf_add(out, "EN\r\n", 4);
+    else if (rc != TC_OK)
+        proto_reply_err(s, out, PERR_BAD_FORMAT);
+}
+
+/* ---- entry --------------------------------------------------------------- */
+
+ssize_t
+proto_meta_process(struct proto_sess *s, const char *in, size_t len,
+                   struct obuf *out)
+{
+    /* The text parser found the line already; the same limit here keeps a
+     * direct call's outcome independent of how the bytes were read. */
+    long eol =
+        proto_find_eol(in, len < PROTO_LINE_MAX + 1 ? len : PROTO_LINE_MAX + 1);
+    if (eol < 0) {
+        if (len > PROTO_LINE_MAX) {
+            proto_reply_err(s, out, PERR_LINE_TOO_LONG);
+            return PROTO_CLOSE;
+        }
+        return 0;
+    }
+    size_t linelen = (size_t)eol + 1;
+    size_t llen = (size_t)eol;
+    if (llen && in[llen - 1] == '\r')
+        llen--;
+
+    struct meta_req r;
+    memset(&r, 0, sizeof(r));
+    s->need = 0;
+
+    /* the text parser only calls us for "m? ..." lines; check anyway */
+    char cmd = 0;
+    if (llen >= 2 && in[0] == 'm' && (llen == 2 || in[2] == ' '))
+        cmd = in[1];
+
+    if (cmd == 's') {
+        ssize_t rc = meta_set(s, &r, in, len, linelen, out);
+        if (rc != 0)
+            s->ctr.meta_cmds++;
+        return rc;
+    }
+
+    s->ctr.meta_cmds++;
+    enum proto_err err;
+    switch (cmd) {
+    case 'n':
+        obuf_add(out, "MN\r\n", 4);
+        break;
+    case 'e':
+        meta_debug(s, &r, in, llen, out);
+        break;
+    case 'g':
+    case 'd':
+    case 'a':
+        err = meta_parse(&r, in, llen, 2);
+        if (err != PERR_NONE) {
+            /* ma and md word every flag error alike, as memcached does (a
+             * long opaque is not one of them); they also say "options
+             * flags too long" where mg says "are too long" */
+            if (cmd != 'g' && r.flag_err && err != PERR_OPAQUE_LONG)
+                err = PERR_MA_FLAG;
+            if (cmd != 'g' && err == PERR_TOO_MANY_FLAGS)
+                err = PERR_FLAGS_TOO_LONG;
+            proto_reply_err(s, out, err);
+            break;
+        }
+        if (cmd == 'g')
+            meta_get(s, &r, out);
+        else if (cmd == 'd')
+            meta_delete(s, &r, out);
+        else
+            meta_arith(s, &r, out);
+        break;
+    default:
+        s->ctr.meta_cmds--;
+        proto_reply_err(s, out, PERR_ERROR);
+        break;
+    }
+    return (ssize_t)linelen;
+}

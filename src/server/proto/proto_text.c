@@ -1,0 +1,964 @@
+/*
+ * memcached's classic text protocol (src/server/proto/proto.h), executed
+ * against the engine: get gets gat gats bget, set add replace append prepend
+ * cas, incr decr, delete, touch, flush_all, version, verbosity, stats,
+ * shutdown, cache_memlimit, hotspot (tiercache's write-hotspot dump and reset),
+ * quit. Lines whose command is mg ms md ma mn me go to the meta parser
+ * (proto_meta_process).
+ *
+ * The replies follow memcached 1.6 byte for byte, including its quirks:
+ *   - a command line ends at "\n"; one "\r" before it is dropped; tokens are
+ *     split on ' ' only; an empty line or a command shorter than two bytes
+ *     is "ERROR";
+ *   - a wrong number of tokens is "ERROR", even with noreply; any other
+ *     reply of a command, success or error, is suppressed by noreply;
+ *   - a storage line that fails to parse consumes only its line (the data
+ *     block that follows is then read as commands, as memcached does); a
+ *     data block not followed by "\r\n" is "CLIENT_ERROR bad data chunk"
+ *     and its bytes (bytes + 2) are consumed all the same;
+ *   - a value over item_size_max is refused from its line alone and its
+ *     bytes are swallowed as they come, never buffered; a set refused so,
+ *     or for lack of memory, also deletes the key's old value (memcached:
+ *     no stale data after a set; tc_store does it for its own refusals).
+ * Where tiercache differs, on purpose:
+ *   - a key with a control character is refused ("CLIENT_ERROR bad command
+ *     line format", memcached's text for a key over 250 bytes) and all keys
+ *     of a get are checked before any lookup;
+ *   - numbers are strict (digits only, no '+', no wrap of 32-bit flags);
+ *   - a line over PROTO_LINE_MAX without "\n" gets "CLIENT_ERROR line too
+ *     long" before the close, where memcached closes without a word. A
+ *     get/gets/gat/gats line, which memcached lets grow without bound, may
+ *     be as long as item_size_max (at most TEXT_MULTIGET_LINE_MAX), which
+ *     the connection's input buffer always holds. The limit applies
+ *     wherever the "\n" is, so the outcome never depends on how the bytes
+ *     were split into reads.
+ *
+ * s->need is the size of the request at in + (returned value) when that
+ * request is incomplete and its size is known (a storage command waiting for
+ * its data block), else 0. s->resume is set when a get of many keys stopped
+ * after PROTO_GET_SLICE bytes of replies (src/server/proto/proto.h): the
+ * replies are copies of the values, so one get of many large values would
+ * otherwise hold them all; a connection holds at most its back-pressure mark
+ * plus a slice and one value.
+ *
+ * Counters: every request consumed counts in ctr.cmd_total (errors
+ * included, meta ones too; proto.c relies on it to spot the connection's
+ * first byte), get/gets/gat/gats with more than one key in ctr.get_multi,
+ * ERROR and CLIENT_ERROR replies in ctr.protocol_errors. The meta parser
+ * counts ctr.meta_cmds.
+ *
+ * Concurrency: a session belongs to one connection, used by its worker
+ * thread only; the engine calls are thread-safe (src/tiercache.h).
+ */
+
+#include "src/server/proto/proto.h"
+
+#include "src/server/proto/proto_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A multi-key get line may grow past PROTO_LINE_MAX (memcached: unbounded). */
+#define TEXT_MULTIGET_LINE_MAX (1u << 20)
+/* Replies pending past which a call returns before the next request, so
+ * that the connection's back-pressure applies between requests (the caller
+ * calls again unless its output is backlogged). */
+#define TEXT_OUT_YIELD (256u * 1024)
+/* memcached's cache_memlimit bounds, in MiB. */
+#define TEXT_MEMLIMIT_MIN 8
+#define TEXT_MEMLIMIT_MAX 1000000000u
+#define TEXT_GROUP_MAX 64
+
+/* The prefix of hotspot dump's file error (the path and the reason follow;
+ * the fixed replies are in proto_util.c's table). */
+#define TEXT_HOTSPOT_CANNOT_FMT "SERVER_ERROR cannot write %s: %s"
+
+enum { LINE_INCOMPLETE = -1, LINE_TOO_LONG = -2 };
+
+/* One command line being executed. */
+struct text_cmd {
+    struct proto_sess *s;
+    struct obuf *out;
+    const char *line; /* without "\r\n" */
+    size_t len;
+    size_t line_bytes; /* with its line end */
+    const char *rest;  /* what follows the line (a data block) */
+    size_t rest_len;
+    struct proto_token tok[PROTO_MAX_TOKENS];
+    int ntok; /* PROTO_MAX_TOKENS + 1 when there are more */
+    bool noreply;
+    size_t resume; /* s->resume as the call found it: a get's next key */
+};
+
+typedef ssize_t text_cmd_fn(struct text_cmd *c, int arg);
+
+/* ---- replies ------------------------------------------------------------ */
+
+static void
+reply(struct text_cmd *c, const char *text)
+{
+    if (c->noreply)
+        return;
+    obuf_add_str(c->out, text);
+    obuf_add(c->out, "\r\n", 2);
+}
+
+static void
+reply_err(struct text_cmd *c, enum proto_err e)
+{
+    if (!c->noreply)
+        proto_reply_err(c->s, c->out, e);
+}
+
+/* memcached's set_noreply_maybe: the last token. */
+static void
+take_noreply(struct text_cmd *c)
+{
+    c->noreply = c->ntok > 0 && c->ntok <= PROTO_MAX_TOKENS &&
+                 proto_tok_is(&c->tok[c->ntok - 1], "noreply");
+}
+
+/* ---- retrieval ---------------------------------------------------------- */
+
+struct get_ctx {
+    struct obuf *out;
+    const struct proto_token *key;
+    bool with_cas;
+};
+
+/* A flash value still being read (issue 4): the reply with a hole for the
+ * data; a failed read removes the whole reply (a miss sends nothing). */
+static void
+emit_pending(struct get_ctx *g, const struct tc_item_info *info)
+{
+    uint64_t start = obuf_pos(g->out);
+    obuf_add(g->out, "VALUE ", 6);
+    obuf_add(g->out, g->key->p, g->key->n);
+    if (g->with_cas)
+        obuf_printf(g->out, " %" PRIu32 " %" PRIu32 " %" PRIu64 "\r\n",
+                    info->flags, info->vlen, info->cas);
+    else
+        obuf_printf(g->out, " %" PRIu32 " %" PRIu32 "\r\n", info->flags,
+                    info->vlen);
+    if (obuf_hole_open(g->out, info->pending, start, info->vlen) != 0)
+        return;
+    obuf_add(g->out, "\r\n", 2);
+    obuf_hole_close(g->out, NULL, 0);
+}
+
+/* "VALUE <key> <flags> <bytes> [<cas>]\r\n<data>\r\n", in one reservation:
+ * the value is copied once, from the cache into the obuf. */
+static void
+emit_value(void *arg, const struct tc_item_info *info, const struct iovec *iov,
+           int niov)
+{
+    struct get_ctx *g = arg;
+    size_t vlen = 0;
+    for (int i = 0; i < niov; i++)
+        vlen += iov[i].iov_len;
+    if (info->pending) {
+        emit_pending(g, info);
+        return;
+    }
+
+    /* " <flags> <bytes>[ <cas>]\r\n", by hand: snprintf was about 1% of
+     * the server's CPU at pipeline depth 1 (perf/RESULTS.md) */
+    char hdr[3 * (1 + PROTO_U64_DIGITS) + 2];
+    size_t n = 0;
+    hdr[n++] = ' ';
+    n += proto_fmt_u64(hdr + n, info->flags);
+    hdr[n++] = ' ';
+    n += proto_fmt_u64(hdr + n, vlen);
+    if (g->with_cas) {
+        hdr[n++] = ' ';
+        n += proto_fmt_u64(hdr + n, info->cas);
+    }
+    hdr[n++] = '\r';
+    hdr[n++] = '\n';
+    size_t total = 6 + g->key->n + (size_t)n + vlen + 2;
+    if (obuf_reserve(g->out, total) != 0)
+        return;
+    char *p = obuf_tail(g->out);
+    memcpy(p, "VALUE ", 6);
+    p += 6;
+    memcpy(p, g->key->p, g->key->n);
+    p += g->key->n;
+    memcpy(p, hdr, n);
+    p += n;
+    for (int i = 0; i < niov; i++) {
+        if (iov[i].iov_len)
+            memcpy(p, iov[i].iov_base, iov[i].iov_len);
+        p += iov[i].iov_len;
+    }
+    memcpy(p, "\r\n", 2);
+    obuf_commit(g->out, total);
+}
+
+/* The next space-separated token of line[*pos..len); false at the end. The
+ * key list of a get is not bounded by PROTO_MAX_TOKENS. */
+static bool
+next_token(const char *line, size_t len, size_t *pos, struct proto_token *t)
+{
+    size_t i = *pos;
+    while (i < len && line[i] == ' ')
+        i++;
+    if (i == len)
+        return false;
+    t->p = line + i;
+    while (i < len && line[i] != ' ')
+        i++;
+    t->n = (size_t)(line + i - t->p);
+    *pos = i;
+    return true;
+}
+
+/* Offset of the first key in the line: after the command (and exptime). */
+static size_t
+keys_start(const struct text_cmd *c, bool touch)
+{
+    const struct proto_token *t = &c->tok[touch ? 1 : 0];
+    return (size_t)(t->p + t->n - c->line);
+}
+
+/* Every key valid? Counts them in *nkeys. */
+static bool
+keys_ok(const struct text_cmd *c, size_t from, unsigned *nkeys)
+{
+    struct proto_token t;
+    size_t pos = from;
+    *nkeys = 0;
+    while (next_token(c->line, c->len, &pos, &t)) {
+        if (!proto_key_ok(t.p, t.n))
+            return false;
+        (*nkeys)++;
+    }
+    return true;
+}
+
+/* Is there a key at or after line[pos]? */
+static bool
+more_keys(const struct text_cmd *c, size_t pos)
+{
+    while (pos < c->len && c->line[pos] == ' ')
+        pos++;
+    return pos < c->len;
+}
+
+/* Look up the keys from line offset `from` on. 0 when all are done (or the
+ * output failed); else this call appended PROTO_GET_SLICE bytes and keys
+ * remain: the offset to carry on from. At least one key is done per call,
+ * so a get resumed over and over still ends. */
+static size_t
+fetch_keys(struct text_cmd *c, size_t from, bool touch, int64_t exptime,
+           bool with_cas)
+{
+    struct proto_token t;
+    struct get_ctx g = {.out = c->out, .key = &t, .with_cas = with_cas};
+    uint64_t stop = obuf_pos(c->out) + PROTO_GET_SLICE;
+    size_t pos = from;
+    while (next_token(c->line, c->len, &pos, &t)) {
+        /* async: a flash value is read without blocking (a hole) */
+        struct tc_get_opts o = {
+            .touch = touch, .exptime = exptime, .async = true, .no_win = true};
+        tc_get_ex(c->s->cache, t.p, t.n, &o, emit_value, &g);
+        if (c->out->err)
+            return 0;
+        if (obuf_pos(c->out) >= stop && more_keys(c, pos))
+            return pos;
+    }
+    return 0;
+}
+
+/* get, gets, bget (arg: 1 = with CAS); gat, gats (arg | 2 = touch). A get
+ * whose replies pass PROTO_GET_SLICE stops between two keys and returns 0
+ * with s->resume set; called again on the same line, it carries on (its
+ * keys were checked and it was counted the first time). */
+static ssize_t
+cmd_get(struct text_cmd *c, int arg)
+{
+    bool with_cas = arg & 1, touch = arg & 2;
+    int64_t exptime = 0;
+    unsigned nkeys;
+
+    if (touch && !proto_parse_i64(&c->tok[1], &exptime)) {
+        reply_err(c, PERR_INVALID_EXPTIME);
+        return (ssize_t)c->line_bytes;
+    }
+    size_t from = c->resume;
+    if (from == 0 || from >= c->len) {
+        from = keys_start(c, touch);
+        if (!keys_ok(c, from, &nkeys)) {
+            reply_err(c, PERR_KEY_TOO_LONG);
+            return (ssize_t)c->line_bytes;
+        }
+        if (nkeys > 1)
+            c->s->ctr.get_multi++;
+    }
+    c->s->resume = fetch_keys(c, from, touch, exptime, with_cas);
+    if (c->s->resume)
+        return 0;
+    obuf_add(c->out, "END\r\n", 5);
+    return (ssize_t)c->line_bytes;
+}
+
+/* ---- storage ------------------------------------------------------------ */
+
+struct store_args {
+    const struct proto_token *key;
+    uint32_t flags;
+    int64_t exptime;
+    uint64_t vlen;
+    uint64_t cas;
+};
+
+/* "<cmd> <key> <flags> <exptime> <bytes> [cas] [noreply]". */
+static bool
+parse_store(struct text_cmd *c, bool with_cas, struct store_args *a)
+{
+    int64_t bytes;
+    a->key = &c->tok[1];
+    a->cas = 0;
+    if (!proto_key_ok(a->key->p, a->key->n) ||
+        !proto_parse_u32(&c->tok[2], &a->flags) ||
+        !proto_parse_i64(&c->tok[3], &a->exptime) ||
+        !proto_parse_i64(&c->tok[4], &bytes))
+        return false;
+    if (with_cas && !proto_parse_u64(&c->tok[5], &a->cas))
+        return false;
+    /* memcached reads bytes as an int and adds 2 for the "\r\n" */
+    if (bytes < 0 || bytes > INT32_MAX - 2)
+        return false;
+    a->vlen = (uint64_t)bytes;
+    return true;
+}
+
+static bool
+too_large(const struct proto_sess *s, const struct store_args *a)
+{
+    return proto_too_large(s, a->key->n, a->vlen);
+}
+
+/* memcached drops the old value when a set cannot be stored, so that a
+ * client never reads what it meant to overwrite. tc_store does so when it
+ * refuses a set; this is for a value refused before the engine saw it
+ * (tc_drop: not counted as a delete). */
+static void
+drop_old_on_set(struct text_cmd *c, int mode, const struct store_args *a)
+{
+    tc_store_refused(c->s->cache, a->key->p, a->key->n, mode == TC_SET);
+}
+
+static void
+reply_store(struct text_cmd *c, int rc)
+{
+    switch (rc) {
+    case TC_OK:
+        reply(c, "STORED");
+        return;
+    case TC_NOT_STORED:
+        reply(c, "NOT_STORED");
+        return;
+    case TC_EXISTS:
+        reply(c, "EXISTS");
+        return;
+    case TC_NOT_FOUND:
+        reply(c, "NOT_FOUND");
+        return;
+    case -EINVAL:
+        reply_err(c, PERR_BAD_FORMAT);
+        return;
+    case -E2BIG:
+        reply_err(c, PERR_TOO_LARGE);
+        return;
+    default:
+        reply_err(c, PERR_OUT_OF_MEMORY);
+        return;
+    }
+}
+
+/* set, add, replace, append, prepend, cas (arg: enum tc_store_mode). */
+static ssize_t
+cmd_store(struct text_cmd *c, int mode)
+{
+    struct store_args a;
+
+    take_noreply(c);
+    if (!parse_store(c, mode == TC_CAS, &a)) {
+        reply_err(c, PERR_BAD_FORMAT);
+        return (ssize_t)c->line_bytes;
+    }
+    if (too_large(c->s, &a)) {
+        drop_old_on_set(c, mode, &a);
+        reply_err(c, PERR_TOO_LARGE);
+        c->s->swallow = a.vlen + 2;
+        return (ssize_t)c->line_bytes;
+    }
+    if (c->rest_len < a.vlen + 2) {
+        c->s->need = c->line_bytes + a.vlen + 2;
+        return 0;
+    }
+    const char *data = c->rest;
+    if (data[a.vlen] != '\r' || data[a.vlen + 1] != '\n') {
+        reply_err(c, PERR_BAD_CHUNK);
+    } else {
+        int rc =
+            tc_store(c->s->cache, (enum tc_store_mode)mode, a.key->p, a.key->n,
+                     data, a.vlen, a.flags, a.exptime, a.cas, NULL);
+        reply_store(c, rc);
+    }
+    return (ssize_t)(c->line_bytes + a.vlen + 2);
+}
+
+/* ---- other key commands ------------------------------------------------- */
+
+/* incr, decr (arg: 1 = incr). */
+static ssize_t
+cmd_arith(struct text_cmd *c, int incr)
+{
+    const struct proto_token *key = &c->tok[1];
+    uint64_t delta, value;
+    char num[24];
+
+    take_noreply(c);
+    if (!proto_key_ok(key->p, key->n)) {
+        reply_err(c, PERR_BAD_FORMAT);
+        return (ssize_t)c->line_bytes;
+    }
+    if (!proto_parse_u64(&c->tok[2], &delta)) {
+        reply_err(c, PERR_INVALID_DELTA);
+        return (ssize_t)c->line_bytes;
+    }
+    int rc = incr ? tc_incr(c->s->cache, key->p, key->n, delta, &value, NULL)
+                  : tc_decr(c->s->cache, key->p, key->n, delta, &value, NULL);
+    if (rc == TC_OK) {
+        snprintf(num, sizeof(num), "%" PRIu64, value);
+        reply(c, num);
+    } else if (rc == TC_NOT_FOUND) {
+        reply(c, "NOT_FOUND");
+    } else if (rc == TC_NON_NUMERIC) {
+        reply_err(c, PERR_NON_NUMERIC);
+    } else if (rc == -EINVAL) {
+        reply_err(c, PERR_BAD_FORMAT);
+    } else {
+        reply_err(c, PERR_NOMEM);
+    }
+    return (ssize_t)c->line_bytes;
+}
+
+/* memcached accepts "delete <key> [0] [noreply]" and nothing else. */
+static bool
+delete_args_ok(struct text_cmd *c)
+{
+    if (c->ntok == 2)
+        return true;
+    bool hold_zero = proto_tok_is(&c->tok[2], "0");
+    take_noreply(c);
+    return (c->ntok == 3 && (hold_zero || c->noreply)) ||
+           (c->ntok == 4 && hold_zero && c->noreply);
+}
+
+static ssize_t
+cmd_delete(struct text_cmd *c, int arg)
+{
+    const struct proto_token *key = &c->tok[1];
+    (void)arg;
+    if (!delete_args_ok(c)) {
+        reply_err(c, PERR_DELETE_USAGE);
+        return (ssize_t)c->line_bytes;
+    }
+    if (!proto_key_ok(key->p, key->n)) {
+        reply_err(c, PERR_BAD_FORMAT);
+        return (ssize_t)c->line_bytes;
+    }
+    int rc = tc_delete(c->s->cache, key->p, key->n, 0);
+    reply(c, rc == TC_OK ? "DELETED" : "NOT_FOUND");
+    return (ssize_t)c->line_bytes;
+}
+
+static ssize_t
+cmd_touch(struct text_cmd *c, int arg)
+{
+    const struct proto_token *key = &c->tok[1];
+    int64_t exptime;
+    (void)arg;
+
+    take_noreply(c);
+    if (!proto_key_ok(key->p, key->n)) {
+        reply_err(c, PERR_BAD_FORMAT);
+        return (ssize_t)c->line_bytes;
+    }
+    if (!proto_parse_i64(&c->tok[2], &exptime)) {
+        reply_err(c, PERR_INVALID_EXPTIME);
+        return (ssize_t)c->line_bytes;
+    }
+    int rc = tc_touch(c->s->cache, key->p, key->n, exptime);
+    reply(c, rc == TC_OK ? "TOUCHED" : "NOT_FOUND");
+    return (ssize_t)c->line_bytes;
+}
+
+/* ---- server commands ---------------------------------------------------- */
+
+/* "flush_all [delay] [noreply]"; a delay follows the exptime rules. */
+static ssize_t
+cmd_flush_all(struct text_cmd *c, int arg)
+{
+    int64_t delay = 0;
+    (void)arg;
+
+    take_noreply(c);
+    if (c->ntok != (c->noreply ? 2 : 1) &&
+        !proto_parse_i64(&c->tok[1], &delay)) {
+        reply_err(c, PERR_INVALID_EXPTIME);
+        return (ssize_t)c->line_bytes;
+    }
+    tc_flush_all(c->s->cache, delay);
+    reply(c, "OK");
+    return (ssize_t)c->line_bytes;
+}
+
+static ssize_t
+cmd_version(struct text_cmd *c, int arg)
+{
+    (void)arg;
+    reply(c, "VERSION " TC_VERSION);
+    return (ssize_t)c->line_bytes;
+}
+
+static ssize_t
+cmd_quit(struct text_cmd *c, int arg)
+{
+    (void)c;
+    (void)arg;
+    return PROTO_CLOSE;
+}
+
+static ssize_t
+cmd_verbosity(struct text_cmd *c, int arg)
+{
+    uint32_t level;
+    (void)arg;
+
+    take_noreply(c);
+    if (!proto_parse_u32(&c->tok[1], &level)) {
+        reply_err(c, PERR_BAD_FORMAT);
+        return (ssize_t)c->line_bytes;
+    }
+    if (c->s->ops && c->s->ops->verbosity)
+        c->s->ops->verbosity(c->s->srv, (int)(level > 2 ? 2 : level));
+    reply(c, "OK");
+    return (ssize_t)c->line_bytes;
+}
+
+/* The server's op, or with no server the engine directly. -EBUSY is a
+ * shrink that could not empty every page above the new limit at once: the
+ * limit already holds for allocations and the maintenance step finishes
+ * the shrink, so it is accepted (memcached too replies OK at once). */
+static int
+set_memlimit(struct proto_sess *s, uint64_t mib)
+{
+    int rc;
+    if (s->ops && s->ops->memlimit)
+        rc = s->ops->memlimit(s->srv, mib);
+    else
+        rc = tc_set_mem_limit(s->cache, mib << 20);
+    return rc == -EBUSY ? 0 : rc;
+}
+
+static ssize_t
+cmd_memlimit(struct text_cmd *c, int arg)
+{
+    uint32_t mib;
+    (void)arg;
+
+    take_noreply(c);
+    if (!proto_parse_u32(&c->tok[1], &mib))
+        reply_err(c, PERR_ERROR);
+    else if (mib < TEXT_MEMLIMIT_MIN)
+        reply_err(c, PERR_MEMLIMIT_SMALL);
+    else if (mib > TEXT_MEMLIMIT_MAX)
+        reply_err(c, PERR_MEMLIMIT_UNITS);
+    else if (set_memlimit(c->s, mib) != 0)
+        reply_err(c, PERR_MEMLIMIT_FAILED);
+    else
+        reply(c, "OK");
+    return (ssize_t)c->line_bytes;
+}
+
+/* "shutdown [graceful]". The server op cannot be asked whether shutdown is
+ * enabled without shutting down, so a bad mode is refused first (memcached
+ * says "not enabled" first). Success closes without a reply, as
+ * memcached's does. */
+static ssize_t
+cmd_shutdown(struct text_cmd *c, int arg)
+{
+    (void)arg;
+    if (c->ntok > 2 ||
+        (c->ntok == 2 && !proto_tok_is(&c->tok[1], "graceful"))) {
+        reply_err(c, PERR_SHUTDOWN_MODE);
+        return (ssize_t)c->line_bytes;
+    }
+    if (c->s->ops && c->s->ops->shutdown && c->s->ops->shutdown(c->s->srv) == 0)
+        return PROTO_CLOSE;
+    reply_err(c, PERR_NO_SHUTDOWN);
+    return (ssize_t)c->line_bytes;
+}
+
+/* "stats detail on|off|dump": tiercache keeps no per-prefix stats, so it
+ * answers as memcached does with detail off (an empty dump). */
+static void
+stats_detail(struct text_cmd *c)
+{
+    if (c->ntok >= 3 &&
+        (proto_tok_is(&c->tok[2], "on") || proto_tok_is(&c->tok[2], "off")))
+        reply(c, "OK");
+    else if (c->ntok >= 3 && proto_tok_is(&c->tok[2], "dump"))
+        reply(c, "END");
+    else
+        reply_err(c, PERR_DETAIL_USAGE);
+}
+
+/* A stats group from the server's op, then "END"; an unknown group is
+ * "ERROR" with whatever the op appended taken back. */
+static void
+stats_group(struct text_cmd *c, const struct proto_token *t)
+{
+    char group[TEXT_GROUP_MAX];
+    size_t mark = obuf_pending(c->out);
+    int rc = -ENOENT;
+
+    if (t->n < sizeof(group)) {
+        memcpy(group, t->p, t->n);
+        group[t->n] = '\0';
+        if (c->s->ops && c->s->ops->stats)
+            rc = c->s->ops->stats(c->s->srv, c->s, group, c->out);
+    }
+    if (c->out->err)
+        return;
+    if (rc == 0) {
+        obuf_add(c->out, "END\r\n", 5);
+        return;
+    }
+    c->out->len = c->out->head + mark; /* obuf may have compacted */
+    proto_reply_err(c->s, c->out, PERR_ERROR);
+}
+
+static ssize_t
+cmd_stats(struct text_cmd *c, int arg)
+{
+    static const struct proto_token general = {"", 0};
+    (void)arg;
+
+    if (c->ntok == 1) {
+        stats_group(c, &general);
+    } else if (proto_tok_is(&c->tok[1], "reset")) {
+        if (c->s->ops && c->s->ops->stats_reset)
+            c->s->ops->stats_reset(c->s->srv);
+        else
+            tc_stats_reset(c->s->cache);
+        reply(c, "RESET");
+    } else if (proto_tok_is(&c->tok[1], "detail")) {
+        stats_detail(c);
+    } else {
+        stats_group(c, &c->tok[1]);
+    }
+    return (ssize_t)c->line_bytes;
+}
+
+/* ---- hotspot (write-hotspot tracker; README "Finding write hot spots") -- */
+
+/* The CSV over the connection, each line ended by "\r\n", then "END". */
+static void
+hotspot_dump_inline(struct text_cmd *c)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    int rc = f ? tc_hotspot_dump(c->s->cache, f) : -ENOMEM;
+
+    if (f && fclose(f) != 0 && rc == 0)
+        rc = -ENOMEM;
+    if (rc == -ENOTSUP) {
+        reply_err(c, PERR_HOTSPOT_OFF);
+    } else if (rc != 0) {
+        reply_err(c, PERR_NOMEM);
+    } else {
+        for (size_t at = 0; at < len;) {
+            const char *nl = memchr(buf + at, '\n', len - at);
+            size_t n = nl ? (size_t)(nl - (buf + at)) : len - at;
+            obuf_add(c->out, buf + at, n);
+            obuf_add(c->out, "\r\n", 2);
+            at += n + 1;
+        }
+        reply(c, "END");
+    }
+    free(buf);
+}
+
+/* The CSV into a new file (never an existing one: any client may send this,
+ * so it must not be able to overwrite what the server's user can write):
+ * "OK" or "SERVER_ERROR <reason>". */
+static void
+hotspot_dump_file(struct text_cmd *c, const struct proto_token *t)
+{
+    char path[PATH_MAX];
+    char msg[PATH_MAX + 128];
+    struct tc_hotspot h;
+
+    tc_hotspot_get(c->s->cache, &h);
+    if (h.dimms == 0) {
+        reply_err(c, PERR_HOTSPOT_OFF);
+        return;
+    }
+    if (t->n >= sizeof(path)) {
+        reply_err(c, PERR_PATH_TOO_LONG);
+        return;
+    }
+    memcpy(path, t->p, t->n);
+    path[t->n] = '\0';
+    int fd =
+        open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (f == NULL) {
+        int open_err = errno;
+        if (fd >= 0)
+            close(fd);
+        snprintf(msg, sizeof(msg), TEXT_HOTSPOT_CANNOT_FMT, path,
+                 strerror(open_err));
+        reply(c, msg);
+        return;
+    }
+    int rc = tc_hotspot_dump(c->s->cache, f);
+    int err = errno;
+    if (fclose(f) != 0 && rc == 0) {
+        rc = -EIO;
+        err = errno;
+    }
+    if (rc != 0) {
+        snprintf(msg, sizeof(msg), TEXT_HOTSPOT_CANNOT_FMT, path,
+                 strerror(err));
+        reply(c, msg);
+        return;
+    }
+    reply(c, "OK");
+}
+
+/* "hotspot dump [path]", "hotspot reset". */
+static ssize_t
+cmd_hotspot(struct text_cmd *c, int arg)
+{
+    (void)arg;
+    if (proto_tok_is(&c->tok[1], "dump") && c->ntok == 2) {
+        hotspot_dump_inline(c);
+    } else if (proto_tok_is(&c->tok[1], "dump") && c->ntok == 3) {
+        hotspot_dump_file(c, &c->tok[2]);
+    } else if (proto_tok_is(&c->tok[1], "reset") && c->ntok == 2) {
+        if (tc_hotspot_reset(c->s->cache) == 0)
+            reply(c, "RESET");
+        else
+            reply_err(c, PERR_HOTSPOT_OFF);
+    } else {
+        reply_err(c, PERR_HOTSPOT_USAGE);
+    }
+    return (ssize_t)c->line_bytes;
+}
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+#define ANY_TOKENS (PROTO_MAX_TOKENS + 1)
+
+/* Commands with their token counts (the command included): memcached
+ * replies "ERROR" outside them. */
+static const struct text_cmd_def {
+    const char *name;
+    int min_tok, max_tok;
+    text_cmd_fn *fn;
+    int arg;
+} text_cmds[] = {
+    {"get", 2, ANY_TOKENS, cmd_get, 0},
+    {"gets", 2, ANY_TOKENS, cmd_get, 1},
+    {"gat", 2, ANY_TOKENS, cmd_get, 2},
+    {"gats", 2, ANY_TOKENS, cmd_get, 3},
+    {"bget", 2, ANY_TOKENS, cmd_get, 0},
+    {"set", 5, 6, cmd_store, TC_SET},
+    {"add", 5, 6, cmd_store, TC_ADD},
+    {"replace", 5, 6, cmd_store, TC_REPLACE},
+    {"append", 5, 6, cmd_store, TC_APPEND},
+    {"prepend", 5, 6, cmd_store, TC_PREPEND},
+    {"cas", 6, 7, cmd_store, TC_CAS},
+    {"incr", 3, 4, cmd_arith, 1},
+    {"decr", 3, 4, cmd_arith, 0},
+    {"delete", 2, 4, cmd_delete, 0},
+    {"touch", 3, 4, cmd_touch, 0},
+    {"flush_all", 1, 3, cmd_flush_all, 0},
+    {"version", 1, ANY_TOKENS, cmd_version, 0},
+    {"verbosity", 2, 3, cmd_verbosity, 0},
+    {"stats", 1, ANY_TOKENS, cmd_stats, 0},
+    {"shutdown", 1, ANY_TOKENS, cmd_shutdown, 0},
+    {"cache_memlimit", 2, 3, cmd_memlimit, 0},
+    {"hotspot", 2, 3, cmd_hotspot, 0},
+    {"quit", 1, ANY_TOKENS, cmd_quit, 0},
+};
+
+static const struct text_cmd_def *
+find_cmd(const struct proto_token *t)
+{
+    for (size_t i = 0; i < sizeof(text_cmds) / sizeof(text_cmds[0]); i++)
+        if (proto_tok_is(t, text_cmds[i].name))
+            return &text_cmds[i];
+    return NULL;
+}
+
+/* mg ms md ma mn me. */
+static bool
+is_meta(const struct proto_token *t)
+{
+    return t->n == 2 && t->p[0] == 'm' && memchr("gsdane", t->p[1], 6);
+}
+
+/* A meta request goes to proto_meta_process, which counts ctr.meta_cmds.
+ * mg ms md ma without a key are "ERROR", as memcached's token count check
+ * has it (me and mn are the meta parser's to judge). */
+static ssize_t
+meta_request(struct text_cmd *c, const char *in, size_t len)
+{
+    char op = c->tok[0].p[1];
+    if (c->ntok < 2 && op != 'n' && op != 'e') {
+        proto_reply_err(c->s, c->out, PERR_ERROR);
+        return (ssize_t)c->line_bytes;
+    }
+    return proto_meta_process(c->s, in, len, c->out);
+}
+
+/* An unknown command: "ERROR", except that memcached hangs up on what looks
+ * like an HTTP request. */
+static ssize_t
+unknown_cmd(struct text_cmd *c)
+{
+    int last = c->ntok > PROTO_MAX_TOKENS ? PROTO_MAX_TOKENS - 1 : c->ntok - 1;
+    if (last >= 1 && c->tok[last].n >= 5 &&
+        memcmp(c->tok[last].p, "HTTP/", 5) == 0)
+        return PROTO_CLOSE;
+    proto_reply_err(c->s, c->out, PERR_ERROR);
+    return (ssize_t)c->line_bytes;
+}
+
+static ssize_t
+dispatch(struct text_cmd *c, const char *in, size_t len)
+{
+    if (c->ntok == 0 || c->tok[0].n < 2) {
+        proto_reply_err(c->s, c->out, PERR_ERROR);
+        return (ssize_t)c->line_bytes;
+    }
+    if (is_meta(&c->tok[0]))
+        return meta_request(c, in, len);
+    const struct text_cmd_def *d = find_cmd(&c->tok[0]);
+    if (d == NULL)
+        return unknown_cmd(c);
+    if (c->ntok < d->min_tok || c->ntok > d->max_tok) {
+        proto_reply_err(c->s, c->out, PERR_ERROR);
+        return (ssize_t)c->line_bytes;
+    }
+    return d->fn(c, d->arg);
+}
+
+/* ---- lines -------------------------------------------------------------- */
+
+/* Does the line at in start (after spaces) with a retrieval command? */
+static bool
+is_multiget(const char *in, size_t len)
+{
+    static const char *const prefixes[] = {"get ", "gets ", "gat ", "gats "};
+    size_t i = 0;
+    while (i < len && in[i] == ' ')
+        i++;
+    for (size_t k = 0; k < sizeof(prefixes) / sizeof(prefixes[0]); k++) {
+        size_t n = strlen(prefixes[k]);
+        if (len - i >= n && memcmp(in + i, prefixes[k], n) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The longest get line: item_size_max, within
+ * [PROTO_LINE_MAX, TEXT_MULTIGET_LINE_MAX]. */
+static size_t
+multiget_line_max(const struct proto_sess *s)
+{
+    size_t max = s->item_size_max;
+    if (max > TEXT_MULTIGET_LINE_MAX)
+        max = TEXT_MULTIGET_LINE_MAX;
+    return max > PROTO_LINE_MAX ? max : PROTO_LINE_MAX;
+}
+
+/* Index of the '\n' ending the first line, LINE_INCOMPLETE, or
+ * LINE_TOO_LONG. The limit counts the line without its "\n". */
+static long
+find_line(const struct proto_sess *s, const char *in, size_t len)
+{
+    size_t limit = PROTO_LINE_MAX;
+    if (len > PROTO_LINE_MAX && is_multiget(in, len))
+        limit = multiget_line_max(s);
+    long eol = proto_find_eol(in, len < limit + 1 ? len : limit + 1);
+    if (eol >= 0)
+        return eol;
+    return len > limit ? LINE_TOO_LONG : LINE_INCOMPLETE;
+}
+
+/* Execute the request at the front of in: bytes consumed, 0 if incomplete,
+ * PROTO_CLOSE. */
+static ssize_t
+text_one(struct proto_sess *s, const char *in, size_t len, struct obuf *out)
+{
+    struct text_cmd c = {.s = s, .out = out, .line = in, .resume = s->resume};
+    long eol = find_line(s, in, len);
+
+    s->resume = 0; /* only cmd_get sets it again */
+
+    if (eol == LINE_INCOMPLETE)
+        return 0;
+    if (eol == LINE_TOO_LONG) {
+        proto_reply_err(s, out, PERR_LINE_TOO_LONG);
+        return PROTO_CLOSE;
+    }
+    c.len = (size_t)eol;
+    if (c.len > 0 && in[c.len - 1] == '\r')
+        c.len--;
+    c.line_bytes = (size_t)eol + 1;
+    c.rest = in + c.line_bytes;
+    c.rest_len = len - c.line_bytes;
+    c.ntok = proto_tokenize(c.line, c.len, c.tok, PROTO_MAX_TOKENS);
+    return dispatch(&c, in, len);
+}
+
+ssize_t
+proto_text_process(struct proto_sess *s, const char *in, size_t len,
+                   struct obuf *out)
+{
+    size_t pos = 0;
+
+    s->need = 0;
+    while (pos < len) {
+        if (s->swallow) {
+            size_t n = s->swallow < len - pos ? (size_t)s->swallow : len - pos;
+            s->swallow -= n;
+            pos += n;
+            continue;
+        }
+        if (pos > 0 && obuf_pending(out) >= TEXT_OUT_YIELD)
+            break;
+        ssize_t n = text_one(s, in + pos, len - pos, out);
+        if (n == 0)
+            break;
+        s->ctr.cmd_total++;
+        if (n == PROTO_CLOSE || out->err)
+            return PROTO_CLOSE;
+        pos += (size_t)n;
+    }
+    return (ssize_t)pos;
+}

@@ -1,0 +1,211 @@
+/*
+ * Helpers shared by the protocol parsers (src/server/proto/proto_util.h): the
+ * one table of error replies with memcached's exact text, the command-line
+ * tokenizer, strict number parsing and the key check. Stateless; any thread.
+ */
+
+#include "src/server/proto/proto_util.h"
+
+#include "src/server/proto/proto.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* memcached 1.6's text for each error (proto_text.c, proto_meta.c,
+ * proto_bin.c's write_bin_error, memcached.c). */
+static const char *const err_text[PERR_COUNT] = {
+    [PERR_ERROR] = "ERROR",
+    [PERR_BAD_FORMAT] = "CLIENT_ERROR bad command line format",
+    [PERR_BAD_CHUNK] = "CLIENT_ERROR bad data chunk",
+    [PERR_LINE_TOO_LONG] = "CLIENT_ERROR line too long",
+    [PERR_NON_NUMERIC] =
+        "CLIENT_ERROR cannot increment or decrement non-numeric value",
+    [PERR_INVALID_DELTA] = "CLIENT_ERROR invalid numeric delta argument",
+    [PERR_INVALID_EXPTIME] = "CLIENT_ERROR invalid exptime argument",
+    [PERR_BAD_FLAG] = "CLIENT_ERROR invalid flag",
+    [PERR_KEY_TOO_LONG] = "CLIENT_ERROR bad command line format",
+    [PERR_TOO_LARGE] = "SERVER_ERROR object too large for cache",
+    [PERR_OUT_OF_MEMORY] = "SERVER_ERROR out of memory storing object",
+    [PERR_NOMEM] = "SERVER_ERROR out of memory",
+    [PERR_NO_SHUTDOWN] = "ERROR: shutdown not enabled",
+    [PERR_DELETE_USAGE] =
+        "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]",
+    [PERR_DETAIL_USAGE] = "CLIENT_ERROR usage: stats detail on|off|dump",
+    [PERR_SHUTDOWN_MODE] = "CLIENT_ERROR invalid shutdown mode",
+    [PERR_MEMLIMIT_SMALL] =
+        "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m",
+    [PERR_MEMLIMIT_UNITS] =
+        "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes",
+    [PERR_MEMLIMIT_FAILED] =
+        "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust",
+    [PERR_HOTSPOT_USAGE] =
+        "CLIENT_ERROR usage: hotspot dump [path] | hotspot reset",
+    [PERR_HOTSPOT_OFF] = "SERVER_ERROR write-hotspot tracking is off (start "
+                         "with -o hotspot_dimms=N)",
+    [PERR_PATH_TOO_LONG] = "SERVER_ERROR path too long",
+    [PERR_DUP_FLAG] = "CLIENT_ERROR duplicate flag",
+    [PERR_BAD_TOKEN] = "CLIENT_ERROR bad token in command line format",
+    [PERR_DECODE_KEY] = "CLIENT_ERROR error decoding key",
+    [PERR_OPAQUE_LONG] = "CLIENT_ERROR opaque token too long",
+    [PERR_TOO_MANY_FLAGS] = "CLIENT_ERROR options flags are too long",
+    [PERR_FLAGS_TOO_LONG] = "CLIENT_ERROR options flags too long",
+    [PERR_M_LENGTH] = "CLIENT_ERROR incorrect length for M token",
+    [PERR_MS_MODE] = "CLIENT_ERROR invalid mode for ms M token",
+    [PERR_MA_MODE] = "CLIENT_ERROR invalid mode for ma M token",
+    [PERR_INITIAL] = "CLIENT_ERROR invalid numeric initial value",
+    [PERR_DELTA] = "CLIENT_ERROR invalid numeric delta value",
+    [PERR_MA_FLAG] = "CLIENT_ERROR invalid or duplicate flag",
+    [PERR_UNHANDLED] = "SERVER_ERROR Unhandled storage type.",
+    [PERR_BUSY] = "SERVER_ERROR busy, try again",
+    [PERR_TOO_MANY_CONNS] = "ERROR Too many open connections",
+    [PERR_BIN_NOT_FOUND] = "Not found",
+    [PERR_BIN_EXISTS] = "Data exists for key.",
+    [PERR_BIN_TOO_LARGE] = "Too large.",
+    [PERR_BIN_EINVAL] = "Invalid arguments",
+    [PERR_BIN_NOT_STORED] = "Not stored.",
+    [PERR_BIN_NON_NUMERIC] = "Non-numeric server-side value for incr or decr",
+    [PERR_BIN_UNKNOWN_COMMAND] = "Unknown command",
+    [PERR_BIN_NOMEM] = "Out of memory",
+    [PERR_BIN_UNKNOWN] = "Unknown error",
+};
+
+const char *
+proto_err_text(enum proto_err e)
+{
+    if ((unsigned)e >= PERR_COUNT || err_text[e] == NULL)
+        return "SERVER_ERROR unknown error";
+    return err_text[e];
+}
+
+/* ERROR and CLIENT_ERROR are the client's fault (proto_counters); a
+ * SERVER_ERROR is not. */
+static bool
+is_protocol_error(const char *text)
+{
+    return strncmp(text, "ERROR", 5) == 0 ||
+           strncmp(text, "CLIENT_ERROR", 12) == 0;
+}
+
+void
+proto_reply_err(struct proto_sess *s, struct obuf *out, enum proto_err e)
+{
+    const char *text = proto_err_text(e);
+    obuf_add_str(out, text);
+    obuf_add(out, "\r\n", 2);
+    if (s && is_protocol_error(text))
+        s->ctr.protocol_errors++;
+}
+
+/* memcached splits on ' ' only: a tab or '\r' inside a line is part of a
+ * token. */
+int
+proto_tokenize(const char *line, size_t len, struct proto_token *tok, int max)
+{
+    int n = 0;
+    size_t i = 0;
+    for (;;) {
+        while (i < len && line[i] == ' ')
+            i++;
+        if (i == len)
+            return n;
+        if (n == max)
+            return max + 1;
+        size_t start = i;
+        while (i < len && line[i] != ' ')
+            i++;
+        tok[n].p = line + start;
+        tok[n].n = i - start;
+        n++;
+    }
+}
+
+bool
+proto_tok_is(const struct proto_token *t, const char *word)
+{
+    size_t n = strlen(word);
+    return t->n == n && memcmp(t->p, word, n) == 0;
+}
+
+long
+proto_find_eol(const char *in, size_t len)
+{
+    const char *nl = memchr(in, '\n', len);
+    return nl ? (long)(nl - in) : -1;
+}
+
+/* Digits only, at least one, value <= max. */
+static bool
+parse_digits(const char *p, size_t n, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned d = (unsigned char)p[i] - '0';
+        if (d > 9)
+            return false;
+        if (v > (max - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+bool
+proto_parse_u32(const struct proto_token *t, uint32_t *out)
+{
+    uint64_t v;
+    if (!parse_digits(t->p, t->n, UINT32_MAX, &v))
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+bool
+proto_parse_u64(const struct proto_token *t, uint64_t *out)
+{
+    return parse_digits(t->p, t->n, UINT64_MAX, out);
+}
+
+bool
+proto_parse_i64(const struct proto_token *t, int64_t *out)
+{
+    uint64_t v;
+    if (t->n > 0 && t->p[0] == '-') {
+        if (!parse_digits(t->p + 1, t->n - 1, (uint64_t)INT64_MAX + 1, &v))
+            return false;
+        *out = v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
+        return true;
+    }
+    if (!parse_digits(t->p, t->n, INT64_MAX, &v))
+        return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+size_t
+proto_fmt_u64(char *buf, uint64_t v)
+{
+    char tmp[PROTO_U64_DIGITS];
+    size_t n = 0;
+    do {
+        tmp[sizeof(tmp) - 1 - n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(buf, tmp + sizeof(tmp) - n, n);
+    return n;
+}
+
+bool
+proto_key_ok(const char *key, size_t len)
+{
+    if (len == 0 || len > TC_KEY_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)key[i];
+        if (ch <= ' ' || ch == 0x7f)
+            return false;
+    }
+    return true;
+}

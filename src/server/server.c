@@ -1,0 +1,1014 @@
+/*
+ * tiercached's network side (src/server/server.h).
+ *
+ * Threads
+ *   acceptor   the thread in server_run(): one epoll over the listening
+ *              sockets, a signalfd (SIGINT, SIGTERM) and stop_fd (the
+ *              shutdown command). It accepts, refuses connections over -c
+ *              with memcached's "ERROR Too many open connections", builds
+ *              the struct conn and hands it round-robin to a worker: a push
+ *              on the worker's locked queue and a write to its eventfd.
+ *   workers    N threads, each an epoll loop over its own non-blocking
+ *              connections (src/server/conn.c), with a 1 s timeout for the idle
+ *              sweep. Each registers with the cache on start
+ *              (tc_thread_register) and unregisters at exit.
+ *
+ * Why epoll, one loop per worker, level-triggered: it is memcached's model
+ * (libevent over epoll, a dispatcher thread handing sockets to worker
+ * threads through a pipe), so a benchmark against memcached compares the
+ * cache, not the I/O layer. io_uring can be measured later behind the same
+ * conn_event() interface.
+ *
+ * Shutdown: SIGINT/SIGTERM (through the signalfd) or the shutdown command
+ * (server_stop() writes stop_fd) end the acceptor's loop; it closes the
+ * listeners, sets each worker's stop flag and wakes it; each worker
+ * destroys its queued and live connections, waits until all the others
+ * have too (no worker is then inside the engine), unregisters and exits;
+ * the acceptor joins them. main() then closes the cache, which marks the pool
+ * clean.
+ *
+ * Concurrency:
+ *   srv->ls[], nls, st, sh, cache, epoch, w->cpu
+ *                                set before the workers start,
+ *                                read-only afterwards.
+ *   w->qlock                     guards w->q, w->qn, w->qcap (acceptor
+ *                                pushes, worker pops); also the hand-off
+ *                                of each struct conn between the threads.
+ *   w->stop                      _Atomic bool: the acceptor stores true with
+ *                                release, the worker loads with acquire
+ *                                (pairs: nothing else is published with
+ *                                it; release/acquire keeps it simple to
+ *                                reason about).
+ *   w->cw                        owner worker only, except cw.list (its own
+ *                                lock, see conn.c).
+ *   w->ctr, srv->actr            one writer each (worker, acceptor); see
+ *                                stats.h.
+ *   srv->base                    its own lock (stats reset baseline).
+ *   srv->nstarted, nquiet        srv->quiet_lock (the shutdown barrier
+ *                                before workers unregister).
+ *   srv->curr_conns              _Atomic, relaxed: incremented by the
+ *                                acceptor, decremented by workers; a lone
+ *                                count for -c (a stale read admits or
+ *                                refuses one connection early or late).
+ *   srv->verbosity, maxbytes_mib,
+ *   srv->accepting               _Atomic, relaxed: lone settings read by
+ *                                "stats" and written by commands.
+ *   lock order                   w->cw.list.lock, srv->base.lock and
+ *                                srv->quiet_lock are leaves: nothing else
+ *                                is taken under them.
+ */
+
+#include "src/server/server.h"
+
+#include "src/base/clock.h"
+#include "src/base/err.h"
+#include "src/base/log.h"
+#include "src/server/proto/proto_util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SERVER_MAX_LISTENERS 32
+#define SERVER_BACKLOG 1024
+/* Stop reading a connection while this much output is pending. */
+#define SERVER_OUT_HIGH (4u << 20)
+/* Accepts per listener wake-up, and the pause when out of descriptors. */
+#define SERVER_ACCEPTS_PER_EVENT 64
+#define SERVER_ACCEPT_PAUSE_MS 100
+/* A worker with no event for this long gives back its chunk stash. */
+#define WORKER_IDLE_MS 20
+
+/* epoll tags of the acceptor (listeners use their index) */
+#define TAG_STOP 1000u
+#define TAG_SIGNAL 1001u
+
+struct listener {
+    int fd;
+    bool is_unix;
+    char name[CONN_ADDR_MAX]; /* "tcp:127.0.0.1:11211", "unix:/path" */
+};
+
+struct worker {
+    struct server *srv;
+    pthread_t tid;
+    bool running;
+    int wake_fd;
+    _Atomic bool stop;
+    pthread_mutex_t qlock;
+    struct conn **q;
+    size_t qn, qcap;
+    struct conn_worker cw;
+    struct stats_ctr ctr;
+    int cpu; /* -o pin_workers: the one CPU it runs on; -1 = any */
+};
+
+struct server {
+    const struct settings *st;
+    struct tc_cache *cache;
+    struct conn_shared sh;
+    struct listener ls[SERVER_MAX_LISTENERS];
+    unsigned nls;
+    int epfd;
+    int stop_fd;
+    int sig_fd;
+    bool paused; /* listeners out of the epoll set (EMFILE) */
+    uint64_t resume_ns;
+    struct worker *workers;
+    unsigned nworkers;
+    unsigned rr;
+    pthread_mutex_t quiet_lock; /* guards nstarted, nquiet */
+    pthread_cond_t quiet_cond;
+    unsigned nstarted; /* workers running (set once starting is over) */
+    unsigned nquiet;   /* workers done with their connections */
+    uint32_t started_unix;
+    struct stats_ctr actr;
+    struct stats_base base;
+    _Atomic uint64_t curr_conns;
+    _Atomic int verbosity;
+    _Atomic uint64_t maxbytes_mib;
+    _Atomic bool accepting;
+};
+
+/* --- proto_server_ops --- */
+
+static int
+op_shutdown(void *arg)
+{
+    struct server *srv = arg;
+    if (!srv->st->shutdown_enabled)
+        return -EPERM;
+    log_info("shutdown command received");
+    server_stop(srv);
+    return 0;
+}
+
+static void
+op_verbosity(void *arg, int level)
+{
+    struct server *srv = arg;
+    if (level < 0)
+        level = 0;
+    atomic_store_explicit(&srv->verbosity, level, memory_order_relaxed);
+    log_set_level(LOG_WARN + level);
+}
+
+static int
+op_memlimit(void *arg, uint64_t mib)
+{
+    struct server *srv = arg;
+    if (mib == 0 || mib > (UINT64_MAX >> 20))
+        return -EINVAL;
+    int rc = tc_set_mem_limit(srv->cache, mib << 20);
+    if (rc == 0 || rc == -EBUSY) /* -EBUSY: shrinking, finished later */
+        atomic_store_explicit(&srv->maxbytes_mib, mib, memory_order_relaxed);
+    return rc;
+}
+
+static const struct proto_server_ops server_ops = {
+    .stats = stats_group,
+    .stats_reset = stats_reset,
+    .shutdown = op_shutdown,
+    .verbosity = op_verbosity,
+    .memlimit = op_memlimit,
+};
+
+/* --- listeners --- */
+
+static int
+listen_fd(int fd, const struct sockaddr *sa, socklen_t len)
+{
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (sa->sa_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, sa, len) != 0 || listen(fd, SERVER_BACKLOG) != 0)
+        return -errno;
+    return 0;
+}
+
+static void
+sockaddr_name(const struct sockaddr *sa, char *buf, size_t n)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+        snprintf(buf, n, "tcp6:[%s]:%u", host, ntohs(a->sin6_port));
+    } else {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+        snprintf(buf, n, "tcp:%s:%u", host, ntohs(a->sin_port));
+    }
+}
+
+static struct listener *
+listener_new(struct server *srv, const char *what)
+{
+    if (srv->nls == SERVER_MAX_LISTENERS) {
+        err_set("-l: too many addresses to listen on at %s (at most %d "
+                "sockets)",
+                what, SERVER_MAX_LISTENERS);
+        return NULL;
+    }
+    struct listener *l = &srv->ls[srv->nls];
+    l->fd = -1;
+    l->is_unix = false;
+    return l;
+}
+
+/* Bind every address getaddrinfo() gives for host and port. */
+static int
+listen_tcp_host(struct server *srv, const char *host, const char *port)
+{
+    struct addrinfo hints = {.ai_flags = AI_PASSIVE,
+                             .ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res;
+    int g = getaddrinfo(host, port, &hints, &res);
+    if (g != 0) {
+        err_set("-l: cannot resolve '%s': %s", host, gai_strerror(g));
+        return -EINVAL;
+    }
+    int rc = 0;
+    for (struct addrinfo *a = res; a && rc == 0; a = a->ai_next) {
+        struct listener *l = listener_new(srv, host);
+        if (!l) {
+            rc = -ENOSPC;
+            break;
+        }
+        sockaddr_name(a->ai_addr, l->name, sizeof(l->name));
+        l->fd =
+            socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                   a->ai_protocol);
+        rc = l->fd < 0 ? -errno : listen_fd(l->fd, a->ai_addr, a->ai_addrlen);
+        if (rc) {
+            err_set("cannot listen on %s: %s", l->name, strerror(-rc));
+            if (l->fd >= 0)
+                close(l->fd);
+            break;
+        }
+        srv->nls++;
+        log_info("listening on %s", l->name);
+    }
+    freeaddrinfo(res);
+    return rc;
+}
+
+/* One -l element: "host", "host:port", "[v6]", "[v6]:port", "v6". */
+static int
+listen_tcp_one(struct server *srv, const char *item)
+{
+    char host[256], port[16];
+    const char *colon = strrchr(item, ':');
+    snprintf(port, sizeof(port), "%llu", (unsigned long long)srv->st->port);
+    if (item[0] == '[') {
+        const char *close_br = strchr(item, ']');
+        if (!close_br || (close_br[1] && close_br[1] != ':')) {
+            err_set("-l: bad address '%s'", item);
+            return -EINVAL;
+        }
+        snprintf(host, sizeof(host), "%.*s", (int)(close_br - item - 1),
+                 item + 1);
+        if (close_br[1] == ':')
+            snprintf(port, sizeof(port), "%s", close_br + 2);
+    } else if (colon && strchr(item, ':') == colon) {
+        snprintf(host, sizeof(host), "%.*s", (int)(colon - item), item);
+        snprintf(port, sizeof(port), "%s", colon + 1);
+    } else {
+        snprintf(host, sizeof(host), "%s", item);
+    }
+    return listen_tcp_host(srv, host, port);
+}
+
+static int
+listen_tcp(struct server *srv)
+{
+    char item[256];
+    const char *p = srv->st->listen;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        if (n && n < sizeof(item)) {
+            memcpy(item, p, n);
+            item[n] = '\0';
+            int rc = listen_tcp_one(srv, item);
+            if (rc)
+                return rc;
+        } else if (n) {
+            err_set("-l: address '%.40s...' is too long", p);
+            return -EINVAL;
+        }
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
+static int
+listen_unix(struct server *srv)
+{
+    const char *path = srv->st->unix_path;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    struct stat sb;
+    struct listener *l = listener_new(srv, path);
+    if (!l)
+        return -ENOSPC;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    snprintf(l->name, sizeof(l->name), "unix:%s", path);
+    /* a stale socket from an earlier run, as memcached does */
+    if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
+        unlink(path);
+    l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l->fd < 0) {
+        err_set("cannot listen on %s: %s", l->name, strerror(errno));
+        return -errno;
+    }
+    /* -a: the socket file's mode comes from the umask at bind time */
+    mode_t old = umask((mode_t)(~srv->st->unix_mask & 0777));
+    int rc = listen_fd(l->fd, (struct sockaddr *)&sa, sizeof(sa));
+    umask(old);
+    if (rc) {
+        err_set("cannot listen on %s: %s", l->name, strerror(-rc));
+        close(l->fd);
+        return rc;
+    }
+    l->is_unix = true;
+    srv->nls++;
+    log_info("listening on %s", l->name);
+    return 0;
+}
+
+static void
+close_listeners(struct server *srv)
+{
+    for (unsigned i = 0; i < srv->nls; i++) {
+        if (srv->ls[i].fd < 0)
+            continue;
+        close(srv->ls[i].fd);
+        srv->ls[i].fd = -1;
+        if (srv->ls[i].is_unix)
+            unlink(srv->st->unix_path);
+    }
+}
+
+/* --- workers --- */
+
+/* Take the queued connections into the loop. Context: w's thread. */
+static void
+worker_adopt(struct worker *w)
+{
+    uint64_t v;
+    while (read(w->wake_fd, &v, sizeof(v)) < 0 && errno == EINTR)
+        ;
+    for (;;) {
+        struct conn *c = NULL;
+        pthread_mutex_lock(&w->qlock);
+        if (w->qn)
+            c = w->q[--w->qn];
+        pthread_mutex_unlock(&w->qlock);
+        if (!c)
+            return;
+        if (conn_attach(c, &w->cw) != 0)
+            conn_destroy(c);
+    }
+}
+
+/* How often a worker with flash reads in flight reaps when nothing else
+ * happens (their deadline is ext_read_timeout_ms, default 1 s). */
+#define WORKER_REAP_MS 50
+
+/* Wait for events. A worker idle for WORKER_IDLE_MS gives the engine back
+ * what it holds for later (its chunk stash, its frees awaiting a grace
+ * period), once per idle spell, then sleeps. Measured at pipeline depth 1
+ * (perf/RESULTS.md):
+ *   - the first, non-blocking epoll_wait pays for itself: it often finds
+ *     the next request already there, and a blocking wait in its place
+ *     (0.25 epoll_wait per request instead of 0.4) cost more CPU per
+ *     request in context switches than it saved;
+ *   - giving back as soon as that poll found nothing made every wake-up
+ *     an idle spell: 0.17 quiesce per request, and the stash refilled
+ *     from the slab (class lock) on 70% of sets; after WORKER_IDLE_MS,
+ *     neither happens under load. */
+static int
+worker_wait(struct worker *w, struct epoll_event *ev, int max, bool *idle)
+{
+    int n = epoll_wait(w->cw.epfd, ev, max, 0);
+    if (n == 0 && !*idle)
+        n = epoll_wait(w->cw.epfd, ev, max, WORKER_IDLE_MS);
+    if (n == 0) {
+        if (!*idle)
+            tc_thread_quiesce(w->srv->cache);
+        *idle = true;
+        /* flash reads in flight: the store completes a late one with
+         * -ETIMEDOUT only when reaped, so wake often enough to reap */
+        n = epoll_wait(w->cw.epfd, ev, max,
+                       w->cw.inflight ? WORKER_REAP_MS : 1000);
+    }
+    if (n > 0)
+        *idle = false;
+    return n;
+}
+
+static void
+worker_loop(struct worker *w)
+{
+    struct epoll_event ev[256];
+    uint32_t last_sweep = 0;
+    bool idle = false;
+    while (!atomic_load_explicit(&w->stop, memory_order_acquire)) {
+        int n = worker_wait(w, ev, 256, &idle);
+        w->cw.now = conn_now(&w->srv->sh);
+        if (n < 0 && errno != EINTR) {
+            log_error("worker epoll_wait: %s", strerror(errno));
+            return;
+        }
+        for (int i = 0; i < n; i++) {
+            if (ev[i].data.ptr == NULL)
+                worker_adopt(w);
+            else if (ev[i].data.ptr == &w->cw)
+                conn_async_reap(&w->cw); /* flash reads finished */
+            else
+                conn_event(ev[i].data.ptr, ev[i].events);
+        }
+        if (w->cw.inflight && n == 0)
+            conn_async_reap(&w->cw); /* deadlines of flash reads */
+        conn_async_submit(&w->cw);   /* this wake-up's flash reads at once */
+        if (w->cw.now != last_sweep) {
+            last_sweep = w->cw.now;
+            conn_sweep_idle(&w->cw);
+        }
+    }
+}
+
+/* Wait until every started worker is done with its connections, so that no
+ * worker can be inside the engine (e.g. tc_stats() walking the threads'
+ * quotas for "stats") while another unregisters from it. */
+static void
+worker_quiesce(struct server *srv)
+{
+    pthread_mutex_lock(&srv->quiet_lock);
+    srv->nquiet++;
+    pthread_cond_broadcast(&srv->quiet_cond);
+    while (srv->nquiet < srv->nstarted)
+        pthread_cond_wait(&srv->quiet_cond, &srv->quiet_lock);
+    pthread_mutex_unlock(&srv->quiet_lock);
+}
+
+/* The kernel's struct sched_attr (linux/sched/types.h, which clashes with
+ * glibc's <sched.h>): glibc 2.36 has no wrapper for sched_setattr. */
+struct kernel_sched_attr {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period; /* ns; runtime: a normal thread's
+                                           slice since Linux 6.12 */
+    uint32_t util_min, util_max;
+};
+
+/* Set the calling thread's scheduler slice (EEVDF's custom slice, Linux
+ * 6.12+): 0, or an errno; ENOTSUP where the kernel took the call but kept
+ * its own slice (older kernels ignore the field for normal threads). */
+static int
+set_slice(uint64_t us)
+{
+    struct kernel_sched_attr a = {
+        .size = sizeof(a), .policy = SCHED_OTHER, .runtime = us * 1000};
+    if (syscall(SYS_sched_setattr, 0, &a, 0) != 0)
+        return errno;
+    struct kernel_sched_attr got = {0};
+    if (syscall(SYS_sched_getattr, 0, &got, sizeof(got), 0) != 0)
+        return errno;
+    return got.runtime == us * 1000 ? 0 : ENOTSUP;
+}
+
+/* A worker's name (tc-worker-N, for top -H, perf and /proc), its CPU
+ * (pin_workers) and its scheduler slice (worker_slice_us). Why both: on a
+ * busy machine a worker woken by a request or a flash completion otherwise
+ * waits behind the other worker or the client for the rest of their slice,
+ * which the kernel checks at the next tick (4 ms at HZ=250); pinned, the
+ * workers never queue behind each other, and with a short slice a waking
+ * worker preempts a longer-sliced thread at once (perf/RESULTS.md, "Where
+ * the 9:1 tail comes from"). A refusal is logged; the worker runs anyway. */
+static void
+worker_sched(struct worker *w)
+{
+    unsigned idx = (unsigned)(w - w->srv->workers);
+    char name[16];
+    snprintf(name, sizeof(name), "tc-worker-%u", idx);
+    pthread_setname_np(pthread_self(), name);
+    if (w->cpu >= 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(w->cpu, &one);
+        int rc = pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+        if (rc)
+            log_warn("pin_workers: worker %u cannot be kept on CPU %d: %s", idx,
+                     w->cpu, strerror(rc));
+    }
+    uint64_t us = w->srv->st->worker_slice_us;
+    int rc = us ? set_slice(us) : 0;
+    if (rc && idx == 0)
+        log_warn("worker_slice_us: the kernel did not take a %llu us slice "
+                 "(%s; custom slices need Linux 6.12)",
+                 (unsigned long long)us, strerror(rc));
+}
+
+static void *
+worker_main(void *arg)
+{
+    struct worker *w = arg;
+    worker_sched(w);
+    if (tc_thread_register(w->srv->cache) != 0)
+        log_warn("worker: cannot register with the cache: %s", tc_errmsg());
+    /* the NVMe tier's completions for this worker's ring (issue 4) */
+    int afd = tc_async_fd(w->srv->cache);
+    struct epoll_event aev = {.events = EPOLLIN, .data.ptr = &w->cw};
+    if (afd >= 0 && epoll_ctl(w->cw.epfd, EPOLL_CTL_ADD, afd, &aev) != 0)
+        log_warn("worker: cannot watch flash completions: %s", strerror(errno));
+    else if (afd < 0 && afd != -ENOENT)
+        log_warn("worker: no flash ring (%s); flash reads block",
+                 strerror(-afd));
+    else if (afd >= 0)
+        w->cw.async = true;
+    w->cw.now = conn_now(&w->srv->sh);
+    worker_loop(w);
+    /* shutdown: connections still queued, then the live ones */
+    pthread_mutex_lock(&w->qlock);
+    while (w->qn)
+        conn_destroy(w->q[--w->qn]);
+    pthread_mutex_unlock(&w->qlock);
+    conn_close_all(&w->cw);
+    worker_quiesce(w->srv);
+    tc_thread_unregister(w->srv->cache);
+    return NULL;
+}
+
+static int
+worker_init(struct server *srv, struct worker *w)
+{
+    memset(w, 0, sizeof(*w));
+    w->srv = srv; /* marks it initialised for worker_fini() */
+    w->cw.sh = &srv->sh;
+    w->cw.ctr = &w->ctr;
+    pthread_mutex_init(&w->qlock, NULL);
+    conn_list_init(&w->cw.list);
+    w->cw.epfd = epoll_create1(EPOLL_CLOEXEC);
+    w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    atomic_init(&w->stop, false);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (w->cw.epfd < 0 || w->wake_fd < 0 ||
+        epoll_ctl(w->cw.epfd, EPOLL_CTL_ADD, w->wake_fd, &ev) != 0) {
+        int rc = -errno;
+        err_set("cannot set up a worker's event loop: %s", strerror(errno));
+        return rc;
+    }
+    return 0;
+}
+
+static void
+worker_fini(struct worker *w)
+{
+    if (!w->srv)
+        return; /* never initialised */
+    if (w->cw.epfd >= 0)
+        close(w->cw.epfd);
+    if (w->wake_fd >= 0)
+        close(w->wake_fd);
+    free(w->q);
+    pthread_mutex_destroy(&w->qlock);
+    conn_list_fini(&w->cw.list);
+}
+
+static void
+wake(int fd)
+{
+    uint64_t one = 1;
+    while (write(fd, &one, sizeof(one)) < 0 && errno == EINTR)
+        ;
+}
+
+/* Hand c to worker w. Context: the acceptor. */
+static int
+worker_push(struct worker *w, struct conn *c)
+{
+    pthread_mutex_lock(&w->qlock);
+    if (w->qn == w->qcap) {
+        size_t cap = w->qcap ? w->qcap * 2 : 64;
+        struct conn **q = realloc(w->q, cap * sizeof(*q));
+        if (!q) {
+            pthread_mutex_unlock(&w->qlock);
+            return -ENOMEM;
+        }
+        w->q = q;
+        w->qcap = cap;
+    }
+    w->q[w->qn++] = c;
+    pthread_mutex_unlock(&w->qlock);
+    wake(w->wake_fd);
+    return 0;
+}
+
+/* --- acceptor --- */
+
+static void
+set_listening(struct server *srv, bool on)
+{
+    for (unsigned i = 0; i < srv->nls; i++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
+        epoll_ctl(srv->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, srv->ls[i].fd,
+                  &ev);
+    }
+    srv->paused = !on;
+    atomic_store_explicit(&srv->accepting, on, memory_order_relaxed);
+}
+
+static void
+refuse(struct server *srv, int fd)
+{
+    char line[64];
+    int len = snprintf(line, sizeof(line), "%s\r\n",
+                       proto_err_text(PERR_TOO_MANY_CONNS));
+    ssize_t n = send(fd, line, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)n; /* best effort, as memcached */
+    close(fd);
+    stats_ctr_add(&srv->actr, STATS_REJECTED_CONNS, 1);
+}
+
+static void
+hand_off(struct server *srv, struct listener *l, int fd)
+{
+    uint64_t curr =
+        atomic_load_explicit(&srv->curr_conns, memory_order_relaxed);
+    if (curr >= srv->st->maxconns) {
+        refuse(srv, fd);
+        return;
+    }
+    if (!l->is_unix) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    }
+    struct conn *c;
+    if (conn_create(&srv->sh, fd, l->name, &c) != 0) {
+        log_warn("no memory for a new connection; closing it");
+        close(fd);
+        return;
+    }
+    atomic_fetch_add_explicit(&srv->curr_conns, 1, memory_order_relaxed);
+    stats_ctr_add(&srv->actr, STATS_TOTAL_CONNS, 1);
+    struct worker *w = &srv->workers[srv->rr++ % srv->nworkers];
+    if (worker_push(w, c) != 0)
+        conn_destroy(c);
+}
+
+static void
+accept_some(struct server *srv, struct listener *l)
+{
+    for (int i = 0; i < SERVER_ACCEPTS_PER_EVENT; i++) {
+        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            hand_off(srv, l, fd);
+            continue;
+        }
+        if (errno == EINTR || errno == ECONNABORTED)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+            errno == ENOMEM) {
+            /* out of descriptors: stop accepting for a moment instead of
+             * spinning on a listener that stays readable */
+            log_warn("accept: %s; pausing for %d ms", strerror(errno),
+                     SERVER_ACCEPT_PAUSE_MS);
+            stats_ctr_add(&srv->actr, STATS_LISTEN_DISABLED, 1);
+            set_listening(srv, false);
+            srv->resume_ns = clock_nsec() + SERVER_ACCEPT_PAUSE_MS * 1000000ull;
+            return;
+        }
+        log_warn("accept on %s: %s", l->name, strerror(errno));
+        return;
+    }
+}
+
+/* Handle one event of the acceptor: false when it is time to stop. */
+static bool
+acceptor_event(struct server *srv, const struct epoll_event *ev)
+{
+    if (ev->data.u32 == TAG_STOP)
+        return false;
+    if (ev->data.u32 == TAG_SIGNAL) {
+        struct signalfd_siginfo si;
+        if (read(srv->sig_fd, &si, sizeof(si)) == sizeof(si))
+            log_info("signal %u: shutting down", si.ssi_signo);
+        return false;
+    }
+    if (!srv->paused && ev->data.u32 < srv->nls)
+        accept_some(srv, &srv->ls[ev->data.u32]);
+    return true;
+}
+
+static void
+acceptor_loop(struct server *srv)
+{
+    struct epoll_event ev[16];
+    for (;;) {
+        int timeout = srv->paused ? SERVER_ACCEPT_PAUSE_MS : -1;
+        int n = epoll_wait(srv->epfd, ev, 16, timeout);
+        if (n < 0 && errno != EINTR) {
+            log_error("acceptor epoll_wait: %s", strerror(errno));
+            return;
+        }
+        if (srv->paused && clock_nsec() >= srv->resume_ns)
+            set_listening(srv, true);
+        for (int i = 0; i < n; i++)
+            if (!acceptor_event(srv, &ev[i]))
+                return;
+    }
+}
+
+/* pin_workers: worker i gets the i-th CPU (round robin) of those the
+ * process may run on, read before any worker narrows its own. */
+static void
+assign_cpus(struct server *srv)
+{
+    cpu_set_t allowed;
+    int cpus[CPU_SETSIZE], n = 0;
+    for (unsigned i = 0; i < srv->nworkers; i++)
+        srv->workers[i].cpu = -1;
+    if (!srv->st->pin_workers)
+        return;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+        log_warn("pin_workers: cannot read this process's CPUs: %s",
+                 strerror(errno));
+        return;
+    }
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &allowed))
+            cpus[n++] = c;
+    for (unsigned i = 0; n > 0 && i < srv->nworkers; i++)
+        srv->workers[i].cpu = cpus[i % (unsigned)n];
+}
+
+static int
+start_workers(struct server *srv)
+{
+    int rc = 0;
+    unsigned i;
+    assign_cpus(srv);
+    /* nstarted is final before any worker can reach worker_quiesce(): that
+     * happens only after stop_workers() */
+    pthread_mutex_lock(&srv->quiet_lock);
+    for (i = 0; i < srv->nworkers; i++) {
+        struct worker *w = &srv->workers[i];
+        rc = pthread_create(&w->tid, NULL, worker_main, w);
+        if (rc) {
+            err_set("cannot start worker thread %u: %s", i, strerror(rc));
+            break;
+        }
+        w->running = true;
+    }
+    srv->nstarted = i;
+    pthread_mutex_unlock(&srv->quiet_lock);
+    return -rc;
+}
+
+static void
+stop_workers(struct server *srv)
+{
+    for (unsigned i = 0; i < srv->nworkers; i++) {
+        struct worker *w = &srv->workers[i];
+        atomic_store_explicit(&w->stop, true, memory_order_release);
+        wake(w->wake_fd);
+    }
+    for (unsigned i = 0; i < srv->nworkers; i++) {
+        struct worker *w = &srv->workers[i];
+        if (w->running)
+            pthread_join(w->tid, NULL);
+        w->running = false;
+    }
+}
+
+int
+server_run(struct server *srv)
+{
+    int rc = start_workers(srv);
+    if (rc == 0) {
+        set_listening(srv, true);
+        acceptor_loop(srv);
+    }
+    /* stop accepting first, so nothing is queued after the workers stop;
+     * the listening sockets close once no worker can be walking them for
+     * "stats conns" (connections arriving meanwhile are reset) */
+    set_listening(srv, false);
+    stop_workers(srv);
+    close_listeners(srv);
+    return rc;
+}
+
+void
+server_stop(struct server *srv)
+{
+    wake(srv->stop_fd);
+}
+
+/* --- create / destroy --- */
+
+static int
+setup_acceptor(struct server *srv)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    srv->epfd = epoll_create1(EPOLL_CLOEXEC);
+    srv->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    srv->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    struct epoll_event stop = {.events = EPOLLIN, .data.u32 = TAG_STOP};
+    struct epoll_event sig = {.events = EPOLLIN, .data.u32 = TAG_SIGNAL};
+    if (srv->epfd < 0 || srv->stop_fd < 0 || srv->sig_fd < 0 ||
+        epoll_ctl(srv->epfd, EPOLL_CTL_ADD, srv->stop_fd, &stop) != 0 ||
+        epoll_ctl(srv->epfd, EPOLL_CTL_ADD, srv->sig_fd, &sig) != 0) {
+        int rc = -errno;
+        err_set("cannot set up the acceptor's event loop: %s", strerror(errno));
+        return rc;
+    }
+    return 0;
+}
+
+static void
+init_shared(struct server *srv)
+{
+    const struct settings *st = srv->st;
+    srv->sh = (struct conn_shared){
+        .cache = srv->cache,
+        .ops = &server_ops,
+        .srv = srv,
+        .item_size_max = (uint32_t)st->item_size_max,
+        .in_max = st->item_size_max + PROTO_LINE_MAX + 2,
+        .out_high = SERVER_OUT_HIGH,
+        .idle_timeout = (uint32_t)st->idle_timeout,
+        .epoch_ns = clock_nsec(),
+        .curr_conns = &srv->curr_conns,
+    };
+}
+
+static int
+setup_workers(struct server *srv)
+{
+    srv->nworkers = (unsigned)srv->st->threads;
+    srv->workers = aligned_alloc(
+        CACHE_LINE,
+        ALIGN_UP(srv->nworkers * sizeof(struct worker), (size_t)CACHE_LINE));
+    if (!srv->workers) {
+        err_set("no memory for %u workers", srv->nworkers);
+        return -ENOMEM;
+    }
+    memset(srv->workers, 0, srv->nworkers * sizeof(struct worker));
+    for (unsigned i = 0; i < srv->nworkers; i++) {
+        int rc = worker_init(srv, &srv->workers[i]);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int
+server_create(const struct settings *st, struct tc_cache *cache,
+              struct server **out)
+{
+    struct server *srv =
+        aligned_alloc(CACHE_LINE, ALIGN_UP(sizeof(*srv), (size_t)CACHE_LINE));
+    if (!srv) {
+        err_set("no memory for the server");
+        return -ENOMEM;
+    }
+    memset(srv, 0, sizeof(*srv));
+    srv->st = st;
+    srv->cache = cache;
+    srv->epfd = srv->stop_fd = srv->sig_fd = -1;
+    srv->started_unix = (uint32_t)time(NULL);
+    atomic_init(&srv->curr_conns, 0);
+    atomic_init(&srv->verbosity, (int)st->verbose);
+    atomic_init(&srv->maxbytes_mib, st->maxbytes_mib);
+    atomic_init(&srv->accepting, false);
+    stats_base_init(&srv->base);
+    pthread_mutex_init(&srv->quiet_lock, NULL);
+    pthread_cond_init(&srv->quiet_cond, NULL);
+    init_shared(srv);
+    int rc = setup_acceptor(srv);
+    if (!rc && st->port)
+        rc = listen_tcp(srv);
+    if (!rc && st->unix_path)
+        rc = listen_unix(srv);
+    if (!rc)
+        rc = setup_workers(srv);
+    if (rc) {
+        server_destroy(srv);
+        return rc;
+    }
+    *out = srv;
+    return 0;
+}
+
+void
+server_destroy(struct server *srv)
+{
+    if (!srv)
+        return;
+    close_listeners(srv);
+    for (unsigned i = 0; srv->workers && i < srv->nworkers; i++)
+        worker_fini(&srv->workers[i]);
+    free(srv->workers);
+    if (srv->epfd >= 0)
+        close(srv->epfd);
+    if (srv->stop_fd >= 0)
+        close(srv->stop_fd);
+    if (srv->sig_fd >= 0)
+        close(srv->sig_fd);
+    stats_base_fini(&srv->base);
+    pthread_mutex_destroy(&srv->quiet_lock);
+    pthread_cond_destroy(&srv->quiet_cond);
+    free(srv);
+}
+
+/* --- for stats.c --- */
+
+void
+server_info(struct server *srv, struct server_info *out)
+{
+    out->cache = srv->cache;
+    out->settings = *srv->st;
+    out->settings.verbose =
+        (uint64_t)atomic_load_explicit(&srv->verbosity, memory_order_relaxed);
+    out->settings.maxbytes_mib =
+        atomic_load_explicit(&srv->maxbytes_mib, memory_order_relaxed);
+    out->uptime = conn_now(&srv->sh);
+    out->started_unix = srv->started_unix;
+    out->curr_conns =
+        atomic_load_explicit(&srv->curr_conns, memory_order_relaxed);
+    out->nlisteners = srv->nls;
+    out->nworkers = srv->nworkers;
+    out->accepting =
+        atomic_load_explicit(&srv->accepting, memory_order_relaxed);
+}
+
+static void
+ctr_sum_raw(struct server *srv, uint64_t sum[STATS_CTR_COUNT])
+{
+    memset(sum, 0, STATS_CTR_COUNT * sizeof(sum[0]));
+    stats_ctr_sum(&srv->actr, sum);
+    for (unsigned i = 0; i < srv->nworkers; i++)
+        stats_ctr_sum(&srv->workers[i].ctr, sum);
+}
+
+void
+server_ctr_sum(struct server *srv, uint64_t sum[STATS_CTR_COUNT])
+{
+    ctr_sum_raw(srv, sum);
+    pthread_mutex_lock(&srv->base.lock);
+    for (int i = 0; i < STATS_CTR_COUNT; i++)
+        sum[i] = sum[i] >= srv->base.v[i] ? sum[i] - srv->base.v[i] : 0;
+    pthread_mutex_unlock(&srv->base.lock);
+}
+
+void
+server_ctr_reset(struct server *srv)
+{
+    uint64_t sum[STATS_CTR_COUNT];
+    ctr_sum_raw(srv, sum);
+    pthread_mutex_lock(&srv->base.lock);
+    memcpy(srv->base.v, sum, sizeof(sum));
+    pthread_mutex_unlock(&srv->base.lock);
+}
+
+void
+server_conns_walk(struct server *srv, conn_walk_fn *fn, void *arg)
+{
+    for (unsigned i = 0; i < srv->nls; i++) {
+        struct conn_view v = {
+            .fd = srv->ls[i].fd,
+            .addr = srv->ls[i].name,
+            .state = "conn_listening",
+        };
+        fn(arg, &v);
+    }
+    uint32_t now = conn_now(&srv->sh);
+    for (unsigned i = 0; i < srv->nworkers; i++)
+        conn_list_walk(&srv->workers[i].cw.list, now, fn, arg);
+}

@@ -1,0 +1,441 @@
+/*
+ * Stats groups (src/server/stats.h): memcached's names and formats, engine
+ * counters from tc_stats()/tc_slab_stats(), server counters summed over
+ * the threads by server_ctr_sum().
+ *
+ * Concurrency: no state of its own; what it reads is guarded where it
+ * lives (stats.h for the counters, conn.c for the connection lists).
+ */
+
+#include "src/server/stats.h"
+
+#include "src/base/clock.h"
+#include "src/server/server.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+void
+stats_ctr_sum(const struct stats_ctr *c, uint64_t sum[STATS_CTR_COUNT])
+{
+    for (int i = 0; i < STATS_CTR_COUNT; i++)
+        sum[i] += atomic_load_explicit(&c->v[i], memory_order_relaxed);
+}
+
+void
+stats_base_init(struct stats_base *b)
+{
+    pthread_mutex_init(&b->lock, NULL);
+    memset(b->v, 0, sizeof(b->v));
+}
+
+void
+stats_base_fini(struct stats_base *b)
+{
+    pthread_mutex_destroy(&b->lock);
+}
+
+static void
+stat_u64(struct obuf *out, const char *name, uint64_t v)
+{
+    obuf_printf(out, "STAT %s %llu\r\n", name, (unsigned long long)v);
+}
+
+/* --- "stats" --- */
+
+static void
+general_process(struct obuf *out, const struct server_info *in)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    stat_u64(out, "pid", (uint64_t)getpid());
+    stat_u64(out, "uptime", in->uptime);
+    stat_u64(out, "time", clock_now());
+    obuf_printf(out, "STAT version %s\r\n", TC_VERSION);
+    stat_u64(out, "pointer_size", 8 * sizeof(void *));
+    obuf_printf(out, "STAT rusage_user %ld.%06ld\r\n", (long)ru.ru_utime.tv_sec,
+                (long)ru.ru_utime.tv_usec);
+    obuf_printf(out, "STAT rusage_system %ld.%06ld\r\n",
+                (long)ru.ru_stime.tv_sec, (long)ru.ru_stime.tv_usec);
+}
+
+static void
+general_conns(struct obuf *out, const struct server_info *in,
+              const uint64_t *ctr)
+{
+    stat_u64(out, "max_connections", in->settings.maxconns);
+    stat_u64(out, "curr_connections", in->curr_conns);
+    stat_u64(out, "total_connections", ctr[STATS_TOTAL_CONNS]);
+    stat_u64(out, "rejected_connections", ctr[STATS_REJECTED_CONNS]);
+    stat_u64(out, "connection_structures", in->curr_conns + in->nlisteners);
+}
+
+static void
+general_cmds(struct obuf *out, const struct tc_stats *t, const uint64_t *ctr)
+{
+    stat_u64(out, "cmd_get", t->cmd_get);
+    stat_u64(out, "cmd_set", t->cmd_set);
+    stat_u64(out, "cmd_flush", t->cmd_flush);
+    stat_u64(out, "cmd_touch", t->cmd_touch);
+    stat_u64(out, "cmd_meta", ctr[STATS_CMD_META]);
+    stat_u64(out, "get_hits", t->get_hits);
+    stat_u64(out, "get_misses", t->get_misses);
+    stat_u64(out, "get_expired", t->get_expired);
+    stat_u64(out, "get_flushed", t->get_flushed);
+    stat_u64(out, "delete_misses", t->delete_misses);
+    stat_u64(out, "delete_hits", t->delete_hits);
+    stat_u64(out, "incr_misses", t->incr_misses);
+    stat_u64(out, "incr_hits", t->incr_hits);
+    stat_u64(out, "decr_misses", t->decr_misses);
+    stat_u64(out, "decr_hits", t->decr_hits);
+    stat_u64(out, "cas_misses", t->cas_misses);
+    stat_u64(out, "cas_hits", t->cas_hits);
+    stat_u64(out, "cas_badval", t->cas_badval);
+    stat_u64(out, "touch_hits", t->touch_hits);
+    stat_u64(out, "touch_misses", t->touch_misses);
+    stat_u64(out, "store_too_large", t->store_too_large);
+    stat_u64(out, "store_no_memory", t->store_no_memory);
+    stat_u64(out, "auth_cmds", 0);
+    stat_u64(out, "auth_errors", 0);
+}
+
+static unsigned
+log2_floor(uint64_t v)
+{
+    unsigned n = 0;
+    while (v > 1) {
+        v >>= 1;
+        n++;
+    }
+    return n;
+}
+
+static void
+general_server(struct obuf *out, const struct server_info *in,
+               const struct tc_stats *t, const uint64_t *ctr)
+{
+    stat_u64(out, "bytes_read", ctr[STATS_BYTES_READ]);
+    stat_u64(out, "bytes_written", ctr[STATS_BYTES_WRITTEN]);
+    stat_u64(out, "limit_maxbytes", t->limit_maxbytes);
+    stat_u64(out, "accepting_conns", in->accepting);
+    stat_u64(out, "listen_disabled_num", ctr[STATS_LISTEN_DISABLED]);
+    stat_u64(out, "threads", in->nworkers);
+    stat_u64(out, "conn_yields", ctr[STATS_CONN_YIELDS]);
+    stat_u64(out, "idle_kicks", ctr[STATS_IDLE_KICKS]);
+    stat_u64(out, "hash_power_level", log2_floor(t->index_buckets));
+    stat_u64(out, "hash_bytes", t->dram_index_bytes);
+    stat_u64(out, "hash_is_expanding", 0);
+    stat_u64(out, "slab_reassign_running", 0);
+    stat_u64(out, "slabs_moved", t->slab_reassign_count);
+}
+
+static void
+general_items(struct obuf *out, const struct tc_stats *t)
+{
+    stat_u64(out, "bytes", t->bytes);
+    stat_u64(out, "curr_items", t->curr_items);
+    stat_u64(out, "total_items", t->total_items);
+    stat_u64(out, "expired_unfetched", t->expired_unfetched);
+    stat_u64(out, "evicted_unfetched", t->evicted_unfetched);
+    stat_u64(out, "evictions", t->evictions);
+    stat_u64(out, "reclaimed", t->reclaimed);
+    stat_u64(out, "total_malloced", t->total_malloced);
+}
+
+static void
+general_tiercache(struct obuf *out, const struct tc_stats *t,
+                  const uint64_t *ctr)
+{
+    stat_u64(out, "tc_pmem_bytes", t->pmem_bytes);
+    stat_u64(out, "tc_pmem_is_pmem", t->pmem_is_pmem);
+    stat_u64(out, "tc_pmem_pages_total", t->pmem_pages_total);
+    stat_u64(out, "tc_pmem_pages_free", t->pmem_pages_free);
+    stat_u64(out, "tc_dram_index_bytes", t->dram_index_bytes);
+    stat_u64(out, "tc_dram_meta_bytes", t->dram_meta_bytes);
+    stat_u64(out, "tc_quota_refills", t->quota_refills);
+    stat_u64(out, "tc_index_buckets", t->index_buckets);
+    stat_u64(out, "tc_index_overflow_buckets", t->index_overflow_buckets);
+    stat_u64(out, "tc_sweep_reclaimed", t->sweep_reclaimed);
+    stat_u64(out, "tc_cmd_total", ctr[STATS_CMD_TOTAL]);
+    stat_u64(out, "tc_cmd_bin", ctr[STATS_CMD_BIN]);
+    stat_u64(out, "tc_get_multi", ctr[STATS_GET_MULTI]);
+    stat_u64(out, "tc_protocol_errors", ctr[STATS_PROTO_ERRORS]);
+    /* hot keys in DRAM */
+    stat_u64(out, "hotkey_current", t->hotkey_current);
+    stat_u64(out, "hotkey_promotions", t->hotkey_promotions);
+    stat_u64(out, "hotkey_demotions", t->hotkey_demotions);
+    stat_u64(out, "hotkey_pmem_bytes_saved", t->hotkey_pmem_bytes_saved);
+    stat_u64(out, "hot_pool_bytes", t->hot_pool_bytes);
+    stat_u64(out, "hot_pool_limit", t->hot_pool_limit);
+}
+
+/* The NVMe tier (issue 4): memcached's extstore names where the meaning
+ * matches, shown only when a tier is configured, as memcached does. */
+static void
+general_extstore(struct obuf *out, const struct tc_stats *t)
+{
+    if (!t->ext_enabled)
+        return;
+    stat_u64(out, "get_extstore", t->get_extstore);
+    stat_u64(out, "get_aborted_extstore", t->get_aborted_extstore);
+    stat_u64(out, "miss_from_extstore", t->miss_from_extstore);
+    stat_u64(out, "badcrc_from_extstore", t->badcrc_from_extstore);
+    stat_u64(out, "recache_from_extstore", t->recache_from_extstore);
+    stat_u64(out, "extstore_io_queue", t->extstore_io_queue);
+    stat_u64(out, "extstore_page_reclaims", t->extstore_page_reclaims);
+    stat_u64(out, "extstore_objects_lost", t->extstore_objects_lost);
+    stat_u64(out, "extstore_compact_rescues", t->extstore_compact_rescues);
+    stat_u64(out, "extstore_compact_skipped", t->extstore_compact_skipped);
+    stat_u64(out, "extstore_pages_free", t->extstore_pages_free);
+    stat_u64(out, "extstore_bytes_used", t->extstore_bytes_used);
+    stat_u64(out, "extstore_bytes_fragmented", t->extstore_bytes_dead);
+    stat_u64(out, "extstore_limit_maxbytes", t->extstore_limit_maxbytes);
+    stat_u64(out, "extstore_bytes_written", t->extstore_bytes_written);
+    stat_u64(out, "extstore_bytes_read", t->extstore_bytes_read);
+    stat_u64(out, "extstore_objects_written", t->extstore_objects_written);
+    stat_u64(out, "extstore_objects_read", t->extstore_objects_read);
+    stat_u64(out, "tc_ext_items", t->ext_items);
+    stat_u64(out, "tc_ext_item_bytes", t->ext_item_bytes);
+    stat_u64(out, "tc_ext_spilled", t->ext_spilled);
+    stat_u64(out, "tc_ext_spill_busy", t->ext_spill_busy);
+    stat_u64(out, "tc_ext_read_timeouts", t->ext_read_timeouts);
+    stat_u64(out, "tc_ext_write_errors", t->ext_write_errors);
+    stat_u64(out, "tc_ext_read_p50_us", t->ext_read_p50_ns / 1000);
+    stat_u64(out, "tc_ext_read_p99_us", t->ext_read_p99_ns / 1000);
+    stat_u64(out, "tc_ext_read_p999_us", t->ext_read_p999_ns / 1000);
+    stat_u64(out, "tc_ext_uring", t->ext_uring);
+}
+
+/* "stats tiers": every tier's items and bytes. DRAM is the hot-key pool
+ * (bytes: its blocks in use); PMEM counts flash headers in its bytes and
+ * their values under NVMe. */
+static void
+tiers(struct tc_cache *c, struct obuf *out)
+{
+    struct tc_stats t;
+    tc_stats(c, &t);
+    stat_u64(out, "dram:items", t.hotkey_current);
+    stat_u64(out, "dram:bytes", t.hot_pool_bytes);
+    stat_u64(out, "dram:limit_maxbytes", t.hot_pool_limit);
+    stat_u64(out, "pmem:items", t.curr_items - t.ext_items - t.hotkey_current);
+    stat_u64(out, "pmem:bytes",
+             t.bytes > t.hot_pool_bytes ? t.bytes - t.hot_pool_bytes : 0);
+    stat_u64(out, "pmem:limit_maxbytes", t.limit_maxbytes);
+    stat_u64(out, "nvme:items", t.ext_items);
+    stat_u64(out, "nvme:bytes", t.ext_item_bytes);
+    stat_u64(out, "nvme:bytes_used", t.extstore_bytes_used);
+    stat_u64(out, "nvme:limit_maxbytes", t.extstore_limit_maxbytes);
+}
+
+static void
+general(struct server *srv, struct obuf *out)
+{
+    struct server_info in;
+    struct tc_stats t;
+    uint64_t ctr[STATS_CTR_COUNT];
+    server_info(srv, &in);
+    server_ctr_sum(srv, ctr);
+    tc_stats(in.cache, &t);
+    general_process(out, &in);
+    general_conns(out, &in, ctr);
+    general_cmds(out, &t, ctr);
+    general_server(out, &in, &t, ctr);
+    general_items(out, &t);
+    general_tiercache(out, &t, ctr);
+    general_extstore(out, &t);
+}
+
+/* --- "stats slabs", "stats items" --- */
+
+static void
+slabs(struct tc_cache *c, struct obuf *out)
+{
+    int n = tc_slab_nclasses(c);
+    unsigned active = 0;
+    for (int i = 0; i < n; i++) {
+        struct tc_slab_stats s;
+        if (tc_slab_stats(c, i, &s) != 0 || s.total_pages == 0)
+            continue;
+        int id = i + 1; /* memcached's class ids start at 1 */
+        active++;
+        obuf_printf(out, "STAT %d:chunk_size %u\r\n", id, s.chunk_size);
+        obuf_printf(out, "STAT %d:chunks_per_page %u\r\n", id,
+                    s.chunks_per_page);
+        obuf_printf(out, "STAT %d:total_pages %u\r\n", id, s.total_pages);
+        obuf_printf(out, "STAT %d:total_chunks %llu\r\n", id,
+                    (unsigned long long)s.total_chunks);
+        obuf_printf(out, "STAT %d:used_chunks %llu\r\n", id,
+                    (unsigned long long)s.used_chunks);
+        obuf_printf(out, "STAT %d:free_chunks %llu\r\n", id,
+                    (unsigned long long)s.free_chunks);
+        obuf_printf(out, "STAT %d:free_chunks_end 0\r\n", id);
+    }
+    struct tc_stats t;
+    tc_stats(c, &t);
+    stat_u64(out, "active_slabs", active);
+    stat_u64(out, "total_malloced", t.total_malloced);
+}
+
+static void
+items(struct tc_cache *c, struct obuf *out)
+{
+    int n = tc_slab_nclasses(c);
+    for (int i = 0; i < n; i++) {
+        struct tc_slab_stats s;
+        if (tc_slab_stats(c, i, &s) != 0 || s.used_chunks == 0)
+            continue;
+        obuf_printf(out, "STAT items:%d:number %llu\r\n", i + 1,
+                    (unsigned long long)s.used_chunks);
+    }
+}
+
+/* --- "stats hotspot" (write-hotspot tracker, README "Finding write hot
+ * spots") --- */
+
+#define STATS_HOTSPOT_TOP 10
+
+static void
+hotspot(struct tc_cache *c, struct obuf *out)
+{
+    struct tc_hotspot h;
+    struct tc_hotspot_block top[STATS_HOTSPOT_TOP];
+
+    tc_hotspot_get(c, &h);
+    stat_u64(out, "hotspot_enabled", h.dimms != 0);
+    if (h.dimms == 0)
+        return;
+    stat_u64(out, "hotspot_dimms", h.dimms);
+    stat_u64(out, "hotspot_interleave", h.interleave);
+    stat_u64(out, "hotspot_sample", h.sample);
+    stat_u64(out, "hotspot_block_bytes", 4096);
+    stat_u64(out, "hotspot_map_bytes", h.map_bytes);
+    stat_u64(out, "hotspot_sampled_bytes", h.sampled_bytes);
+    for (unsigned d = 0; d < h.dimms; d++) {
+        obuf_printf(out, "STAT hotspot_dimm_%u_bytes %llu\r\n", d,
+                    (unsigned long long)h.dimm_bytes[d]);
+        obuf_printf(out, "STAT hotspot_dimm_%u_writes %llu\r\n", d,
+                    (unsigned long long)h.dimm_writes[d]);
+    }
+    obuf_printf(out, "STAT hotspot_skew %.3f\r\n", h.skew);
+    int n = tc_hotspot_top(c, top, STATS_HOTSPOT_TOP);
+    for (int i = 0; i < n; i++)
+        obuf_printf(out,
+                    "STAT hotspot_top_%d block=%llu bytes=%llu writes=%llu "
+                    "what=%s\r\n",
+                    i, (unsigned long long)top[i].block,
+                    (unsigned long long)top[i].bytes,
+                    (unsigned long long)top[i].writes, top[i].what);
+}
+
+/* --- "stats hotkeys" --- */
+
+#define HOTKEYS_SHOWN 64
+
+/* A key as text: bytes outside printable ASCII (binary protocol keys) as
+ * \xNN, so that a line stays one line. */
+static void
+key_text(struct obuf *out, const struct tc_hotkey *k)
+{
+    for (unsigned i = 0; i < k->klen; i++) {
+        unsigned char ch = (unsigned char)k->key[i];
+        if (ch > ' ' && ch < 0x7f && ch != '\\')
+            obuf_printf(out, "%c", ch);
+        else
+            obuf_printf(out, "\\x%02x", ch);
+    }
+}
+
+/* The top keys by write rate ("write:N:...") and by read rate
+ * ("read:N:..."), heaviest first, as of the last maintenance step. */
+static void
+hotkeys(struct tc_cache *c, struct obuf *out)
+{
+    struct tc_hotkey *k = malloc(HOTKEYS_SHOWN * sizeof(*k));
+    if (!k)
+        return;
+    for (int pass = 0; pass < 2; pass++) {
+        const char *by = pass ? "read" : "write";
+        int n = tc_hotkeys(c, pass == 1, k, HOTKEYS_SHOWN);
+        for (int i = 0; i < n; i++) {
+            obuf_printf(out, "STAT %s:%d:key ", by, i + 1);
+            key_text(out, &k[i]);
+            obuf_printf(out, "\r\nSTAT %s:%d:write_rate %.1f\r\n", by, i + 1,
+                        k[i].write_rate);
+            obuf_printf(out, "STAT %s:%d:read_rate %.1f\r\n", by, i + 1,
+                        k[i].read_rate);
+            obuf_printf(out, "STAT %s:%d:in_dram %s\r\n", by, i + 1,
+                        k[i].in_dram ? "yes" : "no");
+        }
+    }
+    free(k);
+}
+
+/* --- "stats conns" --- */
+
+static void
+conn_line(void *arg, const struct conn_view *v)
+{
+    struct obuf *out = arg;
+    obuf_printf(out, "STAT %d:addr %s\r\n", v->fd, v->addr);
+    if (v->listen_addr)
+        obuf_printf(out, "STAT %d:listen_addr %s\r\n", v->fd, v->listen_addr);
+    obuf_printf(out, "STAT %d:state %s\r\n", v->fd, v->state);
+    obuf_printf(out, "STAT %d:secs_since_last_cmd %u\r\n", v->fd, v->idle_secs);
+}
+
+/* --- entry points --- */
+
+int
+stats_group(void *arg, struct proto_sess *s, const char *group,
+            struct obuf *out)
+{
+    struct server *srv = arg;
+    (void)s;
+    if (!strcmp(group, "")) {
+        general(srv, out);
+    } else if (!strcmp(group, "settings")) {
+        struct server_info in;
+        server_info(srv, &in);
+        settings_render(&in.settings, out);
+    } else if (!strcmp(group, "slabs")) {
+        struct server_info in;
+        server_info(srv, &in);
+        slabs(in.cache, out);
+    } else if (!strcmp(group, "items")) {
+        struct server_info in;
+        server_info(srv, &in);
+        items(in.cache, out);
+    } else if (!strcmp(group, "hotspot")) {
+        struct server_info in;
+        server_info(srv, &in);
+        hotspot(in.cache, out);
+    } else if (!strcmp(group, "hotkeys")) {
+        struct server_info in;
+        server_info(srv, &in);
+        hotkeys(in.cache, out);
+    } else if (!strcmp(group, "tiers")) {
+        struct server_info in;
+        server_info(srv, &in);
+        tiers(in.cache, out);
+    } else if (!strcmp(group, "conns")) {
+        server_conns_walk(srv, conn_line, out);
+    } else if (!strcmp(group, "sizes")) {
+        obuf_add_str(out, "STAT sizes_status disabled\r\n");
+    } else {
+        return -ENOENT;
+    }
+    return 0;
+}
+
+void
+stats_reset(void *arg)
+{
+    struct server *srv = arg;
+    struct server_info in;
+    server_info(srv, &in);
+    tc_stats_reset(in.cache);
+    server_ctr_reset(srv);
+}

@@ -1,0 +1,74 @@
+#pragma once
+/*
+ * The server's statistics: per-thread counters (bytes, connections,
+ * commands) and the stats groups of the text protocol ("stats",
+ * "stats settings", "slabs", "items", "conns", "sizes", "stats reset").
+ * Engine counters come from tc_stats(); names are memcached's where the
+ * meaning matches, tiercache's own carry the prefix tc_.
+ *
+ * Concurrency:
+ *   struct stats_ctr   one per thread (each worker, the acceptor), cache-line
+ *                      aligned, written by its owner thread only with relaxed
+ *                      loads and stores (no read-modify-write needed with a
+ *                      single writer); any thread sums them with relaxed
+ *                      loads: a sum may miss the latest increments, never
+ *                      tears a value.
+ *   struct stats_base  the sums at the last "stats reset", under its lock.
+ *                      Reset never writes another thread's counters: it
+ *                      records a baseline that reports subtract.
+ */
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "src/base/compiler.h"
+#include "src/server/obuf.h"
+
+struct proto_sess;
+
+enum stats_ctr_id {
+    STATS_BYTES_READ,
+    STATS_BYTES_WRITTEN,
+    STATS_TOTAL_CONNS,     /* acceptor: connections accepted */
+    STATS_REJECTED_CONNS,  /* acceptor: refused over -c */
+    STATS_LISTEN_DISABLED, /* acceptor: accepting paused (out of fds) */
+    STATS_IDLE_KICKS,      /* closed by -o idle_timeout */
+    STATS_CONN_YIELDS,     /* read budget of one wake-up used up */
+    STATS_CMD_TOTAL,       /* struct proto_counters, folded in */
+    STATS_CMD_META,
+    STATS_GET_MULTI,
+    STATS_CMD_BIN,
+    STATS_PROTO_ERRORS,
+    STATS_CTR_COUNT
+};
+
+struct stats_ctr {
+    _Atomic uint64_t v[STATS_CTR_COUNT];
+} CACHE_ALIGNED;
+
+/* Context: the counter's owner thread only. */
+static inline void
+stats_ctr_add(struct stats_ctr *c, enum stats_ctr_id id, uint64_t n)
+{
+    uint64_t v = atomic_load_explicit(&c->v[id], memory_order_relaxed);
+    atomic_store_explicit(&c->v[id], v + n, memory_order_relaxed);
+}
+
+/* Add c's counters into sum[]. Context: any thread. */
+void stats_ctr_sum(const struct stats_ctr *c, uint64_t sum[STATS_CTR_COUNT]);
+
+struct stats_base {
+    pthread_mutex_t lock;
+    uint64_t v[STATS_CTR_COUNT];
+};
+
+void stats_base_init(struct stats_base *b);
+void stats_base_fini(struct stats_base *b);
+
+/* proto_server_ops.stats: srv is the struct server. 0 or -ENOENT for an
+ * unknown group. Context: any worker. */
+int stats_group(void *srv, struct proto_sess *s, const char *group,
+                struct obuf *out);
+/* proto_server_ops.stats_reset. Context: any worker. */
+void stats_reset(void *srv);
