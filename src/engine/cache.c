@@ -74,15 +74,39 @@ exit_key_create(void)
     pthread_key_create(&exit_key, thread_exit);
 }
 
+/* The first n modules' thread_fini hooks on t, last first. */
+static void
+modules_thread_fini(struct cache_thread *t, unsigned n)
+{
+    struct cache *c = t->cache;
+    while (n-- > 0)
+        if (c->modules[n].thread_fini)
+            c->modules[n].thread_fini(t);
+}
+
+/* Every module's thread_init hook on t: 0, or the first failure (the
+ * hooks that ran are undone). Not inlined: it would cost the fast path of
+ * cache_thread_get, which inlines ctx_create, a register. */
+static __attribute__((noinline)) int
+modules_thread_init(struct cache_thread *t)
+{
+    struct cache *c = t->cache;
+    for (unsigned i = 0; i < c->nmodules; i++) {
+        if (c->modules[i].thread_init && c->modules[i].thread_init(t) != 0) {
+            modules_thread_fini(t, i);
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
 static void
 ctx_destroy(struct cache *c, struct cache_thread *t)
 {
     cache_defer_flush(t);
     /* the modules' state goes while t is still listed: the flash tier's
      * reads in flight end (counting, maybe recaching) on it */
-    for (unsigned i = c->nmodules; i-- > 0;)
-        if (c->modules[i].thread_fini)
-            c->modules[i].thread_fini(t);
+    modules_thread_fini(t, c->nmodules);
     /* unlink first: tc_stats walks c->threads under threads_lock and reads
      * each quota, which must not be freed under it */
     pthread_mutex_lock(&c->threads_lock);
@@ -119,15 +143,10 @@ ctx_create(struct cache *c)
         free(t);
         return NULL;
     }
-    for (unsigned i = 0; i < c->nmodules; i++) {
-        if (c->modules[i].thread_init && c->modules[i].thread_init(t) != 0) {
-            while (i-- > 0)
-                if (c->modules[i].thread_fini)
-                    c->modules[i].thread_fini(t);
-            quota_destroy(t->quota);
-            free(t);
-            return NULL;
-        }
+    if (modules_thread_init(t) != 0) {
+        quota_destroy(t->quota);
+        free(t);
+        return NULL;
     }
     pthread_mutex_lock(&c->threads_lock);
     t->next = c->threads;
@@ -404,13 +423,21 @@ cache_item_bytes(const struct cache *c, const struct item_hdr *it)
 
 /* --- item memory --- */
 
+/* Give a DRAM item's block back to the hot pool. Kept out of line, the
+ * rare case, so that the PMEM frees around it stay inlined. */
+static __attribute__((noinline)) void
+dram_free(struct cache *c, uint64_t off)
+{
+    dpool_free(c->dram, cache_dram_ptr(off));
+}
+
 void
 cache_free_unpublished(struct cache_thread *t, const struct item_plan *plan,
                        uint64_t head, const uint64_t *tails)
 {
     struct slab *s = t->cache->slab;
     if (cache_off_dram(head)) {
-        dpool_free(t->cache->dram, cache_dram_ptr(head));
+        dram_free(t->cache, head);
         return;
     }
     for (unsigned i = 0; i < plan->nchain; i++)
@@ -423,7 +450,7 @@ cache_free_now(struct cache_thread *t, uint64_t head)
 {
     struct cache *c = t->cache;
     if (cache_off_dram(head)) {
-        dpool_free(c->dram, cache_dram_ptr(head));
+        dram_free(c, head);
         return;
     }
     const struct item_hdr *it = item_at(c->base, head);
@@ -462,7 +489,7 @@ static void
 free_entry(struct cache_thread *t, uint64_t e)
 {
     if (cache_off_dram(e))
-        dpool_free(t->cache->dram, cache_dram_ptr(e));
+        dram_free(t->cache, e);
     else if (e & DEFER_CHAINED)
         cache_free_now(t, e & ~DEFER_CHAINED);
     else
