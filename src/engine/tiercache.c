@@ -49,13 +49,22 @@ enter(struct tc_cache *tc, size_t klen, int *rc)
     return t;
 }
 
+/* The library's defaults. tiercached starts from them and sets every
+ * option its table (src/server/options.def) passes on, to the same values
+ * except where the server has its reasons, each said at its row there and
+ * checked by tests/unit/test_settings.c:
+ *   pool_path, pool_size, mem_limit: from -p, -m and -o pool_size;
+ *   min_chunk: memcached's -n 48 room after the 24-byte header, 72 bytes;
+ *     here the whole chunk, one cache line;
+ *   hot_pool_size: 8 MiB; here off, as an embedder budgets its own DRAM
+ *     and opts in. */
 TC_API void
 tc_config_init(struct tc_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->pool_path = REGION_DEFAULT_PATH;
     cfg->pool_size = 64ull << 20;
-    cfg->min_chunk = 64;
+    cfg->min_chunk = 64; /* one cache line; tiercached: 72 (see above) */
     cfg->growth_factor = 1.25;
     cfg->chunk_max = POOL_PAGE_SIZE / 2;
     cfg->item_size_max = TC_ITEM_SIZE_MAX_DEFAULT;
@@ -65,7 +74,7 @@ tc_config_init(struct tc_config *cfg)
     cfg->sweep_budget = 1024;
     cfg->hotspot_interleave = 4096;
     cfg->hotspot_sample = 1;
-    cfg->hot_pool_size = 0;
+    cfg->hot_pool_size = 0; /* off; tiercached: 8 MiB (see above) */
     cfg->hot_write_rate = 1000;
     cfg->hotkey_window = 10;
     cfg->hotkey_k = 64;
