@@ -475,7 +475,7 @@ tc_stats(struct tc_cache *tc, struct tc_stats *out)
 #undef STAT_COPY
     out->hot_pool_bytes = hotkey_pool_bytes(c);
     out->hot_pool_limit = c->cfg.hot_pool_size;
-    ext_stats(c, s, out);
+    ext_stats(c, out);
 
     uint64_t free_pages = pool_nfree(c->pool);
     out->pmem_bytes = region_data_size(c->region);
