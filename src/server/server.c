@@ -63,7 +63,9 @@
 #include "src/base/clock.h"
 #include "src/base/err.h"
 #include "src/base/log.h"
+#include "src/server/conn.h"
 #include "src/server/proto/proto_util.h"
+#include "src/server/stats.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

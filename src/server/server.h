@@ -5,16 +5,14 @@
  * over its connections. See server.c for the design and its reasons.
  *
  * Concurrency: server_create/run/destroy belong to one thread (main).
- * server_stop() and the accessors below may be called from any thread
- * while server_run() is running.
+ * server_stop() may be called from any thread while server_run() is
+ * running.
  */
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "src/server/conn.h"
 #include "src/server/settings.h"
-#include "src/server/stats.h"
 #include "src/tiercache.h"
 
 struct server;
