@@ -109,7 +109,8 @@ reply(struct server *srv, const char *group, int want_rc)
     assert_int_equal(o.err, 0);
     char *s = malloc(obuf_pending(&o) + 1);
     assert_non_null(s);
-    memcpy(s, o.buf + o.head, obuf_pending(&o));
+    if (obuf_pending(&o)) /* an empty obuf may have no buffer at all */
+        memcpy(s, o.buf + o.head, obuf_pending(&o));
     s[obuf_pending(&o)] = '\0';
     obuf_fini(&o);
     return s;
