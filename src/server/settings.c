@@ -245,8 +245,7 @@ static const struct opt opts[] = {
      .off = F(hotkey_sample), .def = "16", .min = 1, .max = 1u << 20,
      .stat = "hotkey_sample", .show = SHOW_NUM, .arg = "<num>",
      .help = "sample one operation in this many (1 = every one)"},
-    /* the NVMe tier: memcached's extstore options (README "Spilling to
-     * NVMe") */
+    /* the NVMe tier: memcached's extstore options (doc/nvme-tier.md) */
     {.name = "ext_path", .sub = true, .type = OT_EXTPATH, .min = 1,
      .max = SETTINGS_PATH_MAX - 1, .arg = "<file>:<size>",
      .help = "spill cold values to this file or block device (O_DIRECT, "
