@@ -102,8 +102,8 @@ struct tc_config {
                                 calls tc_maintain(). */
     uint32_t sweep_budget;   /* chunks the expiry sweep looks at per step;
                                 default 1024 */
-    /* Write-hotspot tracking and PMEM latency emulation (README "Finding
-     * write hot spots"). */
+    /* Write-hotspot tracking and PMEM latency emulation (doc/hotspots.md,
+     * "The tracker", "Latency emulation"). */
     uint32_t hotspot_dimms;      /* emulated DIMMs the tracker maps writes
                                     onto, up to TC_HOTSPOT_MAX_DIMMS; 0 = off
                                     (default). One tracked cache per
@@ -118,16 +118,16 @@ struct tc_config {
                                     by that cache's tc_close(). */
     uint32_t pm_read_ns;         /* the same per line of value read */
     /* EXPERIMENT ONLY, off by default: reproduce Tair MDB's bad layouts
-     * (issue 5; README "Ablation switches"). Never for production. */
+     * (doc/hotspots.md, "Ablation switches"). Never for production. */
     bool ablate_meta_in_pmem; /* page info also written into a header at the
                                  start of every 1 MiB PMEM page (a write hot
                                  spot on one DIMM); the page's first chunks
                                  hold no items */
     bool ablate_init_in_lock; /* items written and pages formatted with the
                                  slab class lock held */
-    /* Hot keys (README "Hot keys in DRAM"): items of keys written at least
-     * hot_write_rate times a second live in a DRAM pool of hot_pool_size
-     * bytes, where their writes do not touch PMEM. */
+    /* Hot keys (doc/hotspots.md, "Hot keys in DRAM"): items of keys
+     * written at least hot_write_rate times a second live in a DRAM pool of
+     * hot_pool_size bytes, where their writes do not touch PMEM. */
     uint64_t hot_pool_size;  /* bytes; 0 = off (default), which also turns
                                 hot-key tracking off */
     uint32_t hot_write_rate; /* writes/s that make a key hot; default 1000;
@@ -671,8 +671,8 @@ TC_API int tc_hotspot_top(struct tc_cache *c, struct tc_hotspot_block *out,
                           unsigned k);
 /* Zero the tracker's counters: 0 or -ENOTSUP. */
 TC_API int tc_hotspot_reset(struct tc_cache *c);
-/* Write the CSV dump (README "Finding write hot spots") to f: 0, -ENOTSUP
- * (tracking off) or -EIO. */
+/* Write the CSV dump (doc/hotspots.md, "The dump format") to f: 0,
+ * -ENOTSUP (tracking off) or -EIO. */
 TC_API int tc_hotspot_dump(struct tc_cache *c, FILE *f);
 
 /* Debug walker over every invariant (index <-> slabs agree, bitmaps match

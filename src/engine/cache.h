@@ -5,7 +5,7 @@
  * src/engine/reclaim.c (eviction, expiry sweep, page moves, maintenance).
  * Not installed; the public API is src/tiercache.h.
  *
- * Concurrency (the whole engine's picture; README repeats it):
+ * Concurrency (the whole engine's picture; doc/architecture.md repeats it):
  *   index            see src/engine/htab.h: RCU readers, bucket spin locks.
  *   item chunks      written before publication with no lock held; after
  *                    publication only exptime changes (one 4-byte store).

@@ -259,8 +259,7 @@ items(struct tc_cache *c, struct obuf *out)
     }
 }
 
-/* --- "stats hotspot" (write-hotspot tracker, README "Finding write hot
- * spots") --- */
+/* --- "stats hotspot" (write-hotspot tracker, doc/hotspots.md) --- */
 
 #define STATS_HOTSPOT_TOP 10
 
