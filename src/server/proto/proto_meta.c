@@ -76,6 +76,7 @@
 #include "src/server/proto/proto_util.h"
 
 #include "src/base/clock.h"
+#include "src/base/num.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -171,24 +172,6 @@ b64_decode(const char *src, size_t n, unsigned char *dst)
 
 /* ---- numbers (memcached's safe_strto* on a whole token) ------------------ */
 
-static bool
-parse_digits(const char *p, size_t n, uint64_t *out)
-{
-    uint64_t v = 0;
-    if (n == 0)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        if (p[i] < '0' || p[i] > '9')
-            return false;
-        unsigned d = (unsigned)(p[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
 /* Unsigned 64-bit: optional '+', digits. */
 static bool
 parse_u64(const char *p, size_t n, uint64_t *out)
@@ -197,7 +180,7 @@ parse_u64(const char *p, size_t n, uint64_t *out)
         p++;
         n--;
     }
-    return parse_digits(p, n, out);
+    return num_parse_u64(p, n, UINT64_MAX, out);
 }
 
 /* Signed 32-bit: optional sign, digits. */
@@ -211,7 +194,7 @@ parse_i32(const char *p, size_t n, int32_t *out)
         p++;
         n--;
     }
-    if (!parse_digits(p, n, &v) || v > (neg ? 2147483648u : 2147483647u))
+    if (!num_parse_u64(p, n, neg ? 2147483648u : 2147483647u, &v))
         return false;
     *out = neg ? (int32_t)(-(int64_t)v) : (int32_t)v;
     return true;
@@ -711,8 +694,8 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
     if (llen && line[llen - 1] == '\r')
         llen--;
     int n = proto_tokenize(line, llen, r->tok, PROTO_MAX_TOKENS);
-    if (n < 3 || !parse_digits(r->tok[2].p, r->tok[2].n, &vlen) ||
-        vlen > INT32_MAX - 2) {
+    if (n < 3 ||
+        !num_parse_u64(r->tok[2].p, r->tok[2].n, INT32_MAX - 2, &vlen)) {
         proto_reply_err(s, out, PERR_BAD_FORMAT);
         return (ssize_t)linelen;
     }
