@@ -33,7 +33,7 @@
  *     the pool; slab_drain_finish puts the page after unlocking the class).
  *   No PMEM write ever happens here; new pages are formatted through the
  *   format hook with no lock held.
- *   EXCEPT with the experiment-only ablation switches (issue 5, off by
+ *   EXCEPT with the experiment-only ablation switches (off by
  *   default, each costing the default path one predictable branch): with
  *   meta_write set, the page header mirror (alloc/slab_layout.h) is written
  *   through the hook under the class lock (and, for CLOCK bits, by

@@ -55,7 +55,7 @@ struct slab_config {
     uint32_t chunk_max;     /* largest chunk (<= POOL_PAGE_SIZE); 0 = 512 KiB */
     slab_format_fn *format; /* optional: called on every new page */
     void *format_arg;
-    /* EXPERIMENT ONLY (ablation switches, issue 5; NULL/false by default):
+    /* EXPERIMENT ONLY (ablation switches; NULL/false by default):
      * meta_write set: every page reserves its first chunks for a header
      * (alloc/slab_layout.h) and every change of its allocation state is
      * also stored there through meta_write, under the class lock or (CLOCK

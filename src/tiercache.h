@@ -48,6 +48,12 @@ extern "C" {
 /* The engine's per-item header, counted with the key and the value against
  * item_size_max (as memcached counts its own item header). */
 #define TC_ITEM_HEADER_SIZE 24
+/* An item larger than the largest chunk is chained: its value continues in
+ * at most TC_ITEM_MAX_TAILS tail chunks, each starting with a header of
+ * TC_ITEM_TAIL_HEADER_SIZE bytes, so item_size_max stays below
+ * TC_ITEM_MAX_TAILS x (chunk_max - TC_ITEM_TAIL_HEADER_SIZE). */
+#define TC_ITEM_MAX_TAILS 255
+#define TC_ITEM_TAIL_HEADER_SIZE 16
 /* item_size_max when tc_config_init sets it. */
 #define TC_ITEM_SIZE_MAX_DEFAULT (1u << 20)
 /* The pool file holds a header area of this size in front of the item
@@ -118,7 +124,7 @@ struct tc_config {
                                     by that cache's tc_close(). */
     uint32_t pm_read_ns;         /* the same per line of value read */
     /* EXPERIMENT ONLY, off by default: reproduce Tair MDB's bad layouts
-     * (issue 5; README "Ablation switches"). Never for production. */
+     * (README "Ablation switches"). Never for production. */
     bool ablate_meta_in_pmem; /* page info also written into a header at the
                                  start of every 1 MiB PMEM page (a write hot
                                  spot on one DIMM); the page's first chunks
@@ -546,6 +552,9 @@ TC_API void tc_stats_reset(struct tc_cache *c);
 /* Write-hotspot tracker (tc_config.hotspot_dimms > 0). */
 #define TC_HOTSPOT_MAX_DIMMS 64
 #define TC_HOTSPOT_TOP_MAX 64
+/* The tracker's block: tc_hotspot_block.block is a file offset divided by
+ * this. */
+#define TC_HOTSPOT_BLOCK_SIZE 4096
 struct tc_hotspot {
     unsigned dimms; /* 0: tracking is off (nothing else is filled) */
     uint64_t dimm_bytes[TC_HOTSPOT_MAX_DIMMS];  /* sampled bytes per DIMM */
@@ -556,7 +565,8 @@ struct tc_hotspot {
     uint32_t sample;    /* one write in this many is recorded */
     uint64_t map_bytes; /* bytes of the mapped pool file */
 };
-/* One 4 KiB block of the mapped pool file (block = file offset / 4096). */
+/* One block of the mapped pool file (block = file offset /
+ * TC_HOTSPOT_BLOCK_SIZE). */
 struct tc_hotspot_block {
     uint64_t block;
     uint64_t bytes;   /* sampled bytes written */

@@ -1,6 +1,6 @@
 #pragma once
 /*
- * The write-hotspot tracker (issue 5): sampled counts of the bytes written
+ * The write-hotspot tracker: sampled counts of the bytes written
  * into the PMEM mapping per 4 KiB block and per emulated DIMM, fed by the
  * PMEM write helpers (tier/pm.h) through their write hook.
  *

@@ -1,5 +1,5 @@
 /*
- * The engine's side of the NVMe tier (issue 4). The store (tier/nvs.h)
+ * The engine's side of the NVMe tier. The store (tier/nvs.h)
  * keeps values in log-structured segments; the engine decides what goes
  * there and keeps each spilled item as a flash header in PMEM (kind
  * ITEM_KIND_FLASH: header, key, struct nvs_loc; src/engine/item_layout.h).

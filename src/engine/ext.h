@@ -1,6 +1,6 @@
 #pragma once
 /*
- * The engine's side of the NVMe tier (issue 4; the store is tier/nvs.h):
+ * The engine's side of the NVMe tier (the store is tier/nvs.h):
  * spilling cold values at eviction, reading flash items back (blocking for
  * the embedding API, asynchronous for the server), recache, compaction from
  * the maintenance thread, and the tier's figures. See ext.c.

@@ -7,7 +7,7 @@
  * place. A read never writes PMEM. An expired or flushed item met on the way is
  * unlinked after the section and freed after a grace period.
  *
- * A flash item (issue 4) is described inside the section like any other;
+ * A flash item is described inside the section like any other;
  * its value is read after the section through the NVMe store (ext.c),
  * which checks it, so the section never spans I/O.
  *

@@ -570,6 +570,8 @@ tc_slab_stats(struct tc_cache *tc, int cls, struct tc_slab_stats *out)
 
 _Static_assert(TC_HOTSPOT_MAX_DIMMS == HOTSPOT_MAX_DIMMS,
                "public and tracker DIMM limits agree");
+_Static_assert(TC_HOTSPOT_BLOCK_SIZE == HOTSPOT_BLOCK_SIZE,
+               "the API's hotspot block is the tracker's");
 _Static_assert(TC_HOTSPOT_TOP_MAX == HOTSPOT_TOP_MAX,
                "public and tracker top-list limits agree");
 

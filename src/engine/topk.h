@@ -18,9 +18,11 @@
  * lock).
  */
 
+#include "src/tiercache.h"
+
 #include <stdint.h>
 
-#define TOPK_KEY_MAX 250
+#define TOPK_KEY_MAX TC_KEY_MAX
 #define TOPK_MAX_K 1024
 
 struct topk_entry {

@@ -119,7 +119,8 @@ static const struct opt opts[] = {
      .off = F(chunk_size), .def = "48", .min = 1, .max = 1u << 19,
      .stat = "chunk_size", .show = SHOW_NUM, .arg = "<bytes>",
      .help = "key + value + flags room of the smallest chunk (chunk = this "
-             "+ 24 header bytes, rounded up to 8)"},
+             "+ " STRINGIFY(TC_ITEM_HEADER_SIZE) " header bytes, rounded up "
+             "to 8)"},
     {.flag = 't', .name = "threads", .type = OT_UINT, .off = F(threads),
      .def = "4", .min = 1, .max = 256, .stat = "num_threads",
      .show = SHOW_NUM, .arg = "<num>", .help = "worker threads"},
@@ -127,7 +128,8 @@ static const struct opt opts[] = {
      .off = F(item_size_max), .def = "1m", .min = 1u << 10, .max = 1u << 30,
      .stat = "item_size_max", .show = SHOW_NUM, .arg = "<size>",
      .help = "largest item (header + key + value), k/m/g suffix; at most "
-             "255 x (slab_chunk_max - 16) bytes"},
+             STRINGIFY(TC_ITEM_MAX_TAILS) " x (slab_chunk_max - "
+             STRINGIFY(TC_ITEM_TAIL_HEADER_SIZE) ") bytes"},
     {.flag = 'e', .name = "memory-file", .type = OT_STR, .off = F(pool_path),
      .min = 1, .max = SETTINGS_PATH_MAX - 1, .stat = "memory_file",
      .show = SHOW_STR, .arg = "<path>",
@@ -187,7 +189,7 @@ static const struct opt opts[] = {
      .show = SHOW_NOT_YESNO,
      .help = "no maintenance thread (expiry sweep, pending shrinks); for "
              "tests"},
-    /* write-hotspot tracking and PMEM latency emulation (issue 5) */
+    /* write-hotspot tracking and PMEM latency emulation: measurement aids */
     {.name = "hotspot_dimms", .sub = true, .type = OT_UINT,
      .off = F(hotspot_dimms), .def = "0", .min = 0, .max = TC_HOTSPOT_MAX_DIMMS,
      .stat = "tc_hotspot_dimms", .show = SHOW_NUM, .arg = "<num>",
@@ -211,7 +213,8 @@ static const struct opt opts[] = {
      .off = F(pm_read_ns), .def = "0", .min = 0, .max = 1000000,
      .stat = "tc_pm_read_ns", .show = SHOW_NUM, .arg = "<ns>",
      .help = "busy-wait per 64-byte line of value read from PMEM; 0 = off"},
-    /* ablation switches (issue 5): EXPERIMENT ONLY, off by default */
+    /* ablation switches: EXPERIMENT ONLY, off by default (they reproduce
+     * Tair MDB's bad layouts to measure what the design avoids) */
     {.name = "ablate_meta_in_pmem", .sub = true, .type = OT_BOOL,
      .off = F(ablate_meta_in_pmem), .stat = "tc_ablate_meta_in_pmem",
      .show = SHOW_YESNO,
@@ -775,16 +778,16 @@ parse_short(struct settings *s, int argc, char *const argv[], int *i)
 uint32_t
 settings_min_chunk(const struct settings *s)
 {
-    return (uint32_t)ALIGN_UP(s->chunk_size + SETTINGS_ITEM_HDR, 8ull);
+    return (uint32_t)ALIGN_UP(s->chunk_size + TC_ITEM_HEADER_SIZE, 8ull);
 }
 
 static int
 check_slabs(const struct settings *s)
 {
-    /* the engine chains an item over at most 255 tails of
-     * slab_chunk_max - 16 bytes each (src/engine/item.h) */
-    uint64_t per_tail = s->slab_chunk_max - 16;
-    uint64_t item_max = 255 * per_tail - 1;
+    /* the engine chains an item over at most TC_ITEM_MAX_TAILS tails of
+     * slab_chunk_max - TC_ITEM_TAIL_HEADER_SIZE bytes each */
+    uint64_t per_tail = s->slab_chunk_max - TC_ITEM_TAIL_HEADER_SIZE;
+    uint64_t item_max = TC_ITEM_MAX_TAILS * per_tail - 1;
     if (s->slab_chunk_max % 8) {
         err_set("-o slab_chunk_max: expected a multiple of 8, got %llu",
                 (unsigned long long)s->slab_chunk_max);
@@ -801,7 +804,7 @@ check_slabs(const struct settings *s)
     if (settings_min_chunk(s) > s->slab_chunk_max) {
         err_set("-n: %llu plus the %d-byte item header is more than "
                 "slab_chunk_max %llu",
-                (unsigned long long)s->chunk_size, SETTINGS_ITEM_HDR,
+                (unsigned long long)s->chunk_size, TC_ITEM_HEADER_SIZE,
                 (unsigned long long)s->slab_chunk_max);
         return -EINVAL;
     }

@@ -56,13 +56,13 @@ struct settings {
     bool no_background;       /* no maintenance thread (tests) */
     bool pin_workers;         /* worker i on the i-th allowed CPU */
     uint64_t worker_slice_us; /* workers' scheduler slice, 0 = kernel's */
-    /* write-hotspot tracking and latency emulation (issue 5) */
+    /* write-hotspot tracking and latency emulation (measurement aids) */
     uint64_t hotspot_dimms; /* 0 = off */
     uint64_t hotspot_interleave;
     uint64_t hotspot_sample;
     uint64_t pm_write_ns;
     uint64_t pm_read_ns;
-    /* ablation switches, experiment only (issue 5) */
+    /* ablation switches, experiment only (README "Ablation switches") */
     bool ablate_meta_in_pmem;
     bool ablate_init_in_lock;
     /* hot keys in DRAM */
@@ -90,9 +90,6 @@ struct settings {
     char listen_buf[SETTINGS_LISTEN_MAX];
     char pool_buf[SETTINGS_PATH_MAX];
 };
-
-/* The header bytes in front of key + value in a chunk (item_layout.h). */
-#define SETTINGS_ITEM_HDR 24
 
 /* Fill s with the defaults. */
 void settings_init(struct settings *s);

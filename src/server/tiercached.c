@@ -87,7 +87,7 @@ config_from(const struct settings *st, struct tc_config *cfg)
     cfg->hotspot_sample = (uint32_t)st->hotspot_sample;
     cfg->pm_write_ns = (uint32_t)st->pm_write_ns;
     cfg->pm_read_ns = (uint32_t)st->pm_read_ns;
-    /* ablation switches, experiment only (issue 5) */
+    /* ablation switches, experiment only (README "Ablation switches") */
     cfg->ablate_meta_in_pmem = st->ablate_meta_in_pmem;
     cfg->ablate_init_in_lock = st->ablate_init_in_lock;
     cfg->hot_pool_size = st->hot_pool_size;

@@ -506,7 +506,7 @@ static void
 test_large_values(void **state)
 {
     struct fx *f = *state;
-    size_t max = ITEM_MAX - 24 - 3; /* header 24, key "big" */
+    size_t max = ITEM_MAX - TC_ITEM_HEADER_SIZE - 3; /* key "big" */
     size_t cap = max + 128;
     char *in = malloc(cap), *want = malloc(cap);
     assert_non_null(in);
@@ -531,7 +531,7 @@ static void
 test_too_large_swallowed(void **state)
 {
     struct fx *f = *state;
-    size_t vlen = ITEM_MAX - 24 - 3 + 1;
+    size_t vlen = ITEM_MAX - TC_ITEM_HEADER_SIZE - 3 + 1;
     char line[64];
     int n = snprintf(line, sizeof(line), "set big 0 0 %zu\r\n", vlen);
 

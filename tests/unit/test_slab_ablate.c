@@ -1,5 +1,5 @@
 /*
- * Unit tests of the slab's experiment-only ablation switches (issue 5),
+ * Unit tests of the slab's experiment-only ablation switches,
  * written from alloc/slab.h and alloc/slab_layout.h: with meta_write set,
  * every page keeps a header of its allocation state at its start (mirrored
  * through the hook, which here stores into the malloc'd "pool" and counts),

@@ -601,7 +601,7 @@ mg_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
         rl_add(&l, " W", 2);
     rl_flush(&l, x->out);
     if (value && info->pending) {
-        /* a flash value still being read (issue 4): a hole, and the miss
+        /* a flash value still being read: a hole, and the miss
          * line that replaces this reply if the read fails */
         struct rline miss;
         miss.n = 0;
