@@ -472,7 +472,10 @@ reclaim_shrink(struct cache_thread *t)
 
     if (admin_enter(t, RECLAIM_WAIT) != 0)
         return -EBUSY; /* t holds admin (a shrink from inside a drain) */
-    uint32_t target = atomic_load(&c->shrink_target);
+    /* acquire: pairs with tc_set_mem_limit's release store, after the pool
+     * limit was lowered */
+    uint32_t target =
+        atomic_load_explicit(&c->shrink_target, memory_order_acquire);
     for (unsigned cls = 0; target && cls < slab_nclasses(c->slab); cls++) {
         /* stop allocation from every page above the target first, so
          * moved items land below it */
@@ -491,7 +494,7 @@ reclaim_shrink(struct cache_thread *t)
     if (target) {
         discard_above(c, target);
         if (rc == 0)
-            atomic_store(&c->shrink_target, 0);
+            atomic_store_explicit(&c->shrink_target, 0, memory_order_relaxed);
     }
     admin_leave(t);
     return rc;
@@ -550,7 +553,7 @@ maintenance_main(void *arg)
         hotkey_tick(t);
         ext_maintain(t);
         cache_reclaim_limbo(t);
-        if (atomic_load(&c->shrink_target))
+        if (atomic_load_explicit(&c->shrink_target, memory_order_relaxed))
             reclaim_shrink(t);
         slab_atime_tick(c->slab, clock_now());
         maintenance_quiesce(t);
@@ -564,7 +567,8 @@ maintenance_main(void *arg)
 int
 reclaim_start(struct cache *c)
 {
-    atomic_store(&c->bg_stop, false);
+    /* relaxed: pthread_create orders it before the thread's first load */
+    atomic_store_explicit(&c->bg_stop, false, memory_order_relaxed);
     int rc = pthread_create(&c->bg, NULL, maintenance_main, c);
     if (rc) {
         err_set("cannot start the maintenance thread: %s", strerror(rc));
@@ -580,7 +584,8 @@ reclaim_stop(struct cache *c)
     if (!c->bg_running)
         return;
     pthread_mutex_lock(&c->bg_lock);
-    atomic_store(&c->bg_stop, true);
+    /* relaxed: bg_lock orders it with the thread's check */
+    atomic_store_explicit(&c->bg_stop, true, memory_order_relaxed);
     pthread_cond_signal(&c->bg_cond);
     pthread_mutex_unlock(&c->bg_lock);
     pthread_join(c->bg, NULL);

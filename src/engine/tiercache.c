@@ -413,11 +413,14 @@ tc_set_mem_limit(struct tc_cache *tc, uint64_t bytes)
         for (uint32_t p = 0; p < pages; p++)
             if (slab_page_draining(c->slab, p))
                 slab_drain_abort(c->slab, p);
-        atomic_store(&c->shrink_target, 0);
+        atomic_store_explicit(&c->shrink_target, 0, memory_order_relaxed);
         pthread_mutex_unlock(&c->admin);
         return 0;
     }
-    atomic_store(&c->shrink_target, (uint32_t)pages);
+    /* release: whoever sees the target (reclaim_shrink) sees the lowered
+     * pool limit too */
+    atomic_store_explicit(&c->shrink_target, (uint32_t)pages,
+                          memory_order_release);
     return reclaim_shrink(t);
 }
 
@@ -440,7 +443,7 @@ tc_maintain(struct tc_cache *tc)
     hotkey_tick(t);
     ext_maintain(t);
     cache_reclaim_limbo(t);
-    if (atomic_load(&c->shrink_target))
+    if (atomic_load_explicit(&c->shrink_target, memory_order_relaxed))
         reclaim_shrink(t);
     slab_atime_tick(c->slab, clock_now());
     return n;

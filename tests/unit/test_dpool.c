@@ -35,7 +35,8 @@ test_budget(void **state)
     while (n < 64 && dpool_alloc(d, 200, &p[n]) == 0) {
         assert_int_equal((uintptr_t)p[n] % 8, 0);
         assert_int_equal(dpool_size(p[n]), 200);
-        assert_int_equal(atomic_load(dpool_flags(p[n])), 0);
+        assert_int_equal(
+            atomic_load_explicit(dpool_flags(p[n]), memory_order_relaxed), 0);
         memset(p[n], n, 200);
         n++;
     }
