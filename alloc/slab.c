@@ -310,12 +310,6 @@ slab_class_for(const struct slab *s, uint32_t size)
     return (int)lo;
 }
 
-struct pool *
-slab_pool(const struct slab *s)
-{
-    return s->pool;
-}
-
 /* --- partial list (class lock held) --- */
 
 static void
@@ -819,12 +813,6 @@ slab_drain_begin(struct slab *s, uint32_t page)
     }
     lock_release(&c->lock);
     return rc;
-}
-
-unsigned
-slab_drain_live(struct slab *s, uint32_t page, uint64_t *offs, unsigned max)
-{
-    return slab_drain_live_from(s, page, 0, offs, max);
 }
 
 unsigned

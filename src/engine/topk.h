@@ -47,8 +47,6 @@ void topk_decay(struct topk *t, double factor);
 
 /* The entries, heaviest first: how many were written (<= max). */
 unsigned topk_list(const struct topk *t, struct topk_entry *out, unsigned max);
-/* Counters in use. */
-unsigned topk_size(const struct topk *t);
 /* Count of the entry for hash/key, or 0 if it holds none. */
 double topk_count(const struct topk *t, uint64_t hash, const void *key,
                   uint32_t klen);

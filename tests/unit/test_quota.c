@@ -454,7 +454,7 @@ test_draining_stash(void **state)
             fail_msg("alloc %d: chunk %llu of the draining page %u", i,
                      (unsigned long long)off, page);
     }
-    assert_int_equal(slab_drain_live(f->slab, page, live, 16), 1);
+    assert_int_equal(slab_drain_live_from(f->slab, page, 0, live, 16), 1);
     assert_int_equal(live[0], first);
 
     /* freed into the stash, the chunk still blocks the drain until the
