@@ -45,6 +45,9 @@ extern "C" {
 #define TC_API __attribute__((visibility("default")))
 
 #define TC_KEY_MAX 250
+/* An exptime up to this many seconds (30 days) is relative to now, a larger
+ * one an absolute unix time: memcached's rule. */
+#define TC_EXPTIME_RELATIVE_MAX 2592000
 /* The engine's per-item header, counted with the key and the value against
  * item_size_max (as memcached counts its own item header). */
 #define TC_ITEM_HEADER_SIZE 24
@@ -347,8 +350,9 @@ TC_API void tc_thread_unregister(struct tc_cache *c);
  * thread can delay page reassignment and keep freed memory. */
 TC_API void tc_thread_quiesce(struct tc_cache *c);
 
-/* Retrieval. exptime values follow memcached: 0 never, 1..2592000 seconds
- * from now, larger an absolute unix time, negative already expired. */
+/* Retrieval. exptime values follow memcached: 0 never,
+ * 1..TC_EXPTIME_RELATIVE_MAX seconds from now, larger an absolute unix time,
+ * negative already expired. */
 TC_API int tc_get(struct tc_cache *c, const void *key, size_t klen,
                   tc_value_fn *fn, void *arg);
 /* get-and-touch: on a hit the expiry is set first, then fn sees the item. */

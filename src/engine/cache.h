@@ -59,7 +59,7 @@
 #include "tier/region.h"
 
 #define CACHE_DEFER_BATCH 64
-#define CACHE_REALTIME_MAXDELTA 2592000 /* 30 days, memcached's rule */
+#define CACHE_REALTIME_MAXDELTA TC_EXPTIME_RELATIVE_MAX
 
 /* Per-thread counters, summed on demand. Owner writes with relaxed
  * load+store (no lock prefix); readers use relaxed loads. */

@@ -23,7 +23,7 @@
 #define FZ_CHUNK_MAX 1024u
 #define FZ_VAL_MAX (FZ_ITEM_MAX + 512) /* values a little too large too */
 #define FZ_NKEYS 12
-#define FZ_DAYS30 2592000
+#define FZ_DAYS30 TC_EXPTIME_RELATIVE_MAX
 
 /* What the model knows of one key. */
 struct fz_item {

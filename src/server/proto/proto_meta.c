@@ -86,9 +86,8 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#define META_LINE_MAX 1024             /* longest reply line: < 520 bytes */
-#define META_REALTIME_MAXDELTA 2592000 /* 30 days: relative vs absolute */
-#define META_RETRIES 16                /* md x against concurrent writers */
+#define META_LINE_MAX 1024 /* longest reply line: < 520 bytes */
+#define META_RETRIES 16    /* md x against concurrent writers */
 
 /* ---- reply lines -----------------------------------------------------------
  */
@@ -194,7 +193,7 @@ abs_exptime(int64_t e, uint32_t now)
         return 0;
     if (e < 0)
         return 1;
-    return e <= META_REALTIME_MAXDELTA ? now + (uint32_t)e : (uint32_t)e;
+    return e <= TC_EXPTIME_RELATIVE_MAX ? now + (uint32_t)e : (uint32_t)e;
 }
 
 /* Index of the first token of flag f, or r->ntok when there is none. */
@@ -350,7 +349,7 @@ meta_get(struct proto_sess *s, struct meta_req *r, struct obuf *out)
     };
     struct mg_ctx x = {.r = r, .out = out};
 
-    if (r->recache > META_REALTIME_MAXDELTA) {
+    if (r->recache > TC_EXPTIME_RELATIVE_MAX) {
         uint32_t now = clock_now();
         o.recache_below =
             (uint32_t)r->recache > now ? (uint32_t)r->recache - now : 0;
