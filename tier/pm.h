@@ -42,12 +42,12 @@ void pm_note_read(const void *pmem_src, size_t n);
 typedef void pm_write_hook_fn(const void *pmem_dst, size_t n);
 void pm_set_write_hook(pm_write_hook_fn *fn);
 
-/* Latency emulation (no real PMEM here): a busy-wait of write_ns_per_line for every
- * 64-byte line a write helper (pm_copy, pm_set, pm_store*) touches and of
- * read_ns_per_line for every line pm_read() or pm_note_read() covers, to model
- * a medium slower than DRAM. 0 = off (the default); off, the helpers pay the
- * same single predictable branch as for the write hook. Process-wide. Context:
- * setup, like pm_set_write_hook(). */
+/* Latency emulation, for PMEM emulated on DRAM: a busy-wait of
+ * write_ns_per_line for every 64-byte line a write helper (pm_copy, pm_set,
+ * pm_store*) touches and of read_ns_per_line for every line pm_read() or
+ * pm_note_read() covers, to model a medium slower than DRAM. 0 = off (the
+ * default); off, the helpers pay the same single predictable branch as for the
+ * write hook. Process-wide. Context: setup, like pm_set_write_hook(). */
 void pm_set_latency(uint32_t write_ns_per_line, uint32_t read_ns_per_line);
 
 /* 64-byte lines that [addr, addr + n) touches (0 for n == 0). */

@@ -14,10 +14,10 @@
  * memory and index pressure. tc_check() runs every FZ_CHECK_EVERY
  * operations and at the end, when every key is read back once more.
  *
- * The model (engine_model.c) keeps, per key of a small key set, what the engine must hold:
- * value, flags, CAS, absolute expiry and the stale mark. It follows
- * memcached's expiry rules and the engine's flush rule (a flush is a CAS
- * watermark, a delayed one takes effect at the first operation that looks
+ * The model (engine_model.c) keeps, per key of a small key set, what the
+ * engine must hold: value, flags, CAS, absolute expiry and the stale mark. It
+ * follows memcached's expiry rules and the engine's flush rule (a flush is a
+ * CAS watermark, a delayed one takes effect at the first operation that looks
  * at the clock after its time). Checked:
  *
  *   - a hit returns exactly the model's value, flags, CAS, expiry and stale
