@@ -111,8 +111,8 @@ struct tc_config {
                                 calls tc_maintain(). */
     uint32_t sweep_budget;   /* chunks the expiry sweep looks at per step;
                                 default 1024 */
-    /* Write-hotspot tracking and PMEM latency emulation (README "Finding
-     * write hot spots"). */
+    /* Write-hotspot tracking and PMEM latency emulation (doc/hotspots.md,
+     * "The tracker", "Latency emulation"). */
     uint32_t hotspot_dimms;      /* emulated DIMMs the tracker maps writes
                                     onto, up to TC_HOTSPOT_MAX_DIMMS; 0 = off
                                     (default). One tracked cache per
@@ -127,16 +127,16 @@ struct tc_config {
                                     by that cache's tc_close(). */
     uint32_t pm_read_ns;         /* the same per line of value read */
     /* EXPERIMENT ONLY, off by default: reproduce Tair MDB's bad layouts
-     * (README "Ablation switches"). Never for production. */
+     * (doc/hotspots.md, "Ablation switches"). Never for production. */
     bool ablate_meta_in_pmem; /* page info also written into a header at the
                                  start of every 1 MiB PMEM page (a write hot
                                  spot on one DIMM); the page's first chunks
                                  hold no items */
     bool ablate_init_in_lock; /* items written and pages formatted with the
                                  slab class lock held */
-    /* Hot keys (README "Hot keys in DRAM"): items of keys written at least
-     * hot_write_rate times a second live in a DRAM pool of hot_pool_size
-     * bytes, where their writes do not touch PMEM. */
+    /* Hot keys (doc/hotspots.md, "Hot keys in DRAM"): items of keys
+     * written at least hot_write_rate times a second live in a DRAM pool of
+     * hot_pool_size bytes, where their writes do not touch PMEM. */
     uint64_t hot_pool_size;  /* bytes; 0 = off (default), which also turns
                                 hot-key tracking off */
     uint32_t hot_write_rate; /* writes/s that make a key hot; default 1000;
@@ -219,6 +219,10 @@ struct tc_item_info {
 typedef void tc_value_fn(void *arg, const struct tc_item_info *info,
                          const struct iovec *iov, int niov);
 
+/* What tc_stats() reports. The engine's counters among these fields are
+ * the rows of TC_STATS_COUNTERS below; the other fields are read from the
+ * engine's structures when asked. The layout is API: fields are only ever
+ * added at the end. */
 struct tc_stats {
     /* memcached's names and meanings */
     uint64_t curr_items;
@@ -306,6 +310,101 @@ struct tc_stats {
     uint64_t extstore_io_queue; /* flash reads in flight */
     uint64_t ext_read_p50_ns, ext_read_p99_ns, ext_read_p999_ns;
 };
+
+/*
+ * The engine's counters, one row each:
+ *
+ *   X(id, field, name, kind)
+ *     id     the engine's per-thread slot for it (internal)
+ *     field  its member of struct tc_stats, a uint64_t (the build checks
+ *            that the member exists and has that type)
+ *     name   its line in tiercached's "stats" reply
+ *     kind   COUNTER counts events; tc_stats_reset() zeroes it.
+ *            GAUGE is a level (items, bytes) kept as per-thread ups and
+ *            downs: reset leaves it alone and a read never goes below 0.
+ *
+ * The rows come in runs, in the order of the "stats" reply; the server
+ * prints each run at its place among figures of its own
+ * (src/server/stats.c). Adding a counter: a row in the run where its line
+ * belongs, its field in struct tc_stats, and the increment where the event
+ * happens; the engine's slot, the copy in tc_stats() and the "stats" line
+ * come from the row.
+ */
+/* clang-format off */
+#define TC_STATS_COUNTERS(X)                                                   \
+    TC_STATS_CMD(X) TC_STATS_HIT(X) TC_STATS_SLAB(X) TC_STATS_ITEM(X)          \
+    TC_STATS_SWEEP(X) TC_STATS_HOTKEY(X) TC_STATS_EXTSTORE(X) TC_STATS_EXT(X)
+
+/* the "cmd_*" lines */
+#define TC_STATS_CMD(X)                                                        \
+    X(CMD_GET,   cmd_get,   "cmd_get",   COUNTER)                              \
+    X(CMD_SET,   cmd_set,   "cmd_set",   COUNTER)                              \
+    X(CMD_FLUSH, cmd_flush, "cmd_flush", COUNTER)                              \
+    X(CMD_TOUCH, cmd_touch, "cmd_touch", COUNTER)
+
+/* hits and misses per command */
+#define TC_STATS_HIT(X)                                                        \
+    X(GET_HITS,        get_hits,        "get_hits",        COUNTER)            \
+    X(GET_MISSES,      get_misses,      "get_misses",      COUNTER)            \
+    X(GET_EXPIRED,     get_expired,     "get_expired",     COUNTER)            \
+    X(GET_FLUSHED,     get_flushed,     "get_flushed",     COUNTER)            \
+    X(DELETE_MISSES,   delete_misses,   "delete_misses",   COUNTER)            \
+    X(DELETE_HITS,     delete_hits,     "delete_hits",     COUNTER)            \
+    X(INCR_MISSES,     incr_misses,     "incr_misses",     COUNTER)            \
+    X(INCR_HITS,       incr_hits,       "incr_hits",       COUNTER)            \
+    X(DECR_MISSES,     decr_misses,     "decr_misses",     COUNTER)            \
+    X(DECR_HITS,       decr_hits,       "decr_hits",       COUNTER)            \
+    X(CAS_MISSES,      cas_misses,      "cas_misses",      COUNTER)            \
+    X(CAS_HITS,        cas_hits,        "cas_hits",        COUNTER)            \
+    X(CAS_BADVAL,      cas_badval,      "cas_badval",      COUNTER)            \
+    X(TOUCH_HITS,      touch_hits,      "touch_hits",      COUNTER)            \
+    X(TOUCH_MISSES,    touch_misses,    "touch_misses",    COUNTER)            \
+    X(STORE_TOO_LARGE, store_too_large, "store_too_large", COUNTER)            \
+    X(STORE_NO_MEMORY, store_no_memory, "store_no_memory", COUNTER)
+
+/* "slabs_moved", after the slab reassign figures */
+#define TC_STATS_SLAB(X)                                                       \
+    X(REASSIGNS, slab_reassign_count, "slabs_moved", COUNTER)
+
+/* items and their bytes */
+#define TC_STATS_ITEM(X)                                                       \
+    X(BYTES,             bytes,             "bytes",             GAUGE)        \
+    X(CURR_ITEMS,        curr_items,        "curr_items",        GAUGE)        \
+    X(TOTAL_ITEMS,       total_items,       "total_items",       COUNTER)      \
+    X(EXPIRED_UNFETCHED, expired_unfetched, "expired_unfetched", COUNTER)      \
+    X(EVICTED_UNFETCHED, evicted_unfetched, "evicted_unfetched", COUNTER)      \
+    X(EVICTIONS,         evictions,         "evictions",         COUNTER)      \
+    X(RECLAIMED,         reclaimed,         "reclaimed",         COUNTER)
+
+/* the expiry sweep, after the index figures */
+#define TC_STATS_SWEEP(X)                                                      \
+    X(SWEEP_RECLAIMED, sweep_reclaimed, "tc_sweep_reclaimed", COUNTER)
+
+/* the DRAM hot pool's items */
+#define TC_STATS_HOTKEY(X)                                                     \
+    X(HOT_ITEMS,       hotkey_current,    "hotkey_current",    GAUGE)          \
+    X(HOT_PROMOTIONS,  hotkey_promotions, "hotkey_promotions", COUNTER)        \
+    X(HOT_DEMOTIONS,   hotkey_demotions,  "hotkey_demotions",  COUNTER)        \
+    X(HOT_BYTES_SAVED, hotkey_pmem_bytes_saved,                                \
+                       "hotkey_pmem_bytes_saved", COUNTER)
+
+/* the NVMe tier, memcached's extstore names (printed only with a tier) */
+#define TC_STATS_EXTSTORE(X)                                                   \
+    X(EXT_GETS,     get_extstore,          "get_extstore",          COUNTER)   \
+    X(EXT_ABORTED,  get_aborted_extstore,  "get_aborted_extstore",  COUNTER)   \
+    X(EXT_MISS,     miss_from_extstore,    "miss_from_extstore",    COUNTER)   \
+    X(EXT_BADCRC,   badcrc_from_extstore,  "badcrc_from_extstore",  COUNTER)   \
+    X(EXT_RECACHE,  recache_from_extstore, "recache_from_extstore", COUNTER)   \
+    X(EXT_INFLIGHT, extstore_io_queue,     "extstore_io_queue",     GAUGE)
+
+/* the NVMe tier, tiercache's own (printed only with a tier) */
+#define TC_STATS_EXT(X)                                                        \
+    X(EXT_ITEMS,      ext_items,         "tc_ext_items",         GAUGE)        \
+    X(EXT_BYTES,      ext_item_bytes,    "tc_ext_item_bytes",    GAUGE)        \
+    X(EXT_SPILLED,    ext_spilled,       "tc_ext_spilled",       COUNTER)      \
+    X(EXT_SPILL_BUSY, ext_spill_busy,    "tc_ext_spill_busy",    COUNTER)      \
+    X(EXT_TIMEOUTS,   ext_read_timeouts, "tc_ext_read_timeouts", COUNTER)
+/* clang-format on */
 
 /* One key of the hot-key view (tc_hotkeys). Rates are estimates from
  * sampled operations, averaged over hotkey_window seconds. */
@@ -586,8 +685,8 @@ TC_API int tc_hotspot_top(struct tc_cache *c, struct tc_hotspot_block *out,
                           unsigned k);
 /* Zero the tracker's counters: 0 or -ENOTSUP. */
 TC_API int tc_hotspot_reset(struct tc_cache *c);
-/* Write the CSV dump (README "Finding write hot spots") to f: 0, -ENOTSUP
- * (tracking off) or -EIO. */
+/* Write the CSV dump (doc/hotspots.md, "The dump format") to f: 0,
+ * -ENOTSUP (tracking off) or -EIO. */
 TC_API int tc_hotspot_dump(struct tc_cache *c, FILE *f);
 
 /* Debug walker over every invariant (index <-> slabs agree, bitmaps match

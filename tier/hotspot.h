@@ -121,7 +121,7 @@ struct hotspot_block {
 unsigned hotspot_top(const struct hotspot *h, struct hotspot_block *out,
                      unsigned k);
 
-/* The CSV dump (README "Finding write hot spots"): a comment line with the
- * layout, a header line, one row per DIMM and one per written block. 0 or
- * -EIO. */
+/* The CSV dump (doc/hotspots.md, "The dump format"): a comment line with
+ * the layout, a header line, one row per DIMM and one per written block. 0
+ * or -EIO. */
 int hotspot_dump(const struct hotspot *h, FILE *f);

@@ -2,7 +2,7 @@
 the hotspot CSV format (read and write), asking a running tiercached over
 its text protocol, the text summary and the PNG charts.
 
-The CSV (README "Finding write hot spots"):
+The CSV (doc/hotspots.md, "The dump format"):
 
     # tiercache-hotspot v1 dimms=4 interleave=4096 block=4096 map_bytes=N source=tracker
     kind,index,bytes,writes,what

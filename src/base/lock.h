@@ -7,7 +7,7 @@
  * hash bucket's cache line). Both carry a rank; debug builds (NDEBUG not
  * defined) keep a per-thread stack of held ranks and abort when a thread
  * takes a lock whose rank is not strictly greater than the last one it holds.
- * Ranks, lowest taken first (the global order, also in README):
+ * Ranks, lowest taken first (the global order, also in doc/architecture.md):
  *
  *   LOCK_RANK_BUCKET  one hash-index bucket (src/engine/htab.c)
  *   LOCK_RANK_CLASS   one slab class (alloc/slab.c)

@@ -5,7 +5,7 @@
  * src/engine/reclaim.c (eviction, expiry sweep, page moves, maintenance).
  * Not installed; the public API is src/tiercache.h.
  *
- * Concurrency (the whole engine's picture; README repeats it):
+ * Concurrency (the whole engine's picture; doc/architecture.md repeats it):
  *   index            see src/engine/htab.h: RCU readers, bucket spin locks.
  *   item chunks      written before publication with no lock held; after
  *                    publication only exptime changes (one 4-byte store).
@@ -61,58 +61,27 @@
 #define CACHE_DEFER_BATCH 64
 #define CACHE_REALTIME_MAXDELTA TC_EXPTIME_RELATIVE_MAX
 
-/* Per-thread counters, summed on demand. Owner writes with relaxed
- * load+store (no lock prefix); readers use relaxed loads. */
+/* Per-thread counters, summed on demand: one slot ST_<id> per row of
+ * TC_STATS_COUNTERS (src/tiercache.h), the counters first, then the gauges
+ * from ST_FIRST_GAUGE on (kept as per-thread deltas, which may be negative
+ * per thread). Owner writes with relaxed load+store (no lock prefix);
+ * readers use relaxed loads. */
+#define CACHE_ST_COUNTER_COUNTER(id) ST_##id,
+#define CACHE_ST_COUNTER_GAUGE(id)
+#define CACHE_ST_GAUGE_COUNTER(id)
+#define CACHE_ST_GAUGE_GAUGE(id) ST_##id,
+#define CACHE_ST_COUNTER(id, field, name, kind) CACHE_ST_COUNTER_##kind(id)
+#define CACHE_ST_GAUGE(id, field, name, kind) CACHE_ST_GAUGE_##kind(id)
+/* clang-format off */
 enum cache_stat {
-    ST_CMD_GET,
-    ST_CMD_SET,
-    ST_CMD_TOUCH,
-    ST_CMD_FLUSH,
-    ST_GET_HITS,
-    ST_GET_MISSES,
-    ST_GET_EXPIRED,
-    ST_GET_FLUSHED,
-    ST_DELETE_HITS,
-    ST_DELETE_MISSES,
-    ST_INCR_HITS,
-    ST_INCR_MISSES,
-    ST_DECR_HITS,
-    ST_DECR_MISSES,
-    ST_CAS_HITS,
-    ST_CAS_MISSES,
-    ST_CAS_BADVAL,
-    ST_TOUCH_HITS,
-    ST_TOUCH_MISSES,
-    ST_STORE_TOO_LARGE,
-    ST_STORE_NO_MEMORY,
-    ST_EVICTIONS,
-    ST_RECLAIMED,
-    ST_EXPIRED_UNFETCHED,
-    ST_EVICTED_UNFETCHED,
-    ST_TOTAL_ITEMS,
-    ST_SWEEP_RECLAIMED,
-    ST_REASSIGNS,
-    ST_HOT_PROMOTIONS,  /* an item entered the DRAM hot pool */
-    ST_HOT_DEMOTIONS,   /* a key's item went from DRAM back to PMEM */
-    ST_HOT_BYTES_SAVED, /* value bytes written to DRAM instead of PMEM */
-    ST_EXT_SPILLED,     /* values moved to flash by eviction */
-    ST_EXT_SPILL_BUSY,  /* nvs_append said -EAGAIN: evicted instead */
-    ST_EXT_GETS,        /* get_extstore */
-    ST_EXT_ABORTED,     /* get_aborted_extstore: -EIO, -ETIMEDOUT */
-    ST_EXT_MISS,        /* miss_from_extstore: segment reused (-ESTALE) */
-    ST_EXT_BADCRC,      /* badcrc_from_extstore: -EBADMSG */
-    ST_EXT_RECACHE,     /* recache_from_extstore */
-    ST_EXT_TIMEOUTS,    /* -ETIMEDOUT */
-    /* gauges kept as per-thread deltas (may be negative per thread) */
-    ST_CURR_ITEMS,
-    ST_BYTES,
-    ST_HOT_ITEMS,    /* items in the index that live in the DRAM hot pool */
-    ST_EXT_ITEMS,    /* items whose value is on flash */
-    ST_EXT_BYTES,    /* their value bytes */
-    ST_EXT_INFLIGHT, /* flash reads submitted, not reaped */
+    TC_STATS_COUNTERS(CACHE_ST_COUNTER)
+    ST_FIRST_GAUGE,
+    ST_BEFORE_FIRST_GAUGE = ST_FIRST_GAUGE - 1, /* the first gauge takes
+                                                   ST_FIRST_GAUGE's value */
+    TC_STATS_COUNTERS(CACHE_ST_GAUGE)
     ST_COUNT
 };
-#define ST_FIRST_GAUGE ST_CURR_ITEMS
+/* clang-format on */
 
 struct cache;
 struct hotspot;

@@ -844,23 +844,11 @@ ext_stats_reset(struct cache *c)
 }
 
 void
-ext_stats(struct cache *c, const int64_t *s, struct tc_stats *out)
+ext_stats(struct cache *c, struct tc_stats *out)
 {
     struct nvs_stats ns;
 
     out->ext_enabled = c->nvs != NULL;
-    out->ext_items = (uint64_t)s[ST_EXT_ITEMS];
-    out->ext_item_bytes = (uint64_t)s[ST_EXT_BYTES];
-    out->ext_spilled = (uint64_t)s[ST_EXT_SPILLED];
-    out->ext_spill_busy = (uint64_t)s[ST_EXT_SPILL_BUSY];
-    out->get_extstore = (uint64_t)s[ST_EXT_GETS];
-    out->get_aborted_extstore = (uint64_t)s[ST_EXT_ABORTED];
-    out->miss_from_extstore = (uint64_t)s[ST_EXT_MISS];
-    out->badcrc_from_extstore = (uint64_t)s[ST_EXT_BADCRC];
-    out->recache_from_extstore = (uint64_t)s[ST_EXT_RECACHE];
-    out->ext_read_timeouts = (uint64_t)s[ST_EXT_TIMEOUTS];
-    out->extstore_io_queue =
-        s[ST_EXT_INFLIGHT] > 0 ? (uint64_t)s[ST_EXT_INFLIGHT] : 0;
     out->ext_recache_window =
         c->ext_reread ? (uint32_t)(c->ext_reread_mask + 1) : 0;
     if (!c->nvs)

@@ -89,8 +89,9 @@ int ext_async_done(struct cache_thread *t, const void *key, uint32_t klen,
 
 /* Compaction steps for the maintenance thread (or tc_maintain). */
 void ext_maintain(struct cache_thread *t);
-/* The tier's figures into out (the ext_ and extstore_ fields). */
-void ext_stats(struct cache *c, const int64_t *sum, struct tc_stats *out);
+/* The tier's figures into out: the ext_ and extstore_ fields that are not
+ * engine counters (those are TC_STATS_COUNTERS rows, copied by tc_stats). */
+void ext_stats(struct cache *c, struct tc_stats *out);
 /* "stats reset" for the store's own counters and read latency percentiles
  * (the engine's ST_EXT_* counters reset with the other counters). */
 void ext_stats_reset(struct cache *c);

@@ -21,6 +21,7 @@
 
 #include "src/base/clock.h"
 #include "src/base/compiler.h"
+#include "src/base/num.h"
 #include "tier/pm.h"
 
 #include <errno.h>
@@ -632,16 +633,12 @@ static bool
 parse_u64(const char *s, size_t n, uint64_t *out)
 {
     uint64_t v = 0;
-    size_t i = 0, start;
+    size_t i = 0, digits;
     while (i < n && s[i] == ' ')
         i++;
-    for (start = i; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
-        unsigned d = (unsigned)(s[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    if (i == start || (i < n && s[i] != ' ' && s[i] != '\r' && s[i] != '\n'))
+    digits = num_scan_u64(s + i, n - i, &v);
+    i += digits;
+    if (!digits || (i < n && s[i] != ' ' && s[i] != '\r' && s[i] != '\n'))
         return false;
     *out = v;
     return true;

@@ -49,13 +49,22 @@ enter(struct tc_cache *tc, size_t klen, int *rc)
     return t;
 }
 
+/* The library's defaults. tiercached starts from them and sets every
+ * option its table (src/server/options.def) passes on, to the same values
+ * except where the server has its reasons, each said at its row there and
+ * checked by tests/unit/test_settings.c:
+ *   pool_path, pool_size, mem_limit: from -p, -m and -o pool_size;
+ *   min_chunk: memcached's -n 48 room after the 24-byte header, 72 bytes;
+ *     here the whole chunk, one cache line;
+ *   hot_pool_size: 8 MiB; here off, as an embedder budgets its own DRAM
+ *     and opts in. */
 TC_API void
 tc_config_init(struct tc_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->pool_path = REGION_DEFAULT_PATH;
     cfg->pool_size = 64ull << 20;
-    cfg->min_chunk = 64;
+    cfg->min_chunk = 64; /* one cache line; tiercached: 72 (see above) */
     cfg->growth_factor = 1.25;
     cfg->chunk_max = POOL_PAGE_SIZE / 2;
     cfg->item_size_max = TC_ITEM_SIZE_MAX_DEFAULT;
@@ -65,7 +74,7 @@ tc_config_init(struct tc_config *cfg)
     cfg->sweep_budget = 1024;
     cfg->hotspot_interleave = 4096;
     cfg->hotspot_sample = 1;
-    cfg->hot_pool_size = 0;
+    cfg->hot_pool_size = 0; /* off; tiercached: 8 MiB (see above) */
     cfg->hot_write_rate = 1000;
     cfg->hotkey_window = 10;
     cfg->hotkey_k = 64;
@@ -449,6 +458,20 @@ tc_maintain(struct tc_cache *tc)
     return n;
 }
 
+/* A counter's sum as reported; a gauge's sum can read below zero while
+ * threads move it up and down between the loads. */
+#define STAT_VALUE_COUNTER(v) ((uint64_t)(v))
+#define STAT_VALUE_GAUGE(v) ((v) > 0 ? (uint64_t)(v) : 0)
+
+/* Each row of TC_STATS_COUNTERS names a uint64_t field of struct tc_stats
+ * (the copy in tc_stats() fails to compile without the field). */
+#define STAT_IS_U64(id, field, name, kind)                                     \
+    _Static_assert(                                                            \
+        _Generic(((struct tc_stats *)0)->field, uint64_t : 1, default : 0),    \
+        "struct tc_stats." #field " is not a uint64_t");
+TC_STATS_COUNTERS(STAT_IS_U64)
+#undef STAT_IS_U64
+
 TC_API void
 tc_stats(struct tc_cache *tc, struct tc_stats *out)
 {
@@ -457,44 +480,14 @@ tc_stats(struct tc_cache *tc, struct tc_stats *out)
 
     cache_stats_sum(c, s);
     memset(out, 0, sizeof(*out));
-    out->curr_items = (uint64_t)s[ST_CURR_ITEMS];
-    out->total_items = (uint64_t)s[ST_TOTAL_ITEMS];
-    out->bytes = (uint64_t)s[ST_BYTES];
     out->limit_maxbytes = (uint64_t)pool_limit(c->pool) << POOL_PAGE_SHIFT;
-    out->evictions = (uint64_t)s[ST_EVICTIONS];
-    out->reclaimed = (uint64_t)s[ST_RECLAIMED];
-    out->expired_unfetched = (uint64_t)s[ST_EXPIRED_UNFETCHED];
-    out->evicted_unfetched = (uint64_t)s[ST_EVICTED_UNFETCHED];
-    out->cmd_get = (uint64_t)s[ST_CMD_GET];
-    out->cmd_set = (uint64_t)s[ST_CMD_SET];
-    out->cmd_touch = (uint64_t)s[ST_CMD_TOUCH];
-    out->cmd_flush = (uint64_t)s[ST_CMD_FLUSH];
-    out->get_hits = (uint64_t)s[ST_GET_HITS];
-    out->get_misses = (uint64_t)s[ST_GET_MISSES];
-    out->get_expired = (uint64_t)s[ST_GET_EXPIRED];
-    out->get_flushed = (uint64_t)s[ST_GET_FLUSHED];
-    out->delete_hits = (uint64_t)s[ST_DELETE_HITS];
-    out->delete_misses = (uint64_t)s[ST_DELETE_MISSES];
-    out->incr_hits = (uint64_t)s[ST_INCR_HITS];
-    out->incr_misses = (uint64_t)s[ST_INCR_MISSES];
-    out->decr_hits = (uint64_t)s[ST_DECR_HITS];
-    out->decr_misses = (uint64_t)s[ST_DECR_MISSES];
-    out->cas_hits = (uint64_t)s[ST_CAS_HITS];
-    out->cas_misses = (uint64_t)s[ST_CAS_MISSES];
-    out->cas_badval = (uint64_t)s[ST_CAS_BADVAL];
-    out->touch_hits = (uint64_t)s[ST_TOUCH_HITS];
-    out->touch_misses = (uint64_t)s[ST_TOUCH_MISSES];
-    out->store_too_large = (uint64_t)s[ST_STORE_TOO_LARGE];
-    out->store_no_memory = (uint64_t)s[ST_STORE_NO_MEMORY];
-    out->slab_reassign_count = (uint64_t)s[ST_REASSIGNS];
-    out->sweep_reclaimed = (uint64_t)s[ST_SWEEP_RECLAIMED];
-    out->hotkey_current = (uint64_t)s[ST_HOT_ITEMS];
-    out->hotkey_promotions = (uint64_t)s[ST_HOT_PROMOTIONS];
-    out->hotkey_demotions = (uint64_t)s[ST_HOT_DEMOTIONS];
-    out->hotkey_pmem_bytes_saved = (uint64_t)s[ST_HOT_BYTES_SAVED];
+#define STAT_COPY(id, field, name, kind)                                       \
+    out->field = STAT_VALUE_##kind(s[ST_##id]);
+    TC_STATS_COUNTERS(STAT_COPY)
+#undef STAT_COPY
     out->hot_pool_bytes = hotkey_pool_bytes(c);
     out->hot_pool_limit = c->cfg.hot_pool_size;
-    ext_stats(c, s, out);
+    ext_stats(c, out);
 
     uint64_t free_pages = pool_nfree(c->pool);
     out->pmem_bytes = region_data_size(c->region);

@@ -63,7 +63,9 @@
 #include "src/base/clock.h"
 #include "src/base/err.h"
 #include "src/base/log.h"
+#include "src/server/conn.h"
 #include "src/server/proto/proto_util.h"
+#include "src/server/stats.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -148,6 +150,11 @@ struct server {
 
 /* --- proto_server_ops --- */
 
+/* "stats" groups and "stats reset", at the end of this file */
+static int op_stats(void *arg, struct proto_sess *s, const char *group,
+                    struct obuf *out);
+static void op_stats_reset(void *arg);
+
 static int
 op_shutdown(void *arg)
 {
@@ -182,8 +189,8 @@ op_memlimit(void *arg, uint64_t mib)
 }
 
 static const struct proto_server_ops server_ops = {
-    .stats = stats_group,
-    .stats_reset = stats_reset,
+    .stats = op_stats,
+    .stats_reset = op_stats_reset,
     .shutdown = op_shutdown,
     .verbosity = op_verbosity,
     .memlimit = op_memlimit,
@@ -948,10 +955,10 @@ server_destroy(struct server *srv)
     free(srv);
 }
 
-/* --- for stats.c --- */
+/* --- struct stats_hooks (src/server/stats.c), "stats reset" --- */
 
-void
-server_info(struct server *srv, struct server_info *out)
+static void
+hook_info(struct server *srv, struct stats_info *out)
 {
     out->cache = srv->cache;
     out->settings = *srv->st;
@@ -978,8 +985,9 @@ ctr_sum_raw(struct server *srv, uint64_t sum[STATS_CTR_COUNT])
         stats_ctr_sum(&srv->workers[i].ctr, sum);
 }
 
-void
-server_ctr_sum(struct server *srv, uint64_t sum[STATS_CTR_COUNT])
+/* Every thread's counters summed, minus the baseline of the last reset. */
+static void
+hook_ctr_sum(struct server *srv, uint64_t sum[STATS_CTR_COUNT])
 {
     ctr_sum_raw(srv, sum);
     pthread_mutex_lock(&srv->base.lock);
@@ -988,8 +996,9 @@ server_ctr_sum(struct server *srv, uint64_t sum[STATS_CTR_COUNT])
     pthread_mutex_unlock(&srv->base.lock);
 }
 
-void
-server_ctr_reset(struct server *srv)
+/* Record the current sums as the new baseline. */
+static void
+ctr_reset(struct server *srv)
 {
     uint64_t sum[STATS_CTR_COUNT];
     ctr_sum_raw(srv, sum);
@@ -998,8 +1007,9 @@ server_ctr_reset(struct server *srv)
     pthread_mutex_unlock(&srv->base.lock);
 }
 
-void
-server_conns_walk(struct server *srv, conn_walk_fn *fn, void *arg)
+/* Every listener, then every worker's connections. */
+static void
+hook_conns_walk(struct server *srv, conn_walk_fn *fn, void *arg)
 {
     for (unsigned i = 0; i < srv->nls; i++) {
         struct conn_view v = {
@@ -1012,4 +1022,24 @@ server_conns_walk(struct server *srv, conn_walk_fn *fn, void *arg)
     uint32_t now = conn_now(&srv->sh);
     for (unsigned i = 0; i < srv->nworkers; i++)
         conn_list_walk(&srv->workers[i].cw.list, now, fn, arg);
+}
+
+static const struct stats_hooks stats_hooks = {
+    .info = hook_info,
+    .ctr_sum = hook_ctr_sum,
+    .conns_walk = hook_conns_walk,
+};
+
+static int
+op_stats(void *arg, struct proto_sess *s, const char *group, struct obuf *out)
+{
+    return stats_group(&stats_hooks, arg, s, group, out);
+}
+
+static void
+op_stats_reset(void *arg)
+{
+    struct server *srv = arg;
+    tc_stats_reset(srv->cache);
+    ctr_reset(srv);
 }

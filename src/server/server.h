@@ -5,16 +5,14 @@
  * over its connections. See server.c for the design and its reasons.
  *
  * Concurrency: server_create/run/destroy belong to one thread (main).
- * server_stop() and the accessors below may be called from any thread
- * while server_run() is running.
+ * server_stop() may be called from any thread while server_run() is
+ * running.
  */
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "src/server/conn.h"
 #include "src/server/settings.h"
-#include "src/server/stats.h"
 #include "src/tiercache.h"
 
 struct server;
@@ -38,24 +36,3 @@ void server_stop(struct server *srv);
 /* Close the listeners (removing the unix socket file) and free. NULL is a
  * no-op. */
 void server_destroy(struct server *srv);
-
-/* --- for stats.c --- */
-
-struct server_info {
-    struct tc_cache *cache;
-    struct settings settings; /* with the live verbosity and memory limit */
-    uint32_t uptime;          /* seconds */
-    uint32_t started_unix;
-    uint64_t curr_conns;
-    unsigned nlisteners;
-    unsigned nworkers;
-    bool accepting;
-};
-
-void server_info(struct server *srv, struct server_info *out);
-/* Every thread's counters summed, minus the baseline of the last reset. */
-void server_ctr_sum(struct server *srv, uint64_t sum[STATS_CTR_COUNT]);
-/* Record the current sums as the new baseline (stats reset). */
-void server_ctr_reset(struct server *srv);
-/* Every listener, then every worker's connections. */
-void server_conns_walk(struct server *srv, conn_walk_fn *fn, void *arg);

@@ -1,9 +1,10 @@
 /*
- * tiercached's settings: one table (opts[] below) drives parsing of
- * memcached's flags and of -o name=value, the one-line error for a bad
- * value, the --help text and "stats settings". Each row names its flag,
- * its type, its default (as text, parsed like a command-line value), its
- * range and what it means.
+ * tiercached's settings: one table (options.def, made into opts[] below)
+ * drives parsing of memcached's flags and of -o name=value, the one-line
+ * error for a bad value, the --help text, "stats settings" and the copy
+ * into struct tc_config. Each row names its flag, its type, its default
+ * (as text, parsed like a command-line value), its range, where the engine
+ * takes it and what it means.
  *
  * Concurrency: none; main() parses before any thread starts.
  */
@@ -12,6 +13,7 @@
 
 #include "src/base/compiler.h"
 #include "src/base/err.h"
+#include "src/base/num.h"
 #include "src/tiercache.h"
 
 #include <errno.h>
@@ -64,246 +66,43 @@ struct opt {
     const char *bad; /* replaces the range text in the error, if set */
 };
 
-#define F(field) offsetof(struct settings, field)
 #define SUN_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
-/* One row an option, packed: reads better as a table. */
-/* clang-format off */
+/* options.def's rows as struct opt: one range pair serves as integers and
+ * as doubles, each type reads the one it needs. */
+#define OPT_ROW(sub_, flag_, name_, off_, type_, def_, lo_, hi_, stat_, show_, \
+                arg_, help_, bad_)                                             \
+    {.flag = flag_,                                                            \
+     .name = name_,                                                            \
+     .sub = sub_,                                                              \
+     .type = type_,                                                            \
+     .off = off_,                                                              \
+     .def = def_,                                                              \
+     .min = (uint64_t)(lo_),                                                   \
+     .max = (uint64_t)(hi_),                                                   \
+     .dmin = (lo_),                                                            \
+     .dmax = (hi_),                                                            \
+     .stat = stat_,                                                            \
+     .show = show_,                                                            \
+     .arg = arg_,                                                              \
+     .help = help_,                                                            \
+     .bad = bad_},
+#define FLAG(flag_, name_, field_, type_, def_, lo_, hi_, stat_, show_, to_,   \
+             arg_, help_, bad_)                                                \
+    OPT_ROW(false, flag_, name_, offsetof(struct settings, field_), type_,     \
+            def_, lo_, hi_, stat_, show_, arg_, help_, bad_)
+#define OPT(field_, type_, def_, lo_, hi_, stat_, show_, to_, arg_, help_,     \
+            bad_)                                                              \
+    OPT_ROW(true, 0, #field_, offsetof(struct settings, field_), type_, def_,  \
+            lo_, hi_, stat_, show_, arg_, help_, bad_)
+#define CMD(flag_, name_, type_, action_, arg_, help_)                         \
+    OPT_ROW(false, flag_, name_, action_, type_, NULL, 0, 0, NULL, SHOW_NONE,  \
+            arg_, help_, NULL)
+
 static const struct opt opts[] = {
-    {.flag = 'm', .name = "memory-limit", .type = OT_UINT,
-     .off = F(maxbytes_mib), .def = "64", .min = 8, .max = 16u << 20,
-     .stat = "maxbytes", .show = SHOW_MIB, .arg = "<MiB>",
-     .help = "item memory in MiB: the pool file's data area",
-     .bad = "expected a number of MiB from 8 (the smallest pool tiercached "
-            "runs on) to 16777216"},
-    {.flag = 'c', .name = "conn-limit", .type = OT_UINT, .off = F(maxconns),
-     .def = "1024", .min = 1, .max = 1u << 20, .stat = "maxconns",
-     .show = SHOW_NUM, .arg = "<num>",
-     .help = "most simultaneous connections"},
-    {.flag = 'p', .name = "port", .type = OT_UINT, .off = F(port),
-     .def = "11211", .min = 0, .max = 65535, .stat = "tcpport",
-     .show = SHOW_NUM, .arg = "<num>",
-     .help = "TCP port to listen on, 0 = no TCP"},
-    {.flag = 'U', .name = "udp-port", .type = OT_UINT, .off = F(udp_port),
-     .def = "0", .min = 0, .max = 0, .stat = "udpport", .show = SHOW_NUM,
-     .arg = "<num>", .help = "UDP port: only 0 (off), UDP is not supported",
-     .bad = "UDP is not supported: only 0 (off) is accepted"},
-    {.flag = 'l', .name = "listen", .type = OT_LIST, .off = F(listen),
-     .def = "127.0.0.1", .min = 1, .max = SETTINGS_LISTEN_MAX - 1,
-     .stat = "inter", .show = SHOW_STR, .arg = "<addr>",
-     .help = "addresses to listen on, comma-separated (host, or host:port); "
-             "repeat -l to add more"},
-    {.flag = 'v', .name = "verbose", .type = OT_COUNT, .off = F(verbose),
-     .max = 3, .stat = "verbosity", .show = SHOW_NUM,
-     .help = "log to stderr: -v listen and pool info, -vv connections"},
-    {.flag = 'M', .name = "disable-evictions", .type = OT_BOOL,
-     .off = F(no_evict), .stat = "evictions", .show = SHOW_NOT_ONOFF,
-     .help = "no eviction: a full cache refuses stores with an error"},
-    {.flag = 's', .name = "unix-socket", .type = OT_STR, .off = F(unix_path),
-     .min = 1, .max = SUN_PATH_MAX, .stat = "domain_socket",
-     .show = SHOW_STR, .arg = "<path>",
-     .help = "unix socket to listen on; without -p it turns TCP off, as in "
-             "memcached"},
-    {.flag = 'a', .name = "unix-mask", .type = OT_OCTAL, .off = F(unix_mask),
-     .def = "700", .min = 0, .max = 0777, .stat = "umask",
-     .show = SHOW_OCTAL, .arg = "<mask>",
-     .help = "access mask of the unix socket, octal"},
-    {.flag = 'A', .name = "enable-shutdown", .type = OT_BOOL,
-     .off = F(shutdown_enabled), .stat = "shutdown_command",
-     .show = SHOW_YESNO, .help = "enable the shutdown command"},
-    {.flag = 'f', .name = "slab-growth-factor", .type = OT_DOUBLE,
-     .off = F(growth_factor), .def = "1.25", .dmin = 1.01, .dmax = 100,
-     .stat = "growth_factor", .show = SHOW_NUM, .arg = "<factor>",
-     .help = "chunk size growth factor between slab classes"},
-    {.flag = 'n', .name = "slab-min-size", .type = OT_UINT,
-     .off = F(chunk_size), .def = "48", .min = 1, .max = 1u << 19,
-     .stat = "chunk_size", .show = SHOW_NUM, .arg = "<bytes>",
-     .help = "key + value + flags room of the smallest chunk (chunk = this "
-             "+ " STRINGIFY(TC_ITEM_HEADER_SIZE) " header bytes, rounded up "
-             "to 8)"},
-    {.flag = 't', .name = "threads", .type = OT_UINT, .off = F(threads),
-     .def = "4", .min = 1, .max = 256, .stat = "num_threads",
-     .show = SHOW_NUM, .arg = "<num>", .help = "worker threads"},
-    {.flag = 'I', .name = "max-item-size", .type = OT_SIZE,
-     .off = F(item_size_max), .def = "1m", .min = 1u << 10, .max = 1u << 30,
-     .stat = "item_size_max", .show = SHOW_NUM, .arg = "<size>",
-     .help = "largest item (header + key + value), k/m/g suffix; at most "
-             STRINGIFY(TC_ITEM_MAX_TAILS) " x (slab_chunk_max - "
-             STRINGIFY(TC_ITEM_TAIL_HEADER_SIZE) ") bytes"},
-    {.flag = 'e', .name = "memory-file", .type = OT_STR, .off = F(pool_path),
-     .min = 1, .max = SETTINGS_PATH_MAX - 1, .stat = "memory_file",
-     .show = SHOW_STR, .arg = "<path>",
-     .help = "PMEM pool file (a DAX file, /dev/daxX.Y, or tmpfs to emulate; "
-             "default /dev/shm/tiercache.<port>.pool)"},
-    {.flag = 'o', .name = "extended", .type = OT_SUBOPT,
-     .arg = "<name=value,...>", .help = "tiercache's own options, below"},
-    {.flag = 'h', .name = "help", .type = OT_ACTION, .off = SETTINGS_HELP,
-     .help = "print this help and exit"},
-    {.flag = 'V', .name = "version", .type = OT_ACTION,
-     .off = SETTINGS_VERSION, .help = "print the version and exit"},
-    /* -o options */
-    {.name = "idle_timeout", .sub = true, .type = OT_UINT,
-     .off = F(idle_timeout), .def = "0", .min = 0, .max = 31536000,
-     .stat = "idle_timeout", .show = SHOW_NUM, .arg = "<secs>",
-     .help = "close connections idle this long, 0 = never"},
-    {.name = "pool_size", .sub = true, .type = OT_SIZE, .off = F(pool_size),
-     .def = "0", .min = 0, .max = 16ull << 40, .stat = "tc_pool_size",
-     .show = SHOW_NUM, .arg = "<size>",
-     .help = "item bytes the pool file holds (whole MiB, at least -m): the "
-             "ceiling cache_memlimit can raise the limit to; 0 = -m"},
-    {.name = "slab_chunk_max", .sub = true, .type = OT_SIZE,
-     .off = F(slab_chunk_max), .def = "512k", .min = 1u << 10,
-     .max = 1u << 20, .stat = "slab_chunk_max", .show = SHOW_NUM,
-     .arg = "<bytes>",
-     .help = "largest slab chunk, a multiple of 8; larger items are chained "
-             "over several"},
-    {.name = "hash_items", .sub = true, .type = OT_UINT, .off = F(hash_items),
-     .def = "0", .min = 0, .max = 1ull << 44, .stat = "tc_hash_items",
-     .show = SHOW_NUM, .arg = "<num>",
-     .help = "items the hash index is sized for, 0 = pool bytes / 128"},
-    {.name = "quota_batch", .sub = true, .type = OT_UINT,
-     .off = F(quota_batch), .def = "32", .min = 1, .max = 256,
-     .stat = "tc_quota_batch", .show = SHOW_NUM, .arg = "<num>",
-     .help = "chunks a thread takes from a slab class at once"},
-    {.name = "sweep_budget", .sub = true, .type = OT_UINT,
-     .off = F(sweep_budget), .def = "1024", .min = 1, .max = 1u << 20,
-     .stat = "tc_sweep_budget", .show = SHOW_NUM, .arg = "<num>",
-     .help = "chunks the expiry sweep looks at per step"},
-    {.name = "maxconns_fast", .sub = true, .type = OT_BOOL,
-     .off = F(maxconns_fast), .def = "1", .stat = "maxconns_fast",
-     .show = SHOW_YESNO,
-     .help = "accepted for memcached compatibility, no effect: a connection "
-             "over -c always gets an error and is closed"},
-    {.name = "pin_workers", .sub = true, .type = OT_BOOL,
-     .off = F(pin_workers), .stat = "tc_pin_workers", .show = SHOW_YESNO,
-     .help = "run worker thread i only on the i-th CPU this process may use "
-             "(round robin): workers never queue behind each other"},
-    {.name = "worker_slice_us", .sub = true, .type = OT_UINT,
-     .off = F(worker_slice_us), .def = "0", .min = 0, .max = 100000,
-     .stat = "tc_worker_slice_us", .show = SHOW_NUM, .arg = "<us>",
-     .help = "the workers' scheduler slice (Linux 6.12+, 100 to 100000; "
-             "0 = the kernel's): a short one lets a worker woken by a "
-             "request or a flash read preempt a busy thread at once"},
-    {.name = "no_background", .sub = true, .type = OT_BOOL,
-     .off = F(no_background), .stat = "tc_background",
-     .show = SHOW_NOT_YESNO,
-     .help = "no maintenance thread (expiry sweep, pending shrinks); for "
-             "tests"},
-    /* write-hotspot tracking and PMEM latency emulation: measurement aids */
-    {.name = "hotspot_dimms", .sub = true, .type = OT_UINT,
-     .off = F(hotspot_dimms), .def = "0", .min = 0, .max = TC_HOTSPOT_MAX_DIMMS,
-     .stat = "tc_hotspot_dimms", .show = SHOW_NUM, .arg = "<num>",
-     .help = "track PMEM writes per 4 KiB block and per emulated DIMM over "
-             "this many DIMMs (stats hotspot, hotspot dump); 0 = off"},
-    {.name = "hotspot_interleave", .sub = true, .type = OT_SIZE,
-     .off = F(hotspot_interleave), .def = "4096", .min = 64,
-     .max = 1u << 30, .stat = "tc_hotspot_interleave", .show = SHOW_NUM,
-     .arg = "<bytes>",
-     .help = "bytes per emulated DIMM stripe, a multiple of 64"},
-    {.name = "hotspot_sample", .sub = true, .type = OT_UINT,
-     .off = F(hotspot_sample), .def = "1", .min = 1, .max = 1u << 20,
-     .stat = "tc_hotspot_sample", .show = SHOW_NUM, .arg = "<num>",
-     .help = "record one PMEM write in this many per thread (1 = all)"},
-    {.name = "pm_write_ns", .sub = true, .type = OT_UINT,
-     .off = F(pm_write_ns), .def = "0", .min = 0, .max = 1000000,
-     .stat = "tc_pm_write_ns", .show = SHOW_NUM, .arg = "<ns>",
-     .help = "busy-wait per 64-byte line written to PMEM, emulating a "
-             "slower medium; 0 = off"},
-    {.name = "pm_read_ns", .sub = true, .type = OT_UINT,
-     .off = F(pm_read_ns), .def = "0", .min = 0, .max = 1000000,
-     .stat = "tc_pm_read_ns", .show = SHOW_NUM, .arg = "<ns>",
-     .help = "busy-wait per 64-byte line of value read from PMEM; 0 = off"},
-    /* ablation switches: EXPERIMENT ONLY, off by default (they reproduce
-     * Tair MDB's bad layouts to measure what the design avoids) */
-    {.name = "ablate_meta_in_pmem", .sub = true, .type = OT_BOOL,
-     .off = F(ablate_meta_in_pmem), .stat = "tc_ablate_meta_in_pmem",
-     .show = SHOW_YESNO,
-     .help = "EXPERIMENT ONLY: also write page info into PMEM at the start "
-             "of every 1 MiB page (Tair MDB's write hot spot)"},
-    {.name = "ablate_init_in_lock", .sub = true, .type = OT_BOOL,
-     .off = F(ablate_init_in_lock), .stat = "tc_ablate_init_in_lock",
-     .show = SHOW_YESNO,
-     .help = "EXPERIMENT ONLY: write items and format pages inside the slab "
-             "class lock (Tair MDB's critical section)"},
-    /* hot keys in DRAM (src/engine/hotkey.c) */
-    {.name = "hot_pool_size", .sub = true, .type = OT_SIZE,
-     .off = F(hot_pool_size), .def = "8m", .min = 0, .max = 1ull << 40,
-     .stat = "hot_pool_size", .show = SHOW_NUM, .arg = "<size>",
-     .help = "DRAM pool for the items of write-hot keys, 0 = off (also "
-             "turns hot-key tracking and stats hotkeys off)"},
-    {.name = "hot_write_rate", .sub = true, .type = OT_UINT,
-     .off = F(hot_write_rate), .def = "1000", .min = 1, .max = 1u << 30,
-     .stat = "hot_write_rate", .show = SHOW_NUM, .arg = "<writes/s>",
-     .help = "writes per second that move a key's item into the DRAM pool; "
-             "it moves back below half of it"},
-    {.name = "hotkey_window", .sub = true, .type = OT_UINT,
-     .off = F(hotkey_window), .def = "10", .min = 1, .max = 3600,
-     .stat = "hotkey_window", .show = SHOW_NUM, .arg = "<secs>",
-     .help = "seconds the key rates average over"},
-    {.name = "hotkey_k", .sub = true, .type = OT_UINT, .off = F(hotkey_k),
-     .def = "64", .min = 1, .max = 1024, .stat = "hotkey_k",
-     .show = SHOW_NUM, .arg = "<num>",
-     .help = "keys tracked by write rate and by read rate"},
-    {.name = "hotkey_sample", .sub = true, .type = OT_UINT,
-     .off = F(hotkey_sample), .def = "16", .min = 1, .max = 1u << 20,
-     .stat = "hotkey_sample", .show = SHOW_NUM, .arg = "<num>",
-     .help = "sample one operation in this many (1 = every one)"},
-    /* the NVMe tier: memcached's extstore options (README "Spilling to
-     * NVMe") */
-    {.name = "ext_path", .sub = true, .type = OT_EXTPATH, .min = 1,
-     .max = SETTINGS_PATH_MAX - 1, .arg = "<file>:<size>",
-     .help = "spill cold values to this file or block device (O_DIRECT, "
-             "not tmpfs), using <size> bytes (k/m/g/t suffix); repeat for "
-             "more paths (at most 8)",
-     .bad = "expected FILE:SIZE with a size such as 64m or 10g"},
-    {.name = "ext_item_size", .sub = true, .type = OT_SIZE,
-     .off = F(ext_item_size), .def = "512", .min = 1, .max = 1u << 30,
-     .stat = "ext_item_size", .show = SHOW_NUM, .arg = "<bytes>",
-     .help = "only values at least this big leave the pool (and only when "
-             "their chunk is larger than the header left behind)"},
-    {.name = "ext_item_age", .sub = true, .type = OT_UINT,
-     .off = F(ext_item_age), .def = "4294967295", .min = 0,
-     .max = UINT32_MAX, .stat = "ext_item_age", .show = SHOW_NUM,
-     .arg = "<secs>",
-     .help = "only victims idle at least this long spill, younger ones "
-             "are evicted (default: no age limit; above 2 h counts as 2 h)"},
-    {.name = "ext_page_size", .sub = true, .type = OT_UINT,
-     .off = F(ext_page_size), .def = "64", .min = 1, .max = 2048,
-     .stat = "ext_page_size", .show = SHOW_NUM, .arg = "<MiB>",
-     .help = "segment size in MiB: the unit of reclaim and compaction"},
-    {.name = "ext_wbuf_size", .sub = true, .type = OT_UINT,
-     .off = F(ext_wbuf_size), .def = "4", .min = 1, .max = 256,
-     .stat = "ext_wbuf_size", .show = SHOW_NUM, .arg = "<MiB>",
-     .help = "write buffer in MiB, written in aligned pieces when full; divides "
-             "ext_page_size; larger values are evicted, not spilled"},
-    {.name = "ext_recache_rate", .sub = true, .type = OT_UINT,
-     .off = F(ext_recache_rate), .def = "2000", .min = 0, .max = UINT32_MAX,
-     .stat = "ext_recache_rate", .show = SHOW_NUM, .arg = "<num>",
-     .help = "copy 1 in this many flash reads (per thread) back into the "
-             "pool, 0 = never"},
-    {.name = "ext_recache_window", .sub = true, .type = OT_UINT,
-     .off = F(ext_recache_window), .def = "4294967295", .min = 0,
-     .max = UINT32_MAX, .stat = "ext_recache_window", .show = SHOW_NUM,
-     .arg = "<num>",
-     .help = "a flash item read 3 times within about this many flash reads "
-             "is copied back into the pool, 0 = never; rounded up to a "
-             "power of two (default: the power of two above -m / 4 KiB, "
-             "1024 to 4194304)"},
-    {.name = "ext_max_frag", .sub = true, .type = OT_DOUBLE,
-     .off = F(ext_max_frag), .def = "0.8", .dmin = 0, .dmax = 1,
-     .stat = "ext_max_frag", .show = SHOW_NUM, .arg = "<fraction>",
-     .help = "compact a segment once this fraction of it is dead"},
-    {.name = "ext_read_timeout_ms", .sub = true, .type = OT_UINT,
-     .off = F(ext_read_timeout_ms), .def = "1000", .min = 0,
-     .max = 3600000, .stat = "ext_read_timeout_ms", .show = SHOW_NUM,
-     .arg = "<ms>",
-     .help = "a flash read not back by then is a miss, 0 = no deadline"},
-    {.name = "ext_threads", .sub = true, .type = OT_UINT,
-     .off = F(ext_threads), .def = "2", .min = 1, .max = 64,
-     .stat = "ext_threads", .show = SHOW_NUM, .arg = "<num>",
-     .help = "I/O threads, used only where io_uring is refused"},
+#include "src/server/options.def"
 };
-/* clang-format on */
+#undef OPT_ROW
 
 /* Fixed lines of "stats settings" memcached prints and tools may expect. */
 static const char *const fixed_stats[][2] = {
@@ -339,28 +138,15 @@ cfield(const struct settings *s, const struct opt *o)
 static bool
 parse_u64(const char *p, uint64_t *out)
 {
-    uint64_t v = 0;
-    if (!*p)
-        return false;
-    for (; *p; p++) {
-        if (*p < '0' || *p > '9')
-            return false;
-        unsigned d = (unsigned)(*p - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
+    return num_parse_u64(p, strlen(p), UINT64_MAX, out);
 }
 
 static bool
 parse_size(const char *p, uint64_t *out)
 {
-    char digits[32];
     size_t n = strlen(p);
-    uint64_t mult = 1;
-    if (n == 0 || n >= sizeof(digits))
+    uint64_t mult = 1, v;
+    if (n == 0 || n >= 32) /* 31 characters at most, suffix included */
         return false;
     switch (p[n - 1]) {
     case 'k':
@@ -386,10 +172,7 @@ parse_size(const char *p, uint64_t *out)
     default:
         break;
     }
-    memcpy(digits, p, n);
-    digits[n] = '\0';
-    uint64_t v;
-    if (!parse_u64(digits, &v) || v > UINT64_MAX / mult)
+    if (!num_parse_u64(p, n, UINT64_MAX / mult, &v))
         return false;
     *out = v * mult;
     return true;
@@ -1020,3 +803,47 @@ settings_render(const struct settings *s, struct obuf *out)
     obuf_printf(out, "STAT tc_min_chunk %u\r\n", settings_min_chunk(s));
     return out->err;
 }
+
+/* --- the engine's configuration --- */
+
+/* options.def's "to" column: each kind is the left-hand side of the
+ * assignment the row completes with its value (a 32-bit tc_config field
+ * takes the 64-bit value whole: the row's range keeps it in bounds). */
+#define TC(f) cfg->f =
+#define TC_NOT(f) cfg->f = !
+#define TC_MIB(f) cfg->f = MIB *
+#define TC_CALC (void)
+#define TC_NONE (void)
+
+_Static_assert(SETTINGS_EXT_PATHS == TC_EXT_MAX_PATHS,
+               "every -o ext_path fits tc_config's ext_path[]");
+
+void
+settings_to_config(const struct settings *s, struct tc_config *cfg)
+{
+    tc_config_init(cfg);
+#define FLAG(flag_, name_, field_, type_, def_, lo_, hi_, stat_, show_, to_,   \
+             arg_, help_, bad_)                                                \
+    to_ s->field_;
+#define OPT(field_, type_, def_, lo_, hi_, stat_, show_, to_, arg_, help_,     \
+            bad_)                                                              \
+    to_ s->field_;
+#include "src/server/options.def"
+
+    /* TC_CALC: the pool file holds -o pool_size (default -m) bytes of
+     * items plus its header area in front */
+    uint64_t items = s->pool_size ? s->pool_size : s->maxbytes_mib * MIB;
+    cfg->pool_size = items + TC_POOL_HEADER_SIZE;
+    cfg->min_chunk = settings_min_chunk(s);
+    cfg->ext_npaths = s->ext_npaths;
+    for (unsigned i = 0; i < s->ext_npaths; i++) {
+        cfg->ext_path[i] = s->ext_path[i];
+        cfg->ext_size[i] = s->ext_size[i];
+    }
+}
+
+#undef TC
+#undef TC_NOT
+#undef TC_MIB
+#undef TC_CALC
+#undef TC_NONE

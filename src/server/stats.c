@@ -1,7 +1,7 @@
 /*
  * Stats groups (src/server/stats.h): memcached's names and formats, engine
- * counters from tc_stats()/tc_slab_stats(), server counters summed over
- * the threads by server_ctr_sum().
+ * counters from tc_stats()/tc_slab_stats(), server figures and counters
+ * from the server's hooks (struct stats_hooks).
  *
  * Concurrency: no state of its own; what it reads is guarded where it
  * lives (stats.h for the counters, conn.c for the connection lists).
@@ -10,7 +10,7 @@
 #include "src/server/stats.h"
 
 #include "src/base/clock.h"
-#include "src/server/server.h"
+#include "src/server/conn.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -46,8 +46,12 @@ stat_u64(struct obuf *out, const char *name, uint64_t v)
 
 /* --- "stats" --- */
 
+/* One line per row of a run of TC_STATS_COUNTERS (src/tiercache.h), from
+ * struct tc_stats *t into struct obuf *out. */
+#define ENGINE_LINE(id, field, name, kind) stat_u64(out, name, t->field);
+
 static void
-general_process(struct obuf *out, const struct server_info *in)
+general_process(struct obuf *out, const struct stats_info *in)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -63,7 +67,7 @@ general_process(struct obuf *out, const struct server_info *in)
 }
 
 static void
-general_conns(struct obuf *out, const struct server_info *in,
+general_conns(struct obuf *out, const struct stats_info *in,
               const uint64_t *ctr)
 {
     stat_u64(out, "max_connections", in->settings.maxconns);
@@ -76,28 +80,9 @@ general_conns(struct obuf *out, const struct server_info *in,
 static void
 general_cmds(struct obuf *out, const struct tc_stats *t, const uint64_t *ctr)
 {
-    stat_u64(out, "cmd_get", t->cmd_get);
-    stat_u64(out, "cmd_set", t->cmd_set);
-    stat_u64(out, "cmd_flush", t->cmd_flush);
-    stat_u64(out, "cmd_touch", t->cmd_touch);
+    TC_STATS_CMD(ENGINE_LINE)
     stat_u64(out, "cmd_meta", ctr[STATS_CMD_META]);
-    stat_u64(out, "get_hits", t->get_hits);
-    stat_u64(out, "get_misses", t->get_misses);
-    stat_u64(out, "get_expired", t->get_expired);
-    stat_u64(out, "get_flushed", t->get_flushed);
-    stat_u64(out, "delete_misses", t->delete_misses);
-    stat_u64(out, "delete_hits", t->delete_hits);
-    stat_u64(out, "incr_misses", t->incr_misses);
-    stat_u64(out, "incr_hits", t->incr_hits);
-    stat_u64(out, "decr_misses", t->decr_misses);
-    stat_u64(out, "decr_hits", t->decr_hits);
-    stat_u64(out, "cas_misses", t->cas_misses);
-    stat_u64(out, "cas_hits", t->cas_hits);
-    stat_u64(out, "cas_badval", t->cas_badval);
-    stat_u64(out, "touch_hits", t->touch_hits);
-    stat_u64(out, "touch_misses", t->touch_misses);
-    stat_u64(out, "store_too_large", t->store_too_large);
-    stat_u64(out, "store_no_memory", t->store_no_memory);
+    TC_STATS_HIT(ENGINE_LINE)
     stat_u64(out, "auth_cmds", 0);
     stat_u64(out, "auth_errors", 0);
 }
@@ -114,7 +99,7 @@ log2_floor(uint64_t v)
 }
 
 static void
-general_server(struct obuf *out, const struct server_info *in,
+general_server(struct obuf *out, const struct stats_info *in,
                const struct tc_stats *t, const uint64_t *ctr)
 {
     stat_u64(out, "bytes_read", ctr[STATS_BYTES_READ]);
@@ -129,19 +114,13 @@ general_server(struct obuf *out, const struct server_info *in,
     stat_u64(out, "hash_bytes", t->dram_index_bytes);
     stat_u64(out, "hash_is_expanding", 0);
     stat_u64(out, "slab_reassign_running", 0);
-    stat_u64(out, "slabs_moved", t->slab_reassign_count);
+    TC_STATS_SLAB(ENGINE_LINE)
 }
 
 static void
 general_items(struct obuf *out, const struct tc_stats *t)
 {
-    stat_u64(out, "bytes", t->bytes);
-    stat_u64(out, "curr_items", t->curr_items);
-    stat_u64(out, "total_items", t->total_items);
-    stat_u64(out, "expired_unfetched", t->expired_unfetched);
-    stat_u64(out, "evicted_unfetched", t->evicted_unfetched);
-    stat_u64(out, "evictions", t->evictions);
-    stat_u64(out, "reclaimed", t->reclaimed);
+    TC_STATS_ITEM(ENGINE_LINE)
     stat_u64(out, "total_malloced", t->total_malloced);
 }
 
@@ -158,16 +137,13 @@ general_tiercache(struct obuf *out, const struct tc_stats *t,
     stat_u64(out, "tc_quota_refills", t->quota_refills);
     stat_u64(out, "tc_index_buckets", t->index_buckets);
     stat_u64(out, "tc_index_overflow_buckets", t->index_overflow_buckets);
-    stat_u64(out, "tc_sweep_reclaimed", t->sweep_reclaimed);
+    TC_STATS_SWEEP(ENGINE_LINE)
     stat_u64(out, "tc_cmd_total", ctr[STATS_CMD_TOTAL]);
     stat_u64(out, "tc_cmd_bin", ctr[STATS_CMD_BIN]);
     stat_u64(out, "tc_get_multi", ctr[STATS_GET_MULTI]);
     stat_u64(out, "tc_protocol_errors", ctr[STATS_PROTO_ERRORS]);
     /* hot keys in DRAM */
-    stat_u64(out, "hotkey_current", t->hotkey_current);
-    stat_u64(out, "hotkey_promotions", t->hotkey_promotions);
-    stat_u64(out, "hotkey_demotions", t->hotkey_demotions);
-    stat_u64(out, "hotkey_pmem_bytes_saved", t->hotkey_pmem_bytes_saved);
+    TC_STATS_HOTKEY(ENGINE_LINE)
     stat_u64(out, "hot_pool_bytes", t->hot_pool_bytes);
     stat_u64(out, "hot_pool_limit", t->hot_pool_limit);
 }
@@ -179,12 +155,7 @@ general_extstore(struct obuf *out, const struct tc_stats *t)
 {
     if (!t->ext_enabled)
         return;
-    stat_u64(out, "get_extstore", t->get_extstore);
-    stat_u64(out, "get_aborted_extstore", t->get_aborted_extstore);
-    stat_u64(out, "miss_from_extstore", t->miss_from_extstore);
-    stat_u64(out, "badcrc_from_extstore", t->badcrc_from_extstore);
-    stat_u64(out, "recache_from_extstore", t->recache_from_extstore);
-    stat_u64(out, "extstore_io_queue", t->extstore_io_queue);
+    TC_STATS_EXTSTORE(ENGINE_LINE)
     stat_u64(out, "extstore_page_reclaims", t->extstore_page_reclaims);
     stat_u64(out, "extstore_objects_lost", t->extstore_objects_lost);
     stat_u64(out, "extstore_compact_rescues", t->extstore_compact_rescues);
@@ -197,11 +168,7 @@ general_extstore(struct obuf *out, const struct tc_stats *t)
     stat_u64(out, "extstore_bytes_read", t->extstore_bytes_read);
     stat_u64(out, "extstore_objects_written", t->extstore_objects_written);
     stat_u64(out, "extstore_objects_read", t->extstore_objects_read);
-    stat_u64(out, "tc_ext_items", t->ext_items);
-    stat_u64(out, "tc_ext_item_bytes", t->ext_item_bytes);
-    stat_u64(out, "tc_ext_spilled", t->ext_spilled);
-    stat_u64(out, "tc_ext_spill_busy", t->ext_spill_busy);
-    stat_u64(out, "tc_ext_read_timeouts", t->ext_read_timeouts);
+    TC_STATS_EXT(ENGINE_LINE)
     stat_u64(out, "tc_ext_write_errors", t->ext_write_errors);
     stat_u64(out, "tc_ext_read_p50_us", t->ext_read_p50_ns / 1000);
     stat_u64(out, "tc_ext_read_p99_us", t->ext_read_p99_ns / 1000);
@@ -231,13 +198,13 @@ tiers(struct tc_cache *c, struct obuf *out)
 }
 
 static void
-general(struct server *srv, struct obuf *out)
+general(const struct stats_hooks *h, struct server *srv, struct obuf *out)
 {
-    struct server_info in;
+    struct stats_info in;
     struct tc_stats t;
     uint64_t ctr[STATS_CTR_COUNT];
-    server_info(srv, &in);
-    server_ctr_sum(srv, ctr);
+    h->info(srv, &in);
+    h->ctr_sum(srv, ctr);
     tc_stats(in.cache, &t);
     general_process(out, &in);
     general_conns(out, &in, ctr);
@@ -292,8 +259,7 @@ items(struct tc_cache *c, struct obuf *out)
     }
 }
 
-/* --- "stats hotspot" (write-hotspot tracker, README "Finding write hot
- * spots") --- */
+/* --- "stats hotspot" (write-hotspot tracker, doc/hotspots.md) --- */
 
 #define STATS_HOTSPOT_TOP 10
 
@@ -389,53 +355,37 @@ conn_line(void *arg, const struct conn_view *v)
 /* --- entry points --- */
 
 int
-stats_group(void *arg, struct proto_sess *s, const char *group,
-            struct obuf *out)
+stats_group(const struct stats_hooks *h, struct server *srv,
+            struct proto_sess *s, const char *group, struct obuf *out)
 {
-    struct server *srv = arg;
     (void)s;
     if (!strcmp(group, "")) {
-        general(srv, out);
-    } else if (!strcmp(group, "settings")) {
-        struct server_info in;
-        server_info(srv, &in);
-        settings_render(&in.settings, out);
-    } else if (!strcmp(group, "slabs")) {
-        struct server_info in;
-        server_info(srv, &in);
-        slabs(in.cache, out);
-    } else if (!strcmp(group, "items")) {
-        struct server_info in;
-        server_info(srv, &in);
-        items(in.cache, out);
-    } else if (!strcmp(group, "hotspot")) {
-        struct server_info in;
-        server_info(srv, &in);
-        hotspot(in.cache, out);
-    } else if (!strcmp(group, "hotkeys")) {
-        struct server_info in;
-        server_info(srv, &in);
-        hotkeys(in.cache, out);
-    } else if (!strcmp(group, "tiers")) {
-        struct server_info in;
-        server_info(srv, &in);
-        tiers(in.cache, out);
-    } else if (!strcmp(group, "conns")) {
-        server_conns_walk(srv, conn_line, out);
-    } else if (!strcmp(group, "sizes")) {
-        obuf_add_str(out, "STAT sizes_status disabled\r\n");
-    } else {
-        return -ENOENT;
+        general(h, srv, out);
+        return 0;
     }
+    if (!strcmp(group, "conns")) {
+        h->conns_walk(srv, conn_line, out);
+        return 0;
+    }
+    if (!strcmp(group, "sizes")) {
+        obuf_add_str(out, "STAT sizes_status disabled\r\n");
+        return 0;
+    }
+    struct stats_info in;
+    h->info(srv, &in);
+    if (!strcmp(group, "settings"))
+        settings_render(&in.settings, out);
+    else if (!strcmp(group, "slabs"))
+        slabs(in.cache, out);
+    else if (!strcmp(group, "items"))
+        items(in.cache, out);
+    else if (!strcmp(group, "hotspot"))
+        hotspot(in.cache, out);
+    else if (!strcmp(group, "hotkeys"))
+        hotkeys(in.cache, out);
+    else if (!strcmp(group, "tiers"))
+        tiers(in.cache, out);
+    else
+        return -ENOENT;
     return 0;
-}
-
-void
-stats_reset(void *arg)
-{
-    struct server *srv = arg;
-    struct server_info in;
-    server_info(srv, &in);
-    tc_stats_reset(in.cache);
-    server_ctr_reset(srv);
 }

@@ -2,9 +2,12 @@
 /*
  * The server's statistics: per-thread counters (bytes, connections,
  * commands) and the stats groups of the text protocol ("stats",
- * "stats settings", "slabs", "items", "conns", "sizes", "stats reset").
- * Engine counters come from tc_stats(); names are memcached's where the
- * meaning matches, tiercache's own carry the prefix tc_.
+ * "stats settings", "slabs", "items", "conns", "sizes"...). Engine counters
+ * come from tc_stats(), one line per row of TC_STATS_COUNTERS
+ * (src/tiercache.h); names are memcached's where the meaning matches,
+ * tiercache's own carry the prefix tc_. "stats reset" is the server's
+ * (src/server/server.c): a new baseline for these counters and
+ * tc_stats_reset().
  *
  * Concurrency:
  *   struct stats_ctr   one per thread (each worker, the acceptor), cache-line
@@ -20,12 +23,17 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "src/base/compiler.h"
 #include "src/server/obuf.h"
+#include "src/server/settings.h"
+#include "src/tiercache.h"
 
+struct conn_view;
 struct proto_sess;
+struct server;
 
 enum stats_ctr_id {
     STATS_BYTES_READ,
@@ -66,9 +74,36 @@ struct stats_base {
 void stats_base_init(struct stats_base *b);
 void stats_base_fini(struct stats_base *b);
 
-/* proto_server_ops.stats: srv is the struct server. 0 or -ENOENT for an
- * unknown group. Context: any worker. */
-int stats_group(void *srv, struct proto_sess *s, const char *group,
-                struct obuf *out);
-/* proto_server_ops.stats_reset. Context: any worker. */
-void stats_reset(void *srv);
+/* What the stats groups know of the server, taken when asked. */
+struct stats_info {
+    struct tc_cache *cache;
+    struct settings settings; /* with the live verbosity and memory limit */
+    uint32_t uptime;          /* seconds */
+    uint32_t started_unix;
+    uint64_t curr_conns;
+    unsigned nlisteners;
+    unsigned nworkers;
+    bool accepting;
+};
+
+/*
+ * How the stats groups reach the server that owns them: functions the
+ * server provides (src/server/server.c), so that this file calls nothing in
+ * the file that calls it. Context: any worker, concurrently with the
+ * server's other threads.
+ */
+struct stats_hooks {
+    void (*info)(struct server *srv, struct stats_info *out);
+    /* Every thread's counters summed, minus the baseline of the last
+     * reset. */
+    void (*ctr_sum)(struct server *srv, uint64_t sum[STATS_CTR_COUNT]);
+    /* Every listener, then every worker's connections. */
+    void (*conns_walk)(struct server *srv,
+                       void (*fn)(void *arg, const struct conn_view *v),
+                       void *arg);
+};
+
+/* Append the lines of a stats group (proto_server_ops.stats). 0, or -ENOENT
+ * for an unknown group. Context: any worker. */
+int stats_group(const struct stats_hooks *h, struct server *srv,
+                struct proto_sess *s, const char *group, struct obuf *out);

@@ -63,54 +63,6 @@ setup_signals(void)
     return -pthread_sigmask(SIG_BLOCK, &set, NULL);
 }
 
-static void
-config_from(const struct settings *st, struct tc_config *cfg)
-{
-    tc_config_init(cfg);
-    cfg->pool_path = st->pool_path;
-    /* -m is the item memory, as in memcached; the pool file holds -o
-     * pool_size (default -m) plus its header area in front */
-    uint64_t items = st->pool_size ? st->pool_size : st->maxbytes_mib << 20;
-    cfg->pool_size = items + TC_POOL_HEADER_SIZE;
-    cfg->mem_limit = st->maxbytes_mib << 20;
-    cfg->min_chunk = settings_min_chunk(st);
-    cfg->growth_factor = st->growth_factor;
-    cfg->chunk_max = (uint32_t)st->slab_chunk_max;
-    cfg->item_size_max = (uint32_t)st->item_size_max;
-    cfg->evict = !st->no_evict;
-    cfg->expected_items = st->hash_items;
-    cfg->quota_batch = (uint32_t)st->quota_batch;
-    cfg->background = !st->no_background;
-    cfg->sweep_budget = (uint32_t)st->sweep_budget;
-    cfg->hotspot_dimms = (uint32_t)st->hotspot_dimms;
-    cfg->hotspot_interleave = (uint32_t)st->hotspot_interleave;
-    cfg->hotspot_sample = (uint32_t)st->hotspot_sample;
-    cfg->pm_write_ns = (uint32_t)st->pm_write_ns;
-    cfg->pm_read_ns = (uint32_t)st->pm_read_ns;
-    /* ablation switches, experiment only (README "Ablation switches") */
-    cfg->ablate_meta_in_pmem = st->ablate_meta_in_pmem;
-    cfg->ablate_init_in_lock = st->ablate_init_in_lock;
-    cfg->hot_pool_size = st->hot_pool_size;
-    cfg->hot_write_rate = (uint32_t)st->hot_write_rate;
-    cfg->hotkey_window = (uint32_t)st->hotkey_window;
-    cfg->hotkey_k = (uint32_t)st->hotkey_k;
-    cfg->hotkey_sample = (uint32_t)st->hotkey_sample;
-    cfg->ext_npaths = st->ext_npaths;
-    for (unsigned i = 0; i < st->ext_npaths; i++) {
-        cfg->ext_path[i] = st->ext_path[i];
-        cfg->ext_size[i] = st->ext_size[i];
-    }
-    cfg->ext_item_size = (uint32_t)st->ext_item_size;
-    cfg->ext_item_age = (uint32_t)st->ext_item_age;
-    cfg->ext_page_size = (uint32_t)(st->ext_page_size << 20);
-    cfg->ext_wbuf_size = (uint32_t)(st->ext_wbuf_size << 20);
-    cfg->ext_recache_rate = (uint32_t)st->ext_recache_rate;
-    cfg->ext_recache_window = (uint32_t)st->ext_recache_window;
-    cfg->ext_max_frag = st->ext_max_frag;
-    cfg->ext_read_timeout_ms = (uint32_t)st->ext_read_timeout_ms;
-    cfg->ext_threads = (uint32_t)st->ext_threads;
-}
-
 /* Whether an open error already names the file it is about. */
 static bool
 names_a_file(const struct settings *st, const char *why)
@@ -127,7 +79,7 @@ static int
 open_cache(const struct settings *st, struct tc_cache **out)
 {
     struct tc_config cfg;
-    config_from(st, &cfg);
+    settings_to_config(st, &cfg);
     if (tc_open(&cfg, out) != 0) {
         const char *why = tc_errmsg();
         if (names_a_file(st, why))

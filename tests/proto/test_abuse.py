@@ -31,11 +31,11 @@ MIB = 1024 * 1024
 SEED = int(os.environ.get("TC_SEED", "20240611"))
 LIMIT_MSG = b"ERROR Too many open connections\r\n"
 
-# The documented bound (README, "Running the server"): the replies a
-# connection holds never exceed 4 MiB (where the server stops reading it)
-# + 256 KiB (where a multiget stops between two keys) + one value. Per
-# connection the test allows twice that, as the output block grows by
-# doubling, plus the input buffer (at most -I + 8 KiB); -I 2m here.
+# The documented bound (doc/operating.md, "Threads and memory"): the
+# replies a connection holds never exceed 4 MiB (where the server stops
+# reading it) + 256 KiB (where a multiget stops between two keys) + one
+# value. Per connection the test allows twice that, as the output block
+# grows by doubling, plus the input buffer (at most -I + 8 KiB); -I 2m here.
 ITEM_MAX = 2 * MIB
 OUT_BOUND = 4 * MIB + 256 * 1024 + ITEM_MAX
 PER_CONN_ALLOWANCE = 2 * OUT_BOUND + ITEM_MAX + 8 * 1024

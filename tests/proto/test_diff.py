@@ -24,18 +24,20 @@ Replies are compared after normalising what may differ:
     between the two servers); that of an item born expired (N-1, T-1) is
     "expired" (memcached prints exptime - now as an unsigned 32-bit number);
     me exp= by its magnitude (memcached 1.6.18 prints now - exptime);
-  - mg l and me la= (last access: see README, "Protocols"), me cls= and
+  - mg l and me la= (last access: see doc/operating.md, "Switching from
+    memcached"), me cls= and
     size= (slab class and item size are each server's own);
   - stats contents (only that the reply is STAT lines and END) and the
     version string.
 
-Intended differences (INTENDED below; also in README.md, "Tests"). Where
+Intended differences (INTENDED below; also in doc/operating.md, "Switching
+from memcached"). Where
 the effect of a request may differ, the rest of its sequence is not
 compared:
 
   | what | memcached 1.6.18 | tiercached | why |
   | --- | --- | --- | --- |
-  | strict numbers | strtoul: takes "+5"; flags >= 2^32 wrap to their low 32 bits; an exptime beyond 32 bits is truncated (4294967296: never expires) | CLIENT_ERROR bad command line format (an exptime beyond 32 bits is a time in 2106) | a number that silently changes is worse than a refusal (README, "Protocols") |
+  | strict numbers | strtoul: takes "+5"; flags >= 2^32 wrap to their low 32 bits; an exptime beyond 32 bits is truncated (4294967296: never expires) | CLIENT_ERROR bad command line format (an exptime beyond 32 bits is a time in 2106) | a number that silently changes is worse than a refusal (doc/operating.md, "Switching from memcached") |
   | opaque checked first | an O token over 32 bytes is refused while the reply is written: mg has fetched, touched or created (N), ma has changed the value; ma reports a non-numeric value first | refused before the command acts | an error reply must mean nothing happened |
   | key echoed as sent | k and me return the key by how the item was stored (a per-item binary-key bit) | as the request spelled it (base64 with b) | no bit for it in the item header; a client reads back what it sent |
   | ma T when the number grows | T (and t's report) go to the item being replaced: the stored item keeps its TTL | the stored item gets the TTL | memcached bug (do_add_delta returns the old item) |

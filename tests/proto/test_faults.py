@@ -37,7 +37,7 @@ BAD_FORMAT = b"CLIENT_ERROR bad command line format\r\n"
 NON_NUMERIC = b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
 BAD_DELTA = b"CLIENT_ERROR invalid numeric delta argument\r\n"
 U64_MAX = (1 << 64) - 1
-ITEM_HDR = 24            # tiercache's item header (README: -I counts it)
+ITEM_HDR = 24            # tiercache's item header (-I counts it)
 
 # a value of n bytes: a slice of a fixed pattern, shifted by n, so that a
 # value of another length (or another key's) never compares equal

@@ -1,6 +1,6 @@
 """Write-hotspot tracking over the protocol: -o hotspot_* and pm_*_ns
 options, "stats hotspot", "hotspot dump [PATH]" and "hotspot reset"
-(README "Finding write hot spots"). tiercache only."""
+(doc/hotspots.md, "Finding write hot spots"). tiercache only."""
 
 import os
 import re

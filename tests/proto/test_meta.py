@@ -408,9 +408,10 @@ def test_mg_last_access(mc, key):
 
     The sequence is one where memcached and tiercache agree: memcached's
     segmented LRU moves the time on a read only from the item's second
-    fetch on (README, "Protocols"), so the item is fetched once first. Each
-    wait is at least 1.1 s; both servers count whole seconds, so an age is
-    bounded by the real time measured around the requests (check_age).
+    fetch on (doc/operating.md, "Switching from memcached"), so the item is
+    fetched once first. Each wait is at least 1.1 s; both servers count
+    whole seconds, so an age is bounded by the real time measured around
+    the requests (check_age).
     """
     L = re.compile(r"l\d+")
 

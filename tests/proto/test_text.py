@@ -667,7 +667,8 @@ def test_item_max_flag(spawn, connect, key):
 @pytest.mark.tiercache_only
 def test_item_max_exact_boundary(mc, key):
     """tiercache's -I counts the 24-byte item header, the key and the
-    value (README): the largest value is -I - 24 - key length."""
+    value (doc/operating.md, "Flags"): the largest value is
+    -I - 24 - key length."""
     k = b(key)
     n = MIB - 24 - len(k)
     data = b"e" * n

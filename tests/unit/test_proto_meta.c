@@ -837,6 +837,26 @@ test_errors(void **state)
     assert_int_equal(f->s.ctr.protocol_errors, 18);
 }
 
+/* The number rules' edges: a signed 32-bit TTL, '+' allowed in a flag's
+ * number but not in the data length. */
+static void
+test_number_edges(void **state)
+{
+    struct fx *f = *state;
+    EXPECT(f, "mg foo T2147483648\r\n",
+           "CLIENT_ERROR bad token in command line format\r\n");
+    EXPECT(f, "mg foo T-2147483649\r\n",
+           "CLIENT_ERROR bad token in command line format\r\n");
+    EXPECT(f, "mg foo N+\r\n",
+           "CLIENT_ERROR bad token in command line format\r\n");
+    EXPECT(f, "ms foo +1\r\nx\r\n",
+           "CLIENT_ERROR bad command line format\r\nERROR\r\n");
+    EXPECT(f, "ms foo 18446744073709551617\r\n",
+           "CLIENT_ERROR bad command line format\r\n");
+    EXPECT(f, "ms num 1 F+4294967295 T+0\r\nx\r\n", "HD\r\n");
+    EXPECT(f, "mg num f v\r\n", "VA 1 f4294967295\r\nx\r\n");
+}
+
 /* A new item starts with no history: not fetched (h0), no win handed out
  * (no Z), even when it lands in the memory of one that had both. */
 static void
@@ -900,6 +920,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_me, setup, teardown),
         cmocka_unit_test_setup_teardown(test_last_access, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_number_edges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fresh_item_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipeline, setup, teardown),
     };

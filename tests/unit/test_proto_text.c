@@ -341,6 +341,18 @@ test_incr_decr(void **state)
     expect(f, "decr s 1\r\n", nonnum);
     expect(f, "set s 0 0 20\r\n18446744073709551616\r\n", "STORED\r\n");
     expect(f, "incr s 1\r\n", nonnum);
+    /* strtoull's reading of a stored number: leading spaces and zeros,
+     * and the end at a space, '\r' or '\n' */
+    expect(f, "set s 0 0 3\r\n  7\r\n", "STORED\r\n");
+    expect(f, "incr s 1\r\n", "8\r\n");
+    expect(f, "set s 0 0 3\r\n007\r\n", "STORED\r\n");
+    expect(f, "incr s 1\r\n", "8\r\n");
+    expect(f, "set s 0 0 2\r\n7\r\r\n", "STORED\r\n");
+    expect(f, "incr s 1\r\n", "8\r\n");
+    expect(f, "set s 0 0 2\r\n7x\r\n", "STORED\r\n");
+    expect(f, "incr s 1\r\n", nonnum);
+    expect(f, "set s 0 0 2\r\n +\r\n", "STORED\r\n");
+    expect(f, "incr s 1\r\n", nonnum);
     expect(f, "incr\r\nincr n\r\nincr n 1 2 3\r\n",
            "ERROR\r\nERROR\r\nERROR\r\n");
     expect(f, "incr n 1 junk\r\n", "1\r\n");

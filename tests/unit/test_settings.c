@@ -19,6 +19,7 @@
 #include "src/base/err.h"
 #include "src/server/obuf.h"
 #include "src/server/settings.h"
+#include "src/tiercache.h"
 
 #define MAX_ARGS 32
 
@@ -525,6 +526,98 @@ test_help_lists_everything(void **state)
     free(text);
 }
 
+/* Numbers: strict decimal (leading zeros, no sign, no space, no overflow),
+ * sizes with a suffix, octal masks; the limits where the number parsers
+ * meet (a size of 32 characters or more is refused however it reads). */
+static void
+test_number_rules(void **state)
+{
+    struct fx *f = *state;
+    expect_ok(f, "-t 0004");
+    assert_int_equal(f->s.threads, 4);
+    expect_ok(f, "-o hash_items=17592186044416");
+    assert_true(f->s.hash_items == 1ull << 44);
+    expect_bad(f, "-o hash_items=17592186044417", "-o hash_items: ", NULL);
+    expect_bad(f, "-o hash_items=18446744073709551616",
+               "-o hash_items: ", NULL);
+    expect_bad(f, "-t +4", "-t: ", NULL);
+    expect_bad(f, "-t 4k", "-t: ", NULL);
+    expect_ok(f, "-o ext_item_age=4294967295");
+    assert_int_equal(f->s.ext_item_age, 4294967295u);
+    expect_bad(f, "-o ext_item_age=4294967296", "-o ext_item_age: ", NULL);
+    /* sizes: 31 characters at most, suffix included */
+    expect_ok(f, "-I 000000000000000000000000000001k");
+    assert_int_equal(f->s.item_size_max, 1024);
+    expect_bad(f, "-I 0000000000000000000000000000001k", "-I: ", NULL);
+    expect_ok(f, "-I 0000000000000000000000000001024");
+    assert_int_equal(f->s.item_size_max, 1024);
+    expect_bad(f, "-I 00000000000000000000000000001024", "-I: ", NULL);
+    expect_ok(f, "-o pool_size=1G");
+    assert_true(f->s.pool_size == 1ull << 30);
+    expect_bad(f, "-I +1k", "-I: ", NULL);
+    expect_bad(f, "-I 1.5m", "-I: ", NULL);
+    /* the multiplied size must fit 64 bits */
+    expect_ok(f, "-o pool_size=16t");
+    assert_true(f->s.pool_size == 16ull << 40);
+    expect_bad(f, "-o pool_size=17179869184g", "-o pool_size: ", NULL);
+    expect_bad(f, "-o pool_size=18014398509481984k", "-o pool_size: ", NULL);
+    expect_ok(f, "-o ext_path=/tmp/a:1T");
+    assert_true(f->s.ext_size[0] == 1ull << 40);
+    expect_bad(f, "-o ext_path=/tmp/a:+1g", "-o ext_path", "FILE:SIZE");
+    /* octal: up to 4 digits */
+    expect_ok(f, "-a 0777");
+    assert_int_equal(f->s.unix_mask, 0777);
+    expect_bad(f, "-a 00777", "-a: ", NULL);
+}
+
+/* The copy into struct tc_config: each engine option reaches its field,
+ * and the server's defaults are the library's except where options.def
+ * says why (the pool's path and size, the smallest chunk, the hot pool). */
+static void
+test_engine_config(void **state)
+{
+    struct fx *f = *state;
+    struct tc_config lib, got;
+    assert_int_equal(parse(f, ""), 0);
+    tc_config_init(&lib);
+    settings_to_config(&f->s, &got);
+    assert_string_equal(got.pool_path, "/dev/shm/tiercache.11211.pool");
+    assert_true(got.pool_size == (64ull << 20) + TC_POOL_HEADER_SIZE);
+    assert_true(got.mem_limit == 64ull << 20);
+    assert_int_equal(got.min_chunk, 72);
+    assert_true(got.hot_pool_size == 8ull << 20);
+    got.pool_path = lib.pool_path;
+    got.pool_size = lib.pool_size;
+    got.mem_limit = lib.mem_limit;
+    got.min_chunk = lib.min_chunk;
+    got.hot_pool_size = lib.hot_pool_size;
+    /* both start from tc_config_init's zeroed struct: padding compares */
+    if (memcmp(&got, &lib, sizeof(got)) != 0)
+        fail_msg("a server default differs from tc_config_init's");
+
+    expect_ok(f, "-M -m 100 -n 100 -f 1.5 -I 2m -o pool_size=1g,"
+                 "slab_chunk_max=256k,hash_items=99,no_background,"
+                 "hot_pool_size=0,ext_page_size=32,ext_wbuf_size=8,"
+                 "ext_path=/tmp/a:1g,ext_path=/tmp/b:2g,ext_max_frag=0.5");
+    settings_to_config(&f->s, &got);
+    assert_false(got.evict);
+    assert_false(got.background);
+    assert_true(got.mem_limit == 100ull << 20);
+    assert_true(got.pool_size == (1ull << 30) + TC_POOL_HEADER_SIZE);
+    assert_int_equal(got.min_chunk, 128);
+    assert_true(got.growth_factor > 1.4999 && got.growth_factor < 1.5001);
+    assert_int_equal(got.item_size_max, 2u << 20);
+    assert_int_equal(got.chunk_max, 256u << 10);
+    assert_int_equal(got.expected_items, 99);
+    assert_int_equal(got.hot_pool_size, 0);
+    assert_int_equal(got.ext_page_size, 32u << 20);
+    assert_int_equal(got.ext_wbuf_size, 8u << 20);
+    assert_int_equal(got.ext_npaths, 2);
+    assert_string_equal(got.ext_path[1], "/tmp/b");
+    assert_true(got.ext_size[1] == 2ull << 30);
+    assert_true(got.ext_max_frag > 0.49 && got.ext_max_frag < 0.51);
+}
+
 int
 main(void)
 {
@@ -544,6 +637,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_ext_options, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help_lists_everything, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_number_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_engine_config, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

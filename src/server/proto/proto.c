@@ -27,12 +27,6 @@ proto_sess_init(struct proto_sess *s, struct tc_cache *cache,
     s->item_size_max = item_size_max ? item_size_max : TC_ITEM_SIZE_MAX_DEFAULT;
 }
 
-bool
-proto_too_large(const struct proto_sess *s, size_t klen, uint64_t vlen)
-{
-    return TC_ITEM_HEADER_SIZE + klen + vlen > s->item_size_max;
-}
-
 void
 proto_sess_fini(struct proto_sess *s)
 {

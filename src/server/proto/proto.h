@@ -90,8 +90,13 @@ void proto_sess_init(struct proto_sess *s, struct tc_cache *cache,
                      uint32_t item_size_max);
 void proto_sess_fini(struct proto_sess *s);
 /* A store of this key and value length exceeds item_size_max (-I), which
- * counts the engine's item header too. */
-bool proto_too_large(const struct proto_sess *s, size_t klen, uint64_t vlen);
+ * counts the engine's item header too. Inline: proto.c calls the parsers,
+ * so the parsers must not call back into it. */
+static inline bool
+proto_too_large(const struct proto_sess *s, size_t klen, uint64_t vlen)
+{
+    return TC_ITEM_HEADER_SIZE + klen + vlen > s->item_size_max;
+}
 
 /* Auto-detects text or binary on the first byte of the connection, then
  * calls the parser. */

@@ -74,6 +74,7 @@
 #include "src/server/proto/proto.h"
 
 #include "src/base/clock.h"
+#include "src/base/num.h"
 #include "src/server/proto/proto_meta_int.h"
 #include "src/server/proto/proto_util.h"
 
@@ -418,8 +419,8 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
     if (llen && line[llen - 1] == '\r')
         llen--;
     int n = proto_tokenize(line, llen, r->tok, PROTO_MAX_TOKENS);
-    if (n < 3 || !proto_meta_parse_digits(r->tok[2].p, r->tok[2].n, &vlen) ||
-        vlen > INT32_MAX - 2) {
+    if (n < 3 ||
+        !num_parse_u64(r->tok[2].p, r->tok[2].n, INT32_MAX - 2, &vlen)) {
         proto_reply_err(s, out, PERR_BAD_FORMAT);
         return (ssize_t)linelen;
     }

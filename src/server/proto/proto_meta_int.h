@@ -53,10 +53,6 @@ struct meta_req {
 enum proto_err proto_meta_parse(struct meta_req *r, const char *line,
                                 size_t llen, int first);
 
-/* Decimal digits only, a whole token, no overflow (memcached's
- * safe_strtoull without the sign). */
-bool proto_meta_parse_digits(const char *p, size_t n, uint64_t *out);
-
 /* Encode n bytes into dst (room for 4 * ceil(n / 3)); returns the length. */
 size_t proto_meta_b64_encode(const unsigned char *src, size_t n, char *dst);
 

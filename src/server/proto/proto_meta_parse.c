@@ -8,6 +8,8 @@
  */
 #include "src/server/proto/proto_meta_int.h"
 
+#include "src/base/num.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -93,24 +95,6 @@ proto_meta_b64_decode(const char *src, size_t n, unsigned char *dst)
 
 /* ---- numbers (memcached's safe_strto* on a whole token) ------------------ */
 
-bool
-proto_meta_parse_digits(const char *p, size_t n, uint64_t *out)
-{
-    uint64_t v = 0;
-    if (n == 0)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        if (p[i] < '0' || p[i] > '9')
-            return false;
-        unsigned d = (unsigned)(p[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
 /* Unsigned 64-bit: optional '+', digits. */
 static bool
 parse_u64(const char *p, size_t n, uint64_t *out)
@@ -119,7 +103,7 @@ parse_u64(const char *p, size_t n, uint64_t *out)
         p++;
         n--;
     }
-    return proto_meta_parse_digits(p, n, out);
+    return num_parse_u64(p, n, UINT64_MAX, out);
 }
 
 /* Signed 32-bit: optional sign, digits. */
@@ -133,8 +117,7 @@ parse_i32(const char *p, size_t n, int32_t *out)
         p++;
         n--;
     }
-    if (!proto_meta_parse_digits(p, n, &v) ||
-        v > (neg ? 2147483648u : 2147483647u))
+    if (!num_parse_u64(p, n, neg ? 2147483648u : 2147483647u, &v))
         return false;
     *out = neg ? (int32_t)(-(int64_t)v) : (int32_t)v;
     return true;

@@ -670,7 +670,7 @@ cmd_stats(struct text_cmd *c, int arg)
     return (ssize_t)c->line_bytes;
 }
 
-/* ---- hotspot (write-hotspot tracker; README "Finding write hot spots") -- */
+/* ---- hotspot (write-hotspot tracker; doc/hotspots.md) ------------------ */
 
 /* The CSV over the connection, each line ended by "\r\n", then "END". */
 static void

@@ -6,6 +6,7 @@
 
 #include "src/server/proto/proto_util.h"
 
+#include "src/base/num.h"
 #include "src/server/proto/proto.h"
 
 #include <stdint.h>
@@ -133,30 +134,11 @@ proto_find_eol(const char *in, size_t len)
     return nl ? (long)(nl - in) : -1;
 }
 
-/* Digits only, at least one, value <= max. */
-static bool
-parse_digits(const char *p, size_t n, uint64_t max, uint64_t *out)
-{
-    uint64_t v = 0;
-    if (n == 0)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        unsigned d = (unsigned char)p[i] - '0';
-        if (d > 9)
-            return false;
-        if (v > (max - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
 bool
 proto_parse_u32(const struct proto_token *t, uint32_t *out)
 {
     uint64_t v;
-    if (!parse_digits(t->p, t->n, UINT32_MAX, &v))
+    if (!num_parse_u64(t->p, t->n, UINT32_MAX, &v))
         return false;
     *out = (uint32_t)v;
     return true;
@@ -165,7 +147,7 @@ proto_parse_u32(const struct proto_token *t, uint32_t *out)
 bool
 proto_parse_u64(const struct proto_token *t, uint64_t *out)
 {
-    return parse_digits(t->p, t->n, UINT64_MAX, out);
+    return num_parse_u64(t->p, t->n, UINT64_MAX, out);
 }
 
 bool
@@ -173,12 +155,12 @@ proto_parse_i64(const struct proto_token *t, int64_t *out)
 {
     uint64_t v;
     if (t->n > 0 && t->p[0] == '-') {
-        if (!parse_digits(t->p + 1, t->n - 1, (uint64_t)INT64_MAX + 1, &v))
+        if (!num_parse_u64(t->p + 1, t->n - 1, (uint64_t)INT64_MAX + 1, &v))
             return false;
         *out = v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
         return true;
     }
-    if (!parse_digits(t->p, t->n, INT64_MAX, &v))
+    if (!num_parse_u64(t->p, t->n, INT64_MAX, &v))
         return false;
     *out = (int64_t)v;
     return true;
