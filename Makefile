@@ -14,6 +14,8 @@
 #   make soak             perf/soak.sh: SOAK_SECONDS (600) of checked mixed
 #                         load on a release tiercached (not part of check)
 #   make exports          fail unless libtiercache.so exports only tc_* names
+#   make cycles           fail when two source files call each other, directly
+#                         or round a longer loop (tools/callcycles)
 #   make format / format-check / clean
 #
 # Objects live under build/<variant>/, mirroring the source paths. All four
@@ -220,6 +222,19 @@ layers:
 		echo "layers: an include crosses a layer:"; echo "$$bad"; \
 		exit 1; \
 	fi
+
+# No call cycles between files: tools/callcycles reads the symbol tables of
+# $(VARIANT)'s library and server objects, makes the file-level call graph
+# (A -> B when A's object uses a symbol B's defines) and prints every cycle,
+# of any length, with the symbols behind each edge. Two files that call
+# each other are one module in disguise, or need a hook the lower one
+# calls. CYCLES_DIRS narrows the check to files under those folders.
+CYCLES_DIRS ?=
+.PHONY: cycles
+cycles: $(LIB_OBJS_$(VARIANT)) $(SRV_OBJS_$(VARIANT)) \
+		build/$(VARIANT)/src/server/tiercached.o
+	/usr/bin/python3 tools/callcycles \
+		$(addprefix --under ,$(CYCLES_DIRS)) build/$(VARIANT)
 
 # Suites of `make test`, run in this order by sub-makes. Adding a suite is
 # one line here plus its own target, e.g.

@@ -1,7 +1,10 @@
 /*
- * Engine lifecycle, per-thread contexts, item memory and the shared rules
- * (expiry, flush, CAS). The concurrency picture of the whole engine is at
- * the top of src/engine/cache.h.
+ * The cache's core: its memory (pool, slabs, index) opened and closed,
+ * per-thread contexts, item frees (limbo), accounting, the shared rules
+ * (expiry, flush, CAS) and the invariant check. It calls no engine file
+ * above it: the modules that keep per-thread state (hot keys, the flash
+ * tier) register hooks (struct cache_module). The concurrency picture of
+ * the whole engine is at the top of src/engine/cache.h.
  *
  * Concurrency (this file):
  *   registry_lock   guards the list of live caches (ids), so that a thread
@@ -12,6 +15,8 @@
  *   c->cas_seq      relaxed fetch_add: uniqueness is all CAS needs; order
  *                   with the index comes from the bucket lock.
  *   c->flush_at / flush_cas: see cache_flush_check().
+ *   c->modules      written by cache_add_module at open, before any thread
+ *                   context exists; read-only after.
  */
 #include "src/engine/cache.h"
 
@@ -20,8 +25,8 @@
 #include "src/base/hash.h"
 #include "src/base/log.h"
 #include "src/engine/cache_hotspot.h"
-#include "src/engine/hotkey.h"
-#include "src/engine/ext.h"
+#include "tier/dpool.h"
+#include "tier/nvs.h"
 #include "tier/pm.h"
 
 #include <errno.h>
@@ -71,11 +76,39 @@ exit_key_create(void)
     pthread_key_create(&exit_key, thread_exit);
 }
 
+/* The first n modules' thread_fini hooks on t, last first. */
+static void
+modules_thread_fini(struct cache_thread *t, unsigned n)
+{
+    struct cache *c = t->cache;
+    while (n-- > 0)
+        if (c->modules[n].thread_fini)
+            c->modules[n].thread_fini(t);
+}
+
+/* Every module's thread_init hook on t: 0, or the first failure (the
+ * hooks that ran are undone). Not inlined: it would cost the fast path of
+ * cache_thread_get, which inlines ctx_create, a register. */
+static __attribute__((noinline)) int
+modules_thread_init(struct cache_thread *t)
+{
+    struct cache *c = t->cache;
+    for (unsigned i = 0; i < c->nmodules; i++) {
+        if (c->modules[i].thread_init && c->modules[i].thread_init(t) != 0) {
+            modules_thread_fini(t, i);
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
 static void
 ctx_destroy(struct cache *c, struct cache_thread *t)
 {
     cache_defer_flush(t);
-    ext_thread_fini(t);
+    /* the modules' state goes while t is still listed: the flash tier's
+     * reads in flight end (counting, maybe recaching) on it */
+    modules_thread_fini(t, c->nmodules);
     /* unlink first: tc_stats walks c->threads under threads_lock and reads
      * each quota, which must not be freed under it */
     pthread_mutex_lock(&c->threads_lock);
@@ -94,7 +127,6 @@ ctx_destroy(struct cache *c, struct cache_thread *t)
     c->retired_refills += quota_refills(t->quota);
     pthread_mutex_unlock(&c->threads_lock);
     quota_destroy(t->quota);
-    hotkey_thread_fini(t);
     free(t);
 }
 
@@ -108,15 +140,12 @@ ctx_create(struct cache *c)
     }
     memset(t, 0, sizeof(*t));
     t->cache = c;
-    t->ext_want_page = -1;
-    t->ext_refill = -1;
     if (quota_create(c->slab, c->cfg.quota_batch, &t->quota) != 0) {
         err_set("no DRAM for a thread quota");
         free(t);
         return NULL;
     }
-    if (hotkey_thread_init(t) != 0) {
-        err_set("no DRAM for a thread's hot-key samples");
+    if (modules_thread_init(t) != 0) {
         quota_destroy(t->quota);
         free(t);
         return NULL;
@@ -396,70 +425,12 @@ cache_item_bytes(const struct cache *c, const struct item_hdr *it)
 
 /* --- item memory --- */
 
-/* Whether the class owns any page (else eviction there finds nothing). */
-static bool
-class_has_pages(struct cache *c, unsigned cls)
+/* Give a DRAM item's block back to the hot pool. Kept out of line, the
+ * rare case, so that the PMEM frees around it stay inlined. */
+static __attribute__((noinline)) void
+dram_free(struct cache *c, uint64_t off)
 {
-    struct slab_class_stats st;
-    slab_class_stats(c->slab, cls, &st);
-    return st.pages > 0;
-}
-
-/*
- * One chunk of the class for size: from the quota; else evict cold items of
- * the class (CLOCK may need several passes to find one); else wait for
- * pending deferred frees; else take a page from another class.
- */
-static int
-alloc_chunk(struct cache_thread *t, uint32_t size, uint64_t *off)
-{
-    struct cache *c = t->cache;
-    unsigned cls = (unsigned)slab_class_for(c->slab, size);
-    int evict_misses = 0;
-
-    for (int attempt = 0; attempt < 32; attempt++) {
-        if (quota_alloc(t->quota, cls, off) == 0)
-            return 0;
-        /* memory freed but waiting for readers comes first: cheaper than
-         * evicting, and eviction must not outrun it */
-        if (attempt == 0 && cache_reclaim_limbo(t) > 0)
-            continue;
-        if (c->cfg.evict && evict_misses < 8) {
-            if (reclaim_evict(t, cls) > 0)
-                continue;
-            if (++evict_misses < 8 && class_has_pages(c, cls))
-                continue;
-        }
-        if (cache_reclaim_limbo(t) > 0)
-            continue;
-        /* a page with room elsewhere (with -M too: its items move into
-         * free chunks, none is evicted) */
-        if (reclaim_reassign(t, -1, (int)cls, RECLAIM_WAIT) != 0)
-            break;
-    }
-    return -ENOMEM;
-}
-
-int
-cache_alloc_item(struct cache_thread *t, const struct item_plan *plan,
-                 uint64_t *head, uint64_t *tails)
-{
-    struct cache *c = t->cache;
-    unsigned i;
-
-    for (i = 0; i < plan->nchain; i++) {
-        uint32_t size = i + 1 == plan->nchain ? plan->last_size : c->chunk_max;
-        if (alloc_chunk(t, size, &tails[i]) != 0)
-            goto err_free_tails;
-    }
-    if (alloc_chunk(t, plan->head_size, head) != 0)
-        goto err_free_tails;
-    return 0;
-
-err_free_tails:
-    while (i-- > 0)
-        quota_free(t->quota, slab_class_of(c->slab, tails[i]), tails[i]);
-    return -ENOMEM;
+    dpool_free(c->dram, cache_dram_ptr(off));
 }
 
 void
@@ -468,7 +439,7 @@ cache_free_unpublished(struct cache_thread *t, const struct item_plan *plan,
 {
     struct slab *s = t->cache->slab;
     if (cache_off_dram(head)) {
-        hotkey_free(t->cache, head);
+        dram_free(t->cache, head);
         return;
     }
     for (unsigned i = 0; i < plan->nchain; i++)
@@ -481,7 +452,7 @@ cache_free_now(struct cache_thread *t, uint64_t head)
 {
     struct cache *c = t->cache;
     if (cache_off_dram(head)) {
-        hotkey_free(c, head);
+        dram_free(c, head);
         return;
     }
     const struct item_hdr *it = item_at(c->base, head);
@@ -520,7 +491,7 @@ static void
 free_entry(struct cache_thread *t, uint64_t e)
 {
     if (cache_off_dram(e))
-        hotkey_free(t->cache, e);
+        dram_free(t->cache, e);
     else if (e & DEFER_CHAINED)
         cache_free_now(t, e & ~DEFER_CHAINED);
     else
@@ -723,16 +694,12 @@ open_memory(struct cache *c)
     rcode = htab_create(expected, &c->htab);
     if (rcode)
         return rcode;
-    rcode = cache_hotspot_open(c);
-    if (rcode)
-        return rcode;
-    return hotkey_create(c);
+    return cache_hotspot_open(c);
 }
 
 static void
 close_memory(struct cache *c)
 {
-    hotkey_destroy(c);
     cache_hotspot_close(c);
     htab_destroy(c->htab);
     slab_destroy(c->slab);
@@ -797,26 +764,12 @@ cache_open(const struct tc_config *cfg, struct cache **out)
     rc = open_memory(c);
     if (rc)
         goto err_close;
-    rc = ext_open(c);
-    if (rc)
-        goto err_close;
     rc = registry_add(c);
     if (rc)
-        goto err_ext;
-    if (c->cfg.background && (rc = reclaim_start(c)) != 0)
-        goto err_unregister;
-    log_info("cache open: %s, %llu MiB pool (%s), %u slab classes",
-             region_path(c->region),
-             (unsigned long long)(region_data_size(c->region) >> 20),
-             region_is_pmem(c->region) ? "PMEM" : "emulated PMEM",
-             slab_nclasses(c->slab));
+        goto err_close;
     *out = c;
     return 0;
 
-err_unregister:
-    registry_remove(c);
-err_ext:
-    ext_close(c);
 err_close:
     close_memory(c);
     pthread_mutex_destroy(&c->admin);
@@ -827,7 +780,6 @@ err_close:
 void
 cache_close(struct cache *c)
 {
-    reclaim_stop(c);
     /* Other threads have stopped (API contract): free everything in limbo
      * before the slab goes away. */
     pthread_mutex_lock(&c->threads_lock);
@@ -840,7 +792,9 @@ cache_close(struct cache *c)
     while (c->threads)
         ctx_destroy(c, c->threads);
     registry_remove(c);
-    ext_close(c);
+    for (unsigned i = c->nmodules; i-- > 0;)
+        if (c->modules[i].close)
+            c->modules[i].close(c);
     close_memory(c);
     pthread_mutex_destroy(&c->admin);
     pthread_mutex_destroy(&c->threads_lock);
@@ -848,6 +802,25 @@ cache_close(struct cache *c)
     pthread_mutex_destroy(&c->bg_lock);
     pthread_cond_destroy(&c->bg_cond);
     free(c);
+}
+
+void
+cache_log_open(const struct cache *c)
+{
+    log_info("cache open: %s, %llu MiB pool (%s), %u slab classes",
+             region_path(c->region),
+             (unsigned long long)(region_data_size(c->region) >> 20),
+             region_is_pmem(c->region) ? "PMEM" : "emulated PMEM",
+             slab_nclasses(c->slab));
+}
+
+int
+cache_add_module(struct cache *c, const struct cache_module *m)
+{
+    if (c->nmodules == CACHE_MAX_MODULES)
+        return -ENOSPC;
+    c->modules[c->nmodules++] = *m;
+    return 0;
 }
 
 /* --- invariants --- */
@@ -868,9 +841,9 @@ check_entry(void *arg, uint64_t loc)
     uint64_t off = cache_off(loc);
 
     if (cache_off_dram(off)) {
-        if (!c->hot || !(atomic_load_explicit(dpool_flags(cache_dram_ptr(off)),
-                                              memory_order_acquire) &
-                         HOT_WRITTEN)) {
+        if (!c->dram || !(atomic_load_explicit(dpool_flags(cache_dram_ptr(off)),
+                                               memory_order_acquire) &
+                          HOT_WRITTEN)) {
             err_set("index entry names a DRAM item that is not written");
             return -EFAULT;
         }

@@ -1,9 +1,26 @@
 #pragma once
 /*
- * Engine internals shared by src/engine/cache.c (lifecycle, threads, memory),
- * src/engine/store.c (writes), src/engine/fetch.c (reads, touch, delete) and
- * src/engine/reclaim.c (eviction, expiry sweep, page moves, maintenance).
- * Not installed; the public API is src/tiercache.h.
+ * Engine internals shared by the engine's files: src/engine/cache.c
+ * (thread contexts, item frees and limbo, accounting, the shared rules,
+ * the cache's memory), src/engine/reclaim.c (allocation, eviction, expiry
+ * sweep, page moves), src/engine/maint.c (the maintenance step and thread),
+ * src/engine/store.c (writes, deletes), src/engine/fetch.c (reads,
+ * touches), and the modules that hang off a cache through opaque handles:
+ * src/engine/hotkey.c (c->hot) and src/engine/ext.c (c->ext, the NVMe
+ * tier). Not installed; the public API is src/tiercache.h.
+ *
+ * Calls point down only, file to file (tools/callcycles checks it):
+ *   tiercache.c       the API; tc_open opens the modules below in turn
+ *   maint.c           the maintenance step and thread
+ *   store.c fetch.c   writes and deletes; reads and touches
+ *   ext.c hotkey.c    the NVMe tier; hot keys and the DRAM hot pool
+ *   reclaim.c         allocation, eviction, expiry sweep, page moves
+ *   cache.c           contexts, frees, accounting, rules, memory
+ * Where a lower file must reach a higher one, the higher one registers a
+ * hook: per-thread state and teardown (struct cache_module), eviction's
+ * spill (struct reclaim_spill, src/engine/reclaim.h), the NVMe tier's
+ * recache (the store function ext_open is given). None runs on a get, nor
+ * on a set that does not have to evict.
  *
  * Concurrency (the whole engine's picture; doc/architecture.md repeats it):
  *   index            see src/engine/htab.h: RCU readers, bucket spin locks.
@@ -30,6 +47,10 @@
  *                    no other lock except by the hot-key tick, which takes
  *                    it inside its own lock and takes each thread's sample
  *                    buffer lock inside it; see src/engine/hotkey.c).
+ *   cache->modules   written at open, before any thread context exists;
+ *                    read-only after.
+ *   cache->bg_*      the maintenance thread's (src/engine/maint.c); a
+ *                    writer kicks it through bg_kick and bg_cond.
  *   cache->hot       hot-key tracking and the DRAM hot pool:
  * src/engine/hotkey.c states its rules. DRAM-resident items follow the same
  *                    publication and grace-period rules as PMEM ones.
@@ -84,9 +105,35 @@ enum cache_stat {
 /* clang-format on */
 
 struct cache;
+struct cache_thread;
+struct dpool;
+struct ext;
+struct ext_thread;
 struct hotspot;
 struct hotkey;
 struct hotkey_tbuf;
+struct nvs;
+struct reclaim_spill;
+
+/*
+ * A module above this file with state per cache or per thread (the hot
+ * keys, the flash tier) registers one of these at open, before any thread
+ * context exists (cache_add_module). Each member may be NULL.
+ *   thread_init  with every new thread context, before it joins
+ *                c->threads: 0, or a negative errno with err_msg set (the
+ *                context is not created).
+ *   thread_fini  when a context goes away, while it is still on
+ *                c->threads (it may still count, allocate and free).
+ *   close        at cache_close, after every thread context is gone and
+ *                before the cache's memory goes.
+ * Teardown calls run in reverse order of registration.
+ */
+struct cache_module {
+    int (*thread_init)(struct cache_thread *t);
+    void (*thread_fini)(struct cache_thread *t);
+    void (*close)(struct cache *c);
+};
+#define CACHE_MAX_MODULES 4
 
 struct cache_thread {
     struct cache *cache;
@@ -98,15 +145,8 @@ struct cache_thread {
     unsigned ndefer;
     uint64_t defer[CACHE_DEFER_BATCH]; /* head offsets awaiting a grace
                                           period */
-    struct nvs_ring *ext_ring;    /* blocking flash reads (ext.c), lazily */
-    struct nvs_ring *ext_aring;   /* asynchronous ones (the server) */
-    uint32_t ext_recache_ctr;     /* flash hits since the last recache */
-    int ext_want_page;            /* header class short of chunks, or -1 */
-    int ext_refill;               /* the header class that used the
-                                     reserve, which is refilled from the
-                                     next other class evicting; or -1 */
-    void *ext_owner;              /* tc_async_owner; NULL: reads block */
-    struct ext_pending *ext_pend; /* asynchronous reads in flight */
+    struct ext_thread *ext;            /* the flash tier's per-thread state
+                                          (src/engine/ext.c), or NULL */
     _Atomic int64_t stat[ST_COUNT] CACHE_ALIGNED;
     _Atomic int64_t cls_chunks[SLAB_MAX_CLASSES]; /* chunks of live items */
 };
@@ -158,17 +198,19 @@ struct cache {
     struct hotspot *hotspot; /* NULL: tracking off */
     bool pm_latency;         /* this cache set the PMEM helpers' latency */
 
-    struct hotkey
-        *hot; /* NULL when the hot pool is off (src/engine/hotkey.c) */
+    struct hotkey *hot; /* hot keys (src/engine/hotkey.c), NULL when the
+                           hot pool is off */
+    struct dpool *dram; /* the DRAM hot pool (tier/dpool.h) its items live
+                           in, made and destroyed by hotkey.c; NULL: off */
 
-    struct nvs *nvs; /* the NVMe store (ext.c), NULL when off */
-    /* ext.c's re-read filter: per slot a key-hash tag (high 30 bits) and
-     * the reads seen (low 2 bits); atomic, relaxed; NULL when off */
-    uint32_t *ext_reread;
-    uint64_t ext_reread_mask;
-    /* the header reserve (ext.c): a free pool page for the flash-header
-     * class that fills up next, refilled after use; UINT32_MAX: none */
-    _Atomic uint32_t ext_hdr_page;
+    struct ext *ext; /* the NVMe tier (src/engine/ext.c), NULL when off */
+    struct nvs *nvs; /* its store (tier/nvs.h): flash headers point into
+                        it; set by ext_open, NULL when off */
+    /* eviction's spill hook (src/engine/reclaim.h), NULL: evict only */
+    const struct reclaim_spill *spill;
+
+    struct cache_module modules[CACHE_MAX_MODULES];
+    unsigned nmodules;
 };
 
 /* --- cache.c --- */
@@ -199,8 +241,19 @@ cache_rcu_synced(void)
     TSAN_ACQUIRE(&cache_rcu_token);
 }
 
+/* The cache's memory (pool, slabs, index), its thread registry and the
+ * write-hotspot tracker: 0, or a negative errno with err_msg set. The
+ * modules above (hot keys, flash tier, maintenance thread) are opened by
+ * the caller after it (src/engine/tiercache.c). */
 int cache_open(const struct tc_config *cfg, struct cache **out);
+/* Every thread context (module thread_fini hooks), then the modules' close
+ * hooks, then the memory. The maintenance thread must have stopped. */
 void cache_close(struct cache *c);
+/* The one log line of an open cache (after its modules opened too). */
+void cache_log_open(const struct cache *c);
+/* Register a module's hooks (see struct cache_module): 0 or -ENOSPC.
+ * Context: at open, before any thread context exists. */
+int cache_add_module(struct cache *c, const struct cache_module *m);
 /* tc_check(): index <-> items <-> stats <-> slabs. No writer may run. */
 int cache_check(struct cache *c);
 
@@ -404,10 +457,6 @@ enum cache_dead {
 enum cache_dead cache_item_dead(const struct cache *c,
                                 const struct item_hdr *it, uint32_t now);
 
-/* Chunks for an item per plan: the head in *head, tails in tails[]. May
- * evict (when enabled). 0 or -ENOMEM. Context: no lock, no RCU section. */
-int cache_alloc_item(struct cache_thread *t, const struct item_plan *plan,
-                     uint64_t *head, uint64_t *tails);
 /* Give back the chunks of an item that was never published. */
 void cache_free_unpublished(struct cache_thread *t,
                             const struct item_plan *plan, uint64_t head,
@@ -447,23 +496,3 @@ uint64_t cache_item_bytes(const struct cache *c, const struct item_hdr *it);
 /* Unlink the item at loc if the index still holds it for this hash: true
  * when this call removed it (the caller then frees it). */
 bool cache_unlink_loc(struct cache *c, uint64_t hash, uint64_t loc);
-
-/* --- ext.c: the NVMe tier (see ext.h) --- */
-
-/* --- reclaim.c --- */
-
-/* Evict up to a batch of cold items of class cls, wait for readers and
- * free them into the thread's quota: the number freed. */
-int reclaim_evict(struct cache_thread *t, unsigned cls);
-/* Expiry sweep over budget chunks: items reclaimed. Locks: admin. */
-int reclaim_sweep(struct cache_thread *t, unsigned budget);
-/* Whether a reassignment waits for admin or gives up with -EBUSY while
- * another thread holds it (see src/engine/reclaim.c). */
-enum reclaim_how { RECLAIM_WAIT, RECLAIM_TRY };
-int reclaim_reassign(struct cache_thread *t, int src, int dst,
-                     enum reclaim_how how);
-int reclaim_take_page(struct cache_thread *t, int src, uint32_t *page,
-                      enum reclaim_how how);
-int reclaim_shrink(struct cache_thread *t);
-int reclaim_start(struct cache *c);
-void reclaim_stop(struct cache *c);

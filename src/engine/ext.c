@@ -4,6 +4,12 @@
  * there and keeps each spilled item as a flash header in PMEM (kind
  * ITEM_KIND_FLASH: header, key, struct nvs_loc; src/engine/item_layout.h).
  *
+ * The tier hangs off a cache through opaque handles (c->ext, t->ext) and
+ * hooks, so that no file below calls back into it: ext_open registers the
+ * spill hook eviction calls (reclaim_set_spill), the per-thread state and
+ * teardown (cache_add_module), and takes the function that stores a
+ * recached value (store_recache, passed in by the caller that opens it).
+ *
  * Spill: the eviction scan (reclaim.c) offers every cold victim, an item
  * whose CLOCK reference bit the hand found clear. A live one with a value
  * of at least ext_item_size bytes is appended to the store's write buffer
@@ -45,18 +51,18 @@
  * and a moved record gets a new header swapped in, the same way as a spill.
  *
  * Concurrency:
- *   c->nvs                set at open, read-only after; the store is
- *                         thread-safe (tier/nvs.h).
- *   c->ext_hdr_page       the header reserve: set at open, taken by an
+ *   c->nvs, c->ext        set at open, read-only after, freed at close;
+ *                         the store is thread-safe (tier/nvs.h).
+ *   x->hdr_page           the header reserve: set at open, taken by an
  *                         atomic exchange (hdr_reserve_use, ext_close),
  *                         refilled by a compare-exchange from empty
  *                         (hdr_reserve_refill), so one owner at a time.
- *   t->ext_ring, ext_aring, ext_recache_ctr, ext_want_page, ext_refill
- *                         owner thread only (struct cache_thread); at
- *                         tc_close, the closing thread takes over the
- *                         rings of threads that stopped calling
+ *   t->ext (struct ext_thread): owner thread only; created with the
+ *                         thread context and destroyed with it (module
+ *                         hooks); at tc_close, the closing thread takes
+ *                         over the rings of threads that stopped calling
  *                         (ext_thread_fini, nvs_ring_adopt).
- *   c->ext_reread         allocated at open, freed at close; slots are
+ *   x->reread             allocated at open, freed at close; slots are
  *                         read and written relaxed by any reader: a lost
  *                         update only delays or skips one recache.
  *   flash headers         written before publication with no lock held;
@@ -72,7 +78,7 @@
 #include "src/base/err.h"
 #include "src/base/log.h"
 #include "src/engine/cache.h"
-#include "src/engine/store.h"
+#include "src/engine/reclaim.h"
 #include "tier/pm.h"
 
 #include <errno.h>
@@ -81,7 +87,31 @@
 
 static int reap_batch(struct cache_thread *t, tc_async_fn *fn, void *arg,
                       int wait_nr);
-int ext_async_submit(struct cache_thread *t);
+
+/* The tier's state per cache (c->ext). */
+struct ext {
+    ext_recache_fn *recache; /* stores a recached value (store.c) */
+    /* the re-read filter: per slot a key-hash tag (high 30 bits) and the
+     * reads seen (low 2 bits); atomic, relaxed; NULL when off */
+    uint32_t *reread;
+    uint64_t reread_mask;
+    /* the header reserve: a free pool page for the flash-header class
+     * that fills up next, refilled after use; UINT32_MAX: none */
+    _Atomic uint32_t hdr_page;
+};
+
+/* The tier's state per thread context (t->ext), owner thread only. */
+struct ext_thread {
+    struct nvs_ring *ring;    /* blocking flash reads, lazily */
+    struct nvs_ring *aring;   /* asynchronous ones (the server) */
+    uint32_t recache_ctr;     /* flash hits since the last recache */
+    int want_page;            /* header class short of chunks, or -1 */
+    int refill;               /* the header class that used the reserve,
+                                 which is refilled from the next other
+                                 class evicting; or -1 */
+    void *owner;              /* tc_async_owner; NULL: reads block */
+    struct ext_pending *pend; /* asynchronous reads in flight */
+};
 
 /* Reads in flight on one thread's ring. */
 #define EXT_RING_DEPTH 256
@@ -109,40 +139,33 @@ reread_slots(const struct tc_config *cfg)
 }
 
 static int
-reread_open(struct cache *c)
+reread_open(struct ext *x, const struct tc_config *cfg)
 {
-    uint64_t n = reread_slots(&c->cfg);
-    c->ext_reread = NULL;
-    c->ext_reread_mask = 0;
+    uint64_t n = reread_slots(cfg);
+    x->reread = NULL;
+    x->reread_mask = 0;
     if (!n)
         return 0;
-    c->ext_reread = calloc(n, sizeof(uint32_t));
-    if (!c->ext_reread) {
+    x->reread = calloc(n, sizeof(uint32_t));
+    if (!x->reread) {
         err_set("no memory for the %llu-slot flash re-read filter",
                 (unsigned long long)n);
         return -ENOMEM;
     }
-    c->ext_reread_mask = n - 1;
+    x->reread_mask = n - 1;
     return 0;
-}
-
-static void
-reread_close(struct cache *c)
-{
-    free(c->ext_reread);
-    c->ext_reread = NULL;
 }
 
 /* Count a flash hit of the key with this hash in the re-read filter: true
  * on its third read while the slot kept it (the slot is then cleared). */
 static bool
-reread_due(struct cache *c, uint64_t hash)
+reread_due(struct ext *x, uint64_t hash)
 {
-    if (!c->ext_reread)
+    if (!x->reread)
         return false;
     /* the slot from the low bits, the tag from the high ones, so that keys
      * sharing a slot differ in their tags */
-    uint32_t *slot = &c->ext_reread[hash & c->ext_reread_mask];
+    uint32_t *slot = &x->reread[hash & x->reread_mask];
     uint32_t tag = (uint32_t)(hash >> 32) & ~3u;
     uint32_t v = __atomic_load_n(slot, __ATOMIC_RELAXED);
     uint32_t next = (v & ~3u) == tag ? v + 1 : tag;
@@ -154,13 +177,28 @@ reread_due(struct cache *c, uint64_t hash)
     return false;
 }
 
+/* forward: the hooks ext_open registers */
+static int thread_init(struct cache_thread *t);
+static bool spill_hook(struct cache_thread *t, uint64_t head, uint64_t hash);
+static void after_evict_hook(struct cache_thread *t, unsigned cls);
+
+static const struct reclaim_spill spill_ops = {
+    .spill = spill_hook,
+    .after_evict = after_evict_hook,
+};
+
+static const struct cache_module ext_module = {
+    .thread_init = thread_init,
+    .thread_fini = ext_thread_fini,
+    .close = ext_close,
+};
+
 int
-ext_open(struct cache *c)
+ext_open(struct cache *c, ext_recache_fn *recache)
 {
     const struct tc_config *cfg = &c->cfg;
     struct nvs_config nc;
 
-    atomic_store_explicit(&c->ext_hdr_page, UINT32_MAX, memory_order_relaxed);
     if (!cfg->ext_npaths)
         return 0;
     if (cfg->ext_npaths > NVS_MAX_PATHS) {
@@ -179,33 +217,59 @@ ext_open(struct cache *c)
     nc.read_timeout_ms = cfg->ext_read_timeout_ms;
     nc.io_threads = cfg->ext_threads;
     nc.no_uring = cfg->ext_no_uring;
-    int rc = reread_open(c);
+    struct ext *x = calloc(1, sizeof(*x));
+    if (!x) {
+        err_set("no DRAM for the flash tier");
+        return -ENOMEM;
+    }
+    x->recache = recache;
+    atomic_init(&x->hdr_page, UINT32_MAX);
+    int rc = reread_open(x, cfg);
     if (rc)
-        return rc;
+        goto err_free;
     rc = nvs_open(&nc, &c->nvs);
+    if (rc)
+        goto err_reread;
+    rc = cache_add_module(c, &ext_module);
     if (rc) {
-        reread_close(c);
-        return rc;
+        err_set("too many modules on one cache");
+        goto err_nvs;
     }
     /* the header reserve: a pool attached with no free page has none */
     uint32_t page;
     if (pool_page_get(c->pool, &page) != 0)
         page = UINT32_MAX;
-    atomic_store_explicit(&c->ext_hdr_page, page, memory_order_relaxed);
+    atomic_store_explicit(&x->hdr_page, page, memory_order_relaxed);
+    c->ext = x;
+    reclaim_set_spill(c, &spill_ops);
     return 0;
+
+err_nvs:
+    nvs_close(c->nvs);
+    c->nvs = NULL;
+err_reread:
+    free(x->reread);
+err_free:
+    free(x);
+    return rc;
 }
 
 void
 ext_close(struct cache *c)
 {
-    uint32_t page = atomic_exchange_explicit(&c->ext_hdr_page, UINT32_MAX,
+    struct ext *x = c->ext;
+    if (!x)
+        return;
+    reclaim_set_spill(c, NULL);
+    uint32_t page = atomic_exchange_explicit(&x->hdr_page, UINT32_MAX,
                                              memory_order_relaxed);
-    if (c->nvs && page != UINT32_MAX)
+    if (page != UINT32_MAX)
         pool_page_put(c->pool, page);
-    if (c->nvs)
-        nvs_close(c->nvs);
+    nvs_close(c->nvs);
     c->nvs = NULL;
-    reread_close(c);
+    free(x->reread);
+    free(x);
+    c->ext = NULL;
 }
 
 /*
@@ -214,7 +278,7 @@ ext_close(struct cache *c)
  * On a fresh cache that class has no page yet when the first evictions
  * come, and the pool is full by then: without help, every victim of the
  * first batch was evicted, and the page moved to the header class after it
- * (ext_after_evict) was drained by evicting a page of victims. So ext_open
+ * (after_evict_hook) was drained by evicting a page of victims. So ext_open
  * sets one free page aside, and a spill that finds no header chunk gives
  * it to its class. The same happens each time a header class fills up, so
  * after the eviction batch that used the reserve, the evicting thread
@@ -228,7 +292,7 @@ static bool
 hdr_reserve_use(struct cache *c, unsigned cls)
 {
     /* relaxed: the exchange alone makes one caller the page's owner */
-    uint32_t page = atomic_exchange_explicit(&c->ext_hdr_page, UINT32_MAX,
+    uint32_t page = atomic_exchange_explicit(&c->ext->hdr_page, UINT32_MAX,
                                              memory_order_relaxed);
     if (page == UINT32_MAX)
         return false;
@@ -251,36 +315,54 @@ hdr_reserve_refill(struct cache_thread *t, unsigned cls)
     struct cache *c = t->cache;
     uint32_t page, none = UINT32_MAX;
 
-    if (atomic_load_explicit(&c->ext_hdr_page, memory_order_relaxed) !=
+    if (atomic_load_explicit(&c->ext->hdr_page, memory_order_relaxed) !=
         UINT32_MAX)
         return true;
     if (reclaim_take_page(t, (int)cls, &page, RECLAIM_TRY) != 0)
         return false;
-    if (!atomic_compare_exchange_strong_explicit(&c->ext_hdr_page, &none, page,
+    if (!atomic_compare_exchange_strong_explicit(&c->ext->hdr_page, &none, page,
                                                  memory_order_relaxed,
                                                  memory_order_relaxed))
         pool_page_put(c->pool, page); /* another thread refilled it */
     return true;
 }
 
+static int
+thread_init(struct cache_thread *t)
+{
+    struct ext_thread *e = calloc(1, sizeof(*e));
+    if (!e) {
+        err_set("no DRAM for a thread's flash-tier state");
+        return -ENOMEM;
+    }
+    e->want_page = -1;
+    e->refill = -1;
+    t->ext = e;
+    return 0;
+}
+
 void
 ext_thread_fini(struct cache_thread *t)
 {
+    struct ext_thread *e = t->ext;
+    if (!e)
+        return;
     /* tc_close tears down the contexts of threads that stopped calling
      * without tc_thread_unregister (API contract: they are gone or idle):
      * their rings change hands first; on the owner this is a no-op */
-    nvs_ring_adopt(t->ext_ring);
-    nvs_ring_adopt(t->ext_aring);
+    nvs_ring_adopt(e->ring);
+    nvs_ring_adopt(e->aring);
     /* reads still in flight: wait for them (each ends by its deadline) */
-    for (int i = 0; t->ext_pend && i < 1000; i++) {
+    for (int i = 0; e->pend && i < 1000; i++) {
         ext_async_submit(t);
         reap_batch(t, NULL, NULL, 1);
     }
-    if (t->ext_ring)
-        nvs_ring_destroy(t->ext_ring);
-    if (t->ext_aring)
-        nvs_ring_destroy(t->ext_aring);
-    t->ext_ring = t->ext_aring = NULL;
+    if (e->ring)
+        nvs_ring_destroy(e->ring);
+    if (e->aring)
+        nvs_ring_destroy(e->aring);
+    free(e);
+    t->ext = NULL;
 }
 
 static bool
@@ -312,14 +394,14 @@ swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
 
     if (cls < 0)
         return -ENOSPC;
-    int rc = may_evict ? cache_alloc_item(t, &plan, &off, NULL)
+    int rc = may_evict ? reclaim_alloc_item(t, &plan, &off, NULL)
                        : quota_alloc(t->quota, (unsigned)cls, &off);
     if (rc && !may_evict && hdr_reserve_use(c, (unsigned)cls)) {
-        t->ext_refill = cls;
+        t->ext->refill = cls;
         rc = quota_alloc(t->quota, (unsigned)cls, &off);
     }
     if (rc) {
-        t->ext_want_page = cls;
+        t->ext->want_page = cls;
         return -ENOSPC;
     }
     /* PMEM: the header is written before it is visible, no lock held */
@@ -363,8 +445,11 @@ ext_old_enough(struct cache *c, uint64_t head)
     return slab_atime_age(c->slab, head, clock_now()) >= want;
 }
 
-bool
-ext_spill(struct cache_thread *t, uint64_t head, uint64_t hash)
+/* Eviction found the item at head cold (the spill hook, see
+ * src/engine/reclaim.h): if its value is big enough, append it to the
+ * store and swap a flash header into the index in its place. */
+static bool
+spill_hook(struct cache_thread *t, uint64_t head, uint64_t hash)
 {
     struct cache *c = t->cache;
     struct item_hdr hdr;
@@ -413,15 +498,19 @@ ext_spill(struct cache_thread *t, uint64_t head, uint64_t hash)
     return true;
 }
 
-void
-ext_after_evict(struct cache_thread *t, unsigned cls)
+/* After an eviction batch of class cls (the after_evict hook): a spill
+ * that found no free header chunk asks for one page to move from cls to
+ * the header class, and a used header reserve is refilled. */
+static void
+after_evict_hook(struct cache_thread *t, unsigned cls)
 {
-    int want = t->ext_want_page;
-    t->ext_want_page = -1;
+    struct ext_thread *e = t->ext;
+    int want = e->want_page;
+    e->want_page = -1;
     /* not from the header class itself: that would drop headers */
-    if (t->ext_refill >= 0 && (unsigned)t->ext_refill != cls && !t->in_admin &&
+    if (e->refill >= 0 && (unsigned)e->refill != cls && !t->in_admin &&
         hdr_reserve_refill(t, cls))
-        t->ext_refill = -1;
+        e->refill = -1;
     if (want < 0 || (unsigned)want == cls || t->in_admin)
         return;
     /* another thread may have given the class the reserve meanwhile: a
@@ -490,7 +579,7 @@ ring_get(struct cache_thread *t, struct nvs_ring **r)
 uint32_t ext_block_timeout_ms = EXT_BLOCK_TIMEOUT_MS;
 
 /* One read on the thread's blocking ring, waited for. The result in
- * rd->res; on 0 the caller calls nvs_read_done(t->ext_ring, rd). The wait
+ * rd->res; on 0 the caller calls nvs_read_done(t->ext->ring, rd). The wait
  * always ends: by ext_read_timeout_ms, or when that is 0 (no deadline for
  * the server's asynchronous reads), by ext_block_timeout_ms, so that a
  * lost completion cannot hang a tc_ caller or a read-modify-write. */
@@ -499,10 +588,11 @@ read_wait(struct cache_thread *t, struct nvs_read *rd)
 {
     if (!t->cache->cfg.ext_read_timeout_ms)
         rd->timeout_ms = ext_block_timeout_ms;
-    int rc = ring_get(t, &t->ext_ring);
+    struct ext_thread *e = t->ext;
+    int rc = ring_get(t, &e->ring);
     if (rc == 0)
-        rc = nvs_read_prep(t->ext_ring, rd);
-    if (rc == 0 && (rc = nvs_ring_submit(t->ext_ring)) > 0)
+        rc = nvs_read_prep(e->ring, rd);
+    if (rc == 0 && (rc = nvs_ring_submit(e->ring)) > 0)
         rc = 0;
     if (rc) {
         rd->res = rc < 0 ? rc : -EIO;
@@ -512,7 +602,7 @@ read_wait(struct cache_thread *t, struct nvs_read *rd)
     /* this ring carries one read at a time: what comes back is rd */
     struct nvs_read *done = NULL;
     for (;;) {
-        int n = nvs_ring_reap(t->ext_ring, &done, 1, 1);
+        int n = nvs_ring_reap(e->ring, &done, 1, 1);
         if (n == 1)
             break;
         if (n <= 0) { /* 0: rd is not in flight (cannot happen) */
@@ -541,8 +631,8 @@ read_checked(struct cache_thread *t, const void *key, uint32_t klen,
     if (!rd->res)
         return 0;
     read_failed(t, hash, loc, rd->res);
-    if (t->ext_ring)
-        nvs_read_done(t->ext_ring, rd); /* frees the ring's slot */
+    if (t->ext->ring)
+        nvs_read_done(t->ext->ring, rd); /* frees the ring's slot */
     return rd->res;
 }
 
@@ -552,9 +642,9 @@ recache_maybe(struct cache_thread *t, const void *key, uint32_t klen,
 {
     struct cache *c = t->cache;
     uint32_t rate = c->cfg.ext_recache_rate;
-    bool due = reread_due(c, h->hash);
-    if (rate && ++t->ext_recache_ctr >= rate) {
-        t->ext_recache_ctr = 0;
+    bool due = reread_due(c->ext, h->hash);
+    if (rate && ++t->ext->recache_ctr >= rate) {
+        t->ext->recache_ctr = 0;
         due = true;
     }
     if (!due)
@@ -567,7 +657,7 @@ recache_maybe(struct cache_thread *t, const void *key, uint32_t klen,
         .exptime = h->info.exptime,
         .cas = h->info.cas,
     };
-    if (store_recache(t, key, klen, &hdr, h->loc, value) == TC_OK)
+    if (c->ext->recache(t, key, klen, &hdr, h->loc, value) == TC_OK)
         cache_stat_inc(t, ST_EXT_RECACHE);
 }
 
@@ -598,7 +688,7 @@ ext_serve(struct cache_thread *t, const void *key, uint32_t klen,
     if (fn)
         fn(arg, &h->info, &iov, 1);
     recache_maybe(t, key, klen, h, rd.value);
-    nvs_read_done(t->ext_ring, &rd);
+    nvs_read_done(t->ext->ring, &rd);
     return TC_OK;
 }
 
@@ -613,7 +703,7 @@ ext_read_copy(struct cache_thread *t, const void *key, uint32_t klen,
     *buf = malloc(nl->vlen ? nl->vlen : 1);
     if (*buf)
         memcpy(*buf, rd.value, nl->vlen);
-    nvs_read_done(t->ext_ring, &rd);
+    nvs_read_done(t->ext->ring, &rd);
     return *buf ? 0 : -ENOMEM;
 }
 
@@ -635,8 +725,15 @@ ext_async_fd(struct cache_thread *t)
 {
     if (!t->cache->nvs)
         return -ENOENT;
-    int rc = ring_get(t, &t->ext_aring);
-    return rc ? rc : nvs_ring_fd(t->ext_aring);
+    int rc = ring_get(t, &t->ext->aring);
+    return rc ? rc : nvs_ring_fd(t->ext->aring);
+}
+
+void
+ext_async_owner(struct cache_thread *t, void *owner)
+{
+    if (t->ext)
+        t->ext->owner = owner;
 }
 
 /* Queue an asynchronous read of h: 0, or a negative errno (then the
@@ -645,28 +742,29 @@ static int
 pend(struct cache_thread *t, const void *key, uint32_t klen,
      const struct ext_hit *h, uint64_t *id)
 {
-    if (ring_get(t, &t->ext_aring) != 0)
+    struct ext_thread *e = t->ext;
+    if (ring_get(t, &e->aring) != 0)
         return -ENOMEM;
     struct ext_pending *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
     p->h = *h;
-    p->owner = t->ext_owner;
+    p->owner = e->owner;
     p->klen = (uint8_t)klen;
     memcpy(p->key, key, klen);
     p->rd.loc = h->nl;
     p->rd.key = p->key;
     p->rd.klen = p->klen;
     p->rd.udata = p;
-    int rc = nvs_read_prep(t->ext_aring, &p->rd);
+    int rc = nvs_read_prep(e->aring, &p->rd);
     if (rc) {
         free(p);
         return rc; /* -EBUSY: the ring is full */
     }
-    p->next = t->ext_pend;
+    p->next = e->pend;
     if (p->next)
         p->next->prev = p;
-    t->ext_pend = p;
+    e->pend = p;
     *id = (uint64_t)(uintptr_t)p;
     return 0;
 }
@@ -681,7 +779,7 @@ ext_get(struct cache_thread *t, const void *key, uint32_t klen,
             fn(arg, &h->info, NULL, 0);
         return TC_OK;
     }
-    if (o->async && t->ext_owner &&
+    if (o->async && t->ext->owner &&
         pend(t, key, klen, h, &h->info.pending) == 0) {
         if (fn)
             fn(arg, &h->info, NULL, 0);
@@ -693,9 +791,9 @@ ext_get(struct cache_thread *t, const void *key, uint32_t klen,
 int
 ext_async_submit(struct cache_thread *t)
 {
-    if (!t->ext_aring)
+    if (!t->ext || !t->ext->aring)
         return 0;
-    int n = nvs_ring_submit(t->ext_aring);
+    int n = nvs_ring_submit(t->ext->aring);
     if (n > 0)
         cache_stat_add(t, ST_EXT_INFLIGHT, n);
     return n;
@@ -707,7 +805,7 @@ unlink_pending(struct cache_thread *t, struct ext_pending *p)
     if (p->prev)
         p->prev->next = p->next;
     else
-        t->ext_pend = p->next;
+        t->ext->pend = p->next;
     if (p->next)
         p->next->prev = p->prev;
 }
@@ -717,7 +815,7 @@ static int
 reap_batch(struct cache_thread *t, tc_async_fn *fn, void *arg, int wait_nr)
 {
     struct nvs_read *done[32];
-    int n = nvs_ring_reap(t->ext_aring, done, 32, wait_nr);
+    int n = nvs_ring_reap(t->ext->aring, done, 32, wait_nr);
     for (int i = 0; i < n; i++) {
         struct ext_pending *p = done[i]->udata;
         cache_stat_add(t, ST_EXT_INFLIGHT, -1);
@@ -728,7 +826,7 @@ reap_batch(struct cache_thread *t, tc_async_fn *fn, void *arg, int wait_nr)
             fn(arg, p->owner, (uint64_t)(uintptr_t)p, &iov,
                rc == TC_OK ? 1 : 0);
         }
-        nvs_read_done(t->ext_aring, &p->rd);
+        nvs_read_done(t->ext->aring, &p->rd);
         free(p);
     }
     return n;
@@ -738,7 +836,7 @@ int
 ext_async_reap(struct cache_thread *t, tc_async_fn *fn, void *arg)
 {
     int total = 0, n;
-    if (!t->ext_aring)
+    if (!t->ext || !t->ext->aring)
         return 0;
     do {
         n = reap_batch(t, fn, arg, 0);
@@ -751,7 +849,9 @@ ext_async_reap(struct cache_thread *t, tc_async_fn *fn, void *arg)
 void
 ext_async_cancel(struct cache_thread *t, void *owner)
 {
-    for (struct ext_pending *p = t->ext_pend; p; p = p->next)
+    if (!t->ext)
+        return;
+    for (struct ext_pending *p = t->ext->pend; p; p = p->next)
         if (p->owner == owner)
             p->owner = NULL;
 }
@@ -850,7 +950,7 @@ ext_stats(struct cache *c, struct tc_stats *out)
 
     out->ext_enabled = c->nvs != NULL;
     out->ext_recache_window =
-        c->ext_reread ? (uint32_t)(c->ext_reread_mask + 1) : 0;
+        c->ext && c->ext->reread ? (uint32_t)(c->ext->reread_mask + 1) : 0;
     if (!c->nvs)
         return;
     nvs_get_stats(c->nvs, &ns);

@@ -1,9 +1,11 @@
 #pragma once
 /*
- * The engine's side of the NVMe tier (the store is tier/nvs.h):
- * spilling cold values at eviction, reading flash items back (blocking for
- * the embedding API, asynchronous for the server), recache, compaction from
- * the maintenance thread, and the tier's figures. See ext.c.
+ * The engine's side of the NVMe tier (the store is tier/nvs.h): spilling
+ * cold values at eviction, reading flash items back (blocking for the
+ * embedding API, asynchronous for the server), recache, compaction from
+ * the maintenance step, and the tier's figures. Its state is opaque
+ * (c->ext, t->ext); eviction reaches it through the spill hook it
+ * registers. See ext.c.
  */
 
 #include <stdbool.h>
@@ -16,24 +18,26 @@ struct cache;
 struct cache_thread;
 struct item_hdr;
 
-/* Open the store named by c->cfg.ext_*: 0, or a negative errno with one
- * sentence in err_msg(). Nothing to do when ext_npaths is 0. */
-int ext_open(struct cache *c);
+/* Copy a flash item's value (read by the tier) back into the pool in place
+ * of its header at index location expect, keeping its CAS, flags and
+ * expiry: TC_OK, or -EAGAIN when the item changed meanwhile. The write
+ * path's store_recache (src/engine/store.h), handed to ext_open so that
+ * the tier does not call back into the file that calls it. */
+typedef int ext_recache_fn(struct cache_thread *t, const void *key,
+                           uint32_t klen, const struct item_hdr *hdr,
+                           uint64_t expect, const void *val);
+
+/* Open the store named by c->cfg.ext_* and hang the tier off c (c->ext,
+ * c->nvs, the spill hook, per-thread state): 0, or a negative errno with
+ * one sentence in err_msg(). Nothing to do when ext_npaths is 0. Context:
+ * at open, after cache_open, before any thread uses the cache. */
+int ext_open(struct cache *c, ext_recache_fn *recache);
+/* Undo ext_open (cache_close calls it, as a module hook). */
 void ext_close(struct cache *c);
 /* Destroy the thread's rings (its context is going away), after waiting
  * for their reads in flight. Context: the thread of t, or tc_close for a
  * thread that has stopped calling (its rings are adopted). */
 void ext_thread_fini(struct cache_thread *t);
-
-/* Eviction found the item at head cold: if its value is big enough, append
- * it to the store and swap a flash header into the index in its place.
- * True when the item at head left the index that way (the caller frees it
- * after a grace period, as an evicted one); false: evict it as usual.
- * Context: eviction, no lock held, no RCU read section. */
-bool ext_spill(struct cache_thread *t, uint64_t head, uint64_t hash);
-/* After an eviction batch of class cls: a spill that found no free header
- * chunk asks for one page to move from cls to the header class. */
-void ext_after_evict(struct cache_thread *t, unsigned cls);
 
 /* A flash item met by a reader: what it copied inside its read section. */
 struct ext_hit {
@@ -79,6 +83,7 @@ int ext_get(struct cache_thread *t, const void *key, uint32_t klen,
 
 /* tc_async_* for the calling thread (see src/tiercache.h). */
 int ext_async_fd(struct cache_thread *t);
+void ext_async_owner(struct cache_thread *t, void *owner);
 int ext_async_submit(struct cache_thread *t);
 int ext_async_reap(struct cache_thread *t, tc_async_fn *fn, void *arg);
 void ext_async_cancel(struct cache_thread *t, void *owner);
@@ -87,7 +92,7 @@ void ext_async_cancel(struct cache_thread *t, void *owner);
 int ext_async_done(struct cache_thread *t, const void *key, uint32_t klen,
                    const struct ext_hit *h, const struct nvs_read *rd);
 
-/* Compaction steps for the maintenance thread (or tc_maintain). */
+/* Compaction steps for the maintenance step (src/engine/maint.c). */
 void ext_maintain(struct cache_thread *t);
 /* The tier's figures into out: the ext_ and extstore_ fields that are not
  * engine counters (those are TC_STATS_COUNTERS rows, copied by tc_stats). */

@@ -1,5 +1,6 @@
 /*
- * The read path: get, gat, touch, delete.
+ * The read path: get, gat, touch (deletes are in store.c, with the other
+ * writes of the index).
  *
  * A get runs inside one RCU read section: index lookup (DRAM, comparing the
  * key in PMEM only on a tag match), expiry and flush checks, the CLOCK bit
@@ -229,55 +230,4 @@ fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
     if (dead != CACHE_LIVE)
         reap_dead(t, hash, loc, dead);
     return TC_NOT_FOUND;
-}
-
-static int
-delete_key(struct cache_thread *t, const void *key, uint32_t klen,
-           uint64_t cas_in, bool count)
-{
-    struct cache *c = t->cache;
-    struct cache_key k = {c, key, klen};
-    uint64_t hash = cache_hash(c, key, klen);
-    uint32_t now = clock_now();
-    int rc = TC_NOT_FOUND;
-    uint64_t loc = 0;
-    enum cache_dead dead = CACHE_LIVE;
-
-    cache_flush_check(c, now);
-    struct htab_bucket *b = htab_lock(c->htab, hash);
-    _Atomic uint64_t *slot = htab_find_locked(b, hash, cache_match_key, &k);
-    if (slot) {
-        loc = htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed));
-        const struct item_hdr *it = cache_item_at(c, cache_off(loc));
-        dead = cache_item_dead(c, it, now);
-        if (dead == CACHE_LIVE && cas_in && it->cas != cas_in) {
-            rc = TC_EXISTS;
-            loc = 0;
-        } else {
-            htab_remove_locked(slot);
-            rc = dead == CACHE_LIVE ? TC_OK : TC_NOT_FOUND;
-        }
-    }
-    htab_unlock(b);
-
-    if (loc) {
-        cache_account_unlink(t, cache_off(loc), dead, UNLINK_DELETED);
-        cache_defer_free(t, cache_off(loc));
-    }
-    if (count)
-        cache_stat_inc(t, rc == TC_OK ? ST_DELETE_HITS : ST_DELETE_MISSES);
-    return rc;
-}
-
-int
-fetch_delete(struct cache_thread *t, const void *key, uint32_t klen,
-             uint64_t cas_in)
-{
-    return delete_key(t, key, klen, cas_in, true);
-}
-
-int
-fetch_drop(struct cache_thread *t, const void *key, uint32_t klen)
-{
-    return delete_key(t, key, klen, 0, false);
 }

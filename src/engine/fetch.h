@@ -1,7 +1,9 @@
 #pragma once
 /*
- * The read path (see fetch.c): get, get-and-touch, touch, delete. Returns
- * follow src/tiercache.h. Keys are already validated.
+ * The read path (see fetch.c): what a reader does to an item in place:
+ * get, get-and-touch, touch (an expiry bump in place, no new item).
+ * Returns follow src/tiercache.h. Keys are already validated. Deletes are
+ * writes: src/engine/store.h.
  */
 
 #include <stdbool.h>
@@ -17,7 +19,3 @@ int fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
               const struct tc_get_opts *o, tc_value_fn *fn, void *arg);
 int fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
                 int64_t exptime);
-int fetch_delete(struct cache_thread *t, const void *key, uint32_t klen,
-                 uint64_t cas_in);
-/* Remove the key without counting a delete (a set that failed). */
-int fetch_drop(struct cache_thread *t, const void *key, uint32_t klen);

@@ -3,7 +3,11 @@
  * placement, and the DRAM hot pool's items (see src/engine/hotkey.h).
  *
  * Concurrency:
- *   t->hk (struct hotkey_tbuf), one per thread context:
+ *   t->hk (struct hotkey_tbuf), one per thread context, made and freed
+ *                    with it (module hooks, hotkey_create registers
+ *                    them); the pointer is cleared under c->threads_lock
+ *                    before the buffer is freed, so the tick (which reads
+ *                    it under that lock) never sees a freed one:
  *     rng            owner thread only, no lock
  *     w[], r[]       the thread's sampled keys; tbuf->lock (a plain mutex,
  *                    leaf) taken by the owner once per sampled operation
@@ -21,6 +25,9 @@
  *                    rebuilt: placement is a hint, never a correctness
  *                    matter (any item may live in DRAM or PMEM).
  *   h->rate          atomic (tc_set_hot_write_rate), relaxed
+ *   c->hot, c->dram  set by hotkey_create at open, read-only after; the
+ *                    pool (tier/dpool.c) is thread-safe, and cache.c frees
+ *                    DRAM items into it.
  *   DRAM items       written before publication with plain stores, then
  *                    HOT_WRITTEN is set with a release store (the tick's
  *                    walk reads the header only after an acquire load of
@@ -34,6 +41,7 @@
 #include "src/engine/hotkey.h"
 
 #include "src/engine/cache.h"
+#include "src/engine/reclaim.h"
 #include "src/engine/topk.h"
 
 #include "src/base/clock.h"
@@ -167,7 +175,18 @@ hotkey_create(struct cache *c)
     }
     if ((rc = dpool_create(cfg->hot_pool_size, &h->pool)) != 0)
         goto err_free;
+    static const struct cache_module hotkey_module = {
+        .thread_init = hotkey_thread_init,
+        .thread_fini = hotkey_thread_fini,
+        .close = hotkey_destroy,
+    };
+    if ((rc = cache_add_module(c, &hotkey_module)) != 0) {
+        err_set("too many modules on one cache");
+        dpool_destroy(h->pool);
+        goto err_free;
+    }
     c->hot = h;
+    c->dram = h->pool;
     return 0;
 
 err_free:
@@ -194,6 +213,7 @@ hotkey_destroy(struct cache *c)
     pthread_mutex_destroy(&h->lock);
     free(h);
     c->hot = NULL;
+    c->dram = NULL;
 }
 
 int
@@ -202,8 +222,10 @@ hotkey_thread_init(struct cache_thread *t)
     if (!t->cache->hot)
         return 0;
     struct hotkey_tbuf *b = calloc(1, sizeof(*b));
-    if (!b)
+    if (!b) {
+        err_set("no DRAM for a thread's hot-key samples");
         return -ENOMEM;
+    }
     pthread_mutex_init(&b->lock, NULL);
     b->rng = clock_nsec() ^ (uintptr_t)b;
     t->hk = b;
@@ -213,11 +235,15 @@ hotkey_thread_init(struct cache_thread *t)
 void
 hotkey_thread_fini(struct cache_thread *t)
 {
-    if (!t->hk)
+    struct hotkey_tbuf *b = t->hk;
+    if (!b)
         return;
-    pthread_mutex_destroy(&t->hk->lock);
-    free(t->hk);
+    /* t is still on c->threads: out of the tick's sight first */
+    pthread_mutex_lock(&t->cache->threads_lock);
     t->hk = NULL;
+    pthread_mutex_unlock(&t->cache->threads_lock);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
 }
 
 /* --- sampling --- */
@@ -322,12 +348,6 @@ hotkey_write(uint64_t head, const struct item_plan *plan,
     }
     /* release pairs with the acquire in walk_visit() */
     atomic_fetch_or_explicit(dpool_flags(p), HOT_WRITTEN, memory_order_release);
-}
-
-void
-hotkey_free(struct cache *c, uint64_t head)
-{
-    dpool_free(c->hot->pool, cache_dram_ptr(head));
 }
 
 void
@@ -512,7 +532,7 @@ demote(struct cache_thread *t, const struct cand *cd)
     if (!same)
         return; /* replaced or removed meanwhile */
     item_plan(hdr.klen, hdr.vlen, c->chunk_max, &plan);
-    if (cache_alloc_item(t, &plan, &head, tails) != 0)
+    if (reclaim_alloc_item(t, &plan, &head, tails) != 0)
         return; /* no PMEM: it stays in DRAM until the next tick */
 
     /* The read section keeps the DRAM item from being freed (and its

@@ -25,13 +25,16 @@ struct cache;
 struct cache_thread;
 struct hotkey;
 
-/* Create c->hot from c->cfg (NULL when hot_pool_size is 0): 0, -EINVAL or
- * -ENOMEM with err_msg set. */
+/* Create c->hot and the DRAM hot pool c->dram from c->cfg (both NULL when
+ * hot_pool_size is 0) and register the per-thread hooks: 0, -EINVAL or
+ * -ENOMEM with err_msg set. Context: at open, after cache_open, before
+ * any thread uses the cache. */
 int hotkey_create(struct cache *c);
+/* Undo hotkey_create (cache_close calls it, as a module hook). */
 void hotkey_destroy(struct cache *c);
 
 /* A thread's sample buffer (t->hk): created with the thread context,
- * destroyed after it left c->threads. 0 or -ENOMEM. */
+ * destroyed with it (module hooks). 0 or -ENOMEM. */
 int hotkey_thread_init(struct cache_thread *t);
 void hotkey_thread_fini(struct cache_thread *t);
 
@@ -44,8 +47,6 @@ int hotkey_place(struct cache_thread *t, uint64_t hash, const void *key,
 void hotkey_write(uint64_t head, const struct item_plan *plan,
                   const struct item_hdr *hdr, const void *key,
                   const struct item_src *val);
-/* Give a DRAM item's block back (unpublished, or after a grace period). */
-void hotkey_free(struct cache *c, uint64_t head);
 /* A store replaced old (0: none) by head: promotion, demotion and bytes
  * saved counters. */
 void hotkey_count_store(struct cache_thread *t, uint64_t old_off, uint64_t head,

@@ -1,7 +1,11 @@
 /*
- * Getting memory back: CLOCK eviction, the expiry sweep, page draining
- * (moving live items off a page, for page reassignment and pool shrink) and
- * the maintenance thread.
+ * Item memory under pressure: allocating an item's chunks, and getting
+ * memory back when there are none: CLOCK eviction (offering each cold
+ * victim to the spill hook a tier registered first), the expiry sweep and
+ * page draining (moving live items off a page, for page reassignment and
+ * pool shrink). Allocation and eviction call each other (an allocation
+ * evicts; a drain allocates for the items it moves), hence one file. The
+ * maintenance thread that runs the sweep is src/engine/maint.c.
  *
  * Eviction state is DRAM only: the slab's per-chunk reference bits, set by
  * readers and cleared by the CLOCK hand (slab_scan). A candidate chunk's
@@ -23,21 +27,21 @@
  *     (RECLAIM_TRY) and retry after a later eviction batch.
  *   c->evict_cur[cls]: under the class lock, inside slab_scan().
  *   c->shrink_target: written by tc_set_mem_limit, read and cleared under
- *     admin; an atomic, since the maintenance thread peeks at it unlocked.
+ *     admin; an atomic, since the maintenance thread peeks at it unlocked
+ *     (relaxed). The read that starts a shrink is acquire, pairing with
+ *     tc_set_mem_limit's release store made after it lowered the limit.
+ *   c->spill: set at open and close (reclaim_set_spill), read-only while
+ *     threads use the cache.
  *   Item copies during relocation happen with no lock held.
  */
-#include "src/engine/cache.h"
+#include "src/engine/reclaim.h"
 
 #include "src/base/clock.h"
-#include "src/base/err.h"
-#include "src/base/log.h"
-#include "src/engine/hotkey.h"
-#include "src/engine/ext.h"
+#include "src/engine/cache.h"
 #include "tier/pm.h"
 
 #include <errno.h>
 #include <string.h>
-#include <time.h>
 #include <urcu/urcu-memb.h>
 
 #define EVICT_BATCH 32
@@ -49,6 +53,82 @@ struct victim {
     uint64_t head; /* offset of the head chunk */
     uint64_t hash;
 };
+
+/* --- allocation --- */
+
+/* Whether the class owns any page (else eviction there finds nothing). */
+static bool
+class_has_pages(struct cache *c, unsigned cls)
+{
+    struct slab_class_stats st;
+    slab_class_stats(c->slab, cls, &st);
+    return st.pages > 0;
+}
+
+/*
+ * One chunk of the class for size: from the quota; else evict cold items of
+ * the class (CLOCK may need several passes to find one); else wait for
+ * pending deferred frees; else take a page from another class.
+ */
+static int
+alloc_chunk(struct cache_thread *t, uint32_t size, uint64_t *off)
+{
+    struct cache *c = t->cache;
+    unsigned cls = (unsigned)slab_class_for(c->slab, size);
+    int evict_misses = 0;
+
+    for (int attempt = 0; attempt < 32; attempt++) {
+        if (quota_alloc(t->quota, cls, off) == 0)
+            return 0;
+        /* memory freed but waiting for readers comes first: cheaper than
+         * evicting, and eviction must not outrun it */
+        if (attempt == 0 && cache_reclaim_limbo(t) > 0)
+            continue;
+        if (c->cfg.evict && evict_misses < 8) {
+            if (reclaim_evict(t, cls) > 0)
+                continue;
+            if (++evict_misses < 8 && class_has_pages(c, cls))
+                continue;
+        }
+        if (cache_reclaim_limbo(t) > 0)
+            continue;
+        /* a page with room elsewhere (with -M too: its items move into
+         * free chunks, none is evicted) */
+        if (reclaim_reassign(t, -1, (int)cls, RECLAIM_WAIT) != 0)
+            break;
+    }
+    return -ENOMEM;
+}
+
+int
+reclaim_alloc_item(struct cache_thread *t, const struct item_plan *plan,
+                   uint64_t *head, uint64_t *tails)
+{
+    struct cache *c = t->cache;
+    unsigned i;
+
+    for (i = 0; i < plan->nchain; i++) {
+        uint32_t size = i + 1 == plan->nchain ? plan->last_size : c->chunk_max;
+        if (alloc_chunk(t, size, &tails[i]) != 0)
+            goto err_free_tails;
+    }
+    if (alloc_chunk(t, plan->head_size, head) != 0)
+        goto err_free_tails;
+    return 0;
+
+err_free_tails:
+    while (i-- > 0)
+        quota_free(t->quota, slab_class_of(c->slab, tails[i]), tails[i]);
+    return -ENOMEM;
+}
+
+/* --- eviction --- */
+
+void
+reclaim_set_spill(struct cache *c, const struct reclaim_spill *s)
+{
+    c->spill = s;
+}
 
 /*
  * Copy a candidate's key out of a chunk nobody vouches for. The chunk may
@@ -135,9 +215,10 @@ reclaim_evict(struct cache_thread *t, unsigned cls)
         enum cache_dead dead;
         if (!read_victim(c, offs[i], &v))
             continue;
-        /* a cold value big enough moves to flash (ext.c): its item left
-         * the index for a flash header and is freed like an evicted one */
-        if (c->nvs && ext_spill(t, v.head, v.hash)) {
+        /* a cold value big enough moves to flash (the spill hook): its
+         * item left the index for a flash header and is freed like an
+         * evicted one */
+        if (c->spill && c->spill->spill(t, v.head, v.hash)) {
             freed[nfreed++] = v.head;
             continue;
         }
@@ -147,7 +228,8 @@ reclaim_evict(struct cache_thread *t, unsigned cls)
         freed[nfreed++] = v.head;
     }
     if (!nfreed) {
-        ext_after_evict(t, cls);
+        if (c->spill)
+            c->spill->after_evict(t, cls);
         return 0;
     }
     /* The memory is needed now: wait for readers instead of deferring. */
@@ -155,7 +237,8 @@ reclaim_evict(struct cache_thread *t, unsigned cls)
     cache_rcu_synced();
     for (unsigned i = 0; i < nfreed; i++)
         cache_free_now(t, freed[i]);
-    ext_after_evict(t, cls);
+    if (c->spill)
+        c->spill->after_evict(t, cls);
     return (int)nfreed;
 }
 
@@ -238,14 +321,14 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
     item_plan(hdr.klen, hdr.vlen, c->chunk_max, &plan);
     if (hdr.kind == ITEM_KIND_FLASH) /* a header chunk, value on flash */
         plan = (struct item_plan){.head_size = item_flash_size(hdr.klen)};
-    int rc = new_pages ? cache_alloc_item(t, &plan, &head, tails)
+    int rc = new_pages ? reclaim_alloc_item(t, &plan, &head, tails)
                        : alloc_existing(c, &plan, &head, tails);
     if (rc != 0 && !c->cfg.evict)
         return; /* -M: never evict; the page stays and the drain fails */
     if (rc != 0) {
         /* no room to move it: a cold value big enough goes to flash
          * rather than away, as at eviction */
-        if (c->nvs && ext_spill(t, v->head, v->hash)) {
+        if (c->spill && c->spill->spill(t, v->head, v->hash)) {
             cache_defer_free(t, v->head);
             return;
         }
@@ -498,96 +581,4 @@ reclaim_shrink(struct cache_thread *t)
     }
     admin_leave(t);
     return rc;
-}
-
-/* --- maintenance thread --- */
-
-/* Chunks this thread frees (the limbo of every thread, the sweep) land in
- * its quota stash, up to two batches a class: 32 MiB of the largest
- * chunks. Workers give theirs back at their next operation after a page
- * drain asks (cache_thread_get) and when they go idle; this thread never
- * calls that again, so it gives them back after each piece of work. Else
- * they stay there for good: a drain of their page fails (a class left
- * with no page answers every set "out of memory"), and a class short of
- * chunks evicts its own items (an append near -I evicted the item it
- * grew) while a third of the pool sits in this stash. */
-static void
-maintenance_quiesce(struct cache_thread *t)
-{
-    cache_thread_quiesce(t);
-}
-
-/* The maintenance thread: every second the expiry sweep, limbo and any
- * pending shrink, every 5 minutes the access time rebase (slab_atime_tick);
- * in between, limbo whenever a writer kicks it. */
-static void *
-maintenance_main(void *arg)
-{
-    struct cache *c = arg;
-    struct cache_thread *t = cache_thread_get(c);
-    struct timespec tick;
-
-    pthread_setname_np(pthread_self(), "tc-maint");
-    if (!t)
-        return NULL;
-    clock_gettime(CLOCK_REALTIME, &tick);
-    pthread_mutex_lock(&c->bg_lock);
-    while (!atomic_load_explicit(&c->bg_stop, memory_order_relaxed)) {
-        tick.tv_sec += 1;
-        int rc = 0;
-        while (rc != ETIMEDOUT &&
-               !atomic_load_explicit(&c->bg_stop, memory_order_relaxed)) {
-            rc = pthread_cond_timedwait(&c->bg_cond, &c->bg_lock, &tick);
-            if (atomic_exchange_explicit(&c->bg_kick, false,
-                                         memory_order_relaxed)) {
-                pthread_mutex_unlock(&c->bg_lock);
-                cache_reclaim_limbo(t);
-                maintenance_quiesce(t);
-                pthread_mutex_lock(&c->bg_lock);
-            }
-        }
-        if (atomic_load_explicit(&c->bg_stop, memory_order_relaxed))
-            break;
-        pthread_mutex_unlock(&c->bg_lock);
-        reclaim_sweep(t, c->cfg.sweep_budget);
-        hotkey_tick(t);
-        ext_maintain(t);
-        cache_reclaim_limbo(t);
-        if (atomic_load_explicit(&c->shrink_target, memory_order_relaxed))
-            reclaim_shrink(t);
-        slab_atime_tick(c->slab, clock_now());
-        maintenance_quiesce(t);
-        pthread_mutex_lock(&c->bg_lock);
-    }
-    pthread_mutex_unlock(&c->bg_lock);
-    cache_thread_put(c);
-    return NULL;
-}
-
-int
-reclaim_start(struct cache *c)
-{
-    /* relaxed: pthread_create orders it before the thread's first load */
-    atomic_store_explicit(&c->bg_stop, false, memory_order_relaxed);
-    int rc = pthread_create(&c->bg, NULL, maintenance_main, c);
-    if (rc) {
-        err_set("cannot start the maintenance thread: %s", strerror(rc));
-        return -rc;
-    }
-    c->bg_running = true;
-    return 0;
-}
-
-void
-reclaim_stop(struct cache *c)
-{
-    if (!c->bg_running)
-        return;
-    pthread_mutex_lock(&c->bg_lock);
-    /* relaxed: bg_lock orders it with the thread's check */
-    atomic_store_explicit(&c->bg_stop, true, memory_order_relaxed);
-    pthread_cond_signal(&c->bg_cond);
-    pthread_mutex_unlock(&c->bg_lock);
-    pthread_join(c->bg, NULL);
-    c->bg_running = false;
 }

@@ -1,5 +1,7 @@
 /*
- * The write path: set, add, replace, cas, append, prepend, incr, decr.
+ * The write path: set, add, replace, cas, append, prepend, incr, decr,
+ * invalidate, vivify, the flash tier's recache, and delete (an unlink is a
+ * write of the index like any other).
  *
  * Every write is copy-on-write: the new item is written into fresh chunks
  * with no lock held (PMEM writes happen only here, before publication), then
@@ -16,8 +18,8 @@
 
 #include "src/engine/cache.h"
 #include "src/engine/ext.h"
-#include "src/engine/fetch.h"
 #include "src/engine/hotkey.h"
+#include "src/engine/reclaim.h"
 
 #include "src/base/clock.h"
 #include "src/base/compiler.h"
@@ -169,7 +171,7 @@ prepare(struct cache_thread *t, const struct store_req *r,
     /* a write-hot key's item goes to the DRAM hot pool */
     if (c->hot && hotkey_place(t, r->hash, r->key, r->klen, plan, head) == 0)
         return 0;
-    if (cache_alloc_item(t, plan, head, tails) != 0) {
+    if (reclaim_alloc_item(t, plan, head, tails) != 0) {
         cache_stat_inc(t, ST_STORE_NO_MEMORY);
         return -ENOMEM;
     }
@@ -345,7 +347,7 @@ store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
     /* memcached: a set that cannot be stored removes the old value rather
      * than leave stale data behind */
     if (mode == TC_SET && (rc == -E2BIG || rc == -ENOMEM))
-        fetch_drop(t, key, klen);
+        store_drop(t, key, klen);
     return rc;
 }
 
@@ -812,4 +814,57 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         return rc;
     }
     return -EBUSY;
+}
+
+/* --- delete --- */
+
+static int
+delete_key(struct cache_thread *t, const void *key, uint32_t klen,
+           uint64_t cas_in, bool count)
+{
+    struct cache *c = t->cache;
+    struct cache_key k = {c, key, klen};
+    uint64_t hash = cache_hash(c, key, klen);
+    uint32_t now = clock_now();
+    int rc = TC_NOT_FOUND;
+    uint64_t loc = 0;
+    enum cache_dead dead = CACHE_LIVE;
+
+    cache_flush_check(c, now);
+    struct htab_bucket *b = htab_lock(c->htab, hash);
+    _Atomic uint64_t *slot = htab_find_locked(b, hash, cache_match_key, &k);
+    if (slot) {
+        loc = htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed));
+        const struct item_hdr *it = cache_item_at(c, cache_off(loc));
+        dead = cache_item_dead(c, it, now);
+        if (dead == CACHE_LIVE && cas_in && it->cas != cas_in) {
+            rc = TC_EXISTS;
+            loc = 0;
+        } else {
+            htab_remove_locked(slot);
+            rc = dead == CACHE_LIVE ? TC_OK : TC_NOT_FOUND;
+        }
+    }
+    htab_unlock(b);
+
+    if (loc) {
+        cache_account_unlink(t, cache_off(loc), dead, UNLINK_DELETED);
+        cache_defer_free(t, cache_off(loc));
+    }
+    if (count)
+        cache_stat_inc(t, rc == TC_OK ? ST_DELETE_HITS : ST_DELETE_MISSES);
+    return rc;
+}
+
+int
+store_delete(struct cache_thread *t, const void *key, uint32_t klen,
+             uint64_t cas_in)
+{
+    return delete_key(t, key, klen, cas_in, true);
+}
+
+int
+store_drop(struct cache_thread *t, const void *key, uint32_t klen)
+{
+    return delete_key(t, key, klen, 0, false);
 }

@@ -36,7 +36,8 @@ int store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
                  int64_t exptime, uint64_t cas_new, uint64_t *cas_out);
 /* Copy a flash item's value (read by ext.c) back into the pool in place of
  * its header at index location expect, keeping its CAS, flags and expiry:
- * TC_OK, or -EAGAIN when the item changed meanwhile. */
+ * TC_OK, or -EAGAIN when the item changed meanwhile. The flash tier calls
+ * it through the function ext_open was given (ext_recache_fn). */
 struct item_hdr;
 int store_recache(struct cache_thread *t, const void *key, uint32_t klen,
                   const struct item_hdr *hdr, uint64_t expect, const void *val);
@@ -44,3 +45,8 @@ int store_recache(struct cache_thread *t, const void *key, uint32_t klen,
 int store_arith(struct cache_thread *t, bool incr, const void *key,
                 uint32_t klen, uint64_t delta, const struct tc_arith_opts *o,
                 uint64_t *value, struct tc_item_info *info);
+/* delete; cas_in nonzero: only that version (meta). */
+int store_delete(struct cache_thread *t, const void *key, uint32_t klen,
+                 uint64_t cas_in);
+/* Remove the key without counting a delete (a set that failed). */
+int store_drop(struct cache_thread *t, const void *key, uint32_t klen);

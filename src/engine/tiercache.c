@@ -2,7 +2,9 @@
  * The public embedding API (src/tiercache.h): argument checks, the calling
  * thread's context, then the engine. The only file whose functions are
  * exported; they carry the tc_ prefix of the installed header rather than
- * this file's stem.
+ * this file's stem. tc_open puts an engine together: the cache's core,
+ * then the modules above it (hot keys, the flash tier, handed the write
+ * path's recache), then the maintenance thread.
  *
  * Concurrency: no state of its own; see src/engine/cache.h.
  */
@@ -15,6 +17,8 @@
 #include "src/engine/ext.h"
 #include "src/engine/fetch.h"
 #include "src/engine/hotkey.h"
+#include "src/engine/maint.h"
+#include "src/engine/reclaim.h"
 #include "src/engine/store.h"
 #include "tier/hotspot.h"
 #include "tier/region_layout.h"
@@ -98,6 +102,13 @@ tc_open(const struct tc_config *cfg, struct tc_cache **out)
     int rc = cache_open(cfg, &c);
     if (rc)
         return rc;
+    if ((rc = hotkey_create(c)) != 0 ||
+        (rc = ext_open(c, store_recache)) != 0 ||
+        (c->cfg.background && (rc = maint_start(c)) != 0)) {
+        cache_close(c); /* closes the modules that opened */
+        return rc;
+    }
+    cache_log_open(c);
     /* struct tc_cache is the engine's struct under the public name */
     *out = (struct tc_cache *)c;
     return 0;
@@ -106,8 +117,10 @@ tc_open(const struct tc_config *cfg, struct tc_cache **out)
 TC_API void
 tc_close(struct tc_cache *tc)
 {
-    if (tc)
-        cache_close(engine(tc));
+    if (!tc)
+        return;
+    maint_stop(engine(tc));
+    cache_close(engine(tc));
 }
 
 TC_API const char *
@@ -196,7 +209,7 @@ tc_async_owner(struct tc_cache *tc, void *owner)
 {
     struct cache_thread *t = cache_thread_get(engine(tc));
     if (t)
-        t->ext_owner = owner;
+        ext_async_owner(t, owner);
 }
 
 TC_API int
@@ -340,7 +353,7 @@ tc_delete(struct tc_cache *tc, const void *key, size_t klen, uint64_t cas_in)
 {
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
-    return t ? fetch_delete(t, key, (uint32_t)klen, cas_in) : rc;
+    return t ? store_delete(t, key, (uint32_t)klen, cas_in) : rc;
 }
 
 TC_API int
@@ -348,7 +361,7 @@ tc_drop(struct tc_cache *tc, const void *key, size_t klen)
 {
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
-    return t ? fetch_drop(t, key, (uint32_t)klen) : rc;
+    return t ? store_drop(t, key, (uint32_t)klen) : rc;
 }
 
 TC_API void
@@ -362,7 +375,7 @@ tc_store_refused(struct tc_cache *tc, const void *key, size_t klen,
     cache_stat_inc(t, ST_CMD_SET);
     cache_stat_inc(t, ST_STORE_TOO_LARGE);
     if (drop_old)
-        fetch_drop(t, key, (uint32_t)klen);
+        store_drop(t, key, (uint32_t)klen);
 }
 
 TC_API int
@@ -448,14 +461,7 @@ tc_maintain(struct tc_cache *tc)
     if (!t)
         return -ENOMEM;
     cache_flush_check(c, clock_now());
-    int n = reclaim_sweep(t, c->cfg.sweep_budget);
-    hotkey_tick(t);
-    ext_maintain(t);
-    cache_reclaim_limbo(t);
-    if (atomic_load_explicit(&c->shrink_target, memory_order_relaxed))
-        reclaim_shrink(t);
-    slab_atime_tick(c->slab, clock_now());
-    return n;
+    return maint_step(t);
 }
 
 /* A counter's sum as reported; a gauge's sum can read below zero while
