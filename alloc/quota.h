@@ -28,6 +28,9 @@ void quota_free(struct quota *q, unsigned cls, uint64_t off);
 /* Give back everything stashed (all classes). */
 void quota_flush(struct quota *q);
 
+/* Tests: chunks of class cls in the stash, the one place a chunk can be
+ * besides the slab's free lists and its holder (what the tests' accounting
+ * "free + stashed + held == capacity" needs). Owner thread. */
 unsigned quota_stashed(const struct quota *q, unsigned cls);
 /* slab_take calls made; any thread (a relaxed read) */
 uint64_t quota_refills(const struct quota *q);

@@ -33,7 +33,7 @@
  *     the pool; slab_drain_finish puts the page after unlocking the class).
  *   No PMEM write ever happens here; new pages are formatted through the
  *   format hook with no lock held.
- *   EXCEPT with the experiment-only ablation switches (issue 5, off by
+ *   EXCEPT with the experiment-only ablation switches (off by
  *   default, each costing the default path one predictable branch): with
  *   meta_write set, the page header mirror (alloc/slab_layout.h) is written
  *   through the hook under the class lock (and, for CLOCK bits, by
@@ -53,6 +53,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A page's class and state: written under the owning class's lock, read
+ * relaxed (a hint without the lock; under it, the lock orders them). */
+static inline unsigned
+page_cls(const struct slab_page *p)
+{
+    return atomic_load_explicit(&p->cls, memory_order_relaxed);
+}
+
+static inline unsigned
+page_state(const struct slab_page *p)
+{
+    return atomic_load_explicit(&p->state, memory_order_relaxed);
+}
 
 /* --- EXPERIMENT ONLY: page metadata mirrored into PMEM (ablation) --- */
 
@@ -75,8 +89,8 @@ pmeta_id(const struct slab *s, uint32_t pg)
 {
     const struct slab_page *p = &s->page[pg];
     pmeta_put(s, pg, SLAB_PMETA_ID,
-              SLAB_PMETA_MAGIC | (uint64_t)p->cls << 32 |
-                  (uint64_t)p->state << 40);
+              SLAB_PMETA_MAGIC | (uint64_t)page_cls(p) << 32 |
+                  (uint64_t)page_state(p) << 40);
 }
 
 static void
@@ -237,7 +251,7 @@ slab_create(const struct slab_config *cfg, struct pool *pool, struct slab **out)
     if (!s->page || !s->page_lists)
         goto err_free_tables;
     for (uint32_t p = 0; p < s->npages; p++)
-        s->page[p].cls = SLAB_NO_CLASS;
+        atomic_init(&s->page[p].cls, SLAB_NO_CLASS);
     for (unsigned i = 0; i < s->nclasses; i++) {
         s->cls[i].pages = s->page_lists + (size_t)i * s->npages;
         lock_init(&s->cls[i].lock, LOCK_RANK_CLASS);
@@ -294,12 +308,6 @@ slab_class_for(const struct slab *s, uint32_t size)
             lo = mid + 1;
     }
     return (int)lo;
-}
-
-struct pool *
-slab_pool(const struct slab *s)
-{
-    return s->pool;
 }
 
 /* --- partial list (class lock held) --- */
@@ -511,7 +519,7 @@ slab_give(struct slab *s, unsigned cls, const uint64_t *offs, unsigned n)
         uint32_t idx = chunk_index(c, offs[i]);
         uint64_t bit = 1ull << (idx % 64);
 
-        if (unlikely(p->cls != cls || (p->free_bits[idx / 64] & bit) ||
+        if (unlikely(page_cls(p) != cls || (p->free_bits[idx / 64] & bit) ||
                      (offs[i] & PAGE_MASK) % c->size)) {
             /* A double or foreign free would hand one chunk to two
              * items: stop here rather than corrupt the cache. */
@@ -524,7 +532,7 @@ slab_give(struct slab *s, unsigned cls, const uint64_t *offs, unsigned n)
                                   memory_order_relaxed);
         if (idx / 64 < p->scan_word)
             p->scan_word = idx / 64;
-        if (p->nfree++ == 0 && p->state == PAGE_ACTIVE)
+        if (p->nfree++ == 0 && page_state(p) == PAGE_ACTIVE)
             partial_push_locked(s, c, pg);
         if (PMETA_ON(s)) {
             pmeta_free_word(s, pg, idx / 64);
@@ -754,7 +762,7 @@ slab_drain_pick(struct slab *s, unsigned cls, uint32_t above, uint32_t *page)
     for (uint32_t i = 0; i < c->npages; i++) {
         uint32_t pg = c->pages[i];
         const struct slab_page *p = &s->page[pg];
-        if (pg < above || p->state != PAGE_ACTIVE)
+        if (pg < above || page_state(p) != PAGE_ACTIVE)
             continue;
         if (best == NO_PAGE || p->nfree > best_free) {
             best = pg;
@@ -779,7 +787,7 @@ lock_page_class(struct slab *s, uint32_t pg)
             return NULL;
         struct slab_class *c = &s->cls[cls];
         lock_acquire(&c->lock);
-        if (s->page[pg].cls == cls)
+        if (page_cls(&s->page[pg]) == cls)
             return c;
         lock_release(&c->lock);
     }
@@ -795,7 +803,7 @@ slab_drain_begin(struct slab *s, uint32_t page)
         return -EINVAL;
     struct slab_page *p = &s->page[page];
     int rc = -EINVAL;
-    if (p->state == PAGE_ACTIVE) {
+    if (page_state(p) == PAGE_ACTIVE) {
         atomic_store_explicit(&p->state, PAGE_DRAINING, memory_order_relaxed);
         if (page_on_partial(c, p, page))
             partial_remove_locked(s, c, page);
@@ -805,12 +813,6 @@ slab_drain_begin(struct slab *s, uint32_t page)
     }
     lock_release(&c->lock);
     return rc;
-}
-
-unsigned
-slab_drain_live(struct slab *s, uint32_t page, uint64_t *offs, unsigned max)
-{
-    return slab_drain_live_from(s, page, 0, offs, max);
 }
 
 unsigned
@@ -842,7 +844,8 @@ slab_drain_finish(struct slab *s, uint32_t page)
     if (!c)
         return -EINVAL;
     struct slab_page *p = &s->page[page];
-    if (p->state != PAGE_DRAINING || p->nfree != c->perpage - c->reserved) {
+    if (page_state(p) != PAGE_DRAINING ||
+        p->nfree != c->perpage - c->reserved) {
         lock_release(&c->lock);
         return -EBUSY;
     }
@@ -873,7 +876,7 @@ slab_drain_abort(struct slab *s, uint32_t page)
     if (!c)
         return;
     struct slab_page *p = &s->page[page];
-    if (p->state == PAGE_DRAINING) {
+    if (page_state(p) == PAGE_DRAINING) {
         atomic_store_explicit(&p->state, PAGE_ACTIVE, memory_order_relaxed);
         if (p->nfree > 0)
             partial_push_locked(s, c, page);
@@ -938,9 +941,9 @@ check_page_locked(const struct slab *s, const struct slab_class *c,
     const struct slab_page *p = &s->page[pg];
     uint32_t count = 0;
 
-    if (p->cls != cls || p->class_idx != i || p->state == PAGE_FREE) {
+    if (page_cls(p) != cls || p->class_idx != i || page_state(p) == PAGE_FREE) {
         err_set("slab: page %u listed in class %u but owned by %u (state %u)",
-                pg, cls, p->cls, p->state);
+                pg, cls, page_cls(p), page_state(p));
         return -EFAULT;
     }
     for (uint32_t w = 0; w < c->nwords; w++)
@@ -960,10 +963,10 @@ check_page_locked(const struct slab *s, const struct slab_class *c,
                 p->nfree);
         return -EFAULT;
     }
-    bool want_partial = p->state == PAGE_ACTIVE && p->nfree > 0;
+    bool want_partial = page_state(p) == PAGE_ACTIVE && p->nfree > 0;
     if (want_partial != page_on_partial(c, p, pg)) {
         err_set("slab: page %u (free %u, state %u) %s the partial list", pg,
-                p->nfree, p->state, want_partial ? "missing from" : "on");
+                p->nfree, page_state(p), want_partial ? "missing from" : "on");
         return -EFAULT;
     }
     return 0;

@@ -55,7 +55,7 @@ struct slab_config {
     uint32_t chunk_max;     /* largest chunk (<= POOL_PAGE_SIZE); 0 = 512 KiB */
     slab_format_fn *format; /* optional: called on every new page */
     void *format_arg;
-    /* EXPERIMENT ONLY (ablation switches, issue 5; NULL/false by default):
+    /* EXPERIMENT ONLY (ablation switches; NULL/false by default):
      * meta_write set: every page reserves its first chunks for a header
      * (alloc/slab_layout.h) and every change of its allocation state is
      * also stored there through meta_write, under the class lock or (CLOCK
@@ -85,7 +85,6 @@ unsigned slab_nclasses(const struct slab *s);
 uint32_t slab_chunk_size(const struct slab *s, unsigned cls);
 /* Smallest class whose chunk holds size bytes, or -1 if none does. */
 int slab_class_for(const struct slab *s, uint32_t size);
-struct pool *slab_pool(const struct slab *s);
 
 /* Batch allocation for the quota layer. Takes up to want (>= 1) free chunks
  * of class cls into offs[], adding one page from the pool if the class has no
@@ -214,7 +213,7 @@ unsigned slab_scan(struct slab *s, unsigned cls, struct slab_cursor *cur,
                    unsigned max);
 
 /* Page draining, for page reassignment and pool shrink. The engine drives:
- *   slab_drain_begin -> loop { slab_drain_live; move or drop each item;
+ *   slab_drain_begin -> loop { slab_drain_live_from; move or drop each item;
  *   wait for deferred frees } -> slab_drain_finish (or _abort). */
 
 /* Pick a page of class cls to drain: the one with the most free chunks.
@@ -225,11 +224,9 @@ int slab_drain_pick(struct slab *s, unsigned cls, uint32_t above,
 /* Stop handing out chunks of the page. 0, or -EINVAL if it is not in use or
  * already draining. Locks: class. */
 int slab_drain_begin(struct slab *s, uint32_t page);
-/* Offsets of the page's allocated chunks (at most max). Locks: class. */
-unsigned slab_drain_live(struct slab *s, uint32_t page, uint64_t *offs,
-                         unsigned max);
-/* The same from chunk index `from` on, so a caller can walk a page whose
- * chunks stay allocated until a grace period has passed. */
+/* Offsets of the page's allocated chunks from chunk index `from` on (at
+ * most max), so a caller can walk a page whose chunks stay allocated until
+ * a grace period has passed. Locks: class. */
 unsigned slab_drain_live_from(struct slab *s, uint32_t page, uint32_t from,
                               uint64_t *offs, unsigned max);
 /* Whether the page is owned by a class and draining. Lock-free hint. */

@@ -1,6 +1,6 @@
 #pragma once
 /*
- * EXPERIMENT ONLY (tc_config.ablate_meta_in_pmem, issue 5): the on-PMEM
+ * EXPERIMENT ONLY (tc_config.ablate_meta_in_pmem): the on-PMEM
  * layout of the page metadata that Tair MDB kept at the start of every 1 MiB
  * page, which made one DIMM of an interleaved set take about twice the
  * writes. tiercache keeps all of this in DRAM (DESIGN rule 1); with the

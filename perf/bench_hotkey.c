@@ -184,9 +184,9 @@ bh_run(const struct bh_opts *o, bool hot, struct bh_result *res)
             snprintf(key, sizeof(key), "key:%012llx", (unsigned long long)k);
         tc_set(c, key, (size_t)n, val, o->vlen, 0, 0);
     }
-    atomic_store(&bh_stop, false);
-    atomic_store(&bh_counting, false);
-    atomic_store(&bh_pm_bytes, 0);
+    atomic_store_explicit(&bh_stop, false, memory_order_relaxed);
+    atomic_store_explicit(&bh_counting, false, memory_order_relaxed);
+    atomic_store_explicit(&bh_pm_bytes, 0, memory_order_relaxed);
     for (unsigned i = 0; i < o->threads; i++) {
         w[i] = (struct bh_worker){.c = c, .o = o, .id = i};
         pthread_create(&w[i].tid, NULL, bh_worker_main, &w[i]);
@@ -195,12 +195,12 @@ bh_run(const struct bh_opts *o, bool hot, struct bh_result *res)
     struct tc_stats before;
     tc_stats(c, &before);
     uint64_t t0 = clock_nsec();
-    atomic_store(&bh_counting, true);
+    atomic_store_explicit(&bh_counting, true, memory_order_relaxed);
     sleep(o->seconds);
-    atomic_store(&bh_counting, false);
+    atomic_store_explicit(&bh_counting, false, memory_order_relaxed);
     uint64_t t1 = clock_nsec();
-    uint64_t pm = atomic_load(&bh_pm_bytes);
-    atomic_store(&bh_stop, true);
+    uint64_t pm = atomic_load_explicit(&bh_pm_bytes, memory_order_relaxed);
+    atomic_store_explicit(&bh_stop, true, memory_order_relaxed);
     uint64_t ops = 0;
     res->errors = 0;
     for (unsigned i = 0; i < o->threads; i++) {

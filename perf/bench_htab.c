@@ -161,9 +161,11 @@ chain_pos(struct htab *h, uint64_t hash, uint64_t loc)
     uint64_t n = 1;
 
     htab_unlock(home);
-    for (; b != NULL; b = b->next, n++)
+    for (; b != NULL;
+         b = atomic_load_explicit(&b->next, memory_order_acquire), n++)
         for (int i = 0; i < HTAB_SLOTS; i++)
-            if (htab_slot_loc(b->slot[i]) == loc)
+            if (htab_slot_loc(atomic_load_explicit(
+                    &b->slot[i], memory_order_acquire)) == loc)
                 return n;
     return 0;
 }
@@ -175,7 +177,7 @@ chain_len(struct htab *h, uint64_t hash)
     uint64_t n = 0;
 
     htab_unlock(b);
-    for (; b != NULL; b = b->next)
+    for (; b != NULL; b = atomic_load_explicit(&b->next, memory_order_acquire))
         n++;
     return n;
 }

@@ -1,5 +1,5 @@
 /*
- * bench_tair: the Tair MDB experiment (issue 5) on the embedded engine,
+ * bench_tair: the Tair MDB experiment on the embedded engine,
  * through the public API (tiercache.h), on emulated PMEM.
  *
  * Three configurations, one after the other in one run, each on a fresh

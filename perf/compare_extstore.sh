@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NVMe tier benchmark (issue 4): memcached's extstore against tiercached's
+# NVMe tier benchmark: memcached's extstore against tiercached's
 # flash tier, same run, same -m, same flash size, a dataset about four
 # times the memory, 4 KiB values. Figures only: nothing here checks speed.
 #

@@ -166,7 +166,7 @@ else
     log "=== htab: perf/bench_htab.c not present: skipped"
 fi
 
-# --- hot keys in DRAM (issue 5) ------------------------------------------
+# --- hot keys in DRAM ----------------------------------------------------
 hotkey=$(find_bin bench_hotkey)
 if [ -n "$hotkey" ]; then
     run "hotkey zipf" "$hotkey" --hot-rate 200 --k 256

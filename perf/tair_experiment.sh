@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Tair MDB experiment (issue 5) on emulated PMEM, through the engine and
+# The Tair MDB experiment on emulated PMEM, through the engine and
 # through the server, for three configurations:
 #   a  page info in PMEM + item init inside the slab lock
 #      (-o ablate_meta_in_pmem,ablate_init_in_lock)

@@ -45,9 +45,18 @@ extern "C" {
 #define TC_API __attribute__((visibility("default")))
 
 #define TC_KEY_MAX 250
+/* An exptime up to this many seconds (30 days) is relative to now, a larger
+ * one an absolute unix time: memcached's rule. */
+#define TC_EXPTIME_RELATIVE_MAX 2592000
 /* The engine's per-item header, counted with the key and the value against
  * item_size_max (as memcached counts its own item header). */
 #define TC_ITEM_HEADER_SIZE 24
+/* An item larger than the largest chunk is chained: its value continues in
+ * at most TC_ITEM_MAX_TAILS tail chunks, each starting with a header of
+ * TC_ITEM_TAIL_HEADER_SIZE bytes, so item_size_max stays below
+ * TC_ITEM_MAX_TAILS x (chunk_max - TC_ITEM_TAIL_HEADER_SIZE). */
+#define TC_ITEM_MAX_TAILS 255
+#define TC_ITEM_TAIL_HEADER_SIZE 16
 /* item_size_max when tc_config_init sets it. */
 #define TC_ITEM_SIZE_MAX_DEFAULT (1u << 20)
 /* The pool file holds a header area of this size in front of the item
@@ -440,8 +449,9 @@ TC_API void tc_thread_unregister(struct tc_cache *c);
  * thread can delay page reassignment and keep freed memory. */
 TC_API void tc_thread_quiesce(struct tc_cache *c);
 
-/* Retrieval. exptime values follow memcached: 0 never, 1..2592000 seconds
- * from now, larger an absolute unix time, negative already expired. */
+/* Retrieval. exptime values follow memcached: 0 never,
+ * 1..TC_EXPTIME_RELATIVE_MAX seconds from now, larger an absolute unix time,
+ * negative already expired. */
 TC_API int tc_get(struct tc_cache *c, const void *key, size_t klen,
                   tc_value_fn *fn, void *arg);
 /* get-and-touch: on a hit the expiry is set first, then fn sees the item. */
@@ -645,6 +655,9 @@ TC_API void tc_stats_reset(struct tc_cache *c);
 /* Write-hotspot tracker (tc_config.hotspot_dimms > 0). */
 #define TC_HOTSPOT_MAX_DIMMS 64
 #define TC_HOTSPOT_TOP_MAX 64
+/* The tracker's block: tc_hotspot_block.block is a file offset divided by
+ * this. */
+#define TC_HOTSPOT_BLOCK_SIZE 4096
 struct tc_hotspot {
     unsigned dimms; /* 0: tracking is off (nothing else is filled) */
     uint64_t dimm_bytes[TC_HOTSPOT_MAX_DIMMS];  /* sampled bytes per DIMM */
@@ -655,7 +668,8 @@ struct tc_hotspot {
     uint32_t sample;    /* one write in this many is recorded */
     uint64_t map_bytes; /* bytes of the mapped pool file */
 };
-/* One 4 KiB block of the mapped pool file (block = file offset / 4096). */
+/* One block of the mapped pool file (block = file offset /
+ * TC_HOTSPOT_BLOCK_SIZE). */
 struct tc_hotspot_block {
     uint64_t block;
     uint64_t bytes;   /* sampled bytes written */

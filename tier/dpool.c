@@ -9,8 +9,7 @@
  *                at a time. A block's stripe is fixed at allocation (from
  *                its address), so that writers of different hot keys
  *                rarely meet on one lock.
- *   d->used, d->count
- *                atomics: used is reserved by a CAS loop before memkind is
+ *   d->used      atomic: reserved by a CAS loop before memkind is
  *                called and returned after memkind_free (relaxed: a
  *                budget, it orders nothing)
  *   block->flags the caller's; atomic
@@ -47,7 +46,6 @@ struct dpool {
     struct stripe stripe[DPOOL_STRIPES];
     uint64_t capacity;
     _Atomic uint64_t used;
-    _Atomic uint64_t count;
 };
 
 static struct block *
@@ -118,7 +116,6 @@ dpool_alloc(struct dpool *d, size_t size, void **out)
         st->head->prev = b;
     st->head = b;
     pthread_mutex_unlock(&st->lock);
-    atomic_fetch_add_explicit(&d->count, 1, memory_order_relaxed);
     *out = b + 1;
     return 0;
 }
@@ -141,7 +138,6 @@ dpool_free(struct dpool *d, void *p)
     pthread_mutex_unlock(&st->lock);
     memkind_free(MEMKIND_DEFAULT, b);
     atomic_fetch_sub_explicit(&d->used, need, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&d->count, 1, memory_order_relaxed);
 }
 
 _Atomic uint8_t *
@@ -150,28 +146,10 @@ dpool_flags(void *p)
     return &block_of(p)->flags;
 }
 
-size_t
-dpool_size(const void *p)
-{
-    return block_of(p)->size;
-}
-
 uint64_t
 dpool_used(const struct dpool *d)
 {
     return atomic_load_explicit(&d->used, memory_order_relaxed);
-}
-
-uint64_t
-dpool_capacity(const struct dpool *d)
-{
-    return d->capacity;
-}
-
-uint64_t
-dpool_count(const struct dpool *d)
-{
-    return atomic_load_explicit(&d->count, memory_order_relaxed);
 }
 
 int

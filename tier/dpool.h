@@ -43,14 +43,10 @@ void dpool_free(struct dpool *d, void *p);
 
 /* The user's flag byte of a live block. */
 _Atomic uint8_t *dpool_flags(void *p);
-/* Bytes the block holds (as asked). */
-size_t dpool_size(const void *p);
 
-/* Bytes of live blocks (their sizes as asked plus the prefixes), the
- * budget, and how many blocks are live. Relaxed reads: a snapshot. */
+/* Bytes of live blocks (their sizes as asked plus the prefixes). A relaxed
+ * read: a snapshot. */
 uint64_t dpool_used(const struct dpool *d);
-uint64_t dpool_capacity(const struct dpool *d);
-uint64_t dpool_count(const struct dpool *d);
 
 /* Call fn for every live block, under its list's lock (so none is freed
  * during the call): stops at the first nonzero return and returns it. fn

@@ -306,16 +306,6 @@ hotspot_dimm_writes(const struct hotspot *h, uint64_t *writes, unsigned max)
     return h->cfg.dimms;
 }
 
-uint64_t
-hotspot_sampled_bytes(const struct hotspot *h)
-{
-    uint64_t sum = 0;
-
-    for (unsigned d = 0; d < h->cfg.dimms; d++)
-        sum += atomic_load_explicit(&h->dimm[d].bytes, memory_order_relaxed);
-    return sum;
-}
-
 double
 hotspot_skew(const struct hotspot *h)
 {
@@ -342,12 +332,6 @@ uint64_t
 hotspot_map_bytes(const struct hotspot *h)
 {
     return h->len;
-}
-
-uint64_t
-hotspot_nblocks(const struct hotspot *h)
-{
-    return h->nblocks;
 }
 
 /* The block's verdict: the kind holding at least two thirds of its
@@ -384,16 +368,6 @@ hotspot_fill(const struct hotspot *h, uint64_t index, struct hotspot_block *out)
     out->bytes = atomic_load_explicit(&b->bytes, memory_order_relaxed);
     out->writes = atomic_load_explicit(&b->writes, memory_order_relaxed);
     hotspot_verdict(b, out);
-}
-
-int
-hotspot_block_get(const struct hotspot *h, uint64_t index,
-                  struct hotspot_block *out)
-{
-    if (index >= h->nblocks)
-        return -ERANGE;
-    hotspot_fill(h, index, out);
-    return 0;
 }
 
 unsigned

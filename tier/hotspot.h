@@ -1,6 +1,6 @@
 #pragma once
 /*
- * The write-hotspot tracker (issue 5): sampled counts of the bytes written
+ * The write-hotspot tracker: sampled counts of the bytes written
  * into the PMEM mapping per 4 KiB block and per emulated DIMM, fed by the
  * PMEM write helpers (tier/pm.h) through their write hook.
  *
@@ -104,12 +104,9 @@ unsigned hotspot_dimm_writes(const struct hotspot *h, uint64_t *writes,
                              unsigned max);
 /* max / mean of the per-DIMM bytes; 0.0 when nothing was recorded. */
 double hotspot_skew(const struct hotspot *h);
-/* Bytes of all recorded (sampled) writes. */
-uint64_t hotspot_sampled_bytes(const struct hotspot *h);
 
 const struct hotspot_config *hotspot_config(const struct hotspot *h);
 uint64_t hotspot_map_bytes(const struct hotspot *h);
-uint64_t hotspot_nblocks(const struct hotspot *h);
 
 struct hotspot_block {
     uint64_t index;  /* block number: map offset / HOTSPOT_BLOCK_SIZE */
@@ -119,9 +116,6 @@ struct hotspot_block {
     uint8_t pct[HOTSPOT_NKINDS]; /* share of its bytes per kind, percent */
 };
 
-/* One block's counters: 0, or -ERANGE if index is past the mapping. */
-int hotspot_block_get(const struct hotspot *h, uint64_t index,
-                      struct hotspot_block *out);
 /* The k most written blocks (k <= HOTSPOT_TOP_MAX), most written first;
  * returns how many have bytes. Scans every block. */
 unsigned hotspot_top(const struct hotspot *h, struct hotspot_block *out,

@@ -1,6 +1,6 @@
 #pragma once
 /*
- * The NVMe store (issue 4): cold values in large log-structured segments on
+ * The NVMe store: cold values in large log-structured segments on
  * one or more files or block devices opened with O_DIRECT, written and read
  * through io_uring (liburing). This header is the contract between the
  * store (tier/nvs*.c) and the engine (src/), which decides what to spill

@@ -36,11 +36,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Ranked above every lock of src/base/lock.h: were the engine ever to call
- * the store with one of its locks held, the order would still hold (debug
- * builds check it). */
-#define LOCK_RANK_NVS 50
-
 enum nvs_seg_state {
     NVS_SEG_FREE = 0,
     NVS_SEG_OPEN,       /* the one segment appends go to */

@@ -2,7 +2,7 @@
 /*
  * PMEM write (and read) helpers. Every store into the PMEM region goes
  * through these: they are the single place where write-hotspot accounting and
- * latency emulation hook in (issue 5), and in debug builds they assert that
+ * latency emulation hook in, and in debug builds they assert that
  * the calling thread holds no lock (DESIGN rule 2: no PMEM writes inside a
  * critical section).
  *
@@ -37,17 +37,17 @@ void pm_read(void *dst, const void *pmem_src, size_t n);
  * nothing else. */
 void pm_note_read(const void *pmem_src, size_t n);
 
-/* Hook for accounting (issue 5): called with the destination and length of
+/* Hook for write-hotspot accounting: called with the destination and length of
  * every write when set; NULL (the default) costs one predictable branch. */
 typedef void pm_write_hook_fn(const void *pmem_dst, size_t n);
 void pm_set_write_hook(pm_write_hook_fn *fn);
 
-/* Latency emulation (issue 5): a busy-wait of write_ns_per_line for every
- * 64-byte line a write helper (pm_copy, pm_set, pm_store*) touches and of
- * read_ns_per_line for every line pm_read() or pm_note_read() covers, to model
- * a medium slower than DRAM. 0 = off (the default); off, the helpers pay the
- * same single predictable branch as for the write hook. Process-wide. Context:
- * setup, like pm_set_write_hook(). */
+/* Latency emulation, for PMEM emulated on DRAM: a busy-wait of
+ * write_ns_per_line for every 64-byte line a write helper (pm_copy, pm_set,
+ * pm_store*) touches and of read_ns_per_line for every line pm_read() or
+ * pm_note_read() covers, to model a medium slower than DRAM. 0 = off (the
+ * default); off, the helpers pay the same single predictable branch as for the
+ * write hook. Process-wide. Context: setup, like pm_set_write_hook(). */
 void pm_set_latency(uint32_t write_ns_per_line, uint32_t read_ns_per_line);
 
 /* 64-byte lines that [addr, addr + n) touches (0 for n == 0). */
@@ -58,7 +58,7 @@ pm_lines(const void *addr, size_t n)
     return n ? (uint64_t)(((a + n - 1) >> 6) - (a >> 6) + 1) : 0;
 }
 
-/* --- Ablation (experiment only, issue 5) ---
+/* --- Ablation (experiment only) ---
  * The ablation switches (tc_config ablate_meta_in_pmem / ablate_init_in_lock)
  * reproduce Tair MDB's bad layouts, whose PMEM writes happen inside a
  * critical section on purpose. Between pm_unchecked_begin() and

@@ -46,7 +46,8 @@ uint64_t region_data_size(const struct region *r);
 bool region_is_pmem(const struct region *r);
 
 /* Whether the previous holder closed the file gracefully (false for a file
- * created by this open). */
+ * created by this open). The open's log line says it; tests check it
+ * here. */
 bool region_was_clean(const struct region *r);
 
 const char *region_path(const struct region *r);

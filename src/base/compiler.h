@@ -14,6 +14,9 @@
 #define ALIGN_UP(x, a) (((x) + ((a)-1)) & ~((__typeof__(x))(a)-1))
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
+/* A macro's value as a string literal: STRINGIFY(TC_KEY_MAX) is "250". */
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
 
 #define container_of(ptr, type, member)                                        \
     ((type *)((char *)(ptr)-offsetof(type, member)))

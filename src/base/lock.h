@@ -3,16 +3,19 @@
  * Lock wrappers with ranks.
  *
  * Two kinds: struct lock (a pthread mutex, for slab classes, the page pool,
- * engine-wide state) and struct spin (a 32-bit spin lock that fits inside a
+ * the NVMe store) and struct spin (a 32-bit spin lock that fits inside a
  * hash bucket's cache line). Both carry a rank; debug builds (NDEBUG not
  * defined) keep a per-thread stack of held ranks and abort when a thread
  * takes a lock whose rank is not strictly greater than the last one it holds.
  * Ranks, lowest taken first (the global order, also in doc/architecture.md):
  *
- *   LOCK_RANK_ENGINE  engine-wide admin (flush, resize, reassign)
- *   LOCK_RANK_BUCKET  one hash-index bucket
- *   LOCK_RANK_CLASS   one slab class
- *   LOCK_RANK_POOL    the page pool
+ *   LOCK_RANK_BUCKET  one hash-index bucket (src/engine/htab.c)
+ *   LOCK_RANK_CLASS   one slab class (alloc/slab.c)
+ *   LOCK_RANK_POOL    the page pool (alloc/pool.c)
+ *   LOCK_RANK_NVS     the NVMe store's segment table (tier/nvs.c); above
+ *                     every other rank, so that were the engine ever to
+ *                     call the store with one of its locks held, the order
+ *                     would still hold
  *
  * lock_held_depth() tells how many locks the calling thread holds (always 0
  * in release builds): the PMEM write helpers assert it is 0, which is how
@@ -24,10 +27,10 @@
 #include <stdint.h>
 
 enum lock_rank {
-    LOCK_RANK_ENGINE = 10,
     LOCK_RANK_BUCKET = 20,
     LOCK_RANK_CLASS = 30,
     LOCK_RANK_POOL = 40,
+    LOCK_RANK_NVS = 50,
 };
 
 struct lock {

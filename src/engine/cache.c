@@ -35,6 +35,8 @@
 #include <urcu/urcu-memb.h>
 
 #define TLS_SLOTS 8
+/* Caches open at once in a process (the registry of live ids). */
+#define CACHE_MAX_OPEN 64
 
 struct tls_slot {
     uint64_t id;
@@ -52,8 +54,8 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 static uint64_t next_cache_id = 1;
-static struct cache *live[64];
-static uint64_t live_id[64];
+static struct cache *live[CACHE_MAX_OPEN];
+static uint64_t live_id[CACHE_MAX_OPEN];
 
 static bool
 id_is_live(uint64_t id)
@@ -632,15 +634,15 @@ static int
 check_config(const struct tc_config *cfg)
 {
     uint32_t chunk_max = cfg->chunk_max ? cfg->chunk_max : POOL_PAGE_SIZE / 2;
-    uint64_t tails = cfg->item_size_max / (chunk_max - 16) + 1;
+    uint32_t tail_room = chunk_max - (uint32_t)sizeof(struct item_tail);
+    uint64_t tails = cfg->item_size_max / tail_room + 1;
 
     if (cfg->item_size_max < 1024 || tails > ITEM_MAX_TAILS ||
         cfg->item_size_max > (1u << 30)) {
         err_set("item_size_max %u is out of range (1 KiB to %llu bytes with "
                 "chunk_max %u)",
                 cfg->item_size_max,
-                (unsigned long long)ITEM_MAX_TAILS * (chunk_max - 16),
-                chunk_max);
+                (unsigned long long)ITEM_MAX_TAILS * tail_room, chunk_max);
         return -EINVAL;
     }
     if (cfg->chunk_max &&
@@ -677,7 +679,7 @@ open_memory(struct cache *c)
         .chunk_max = c->cfg.chunk_max,
         .format = format_page,
         .format_arg = c,
-        /* experiment only (issue 5), off by default */
+        /* experiment only, off by default: Tair MDB's layouts, measured */
         .meta_write = c->cfg.ablate_meta_in_pmem ? pmeta_write : NULL,
         .format_in_lock = c->cfg.ablate_init_in_lock,
     };

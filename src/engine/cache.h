@@ -80,7 +80,7 @@
 #include "tier/region.h"
 
 #define CACHE_DEFER_BATCH 64
-#define CACHE_REALTIME_MAXDELTA 2592000 /* 30 days, memcached's rule */
+#define CACHE_REALTIME_MAXDELTA TC_EXPTIME_RELATIVE_MAX
 
 /* Per-thread counters, summed on demand: one slot ST_<id> per row of
  * TC_STATS_COUNTERS (src/tiercache.h), the counters first, then the gauges

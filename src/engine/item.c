@@ -88,7 +88,7 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
         pm_copy(head, stage, at);
         return;
     }
-    char hk[sizeof(h) + 255];
+    char hk[sizeof(h) + UINT8_MAX]; /* klen is a uint8_t */
     memcpy(hk, &h, sizeof(h));
     memcpy(hk + sizeof(h), key, h.klen);
     pm_copy(head, hk, sizeof(h) + h.klen);

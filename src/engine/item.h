@@ -12,7 +12,7 @@
 #include "src/engine/item_layout.h"
 
 /* Most value pieces a chained item can have (limits item_size_max). */
-#define ITEM_MAX_TAILS 255
+#define ITEM_MAX_TAILS TC_ITEM_MAX_TAILS
 
 struct item_plan {
     uint32_t head_size; /* bytes needed in the head chunk */

@@ -14,7 +14,7 @@
  * index except for exptime, which touch/gat overwrite with one aligned
  * 4-byte store.
  *
- * A flash item (kind ITEM_KIND_FLASH, issue 4) keeps only its header and
+ * A flash item (kind ITEM_KIND_FLASH) keeps only its header and
  * key in PMEM: vlen is the value's length, nchain is 0, and the value lives
  * on the NVMe store at the locator after the key (tier/nvs.h), which also
  * carries the segment generation and the CRC32C the store checks on every
@@ -56,4 +56,5 @@ struct item_tail {
 
 _Static_assert(sizeof(struct item_hdr) == TC_ITEM_HEADER_SIZE,
                "item header is the size the API states");
-_Static_assert(sizeof(struct item_tail) == 16, "tail header is 16 bytes");
+_Static_assert(sizeof(struct item_tail) == TC_ITEM_TAIL_HEADER_SIZE,
+               "tail header is the size the API states");

@@ -41,7 +41,7 @@ maint_step(struct cache_thread *t)
     hotkey_tick(t);
     ext_maintain(t);
     cache_reclaim_limbo(t);
-    if (atomic_load(&c->shrink_target))
+    if (atomic_load_explicit(&c->shrink_target, memory_order_relaxed))
         reclaim_shrink(t);
     slab_atime_tick(c->slab, clock_now());
     return n;
@@ -105,7 +105,8 @@ maint_main(void *arg)
 int
 maint_start(struct cache *c)
 {
-    atomic_store(&c->bg_stop, false);
+    /* relaxed: pthread_create orders it before the thread's first load */
+    atomic_store_explicit(&c->bg_stop, false, memory_order_relaxed);
     int rc = pthread_create(&c->bg, NULL, maint_main, c);
     if (rc) {
         err_set("cannot start the maintenance thread: %s", strerror(rc));
@@ -121,7 +122,8 @@ maint_stop(struct cache *c)
     if (!c->bg_running)
         return;
     pthread_mutex_lock(&c->bg_lock);
-    atomic_store(&c->bg_stop, true);
+    /* relaxed: bg_lock orders it with the thread's check */
+    atomic_store_explicit(&c->bg_stop, true, memory_order_relaxed);
     pthread_cond_signal(&c->bg_cond);
     pthread_mutex_unlock(&c->bg_lock);
     pthread_join(c->bg, NULL);

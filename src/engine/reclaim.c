@@ -27,7 +27,9 @@
  *     (RECLAIM_TRY) and retry after a later eviction batch.
  *   c->evict_cur[cls]: under the class lock, inside slab_scan().
  *   c->shrink_target: written by tc_set_mem_limit, read and cleared under
- *     admin; an atomic, since the maintenance thread peeks at it unlocked.
+ *     admin; an atomic, since the maintenance thread peeks at it unlocked
+ *     (relaxed). The read that starts a shrink is acquire, pairing with
+ *     tc_set_mem_limit's release store made after it lowered the limit.
  *   c->spill: set at open and close (reclaim_set_spill), read-only while
  *     threads use the cache.
  *   Item copies during relocation happen with no lock held.
@@ -553,7 +555,10 @@ reclaim_shrink(struct cache_thread *t)
 
     if (admin_enter(t, RECLAIM_WAIT) != 0)
         return -EBUSY; /* t holds admin (a shrink from inside a drain) */
-    uint32_t target = atomic_load(&c->shrink_target);
+    /* acquire: pairs with tc_set_mem_limit's release store, after the pool
+     * limit was lowered */
+    uint32_t target =
+        atomic_load_explicit(&c->shrink_target, memory_order_acquire);
     for (unsigned cls = 0; target && cls < slab_nclasses(c->slab); cls++) {
         /* stop allocation from every page above the target first, so
          * moved items land below it */
@@ -572,7 +577,7 @@ reclaim_shrink(struct cache_thread *t)
     if (target) {
         discard_above(c, target);
         if (rc == 0)
-            atomic_store(&c->shrink_target, 0);
+            atomic_store_explicit(&c->shrink_target, 0, memory_order_relaxed);
     }
     admin_leave(t);
     return rc;

@@ -178,7 +178,7 @@ prepare(struct cache_thread *t, const struct store_req *r,
     return 0;
 }
 
-/* EXPERIMENT ONLY (ablate_init_in_lock, issue 5): the item written with its
+/* EXPERIMENT ONLY (ablate_init_in_lock): the item written with its
  * head chunk's slab class lock held, as Tair MDB initialised items inside
  * its slab lock. Breaks DESIGN rule 2 on purpose. Locks: slab class. */
 static void

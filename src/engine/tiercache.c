@@ -435,11 +435,14 @@ tc_set_mem_limit(struct tc_cache *tc, uint64_t bytes)
         for (uint32_t p = 0; p < pages; p++)
             if (slab_page_draining(c->slab, p))
                 slab_drain_abort(c->slab, p);
-        atomic_store(&c->shrink_target, 0);
+        atomic_store_explicit(&c->shrink_target, 0, memory_order_relaxed);
         pthread_mutex_unlock(&c->admin);
         return 0;
     }
-    atomic_store(&c->shrink_target, (uint32_t)pages);
+    /* release: whoever sees the target (reclaim_shrink) sees the lowered
+     * pool limit too */
+    atomic_store_explicit(&c->shrink_target, (uint32_t)pages,
+                          memory_order_release);
     return reclaim_shrink(t);
 }
 
@@ -569,6 +572,8 @@ tc_slab_stats(struct tc_cache *tc, int cls, struct tc_slab_stats *out)
 
 _Static_assert(TC_HOTSPOT_MAX_DIMMS == HOTSPOT_MAX_DIMMS,
                "public and tracker DIMM limits agree");
+_Static_assert(TC_HOTSPOT_BLOCK_SIZE == HOTSPOT_BLOCK_SIZE,
+               "the API's hotspot block is the tracker's");
 _Static_assert(TC_HOTSPOT_TOP_MAX == HOTSPOT_TOP_MAX,
                "public and tracker top-list limits agree");
 

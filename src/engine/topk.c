@@ -122,12 +122,6 @@ topk_list(const struct topk *t, struct topk_entry *out, unsigned max)
     return n;
 }
 
-unsigned
-topk_size(const struct topk *t)
-{
-    return t->n;
-}
-
 double
 topk_count(const struct topk *t, uint64_t hash, const void *key, uint32_t klen)
 {

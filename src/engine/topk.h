@@ -18,9 +18,11 @@
  * lock).
  */
 
+#include "src/tiercache.h"
+
 #include <stdint.h>
 
-#define TOPK_KEY_MAX 250
+#define TOPK_KEY_MAX TC_KEY_MAX
 #define TOPK_MAX_K 1024
 
 struct topk_entry {
@@ -45,8 +47,6 @@ void topk_decay(struct topk *t, double factor);
 
 /* The entries, heaviest first: how many were written (<= max). */
 unsigned topk_list(const struct topk *t, struct topk_entry *out, unsigned max);
-/* Counters in use. */
-unsigned topk_size(const struct topk *t);
 /* Count of the entry for hash/key, or 0 if it holds none. */
 double topk_count(const struct topk *t, uint64_t hash, const void *key,
                   uint32_t klen);

@@ -24,7 +24,7 @@
  * Epoll is level-triggered: a connection left with unread input (budget
  * used up) is reported again at the next epoll_wait, after the others.
  *
- * Flash reads (issue 4): requests run with the connection as the owner of
+ * Flash reads: requests run with the connection as the owner of
  * the thread's asynchronous reads (tc_async_owner), so a get of a value on
  * the NVMe tier leaves a hole in the obuf instead of blocking the worker;
  * every read queued while the worker handles one epoll wake-up (multigets,

@@ -15,7 +15,7 @@
 #include <sys/uio.h>
 
 /*
- * Holes (issue 4): a reply whose value is still being read from flash is
+ * Holes: a reply whose value is still being read from flash is
  * written with the value's bytes reserved; nothing from the first hole's
  * reply on is sent until that hole is filled. A read that fails replaces
  * the whole reply with the protocol's miss (possibly nothing). Positions

@@ -543,7 +543,8 @@ worker_main(void *arg)
     worker_sched(w);
     if (tc_thread_register(w->srv->cache) != 0)
         log_warn("worker: cannot register with the cache: %s", tc_errmsg());
-    /* the NVMe tier's completions for this worker's ring (issue 4) */
+    /* the NVMe tier's completions for this worker's ring: the worker
+     * serves other connections while a flash read is in flight */
     int afd = tc_async_fd(w->srv->cache);
     struct epoll_event aev = {.events = EPOLLIN, .data.ptr = &w->cw};
     if (afd >= 0 && epoll_ctl(w->cw.epfd, EPOLL_CTL_ADD, afd, &aev) != 0)

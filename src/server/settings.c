@@ -567,10 +567,10 @@ settings_min_chunk(const struct settings *s)
 static int
 check_slabs(const struct settings *s)
 {
-    /* the engine chains an item over at most 255 tails of
-     * slab_chunk_max - 16 bytes each (src/engine/item.h) */
-    uint64_t per_tail = s->slab_chunk_max - 16;
-    uint64_t item_max = 255 * per_tail - 1;
+    /* the engine chains an item over at most TC_ITEM_MAX_TAILS tails of
+     * slab_chunk_max - TC_ITEM_TAIL_HEADER_SIZE bytes each */
+    uint64_t per_tail = s->slab_chunk_max - TC_ITEM_TAIL_HEADER_SIZE;
+    uint64_t item_max = TC_ITEM_MAX_TAILS * per_tail - 1;
     if (s->slab_chunk_max % 8) {
         err_set("-o slab_chunk_max: expected a multiple of 8, got %llu",
                 (unsigned long long)s->slab_chunk_max);

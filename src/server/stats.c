@@ -148,7 +148,7 @@ general_tiercache(struct obuf *out, const struct tc_stats *t,
     stat_u64(out, "hot_pool_limit", t->hot_pool_limit);
 }
 
-/* The NVMe tier (issue 4): memcached's extstore names where the meaning
+/* The NVMe tier: memcached's extstore names where the meaning
  * matches, shown only when a tier is configured, as memcached does. */
 static void
 general_extstore(struct obuf *out, const struct tc_stats *t)
@@ -276,7 +276,7 @@ hotspot(struct tc_cache *c, struct obuf *out)
     stat_u64(out, "hotspot_dimms", h.dimms);
     stat_u64(out, "hotspot_interleave", h.interleave);
     stat_u64(out, "hotspot_sample", h.sample);
-    stat_u64(out, "hotspot_block_bytes", 4096);
+    stat_u64(out, "hotspot_block_bytes", TC_HOTSPOT_BLOCK_SIZE);
     stat_u64(out, "hotspot_map_bytes", h.map_bytes);
     stat_u64(out, "hotspot_sampled_bytes", h.sampled_bytes);
     for (unsigned d = 0; d < h.dimms; d++) {

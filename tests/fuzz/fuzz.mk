@@ -3,6 +3,10 @@
 #
 #   tests/fuzz/fuzz_<name>.c    defines LLVMFuzzerTestOneInput (fuzz.h)
 #   tests/fuzz/corpus/<name>/   its seed corpus
+#   tests/fuzz/<other>.c        helpers of the targets (e.g. engine_model.c,
+#                               the engine targets' reference model): one
+#                               archive linked into every target, which
+#                               takes only what it uses
 #
 #   make fuzz-replay   one suite of `make test` and `make asan`: builds
 #                      build/$(VARIANT)/tests/fuzz/replay_<name> with $(CC)
@@ -26,6 +30,8 @@
 
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(FUZZ_SRCS))
+FUZZ_HELPER_SRCS := $(filter-out $(FUZZ_SRCS) tests/fuzz/replay_main.c,\
+	$(wildcard tests/fuzz/*.c))
 FUZZ_TARGETS ?= $(FUZZ_NAMES)
 FUZZ_SECONDS ?= 30
 FUZZ_ARGS ?=
@@ -36,16 +42,22 @@ FUZZ_CC ?= clang
 define FUZZ_REPLAY_RULES
 FUZZ_REPLAY_BINS_$(1) := $$(patsubst %,build/$(1)/tests/fuzz/replay_%,\
 	$$(FUZZ_NAMES))
+FUZZ_HELPER_OBJS_$(1) := $$(patsubst %.c,build/$(1)/%.o,$$(FUZZ_HELPER_SRCS))
 FUZZ_REPLAY_OBJS_$(1) := $$(patsubst %.c,build/$(1)/%.o,\
-	$$(FUZZ_SRCS) tests/fuzz/replay_main.c)
+	$$(FUZZ_SRCS) tests/fuzz/replay_main.c) $$(FUZZ_HELPER_OBJS_$(1))
 FUZZ_DEPS += $$(FUZZ_REPLAY_OBJS_$(1):.o=.d)
 
 $$(FUZZ_REPLAY_OBJS_$(1)): build/$(1)/%.o: %.c
 	@mkdir -p $$(@D)
 	$$(CC) $$(CFLAGS_$(1)) -c $$< -o $$@
 
+build/$(1)/tests/fuzz/libfuzzhelp.a: $$(FUZZ_HELPER_OBJS_$(1))
+	@rm -f $$@
+	$$(AR) rcs $$@ $$^
+
 build/$(1)/tests/fuzz/replay_%: build/$(1)/tests/fuzz/fuzz_%.o \
-		build/$(1)/tests/fuzz/replay_main.o build/$(1)/libtcserver.a \
+		build/$(1)/tests/fuzz/replay_main.o \
+		build/$(1)/tests/fuzz/libfuzzhelp.a build/$(1)/libtcserver.a \
 		build/$(1)/libtiercache.a
 	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$^ $$(LIBS)
 endef
@@ -86,7 +98,8 @@ CFLAGS_fuzz := $(TC_CPPFLAGS) $(TC_CFLAGS) $(FUZZ_VFLAGS) $(CPPFLAGS) \
 	$(CFLAGS)
 FUZZ_LIB_OBJS := $(patsubst %.c,build/fuzz/%.o,$(LIB_SRCS))
 FUZZ_SRV_OBJS := $(patsubst %.c,build/fuzz/%.o,$(SRV_SRCS))
-FUZZ_OBJS := $(patsubst %.c,build/fuzz/%.o,$(FUZZ_SRCS))
+FUZZ_HELPER_OBJS := $(patsubst %.c,build/fuzz/%.o,$(FUZZ_HELPER_SRCS))
+FUZZ_OBJS := $(patsubst %.c,build/fuzz/%.o,$(FUZZ_SRCS)) $(FUZZ_HELPER_OBJS)
 FUZZ_BINS := $(patsubst %,build/fuzz/tests/fuzz/fuzz_%,$(FUZZ_TARGETS))
 FUZZ_DEPS += $(FUZZ_LIB_OBJS:.o=.d) $(FUZZ_SRV_OBJS:.o=.d) \
 	$(FUZZ_OBJS:.o=.d)
@@ -112,8 +125,13 @@ $(FUZZ_OBJS): build/fuzz/%.o: %.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(CFLAGS_fuzz) -fsanitize=fuzzer-no-link -c $< -o $@
 
+build/fuzz/tests/fuzz/libfuzzhelp.a: $(FUZZ_HELPER_OBJS)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
 build/fuzz/tests/fuzz/fuzz_%: build/fuzz/tests/fuzz/fuzz_%.o \
-		build/fuzz/libtcserver.a build/fuzz/libtiercache.a
+		build/fuzz/tests/fuzz/libfuzzhelp.a build/fuzz/libtcserver.a \
+		build/fuzz/libtiercache.a
 	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined $(LDFLAGS) -o $@ $^ \
 		$(LIBS)
 

@@ -1,4 +1,4 @@
-"""The experiment-only ablation switches (issue 5): tiercached accepts
+"""The experiment-only ablation switches: tiercached accepts
 -o ablate_meta_in_pmem / ablate_init_in_lock, reports them in `stats
 settings`, stays correct with them on, and refuses a bad value with exit 64
 and one line."""

@@ -1,4 +1,4 @@
-"""The NVMe tier from the wire (issue 4): a server with a small -m and an
+"""The NVMe tier from the wire: a server with a small -m and an
 ext_path in conftest's flash_dir() (/tmp by default: O_DIRECT works there)
 stores four times its memory; everything reads back right (or as a miss,
 only where evicted) through pymemcache, raw text get/gets multigets, meta
@@ -413,7 +413,7 @@ def test_bad_ext_path_syntax(run_server):
     assert "FILE:SIZE" in err
 
 
-# --- the tier's loose ends (issue 4 follow-up) ---
+# --- stats reset, spilling from the first eviction, block devices ---
 
 def small_ext_server(spawn, extra=(), mem=8):
     """A server of `mem` MiB with its own 64 MiB flash file; the path in

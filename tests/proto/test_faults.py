@@ -1,4 +1,4 @@
-"""Adversarial sizes and run-time faults against a started server (issue 12).
+"""Adversarial sizes and run-time faults against a started server.
 
 - Sizes: keys of every length 1-250 (251 refused), values from 0 bytes to
   -I and one byte over (refused, its bytes swallowed), appends that grow one

@@ -1,4 +1,4 @@
-"""Hot keys in DRAM (issue 5): a key set thousands of times while others are
+"""Hot keys in DRAM: a key set thousands of times while others are
 set once shows up in `stats hotkeys`, moves into the DRAM hot pool
 (hotkey_promotions), keeps its value through promotion and demotion, and
 goes back to PMEM when it cools. tiercache only."""

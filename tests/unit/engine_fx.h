@@ -36,7 +36,7 @@
 #ifndef MIB
 #define MIB (1024ull * 1024)
 #endif
-#define DAYS30 2592000
+#define DAYS30 TC_EXPTIME_RELATIVE_MAX
 /* Bytes in front of the pool's pages (tier/region_layout.h). */
 #define REGION_HDR_BYTES (2u * MIB)
 

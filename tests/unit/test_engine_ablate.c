@@ -1,6 +1,6 @@
 /*
- * Engine tests of the experiment-only ablation switches (issue 5,
- * tc_config.ablate_meta_in_pmem / ablate_init_in_lock): a set / overwrite /
+ * Engine tests of the experiment-only ablation switches
+ * (tc_config.ablate_meta_in_pmem / ablate_init_in_lock): a set / overwrite /
  * delete / evict workload stays correct with each switch on (debug builds
  * also prove that their in-lock PMEM writes pass the helpers' check only on
  * the ablation paths), and the PMEM write pattern at page starts is what

@@ -342,10 +342,12 @@ admin_holder(void *arg)
 {
     struct admin_hold *h = arg;
     pthread_mutex_lock(&h->c->admin);
-    atomic_store(&h->held, true);
-    for (int i = 0; i < 120000 && !atomic_load(&h->done); i++)
+    atomic_store_explicit(&h->held, true, memory_order_release);
+    for (int i = 0;
+         i < 120000 && !atomic_load_explicit(&h->done, memory_order_acquire);
+         i++)
         usleep(1000);
-    atomic_store(&h->released, true);
+    atomic_store_explicit(&h->released, true, memory_order_release);
     pthread_mutex_unlock(&h->c->admin);
     return NULL;
 }
@@ -369,16 +371,18 @@ test_spill_admin_busy(void **state)
     struct admin_hold h = {.c = (struct cache *)c};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, admin_holder, &h), 0);
-    for (int i = 0; i < 5000 && !atomic_load(&h.held); i++)
+    for (int i = 0;
+         i < 5000 && !atomic_load_explicit(&h.held, memory_order_acquire); i++)
         usleep(1000);
-    assert_true(atomic_load(&h.held));
+    assert_true(atomic_load_explicit(&h.held, memory_order_acquire));
     for (unsigned i = 0; i < n; i++) {
         key_of(i, k);
         value_of(i, 0, v, vlen);
         put_driven(c, k, v, vlen, i, 0);
     }
-    bool waited = atomic_load(&h.released); /* the fill outlasted the hold */
-    atomic_store(&h.done, true);
+    bool waited = atomic_load_explicit(
+        &h.released, memory_order_acquire); /* the fill outlasted the hold */
+    atomic_store_explicit(&h.done, true, memory_order_release);
     pthread_join(th, NULL);
     assert_false(waited);
     struct tc_stats s = stats(c);
@@ -1023,7 +1027,7 @@ st_worker(void *p)
             st_value(key, (uint32_t)op, v, VAL);
             int rc = tc_set(a->c, k, strlen(k), v, VAL, 0, 0);
             if (rc != TC_OK && rc != -ENOMEM)
-                atomic_fetch_add(&a->bad, 1);
+                atomic_fetch_add_explicit(&a->bad, 1, memory_order_relaxed);
         } else if (r < 5) {
             tc_delete(a->c, k, strlen(k), 0);
         } else {
@@ -1033,7 +1037,7 @@ st_worker(void *p)
             if (rc == TC_OK) {
                 a->hits++;
                 if (!st_check(key, buf, g.len))
-                    atomic_fetch_add(&a->bad, 1);
+                    atomic_fetch_add_explicit(&a->bad, 1, memory_order_relaxed);
             }
         }
     }
@@ -1044,7 +1048,7 @@ static void *
 st_maint(void *p)
 {
     struct st_arg *a = p;
-    while (!atomic_load(a->stop)) {
+    while (!atomic_load_explicit(a->stop, memory_order_acquire)) {
         tc_maintain(a->c);
         nvs_flush(store_of(a->c));
         usleep(1000);
@@ -1073,11 +1077,11 @@ test_stress(void **state)
     }
     for (unsigned i = 0; i < ST_THREADS; i++)
         pthread_join(th[i], NULL);
-    atomic_store(&stop, true);
+    atomic_store_explicit(&stop, true, memory_order_release);
     pthread_join(th[ST_THREADS], NULL);
     unsigned long bad = 0, reads = 0, hits = 0;
     for (unsigned i = 0; i <= ST_THREADS; i++) {
-        bad += atomic_load(&w[i].bad);
+        bad += atomic_load_explicit(&w[i].bad, memory_order_relaxed);
         reads += w[i].reads;
         hits += w[i].hits;
     }

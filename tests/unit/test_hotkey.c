@@ -332,7 +332,7 @@ val_ok(const char *buf, size_t len, int key)
 static void
 fail_once(struct sctx *s, const char *what, int key)
 {
-    if (atomic_fetch_add(&s->failures, 1) == 0)
+    if (atomic_fetch_add_explicit(&s->failures, 1, memory_order_relaxed) == 0)
         snprintf(s->msg, sizeof(s->msg), "%s key%d", what, key);
 }
 
@@ -343,7 +343,10 @@ writer_main(void *arg)
     char k[16], v[128], buf[128];
     double end = mono_s() + SMOVE_LIMIT_S;
     for (unsigned i = 0;
-         i < SWRITES || (!atomic_load(s->moved) && mono_s() < end); i++) {
+         i < SWRITES ||
+         (!atomic_load_explicit(s->moved, memory_order_acquire) &&
+          mono_s() < end);
+         i++) {
         int key = (int)((i * 7 + s->id) % SKEYS);
         snprintf(k, sizeof(k), "key%d", key);
         int n = make_val(v, sizeof(v), key, i);
@@ -363,14 +366,16 @@ static void *
 mover_main(void *arg)
 {
     struct sctx *s = arg;
-    for (unsigned i = 0; !atomic_load(&s->stop) && i < 100000; i++) {
+    for (unsigned i = 0;
+         !atomic_load_explicit(&s->stop, memory_order_acquire) && i < 100000;
+         i++) {
         /* alternately everything hot and nothing hot */
         tc_set_hot_write_rate(s->c, i % 2 ? 1000000000 : 1);
         tc_maintain(s->c);
         struct tc_stats st;
         tc_stats(s->c, &st);
         if (st.hotkey_promotions > 0 && st.hotkey_demotions > 0)
-            atomic_store(s->moved, true);
+            atomic_store_explicit(s->moved, true, memory_order_release);
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
@@ -406,18 +411,19 @@ test_stress_moves(void **state)
     assert_int_equal(pthread_create(&tm, NULL, mover_main, &m), 0);
     for (unsigned i = 0; i < 2; i++)
         pthread_join(tw[i], NULL);
-    atomic_store(&m.stop, true);
+    atomic_store_explicit(&m.stop, true, memory_order_release);
     pthread_join(tm, NULL);
     for (unsigned i = 0; i < 2; i++)
-        if (atomic_load(&w[i].failures))
+        if (atomic_load_explicit(&w[i].failures, memory_order_relaxed))
             fail_msg("writer %u: %d failures, first: %s", i,
-                     atomic_load(&w[i].failures), w[i].msg);
+                     atomic_load_explicit(&w[i].failures, memory_order_relaxed),
+                     w[i].msg);
 
     struct tc_stats s = stats(c);
     print_message("stress: %llu promotions, %llu demotions\n",
                   (unsigned long long)s.hotkey_promotions,
                   (unsigned long long)s.hotkey_demotions);
-    if (!atomic_load(&moved))
+    if (!atomic_load_explicit(&moved, memory_order_acquire))
         fail_msg("no key was promoted and demoted within %d s of writes",
                  SMOVE_LIMIT_S);
     assert_true(s.hotkey_promotions > 0);

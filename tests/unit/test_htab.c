@@ -236,10 +236,14 @@ test_insert_lookup_replace_remove(void **state)
             htab_find_locked(b, key_hash(7), fake_match, &p);
 
         assert_non_null(slot);
-        assert_int_equal(htab_slot_loc(*slot), locs[7]);
+        assert_int_equal(
+            htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed)),
+            locs[7]);
         assert_ptr_equal(htab_find_loc_locked(b, locs[7]), slot);
         htab_replace_locked(slot, key_hash(7), nloc);
-        assert_int_equal(htab_slot_loc(*slot), nloc);
+        assert_int_equal(
+            htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed)),
+            nloc);
         assert_ptr_equal(htab_find_loc_locked(b, nloc), slot);
         assert_null(htab_find_loc_locked(b, locs[7]));
         htab_unlock(b);
@@ -384,8 +388,12 @@ test_find_loc_locked(void **state)
         _Atomic uint64_t *slot = htab_find_loc_locked(b, locs[i]);
 
         assert_non_null(slot);
-        assert_int_equal(htab_slot_loc(*slot), locs[i]);
-        assert_int_equal(*slot >> HTAB_LOC_BITS, 0x77);
+        assert_int_equal(
+            htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed)),
+            locs[i]);
+        assert_int_equal(atomic_load_explicit(slot, memory_order_relaxed) >>
+                             HTAB_LOC_BITS,
+                         0x77);
     }
     assert_null(htab_find_loc_locked(b, 500));
     assert_null(htab_find_loc_locked(b, 0));

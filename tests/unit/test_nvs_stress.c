@@ -86,12 +86,13 @@ appender(void *p)
         while ((e = fx_append(w->s, key, v, n, &loc)) == -EAGAIN &&
                clock_nsec() < limit) {
             struct timespec ts = {.tv_nsec = 100000};
-            atomic_fetch_add(&w->appends_busy, 1);
+            atomic_fetch_add_explicit(&w->appends_busy, 1,
+                                      memory_order_relaxed);
             nanosleep(&ts, NULL);
         }
         if (e != 0) {
             print_error("append %u of t%d: %s\n", i, a->t, strerror(-e));
-            atomic_fetch_add(&w->bad, 1);
+            atomic_fetch_add_explicit(&w->bad, 1, memory_order_relaxed);
             break;
         }
         pthread_mutex_lock(&w->mu);
@@ -105,7 +106,7 @@ appender(void *p)
         if (i % 200 == 0)
             nvs_flush(w->s);
     }
-    atomic_fetch_sub(&w->appenders_left, 1);
+    atomic_fetch_sub_explicit(&w->appenders_left, 1, memory_order_release);
     return NULL;
 }
 
@@ -129,14 +130,18 @@ reader(void *p)
     long passes = 0;
 
     if (nvs_ring_create(w->s, 8, &r) < 0) {
-        atomic_fetch_add(&w->bad, 1);
+        atomic_fetch_add_explicit(&w->bad, 1, memory_order_relaxed);
         return NULL;
     }
     /* Until the appenders are done and NREAD reads completed (bounded). */
-    while ((finished < NREAD || atomic_load(&w->appenders_left) > 0 ||
-            inflight > 0) &&
-           passes++ < 2000000) {
-        bool more = finished < NREAD || atomic_load(&w->appenders_left) > 0;
+    while (
+        (finished < NREAD ||
+         atomic_load_explicit(&w->appenders_left, memory_order_acquire) > 0 ||
+         inflight > 0) &&
+        passes++ < 2000000) {
+        bool more =
+            finished < NREAD ||
+            atomic_load_explicit(&w->appenders_left, memory_order_acquire) > 0;
         for (int i = 0; i < 8 && more; i++) {
             if (busy[i])
                 continue;
@@ -164,7 +169,7 @@ reader(void *p)
         int e = nvs_ring_submit(r);
         if (e < 0) {
             print_error("submit: %s\n", strerror(-e));
-            atomic_fetch_add(&w->bad, 1);
+            atomic_fetch_add_explicit(&w->bad, 1, memory_order_relaxed);
         }
         int n = nvs_ring_reap(r, done, 8, 1);
         for (int j = 0; j < n; j++) {
@@ -173,15 +178,17 @@ reader(void *p)
                 if (q->rd.loc.vlen != vlen_of(q->id, q->ver) ||
                     !fx_check(q->rd.value, q->rd.loc.vlen, q->id, q->ver)) {
                     print_error("wrong value for %s v%u\n", q->key, q->ver);
-                    atomic_fetch_add(&w->bad, 1);
+                    atomic_fetch_add_explicit(&w->bad, 1, memory_order_relaxed);
                 }
-                atomic_fetch_add(&w->reads_ok, 1);
+                atomic_fetch_add_explicit(&w->reads_ok, 1,
+                                          memory_order_relaxed);
             } else if (q->rd.res == -ESTALE) {
-                atomic_fetch_add(&w->reads_stale, 1);
+                atomic_fetch_add_explicit(&w->reads_stale, 1,
+                                          memory_order_relaxed);
             } else {
                 print_error("read of %s v%u: %s\n", q->key, q->ver,
                             strerror(-q->rd.res));
-                atomic_fetch_add(&w->bad, 1);
+                atomic_fetch_add_explicit(&w->bad, 1, memory_order_relaxed);
             }
             nvs_read_done(r, &q->rd);
             busy[q - pd] = false;
@@ -194,7 +201,7 @@ reader(void *p)
     if (inflight != 0 || finished < NREAD) {
         print_error("reader %d: %d reads left in flight, %d done\n", a->t,
                     inflight, finished);
-        atomic_fetch_add(&w->bad, 1);
+        atomic_fetch_add_explicit(&w->bad, 1, memory_order_relaxed);
     }
     nvs_ring_destroy(r);
     return NULL;
@@ -256,7 +263,7 @@ run_stress(bool no_uring)
     fx_config(&c, 16, no_uring);
     assert_int_equal(nvs_open(&c, &w.s), 0);
     pthread_mutex_init(&w.mu, NULL);
-    atomic_store(&w.appenders_left, 2);
+    atomic_store_explicit(&w.appenders_left, 2, memory_order_relaxed);
     for (int i = 0; i < 4; i++) {
         args[i] = (struct arg){.w = &w, .t = i % 2};
         assert_int_equal(
@@ -264,15 +271,16 @@ run_stress(bool no_uring)
             0);
     }
     int steps = 0;
-    while (atomic_load(&w.appenders_left) > 0 && steps < 100000) {
+    while (atomic_load_explicit(&w.appenders_left, memory_order_acquire) > 0 &&
+           steps < 100000) {
         int r = nvs_compact_step(w.s, 0.3, 64 * 1024, skeep, smoved, &w);
         if (steps % 16 == 0 && nvs_check(w.s) != 0) {
             print_error("nvs_check: %s\n", err_msg());
-            atomic_fetch_add(&w.bad, 1);
+            atomic_fetch_add_explicit(&w.bad, 1, memory_order_relaxed);
         }
         if (r < 0 && r != -EAGAIN) {
             print_error("compaction step: %s\n", strerror(-r));
-            atomic_fetch_add(&w.bad, 1);
+            atomic_fetch_add_explicit(&w.bad, 1, memory_order_relaxed);
         }
         steps++;
         struct timespec ts = {.tv_nsec = 1000000};
@@ -284,12 +292,14 @@ run_stress(bool no_uring)
     nvs_get_stats(w.s, &st);
     print_message("reads ok %lu stale %lu, append busy %lu, reclaims %lu, "
                   "compactions %lu (rescued %lu)\n",
-                  atomic_load(&w.reads_ok), atomic_load(&w.reads_stale),
-                  atomic_load(&w.appends_busy), (unsigned long)st.page_reclaims,
+                  atomic_load_explicit(&w.reads_ok, memory_order_relaxed),
+                  atomic_load_explicit(&w.reads_stale, memory_order_relaxed),
+                  atomic_load_explicit(&w.appends_busy, memory_order_relaxed),
+                  (unsigned long)st.page_reclaims,
                   (unsigned long)st.compact_runs,
                   (unsigned long)st.compact_rescues);
-    assert_int_equal(atomic_load(&w.bad), 0);
-    assert_true(atomic_load(&w.reads_ok) > 0);
+    assert_int_equal(atomic_load_explicit(&w.bad, memory_order_relaxed), 0);
+    assert_true(atomic_load_explicit(&w.reads_ok, memory_order_relaxed) > 0);
     assert_int_equal(st.read_badcrc + st.read_ioerr + st.read_timeout, 0);
     assert_true(st.page_reclaims + st.compact_runs > 0);
     nvs_close(w.s);

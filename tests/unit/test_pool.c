@@ -397,23 +397,25 @@ worker_main(void *arg)
 
             if (pool_page_get(sh->pool, &page) != 0)
                 continue;
-            if (page >= THREAD_PAGES || !atomic_compare_exchange_strong(
-                                            &sh->owner[page], &expected, w->id))
-                atomic_store(&sh->bad, 1);
+            if (page >= THREAD_PAGES ||
+                !atomic_compare_exchange_strong_explicit(
+                    &sh->owner[page], &expected, w->id, memory_order_acq_rel,
+                    memory_order_acquire))
+                atomic_store_explicit(&sh->bad, 1, memory_order_relaxed);
             held[nheld++] = page;
         } else {
             uint32_t k = (uint32_t)(rng_next(&rng) % nheld);
 
             page = held[k];
             held[k] = held[--nheld];
-            atomic_store(&sh->owner[page], 0);
+            atomic_store_explicit(&sh->owner[page], 0, memory_order_release);
             pool_page_put(sh->pool, page);
         }
     }
     while (nheld > 0) {
         uint32_t page = held[--nheld];
 
-        atomic_store(&sh->owner[page], 0);
+        atomic_store_explicit(&sh->owner[page], 0, memory_order_release);
         pool_page_put(sh->pool, page);
     }
     return NULL;
@@ -438,8 +440,8 @@ test_two_threads(void **state)
     }
     for (int i = 0; i < 2; i++)
         assert_int_equal(pthread_join(t[i], NULL), 0);
-    CHECK_SEED(atomic_load(&sh->bad) == 0, sh->seed,
-               "a page was handed to two owners");
+    CHECK_SEED(atomic_load_explicit(&sh->bad, memory_order_relaxed) == 0,
+               sh->seed, "a page was handed to two owners");
     assert_int_equal(pool_nfree(f->pool), THREAD_PAGES);
     free(sh);
 }

@@ -15,7 +15,8 @@ test_too_large_swallow(void **state)
     struct fx *f = *state;
     struct bytes in = {0}, want = {0};
     unsigned char e[8];
-    size_t vlen = ITEM_MAX - 24 - 3 + 1; /* one byte over with key "big" */
+    size_t vlen =
+        ITEM_MAX - TC_ITEM_HEADER_SIZE - 3 + 1; /* one over, key "big" */
     char *v = calloc(1, vlen + 100);
     assert_non_null(v);
 

@@ -454,7 +454,7 @@ test_draining_stash(void **state)
             fail_msg("alloc %d: chunk %llu of the draining page %u", i,
                      (unsigned long long)off, page);
     }
-    assert_int_equal(slab_drain_live(f->slab, page, live, 16), 1);
+    assert_int_equal(slab_drain_live_from(f->slab, page, 0, live, 16), 1);
     assert_int_equal(live[0], first);
 
     /* freed into the stash, the chunk still blocks the drain until the
@@ -570,9 +570,10 @@ test_two_threads_distinct(void **state)
         assert_int_equal(pthread_join(t[i], NULL), 0);
     assert_int_equal(w[0].rc, 0);
     assert_int_equal(w[1].rc, 0);
-    CHECK_SEED(atomic_load(&sh.bad) == 0, sh.seed,
-               "offset %llu handed to both threads",
-               (unsigned long long)atomic_load(&sh.bad_off));
+    CHECK_SEED(atomic_load_explicit(&sh.bad, memory_order_relaxed) == 0,
+               sh.seed, "offset %llu handed to both threads",
+               (unsigned long long)atomic_load_explicit(&sh.bad_off,
+                                                        memory_order_relaxed));
     /* and the set check, single-threaded now */
     for (int i = 0; i < 2; i++)
         for (unsigned k = 0; k < w[i].nheld; k++)
@@ -639,7 +640,7 @@ stress_main(void *arg)
                 continue;
             }
             if (rc != 0 || slab_class_of(sh->f->slab, off) != sh->cls[ci]) {
-                atomic_store(&sh->bad, 2);
+                atomic_store_explicit(&sh->bad, 2, memory_order_relaxed);
                 continue;
             }
             claim(sh, w->id, off);
@@ -704,11 +705,13 @@ test_two_threads_stress(void **state)
     pthread_barrier_destroy(&sh.go);
     assert_int_equal(w[0].rc, 0);
     assert_int_equal(w[1].rc, 0);
-    CHECK_SEED(atomic_load(&sh.bad) == 0, sh.seed,
+    CHECK_SEED(atomic_load_explicit(&sh.bad, memory_order_relaxed) == 0,
+               sh.seed,
                "bad %d: offset %llu handed to both threads (1) or wrong "
                "class/rc (2)",
-               atomic_load(&sh.bad),
-               (unsigned long long)atomic_load(&sh.bad_off));
+               atomic_load_explicit(&sh.bad, memory_order_relaxed),
+               (unsigned long long)atomic_load_explicit(&sh.bad_off,
+                                                        memory_order_relaxed));
     print_message(
         "stress: ops %llu+%llu allocs %llu+%llu enospc %llu+%llu\n",
         (unsigned long long)w[0].ops, (unsigned long long)w[1].ops,

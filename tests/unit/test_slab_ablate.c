@@ -1,5 +1,5 @@
 /*
- * Unit tests of the slab's experiment-only ablation switches (issue 5),
+ * Unit tests of the slab's experiment-only ablation switches,
  * written from alloc/slab.h and alloc/slab_layout.h: with meta_write set,
  * every page keeps a header of its allocation state at its start (mirrored
  * through the hook, which here stores into the malloc'd "pool" and counts),
@@ -252,7 +252,7 @@ test_meta_scan_and_drain(void **state)
     assert_int_equal(n, usable);
     for (unsigned i = 0; i < n; i++)
         assert_true(seen[i] % POOL_PAGE_SIZE >= (uint64_t)res * size);
-    n = slab_drain_live(f->slab, pg, seen, 20000);
+    n = slab_drain_live_from(f->slab, pg, 0, seen, 20000);
     assert_int_equal(n, usable);
 
     assert_int_equal(slab_drain_begin(f->slab, pg), 0);

@@ -334,7 +334,9 @@ word_setter_main(void *arg)
 {
     struct word_setter *w = arg;
     struct slab_seen seen;
-    for (uint32_t i = 0; !atomic_load(&w->stop) && i < 4000000; i++) {
+    for (uint32_t i = 0;
+         !atomic_load_explicit(&w->stop, memory_order_acquire) && i < 4000000;
+         i++) {
         if (i % 4 < 2)
             slab_atime_set(w->slab, w->off, w->now + i % 2);
         else
@@ -362,13 +364,16 @@ test_word_concurrent(void **state)
     /* at least 20000 rounds each side overlapping (bounded: a setter that
      * has finished stops counting) */
     for (uint32_t r = 0;
-         r < 20000 || (atomic_load(&w.rounds) < 20000 && r < 4000000); r++) {
+         r < 20000 ||
+         (atomic_load_explicit(&w.rounds, memory_order_relaxed) < 20000 &&
+          r < 4000000);
+         r++) {
         slab_reset_bits(f->slab, w.off);
         assert_true(slab_claim(f->slab, w.off));
         for (int k = 0; k < 16; k++)
             lost += !slab_claimed(f->slab, w.off);
     }
-    atomic_store(&w.stop, true);
+    atomic_store_explicit(&w.stop, true, memory_order_release);
     assert_int_equal(pthread_join(tid, NULL), 0);
     assert_int_equal(lost, 0);
     assert_true(slab_claimed(f->slab, w.off));

@@ -658,7 +658,7 @@ static bool
 run_round(struct shared *sh, struct worker **ws)
 {
     pthread_t th[STRESS_THREADS];
-    atomic_store(&sh->stop, false);
+    atomic_store_explicit(&sh->stop, false, memory_order_relaxed);
     clock_gettime(CLOCK_MONOTONIC, &sh->start);
     for (int i = 0; i < STRESS_THREADS; i++)
         assert_int_equal(pthread_create(&th[i], NULL, worker_main, ws[i]), 0);
@@ -670,7 +670,7 @@ run_round(struct shared *sh, struct worker **ws)
             return false;
         more |= ws[i]->ops < STRESS_OPS;
     }
-    return more && atomic_load(&sh->stop);
+    return more && atomic_load_explicit(&sh->stop, memory_order_relaxed);
 }
 
 static struct worker *

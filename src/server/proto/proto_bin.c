@@ -399,7 +399,7 @@ bin_hit_reply(void *arg, const struct tc_item_info *info,
     obuf_add(h->out, flags, 4);
     obuf_add(h->out, r->key, klen);
     if (pending) {
-        /* a flash value still being read (issue 4): a hole, and the miss
+        /* a flash value still being read: a hole, and the miss
          * reply that replaces this one if the read fails */
         struct obuf miss;
         obuf_init(&miss);

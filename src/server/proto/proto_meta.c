@@ -73,10 +73,10 @@
 
 #include "src/server/proto/proto.h"
 
-#include "src/server/proto/proto_util.h"
-
 #include "src/base/clock.h"
 #include "src/base/num.h"
+#include "src/server/proto/proto_meta_int.h"
+#include "src/server/proto/proto_util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -87,285 +87,8 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#define META_MAX_TOKENS 20 /* memcached's MFLAG_MAX_OPT_LENGTH */
-#define META_OPAQUE_MAX 32 /* memcached's MFLAG_MAX_OPAQUE_LENGTH */
 #define META_LINE_MAX 1024 /* longest reply line: < 520 bytes */
-#define META_B64_MAX 344   /* base64 of a 250-byte key, with padding */
-#define META_REALTIME_MAXDELTA 2592000 /* 30 days: relative vs absolute */
-#define META_RETRIES 16                /* md x against concurrent writers */
-
-/* ---- base64 (RFC 4648, with padding), for b keys ------------------------- */
-
-static const char b64_alphabet[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static int
-b64_value(unsigned char ch)
-{
-    if (ch >= 'A' && ch <= 'Z')
-        return ch - 'A';
-    if (ch >= 'a' && ch <= 'z')
-        return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9')
-        return ch - '0' + 52;
-    if (ch == '+')
-        return 62;
-    if (ch == '/')
-        return 63;
-    return -1;
-}
-
-/* Encode n bytes into dst (room for 4 * ceil(n / 3)); returns the length. */
-static size_t
-b64_encode(const unsigned char *src, size_t n, char *dst)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)src[i] << 16;
-        if (i + 1 < n)
-            v |= (uint32_t)src[i + 1] << 8;
-        if (i + 2 < n)
-            v |= src[i + 2];
-        dst[o++] = b64_alphabet[(v >> 18) & 63];
-        dst[o++] = b64_alphabet[(v >> 12) & 63];
-        dst[o++] = i + 1 < n ? b64_alphabet[(v >> 6) & 63] : '=';
-        dst[o++] = i + 2 < n ? b64_alphabet[v & 63] : '=';
-    }
-    return o;
-}
-
-/* Decode a padded base64 string into dst (room for 3 * n / 4 bytes).
- * Returns the decoded length, or 0 when src is not valid base64 (memcached
- * treats an empty result as a failure too). */
-static size_t
-b64_decode(const char *src, size_t n, unsigned char *dst)
-{
-    size_t o = 0;
-    if (n == 0 || n % 4 != 0)
-        return 0;
-    for (size_t i = 0; i < n; i += 4) {
-        int v[4];
-        int pad = 0;
-        for (int j = 0; j < 4; j++) {
-            unsigned char ch = (unsigned char)src[i + j];
-            if (ch == '=' && i + 4 == n && j >= 2) {
-                v[j] = 0;
-                pad++;
-                continue;
-            }
-            if (pad) /* data after padding */
-                return 0;
-            v[j] = b64_value(ch);
-            if (v[j] < 0)
-                return 0;
-        }
-        uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 |
-                     (uint32_t)v[2] << 6 | (uint32_t)v[3];
-        dst[o++] = (unsigned char)(w >> 16);
-        if (pad < 2)
-            dst[o++] = (unsigned char)(w >> 8);
-        if (pad < 1)
-            dst[o++] = (unsigned char)w;
-    }
-    return o;
-}
-
-/* ---- numbers (memcached's safe_strto* on a whole token) ------------------ */
-
-/* Unsigned 64-bit: optional '+', digits. */
-static bool
-parse_u64(const char *p, size_t n, uint64_t *out)
-{
-    if (n && p[0] == '+') {
-        p++;
-        n--;
-    }
-    return num_parse_u64(p, n, UINT64_MAX, out);
-}
-
-/* Signed 32-bit: optional sign, digits. */
-static bool
-parse_i32(const char *p, size_t n, int32_t *out)
-{
-    bool neg = false;
-    uint64_t v;
-    if (n && (p[0] == '+' || p[0] == '-')) {
-        neg = p[0] == '-';
-        p++;
-        n--;
-    }
-    if (!num_parse_u64(p, n, neg ? 2147483648u : 2147483647u, &v))
-        return false;
-    *out = neg ? (int32_t)(-(int64_t)v) : (int32_t)v;
-    return true;
-}
-
-/* ---- a parsed request ---------------------------------------------------- */
-
-struct meta_req {
-    struct proto_token tok[PROTO_MAX_TOKENS];
-    int ntok;       /* tokens held in tok (the line may have more) */
-    bool flag_err;  /* meta_parse failed on a flag, not the line's shape */
-    int first_flag; /* index of the first flag token */
-    const char *key;
-    size_t klen;
-    bool binary;      /* b: key was base64 */
-    bool value;       /* v */
-    bool quiet;       /* q */
-    bool no_bump;     /* u */
-    bool stale;       /* I */
-    bool remove;      /* x */
-    bool has_ttl;     /* T */
-    bool vivify;      /* N */
-    bool has_cas;     /* C */
-    bool has_cas_new; /* E */
-    int32_t ttl;
-    int32_t viv_ttl;
-    int32_t recache;       /* R */
-    uint32_t client_flags; /* F */
-    char mode;             /* M */
-    uint64_t cas;
-    uint64_t cas_new;
-    uint64_t delta;                 /* D, default 1 */
-    uint64_t initial;               /* J */
-    unsigned char kbuf[TC_KEY_MAX]; /* a decoded b key */
-};
-
-/*
- * memcached's flag preparse: every known flag is accepted by every command.
- * Unknown and duplicate flags stop at once; bad tokens are noted and the
- * scan goes on, the last message winning, as memcached's loop does.
- */
-static enum proto_err
-meta_parse_flags(struct meta_req *r)
-{
-    uint8_t seen[128] = {0};
-    enum proto_err err = PERR_NONE;
-
-    for (int i = r->first_flag; i < r->ntok; i++) {
-        const char *p = r->tok[i].p;
-        size_t n = r->tok[i].n;
-        uint8_t f = (uint8_t)p[0];
-        if (f >= 127 || seen[f])
-            return PERR_DUP_FLAG;
-        seen[f] = 1;
-        switch (f) {
-        case 'b': {
-            size_t kn = b64_decode(r->key, r->klen, r->kbuf);
-            if (kn == 0) {
-                err = PERR_DECODE_KEY;
-                break;
-            }
-            r->key = (const char *)r->kbuf;
-            r->klen = kn;
-            r->binary = true;
-            break;
-        }
-        case 'N':
-            r->vivify = true;
-            if (!parse_i32(p + 1, n - 1, &r->viv_ttl))
-                err = PERR_BAD_TOKEN;
-            break;
-        case 'T':
-            r->has_ttl = true;
-            if (!parse_i32(p + 1, n - 1, &r->ttl))
-                err = PERR_BAD_TOKEN;
-            break;
-        case 'R':
-            if (!parse_i32(p + 1, n - 1, &r->recache))
-                err = PERR_BAD_TOKEN;
-            break;
-        case 'O': /* its length is checked once the flags are good */
-        case 'P': /* proxy hints: accepted, no meaning here */
-        case 'L':
-        case 'k':
-        case 's':
-        case 't':
-        case 'c':
-        case 'f':
-        case 'h':
-        case 'l':
-            break;
-        case 'v':
-            r->value = true;
-            break;
-        case 'u':
-            r->no_bump = true;
-            break;
-        case 'q':
-            r->quiet = true;
-            break;
-        case 'x':
-            r->remove = true;
-            break;
-        case 'I':
-            r->stale = true;
-            break;
-        case 'F': {
-            uint64_t v;
-            if (!parse_u64(p + 1, n - 1, &v) || v > UINT32_MAX)
-                err = PERR_BAD_FORMAT;
-            else
-                r->client_flags = (uint32_t)v;
-            break;
-        }
-        case 'C':
-            r->has_cas = true;
-            if (!parse_u64(p + 1, n - 1, &r->cas))
-                err = PERR_BAD_TOKEN;
-            break;
-        case 'E':
-            r->has_cas_new = true;
-            if (!parse_u64(p + 1, n - 1, &r->cas_new))
-                err = PERR_BAD_TOKEN;
-            break;
-        case 'M':
-            if (n != 2)
-                err = PERR_M_LENGTH;
-            else
-                r->mode = p[1];
-            break;
-        case 'J':
-            if (!parse_u64(p + 1, n - 1, &r->initial))
-                err = PERR_INITIAL;
-            break;
-        case 'D':
-            if (!parse_u64(p + 1, n - 1, &r->delta))
-                err = PERR_DELTA;
-            break;
-        default: /* a flag memcached does not know either */
-            return PERR_BAD_FLAG;
-        }
-    }
-    if (err != PERR_NONE)
-        return err;
-    for (int i = r->first_flag; i < r->ntok; i++)
-        if (r->tok[i].p[0] == 'O' && r->tok[i].n > META_OPAQUE_MAX)
-            return PERR_OPAQUE_LONG;
-    return PERR_NONE;
-}
-
-/* Tokenize the line and parse key and flags (flags from token `first`).
- * The token count and key length are checked first, as memcached does. */
-static enum proto_err
-meta_parse(struct meta_req *r, const char *line, size_t llen, int first)
-{
-    int n = proto_tokenize(line, llen, r->tok, PROTO_MAX_TOKENS);
-    r->ntok = n > PROTO_MAX_TOKENS ? PROTO_MAX_TOKENS : n;
-    r->first_flag = first;
-    r->delta = 1;
-    if (n < 2)
-        return PERR_BAD_FORMAT;
-    r->key = r->tok[1].p;
-    r->klen = r->tok[1].n;
-    if (r->klen > TC_KEY_MAX)
-        return PERR_BAD_FORMAT;
-    if (n > META_MAX_TOKENS)
-        return PERR_TOO_MANY_FLAGS;
-    enum proto_err err = meta_parse_flags(r);
-    r->flag_err = err != PERR_NONE;
-    return err;
-}
+#define META_RETRIES 16    /* md x against concurrent writers */
 
 /* ---- reply lines -----------------------------------------------------------
  */
@@ -414,7 +137,9 @@ rl_key(struct rline *l, const struct meta_req *r)
     rl_add(l, " k", 2);
     if (r->binary) {
         char b64[META_B64_MAX];
-        rl_add(l, b64, b64_encode((const unsigned char *)r->key, r->klen, b64));
+        rl_add(
+            l, b64,
+            proto_meta_b64_encode((const unsigned char *)r->key, r->klen, b64));
         rl_add(l, " b", 2);
     } else {
         rl_add(l, r->key, r->klen);
@@ -469,7 +194,7 @@ abs_exptime(int64_t e, uint32_t now)
         return 0;
     if (e < 0)
         return 1;
-    return e <= META_REALTIME_MAXDELTA ? now + (uint32_t)e : (uint32_t)e;
+    return e <= TC_EXPTIME_RELATIVE_MAX ? now + (uint32_t)e : (uint32_t)e;
 }
 
 /* Index of the first token of flag f, or r->ntok when there is none. */
@@ -584,7 +309,7 @@ mg_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
         rl_add(&l, " W", 2);
     rl_flush(&l, x->out);
     if (value && info->pending) {
-        /* a flash value still being read (issue 4): a hole, and the miss
+        /* a flash value still being read: a hole, and the miss
          * line that replaces this reply if the read fails */
         struct rline miss;
         miss.n = 0;
@@ -625,7 +350,7 @@ meta_get(struct proto_sess *s, struct meta_req *r, struct obuf *out)
     };
     struct mg_ctx x = {.r = r, .out = out};
 
-    if (r->recache > META_REALTIME_MAXDELTA) {
+    if (r->recache > TC_EXPTIME_RELATIVE_MAX) {
         uint32_t now = clock_now();
         o.recache_below =
             (uint32_t)r->recache > now ? (uint32_t)r->recache - now : 0;
@@ -701,7 +426,7 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
     }
     uint64_t block = vlen + 2;
 
-    enum proto_err err = meta_parse(r, line, llen, 3);
+    enum proto_err err = proto_meta_parse(r, line, llen, 3);
     if (err != PERR_NONE && !r->flag_err) {
         /* memcached refuses a long key or too many tokens before it reads
          * the length: the data block is then read as commands */
@@ -1076,8 +801,9 @@ me_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
     rl_str(&l, "ME ");
     if (r->binary) {
         char b64[META_B64_MAX];
-        rl_add(&l, b64,
-               b64_encode((const unsigned char *)r->key, r->klen, b64));
+        rl_add(
+            &l, b64,
+            proto_meta_b64_encode((const unsigned char *)r->key, r->klen, b64));
     } else {
         rl_add(&l, r->key, r->klen);
     }
@@ -1105,7 +831,7 @@ meta_debug(struct proto_sess *s, struct meta_req *r, const char *line,
     r->key = r->tok[1].p;
     r->klen = r->tok[1].n;
     if (n >= 3 && r->tok[2].n == 1 && r->tok[2].p[0] == 'b') {
-        size_t kn = b64_decode(r->key, r->klen, r->kbuf);
+        size_t kn = proto_meta_b64_decode(r->key, r->klen, r->kbuf);
         if (kn == 0) {
             proto_reply_err(s, out, PERR_BAD_FORMAT);
             return;
@@ -1173,7 +899,7 @@ proto_meta_process(struct proto_sess *s, const char *in, size_t len,
     case 'g':
     case 'd':
     case 'a':
-        err = meta_parse(&r, in, llen, 2);
+        err = proto_meta_parse(&r, in, llen, 2);
         if (err != PERR_NONE) {
             /* ma and md word every flag error alike, as memcached does (a
              * long opaque is not one of them); they also say "options

@@ -132,7 +132,7 @@ struct get_ctx {
     bool with_cas;
 };
 
-/* A flash value still being read (issue 4): the reply with a hole for the
+/* A flash value still being read: the reply with a hole for the
  * data; a failed read removes the whole reply (a miss sends nothing). */
 static void
 emit_pending(struct get_ctx *g, const struct tc_item_info *info)
