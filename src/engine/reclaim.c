@@ -125,28 +125,33 @@ alloc_chunk(struct cache_thread *t, uint32_t size, uint64_t *off)
     return c->cfg.evict && !t->in_admin ? -EBUSY : -ENOMEM;
 }
 
-/* The chunks of plan, all or none: 0, -EBUSY or -ENOMEM. */
-static int
+/* Give back the first n tails of an item whose allocation failed with rc;
+ * returns rc. Out of the way of the store's hot path. */
+static __attribute__((noinline, cold)) int
+alloc_item_undo(struct cache_thread *t, uint64_t *tails, unsigned n, int rc)
+{
+    while (n-- > 0)
+        quota_free(t->quota, slab_class_of(t->cache->slab, tails[n]), tails[n]);
+    return rc;
+}
+
+/* The chunks of plan, all or none: 0, -EBUSY or -ENOMEM. Inlined in both
+ * callers: reclaim_alloc_item's first attempt is the store's hot path. */
+static inline __attribute__((always_inline)) int
 alloc_item_once(struct cache_thread *t, const struct item_plan *plan,
                 uint64_t *head, uint64_t *tails)
 {
     struct cache *c = t->cache;
-    unsigned i;
-    int rc = 0;
+    int rc;
 
-    for (i = 0; i < plan->nchain; i++) {
+    for (unsigned i = 0; i < plan->nchain; i++) {
         uint32_t size = i + 1 == plan->nchain ? plan->last_size : c->chunk_max;
         if ((rc = alloc_chunk(t, size, &tails[i])) != 0)
-            goto err_free_tails;
+            return alloc_item_undo(t, tails, i, rc);
     }
     if ((rc = alloc_chunk(t, plan->head_size, head)) != 0)
-        goto err_free_tails;
+        return alloc_item_undo(t, tails, plan->nchain, rc);
     return 0;
-
-err_free_tails:
-    while (i-- > 0)
-        quota_free(t->quota, slab_class_of(c->slab, tails[i]), tails[i]);
-    return rc;
 }
 
 /* Wait a little for other threads to give chunks back: yield first, then
@@ -176,26 +181,35 @@ alloc_backoff(unsigned tries)
  * wait that long). The first attempt is the whole cost when memory is
  * there: no clock read, no counter.
  */
+/* reclaim_alloc_item's wait, out of its way: the first attempt said
+ * -EBUSY. */
+static __attribute__((noinline, cold)) int
+alloc_item_wait(struct cache_thread *t, const struct item_plan *plan,
+                uint64_t *head, uint64_t *tails)
+{
+    uint64_t start = clock_nsec();
+
+    cache_stat_inc(t, ST_ALLOC_WAITS);
+    for (unsigned tries = 0;; tries++) {
+        cache_thread_quiesce(t);
+        alloc_backoff(tries);
+        int rc = alloc_item_once(t, plan, head, tails);
+        if (rc != -EBUSY)
+            return rc;
+        if (clock_nsec() - start >
+            (uint64_t)t->cache->cfg.alloc_wait_ms * 1000000)
+            return -ENOMEM;
+    }
+}
+
 int
 reclaim_alloc_item(struct cache_thread *t, const struct item_plan *plan,
                    uint64_t *head, uint64_t *tails)
 {
-    uint64_t start = 0;
-
-    for (unsigned tries = 0;; tries++) {
-        int rc = alloc_item_once(t, plan, head, tails);
-        if (likely(rc != -EBUSY))
-            return rc;
-        if (tries == 0) {
-            start = clock_nsec();
-            cache_stat_inc(t, ST_ALLOC_WAITS);
-        } else if (clock_nsec() - start >
-                   (uint64_t)t->cache->cfg.alloc_wait_ms * 1000000) {
-            return -ENOMEM;
-        }
-        cache_thread_quiesce(t);
-        alloc_backoff(tries);
-    }
+    int rc = alloc_item_once(t, plan, head, tails);
+    if (likely(rc == 0))
+        return 0;
+    return rc == -EBUSY ? alloc_item_wait(t, plan, head, tails) : rc;
 }
 
 /* --- eviction --- */
