@@ -216,6 +216,7 @@ test_chained_sizes_one_thread(void **state)
 
     assert_non_null(v);
     f->cfg.chunk_max = 16384;
+    f->cfg.alloc_wait_ms = 120000; /* as in race(): never a speed */
     f->cfg.mem_limit = 48 * MIB;
     f->cfg.pool_size = 64 * MIB;
     fx_reopen(f);
