@@ -642,8 +642,11 @@ TC_API int tc_flush_all(struct tc_cache *c, int64_t delay);
 TC_API int tc_set_mem_limit(struct tc_cache *c, uint64_t bytes);
 
 /* Move one page from slab class src to dst (memcached's "slabs reassign"),
- * moving its live items to other pages of src. src -1: pick the class with
- * the most free chunks. 0, -EINVAL, -ENOENT (src has no page), -EBUSY. */
+ * moving its live items to other pages of src. src -1: pick a class with a
+ * page to spare and the most free bytes. 0, -EINVAL, -ENOENT (src has no
+ * page), -EBUSY (other threads still hold chunks of the page: the move
+ * goes on as they give them back, or is given up after half a second; or
+ * two such moves wait already). */
 TC_API int tc_slab_reassign(struct tc_cache *c, int src, int dst);
 
 /* One step of maintenance on the calling thread: expiry sweep with the
