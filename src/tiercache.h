@@ -492,6 +492,35 @@ TC_API int tc_get_ex(struct tc_cache *c, const void *key, size_t klen,
                      void *arg);
 
 /*
+ * Batched retrieval: the keys of a multiget, of a pipelined read or of an
+ * embedder's batch in one call. The result is that of one tc_get_ex() per
+ * key, in key order (the same callbacks, misses, expiry and stats counters),
+ * but the work is done in groups of up to 16 keys: every key of a group is
+ * hashed and its index bucket prefetched, then the items its bucket points
+ * at, and only then is each key looked up and its value copied, so the DRAM
+ * misses of different keys overlap instead of following one another. A
+ * flash item's value is read as tc_get_ex() reads it (opts->async applies).
+ */
+struct tc_key {
+    const void *key;
+    size_t klen;
+};
+/* Called for each hit of tc_get_many, in key order, as a tc_value_fn would
+ * be; i is the key's index in keys. Return true to go on, false to stop
+ * after this key (the keys after it are not looked up, nor counted). */
+typedef bool tc_many_fn(void *arg, size_t i, const struct tc_item_info *info,
+                        const struct iovec *iov, int niov);
+/* Look up keys[0..n): opts as for tc_get_ex (NULL: as tc_get), except
+ * vivify, which is refused (-EINVAL). rcs (may be NULL) receives each
+ * key's return as tc_get_ex would give it: TC_OK, TC_NOT_FOUND, or -EINVAL
+ * for a bad key length (that key only; the others are served). Returns the
+ * number of keys done (n unless fn stopped early), or a negative errno:
+ * -EINVAL (n > INT_MAX, vivify), -ENOMEM. */
+TC_API int tc_get_many(struct tc_cache *c, const struct tc_key *keys, size_t n,
+                       const struct tc_get_opts *opts, tc_many_fn *fn,
+                       void *arg, int *rcs);
+
+/*
  * Asynchronous reads of the NVMe tier, for an event loop (the server): a
  * get of a flash item then does not block the thread.
  *

@@ -230,6 +230,12 @@ htab_prefetch(struct htab *h, uint64_t hash)
     __builtin_prefetch(htab_home(h, hash), 1, 3);
 }
 
+void
+htab_prefetch_read(struct htab *h, uint64_t hash)
+{
+    __builtin_prefetch(htab_home(h, hash), 0, 3);
+}
+
 unsigned
 htab_peek(struct htab *h, uint64_t hash, uint64_t *locs, unsigned max)
 {

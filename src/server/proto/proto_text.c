@@ -250,29 +250,63 @@ more_keys(const struct text_cmd *c, size_t pos)
     return pos < c->len;
 }
 
+/* Keys looked up together (tc_get_many): enough for their index and item
+ * misses to overlap. */
+#define TEXT_GET_BATCH 16
+
+struct many_ctx {
+    struct get_ctx g;
+    uint64_t stop; /* obuf position past which the get yields */
+    struct proto_token tok[TEXT_GET_BATCH];
+};
+
+/* A hit of a batch: its VALUE reply; stop the batch once the output failed
+ * or passed the slice. */
+static bool
+emit_many(void *arg, size_t i, const struct tc_item_info *info,
+          const struct iovec *iov, int niov)
+{
+    struct many_ctx *m = arg;
+    m->g.key = &m->tok[i];
+    emit_value(&m->g, info, iov, niov);
+    return !m->g.out->err && obuf_pos(m->g.out) < m->stop;
+}
+
 /* Look up the keys from line offset `from` on. 0 when all are done (or the
  * output failed); else this call appended PROTO_GET_SLICE bytes and keys
  * remain: the offset to carry on from. At least one key is done per call,
- * so a get resumed over and over still ends. */
+ * so a get resumed over and over still ends. The keys go to the engine in
+ * batches, which stop after the key whose reply passes the slice, so a get
+ * yields after the same key as it would one key at a time. */
 static size_t
 fetch_keys(struct text_cmd *c, size_t from, bool touch, int64_t exptime,
            bool with_cas)
 {
-    struct proto_token t;
-    struct get_ctx g = {.out = c->out, .key = &t, .with_cas = with_cas};
-    uint64_t stop = obuf_pos(c->out) + PROTO_GET_SLICE;
+    struct many_ctx m = {.g = {.out = c->out, .with_cas = with_cas},
+                         .stop = obuf_pos(c->out) + PROTO_GET_SLICE};
+    /* async: a flash value is read without blocking (a hole) */
+    struct tc_get_opts o = {
+        .touch = touch, .exptime = exptime, .async = true, .no_win = true};
+    struct tc_key keys[TEXT_GET_BATCH];
+    size_t end[TEXT_GET_BATCH];
     size_t pos = from;
-    while (next_token(c->line, c->len, &pos, &t)) {
-        /* async: a flash value is read without blocking (a hole) */
-        struct tc_get_opts o = {
-            .touch = touch, .exptime = exptime, .async = true, .no_win = true};
-        tc_get_ex(c->s->cache, t.p, t.n, &o, emit_value, &g);
+    for (;;) {
+        size_t n = 0;
+        while (n < TEXT_GET_BATCH &&
+               next_token(c->line, c->len, &pos, &m.tok[n])) {
+            keys[n] = (struct tc_key){m.tok[n].p, m.tok[n].n};
+            end[n++] = pos;
+        }
+        if (n == 0)
+            return 0;
+        int done = tc_get_many(c->s->cache, keys, n, &o, emit_many, &m, NULL);
         if (c->out->err)
             return 0;
-        if (obuf_pos(c->out) >= stop && more_keys(c, pos))
+        if (done > 0 && (size_t)done < n)
+            return end[done - 1]; /* stopped with keys left */
+        if (obuf_pos(c->out) >= m.stop && more_keys(c, pos))
             return pos;
     }
-    return 0;
 }
 
 /* get, gets, bget (arg: 1 = with CAS); gat, gats (arg | 2 = touch). A get
