@@ -257,7 +257,7 @@ fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
 #define FETCH_GROUP 16
 /* Item lines prefetched per tag match: the header, key and the start of
  * the value of a small item. */
-#define FETCH_ITEM_LINES 2
+#define FETCH_ITEM_LINES 3
 
 struct many_call {
     tc_many_fn *fn;
