@@ -150,12 +150,12 @@ struct fetch_res {
  * section. */
 static void
 fetch_rcu(struct cache *c, struct cache_key *k, uint64_t hash,
-          const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn, void *arg,
-          struct fetch_res *r)
+          htab_match_fn *match, const struct tc_get_opts *o, uint32_t now,
+          tc_value_fn *fn, void *arg, struct fetch_res *r)
 {
     r->dead = CACHE_LIVE;
     r->flash = false;
-    r->loc = htab_lookup_rcu(c->htab, hash, cache_match_key, k);
+    r->loc = htab_lookup_rcu(c->htab, hash, match, k);
     if (!r->loc)
         return;
     struct item_hdr *it =
@@ -234,7 +234,7 @@ fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
     cache_flush_check(c, now);
     fetch_count(t, o);
     cache_read_lock();
-    fetch_rcu(c, &k, hash, o, now, fn, arg, &r);
+    fetch_rcu(c, &k, hash, cache_match_key, o, now, fn, arg, &r);
     cache_read_unlock();
     if (c->hot && r.loc && r.dead == CACHE_LIVE)
         hotkey_note_read(t, hash, key, klen);
@@ -331,7 +331,8 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
         if (key_ok(&keys[i])) {
             struct cache_key k = {c, key, klen};
             fetch_count(t, o);
-            fetch_rcu(c, &k, hash[i], o, now, vfn, call, &r);
+            fetch_rcu(c, &k, hash[i], cache_match_key_warm, o, now, vfn, call,
+                      &r);
             if (c->hot && r.loc && r.dead == CACHE_LIVE)
                 note |= 1u << i;
             if (fetch_after_heavy(&r)) {

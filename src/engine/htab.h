@@ -74,7 +74,8 @@ void htab_prefetch(struct htab *h, uint64_t hash);
 void htab_prefetch_read(struct htab *h, uint64_t hash);
 /* Locations in the home bucket (not the overflow chain) whose tag
  * matches: a hint, read without the lock and never dereferenced here, for
- * prefetching the items a writer will compare keys with. */
+ * prefetching the items a writer (or a batched get) will compare keys
+ * with. */
 unsigned htab_peek(struct htab *h, uint64_t hash, uint64_t *locs, unsigned max);
 
 /* Writers. htab_lock() returns the home bucket, locked. */
