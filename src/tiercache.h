@@ -520,6 +520,14 @@ TC_API int tc_get_many(struct tc_cache *c, const struct tc_key *keys, size_t n,
                        const struct tc_get_opts *opts, tc_many_fn *fn,
                        void *arg, int *rcs);
 
+/* A hint for a caller about to get these keys one call at a time (a server
+ * running the pipelined requests it has already read): start loading what
+ * those gets will read, their index buckets and then their items, so the
+ * misses overlap. Looks nothing up for real, counts nothing, changes
+ * nothing; keys of a bad length are skipped. */
+TC_API void tc_prefetch(struct tc_cache *c, const struct tc_key *keys,
+                        size_t n);
+
 /*
  * Asynchronous reads of the NVMe tier, for an event loop (the server): a
  * get of a flash item then does not block the thread.

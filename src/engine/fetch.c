@@ -367,6 +367,33 @@ fetch_get_many(struct cache_thread *t, const struct tc_key *keys, size_t n,
     return done;
 }
 
+void
+fetch_prefetch(struct cache_thread *t, const struct tc_key *keys, size_t n)
+{
+    struct cache *c = t->cache;
+    uint64_t hash[FETCH_GROUP];
+
+    for (size_t done = 0; done < n;) {
+        size_t m = MIN(n - done, (size_t)FETCH_GROUP);
+        const struct tc_key *k = keys + done;
+
+        for (size_t i = 0; i < m; i++) {
+            if (!key_ok(&k[i]))
+                continue;
+            hash[i] = cache_hash(c, k[i].key, (uint32_t)k[i].klen);
+            htab_prefetch_read(c->htab, hash[i]);
+        }
+        /* the section only keeps the locations' memory from being reused
+         * while they are turned into addresses; nothing is dereferenced */
+        cache_read_lock();
+        for (size_t i = 0; i < m; i++)
+            if (key_ok(&k[i]))
+                prefetch_items(c, hash[i]);
+        cache_read_unlock();
+        done += m;
+    }
+}
+
 int
 fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
             int64_t exptime)

@@ -22,5 +22,8 @@ int fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
 size_t fetch_get_many(struct cache_thread *t, const struct tc_key *keys,
                       size_t n, const struct tc_get_opts *o, tc_many_fn *fn,
                       void *arg, int *rcs);
+/* tc_prefetch (see src/tiercache.h). */
+void fetch_prefetch(struct cache_thread *t, const struct tc_key *keys,
+                    size_t n);
 int fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
                 int64_t exptime);

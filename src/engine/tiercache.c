@@ -203,6 +203,16 @@ tc_get_many(struct tc_cache *tc, const struct tc_key *keys, size_t n,
     return (int)fetch_get_many(t, keys, n, opts ? opts : &plain, fn, arg, rcs);
 }
 
+TC_API void
+tc_prefetch(struct tc_cache *tc, const struct tc_key *keys, size_t n)
+{
+    if (n == 0 || !keys)
+        return;
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (t)
+        fetch_prefetch(t, keys, n);
+}
+
 TC_API int
 tc_gat(struct tc_cache *tc, const void *key, size_t klen, int64_t exptime,
        tc_value_fn *fn, void *arg)

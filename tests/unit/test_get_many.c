@@ -313,6 +313,38 @@ test_arguments(void **state)
     assert_int_equal(rc, TC_OK);
 }
 
+/* tc_prefetch is a hint: it counts nothing and changes no answer, bad keys
+ * included. */
+static void
+test_prefetch_hint(void **state)
+{
+    struct gfx *g = *state;
+    struct tc_cache *c = g->a.c;
+    struct tc_key keys[20];
+    char names[20][32];
+
+    for (unsigned i = 0; i < 20; i++) {
+        key_name(i, names[i]);
+        keys[i] = (struct tc_key){names[i], strlen(names[i])};
+        if (i % 2 == 0)
+            puts_(c, names[i], "v");
+    }
+    keys[5].klen = 0;
+    keys[7].klen = TC_KEY_MAX + 1;
+    struct tc_stats s0 = stats(c);
+    tc_prefetch(c, keys, 20);
+    tc_prefetch(c, keys, 0);
+    struct tc_stats s1 = stats(c);
+    assert_int_equal(s1.cmd_get, s0.cmd_get);
+    assert_int_equal(s1.get_hits, s0.get_hits);
+    assert_int_equal(s1.get_misses, s0.get_misses);
+    for (unsigned i = 0; i < 20; i++) {
+        int want = i % 2 == 0 ? TC_OK : TC_NOT_FOUND;
+        assert_int_equal(tc_get(c, names[i], strlen(names[i]), NULL, NULL),
+                         want);
+    }
+}
+
 int
 main(void)
 {
@@ -321,6 +353,7 @@ main(void)
                                         gteardown),
         cmocka_unit_test_setup_teardown(test_stop_early, gsetup, gteardown),
         cmocka_unit_test_setup_teardown(test_arguments, gsetup, gteardown),
+        cmocka_unit_test_setup_teardown(test_prefetch_hint, gsetup, gteardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -970,11 +970,62 @@ text_one(struct proto_sess *s, const char *in, size_t len, struct obuf *out)
     return dispatch(&c, in, len);
 }
 
+/* Keys of a run of pipelined reads hinted to the engine at once. */
+#define TEXT_PREFETCH_MAX 16
+
+/* The key a read line starts with ("get k", "gets k", "mg k ..."), or
+ * false. A hint only: a line the parser later refuses costs nothing but
+ * its prefetch. */
+static bool
+read_line_key(const char *line, size_t n, struct tc_key *k)
+{
+    size_t skip;
+    if (n > 4 && memcmp(line, "get ", 4) == 0)
+        skip = 4;
+    else if (n > 5 && memcmp(line, "gets ", 5) == 0)
+        skip = 5;
+    else if (n > 3 && memcmp(line, "mg ", 3) == 0)
+        skip = 3;
+    else
+        return false;
+    const char *p = line + skip, *e = line + n;
+    if (e > p && e[-1] == '\r')
+        e--;
+    const char *sp = memchr(p, ' ', (size_t)(e - p));
+    size_t kl = (size_t)((sp ? sp : e) - p);
+    if (kl == 0 || kl > TC_KEY_MAX)
+        return false;
+    *k = (struct tc_key){p, kl};
+    return true;
+}
+
+/* Pipelined reads: when the buffer holds two or more complete get, gets
+ * or mg lines in a row, hand their (first) keys to tc_prefetch before
+ * running them, so their index and item misses overlap instead of coming
+ * one request at a time. The replies are untouched: each request still
+ * runs on its own. Returns how far the run reaches (0: no read line). */
+static size_t
+prefetch_reads(struct proto_sess *s, const char *in, size_t len)
+{
+    struct tc_key keys[TEXT_PREFETCH_MAX];
+    size_t n = 0, pos = 0;
+    while (n < TEXT_PREFETCH_MAX && pos < len) {
+        const char *nl = memchr(in + pos, '\n', len - pos);
+        if (!nl || !read_line_key(in + pos, (size_t)(nl - in - pos), &keys[n]))
+            break;
+        n++;
+        pos = (size_t)(nl - in) + 1;
+    }
+    if (n >= 2 && s->cache)
+        tc_prefetch(s->cache, keys, n);
+    return pos;
+}
+
 ssize_t
 proto_text_process(struct proto_sess *s, const char *in, size_t len,
                    struct obuf *out)
 {
-    size_t pos = 0;
+    size_t pos = 0, hinted = 0;
 
     s->need = 0;
     while (pos < len) {
@@ -986,6 +1037,8 @@ proto_text_process(struct proto_sess *s, const char *in, size_t len,
         }
         if (pos > 0 && obuf_pending(out) >= TEXT_OUT_YIELD)
             break;
+        if (pos >= hinted && !s->resume)
+            hinted = pos + prefetch_reads(s, in + pos, len - pos);
         ssize_t n = text_one(s, in + pos, len - pos, out);
         if (n == 0)
             break;
