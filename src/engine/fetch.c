@@ -147,8 +147,9 @@ struct fetch_res {
 };
 
 /* Look a key up and serve a live plain item. Context: inside the read
- * section. */
-static void
+ * section. Inlined into both callers: as a call, it and fetch_after cost
+ * a single get some 60 instructions (cachegrind). */
+static inline __attribute__((always_inline)) void
 fetch_rcu(struct cache *c, struct cache_key *k, uint64_t hash,
           htab_match_fn *match, const struct tc_get_opts *o, uint32_t now,
           tc_value_fn *fn, void *arg, struct fetch_res *r)
@@ -177,7 +178,7 @@ fetch_after_heavy(const struct fetch_res *r)
 
 /* After the section (or inside it when !fetch_after_heavy): the flash read,
  * the hit and miss counters, the unlink of a dead item. */
-static int
+static inline __attribute__((always_inline)) int
 fetch_after(struct cache_thread *t, const void *key, uint32_t klen,
             uint64_t hash, const struct tc_get_opts *o, tc_value_fn *fn,
             void *arg, struct fetch_res *r)
