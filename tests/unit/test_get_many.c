@@ -10,6 +10,9 @@
  */
 #include "engine_fx.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #define NKEYS 1500
 #define MAXB 40 /* batch sizes up to this: more than one group of 16 */
 #define NBATCH 300
@@ -345,6 +348,139 @@ test_prefetch_hint(void **state)
     }
 }
 
+/* ---- concurrent: batched readers against writers, deletes and evictions */
+
+#define CKEYS 4000
+#define CITER 3000 /* batches a reader runs */
+#define CWRITES                                                                \
+    20000 /* stores and deletes a writer runs: several rounds of               \
+             deferred frees and chunk reuse under the readers */
+
+struct cshared {
+    struct tc_cache *c;
+    atomic_int bad;
+    atomic_uint hits;
+};
+
+struct cworker {
+    struct cshared *sh;
+    uint64_t rng;
+    bool writer;
+};
+
+/* A value names its key: "<key>/<version>" then the key's byte repeated. */
+static size_t
+cvalue(unsigned k, unsigned version, char *v)
+{
+    size_t n = (size_t)snprintf(v, 64, "gm:%05u/%u/", k, version);
+    size_t len = n + (k * 7 + version) % 300;
+    memset(v + n, 'a' + (int)(k % 26), len - n);
+    return len;
+}
+
+static bool
+cvalue_ok(const char *key, size_t klen, const struct iovec *iov, int niov)
+{
+    char v[512];
+    size_t len = 0;
+    for (int j = 0; j < niov; j++) {
+        if (len + iov[j].iov_len > sizeof(v))
+            return false;
+        memcpy(v + len, iov[j].iov_base, iov[j].iov_len);
+        len += iov[j].iov_len;
+    }
+    unsigned k, version;
+    if (len < klen + 1 || memcmp(v, key, klen) != 0 || v[klen] != '/' ||
+        sscanf(key, "gm:%05u", &k) != 1 ||
+        sscanf(v + klen + 1, "%u", &version) != 1)
+        return false;
+    char want[512];
+    return cvalue(k, version, want) == len && memcmp(want, v, len) == 0;
+}
+
+struct cbatch {
+    struct cshared *sh;
+    const struct tc_key *keys;
+};
+
+static bool
+ccheck(void *arg, size_t i, const struct tc_item_info *info,
+       const struct iovec *iov, int niov)
+{
+    struct cbatch *b = arg;
+    (void)info;
+    if (!cvalue_ok(b->keys[i].key, b->keys[i].klen, iov, niov))
+        atomic_fetch_add(&b->sh->bad, 1);
+    else
+        atomic_fetch_add_explicit(&b->sh->hits, 1, memory_order_relaxed);
+    return true;
+}
+
+static void *
+cworker_main(void *arg)
+{
+    struct cworker *w = arg;
+    struct tc_cache *c = w->sh->c;
+    char v[512], names[20][32];
+    struct tc_key keys[20];
+
+    for (unsigned it = 0; it < (w->writer ? CWRITES : CITER); it++) {
+        if (w->writer) {
+            unsigned k = (unsigned)(rng_next(&w->rng) % CKEYS);
+            key_name(k, names[0]);
+            if (rng_next(&w->rng) % 8 == 0) {
+                tc_delete(c, names[0], strlen(names[0]), 0);
+            } else {
+                size_t n = cvalue(k, it, v);
+                tc_set(c, names[0], strlen(names[0]), v, n, 0, 0);
+            }
+            continue;
+        }
+        unsigned n = 1 + (unsigned)(rng_next(&w->rng) % 20);
+        for (unsigned j = 0; j < n; j++) {
+            key_name((unsigned)(rng_next(&w->rng) % CKEYS), names[j]);
+            keys[j] = (struct tc_key){names[j], strlen(names[j])};
+        }
+        struct cbatch b = {w->sh, keys};
+        if (tc_get_many(c, keys, n, NULL, ccheck, &b, NULL) != (int)n)
+            atomic_fetch_add(&w->sh->bad, 1);
+    }
+    tc_thread_unregister(c);
+    return NULL;
+}
+
+/* Two threads read batches while two overwrite and delete the same keys
+ * (the old items freed after grace periods and their chunks reused): every
+ * value a batch hands out belongs to its key and is whole. */
+static void
+test_concurrent_writers(void **state)
+{
+    struct gfx *g = *state;
+    struct cshared sh = {.c = g->a.c};
+    struct cworker w[4];
+    pthread_t th[4];
+    char v[512], name[32];
+    uint32_t seed = test_seed();
+    print_message("seed %u\n", seed);
+
+    for (unsigned k = 0; k < CKEYS; k++) {
+        key_name(k, name);
+        size_t n = cvalue(k, 0, v);
+        put(g->a.c, name, v, n, 0, 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        w[i] = (struct cworker){&sh, (uint64_t)seed * 7919 + (uint64_t)i + 1,
+                                i >= 2};
+        assert_int_equal(pthread_create(&th[i], NULL, cworker_main, &w[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    print_message("%u hits checked\n", atomic_load(&sh.hits));
+    assert_int_equal(atomic_load(&sh.bad), 0);
+    assert_true(atomic_load(&sh.hits) > 0);
+    assert_int_equal(tc_check(g->a.c), 0);
+}
+
 int
 main(void)
 {
@@ -354,6 +490,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_stop_early, gsetup, gteardown),
         cmocka_unit_test_setup_teardown(test_arguments, gsetup, gteardown),
         cmocka_unit_test_setup_teardown(test_prefetch_hint, gsetup, gteardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_writers, gsetup,
+                                        gteardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
