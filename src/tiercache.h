@@ -511,11 +511,11 @@ struct tc_key {
 typedef bool tc_many_fn(void *arg, size_t i, const struct tc_item_info *info,
                         const struct iovec *iov, int niov);
 /* Look up keys[0..n): opts as for tc_get_ex (NULL: as tc_get), except
- * vivify, which is refused (-EINVAL). rcs (may be NULL) receives each
- * key's return as tc_get_ex would give it: TC_OK, TC_NOT_FOUND, or -EINVAL
- * for a bad key length (that key only; the others are served). Returns the
- * number of keys done (n unless fn stopped early), or a negative errno:
- * -EINVAL (n > INT_MAX, vivify), -ENOMEM. */
+ * vivify, which is refused (-EINVAL). fn may be NULL. rcs (may be NULL)
+ * receives, for each key done, its return as tc_get_ex would give it:
+ * TC_OK, TC_NOT_FOUND, or -EINVAL for a bad key length (that key only; the
+ * others are served). Returns the number of keys done (n unless fn stopped
+ * early), or a negative errno: -EINVAL (n > INT_MAX, vivify), -ENOMEM. */
 TC_API int tc_get_many(struct tc_cache *c, const struct tc_key *keys, size_t n,
                        const struct tc_get_opts *opts, tc_many_fn *fn,
                        void *arg, int *rcs);
