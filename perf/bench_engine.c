@@ -6,6 +6,8 @@
  *   GET    uniformly random keys, tc_get_copy() into a per-thread buffer
  *   SET    uniformly random keys overwritten
  *   MIXED  9 GETs : 1 SET, uniformly random keys
+ *   BATCH  like GET, but --batch random keys a call (tc_get_many), each hit
+ *          copied into the buffer; ops count keys, latencies are per call
  * Each phase prints total ops/s and the p50/p99 latency of sampled
  * operations: every Nth operation of a thread is timed with clock_nsec()
  * into that thread's array; the arrays are merged and sorted at the end of
@@ -57,14 +59,17 @@
 enum be_phase {
     BE_LOAD = 0,
     BE_GET = 1,
-    BE_SET = 2,
-    BE_MIXED = 3,
-    BE_NPHASES = 4,
-    BE_EXIT = 5,
+    BE_BATCH = 2,
+    BE_SET = 3,
+    BE_MIXED = 4,
+    BE_NPHASES = 5,
+    BE_EXIT = 6,
 };
 
-static const char *const be_phase_names[BE_NPHASES] = {"LOAD", "GET", "SET",
-                                                       "MIXED"};
+static const char *const be_phase_names[BE_NPHASES] = {"LOAD", "GET", "BATCH",
+                                                       "SET", "MIXED"};
+/* Largest --batch. */
+#define BE_BATCH_MAX 256
 
 struct be_opts {
     uint64_t keys;
@@ -82,6 +87,8 @@ struct be_opts {
     bool prefault;
     bool run[BE_NPHASES];
     uint64_t seed;
+    unsigned batch; /* keys per tc_get_many in BATCH */
+    bool limit;     /* measure the random-copy limits */
 };
 
 struct be_shared {
@@ -214,6 +221,140 @@ be_is_set(enum be_phase ph, uint64_t *rng)
     }
 }
 
+static bool
+be_copy_many(void *arg, size_t i, const struct tc_item_info *info,
+             const struct iovec *iov, int niov)
+{
+    struct be_worker *w = arg;
+    size_t cap = w->sh->o->vsize, at = 0;
+    (void)i;
+    (void)info;
+    for (int j = 0; j < niov && at < cap; j++) {
+        size_t n = iov[j].iov_len < cap - at ? iov[j].iov_len : cap - at;
+        memcpy(w->getbuf + at, iov[j].iov_base, n);
+        at += n;
+    }
+    return true;
+}
+
+/* One BATCH call: b random keys; returns the keys done. */
+static inline uint64_t
+be_batch_op(struct be_worker *w, struct tc_cache *c, unsigned b)
+{
+    char keys[BE_BATCH_MAX][BE_KEY_LEN];
+    struct tc_key tk[BE_BATCH_MAX];
+    int rcs[BE_BATCH_MAX];
+    const struct be_opts *o = w->sh->o;
+
+    for (unsigned j = 0; j < b; j++) {
+        be_key(keys[j], be_pick(&w->rng, o->keys));
+        tk[j] = (struct tc_key){keys[j], BE_KEY_LEN};
+    }
+    int n = tc_get_many(c, tk, b, NULL, be_copy_many, w, rcs);
+    if (n < 0) {
+        be_note(w, n);
+        return b;
+    }
+    for (int j = 0; j < n; j++)
+        be_note(w, rcs[j]);
+    return b;
+}
+
+static void
+be_run_batch(struct be_worker *w)
+{
+    const struct be_opts *o = w->sh->o;
+    struct tc_cache *c = w->sh->cache;
+    uint64_t every = o->sample_every, countdown = every;
+    uint64_t t0 = clock_nsec(), done = 0;
+    uint64_t deadline = t0 + (uint64_t)(o->seconds * 1e9);
+
+    while (done < o->max_ops) {
+        unsigned calls = BE_CHECK_EVERY / o->batch + 1;
+        for (unsigned i = 0; i < calls && done < o->max_ops; i++) {
+            if (--countdown == 0) {
+                countdown = every;
+                uint64_t a = clock_nsec();
+                done += be_batch_op(w, c, o->batch);
+                uint64_t b = clock_nsec();
+                if (w->nsamples < BE_MAX_SAMPLES)
+                    w->samples[w->nsamples++] =
+                        b - a > UINT32_MAX ? UINT32_MAX : (uint32_t)(b - a);
+            } else {
+                done += be_batch_op(w, c, o->batch);
+            }
+        }
+        if (clock_nsec() >= deadline)
+            break;
+    }
+    w->nsec = clock_nsec() - t0;
+    w->ops = done;
+}
+
+/*
+ * The machine's own limits, measured in the same run: random 100-byte
+ * copies out of a region much larger than the caches (256 MiB), each
+ * source address independent of the last copy (rnd) or computed from it
+ * (dep: one DRAM miss after another, as a lookup's bucket then item). The
+ * region's 128-byte slots each hold the number of another slot (a random
+ * permutation's cycle), which dep follows.
+ */
+#define BE_LIMIT_BYTES (256ull << 20)
+#define BE_LIMIT_SLOT 128
+#define BE_LIMIT_OPS 4000000
+
+static void
+be_limits(uint64_t seed)
+{
+    uint64_t nslots = BE_LIMIT_BYTES / BE_LIMIT_SLOT, rng = seed | 1;
+    char *r = malloc(BE_LIMIT_BYTES);
+    uint32_t *perm = malloc(nslots * sizeof(*perm));
+    char dst[128];
+    uint64_t sink = 0;
+
+    if (!r || !perm) {
+        printf("# limit: out of memory\n");
+        free(r);
+        free(perm);
+        return;
+    }
+    for (uint64_t i = 0; i < nslots; i++)
+        perm[i] = (uint32_t)i;
+    for (uint64_t i = nslots - 1; i > 0; i--) { /* Fisher-Yates */
+        uint64_t j = be_pick(&rng, i + 1);
+        uint32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    memset(r, 0x5a, BE_LIMIT_BYTES);
+    for (uint64_t i = 0; i < nslots; i++) /* one cycle through all slots */
+        memcpy(r + (uint64_t)perm[i] * BE_LIMIT_SLOT, &perm[(i + 1) % nslots],
+               sizeof(uint32_t));
+    free(perm);
+
+    uint64_t t0 = clock_nsec();
+    for (uint64_t i = 0; i < BE_LIMIT_OPS; i++) {
+        memcpy(dst, r + be_pick(&rng, nslots) * BE_LIMIT_SLOT, 100);
+        sink += (unsigned char)dst[i & 63];
+        __asm__ volatile("" : : "r"(dst) : "memory");
+    }
+    double rnd = BE_LIMIT_OPS * 1e9 / (double)(clock_nsec() - t0);
+    uint32_t at = 0;
+    t0 = clock_nsec();
+    for (uint64_t i = 0; i < BE_LIMIT_OPS; i++) {
+        memcpy(dst, r + (uint64_t)at * BE_LIMIT_SLOT, 100);
+        __asm__ volatile("" : : "r"(dst) : "memory");
+        memcpy(&at, dst, sizeof(at));
+    }
+    double dep = BE_LIMIT_OPS * 1e9 / (double)(clock_nsec() - t0);
+    __asm__ volatile("" : : "r"(sink), "r"(at));
+    free(r);
+    printf("# limit: random 100-byte copies from %llu MiB: independent "
+           "%.0f/s, dependent %.0f/s\n",
+           (unsigned long long)(BE_LIMIT_BYTES >> 20), rnd, dep);
+    printf("RESULT bench=limit dep_ops=%.0f rnd_ops=%.0f\n", dep, rnd);
+}
+
 static void
 be_run_phase(struct be_worker *w, enum be_phase ph)
 {
@@ -227,6 +368,10 @@ be_run_phase(struct be_worker *w, enum be_phase ph)
     w->ops = w->nsec = w->misses = w->errors = 0;
     w->first_error = 0;
     w->nsamples = 0;
+    if (ph == BE_BATCH) {
+        be_run_batch(w);
+        return;
+    }
     if (ph == BE_LOAD) {
         lo = o->keys * w->id / o->threads;
         hi = o->keys * (w->id + 1) / o->threads;
@@ -511,7 +656,7 @@ be_usage(FILE *f)
             "  --expected-items N  index sizing (default: keys; 0 = the "
             "engine's own rule)\n"
             "  --sample-every N    time every Nth op (default 64)\n"
-            "  --phases LIST       of get,set,mixed (default all; LOAD "
+            "  --phases LIST       of get,batch,set,mixed (default all; LOAD "
             "always runs)\n"
             "  --no-background     no maintenance thread\n"
             "  --prefault          write the new pool file full of zeros "
@@ -519,7 +664,10 @@ be_usage(FILE *f)
             "                      tc_open, so LOAD does not pay tmpfs's "
             "first-touch\n"
             "                      page clearing\n"
-            "  --seed N            random seed (default: time based)\n");
+            "  --seed N            random seed (default: time based)\n"
+            "  --batch N           keys per tc_get_many in BATCH (default "
+            "16)\n"
+            "  --no-limit          skip the random-copy limit measurement\n");
 }
 
 static int
@@ -540,6 +688,8 @@ be_parse(int argc, char **argv, struct be_opts *o)
         {"no-background", no_argument, NULL, 'B'},
         {"prefault", no_argument, NULL, 'F'},
         {"seed", required_argument, NULL, 'r'},
+        {"batch", required_argument, NULL, 'b'},
+        {"no-limit", no_argument, NULL, 'N'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -558,6 +708,8 @@ be_parse(int argc, char **argv, struct be_opts *o)
     for (int i = 0; i < BE_NPHASES; i++)
         o->run[i] = true;
     o->seed = clock_nsec() | 1;
+    o->batch = 16;
+    o->limit = true;
 
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *end = NULL;
@@ -616,6 +768,7 @@ be_parse(int argc, char **argv, struct be_opts *o)
         case 'f': {
             char *copy = strdup(optarg), *save = NULL, *tok;
             o->run[BE_GET] = o->run[BE_SET] = o->run[BE_MIXED] = false;
+            o->run[BE_BATCH] = false;
             for (tok = strtok_r(copy, ",", &save); tok != NULL;
                  tok = strtok_r(NULL, ",", &save)) {
                 if (strcasecmp(tok, "get") == 0)
@@ -624,6 +777,8 @@ be_parse(int argc, char **argv, struct be_opts *o)
                     o->run[BE_SET] = true;
                 else if (strcasecmp(tok, "mixed") == 0)
                     o->run[BE_MIXED] = true;
+                else if (strcasecmp(tok, "batch") == 0)
+                    o->run[BE_BATCH] = true;
                 else if (strcasecmp(tok, "load") != 0) {
                     free(copy);
                     goto bad;
@@ -632,6 +787,14 @@ be_parse(int argc, char **argv, struct be_opts *o)
             free(copy);
             break;
         }
+        case 'b':
+            o->batch = (unsigned)strtoul(optarg, &end, 10);
+            if (*end || o->batch == 0 || o->batch > BE_BATCH_MAX)
+                goto bad;
+            break;
+        case 'N':
+            o->limit = false;
+            break;
         case 'B':
             o->background = false;
             break;
@@ -759,6 +922,8 @@ main(int argc, char **argv)
         pthread_create(&w[t].tid, NULL, be_worker_main, &w[t]);
     }
 
+    if (o.limit)
+        be_limits(o.seed);
     be_print_header();
     for (int ph = BE_LOAD; ph < BE_NPHASES; ph++) {
         if (!o.run[ph])

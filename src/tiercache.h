@@ -515,6 +515,43 @@ TC_API int tc_get_ex(struct tc_cache *c, const void *key, size_t klen,
                      void *arg);
 
 /*
+ * Batched retrieval: the keys of a multiget, of a pipelined read or of an
+ * embedder's batch in one call. The result is that of one tc_get_ex() per
+ * key, in key order (the same callbacks, misses, expiry and stats counters),
+ * but the work is done in groups of up to 16 keys: every key of a group is
+ * hashed and its index bucket prefetched, then the items its bucket points
+ * at, and only then is each key looked up and its value copied, so the DRAM
+ * misses of different keys overlap instead of following one another. A
+ * flash item's value is read as tc_get_ex() reads it (opts->async applies).
+ */
+struct tc_key {
+    const void *key;
+    size_t klen;
+};
+/* Called for each hit of tc_get_many, in key order, as a tc_value_fn would
+ * be; i is the key's index in keys. Return true to go on, false to stop
+ * after this key (the keys after it are not looked up, nor counted). */
+typedef bool tc_many_fn(void *arg, size_t i, const struct tc_item_info *info,
+                        const struct iovec *iov, int niov);
+/* Look up keys[0..n): opts as for tc_get_ex (NULL: as tc_get), except
+ * vivify, which is refused (-EINVAL). fn may be NULL. rcs (may be NULL)
+ * receives, for each key done, its return as tc_get_ex would give it:
+ * TC_OK, TC_NOT_FOUND, or -EINVAL for a bad key length (that key only; the
+ * others are served). Returns the number of keys done (n unless fn stopped
+ * early), or a negative errno: -EINVAL (n > INT_MAX, vivify), -ENOMEM. */
+TC_API int tc_get_many(struct tc_cache *c, const struct tc_key *keys, size_t n,
+                       const struct tc_get_opts *opts, tc_many_fn *fn,
+                       void *arg, int *rcs);
+
+/* A hint for a caller about to get these keys one call at a time (a server
+ * running the pipelined requests it has already read): start loading what
+ * those gets will read, their index buckets and then their items, so the
+ * misses overlap. Looks nothing up for real, counts nothing, changes
+ * nothing; keys of a bad length are skipped. */
+TC_API void tc_prefetch(struct tc_cache *c, const struct tc_key *keys,
+                        size_t n);
+
+/*
  * Asynchronous reads of the NVMe tier, for an event loop (the server): a
  * get of a flash item then does not block the thread.
  *

@@ -579,6 +579,14 @@ cache_defer_free(struct cache_thread *t, uint64_t head)
 }
 
 bool
+cache_match_key_warm(void *arg, uint64_t loc)
+{
+    const struct cache_key *k = arg;
+    return item_key_equals(cache_item_at(k->c, cache_off(loc)), k->key,
+                           k->klen);
+}
+
+bool
 cache_match_key(void *arg, uint64_t loc)
 {
     const struct cache_key *k = arg;

@@ -276,6 +276,9 @@ struct cache_key {
     uint32_t klen;
 };
 bool cache_match_key(void *arg, uint64_t loc);
+/* The same, for a caller that prefetched the chunk's DRAM word already (a
+ * batched get). */
+bool cache_match_key_warm(void *arg, uint64_t loc);
 
 /* The calling thread's context for c, registering it on first use; NULL
  * only when DRAM runs out (err_msg says so). */

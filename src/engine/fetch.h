@@ -17,5 +17,13 @@ struct cache_thread;
  * caller (tiercache.c) on a TC_NOT_FOUND. */
 int fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
               const struct tc_get_opts *o, tc_value_fn *fn, void *arg);
+/* tc_get_many (see src/tiercache.h), opts->vivify excluded: the number of
+ * keys done. */
+size_t fetch_get_many(struct cache_thread *t, const struct tc_key *keys,
+                      size_t n, const struct tc_get_opts *o, tc_many_fn *fn,
+                      void *arg, int *rcs);
+/* tc_prefetch (see src/tiercache.h). */
+void fetch_prefetch(struct cache_thread *t, const struct tc_key *keys,
+                    size_t n);
 int fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
                 int64_t exptime);

@@ -230,6 +230,12 @@ htab_prefetch(struct htab *h, uint64_t hash)
     __builtin_prefetch(htab_home(h, hash), 1, 3);
 }
 
+void
+htab_prefetch_read(struct htab *h, uint64_t hash)
+{
+    __builtin_prefetch(htab_home(h, hash), 0, 3);
+}
+
 unsigned
 htab_peek(struct htab *h, uint64_t hash, uint64_t *locs, unsigned max)
 {
@@ -238,7 +244,8 @@ htab_peek(struct htab *h, uint64_t hash, uint64_t *locs, unsigned max)
     unsigned n = 0;
 
     /* Relaxed: the result is a hint for prefetching, never dereferenced
-     * here; callers look again under the bucket lock. */
+     * here; callers look again (under the bucket lock, or a reader with
+     * acquire loads). */
     for (int i = 0; i < HTAB_SLOTS && n < max; i++) {
         uint64_t w = atomic_load_explicit(&b->slot[i], memory_order_relaxed);
         if ((w & ~HTAB_LOC_MASK) == tag)

@@ -68,9 +68,14 @@ uint64_t htab_lookup_rcu(struct htab *h, uint64_t hash, htab_match_fn *match,
 /* Start loading the home bucket (a writer does this before writing its
  * item, so the bucket is in cache by the time it takes the lock). */
 void htab_prefetch(struct htab *h, uint64_t hash);
+/* A batch of readers: start loading the home bucket for reading (a batched
+ * get prefetches every key's bucket before it looks any of them up, so the
+ * DRAM misses overlap). */
+void htab_prefetch_read(struct htab *h, uint64_t hash);
 /* Locations in the home bucket (not the overflow chain) whose tag
  * matches: a hint, read without the lock and never dereferenced here, for
- * prefetching the items a writer will compare keys with. */
+ * prefetching the items a writer (or a batched get) will compare keys
+ * with. */
 unsigned htab_peek(struct htab *h, uint64_t hash, uint64_t *locs, unsigned max);
 
 /* Writers. htab_lock() returns the home bucket, locked. */

@@ -24,6 +24,7 @@
 #include "tier/region_layout.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 
 _Static_assert(TC_POOL_HEADER_SIZE == REGION_DATA_OFFSET,
@@ -192,6 +193,31 @@ tc_get(struct tc_cache *tc, const void *key, size_t klen, tc_value_fn *fn,
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
     return t ? fetch_get(t, key, (uint32_t)klen, &plain, fn, arg) : rc;
+}
+
+TC_API int
+tc_get_many(struct tc_cache *tc, const struct tc_key *keys, size_t n,
+            const struct tc_get_opts *opts, tc_many_fn *fn, void *arg, int *rcs)
+{
+    static const struct tc_get_opts plain = {.no_win = true};
+    if (n > INT_MAX || (opts && opts->vivify) || (n && !keys))
+        return -EINVAL;
+    if (n == 0)
+        return 0;
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (!t)
+        return -ENOMEM;
+    return (int)fetch_get_many(t, keys, n, opts ? opts : &plain, fn, arg, rcs);
+}
+
+TC_API void
+tc_prefetch(struct tc_cache *tc, const struct tc_key *keys, size_t n)
+{
+    if (n == 0 || !keys)
+        return;
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (t)
+        fetch_prefetch(t, keys, n);
 }
 
 TC_API int

@@ -89,6 +89,72 @@ test_get_many_keys(void **state)
     free(line);
 }
 
+/* A multiget of 40 keys (three engine batches) with hits, misses and a
+ * repeated key: the replies in key order, each hit once per mention, and
+ * one get_hits or get_misses per key. */
+static void
+test_multiget_batches(void **state)
+{
+    struct fx *f = *state;
+    char line[1024], want[4096], cmd[64];
+    size_t n = (size_t)snprintf(line, sizeof(line), "get"), w = 0;
+    unsigned hits = 0;
+
+    for (int i = 0; i < 40; i++) {
+        int k = i == 33 ? 3 : i; /* key 3 twice */
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " m%02d", k);
+        if (k % 3 == 0) {
+            if (i != 33) {
+                snprintf(cmd, sizeof(cmd), "set m%02d %d 0 2\r\nv%d\r\n", k, k,
+                         k % 10);
+                expect(f, cmd, "STORED\r\n");
+            }
+            w += (size_t)snprintf(want + w, sizeof(want) - w,
+                                  "VALUE m%02d %d 2\r\nv%d\r\n", k, k, k % 10);
+            hits++;
+        }
+    }
+    n += (size_t)snprintf(line + n, sizeof(line) - n, "\r\n");
+    w += (size_t)snprintf(want + w, sizeof(want) - w, "END\r\n");
+    struct tc_stats s0, s1;
+    tc_stats(f->c, &s0);
+    expect_n(f, line, n, want, w);
+    tc_stats(f->c, &s1);
+    assert_int_equal(s1.get_hits - s0.get_hits, hits);
+    assert_int_equal(s1.get_misses - s0.get_misses, 40 - hits);
+}
+
+/* Pipelined reads in one buffer (the parser hints their keys to the
+ * engine first): every reply as if each request came alone, including a
+ * bad line in the middle of the run and lines of other commands. */
+static void
+test_pipelined_reads(void **state)
+{
+    struct fx *f = *state;
+    char big[300], in[1024], want[1024];
+    memset(big, 'k', 251);
+    big[251] = '\0';
+    expect(f, "set pa 1 0 1\r\na\r\nset pb 2 0 2\r\nbb\r\n",
+           "STORED\r\nSTORED\r\n");
+    snprintf(in, sizeof(in),
+             "get pa\r\nget nope\r\nget pb\r\nmg pa v\r\nget %s\r\n"
+             "get pb pa\r\nget\r\nset pc 0 0 1\r\nc\r\nget pc\r\n"
+             "get pa\r\n",
+             big);
+    snprintf(want, sizeof(want),
+             "VALUE pa 1 1\r\na\r\nEND\r\n"
+             "END\r\n"
+             "VALUE pb 2 2\r\nbb\r\nEND\r\n"
+             "VA 1\r\na\r\n"
+             "CLIENT_ERROR bad command line format\r\n"
+             "VALUE pb 2 2\r\nbb\r\nVALUE pa 1 1\r\na\r\nEND\r\n"
+             "ERROR\r\n"
+             "STORED\r\n"
+             "VALUE pc 0 1\r\nc\r\nEND\r\n"
+             "VALUE pa 1 1\r\na\r\nEND\r\n");
+    expect(f, in, want);
+}
+
 static void
 test_gat_gats(void **state)
 {
@@ -704,6 +770,8 @@ main(void)
         T(test_gets_has_cas),
         T(test_get_bad_keys),
         T(test_get_many_keys),
+        T(test_multiget_batches),
+        T(test_pipelined_reads),
         T(test_gat_gats),
         T(test_store_modes),
         T(test_store_expiry),

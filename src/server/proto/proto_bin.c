@@ -833,11 +833,48 @@ bin_one(struct proto_sess *s, const char *in, size_t len, struct obuf *out)
     return (ssize_t)total;
 }
 
+/* Keys of a run of pipelined gets hinted to the engine at once. */
+#define BIN_PREFETCH_MAX 16
+
+static bool
+bin_is_get(uint8_t opcode)
+{
+    return opcode == BIN_GET || opcode == BIN_GETQ || opcode == BIN_GETK ||
+           opcode == BIN_GETKQ;
+}
+
+/* Pipelined reads: when the buffer holds two or more complete GET, GETQ,
+ * GETK or GETKQ requests in a row, hand their keys to tc_prefetch before
+ * running them, so their index and item misses overlap (as the text
+ * parser does for its get lines). A hint only: each request still runs on
+ * its own, checked as ever. Returns how far the run reaches. */
+static size_t
+bin_prefetch_reads(struct proto_sess *s, const char *in, size_t len)
+{
+    struct tc_key keys[BIN_PREFETCH_MAX];
+    size_t n = 0, pos = 0;
+    while (n < BIN_PREFETCH_MAX && len - pos >= BIN_HDR_LEN) {
+        const unsigned char *h = (const unsigned char *)in + pos;
+        uint16_t klen = (uint16_t)(h[2] << 8 | h[3]);
+        uint8_t extlen = h[4];
+        uint32_t body = get32(h + 8);
+        if (h[0] != BIN_REQ_MAGIC || !bin_is_get(h[1]) || klen == 0 ||
+            klen > TC_KEY_MAX || (uint32_t)klen + extlen > body ||
+            body > len - pos - BIN_HDR_LEN)
+            break;
+        keys[n++] = (struct tc_key){in + pos + BIN_HDR_LEN + extlen, klen};
+        pos += BIN_HDR_LEN + body;
+    }
+    if (n >= 2 && s->cache)
+        tc_prefetch(s->cache, keys, n);
+    return pos;
+}
+
 ssize_t
 proto_bin_process(struct proto_sess *s, const char *in, size_t len,
                   struct obuf *out)
 {
-    size_t done = 0;
+    size_t done = 0, hinted = 0;
 
     s->need = 0;
     while (done < len) {
@@ -849,6 +886,8 @@ proto_bin_process(struct proto_sess *s, const char *in, size_t len,
             done += n;
             continue;
         }
+        if (done >= hinted)
+            hinted = done + bin_prefetch_reads(s, in + done, len - done);
         ssize_t n = bin_one(s, in + done, len - done, out);
         if (n == PROTO_CLOSE)
             return PROTO_CLOSE;

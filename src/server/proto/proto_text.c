@@ -250,29 +250,63 @@ more_keys(const struct text_cmd *c, size_t pos)
     return pos < c->len;
 }
 
+/* Keys looked up together (tc_get_many): enough for their index and item
+ * misses to overlap. */
+#define TEXT_GET_BATCH 16
+
+struct many_ctx {
+    struct get_ctx g;
+    uint64_t stop; /* obuf position past which the get yields */
+    struct proto_token tok[TEXT_GET_BATCH];
+};
+
+/* A hit of a batch: its VALUE reply; stop the batch once the output failed
+ * or passed the slice. */
+static bool
+emit_many(void *arg, size_t i, const struct tc_item_info *info,
+          const struct iovec *iov, int niov)
+{
+    struct many_ctx *m = arg;
+    m->g.key = &m->tok[i];
+    emit_value(&m->g, info, iov, niov);
+    return !m->g.out->err && obuf_pos(m->g.out) < m->stop;
+}
+
 /* Look up the keys from line offset `from` on. 0 when all are done (or the
  * output failed); else this call appended PROTO_GET_SLICE bytes and keys
  * remain: the offset to carry on from. At least one key is done per call,
- * so a get resumed over and over still ends. */
+ * so a get resumed over and over still ends. The keys go to the engine in
+ * batches, which stop after the key whose reply passes the slice, so a get
+ * yields after the same key as it would one key at a time. */
 static size_t
 fetch_keys(struct text_cmd *c, size_t from, bool touch, int64_t exptime,
            bool with_cas)
 {
-    struct proto_token t;
-    struct get_ctx g = {.out = c->out, .key = &t, .with_cas = with_cas};
-    uint64_t stop = obuf_pos(c->out) + PROTO_GET_SLICE;
+    struct many_ctx m = {.g = {.out = c->out, .with_cas = with_cas},
+                         .stop = obuf_pos(c->out) + PROTO_GET_SLICE};
+    /* async: a flash value is read without blocking (a hole) */
+    struct tc_get_opts o = {
+        .touch = touch, .exptime = exptime, .async = true, .no_win = true};
+    struct tc_key keys[TEXT_GET_BATCH];
+    size_t end[TEXT_GET_BATCH];
     size_t pos = from;
-    while (next_token(c->line, c->len, &pos, &t)) {
-        /* async: a flash value is read without blocking (a hole) */
-        struct tc_get_opts o = {
-            .touch = touch, .exptime = exptime, .async = true, .no_win = true};
-        tc_get_ex(c->s->cache, t.p, t.n, &o, emit_value, &g);
+    for (;;) {
+        size_t n = 0;
+        while (n < TEXT_GET_BATCH &&
+               next_token(c->line, c->len, &pos, &m.tok[n])) {
+            keys[n] = (struct tc_key){m.tok[n].p, m.tok[n].n};
+            end[n++] = pos;
+        }
+        if (n == 0)
+            return 0;
+        int done = tc_get_many(c->s->cache, keys, n, &o, emit_many, &m, NULL);
         if (c->out->err)
             return 0;
-        if (obuf_pos(c->out) >= stop && more_keys(c, pos))
+        if (done > 0 && (size_t)done < n)
+            return end[done - 1]; /* stopped with keys left */
+        if (obuf_pos(c->out) >= m.stop && more_keys(c, pos))
             return pos;
     }
-    return 0;
 }
 
 /* get, gets, bget (arg: 1 = with CAS); gat, gats (arg | 2 = touch). A get
@@ -936,11 +970,62 @@ text_one(struct proto_sess *s, const char *in, size_t len, struct obuf *out)
     return dispatch(&c, in, len);
 }
 
+/* Keys of a run of pipelined reads hinted to the engine at once. */
+#define TEXT_PREFETCH_MAX 16
+
+/* The key a read line starts with ("get k", "gets k", "mg k ..."), or
+ * false. A hint only: a line the parser later refuses costs nothing but
+ * its prefetch. */
+static bool
+read_line_key(const char *line, size_t n, struct tc_key *k)
+{
+    size_t skip;
+    if (n > 4 && memcmp(line, "get ", 4) == 0)
+        skip = 4;
+    else if (n > 5 && memcmp(line, "gets ", 5) == 0)
+        skip = 5;
+    else if (n > 3 && memcmp(line, "mg ", 3) == 0)
+        skip = 3;
+    else
+        return false;
+    const char *p = line + skip, *e = line + n;
+    if (e > p && e[-1] == '\r')
+        e--;
+    const char *sp = memchr(p, ' ', (size_t)(e - p));
+    size_t kl = (size_t)((sp ? sp : e) - p);
+    if (kl == 0 || kl > TC_KEY_MAX)
+        return false;
+    *k = (struct tc_key){p, kl};
+    return true;
+}
+
+/* Pipelined reads: when the buffer holds two or more complete get, gets
+ * or mg lines in a row, hand their (first) keys to tc_prefetch before
+ * running them, so their index and item misses overlap instead of coming
+ * one request at a time. The replies are untouched: each request still
+ * runs on its own. Returns how far the run reaches (0: no read line). */
+static size_t
+prefetch_reads(struct proto_sess *s, const char *in, size_t len)
+{
+    struct tc_key keys[TEXT_PREFETCH_MAX];
+    size_t n = 0, pos = 0;
+    while (n < TEXT_PREFETCH_MAX && pos < len) {
+        const char *nl = memchr(in + pos, '\n', len - pos);
+        if (!nl || !read_line_key(in + pos, (size_t)(nl - in - pos), &keys[n]))
+            break;
+        n++;
+        pos = (size_t)(nl - in) + 1;
+    }
+    if (n >= 2 && s->cache)
+        tc_prefetch(s->cache, keys, n);
+    return pos;
+}
+
 ssize_t
 proto_text_process(struct proto_sess *s, const char *in, size_t len,
                    struct obuf *out)
 {
-    size_t pos = 0;
+    size_t pos = 0, hinted = 0;
 
     s->need = 0;
     while (pos < len) {
@@ -952,6 +1037,8 @@ proto_text_process(struct proto_sess *s, const char *in, size_t len,
         }
         if (pos > 0 && obuf_pending(out) >= TEXT_OUT_YIELD)
             break;
+        if (pos >= hinted && !s->resume)
+            hinted = pos + prefetch_reads(s, in + pos, len - pos);
         ssize_t n = text_one(s, in + pos, len - pos, out);
         if (n == 0)
             break;
