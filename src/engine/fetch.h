@@ -19,3 +19,6 @@ int fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
               const struct tc_get_opts *o, tc_value_fn *fn, void *arg);
 int fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
                 int64_t exptime);
+/* tc_walk: the live items of the index buckets from *cursor on. */
+int fetch_walk(struct cache_thread *t, uint64_t *cursor, unsigned budget,
+               tc_walk_fn *fn, void *arg);

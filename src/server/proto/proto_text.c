@@ -3,7 +3,8 @@
  * against the engine: get gets gat gats bget, set add replace append prepend
  * cas, incr decr, delete, touch, flush_all, version, verbosity, stats,
  * shutdown, cache_memlimit, hotspot (tiercache's write-hotspot dump and reset),
- * quit. Lines whose command is mg ms md ma mn me go to the meta parser
+ * quit; slabs, lru_crawler and stats cachedump are in proto_admin.c. Lines
+ * whose command is mg ms md ma mn me go to the meta parser
  * (proto_meta_process).
  *
  * The replies follow memcached 1.6 byte for byte, including its quirks:
@@ -53,6 +54,7 @@
 
 #include "src/server/proto/proto.h"
 
+#include "src/server/proto/proto_admin.h"
 #include "src/server/proto/proto_util.h"
 
 #include <errno.h>
@@ -648,6 +650,34 @@ stats_group(struct text_cmd *c, const struct proto_token *t)
     proto_reply_err(c->s, c->out, PERR_ERROR);
 }
 
+/* A dump (stats cachedump, lru_crawler metadump) that stopped after a
+ * slice of output is called again on the same line, as a get of many keys
+ * is: resume marks it, the cursor is in the session. */
+static ssize_t
+admin_walk_done(struct text_cmd *c, bool done)
+{
+    if (done)
+        return (ssize_t)c->line_bytes;
+    c->s->resume = 1;
+    return 0;
+}
+
+static ssize_t
+cmd_slabs(struct text_cmd *c, int arg)
+{
+    (void)arg;
+    proto_admin_slabs(c->s, c->out, c->tok, c->ntok);
+    return (ssize_t)c->line_bytes;
+}
+
+static ssize_t
+cmd_lru_crawler(struct text_cmd *c, int arg)
+{
+    (void)arg;
+    return admin_walk_done(
+        c, proto_admin_lru_crawler(c->s, c->out, c->tok, c->ntok, c->resume));
+}
+
 static ssize_t
 cmd_stats(struct text_cmd *c, int arg)
 {
@@ -664,6 +694,9 @@ cmd_stats(struct text_cmd *c, int arg)
         reply(c, "RESET");
     } else if (proto_tok_is(&c->tok[1], "detail")) {
         stats_detail(c);
+    } else if (proto_tok_is(&c->tok[1], "cachedump")) {
+        return admin_walk_done(
+            c, proto_admin_cachedump(c->s, c->out, c->tok, c->ntok, c->resume));
     } else {
         stats_group(c, &c->tok[1]);
     }
@@ -802,6 +835,8 @@ static const struct text_cmd_def {
     {"shutdown", 1, ANY_TOKENS, cmd_shutdown, 0},
     {"cache_memlimit", 2, 3, cmd_memlimit, 0},
     {"hotspot", 2, 3, cmd_hotspot, 0},
+    {"slabs", 3, 4, cmd_slabs, 0},
+    {"lru_crawler", 2, 3, cmd_lru_crawler, 0},
     {"quit", 1, ANY_TOKENS, cmd_quit, 0},
 };
 

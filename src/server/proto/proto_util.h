@@ -49,6 +49,10 @@ enum proto_err {
     PERR_HOTSPOT_USAGE,   /* hotspot without dump|reset */
     PERR_HOTSPOT_OFF,     /* hotspot with tracking off */
     PERR_PATH_TOO_LONG,   /* hotspot dump PATH too long */
+    PERR_ILLEGAL_SLAB,    /* stats cachedump beyond the class ids */
+    PERR_BAD_CMDLINE,     /* stats cachedump without its limit */
+    PERR_CRAWLER_OFF,     /* lru_crawler crawl/metadump while disabled */
+    PERR_SLEEP_RANGE,     /* lru_crawler sleep over a second */
     /* meta */
     PERR_DUP_FLAG,       /* a flag given twice */
     PERR_BAD_TOKEN,      /* a flag's token is not a valid number */
