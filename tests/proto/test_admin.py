@@ -471,3 +471,76 @@ def test_memcstat(loaded, pair):
     common = {"pid", "uptime", "version", "curr_items", "bytes", "cmd_get",
               "cmd_set", "get_hits", "get_misses", "threads"}
     assert common <= mc and common <= tc, common - tc
+
+
+# ---- watch --------------------------------------------------------------
+
+@pytest.mark.parametrize("cmd", [b"watch", b"watch fetchers mutations",
+                                 b"watch evictions", b"watch foo",
+                                 b"watch fetchers foo"],
+                         ids=lambda c: c.decode())
+def test_watch_reply(pair, cmd):
+    replies = []
+    for srv in pair:
+        c = Conn(srv)
+        try:
+            replies.append(c.line(cmd))
+        finally:
+            c.close()
+    assert replies[0] == replies[1], replies
+
+
+# memcached 1.6.18 prints the microseconds unpadded, tiercached six digits
+WATCH = re.compile(rb"ts=\d+\.\d{1,6} gid=\d+ type=(item_get|item_store) "
+                   rb"key=(\S+) status=(\w+)(?: cmd=(\w+) ttl=(-?\d+))? "
+                   rb"clsid=\d+ cfd=\d+ size=(\d+)")
+
+
+def watch_events(srv, requests, want):
+    """Watch fetchers and mutations while another connection sends the
+    requests; the parsed lines about keys starting with "wt:", once at
+    least want of them came (bounded wait)."""
+    w, c = Conn(srv), Conn(srv)
+    try:
+        assert w.line(b"watch fetchers mutations") == b"OK\r\n"
+        for req, reply_end in requests:
+            c.send(req)
+            c.until((reply_end,))
+        events, buf = [], b""
+        deadline = time.monotonic() + IO_TIMEOUT
+        while len(events) < want and time.monotonic() < deadline:
+            try:
+                buf += w.sock.recv(1 << 16)
+            except socket.timeout:
+                break
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                m = WATCH.fullmatch(line)
+                assert m, line
+                if m.group(2).startswith(b"wt%3A"):
+                    events.append(m.groups()[:4] + (m.group(6),))
+        return events
+    finally:
+        w.close()
+        c.close()
+
+
+def test_watch_fetchers_mutations(pair):
+    """The same events, in memcached's format: memcached also logs the
+    lookups its stores make, so its stream has ours as a subsequence."""
+    tag = str(time.monotonic_ns()).encode()
+    k1, k2 = b"wt:a" + tag, b"wt:b" + tag
+    requests = [(b"set %s 3 10 3\r\nbar\r\n" % k1, b"\r\n"),
+                (b"get %s\r\n" % k1, b"END\r\n"),
+                (b"get %s\r\n" % k2, b"END\r\n"),
+                (b"add %s 0 0 1\r\n1\r\n" % k1, b"\r\n")]
+    e1, e2 = urlencode(k1), urlencode(k2)
+    want = [(b"item_store", e1, b"stored", b"set", b"3"),
+            (b"item_get", e1, b"found", None, b"3"),
+            (b"item_get", e2, b"not_found", None, b"0"),
+            (b"item_store", e1, b"not_stored", b"add", b"1")]
+    mc, tc = (watch_events(s, requests, len(want) + (2 if i == 0 else 0))
+              for i, s in enumerate(pair))
+    assert tc == want
+    it = iter(mc)
+    assert all(e in it for e in want), mc

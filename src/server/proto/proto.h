@@ -83,6 +83,9 @@ struct proto_sess {
     uint64_t walk_cursor; /* a metadump or cachedump stopped half-way
                              (with resume set): tc_walk's cursor */
     uint64_t walk_count;  /* its items (cachedump) or bytes so far */
+    struct proto_watcher *watch; /* "watch" sent: its queue
+                                    (src/server/proto/proto_watch.h) */
+    int fd;                      /* the connection's (watch's cfd=), or -1 */
     struct proto_counters ctr;
     void *priv; /* a parser's own state, freed by
                    proto_sess_fini */

@@ -193,26 +193,13 @@ struct walk_ctx {
     uint64_t limit; /* cachedump: items at most, 0 = all */
 };
 
-/* memcached's uriencode: every byte but [A-Za-z0-9._~-] as %XX. */
 static void
-add_urlencoded(struct obuf *out, const unsigned char *k, uint32_t n)
+add_urlencoded(struct obuf *out, const void *k, uint32_t n)
 {
-    static const char hex[] = "0123456789ABCDEF";
     char buf[3 * TC_KEY_MAX];
-    size_t o = 0;
-    for (uint32_t i = 0; i < n && o + 3 <= sizeof(buf); i++) {
-        unsigned char ch = k[i];
-        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-            (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-' ||
-            ch == '~') {
-            buf[o++] = (char)ch;
-        } else {
-            buf[o++] = '%';
-            buf[o++] = hex[ch >> 4];
-            buf[o++] = hex[ch & 15];
-        }
-    }
-    obuf_add(out, buf, o);
+    if (n > TC_KEY_MAX)
+        n = TC_KEY_MAX;
+    obuf_add(out, buf, proto_urlencode(k, n, buf));
 }
 
 static int

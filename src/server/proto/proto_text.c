@@ -56,6 +56,7 @@
 
 #include "src/server/proto/proto_admin.h"
 #include "src/server/proto/proto_util.h"
+#include "src/server/proto/proto_watch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -132,6 +133,8 @@ struct get_ctx {
     struct obuf *out;
     const struct proto_token *key;
     bool with_cas;
+    uint8_t cls; /* the last hit's class and length (watch fetchers) */
+    uint32_t vlen;
 };
 
 /* A flash value still being read: the reply with a hole for the
@@ -162,6 +165,8 @@ emit_value(void *arg, const struct tc_item_info *info, const struct iovec *iov,
 {
     struct get_ctx *g = arg;
     size_t vlen = 0;
+    g->cls = info->slab_class;
+    g->vlen = info->vlen;
     for (int i = 0; i < niov; i++)
         vlen += iov[i].iov_len;
     if (info->pending) {
@@ -268,7 +273,9 @@ fetch_keys(struct text_cmd *c, size_t from, bool touch, int64_t exptime,
         /* async: a flash value is read without blocking (a hole) */
         struct tc_get_opts o = {
             .touch = touch, .exptime = exptime, .async = true, .no_win = true};
-        tc_get_ex(c->s->cache, t.p, t.n, &o, emit_value, &g);
+        int rc = tc_get_ex(c->s->cache, t.p, t.n, &o, emit_value, &g);
+        if (proto_watch_active())
+            proto_watch_get(c->s, t.p, t.n, rc == TC_OK, g.cls + 1u, g.vlen);
         if (c->out->err)
             return 0;
         if (obuf_pos(c->out) >= stop && more_keys(c, pos))
@@ -384,6 +391,23 @@ reply_store(struct text_cmd *c, int rc)
     }
 }
 
+/* A store for "watch mutations", with memcached's names. */
+static void
+watch_store(struct text_cmd *c, int mode, const struct store_args *a, int rc)
+{
+    static const char *const status[] = {[TC_OK] = "stored",
+                                         [TC_NOT_STORED] = "not_stored",
+                                         [TC_EXISTS] = "exists",
+                                         [TC_NOT_FOUND] = "not_found"};
+    const char *st =
+        rc >= 0 && rc < (int)(sizeof(status) / sizeof(*status)) && status[rc]
+            ? status[rc]
+            : "not_stored";
+    proto_watch_store(c->s, a->key->p, a->key->n, c->tok[0].p, c->tok[0].n, st,
+                      a->exptime, a->vlen);
+    (void)mode;
+}
+
 /* set, add, replace, append, prepend, cas (arg: enum tc_store_mode). */
 static ssize_t
 cmd_store(struct text_cmd *c, int mode)
@@ -412,6 +436,8 @@ cmd_store(struct text_cmd *c, int mode)
         int rc =
             tc_store(c->s->cache, (enum tc_store_mode)mode, a.key->p, a.key->n,
                      data, a.vlen, a.flags, a.exptime, a.cas, NULL);
+        if (proto_watch_active())
+            watch_store(c, mode, &a, rc);
         reply_store(c, rc);
     }
     return (ssize_t)(c->line_bytes + a.vlen + 2);
@@ -662,6 +688,16 @@ admin_walk_done(struct text_cmd *c, bool done)
     return 0;
 }
 
+/* "watch [kinds]": the connection becomes a log stream; what it sends
+ * afterwards is read and ignored, as memcached does. */
+static ssize_t
+cmd_watch(struct text_cmd *c, int arg)
+{
+    (void)arg;
+    proto_watch_start(c->s, c->out, c->tok, c->ntok);
+    return (ssize_t)c->line_bytes;
+}
+
 static ssize_t
 cmd_slabs(struct text_cmd *c, int arg)
 {
@@ -836,6 +872,7 @@ static const struct text_cmd_def {
     {"cache_memlimit", 2, 3, cmd_memlimit, 0},
     {"hotspot", 2, 3, cmd_hotspot, 0},
     {"slabs", 3, 4, cmd_slabs, 0},
+    {"watch", 1, ANY_TOKENS, cmd_watch, 0},
     {"lru_crawler", 2, 3, cmd_lru_crawler, 0},
     {"quit", 1, ANY_TOKENS, cmd_quit, 0},
 };
@@ -978,6 +1015,8 @@ proto_text_process(struct proto_sess *s, const char *in, size_t len,
     size_t pos = 0;
 
     s->need = 0;
+    if (s->watch)
+        return (ssize_t)len; /* a watcher's input is ignored */
     while (pos < len) {
         if (s->swallow) {
             size_t n = s->swallow < len - pos ? (size_t)s->swallow : len - pos;

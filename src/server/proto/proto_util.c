@@ -195,3 +195,24 @@ proto_key_ok(const char *key, size_t len)
     }
     return true;
 }
+
+size_t
+proto_urlencode(const void *in, size_t n, char *out)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    const unsigned char *k = in;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = k[i];
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+            (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-' ||
+            ch == '~') {
+            out[o++] = (char)ch;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[ch >> 4];
+            out[o++] = hex[ch & 15];
+        }
+    }
+    return o;
+}
