@@ -544,3 +544,23 @@ def test_watch_fetchers_mutations(pair):
     assert tc == want
     it = iter(mc)
     assert all(e in it for e in want), mc
+
+
+def test_stats_sizes_enable(loaded):
+    """sizes_enable and sizes_disable answer as memcached; enabled,
+    tiercached's histogram counts every item (memcached's only those
+    stored since enabling) in 32-byte steps."""
+    try:
+        for cmd in (b"stats sizes_enable", b"stats sizes_disable",
+                    b"stats sizes_enable"):
+            mc, tc = both(loaded, lambda c: c.line(cmd))
+            assert tc == mc, (cmd, mc, tc)
+        out = loaded[1].listing(b"stats sizes")
+        rows = re.findall(rb"STAT (\d+) (\d+)\r\n", out)
+        assert out == b"".join(b"STAT %s %s\r\n" % r for r in rows) + b"END\r\n"
+        assert all(int(size) % 32 == 0 for size, _ in rows)
+        assert sum(int(n) for _, n in rows) == len(KEYS)
+    finally:
+        for c in loaded:
+            assert c.line(b"stats sizes_disable") == \
+                b"STAT sizes_status disabled\r\n"

@@ -23,6 +23,12 @@
  *   stats cachedump <id> <limit> "ITEM <key> [<bytes> b; <exptime> s]"
  *                                for up to limit (0: all) items of class
  *                                id, then "END".
+ *   stats sizes_enable|disable   "STAT sizes_status enabled|disabled" (no
+ *                                END, as memcached); enabled, "stats
+ *                                sizes" walks every item when asked and
+ *                                counts them by size rounded up to 32
+ *                                bytes ("STAT <size> <count>"); disabled,
+ *                                "STAT sizes_status disabled".
  *
  * The dumps walk the engine's index through tc_walk, which is safe beside
  * concurrent reads and writes. A dump appends at most PROTO_GET_SLICE bytes
@@ -46,6 +52,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* memcached's largest slab class id (MAX_NUMBER_OF_SLAB_CLASSES - 1). */
@@ -56,6 +63,7 @@
 #define ADMIN_SLEEP_MAX 1000000
 
 static _Atomic bool crawler_off;
+static _Atomic bool sizes_on;
 static _Atomic int automove = 1;
 static _Atomic uint32_t crawler_sleep = 100;
 static _Atomic uint32_t crawler_tocrawl;
@@ -320,6 +328,70 @@ proto_admin_lru_crawler(struct proto_sess *s, struct obuf *out,
     struct walk_ctx w = {
         .s = s, .out = out, .kind = WALK_METADUMP, .classes = set};
     return walk_run(&w, resumed);
+}
+
+/* ---- stats sizes -------------------------------------------------------- */
+
+#define SIZES_STEP 32
+/* Buckets at most (sizes above the last one count in it): 32 MiB items. */
+#define SIZES_MAX_BUCKETS (1u << 20)
+
+struct sizes_ctx {
+    uint64_t *count;
+    size_t n;
+};
+
+static int
+sizes_item(void *arg, const struct tc_walk_item *it)
+{
+    struct sizes_ctx *z = arg;
+    size_t b = (it->size + SIZES_STEP - 1) / SIZES_STEP;
+    z->count[b < z->n ? b : z->n - 1]++;
+    return 0;
+}
+
+static void
+sizes_dump(struct proto_sess *s, struct obuf *out)
+{
+    uint64_t largest = TC_ITEM_HEADER_SIZE + TC_KEY_MAX + s->item_size_max;
+    struct sizes_ctx z;
+    z.n = (size_t)(largest / SIZES_STEP + 2);
+    if (z.n > SIZES_MAX_BUCKETS)
+        z.n = SIZES_MAX_BUCKETS;
+    z.count = calloc(z.n, sizeof(*z.count));
+    if (z.count == NULL) {
+        obuf_add_str(out, "STAT sizes_status error\r\n"
+                          "STAT sizes_error out of memory\r\n");
+        return;
+    }
+    uint64_t cursor = 0;
+    while (cursor != TC_WALK_DONE)
+        if (tc_walk(s->cache, &cursor, 4096, sizes_item, &z) < 0)
+            break;
+    for (size_t b = 0; b < z.n; b++)
+        if (z.count[b])
+            obuf_printf(out, "STAT %zu %" PRIu64 "\r\n", b * SIZES_STEP,
+                        z.count[b]);
+    free(z.count);
+}
+
+void
+proto_admin_sizes(struct proto_sess *s, struct obuf *out,
+                  const struct proto_token *tok)
+{
+    if (proto_tok_is(tok, "sizes_enable") ||
+        proto_tok_is(tok, "sizes_disable")) {
+        bool on = proto_tok_is(tok, "sizes_enable");
+        atomic_store_explicit(&sizes_on, on, memory_order_relaxed);
+        line(out,
+             on ? "STAT sizes_status enabled" : "STAT sizes_status disabled");
+        return;
+    }
+    if (atomic_load_explicit(&sizes_on, memory_order_relaxed))
+        sizes_dump(s, out);
+    else
+        line(out, "STAT sizes_status disabled");
+    obuf_add(out, "END\r\n", 5);
 }
 
 /* ---- stats cachedump ----------------------------------------------------- */

@@ -32,6 +32,10 @@ bool proto_admin_cachedump(struct proto_sess *s, struct obuf *out,
                            const struct proto_token *tok, int ntok,
                            bool resumed);
 
+/* "stats sizes", "stats sizes_enable", "stats sizes_disable" (tok[1]). */
+void proto_admin_sizes(struct proto_sess *s, struct obuf *out,
+                       const struct proto_token *tok);
+
 /* The value "slabs automove" last set (memcached's default 1). */
 int proto_admin_automove(void);
 /* Whether "lru_crawler disable" is in effect. */

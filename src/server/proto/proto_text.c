@@ -730,6 +730,10 @@ cmd_stats(struct text_cmd *c, int arg)
         reply(c, "RESET");
     } else if (proto_tok_is(&c->tok[1], "detail")) {
         stats_detail(c);
+    } else if (proto_tok_is(&c->tok[1], "sizes") ||
+               proto_tok_is(&c->tok[1], "sizes_enable") ||
+               proto_tok_is(&c->tok[1], "sizes_disable")) {
+        proto_admin_sizes(c->s, c->out, &c->tok[1]);
     } else if (proto_tok_is(&c->tok[1], "cachedump")) {
         return admin_walk_done(
             c, proto_admin_cachedump(c->s, c->out, c->tok, c->ntok, c->resume));
