@@ -127,6 +127,10 @@ proto_watch_flush(struct proto_sess *s, struct obuf *out)
     struct proto_watcher *w = s->watch;
     if (w == NULL)
         return;
+    /* a client that does not read: its lines wait in the queue (which
+     * drops new ones once full) rather than pile up in the output */
+    if (obuf_pending(out) >= PROTO_WATCH_QUEUE_MAX)
+        return;
     pthread_mutex_lock(&watch_lock);
     if (w->len) {
         obuf_add(out, w->buf, w->len);
