@@ -686,6 +686,38 @@ TC_API int tc_set_mem_limit(struct tc_cache *c, uint64_t bytes);
  * two such moves wait already). */
 TC_API int tc_slab_reassign(struct tc_cache *c, int src, int dst);
 
+/* One live item as tc_walk reports it (memcached's metadump fields). */
+struct tc_walk_item {
+    const void *key; /* valid during the call only */
+    uint32_t klen;
+    uint32_t flags;
+    uint32_t exptime;     /* absolute unix seconds, 0 = never */
+    uint32_t last_access; /* seconds since last stored or read, as in
+                             tc_item_info (not changed by the walk) */
+    uint64_t cas;
+    uint32_t vlen;
+    uint32_t size;      /* header + key + value bytes */
+    uint8_t slab_class; /* from 0 */
+    bool fetched;       /* read since it was stored */
+    bool flash;         /* its value is on the NVMe tier */
+};
+/* Called once per live item; the walk stops early, returning fn's value,
+ * when fn returns non-zero. */
+typedef int tc_walk_fn(void *arg, const struct tc_walk_item *item);
+#define TC_WALK_DONE UINT64_MAX
+/* Walk the live items through the index, a slice per call, safe beside any
+ * number of concurrent reads and writes: start with *cursor 0; each call
+ * visits whole index buckets from *cursor until about budget items were
+ * passed to fn (at least one bucket), and leaves in *cursor where the next
+ * call goes on, TC_WALK_DONE once the index is done. An item present for
+ * the whole walk is visited once; one stored, deleted or replaced meanwhile
+ * may or may not be (and a key deleted and stored again while its bucket
+ * is read may show twice). fn runs inside a read-side section: it must not
+ * block nor call the cache. Items are not marked used. Returns the number
+ * of items visited, fn's non-zero value, or -ENOMEM. */
+TC_API int tc_walk(struct tc_cache *c, uint64_t *cursor, unsigned budget,
+                   tc_walk_fn *fn, void *arg);
+
 /* One step of maintenance on the calling thread: expiry sweep with the
  * configured budget, the hot-key step (rates, hot set, moving cooled or
  * dead items out of the DRAM pool), freeing what waits for a grace period,

@@ -430,3 +430,70 @@ fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
         reap_dead(t, hash, loc, dead);
     return TC_NOT_FOUND;
 }
+
+/* ---- walk (tc_walk) ------------------------------------------------------ */
+
+struct walk {
+    struct cache *c;
+    uint32_t now;
+    tc_walk_fn *fn;
+    void *arg;
+    unsigned seen;
+};
+
+/* One index entry, inside the read section: a live item goes to fn,
+ * described without touching it. */
+static int
+walk_entry(void *arg, uint64_t loc)
+{
+    struct walk *w = arg;
+    struct cache *c = w->c;
+    uint64_t off = cache_off(loc);
+    const struct item_hdr *it = cache_item_at(c, off);
+
+    if (cache_item_dead(c, it, w->now) != CACHE_LIVE)
+        return 0;
+    struct tc_walk_item v = {
+        .key = item_key(it),
+        .klen = it->klen,
+        .flags = it->flags,
+        .exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED),
+        .last_access = cache_atime_age(c, off, w->now),
+        .cas = it->cas,
+        .vlen = it->vlen,
+        .size = (uint32_t)(TC_ITEM_HEADER_SIZE + it->klen + (uint64_t)it->vlen),
+        .slab_class = (uint8_t)cache_class_of(c, off),
+        .fetched = cache_bit_fetched(c, off),
+        .flash = it->kind == ITEM_KIND_FLASH,
+    };
+    w->seen++;
+    return w->fn(w->arg, &v);
+}
+
+/* One read section per bucket chain, so a long walk never holds back a
+ * grace period for more than a chain's worth of items. */
+int
+fetch_walk(struct cache_thread *t, uint64_t *cursor, unsigned budget,
+           tc_walk_fn *fn, void *arg)
+{
+    struct cache *c = t->cache;
+    struct walk w = {c, clock_now(), fn, arg, 0};
+    uint64_t n = htab_nbuckets(c->htab);
+    uint64_t i = *cursor;
+
+    cache_flush_check(c, w.now);
+    while (i < n) {
+        cache_read_lock();
+        int rc = htab_bucket_visit_rcu(c->htab, i, walk_entry, &w);
+        cache_read_unlock();
+        i++;
+        if (rc != 0) {
+            *cursor = i < n ? i : TC_WALK_DONE;
+            return rc;
+        }
+        if (w.seen >= budget)
+            break;
+    }
+    *cursor = i < n ? i : TC_WALK_DONE;
+    return (int)w.seen;
+}

@@ -27,3 +27,6 @@ void fetch_prefetch(struct cache_thread *t, const struct tc_key *keys,
                     size_t n);
 int fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
                 int64_t exptime);
+/* tc_walk: the live items of the index buckets from *cursor on. */
+int fetch_walk(struct cache_thread *t, uint64_t *cursor, unsigned budget,
+               tc_walk_fn *fn, void *arg);

@@ -385,27 +385,36 @@ htab_remove_locked(_Atomic uint64_t *slot)
 }
 
 int
+htab_bucket_visit_rcu(struct htab *h, uint64_t i, htab_visit_fn *fn, void *arg)
+{
+    struct htab_bucket *b = &h->buckets[i];
+
+    do {
+        for (int j = 0; j < HTAB_SLOTS; j++) {
+            /* Acquire: as in htab_lookup_rcu. */
+            uint64_t w =
+                atomic_load_explicit(&b->slot[j], memory_order_acquire);
+            int rc;
+
+            if (w == 0)
+                continue;
+            rc = fn(arg, w & HTAB_LOC_MASK);
+            if (rc != 0)
+                return rc;
+        }
+        /* Acquire: as in htab_lookup_rcu. */
+        b = atomic_load_explicit(&b->next, memory_order_acquire);
+    } while (b != NULL);
+    return 0;
+}
+
+int
 htab_foreach(struct htab *h, htab_visit_fn *fn, void *arg)
 {
     for (uint64_t i = 0; i < h->nbuckets; i++) {
-        struct htab_bucket *b = &h->buckets[i];
-
-        do {
-            for (int j = 0; j < HTAB_SLOTS; j++) {
-                /* Acquire: as in htab_lookup_rcu. */
-                uint64_t w =
-                    atomic_load_explicit(&b->slot[j], memory_order_acquire);
-                int rc;
-
-                if (w == 0)
-                    continue;
-                rc = fn(arg, w & HTAB_LOC_MASK);
-                if (rc != 0)
-                    return rc;
-            }
-            /* Acquire: as in htab_lookup_rcu. */
-            b = atomic_load_explicit(&b->next, memory_order_acquire);
-        } while (b != NULL);
+        int rc = htab_bucket_visit_rcu(h, i, fn, arg);
+        if (rc != 0)
+            return rc;
     }
     return 0;
 }

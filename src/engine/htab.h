@@ -107,6 +107,12 @@ htab_slot_loc(uint64_t word)
  * running). Stops when fn returns non-zero and returns that value. */
 typedef int htab_visit_fn(void *arg, uint64_t loc);
 int htab_foreach(struct htab *h, htab_visit_fn *fn, void *arg);
+/* Visit the entries of home bucket i (< htab_nbuckets) and its overflow
+ * chain, as a reader: entries changed meanwhile are seen old or new. Stops
+ * when fn returns non-zero and returns that value. Context: inside an RCU
+ * read-side section; the locations are valid only there. */
+int htab_bucket_visit_rcu(struct htab *h, uint64_t i, htab_visit_fn *fn,
+                          void *arg);
 
 uint64_t htab_nbuckets(const struct htab *h);
 uint64_t htab_noverflow(const struct htab *h); /* overflow buckets */

@@ -487,6 +487,18 @@ tc_slab_reassign(struct tc_cache *tc, int src, int dst)
 }
 
 TC_API int
+tc_walk(struct tc_cache *tc, uint64_t *cursor, unsigned budget, tc_walk_fn *fn,
+        void *arg)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (!t)
+        return -ENOMEM;
+    if (*cursor == TC_WALK_DONE)
+        return 0;
+    return fetch_walk(t, cursor, budget, fn, arg);
+}
+
+TC_API int
 tc_maintain(struct tc_cache *tc)
 {
     struct cache *c = engine(tc);

@@ -60,6 +60,7 @@
 
 #include "src/base/clock.h"
 #include "src/base/log.h"
+#include "src/server/proto/proto_watch.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -188,6 +189,7 @@ conn_create(const struct conn_shared *sh, int fd, const char *listen_addr,
         snprintf(c->addr, sizeof(c->addr), "%s", listen_addr);
     obuf_init(&c->out);
     proto_sess_init(&c->sess, sh->cache, sh->ops, sh->srv, sh->item_size_max);
+    c->sess.fd = fd;
     atomic_init(&c->state, CS_WAITING);
     atomic_init(&c->last_active, 0);
     *out = c;
@@ -597,12 +599,22 @@ void
 conn_sweep_idle(struct conn_worker *w)
 {
     uint32_t limit = w->sh->idle_timeout;
-    if (!limit)
-        return;
     /* the owner is the only writer of the list: no lock to read it */
     struct conn *c = w->list.head;
     while (c) {
         struct conn *next = c->next;
+        if (c->sess.watch) {
+            /* a "watch" stream: its lines since the last sweep */
+            proto_watch_flush(&c->sess, &c->out);
+            write_out(c);
+            settle(c);
+            c = next;
+            continue;
+        }
+        if (!limit) {
+            c = next;
+            continue;
+        }
         uint32_t last =
             atomic_load_explicit(&c->last_active, memory_order_relaxed);
         if (w->now - last > limit) {

@@ -99,8 +99,9 @@ void conn_async_submit(struct conn_worker *w);
  * the connections' holes and resume them. Context: w's worker. */
 void conn_async_reap(struct conn_worker *w);
 
-/* Close connections idle longer than sh->idle_timeout. Context: w's
- * worker. */
+/* Close connections idle longer than sh->idle_timeout, and send each
+ * "watch" connection the log lines queued since the last sweep. Called
+ * once a second. Context: w's worker. */
 void conn_sweep_idle(struct conn_worker *w);
 /* Destroy every connection of w (shutdown). Context: w's worker. */
 void conn_close_all(struct conn_worker *w);

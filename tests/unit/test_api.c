@@ -463,6 +463,71 @@ test_chained_iov(void **state)
     free(v);
 }
 
+/* tc_walk: every live item once, across slices of any budget; deleted and
+ * expired items are not listed; the fields are the item's. */
+#define WALK_N 3000
+
+struct walk_seen {
+    unsigned char count[WALK_N];
+    unsigned total;
+};
+
+static int
+walk_count(void *arg, const struct tc_walk_item *it)
+{
+    struct walk_seen *w = arg;
+    char key[32];
+    unsigned i;
+    w->total++;
+    assert_true(it->klen < sizeof(key));
+    memcpy(key, it->key, it->klen);
+    key[it->klen] = '\0';
+    if (sscanf(key, "walk:%u", &i) != 1 || i >= WALK_N)
+        fail_msg("walk: unexpected key %s", key);
+    w->count[i]++;
+    assert_int_equal(it->vlen, 5);
+    assert_int_equal(it->flags, i);
+    assert_int_equal(it->exptime, i % 3 == 1 ? T0 + 100 : 0);
+    assert_true(it->size >= it->klen + it->vlen);
+    assert_false(it->fetched);
+    return 0;
+}
+
+static void
+test_walk(void **state)
+{
+    struct fx *f = *state;
+    char key[32];
+    open_cache(f, 0, 64 * MIB);
+    for (unsigned i = 0; i < WALK_N; i++) {
+        int n = snprintf(key, sizeof(key), "walk:%u", i);
+        /* i % 3: 0 kept, 1 kept with a TTL, 2 deleted or expired */
+        int64_t exp = i % 3 == 1 ? 100 : (i % 6 == 2 ? 50 : 0);
+        assert_int_equal(tc_set(f->c[0], key, (size_t)n, "value", 5, i, exp),
+                         TC_OK);
+        if (i % 6 == 5)
+            assert_int_equal(tc_delete(f->c[0], key, (size_t)n, 0), TC_OK);
+    }
+    tc_clock_advance(60); /* the i % 6 == 2 ones expire */
+    for (unsigned budget = 1; budget <= 4096; budget *= 64) {
+        struct walk_seen *w = calloc(1, sizeof(*w));
+        uint64_t cursor = 0;
+        unsigned calls = 0;
+        while (cursor != TC_WALK_DONE) {
+            int rc = tc_walk(f->c[0], &cursor, budget, walk_count, w);
+            assert_true(rc >= 0);
+            assert_true(++calls <= 10 * WALK_N);
+        }
+        assert_int_equal(tc_walk(f->c[0], &cursor, budget, walk_count, w), 0);
+        for (unsigned i = 0; i < WALK_N; i++)
+            assert_int_equal(w->count[i], i % 3 == 2 ? 0 : 1);
+        assert_int_equal(w->total, WALK_N / 3 * 2);
+        if (budget == 1)
+            assert_true(calls > 1);
+        free(w);
+    }
+}
+
 #define API_TEST(fn)                                                           \
     cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, #fn)
 
@@ -478,6 +543,7 @@ main(void)
         API_TEST(test_thread_exit_after_close),
         API_TEST(test_errmsg_per_thread),
         API_TEST(test_chained_iov),
+        API_TEST(test_walk),
     };
     /* TC_TEST_FILTER=<glob> runs only the matching tests */
     const char *filter = getenv("TC_TEST_FILTER");

@@ -10,6 +10,8 @@
 
 #include "src/server/proto/proto.h"
 
+#include "src/server/proto/proto_watch.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +27,7 @@ proto_sess_init(struct proto_sess *s, struct tc_cache *cache,
     s->ops = ops;
     s->srv = srv;
     s->item_size_max = item_size_max ? item_size_max : TC_ITEM_SIZE_MAX_DEFAULT;
+    s->fd = -1;
 }
 
 void
@@ -32,6 +35,7 @@ proto_sess_fini(struct proto_sess *s)
 {
     free(s->priv);
     s->priv = NULL;
+    proto_watch_stop(s);
 }
 
 /* Drop up to len bytes still owed to a refused value; returns how many. */

@@ -78,8 +78,14 @@ struct proto_sess {
     bool chosen;            /* the protocol is decided for good */
     uint64_t swallow;       /* bytes still to discard (refused value) */
     size_t need;            /* hint: bytes the pending request needs */
-    size_t resume; /* a get stopped half-way: where its next key starts,
-                      from the start of its line (0 = none); see above */
+    size_t resume;        /* a get stopped half-way: where its next key starts,
+                             from the start of its line (0 = none); see above */
+    uint64_t walk_cursor; /* a metadump or cachedump stopped half-way
+                             (with resume set): tc_walk's cursor */
+    uint64_t walk_count;  /* its items (cachedump) or bytes so far */
+    struct proto_watcher *watch; /* "watch" sent: its queue
+                                    (src/server/proto/proto_watch.h) */
+    int fd;                      /* the connection's (watch's cfd=), or -1 */
     struct proto_counters ctr;
     void *priv; /* a parser's own state, freed by
                    proto_sess_fini */

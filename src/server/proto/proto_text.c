@@ -3,7 +3,8 @@
  * against the engine: get gets gat gats bget, set add replace append prepend
  * cas, incr decr, delete, touch, flush_all, version, verbosity, stats,
  * shutdown, cache_memlimit, hotspot (tiercache's write-hotspot dump and reset),
- * quit. Lines whose command is mg ms md ma mn me go to the meta parser
+ * quit; slabs, lru_crawler and stats cachedump are in proto_admin.c. Lines
+ * whose command is mg ms md ma mn me go to the meta parser
  * (proto_meta_process).
  *
  * The replies follow memcached 1.6 byte for byte, including its quirks:
@@ -53,7 +54,9 @@
 
 #include "src/server/proto/proto.h"
 
+#include "src/server/proto/proto_admin.h"
 #include "src/server/proto/proto_util.h"
+#include "src/server/proto/proto_watch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -130,6 +133,8 @@ struct get_ctx {
     struct obuf *out;
     const struct proto_token *key;
     bool with_cas;
+    uint8_t cls; /* the last hit's class and length (watch fetchers) */
+    uint32_t vlen;
 };
 
 /* A flash value still being read: the reply with a hole for the
@@ -160,6 +165,8 @@ emit_value(void *arg, const struct tc_item_info *info, const struct iovec *iov,
 {
     struct get_ctx *g = arg;
     size_t vlen = 0;
+    g->cls = info->slab_class;
+    g->vlen = info->vlen;
     for (int i = 0; i < niov; i++)
         vlen += iov[i].iov_len;
     if (info->pending) {
@@ -258,6 +265,8 @@ struct many_ctx {
     struct get_ctx g;
     uint64_t stop; /* obuf position past which the get yields */
     struct proto_token tok[TEXT_GET_BATCH];
+    uint8_t cls[TEXT_GET_BATCH]; /* each hit's class and length (watch) */
+    uint32_t vlen[TEXT_GET_BATCH];
 };
 
 /* A hit of a batch: its VALUE reply; stop the batch once the output failed
@@ -269,7 +278,19 @@ emit_many(void *arg, size_t i, const struct tc_item_info *info,
     struct many_ctx *m = arg;
     m->g.key = &m->tok[i];
     emit_value(&m->g, info, iov, niov);
+    m->cls[i] = m->g.cls;
+    m->vlen[i] = m->g.vlen;
     return !m->g.out->err && obuf_pos(m->g.out) < m->stop;
+}
+
+/* The keys a batch did, to the watchers of fetches. */
+static void
+watch_batch(const struct proto_sess *s, const struct many_ctx *m,
+            const int *rcs, int done)
+{
+    for (int i = 0; i < done; i++)
+        proto_watch_get(s, m->tok[i].p, m->tok[i].n, rcs[i] == TC_OK,
+                        m->cls[i] + 1u, m->vlen[i]);
 }
 
 /* Look up the keys from line offset `from` on. 0 when all are done (or the
@@ -289,6 +310,7 @@ fetch_keys(struct text_cmd *c, size_t from, bool touch, int64_t exptime,
         .touch = touch, .exptime = exptime, .async = true, .no_win = true};
     struct tc_key keys[TEXT_GET_BATCH];
     size_t end[TEXT_GET_BATCH];
+    int rcs[TEXT_GET_BATCH];
     size_t pos = from;
     for (;;) {
         size_t n = 0;
@@ -299,7 +321,9 @@ fetch_keys(struct text_cmd *c, size_t from, bool touch, int64_t exptime,
         }
         if (n == 0)
             return 0;
-        int done = tc_get_many(c->s->cache, keys, n, &o, emit_many, &m, NULL);
+        int done = tc_get_many(c->s->cache, keys, n, &o, emit_many, &m, rcs);
+        if (proto_watch_active())
+            watch_batch(c->s, &m, rcs, done);
         if (c->out->err)
             return 0;
         if (done > 0 && (size_t)done < n)
@@ -416,6 +440,23 @@ reply_store(struct text_cmd *c, int rc)
     }
 }
 
+/* A store for "watch mutations", with memcached's names. */
+static void
+watch_store(struct text_cmd *c, int mode, const struct store_args *a, int rc)
+{
+    static const char *const status[] = {[TC_OK] = "stored",
+                                         [TC_NOT_STORED] = "not_stored",
+                                         [TC_EXISTS] = "exists",
+                                         [TC_NOT_FOUND] = "not_found"};
+    const char *st =
+        rc >= 0 && rc < (int)(sizeof(status) / sizeof(*status)) && status[rc]
+            ? status[rc]
+            : "not_stored";
+    proto_watch_store(c->s, a->key->p, a->key->n, c->tok[0].p, c->tok[0].n, st,
+                      a->exptime, a->vlen);
+    (void)mode;
+}
+
 /* set, add, replace, append, prepend, cas (arg: enum tc_store_mode). */
 static ssize_t
 cmd_store(struct text_cmd *c, int mode)
@@ -444,6 +485,8 @@ cmd_store(struct text_cmd *c, int mode)
         int rc =
             tc_store(c->s->cache, (enum tc_store_mode)mode, a.key->p, a.key->n,
                      data, a.vlen, a.flags, a.exptime, a.cas, NULL);
+        if (proto_watch_active())
+            watch_store(c, mode, &a, rc);
         reply_store(c, rc);
     }
     return (ssize_t)(c->line_bytes + a.vlen + 2);
@@ -682,6 +725,44 @@ stats_group(struct text_cmd *c, const struct proto_token *t)
     proto_reply_err(c->s, c->out, PERR_ERROR);
 }
 
+/* A dump (stats cachedump, lru_crawler metadump) that stopped after a
+ * slice of output is called again on the same line, as a get of many keys
+ * is: resume marks it, the cursor is in the session. */
+static ssize_t
+admin_walk_done(struct text_cmd *c, bool done)
+{
+    if (done)
+        return (ssize_t)c->line_bytes;
+    c->s->resume = 1;
+    return 0;
+}
+
+/* "watch [kinds]": the connection becomes a log stream; what it sends
+ * afterwards is read and ignored, as memcached does. */
+static ssize_t
+cmd_watch(struct text_cmd *c, int arg)
+{
+    (void)arg;
+    proto_watch_start(c->s, c->out, c->tok, c->ntok);
+    return (ssize_t)c->line_bytes;
+}
+
+static ssize_t
+cmd_slabs(struct text_cmd *c, int arg)
+{
+    (void)arg;
+    proto_admin_slabs(c->s, c->out, c->tok, c->ntok);
+    return (ssize_t)c->line_bytes;
+}
+
+static ssize_t
+cmd_lru_crawler(struct text_cmd *c, int arg)
+{
+    (void)arg;
+    return admin_walk_done(
+        c, proto_admin_lru_crawler(c->s, c->out, c->tok, c->ntok, c->resume));
+}
+
 static ssize_t
 cmd_stats(struct text_cmd *c, int arg)
 {
@@ -698,6 +779,13 @@ cmd_stats(struct text_cmd *c, int arg)
         reply(c, "RESET");
     } else if (proto_tok_is(&c->tok[1], "detail")) {
         stats_detail(c);
+    } else if (proto_tok_is(&c->tok[1], "sizes") ||
+               proto_tok_is(&c->tok[1], "sizes_enable") ||
+               proto_tok_is(&c->tok[1], "sizes_disable")) {
+        proto_admin_sizes(c->s, c->out, &c->tok[1]);
+    } else if (proto_tok_is(&c->tok[1], "cachedump")) {
+        return admin_walk_done(
+            c, proto_admin_cachedump(c->s, c->out, c->tok, c->ntok, c->resume));
     } else {
         stats_group(c, &c->tok[1]);
     }
@@ -836,6 +924,9 @@ static const struct text_cmd_def {
     {"shutdown", 1, ANY_TOKENS, cmd_shutdown, 0},
     {"cache_memlimit", 2, 3, cmd_memlimit, 0},
     {"hotspot", 2, 3, cmd_hotspot, 0},
+    {"slabs", 3, 4, cmd_slabs, 0},
+    {"watch", 1, ANY_TOKENS, cmd_watch, 0},
+    {"lru_crawler", 2, 3, cmd_lru_crawler, 0},
     {"quit", 1, ANY_TOKENS, cmd_quit, 0},
 };
 
@@ -1028,6 +1119,8 @@ proto_text_process(struct proto_sess *s, const char *in, size_t len,
     size_t pos = 0, hinted = 0;
 
     s->need = 0;
+    if (s->watch)
+        return (ssize_t)len; /* a watcher's input is ignored */
     while (pos < len) {
         if (s->swallow) {
             size_t n = s->swallow < len - pos ? (size_t)s->swallow : len - pos;

@@ -44,6 +44,10 @@ static const char *const err_text[PERR_COUNT] = {
     [PERR_HOTSPOT_OFF] = "SERVER_ERROR write-hotspot tracking is off (start "
                          "with -o hotspot_dimms=N)",
     [PERR_PATH_TOO_LONG] = "SERVER_ERROR path too long",
+    [PERR_ILLEGAL_SLAB] = "CLIENT_ERROR Illegal slab id",
+    [PERR_BAD_CMDLINE] = "CLIENT_ERROR bad command line",
+    [PERR_CRAWLER_OFF] = "CLIENT_ERROR lru crawler disabled",
+    [PERR_SLEEP_RANGE] = "CLIENT_ERROR sleep must be one second or less",
     [PERR_DUP_FLAG] = "CLIENT_ERROR duplicate flag",
     [PERR_BAD_TOKEN] = "CLIENT_ERROR bad token in command line format",
     [PERR_DECODE_KEY] = "CLIENT_ERROR error decoding key",
@@ -190,4 +194,25 @@ proto_key_ok(const char *key, size_t len)
             return false;
     }
     return true;
+}
+
+size_t
+proto_urlencode(const void *in, size_t n, char *out)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    const unsigned char *k = in;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = k[i];
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+            (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-' ||
+            ch == '~') {
+            out[o++] = (char)ch;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[ch >> 4];
+            out[o++] = hex[ch & 15];
+        }
+    }
+    return o;
 }

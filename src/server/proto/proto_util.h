@@ -49,6 +49,10 @@ enum proto_err {
     PERR_HOTSPOT_USAGE,   /* hotspot without dump|reset */
     PERR_HOTSPOT_OFF,     /* hotspot with tracking off */
     PERR_PATH_TOO_LONG,   /* hotspot dump PATH too long */
+    PERR_ILLEGAL_SLAB,    /* stats cachedump beyond the class ids */
+    PERR_BAD_CMDLINE,     /* stats cachedump without its limit */
+    PERR_CRAWLER_OFF,     /* lru_crawler crawl/metadump while disabled */
+    PERR_SLEEP_RANGE,     /* lru_crawler sleep over a second */
     /* meta */
     PERR_DUP_FLAG,       /* a flag given twice */
     PERR_BAD_TOKEN,      /* a flag's token is not a valid number */
@@ -113,6 +117,9 @@ bool proto_parse_i64(const struct proto_token *t, int64_t *out);
  * snprintf. */
 #define PROTO_U64_DIGITS 20
 size_t proto_fmt_u64(char *buf, uint64_t v);
+/* memcached's uriencode (metadump, watch): every byte but [A-Za-z0-9._~-]
+ * as %XX. out holds 3 * n bytes; returns the length written. */
+size_t proto_urlencode(const void *in, size_t n, char *out);
 
 /* A text-protocol key: 1..250 bytes, no control characters or spaces. */
 bool proto_key_ok(const char *key, size_t len);
