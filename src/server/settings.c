@@ -13,6 +13,7 @@
 
 #include "src/base/compiler.h"
 #include "src/base/err.h"
+#include "src/base/log.h"
 #include "src/base/num.h"
 #include "src/tiercache.h"
 
@@ -42,6 +43,7 @@ enum opt_show {
     SHOW_NONE,      /* not shown */
     SHOW_NUM,       /* the number */
     SHOW_MIB,       /* MiB shown as bytes (maxbytes) */
+    SHOW_KIB,       /* KiB shown as bytes (watcher_logbuf_size) */
     SHOW_STR,       /* the text, "NULL" when unset */
     SHOW_OCTAL,     /* 700 */
     SHOW_YESNO,     /* yes / no */
@@ -103,20 +105,21 @@ static const struct opt opts[] = {
 #include "src/server/options.def"
 };
 #undef OPT_ROW
+_Static_assert(ARRAY_SIZE(opts) <= SETTINGS_OPTS_MAX,
+               "struct settings' given[] has a slot per row");
+
+/* options.def's NOTE rows: the line an option given leaves */
+static const struct {
+    const char *name, *text;
+} notes[] = {
+#define NOTE(name_, text_) {name_, text_},
+#include "src/server/options.def"
+};
 
 /* Fixed lines of "stats settings" memcached prints and tools may expect. */
 static const char *const fixed_stats[][2] = {
-    {"stat_key_prefix", ":"},
     {"detail_enabled", "no"},
-    {"cas_enabled", "yes"},
-    {"tcp_backlog", "1024"},
-    {"binding_protocol", "auto-negotiate"},
-    {"auth_enabled_sasl", "no"},
     {"auth_enabled_ascii", "no"},
-    {"slab_reassign", "yes"},
-    {"flush_enabled", "yes"},
-    {"track_sizes", "no"},
-    {"ssl_enabled", "no"},
 };
 
 /* --- field access --- */
@@ -422,6 +425,12 @@ find_name(const char *name, size_t n, bool sub)
 
 /* --- -o name=value[,name=value...] --- */
 
+static void
+mark_given(struct settings *s, const struct opt *o)
+{
+    s->given[o - opts] = true;
+}
+
 static int
 parse_subopt(struct settings *s, const char *item)
 {
@@ -440,8 +449,17 @@ parse_subopt(struct settings *s, const char *item)
         err_set("%s: needs a value: %s", shown, range_text(o, r, sizeof(r)));
         return -EINVAL;
     }
-    /* the value lives in a copy of the item: only numbers and booleans are
-     * -o options, so nothing keeps pointing into it */
+    mark_given(s, o);
+    if (o->type == OT_STR) {
+        /* the value lives in a copy of the item: keep a copy of text
+         * values (the only ones that point into it) in s */
+        if (!eq || strlen(eq + 1) >= sizeof(s->subopt_buf[0]) ||
+            s->nsubopt_str == SETTINGS_SUBOPT_STRS)
+            return bad_value(o, shown, eq ? eq + 1 : "");
+        char *dst = s->subopt_buf[s->nsubopt_str++];
+        strcpy(dst, eq + 1);
+        return set_value(s, o, shown, dst);
+    }
     return set_value(s, o, shown, eq ? eq + 1 : NULL);
 }
 
@@ -480,6 +498,7 @@ static int
 apply(struct settings *s, const struct opt *o, const char *shown,
       const char *val)
 {
+    mark_given(s, o);
     if (o->flag == 'p')
         s->port_given = true;
     if (o->type == OT_SUBOPT)
@@ -633,9 +652,71 @@ check_ext(const struct settings *s)
     return 0;
 }
 
+/* -B: memcached's names; "auto" shows as memcached shows it */
+static int
+check_protocol(struct settings *s)
+{
+    const char *b = s->binding_protocol;
+    if (!strcmp(b, "auto") || !strcmp(b, "auto-negotiate")) {
+        s->binding_protocol = "auto-negotiate";
+        return 0;
+    }
+    if (!strcmp(b, "ascii") || !strcmp(b, "binary"))
+        return 0;
+    err_set("-B: expected one of auto, binary, or ascii, got '%s'", b);
+    return -EINVAL;
+}
+
+/* What memcached has and this server not yet: one line, like -U's. */
+static int
+check_unsupported(const struct settings *s)
+{
+    if (s->sasl) {
+        err_set("-S: SASL authentication is not supported yet");
+        return -EINVAL;
+    }
+    if (s->auth_file) {
+        err_set("-Y: ASCII authentication (an auth file) is not supported "
+                "yet, got '%s'",
+                s->auth_file);
+        return -EINVAL;
+    }
+    if (s->tls) {
+        err_set("-Z: TLS is not supported yet");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* memcached's -o switches that have a no_ form, and hashpower */
+static int
+resolve_memcached_opts(struct settings *s)
+{
+    if (s->no_lru_crawler)
+        s->lru_crawler = false;
+    if (s->no_lru_maintainer)
+        s->lru_maintainer = false;
+    if (s->hashpower && s->hashpower < 12) {
+        err_set("-o hashpower: expected 0 or a number from 12 to 44, got "
+                "%llu",
+                (unsigned long long)s->hashpower);
+        return -EINVAL;
+    }
+    if (s->hashpower && !s->hash_items)
+        s->hash_items = 1ull << s->hashpower;
+    return 0;
+}
+
 static int
 finish(struct settings *s)
 {
+    int rc = check_unsupported(s);
+    if (!rc)
+        rc = check_protocol(s);
+    if (!rc)
+        rc = resolve_memcached_opts(s);
+    if (rc)
+        return rc;
     /* memcached: -s turns the network off; tiercached keeps TCP when -p is
      * also given */
     if (s->unix_path && !s->port_given)
@@ -651,7 +732,7 @@ finish(struct settings *s)
                 (unsigned long long)s->worker_slice_us);
         return -EINVAL;
     }
-    int rc = check_slabs(s);
+    rc = check_slabs(s);
     if (!rc)
         rc = check_pool(s);
     if (!rc)
@@ -709,6 +790,30 @@ settings_parse(struct settings *s, int argc, char *const argv[])
             return 0; /* -h, -V: the rest does not matter */
     }
     return finish(s);
+}
+
+/* --- notes --- */
+
+void
+settings_log_notes(const struct settings *s)
+{
+    if (!s->pool_size && s->maxbytes_mib * MIB < TC_POOL_MIN_ITEMS)
+        log_warn("-m %llu: the pool file holds %u MiB, the smallest there "
+                 "is; the cache uses %llu MiB of it",
+                 (unsigned long long)s->maxbytes_mib, TC_POOL_MIN_ITEMS >> 20,
+                 (unsigned long long)s->maxbytes_mib);
+    for (unsigned i = 0; i < ARRAY_SIZE(opts); i++) {
+        if (!s->given[i])
+            continue;
+        for (unsigned j = 0; j < ARRAY_SIZE(notes); j++) {
+            if (strcmp(notes[j].name, opts[i].name) != 0)
+                continue;
+            if (opts[i].sub)
+                log_warn("-o %s: %s", opts[i].name, notes[j].text);
+            else
+                log_warn("-%c: %s", opts[i].flag, notes[j].text);
+        }
+    }
 }
 
 /* --- --help --- */
@@ -771,6 +876,9 @@ render_one(const struct settings *s, const struct opt *o, struct obuf *out)
     case SHOW_MIB:
         return obuf_printf(out, "STAT %s %llu\r\n", o->stat,
                            (unsigned long long)(*(const uint64_t *)v << 20));
+    case SHOW_KIB:
+        return obuf_printf(out, "STAT %s %llu\r\n", o->stat,
+                           (unsigned long long)(*(const uint64_t *)v << 10));
     case SHOW_STR: {
         const char *str = *(const char *const *)v;
         return obuf_printf(out, "STAT %s %s\r\n", o->stat, str ? str : "NULL");
@@ -833,7 +941,8 @@ settings_to_config(const struct settings *s, struct tc_config *cfg)
     /* TC_CALC: the pool file holds -o pool_size (default -m) bytes of
      * items plus its header area in front */
     uint64_t items = s->pool_size ? s->pool_size : s->maxbytes_mib * MIB;
-    cfg->pool_size = items + TC_POOL_HEADER_SIZE;
+    cfg->pool_size = MAX(items, (uint64_t)TC_POOL_MIN_ITEMS) +
+                     TC_POOL_HEADER_SIZE; /* -m 2: a 4 MiB file, 2 used */
     cfg->min_chunk = settings_min_chunk(s);
     cfg->ext_npaths = s->ext_npaths;
     for (unsigned i = 0; i < s->ext_npaths; i++) {

@@ -1,0 +1,310 @@
+"""memcached's command line: Debian's /etc/memcached.conf line, memcached's
+test-harness flags, and each flag's effect where a client or /proc can see
+it (-u, -P, -d, -r, -k, -L, -F, -C, -B, -D, -b, -R, -X, -W, -N, the -o
+options, -m 2, -I in bytes). Every server runs on 127.0.0.1 on a port the
+test picks; daemons are stopped by the PID their pid file names.
+
+Runs against memcached too (TC_SERVER_KIND=memcached), except what only
+tiercached prints (marked tiercache_only).
+"""
+
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import (HOST, IS_MEMCACHED, ROOT, SERVER_BIN, START_TIMEOUT,
+                      Conn, Server, _die_with_parent, _wait_accepting,
+                      free_port)
+
+IS_ROOT = os.geteuid() == 0
+RUN_USER = "nobody"  # the unprivileged user the tests drop to as root
+WAIT = 30.0  # bound of every wait for a file or a process to appear/go
+
+
+def _pool():
+    return f"/dev/shm/tc-cmdline-{os.getpid()}-{uuid.uuid4().hex}.pool"
+
+
+def _launch(flags, port, pool=None, as_root_user="root"):
+    """Popen the server binary with exactly `flags` (plus -e pool for
+    tiercache, and -u as_root_user when root and flags have no -u)."""
+    argv = [str(SERVER_BIN)] + [str(f) for f in flags]
+    if IS_ROOT and "-u" not in flags and as_root_user:
+        argv += ["-u", as_root_user]
+    if pool and not IS_MEMCACHED:
+        argv += ["-e", pool]
+    fd_err, err_path = tempfile.mkstemp(prefix="tc-cmdline-", suffix=".err")
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=fd_err,
+                            cwd=str(ROOT), preexec_fn=_die_with_parent)
+    os.close(fd_err)
+    return Server(HOST, port, proc, pool=pool, stderr_path=err_path,
+                  stdout_path=None, argv=argv)
+
+
+def _start(flags, port=None, **kw):
+    """Start with `flags` (which name the port) and wait until it accepts."""
+    srv = _launch(flags, port, **kw)
+    if not _wait_accepting(srv.proc, port, START_TIMEOUT):
+        err = srv.stderr_text()
+        if srv.alive():
+            srv.proc.kill()
+            srv.proc.wait(5)
+        srv.cleanup()
+        raise AssertionError(f"{srv.argv} did not start: {err}")
+    return srv
+
+
+@pytest.fixture
+def started():
+    """started(flags, **kw) -> Server on a fresh port (flags get -p, -l
+    and -U 0 in front); every one is stopped (exit 0) at teardown."""
+    servers = []
+
+    def _run(flags=(), **kw):
+        port = free_port()
+        srv = _start(["-p", port, "-l", HOST, "-U", "0", "-m", "64"]
+                     + list(flags), port=port, pool=_pool(), **kw)
+        servers.append(srv)
+        return srv
+
+    yield _run
+    errors = []
+    for srv in servers:
+        try:
+            srv.stop()
+        except AssertionError as e:
+            errors.append(str(e))
+    assert not errors, "\n".join(errors)
+
+
+def _run_exit(flags, timeout=60):
+    """Run with `flags` expecting an exit by itself: (status, stderr)."""
+    pool = _pool()
+    argv = [str(SERVER_BIN), "-p", str(free_port()), "-l", HOST] + \
+        [str(f) for f in flags]
+    if not IS_MEMCACHED:
+        argv += ["-e", pool]
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True,
+                           timeout=timeout, stdin=subprocess.DEVNULL,
+                           cwd=str(ROOT), preexec_fn=_die_with_parent)
+    finally:
+        if os.path.exists(pool):
+            os.unlink(pool)
+    return p.returncode, p.stderr
+
+
+def _one_line(err):
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, f"expected one line, got {err!r}"
+    return lines[0]
+
+
+def _wait_for(cond, what, timeout=WAIT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _proc_alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def _proc_field(pid, name):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(name + ":"):
+                return line.split()[1:]
+    raise AssertionError(f"no {name} in /proc/{pid}/status")
+
+
+def _stats(conn, group="settings"):
+    conn.send(f"stats {group}\r\n".encode())
+    out = {}
+    while True:
+        line = conn.readline()
+        if line == b"END\r\n":
+            return out
+        parts = line.decode().split()
+        assert parts[0] == "STAT", line
+        out[parts[1]] = " ".join(parts[2:])
+
+
+# --- Debian's config line, -u, -P, -d ---------------------------------------
+
+
+@pytest.fixture
+def run_dir():
+    """A directory the -u user can write (the pid file is written after
+    dropping root), as Debian's /var/run/memcached is."""
+    d = Path(tempfile.mkdtemp(prefix="tc-cmdline-run-"))
+    os.chmod(d, 0o777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_debian_conf_line(run_dir):
+    """/etc/memcached.conf through Debian's wrapper:
+    memcached -m 64 -p 11211 -u memcache -l 127.0.0.1 -P <pidfile>, on a
+    free port, a temporary pid file and, as root, a user that exists."""
+    port = free_port()
+    pid_file = run_dir / "memcached.pid"
+    user = RUN_USER if IS_ROOT else pwd.getpwuid(os.geteuid()).pw_name
+    flags = ["-m", "64", "-p", port, "-u", user, "-l", "127.0.0.1",
+             "-P", pid_file]
+    srv = _start(flags, port=port, pool=_pool())
+    try:
+        text = _wait_for(lambda: pid_file.exists() and pid_file.read_text(),
+                         "the pid file")
+        assert text == f"{srv.pid}\n"
+        uid = pwd.getpwnam(user).pw_uid
+        assert _proc_field(srv.pid, "Uid") == [str(uid)] * 4
+        assert _proc_field(srv.pid, "Gid")[0] == \
+            str(pwd.getpwnam(user).pw_gid)
+        c = Conn(HOST, port)
+        c.send(b"set k 0 0 1\r\nv\r\nget k\r\n")
+        assert c.readline() == b"STORED\r\n"
+        assert c.readline() == b"VALUE k 0 1\r\n"
+        c.close()
+    finally:
+        srv.stop()
+    if not IS_MEMCACHED:  # memcached removes it only after -d
+        assert not pid_file.exists(), "a clean exit removes the pid file"
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="only root must name a -u user")
+def test_root_without_u():
+    rc, err = _run_exit(["-U", "0"])
+    assert rc == 64
+    assert _one_line(err).endswith("can't run as root without the -u switch")
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="-u is ignored when not root")
+def test_unknown_user():
+    rc, err = _run_exit(["-U", "0", "-u", "no-such-user-tc"])
+    assert rc == 67
+    assert _one_line(err).endswith(
+        "can't find the user no-such-user-tc to switch to")
+
+
+def test_daemon_pid_file(tmp_path):
+    """-d -P: the command returns at once, the daemon writes its pid (not
+    the starter's) and serves; SIGTERM to that pid stops it and removes the
+    pid file."""
+    port = free_port()
+    pid_file = tmp_path / "tc.pid"
+    pool = _pool()
+    srv = _launch(["-p", port, "-l", HOST, "-U", "0", "-m", "64", "-d",
+                   "-P", pid_file], port, pool=pool)
+    pid = None
+    try:
+        assert srv.wait_exit() == 0, srv.stderr_text()
+        text = _wait_for(lambda: pid_file.exists() and pid_file.read_text(),
+                         "the daemon's pid file")
+        pid = int(text)
+        assert pid != srv.pid
+        assert _proc_alive(pid)
+        # a daemon: its own session, not the starter's child
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().split(") ")[1].split()
+        assert int(fields[3]) == pid, "setsid: the daemon leads its session"
+        c = Conn(HOST, port)
+        c.send(b"version\r\n")
+        assert c.readline().startswith(b"VERSION ")
+        c.close()
+        os.kill(pid, signal.SIGTERM)
+        _wait_for(lambda: not _proc_alive(pid), "the daemon to exit")
+        pid = None
+        _wait_for(lambda: not pid_file.exists(), "the pid file to go")
+    finally:
+        if pid is not None and _proc_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        srv.cleanup()
+
+
+def test_unknown_flag_one_line():
+    rc, err = _run_exit(["-j"])
+    if IS_MEMCACHED:  # getopt's line and memcached's
+        assert rc == 1 and "invalid option" in err
+        return
+    assert rc == 64
+    assert "'-j'" in _one_line(err)
+
+
+@pytest.mark.tiercache_only
+@pytest.mark.parametrize("flags, feature", [
+    (["-U", "11211"], "UDP is not supported"),
+    (["-S"], "SASL authentication is not supported yet"),
+    (["-Y", "/nonexistent/auth"], "ASCII authentication"),
+    (["-Z"], "TLS is not supported yet"),
+])
+def test_not_yet(flags, feature):
+    rc, err = _run_exit(["-U", "0"] + flags)
+    assert rc == 64
+    line = _one_line(err)
+    assert line.startswith(f"tiercached: {flags[0]}: ") and feature in line
+
+
+def test_harness_flags(started):
+    """memcached's test harness: -U 0, -u as root, -o no_modern and the
+    background-thread switches."""
+    srv = started(["-t", "2", "-o", "no_modern,no_lru_crawler,"
+                   "no_lru_maintainer"])
+    c = Conn(HOST, srv.port)
+    st = _stats(c)
+    assert st["lru_crawler"] == "no"
+    assert st["lru_maintainer_thread"] == "no"
+    c.close()
+    if not IS_MEMCACHED:
+        err = srv.stderr_text()
+        for name in ("no_modern", "no_lru_crawler", "no_lru_maintainer"):
+            assert len(re.findall(rf"^.*: -o {name}: ", err, re.M)) == 1, err
+
+
+def test_coredumps(started):
+    """-r: the core file limit raised to the hard limit."""
+    srv = started(["-r"])
+    with open(f"/proc/{srv.pid}/limits") as f:
+        row = next(ln for ln in f if ln.startswith("Max core file size"))
+    soft, hard = row.split()[4:6]
+    assert soft == hard and soft != "0", row
+
+
+def test_lock_memory(started):
+    """-k: mlockall; as root it holds, elsewhere a refusal is one
+    warning and the server runs on."""
+    srv = started(["-k"])
+    locked = int(_proc_field(srv.pid, "VmLck")[0])
+    if IS_ROOT:
+        assert locked > 0
+    else:
+        assert locked > 0 or "mlockall() failed" in srv.stderr_text()
+
+
+@pytest.mark.tiercache_only
+def test_large_pages_one_line(started):
+    """-L: transparent huge pages for the pool, or one line saying why
+    not; with -v, the line either way."""
+    srv = started(["-L", "-v"])
+    lines = [ln for ln in srv.stderr_text().splitlines()
+             if "large pages: " in ln]
+    assert len(lines) == 1, srv.stderr_text()
