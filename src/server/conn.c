@@ -188,6 +188,9 @@ conn_create(const struct conn_shared *sh, int fd, const char *listen_addr,
         snprintf(c->addr, sizeof(c->addr), "%s", listen_addr);
     obuf_init(&c->out);
     proto_sess_init(&c->sess, sh->cache, sh->ops, sh->srv, sh->item_size_max);
+    c->sess.no_flush = sh->no_flush;
+    c->sess.no_cas = sh->no_cas;
+    c->sess.binding = sh->binding;
     atomic_init(&c->state, CS_WAITING);
     atomic_init(&c->last_active, 0);
     *out = c;

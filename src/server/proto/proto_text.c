@@ -130,6 +130,7 @@ struct get_ctx {
     struct obuf *out;
     const struct proto_token *key;
     bool with_cas;
+    bool no_cas; /* -C: the CAS shown is 0 */
 };
 
 /* A flash value still being read: the reply with a hole for the
@@ -142,7 +143,7 @@ emit_pending(struct get_ctx *g, const struct tc_item_info *info)
     obuf_add(g->out, g->key->p, g->key->n);
     if (g->with_cas)
         obuf_printf(g->out, " %" PRIu32 " %" PRIu32 " %" PRIu64 "\r\n",
-                    info->flags, info->vlen, info->cas);
+                    info->flags, info->vlen, g->no_cas ? 0 : info->cas);
     else
         obuf_printf(g->out, " %" PRIu32 " %" PRIu32 "\r\n", info->flags,
                     info->vlen);
@@ -177,7 +178,7 @@ emit_value(void *arg, const struct tc_item_info *info, const struct iovec *iov,
     n += proto_fmt_u64(hdr + n, vlen);
     if (g->with_cas) {
         hdr[n++] = ' ';
-        n += proto_fmt_u64(hdr + n, info->cas);
+        n += proto_fmt_u64(hdr + n, g->no_cas ? 0 : info->cas);
     }
     hdr[n++] = '\r';
     hdr[n++] = '\n';
@@ -259,7 +260,8 @@ fetch_keys(struct text_cmd *c, size_t from, bool touch, int64_t exptime,
            bool with_cas)
 {
     struct proto_token t;
-    struct get_ctx g = {.out = c->out, .key = &t, .with_cas = with_cas};
+    struct get_ctx g = {
+        .out = c->out, .key = &t, .with_cas = with_cas, .no_cas = c->s->no_cas};
     uint64_t stop = obuf_pos(c->out) + PROTO_GET_SLICE;
     size_t pos = from;
     while (next_token(c->line, c->len, &pos, &t)) {
@@ -407,6 +409,8 @@ cmd_store(struct text_cmd *c, int mode)
     if (data[a.vlen] != '\r' || data[a.vlen + 1] != '\n') {
         reply_err(c, PERR_BAD_CHUNK);
     } else {
+        if (mode == TC_CAS && c->s->no_cas)
+            a.cas = PROTO_CAS_NEVER;
         int rc =
             tc_store(c->s->cache, (enum tc_store_mode)mode, a.key->p, a.key->n,
                      data, a.vlen, a.flags, a.exptime, a.cas, NULL);
@@ -512,6 +516,10 @@ cmd_flush_all(struct text_cmd *c, int arg)
     (void)arg;
 
     take_noreply(c);
+    if (c->s->no_flush) { /* -F; noreply still silences it, as memcached */
+        reply_err(c, PERR_FLUSH_DISABLED);
+        return (ssize_t)c->line_bytes;
+    }
     if (c->ntok != (c->noreply ? 2 : 1) &&
         !proto_parse_i64(&c->tok[1], &delay)) {
         reply_err(c, PERR_INVALID_EXPTIME);

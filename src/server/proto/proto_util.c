@@ -32,6 +32,7 @@ static const char *const err_text[PERR_COUNT] = {
     [PERR_DELETE_USAGE] =
         "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]",
     [PERR_DETAIL_USAGE] = "CLIENT_ERROR usage: stats detail on|off|dump",
+    [PERR_FLUSH_DISABLED] = "CLIENT_ERROR flush_all not allowed",
     [PERR_SHUTDOWN_MODE] = "CLIENT_ERROR invalid shutdown mode",
     [PERR_MEMLIMIT_SMALL] =
         "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m",

@@ -42,6 +42,7 @@ enum proto_err {
     /* text: one command each */
     PERR_DELETE_USAGE,    /* delete with a stray argument */
     PERR_DETAIL_USAGE,    /* stats detail without on|off|dump */
+    PERR_FLUSH_DISABLED,  /* flush_all under -F */
     PERR_SHUTDOWN_MODE,   /* shutdown <not graceful> */
     PERR_MEMLIMIT_SMALL,  /* cache_memlimit below 8 MiB */
     PERR_MEMLIMIT_UNITS,  /* cache_memlimit that looks like bytes */
