@@ -630,8 +630,67 @@ check_pool(const struct settings *s)
     return 0;
 }
 
+static bool
+given_sub(const struct settings *s, const char *name)
+{
+    const struct opt *o = find_name(name, strlen(name), true);
+    return o && s->given[o - opts];
+}
+
+/* Segments of seg MiB the ext paths hold in all. */
+static uint64_t
+ext_segments(const struct settings *s, uint64_t seg_mib)
+{
+    uint64_t n = 0;
+    for (unsigned i = 0; i < s->ext_npaths; i++)
+        n += s->ext_size[i] / (seg_mib * MIB);
+    return n;
+}
+
+/* The NVMe store needs two segments at least: one being filled and one a
+ * compaction moves live values into. Paths too small for two of the
+ * default 64 MiB (memcached's tests use small ones) get the largest
+ * segment size that gives two, a multiple of the write buffer (which
+ * shrinks with it, down to 1 MiB, unless ext_wbuf_size was given). An
+ * ext_page_size given is kept, and the error says why it cannot be. */
 static int
-check_ext(const struct settings *s)
+fit_ext_segments(struct settings *s)
+{
+    uint64_t total = 0;
+    for (unsigned i = 0; i < s->ext_npaths; i++)
+        total += s->ext_size[i];
+    if (!s->ext_npaths || ext_segments(s, s->ext_page_size) >= 2)
+        return 0;
+    if (given_sub(s, "ext_page_size")) {
+        err_set("-o ext_path: %llu bytes in all hold %llu segment(s) of "
+                "ext_page_size %llu MiB; the NVMe store needs 2 (one being "
+                "filled, one to compact into)",
+                (unsigned long long)total,
+                (unsigned long long)ext_segments(s, s->ext_page_size),
+                (unsigned long long)s->ext_page_size);
+        return -EINVAL;
+    }
+    bool wbuf_given = given_sub(s, "ext_wbuf_size");
+    for (uint64_t seg = s->ext_page_size - 1; seg >= 1; seg--) {
+        uint64_t wbuf =
+            wbuf_given ? s->ext_wbuf_size : MIN(s->ext_wbuf_size, seg);
+        if (seg % wbuf || ext_segments(s, seg) < 2)
+            continue;
+        s->ext_page_shrunk_from = s->ext_page_size;
+        s->ext_page_size = seg;
+        s->ext_wbuf_size = wbuf;
+        return 0;
+    }
+    err_set("-o ext_path: the NVMe store needs room for 2 segments (one being "
+            "filled, one to compact into) of at least %llu MiB "
+            "(ext_wbuf_size), got %llu bytes",
+            (unsigned long long)(wbuf_given ? s->ext_wbuf_size : 1),
+            (unsigned long long)total);
+    return -EINVAL;
+}
+
+static int
+check_ext(struct settings *s)
 {
     if (s->ext_page_size % s->ext_wbuf_size) {
         err_set("-o ext_page_size: %llu MiB is not a multiple of "
@@ -640,6 +699,9 @@ check_ext(const struct settings *s)
                 (unsigned long long)s->ext_wbuf_size);
         return -EINVAL;
     }
+    int rc = fit_ext_segments(s);
+    if (rc)
+        return rc;
     for (unsigned i = 0; i < s->ext_npaths; i++) {
         if (s->ext_size[i] < s->ext_page_size * MIB) {
             err_set("-o ext_path: %s: %llu bytes do not hold one segment "
@@ -797,6 +859,13 @@ settings_parse(struct settings *s, int argc, char *const argv[])
 void
 settings_log_notes(const struct settings *s)
 {
+    if (s->ext_page_shrunk_from)
+        log_warn("-o ext_path: too small for 2 segments of %llu MiB; the "
+                 "NVMe store uses %llu MiB segments (ext_page_size) and a "
+                 "%llu MiB write buffer",
+                 (unsigned long long)s->ext_page_shrunk_from,
+                 (unsigned long long)s->ext_page_size,
+                 (unsigned long long)s->ext_wbuf_size);
     if (!s->pool_size && s->maxbytes_mib * MIB < TC_POOL_MIN_ITEMS)
         log_warn("-m %llu: the pool file holds %u MiB, the smallest there "
                  "is; the cache uses %llu MiB of it",
@@ -850,10 +919,16 @@ settings_help(FILE *f)
         if (!opts[i].sub)
             help_line(f, &opts[i]);
     fprintf(f, "\n-o options (-o name=value[,name=value...], or -o name "
-               "for a switch):\n");
-    for (unsigned i = 0; i < ARRAY_SIZE(opts); i++)
-        if (opts[i].sub)
-            help_line(f, &opts[i]);
+               "for a switch), memcached's first:\n");
+    for (unsigned i = 0; i < ARRAY_SIZE(opts); i++) {
+        if (!opts[i].sub)
+            continue;
+        /* options.def: tiercache's own -o rows start with this one */
+        if (!strcmp(opts[i].name, "pool_size"))
+            fprintf(f, "\ntiercache's own -o options (and memcached's "
+                       "extstore ones, with the NVMe tier):\n");
+        help_line(f, &opts[i]);
+    }
     fprintf(f, "\nA bad flag or value exits with status 64 and one line "
                "saying what is allowed.\n");
 }

@@ -64,6 +64,10 @@ struct settings {
     /* text values of -o options (hash_algorithm), copied out of the list */
     char subopt_buf[SETTINGS_SUBOPT_STRS][64];
     unsigned nsubopt_str;
+    /* ext_path sizes too small for two segments of the default
+     * ext_page_size: the segment size it had (MiB), for the log line;
+     * 0 = not shrunk */
+    uint64_t ext_page_shrunk_from;
     char listen_buf[SETTINGS_LISTEN_MAX];
     char pool_buf[SETTINGS_PATH_MAX];
 };

@@ -465,3 +465,105 @@ def test_settings_names(started):
     assert st["watcher_logbuf_size"] == "262144"
     assert st["worker_logbuf_size"] == "65536"
     assert st["evictions"] == "on" and st["slab_reassign"] == "yes"
+
+
+# --- memcached's -o options and ranges ---------------------------------------
+
+MEMCACHED_O = ("no_modern,modern,lru_crawler,no_lru_crawler,hashpower=16,"
+               "slab_reassign,slab_automove=1,tail_repair_time=60,"
+               "lru_maintainer,no_lru_maintainer,read_buf_mem_limit=0,"
+               "watcher_logbuf_size=256,worker_logbuf_size=64,"
+               "ext_threads=1")
+
+
+def test_memcached_o_options(started):
+    """memcached's -o options all start a server; where one has no
+    meaning here, it leaves exactly one log line."""
+    srv = started(["-o", MEMCACHED_O])
+    c = Conn(HOST, srv.port)
+    st = _stats(c)
+    c.send(b"set k 0 0 1\r\nv\r\n")
+    c.expect(b"STORED\r\n")
+    c.close()
+    assert st["hashpower_init"] == "16"
+    assert st["lru_crawler"] == "no"
+    if IS_MEMCACHED:
+        return
+    err = srv.stderr_text()
+    for name in ("no_modern", "modern", "no_lru_crawler", "slab_reassign",
+                 "slab_automove", "tail_repair_time", "no_lru_maintainer",
+                 "read_buf_mem_limit", "watcher_logbuf_size",
+                 "worker_logbuf_size"):
+        assert len(re.findall(rf": -o {name}: ", err)) == 1, (name, err)
+    # options that do what memcached's do leave none
+    for name in ("hashpower", "ext_threads"):
+        assert f"-o {name}:" not in err, err
+
+
+@pytest.mark.parametrize("mem", [2, 3])
+def test_tiny_memory(started, mem):
+    """-m 2 and -m 3 (memcached's tests use them): the server starts,
+    reports the limit, and a cache that may evict stores past it."""
+    srv = started(["-m", mem])
+    c = Conn(HOST, srv.port)
+    value = b"x" * 2000
+    stored = 0
+    for i in range(2 * mem * 1024 * 1024 // len(value)):
+        c.send(b"set k%d 0 0 %d\r\n%s\r\n" % (i, len(value), value))
+        line = c.readline()
+        assert line == b"STORED\r\n", (i, line)
+        stored += 1
+    st = _stats(c, "")
+    assert int(st["limit_maxbytes"]) == mem << 20
+    assert int(st["evictions"]) > 0
+    c.close()
+
+
+def test_item_size_in_bytes(started):
+    """-I in plain bytes: 1024 is memcached's smallest; an item past it is
+    refused, a smaller one stored."""
+    srv = started(["-I", "1024", "-o", "slab_chunk_max=1024"]
+                  if IS_MEMCACHED else ["-I", "1024"])
+    c = Conn(HOST, srv.port)
+    assert _stats(c)["item_size_max"] == "1024"
+    c.send(b"set small 0 0 500\r\n" + b"s" * 500 + b"\r\n")
+    c.expect(b"STORED\r\n")
+    c.send(b"set big 0 0 2000\r\n" + b"b" * 2000 + b"\r\n")
+    assert c.readline() == b"SERVER_ERROR object too large for cache\r\n"
+    c.close()
+
+
+def test_item_size_below_minimum():
+    rc, err = _run_exit(["-U", "0", "-I", "1000"]
+                        + (["-u", "root"] if IS_ROOT else []))
+    assert rc == 64
+    line = _one_line(err)
+    assert "1000" in line or "1024" in line, line
+
+
+@pytest.mark.tiercache_only
+def test_small_ext_path(started):
+    """An ext_path smaller than two 64 MiB segments: smaller segments, one
+    line saying so, and values do spill to it."""
+    from conftest import flash_file
+    path = flash_file("tc-cmdline-ext", ".dat")
+    try:
+        srv = started(["-m", "8", "-o", f"ext_path={path}:64m"])
+        err = srv.stderr_text()
+        assert len(re.findall(r"-o ext_path: too small for 2 segments of 64 "
+                              r"MiB; the NVMe store uses 32 MiB segments",
+                              err)) == 1, err
+        c = Conn(HOST, srv.port)
+        value = b"v" * 4000
+        for i in range(4000):  # 16 MB of values through an 8 MiB cache
+            c.send(b"set k%d 0 0 %d noreply\r\n%s\r\n" % (i, len(value),
+                                                          value))
+        c.send(b"mn\r\n")
+        c.expect(b"MN\r\n")
+        # the flash writer runs beside the workers: wait (bounded) for it
+        _wait_for(lambda: int(_stats(c, "")["extstore_objects_written"]),
+                  "values written to the small ext_path")
+        c.close()
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
