@@ -44,6 +44,8 @@ enum opt_show {
     SHOW_NUM,       /* the number */
     SHOW_MIB,       /* MiB shown as bytes (maxbytes) */
     SHOW_KIB,       /* KiB shown as bytes (watcher_logbuf_size) */
+    SHOW_NUM3,      /* a fraction with 3 decimals, as memcached shows it */
+    SHOW_NUM_NULL,  /* the number, "(null)" for 0 (unset) as memcached */
     SHOW_STR,       /* the text, "NULL" when unset */
     SHOW_OCTAL,     /* 700 */
     SHOW_YESNO,     /* yes / no */
@@ -118,8 +120,10 @@ static const struct {
 
 /* Fixed lines of "stats settings" memcached prints and tools may expect. */
 static const char *const fixed_stats[][2] = {
-    {"detail_enabled", "no"},
-    {"auth_enabled_ascii", "no"},
+    {"detail_enabled", "no"},     /* no per-prefix stats (-D) */
+    {"auth_enabled_ascii", "no"}, /* -Y is not built yet */
+    {"lru_segmented", "no"},      /* eviction is a CLOCK per class */
+    {"temp_lru", "no"},           {"inline_ascii_response", "no"},
 };
 
 /* --- field access --- */
@@ -951,6 +955,14 @@ render_one(const struct settings *s, const struct opt *o, struct obuf *out)
     case SHOW_MIB:
         return obuf_printf(out, "STAT %s %llu\r\n", o->stat,
                            (unsigned long long)(*(const uint64_t *)v << 20));
+    case SHOW_NUM3:
+        return obuf_printf(out, "STAT %s %.3f\r\n", o->stat,
+                           *(const double *)v);
+    case SHOW_NUM_NULL:
+        if (!*(const uint64_t *)v)
+            return obuf_printf(out, "STAT %s (null)\r\n", o->stat);
+        return obuf_printf(out, "STAT %s %llu\r\n", o->stat,
+                           (unsigned long long)*(const uint64_t *)v);
     case SHOW_KIB:
         return obuf_printf(out, "STAT %s %llu\r\n", o->stat,
                            (unsigned long long)(*(const uint64_t *)v << 10));

@@ -29,6 +29,7 @@ from conftest import (HOST, IS_MEMCACHED, ROOT, SERVER_BIN, START_TIMEOUT,
 IS_ROOT = os.geteuid() == 0
 RUN_USER = "nobody"  # the unprivileged user the tests drop to as root
 WAIT = 30.0  # bound of every wait for a file or a process to appear/go
+STOP_WAIT = 60.0  # seconds a stopped memcached may take to exit
 
 
 def _pool():
@@ -567,3 +568,43 @@ def test_small_ext_path(started):
     finally:
         if os.path.exists(path):
             os.unlink(path)
+
+
+@pytest.mark.tiercache_only
+def test_settings_beside_memcached(started):
+    """Every name memcached 1.6's stats settings shows is in tiercached's,
+    but for what waits for other parts (TLS) or has no counterpart; the
+    values of the flags given alike agree."""
+    mc_bin = "/usr/bin/memcached"
+    if not os.path.exists(mc_bin):
+        pytest.skip("memcached not installed (Debian's memcached)")
+    flags = ["-C", "-F", "-b", "37", "-R", "7", "-B", "ascii", "-D", "#",
+             "-o", "hashpower=16,slab_automove=2,tail_repair_time=60"]
+    port = free_port()
+    argv = [mc_bin, "-p", str(port), "-l", HOST, "-U", "0", "-m", "64"] + \
+        flags + (["-u", "root"] if IS_ROOT else [])
+    mc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL,
+                          preexec_fn=_die_with_parent)
+    try:
+        assert _wait_accepting(mc, port, START_TIMEOUT), argv
+        c = Conn(HOST, port)
+        want = _stats(c)
+        c.close()
+    finally:
+        mc.terminate()
+        mc.wait(STOP_WAIT)
+    srv = started(flags)
+    c = Conn(HOST, srv.port)
+    got = _stats(c)
+    c.close()
+    absent = {"oldest"} | {k for k in want if k.startswith("ssl_")}
+    missing = [k for k in want if k not in got and k not in absent]
+    assert not missing, missing
+    for name in ("cas_enabled", "flush_enabled", "tcp_backlog",
+                 "reqs_per_event", "binding_protocol", "stat_key_prefix",
+                 "hashpower_init", "slab_automove", "tail_repair_time",
+                 "evictions", "maxbytes", "item_size_max", "ext_wbuf_size",
+                 "watcher_logbuf_size", "lru_crawler", "num_napi_ids"):
+        assert got[name] == want[name], (name, got[name], want[name])
