@@ -264,7 +264,6 @@ main(int argc, char **argv)
         return 0;
     }
     log_set_level(LOG_WARN + (int)st.verbose);
-    settings_log_notes(&st);
     int prc = prepare_process(&st);
     if (prc)
         return prc;
@@ -281,6 +280,8 @@ main(int argc, char **argv)
     }
     log_info("%llu worker threads, at most %llu connections",
              (unsigned long long)st.threads, (unsigned long long)st.maxconns);
+    /* once started: a start that fails prints its one line only */
+    settings_log_notes(&st);
     if (st.pid_file)
         write_pid_file(st.pid_file);
     int rc = server_run(srv);
