@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (HOST, IS_MEMCACHED, ROOT, SERVER_BIN, START_TIMEOUT,
-                      Conn, Server, _die_with_parent, _wait_accepting,
-                      free_port)
+from conftest import (HOST, IS_ASAN, IS_MEMCACHED, ROOT, SERVER_BIN,
+                      START_TIMEOUT, Conn, Server, _die_with_parent,
+                      _wait_accepting, free_port)
 
 IS_ROOT = os.geteuid() == 0
 RUN_USER = "nobody"  # the unprivileged user the tests drop to as root
@@ -290,6 +290,9 @@ def test_coredumps(started):
     assert soft == hard and soft != "0", row
 
 
+@pytest.mark.skipif(IS_ASAN or "tsan" in SERVER_BIN.parts,
+                    reason="mlockall would lock a sanitizer's terabytes of "
+                    "shadow memory")
 def test_lock_memory(started):
     """-k: mlockall; as root it holds, elsewhere a refusal is one
     warning and the server runs on."""
