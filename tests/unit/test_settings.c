@@ -766,6 +766,8 @@ test_memcached_subopts(void **state)
                  "ext_max_sleep=100,slab_automove_freeratio=0.02");
     assert_int_equal(f->s.ext_io_depth, 4);
     assert_int_equal(f->s.ext_threads, 3);
+    expect_ok(f, "-o no_maxconns_fast,no_slab_reassign,no_slab_automove,"
+                 "inline_ascii_resp,no_inline_ascii_resp,no_chunked_items");
 
     /* hash_items given wins over hashpower */
     expect_ok(f, "-o hash_items=1000,hashpower=16");
