@@ -192,6 +192,48 @@ def test_debian_conf_line(run_dir):
         assert not pid_file.exists(), "a clean exit removes the pid file"
 
 
+def _wrapper_params(conf):
+    """The flags Debian's systemd-memcached-wrapper makes of a
+    memcached.conf: comments and blank lines dropped, -d and -h dropped,
+    directives without a dash (logfile) ignored."""
+    params = []
+    for line in conf.splitlines():
+        line = re.sub(r"(?<!\\)#[^#]*", "", line).strip()
+        if not line or re.match(r"^-[dh]", line) or not line.startswith("-"):
+            continue
+        params += line.split(None, 1)
+    return params
+
+
+def test_debian_conf_file(run_dir):
+    """Debian's own /etc/memcached.conf, read as its systemd wrapper reads
+    it; only the port, the pid file and (as root) the user are swapped for
+    a free port, a temporary file and a user that exists."""
+    conf = Path("/etc/memcached.conf")
+    if not conf.exists():
+        pytest.skip("no /etc/memcached.conf (Debian's memcached package)")
+    params = _wrapper_params(conf.read_text())
+    assert "-m" in params and "-u" in params, params
+    port = free_port()
+    pid_file = run_dir / "memcached.pid"
+    swap = {"-p": str(port), "-P": str(pid_file),
+            "-u": RUN_USER if IS_ROOT else
+            pwd.getpwuid(os.geteuid()).pw_name}
+    flags = [swap.get(params[i - 1], a) if i else a
+             for i, a in enumerate(params)]
+    srv = _start(flags, port=port, pool=_pool())
+    try:
+        text = _wait_for(lambda: pid_file.exists() and pid_file.read_text(),
+                         "the pid file")
+        assert text == f"{srv.pid}\n"
+        c = Conn(HOST, port)
+        c.send(b"version\r\n")
+        assert c.readline().startswith(b"VERSION ")
+        c.close()
+    finally:
+        srv.stop()
+
+
 @pytest.mark.skipif(not IS_ROOT, reason="only root must name a -u user")
 def test_root_without_u():
     rc, err = _run_exit(["-U", "0"])
