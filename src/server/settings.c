@@ -758,6 +758,8 @@ check_unsupported(const struct settings *s)
 static int
 resolve_memcached_opts(struct settings *s)
 {
+    s->delimiter_buf[0] = s->prefix_delimiter[0];
+    s->prefix_delimiter = s->delimiter_buf;
     if (s->no_lru_crawler)
         s->lru_crawler = false;
     if (s->no_lru_maintainer)

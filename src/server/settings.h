@@ -68,6 +68,7 @@ struct settings {
      * ext_page_size: the segment size it had (MiB), for the log line;
      * 0 = not shrunk */
     uint64_t ext_page_shrunk_from;
+    char delimiter_buf[2]; /* -D's first character */
     char listen_buf[SETTINGS_LISTEN_MAX];
     char pool_buf[SETTINGS_PATH_MAX];
 };
