@@ -222,6 +222,7 @@ start_server() { # name port
             "ext_page_size=64,ext_wbuf_size=4,ext_path=$ext_file:$EXT_SIZE")
         [ "$WORKER_SCHED" = 1 ] &&
             cmd+=(-o "pin_workers,worker_slice_us=$SLICE_US")
+        [ "$(id -u)" = 0 ] && cmd+=(-u root)
         ;;
     esac
     echo "# start: ${cmd[*]}" >>"$out"

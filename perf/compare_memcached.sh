@@ -195,6 +195,8 @@ start_server() {
         rm -f "$pool_file"
         cmd=("$TIERCACHED" -p "$port" -l 127.0.0.1 -t "$SERVER_THREADS"
             -m "$MEM_MB" -c 1024 -e "$pool_file")
+        # tiercached, like memcached, refuses root without -u
+        [ "$(id -u)" = 0 ] && cmd+=(-u root)
         ;;
     esac
     echo "# start: ${cmd[*]}" >>"$out"

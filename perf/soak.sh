@@ -91,6 +91,8 @@ cmd=("$TIERCACHED" -p "$port" -l 127.0.0.1 -t "$SERVER_THREADS" -m "$MEM_MB"
     -c 1024 -e "$pool" -v
     -o "ext_path=$ext:$EXT_SIZE,ext_page_size=16,ext_wbuf_size=4"
     -o "hot_pool_size=4m,hot_write_rate=50")
+# tiercached, like memcached, refuses root without -u
+[ "$(id -u)" = 0 ] && cmd+=(-u root)
 : >"$out"
 log "# soak: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(git rev-parse --short HEAD 2>/dev/null)$(git status --porcelain 2>/dev/null | grep -q . && echo ' (dirty tree)')"
 log "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), nice $(nice); flash file in $EXT_DIR ($(df -T "$EXT_DIR" | awk 'NR==2 {print $2}'))"

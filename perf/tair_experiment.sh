@@ -48,6 +48,9 @@ for f in "$bench" "$loadgen" "$server"; do
     [ -x "$f" ] || { echo "tair_experiment.sh: $f missing: run make all" >&2; exit 1; }
 done
 py=/usr/bin/python3
+# as root, tiercached (like memcached) wants a user to run as
+as_user=()
+[ "$(id -u)" = 0 ] && as_user=(-u root)
 
 mkdir -p perf/out perf/plots
 out=perf/out/tair.txt
@@ -107,7 +110,8 @@ if [ "$do_server" = 1 ]; then
             esac
             opts="hotspot_dimms=4,hotspot_interleave=4096,pm_write_ns=$WRITE_NS,pm_read_ns=$READ_NS$abl"
             rm -f "$pool"
-            "$server" -p "$port" -t 2 -m 128 -e "$pool" -o "$opts" &
+            "$server" -p "$port" -t 2 -m 128 -e "$pool" -o "$opts" \
+                "${as_user[@]}" &
             pid=$!
             for _ in $(seq 50); do
                 send_cmd "$port" version >/dev/null 2>&1 && break

@@ -62,6 +62,9 @@ extern "C" {
 /* The pool file holds a header area of this size in front of the item
  * memory: N bytes of items need a pool_size of N + TC_POOL_HEADER_SIZE. */
 #define TC_POOL_HEADER_SIZE (2u << 20)
+/* The smallest data area a pool file has: pool_size is at least this plus
+ * TC_POOL_HEADER_SIZE. A smaller mem_limit caps the use within it. */
+#define TC_POOL_MIN_ITEMS (4u << 20)
 #define TC_EXT_MAX_PATHS 8
 #define TC_EXT_RECACHE_AUTO UINT32_MAX
 /* tiercache's own release. */
@@ -109,6 +112,9 @@ struct tc_config {
     bool background;         /* run the maintenance thread (expiry sweep, page
                                 reassignment); default true. Off, the embedder
                                 calls tc_maintain(). */
+    bool large_pages;        /* ask for transparent huge pages on the pool
+                                mapping (memcached's -L); default false.
+                                Where the system refuses, one log line. */
     uint32_t sweep_budget;   /* chunks the expiry sweep looks at per step;
                                 default 1024 */
     /* Write-hotspot tracking and PMEM latency emulation (doc/hotspots.md,

@@ -30,9 +30,11 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libpmem.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -267,6 +269,53 @@ err_unmap:
     pmem_unmap(r->base, len);
     r->base = NULL;
     return rc;
+}
+
+/* The kernel's huge page mode for a mapping like r's: shmem_enabled for a
+ * file on tmpfs (the emulation), enabled otherwise. The bracketed word of
+ * the file, into buf; false when it cannot be read. */
+static bool
+thp_mode(const struct region *r, char *buf, size_t n, const char **file)
+{
+    char line[128];
+    *file = r->is_pmem ? "/sys/kernel/mm/transparent_hugepage/enabled"
+                       : "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+    FILE *f = fopen(*file, "r");
+    if (!f)
+        return false;
+    bool ok = fgets(line, sizeof(line), f) != NULL;
+    fclose(f);
+    const char *open_b = ok ? strchr(line, '[') : NULL;
+    const char *close_b = open_b ? strchr(open_b, ']') : NULL;
+    if (!close_b || (size_t)(close_b - open_b) >= n)
+        return false;
+    memcpy(buf, open_b + 1, (size_t)(close_b - open_b - 1));
+    buf[close_b - open_b - 1] = '\0';
+    return true;
+}
+
+int
+region_advise_huge(const struct region *r)
+{
+    char mode[32];
+    const char *file;
+    if (madvise(r->base, r->mapped_len, MADV_HUGEPAGE) != 0) {
+        int rc = -errno;
+        log_warn("large pages: not available for pool %s (madvise: %s); "
+                 "it stays on the system's page size",
+                 r->path, strerror(errno));
+        return rc;
+    }
+    if (thp_mode(r, mode, sizeof(mode), &file) &&
+        (!strcmp(mode, "never") || !strcmp(mode, "deny"))) {
+        log_warn("large pages: the system does not give huge pages to pool "
+                 "%s (%s is '%s'); it stays on the system's page size",
+                 r->path, file, mode);
+        return -EOPNOTSUPP;
+    }
+    log_info("large pages: pool %s advised for transparent huge pages",
+             r->path);
+    return 0;
 }
 
 /* pmem_persist() on real PMEM, msync() otherwise (libpmem's rule). */

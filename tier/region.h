@@ -34,6 +34,12 @@ struct region;
  * locked), -EIO (mapping failure), -ENOMEM. *out set on success. */
 int region_open(const struct region_config *cfg, struct region **out);
 
+/* Ask for transparent huge pages over the whole mapping (madvise
+ * MADV_HUGEPAGE) and log one line: advised, or why not (the call refused,
+ * or the system's setting for this kind of mapping is "never"). 0 when
+ * advised and the setting allows it, else a negative errno. */
+int region_advise_huge(const struct region *r);
+
 /* Mark clean, unmap, free. NULL is a no-op. */
 void region_close(struct region *r);
 

@@ -669,6 +669,8 @@ open_memory(struct cache *c)
     int rcode = region_open(&rc, &c->region);
     if (rcode)
         return rcode;
+    if (c->cfg.large_pages)
+        region_advise_huge(c->region); /* logs what it got */
 
     uint64_t len = region_data_size(c->region);
     uint32_t limit = 0;

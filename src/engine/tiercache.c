@@ -27,6 +27,8 @@
 #include <limits.h>
 #include <string.h>
 
+_Static_assert(TC_POOL_HEADER_SIZE + TC_POOL_MIN_ITEMS == REGION_MIN_SIZE,
+               "the public smallest pool is the region's");
 _Static_assert(TC_POOL_HEADER_SIZE == REGION_DATA_OFFSET,
                "the pool header the API states is the region's");
 

@@ -190,6 +190,11 @@ conn_create(const struct conn_shared *sh, int fd, const char *listen_addr,
     obuf_init(&c->out);
     proto_sess_init(&c->sess, sh->cache, sh->ops, sh->srv, sh->item_size_max);
     c->sess.fd = fd;
+    c->sess.no_flush = sh->no_flush;
+    c->sess.no_cas = sh->no_cas;
+    c->sess.no_dump = sh->no_dump;
+    c->sess.no_watch = sh->no_watch;
+    c->sess.binding = sh->binding;
     atomic_init(&c->state, CS_WAITING);
     atomic_init(&c->last_active, 0);
     *out = c;

@@ -40,6 +40,11 @@ struct conn_shared {
                                PROTO_LINE_MAX + 2 */
     size_t out_high;        /* stop reading while more output is pending */
     uint32_t idle_timeout;  /* seconds, 0 = off */
+    bool no_flush;          /* -F */
+    bool no_cas;            /* -C */
+    bool no_dump;           /* -X */
+    bool no_watch;          /* -W */
+    uint8_t binding;        /* -B: enum proto_binding */
     uint64_t epoch_ns;      /* clock_nsec() at server start */
     _Atomic uint64_t *curr_conns; /* decremented when a connection ends */
 };

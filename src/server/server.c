@@ -88,7 +88,6 @@
 #include <unistd.h>
 
 #define SERVER_MAX_LISTENERS 32
-#define SERVER_BACKLOG 1024
 /* Stop reading a connection while this much output is pending. */
 #define SERVER_OUT_HIGH (4u << 20)
 /* Accepts per listener wake-up, and the pause when out of descriptors. */
@@ -199,13 +198,13 @@ static const struct proto_server_ops server_ops = {
 /* --- listeners --- */
 
 static int
-listen_fd(int fd, const struct sockaddr *sa, socklen_t len)
+listen_fd(int fd, const struct sockaddr *sa, socklen_t len, int backlog)
 {
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (sa->sa_family == AF_INET6)
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (bind(fd, sa, len) != 0 || listen(fd, SERVER_BACKLOG) != 0)
+    if (bind(fd, sa, len) != 0 || listen(fd, backlog) != 0)
         return -errno;
     return 0;
 }
@@ -264,7 +263,9 @@ listen_tcp_host(struct server *srv, const char *host, const char *port)
         l->fd =
             socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                    a->ai_protocol);
-        rc = l->fd < 0 ? -errno : listen_fd(l->fd, a->ai_addr, a->ai_addrlen);
+        rc = l->fd < 0 ? -errno
+                       : listen_fd(l->fd, a->ai_addr, a->ai_addrlen,
+                                   (int)srv->st->backlog); /* -b */
         if (rc) {
             err_set("cannot listen on %s: %s", l->name, strerror(-rc));
             if (l->fd >= 0)
@@ -347,7 +348,8 @@ listen_unix(struct server *srv)
     }
     /* -a: the socket file's mode comes from the umask at bind time */
     mode_t old = umask((mode_t)(~srv->st->unix_mask & 0777));
-    int rc = listen_fd(l->fd, (struct sockaddr *)&sa, sizeof(sa));
+    int rc = listen_fd(l->fd, (struct sockaddr *)&sa, sizeof(sa),
+                       (int)srv->st->backlog);
     umask(old);
     if (rc) {
         err_set("cannot listen on %s: %s", l->name, strerror(-rc));
@@ -875,6 +877,13 @@ init_shared(struct server *srv)
         .in_max = st->item_size_max + PROTO_LINE_MAX + 2,
         .out_high = SERVER_OUT_HIGH,
         .idle_timeout = (uint32_t)st->idle_timeout,
+        .no_flush = st->no_flush,
+        .no_cas = st->no_cas,
+        .no_dump = st->no_dump,
+        .no_watch = st->no_watch,
+        .binding = !strcmp(st->binding_protocol, "ascii")    ? PROTO_BIND_ASCII
+                   : !strcmp(st->binding_protocol, "binary") ? PROTO_BIND_BINARY
+                                                             : PROTO_BIND_AUTO,
         .epoch_ns = clock_nsec(),
         .curr_conns = &srv->curr_conns,
     };

@@ -13,6 +13,7 @@
 
 #include "src/base/compiler.h"
 #include "src/base/err.h"
+#include "src/base/log.h"
 #include "src/base/num.h"
 #include "src/tiercache.h"
 
@@ -42,6 +43,9 @@ enum opt_show {
     SHOW_NONE,      /* not shown */
     SHOW_NUM,       /* the number */
     SHOW_MIB,       /* MiB shown as bytes (maxbytes) */
+    SHOW_KIB,       /* KiB shown as bytes (watcher_logbuf_size) */
+    SHOW_NUM3,      /* a fraction with 3 decimals, as memcached shows it */
+    SHOW_NUM_NULL,  /* the number, "(null)" for 0 (unset) as memcached */
     SHOW_STR,       /* the text, "NULL" when unset */
     SHOW_OCTAL,     /* 700 */
     SHOW_YESNO,     /* yes / no */
@@ -103,20 +107,23 @@ static const struct opt opts[] = {
 #include "src/server/options.def"
 };
 #undef OPT_ROW
+_Static_assert(ARRAY_SIZE(opts) <= SETTINGS_OPTS_MAX,
+               "struct settings' given[] has a slot per row");
+
+/* options.def's NOTE rows: the line an option given leaves */
+static const struct {
+    const char *name, *text;
+} notes[] = {
+#define NOTE(name_, text_) {name_, text_},
+#include "src/server/options.def"
+};
 
 /* Fixed lines of "stats settings" memcached prints and tools may expect. */
 static const char *const fixed_stats[][2] = {
-    {"stat_key_prefix", ":"},
-    {"detail_enabled", "no"},
-    {"cas_enabled", "yes"},
-    {"tcp_backlog", "1024"},
-    {"binding_protocol", "auto-negotiate"},
-    {"auth_enabled_sasl", "no"},
-    {"auth_enabled_ascii", "no"},
-    {"slab_reassign", "yes"},
-    {"flush_enabled", "yes"},
-    {"track_sizes", "no"},
-    {"ssl_enabled", "no"},
+    {"detail_enabled", "no"},     /* no per-prefix stats (-D) */
+    {"auth_enabled_ascii", "no"}, /* -Y is not built yet */
+    {"lru_segmented", "no"},      /* eviction is a CLOCK per class */
+    {"temp_lru", "no"},           {"inline_ascii_response", "no"},
 };
 
 /* --- field access --- */
@@ -422,6 +429,12 @@ find_name(const char *name, size_t n, bool sub)
 
 /* --- -o name=value[,name=value...] --- */
 
+static void
+mark_given(struct settings *s, const struct opt *o)
+{
+    s->given[o - opts] = true;
+}
+
 static int
 parse_subopt(struct settings *s, const char *item)
 {
@@ -440,8 +453,17 @@ parse_subopt(struct settings *s, const char *item)
         err_set("%s: needs a value: %s", shown, range_text(o, r, sizeof(r)));
         return -EINVAL;
     }
-    /* the value lives in a copy of the item: only numbers and booleans are
-     * -o options, so nothing keeps pointing into it */
+    mark_given(s, o);
+    if (o->type == OT_STR) {
+        /* the value lives in a copy of the item: keep a copy of text
+         * values (the only ones that point into it) in s */
+        if (!eq || strlen(eq + 1) >= sizeof(s->subopt_buf[0]) ||
+            s->nsubopt_str == SETTINGS_SUBOPT_STRS)
+            return bad_value(o, shown, eq ? eq + 1 : "");
+        char *dst = s->subopt_buf[s->nsubopt_str++];
+        strcpy(dst, eq + 1);
+        return set_value(s, o, shown, dst);
+    }
     return set_value(s, o, shown, eq ? eq + 1 : NULL);
 }
 
@@ -480,6 +502,7 @@ static int
 apply(struct settings *s, const struct opt *o, const char *shown,
       const char *val)
 {
+    mark_given(s, o);
     if (o->flag == 'p')
         s->port_given = true;
     if (o->type == OT_SUBOPT)
@@ -611,8 +634,67 @@ check_pool(const struct settings *s)
     return 0;
 }
 
+static bool
+given_sub(const struct settings *s, const char *name)
+{
+    const struct opt *o = find_name(name, strlen(name), true);
+    return o && s->given[o - opts];
+}
+
+/* Segments of seg MiB the ext paths hold in all. */
+static uint64_t
+ext_segments(const struct settings *s, uint64_t seg_mib)
+{
+    uint64_t n = 0;
+    for (unsigned i = 0; i < s->ext_npaths; i++)
+        n += s->ext_size[i] / (seg_mib * MIB);
+    return n;
+}
+
+/* The NVMe store needs two segments at least: one being filled and one a
+ * compaction moves live values into. Paths too small for two of the
+ * default 64 MiB (memcached's tests use small ones) get the largest
+ * segment size that gives two, a multiple of the write buffer (which
+ * shrinks with it, down to 1 MiB, unless ext_wbuf_size was given). An
+ * ext_page_size given is kept, and the error says why it cannot be. */
 static int
-check_ext(const struct settings *s)
+fit_ext_segments(struct settings *s)
+{
+    uint64_t total = 0;
+    for (unsigned i = 0; i < s->ext_npaths; i++)
+        total += s->ext_size[i];
+    if (!s->ext_npaths || ext_segments(s, s->ext_page_size) >= 2)
+        return 0;
+    if (given_sub(s, "ext_page_size")) {
+        err_set("-o ext_path: %llu bytes in all hold %llu segment(s) of "
+                "ext_page_size %llu MiB; the NVMe store needs 2 (one being "
+                "filled, one to compact into)",
+                (unsigned long long)total,
+                (unsigned long long)ext_segments(s, s->ext_page_size),
+                (unsigned long long)s->ext_page_size);
+        return -EINVAL;
+    }
+    bool wbuf_given = given_sub(s, "ext_wbuf_size");
+    for (uint64_t seg = s->ext_page_size - 1; seg >= 1; seg--) {
+        uint64_t wbuf =
+            wbuf_given ? s->ext_wbuf_size : MIN(s->ext_wbuf_size, seg);
+        if (seg % wbuf || ext_segments(s, seg) < 2)
+            continue;
+        s->ext_page_shrunk_from = s->ext_page_size;
+        s->ext_page_size = seg;
+        s->ext_wbuf_size = wbuf;
+        return 0;
+    }
+    err_set("-o ext_path: the NVMe store needs room for 2 segments (one being "
+            "filled, one to compact into) of at least %llu MiB "
+            "(ext_wbuf_size), got %llu bytes",
+            (unsigned long long)(wbuf_given ? s->ext_wbuf_size : 1),
+            (unsigned long long)total);
+    return -EINVAL;
+}
+
+static int
+check_ext(struct settings *s)
 {
     if (s->ext_page_size % s->ext_wbuf_size) {
         err_set("-o ext_page_size: %llu MiB is not a multiple of "
@@ -621,6 +703,9 @@ check_ext(const struct settings *s)
                 (unsigned long long)s->ext_wbuf_size);
         return -EINVAL;
     }
+    int rc = fit_ext_segments(s);
+    if (rc)
+        return rc;
     for (unsigned i = 0; i < s->ext_npaths; i++) {
         if (s->ext_size[i] < s->ext_page_size * MIB) {
             err_set("-o ext_path: %s: %llu bytes do not hold one segment "
@@ -633,9 +718,73 @@ check_ext(const struct settings *s)
     return 0;
 }
 
+/* -B: memcached's names; "auto" shows as memcached shows it */
+static int
+check_protocol(struct settings *s)
+{
+    const char *b = s->binding_protocol;
+    if (!strcmp(b, "auto") || !strcmp(b, "auto-negotiate")) {
+        s->binding_protocol = "auto-negotiate";
+        return 0;
+    }
+    if (!strcmp(b, "ascii") || !strcmp(b, "binary"))
+        return 0;
+    err_set("-B: expected one of auto, binary, or ascii, got '%s'", b);
+    return -EINVAL;
+}
+
+/* What memcached has and this server not yet: one line, like -U's. */
+static int
+check_unsupported(const struct settings *s)
+{
+    if (s->sasl) {
+        err_set("-S: SASL authentication is not supported yet");
+        return -EINVAL;
+    }
+    if (s->auth_file) {
+        err_set("-Y: ASCII authentication (an auth file) is not supported "
+                "yet, got '%s'",
+                s->auth_file);
+        return -EINVAL;
+    }
+    if (s->tls) {
+        err_set("-Z: TLS is not supported yet");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* memcached's -o switches that have a no_ form, and hashpower */
+static int
+resolve_memcached_opts(struct settings *s)
+{
+    s->delimiter_buf[0] = s->prefix_delimiter[0];
+    s->prefix_delimiter = s->delimiter_buf;
+    if (s->no_lru_crawler)
+        s->lru_crawler = false;
+    if (s->no_lru_maintainer)
+        s->lru_maintainer = false;
+    if (s->hashpower && s->hashpower < 12) {
+        err_set("-o hashpower: expected 0 or a number from 12 to 44, got "
+                "%llu",
+                (unsigned long long)s->hashpower);
+        return -EINVAL;
+    }
+    if (s->hashpower && !s->hash_items)
+        s->hash_items = 1ull << s->hashpower;
+    return 0;
+}
+
 static int
 finish(struct settings *s)
 {
+    int rc = check_unsupported(s);
+    if (!rc)
+        rc = check_protocol(s);
+    if (!rc)
+        rc = resolve_memcached_opts(s);
+    if (rc)
+        return rc;
     /* memcached: -s turns the network off; tiercached keeps TCP when -p is
      * also given */
     if (s->unix_path && !s->port_given)
@@ -651,7 +800,7 @@ finish(struct settings *s)
                 (unsigned long long)s->worker_slice_us);
         return -EINVAL;
     }
-    int rc = check_slabs(s);
+    rc = check_slabs(s);
     if (!rc)
         rc = check_pool(s);
     if (!rc)
@@ -711,6 +860,37 @@ settings_parse(struct settings *s, int argc, char *const argv[])
     return finish(s);
 }
 
+/* --- notes --- */
+
+void
+settings_log_notes(const struct settings *s)
+{
+    if (s->ext_page_shrunk_from)
+        log_warn("-o ext_path: too small for 2 segments of %llu MiB; the "
+                 "NVMe store uses %llu MiB segments (ext_page_size) and a "
+                 "%llu MiB write buffer",
+                 (unsigned long long)s->ext_page_shrunk_from,
+                 (unsigned long long)s->ext_page_size,
+                 (unsigned long long)s->ext_wbuf_size);
+    if (!s->pool_size && s->maxbytes_mib * MIB < TC_POOL_MIN_ITEMS)
+        log_warn("-m %llu: the pool file holds %u MiB, the smallest there "
+                 "is; the cache uses %llu MiB of it",
+                 (unsigned long long)s->maxbytes_mib, TC_POOL_MIN_ITEMS >> 20,
+                 (unsigned long long)s->maxbytes_mib);
+    for (unsigned i = 0; i < ARRAY_SIZE(opts); i++) {
+        if (!s->given[i])
+            continue;
+        for (unsigned j = 0; j < ARRAY_SIZE(notes); j++) {
+            if (strcmp(notes[j].name, opts[i].name) != 0)
+                continue;
+            if (opts[i].sub)
+                log_warn("-o %s: %s", opts[i].name, notes[j].text);
+            else
+                log_warn("-%c: %s", opts[i].flag, notes[j].text);
+        }
+    }
+}
+
 /* --- --help --- */
 
 static void
@@ -745,10 +925,16 @@ settings_help(FILE *f)
         if (!opts[i].sub)
             help_line(f, &opts[i]);
     fprintf(f, "\n-o options (-o name=value[,name=value...], or -o name "
-               "for a switch):\n");
-    for (unsigned i = 0; i < ARRAY_SIZE(opts); i++)
-        if (opts[i].sub)
-            help_line(f, &opts[i]);
+               "for a switch), memcached's first:\n");
+    for (unsigned i = 0; i < ARRAY_SIZE(opts); i++) {
+        if (!opts[i].sub)
+            continue;
+        /* options.def: tiercache's own -o rows start with this one */
+        if (!strcmp(opts[i].name, "pool_size"))
+            fprintf(f, "\ntiercache's own -o options (and memcached's "
+                       "extstore ones, with the NVMe tier):\n");
+        help_line(f, &opts[i]);
+    }
     fprintf(f, "\nA bad flag or value exits with status 64 and one line "
                "saying what is allowed.\n");
 }
@@ -771,6 +957,17 @@ render_one(const struct settings *s, const struct opt *o, struct obuf *out)
     case SHOW_MIB:
         return obuf_printf(out, "STAT %s %llu\r\n", o->stat,
                            (unsigned long long)(*(const uint64_t *)v << 20));
+    case SHOW_NUM3:
+        return obuf_printf(out, "STAT %s %.3f\r\n", o->stat,
+                           *(const double *)v);
+    case SHOW_NUM_NULL:
+        if (!*(const uint64_t *)v)
+            return obuf_printf(out, "STAT %s (null)\r\n", o->stat);
+        return obuf_printf(out, "STAT %s %llu\r\n", o->stat,
+                           (unsigned long long)*(const uint64_t *)v);
+    case SHOW_KIB:
+        return obuf_printf(out, "STAT %s %llu\r\n", o->stat,
+                           (unsigned long long)(*(const uint64_t *)v << 10));
     case SHOW_STR: {
         const char *str = *(const char *const *)v;
         return obuf_printf(out, "STAT %s %s\r\n", o->stat, str ? str : "NULL");
@@ -833,7 +1030,8 @@ settings_to_config(const struct settings *s, struct tc_config *cfg)
     /* TC_CALC: the pool file holds -o pool_size (default -m) bytes of
      * items plus its header area in front */
     uint64_t items = s->pool_size ? s->pool_size : s->maxbytes_mib * MIB;
-    cfg->pool_size = items + TC_POOL_HEADER_SIZE;
+    cfg->pool_size = MAX(items, (uint64_t)TC_POOL_MIN_ITEMS) +
+                     TC_POOL_HEADER_SIZE; /* -m 2: a 4 MiB file, 2 used */
     cfg->min_chunk = settings_min_chunk(s);
     cfg->ext_npaths = s->ext_npaths;
     for (unsigned i = 0; i < s->ext_npaths; i++) {

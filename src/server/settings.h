@@ -23,12 +23,15 @@ struct tc_config;
 
 #define SETTINGS_PATH_MAX 512
 #define SETTINGS_LISTEN_MAX 1024
-#define SETTINGS_EXT_PATHS 8 /* TC_EXT_MAX_PATHS */
+#define SETTINGS_EXT_PATHS 8   /* TC_EXT_MAX_PATHS */
+#define SETTINGS_OPTS_MAX 192  /* rows of options.def, at most */
+#define SETTINGS_SUBOPT_STRS 4 /* -o text values kept */
 
 enum settings_action {
     SETTINGS_RUN = 0,
     SETTINGS_HELP,    /* -h: print settings_help() and exit 0 */
     SETTINGS_VERSION, /* -V: print "tiercached 0.1.0" and exit 0 */
+    SETTINGS_LICENSE, /* -i: print the license line and exit 0 */
 };
 
 /* The C type of each option type's field (options.def explains them). */
@@ -55,6 +58,17 @@ struct settings {
 
     enum settings_action action;
     bool port_given; /* -p appeared: with -s, keep TCP on too */
+    /* options.def's rows given on the command line (by row): their NOTE
+     * lines are logged once (settings_log_notes()) */
+    bool given[SETTINGS_OPTS_MAX];
+    /* text values of -o options (hash_algorithm), copied out of the list */
+    char subopt_buf[SETTINGS_SUBOPT_STRS][64];
+    unsigned nsubopt_str;
+    /* ext_path sizes too small for two segments of the default
+     * ext_page_size: the segment size it had (MiB), for the log line;
+     * 0 = not shrunk */
+    uint64_t ext_page_shrunk_from;
+    char delimiter_buf[2]; /* -D's first character */
     char listen_buf[SETTINGS_LISTEN_MAX];
     char pool_buf[SETTINGS_PATH_MAX];
 };
@@ -70,6 +84,10 @@ int settings_parse(struct settings *s, int argc, char *const argv[]);
 
 /* Smallest slab chunk in bytes: -n plus the item header, rounded up to 8. */
 uint32_t settings_min_chunk(const struct settings *s);
+
+/* Log, once each, the NOTE lines of the options given (memcached's
+ * options that do nothing, or something else, here). */
+void settings_log_notes(const struct settings *s);
 
 /* Usage: every flag and -o option with its default and range. */
 void settings_help(FILE *f);

@@ -113,10 +113,10 @@ def server_argv(port, extra=(), mem=MEM_MIB, pool=None, threads=4):
     memcached, where -e means a restartable memory file."""
     argv = [str(SERVER_BIN), "-p", str(port), "-l", HOST, "-U", "0",
             "-m", str(mem), "-t", str(threads)]
-    if IS_MEMCACHED:
-        if os.geteuid() == 0:
-            argv += ["-u", "root"]
-    elif pool is not None:
+    # both refuse to run as root without -u (-u root keeps root)
+    if os.geteuid() == 0:
+        argv += ["-u", "root"]
+    if not IS_MEMCACHED and pool is not None:
         argv += ["-e", pool]
     return argv + [str(a) for a in extra]
 

@@ -175,7 +175,9 @@ def test_tc_memtrace_tiny_workload(tmp_path):
         r = run_tool("tc-memtrace", "-o", out, "--sets", "20", "--report",
                      tmp_path, "--time-limit", "600", "--",
                      SERVER_BIN, "-p", port, "-l", "127.0.0.1", "-U", "0",
-                     "-m", "8", "-t", "1", "-e", pool, timeout=700)
+                     "-m", "8", "-t", "1", "-e", pool,
+                     *(["-u", "root"] if os.geteuid() == 0 else []),
+                     timeout=700)
     finally:
         if os.path.exists(pool):
             os.unlink(pool)

@@ -240,7 +240,7 @@ test_bad_values(void **state)
     expect_bad(f, "-p x", "-p: ", NULL);
     expect_bad(f, "-U 11211", "-U: ", "UDP is not supported");
     expect_bad(f, "-U x", "-U: ", "UDP is not supported");
-    expect_bad(f, "-m 4", "-m: ", "8");
+    expect_ok(f, "-m 2"); /* memcached's tests use -m 2 and -m 3 */
     expect_bad(f, "-m 0", "-m: ", NULL);
     expect_bad(f, "-m lots", "-m: ", NULL);
     expect_bad(f, "-c 0", "-c: ", NULL);
@@ -464,7 +464,8 @@ test_ext_options(void **state)
     expect_bad(f, "-o ext_path=/tmp/a:0", "-o ext_path", "FILE:SIZE");
     expect_bad(f, "-o ext_path=/tmp/a:12q", "-o ext_path", "FILE:SIZE");
     expect_bad(f, "-o ext_path=:1g", "-o ext_path", "FILE:SIZE");
-    expect_bad(f, "-o ext_path=/tmp/a:1m", "-o ext_path",
+    /* a path that holds no segment, beside one that holds two */
+    expect_bad(f, "-o ext_path=/tmp/a:128m,ext_path=/tmp/b:1m", "-o ext_path",
                "do not hold one segment");
     expect_bad(f, "-o ext_page_size=10,ext_wbuf_size=4", "-o ext_page_size",
                "multiple of ext_wbuf_size");
@@ -618,6 +619,222 @@ test_engine_config(void **state)
     assert_true(got.ext_max_frag > 0.49 && got.ext_max_frag < 0.51);
 }
 
+/* Render "stats settings" and return the value of one line (static). */
+static const char *
+stat_value(const struct settings *s, const char *name)
+{
+    static char val[128];
+    struct obuf out;
+    obuf_init(&out);
+    assert_int_equal(settings_render(s, &out), 0);
+    char key[96];
+    snprintf(key, sizeof(key), "STAT %s ", name);
+    const char *p = NULL;
+    for (const char *q = out.buf; q && q < out.buf + out.len;) {
+        if (!strncmp(q, key, strlen(key))) {
+            p = q + strlen(key);
+            break;
+        }
+        q = memchr(q, '\n', (size_t)(out.buf + out.len - q));
+        q = q ? q + 1 : NULL;
+    }
+    if (!p) {
+        obuf_fini(&out);
+        fail_msg("stats settings has no %s", name);
+    }
+    size_t n = strcspn(p, "\r");
+    snprintf(val, sizeof(val), "%.*s", (int)n, p);
+    obuf_fini(&out);
+    return val;
+}
+
+/* memcached's flags beyond the ones tiercached always had: each parses
+ * into its field and, where memcached shows it, into stats settings. */
+static void
+test_memcached_flags(void **state)
+{
+    struct fx *f = *state;
+    expect_ok(f, "-d -r -u memcache -k -P /run/mc.pid -L -D # -R 7 -C "
+                 "-b 37 -B ascii -F -X -W -N 2 -U 0");
+    struct settings *s = &f->s;
+    assert_true(s->daemonize);
+    assert_true(s->maxcore);
+    assert_string_equal(s->username, "memcache");
+    assert_true(s->lock_memory);
+    assert_string_equal(s->pid_file, "/run/mc.pid");
+    assert_true(s->large_pages);
+    assert_string_equal(s->prefix_delimiter, "#");
+    assert_int_equal(s->reqs_per_event, 7);
+    assert_true(s->no_cas);
+    assert_int_equal(s->backlog, 37);
+    assert_string_equal(s->binding_protocol, "ascii");
+    assert_true(s->no_flush);
+    assert_true(s->no_dump);
+    assert_true(s->no_watch);
+    assert_int_equal(s->napi_ids, 2);
+    assert_string_equal(stat_value(s, "stat_key_prefix"), "#");
+    assert_string_equal(stat_value(s, "reqs_per_event"), "7");
+    assert_string_equal(stat_value(s, "cas_enabled"), "no");
+    assert_string_equal(stat_value(s, "tcp_backlog"), "37");
+    assert_string_equal(stat_value(s, "binding_protocol"), "ascii");
+    assert_string_equal(stat_value(s, "flush_enabled"), "no");
+    assert_string_equal(stat_value(s, "dump_enabled"), "no");
+
+    /* memcached's long names */
+    expect_ok(f, "--daemon --enable-coredumps --user=nobody --lock-memory "
+                 "--pidfile=/tmp/p --enable-largepages --disable-cas "
+                 "--listen-backlog=5 --protocol=binary --disable-flush-all "
+                 "--disable-dumping --disable-watch --napi-ids=1 "
+                 "--max-reqs-per-event=3");
+    assert_true(f->s.daemonize && f->s.maxcore && f->s.lock_memory);
+    assert_string_equal(f->s.username, "nobody");
+    assert_int_equal(f->s.backlog, 5);
+    assert_string_equal(f->s.binding_protocol, "binary");
+    assert_int_equal(f->s.reqs_per_event, 3);
+
+    /* defaults as memcached shows them */
+    expect_ok(f, "");
+    assert_false(f->s.daemonize);
+    assert_null(f->s.username);
+    assert_null(f->s.pid_file);
+    assert_string_equal(stat_value(&f->s, "binding_protocol"),
+                        "auto-negotiate");
+    assert_string_equal(stat_value(&f->s, "cas_enabled"), "yes");
+    assert_string_equal(stat_value(&f->s, "flush_enabled"), "yes");
+    assert_string_equal(stat_value(&f->s, "tcp_backlog"), "1024");
+    assert_string_equal(stat_value(&f->s, "reqs_per_event"), "20");
+    assert_string_equal(stat_value(&f->s, "stat_key_prefix"), ":");
+    expect_ok(f, "-B auto");
+    assert_string_equal(f->s.binding_protocol, "auto-negotiate");
+
+    expect_bad(f, "-B sideways", "-B: ", "auto, binary, or ascii");
+    expect_ok(f, "-D ab"); /* memcached takes the first character */
+    assert_string_equal(f->s.prefix_delimiter, "a");
+    expect_bad(f, "-R 0", "-R: ", NULL);
+    expect_bad(f, "-b 0", "-b: ", NULL);
+    expect_bad(f, "-N 0", "-N: ", NULL);
+    expect_bad(f, "-u", "-u: ", "needs a value");
+    expect_bad(f, "-P", "-P: ", "needs a value");
+}
+
+/* What memcached has and tiercached not yet: one line naming it. */
+static void
+test_not_yet(void **state)
+{
+    struct fx *f = *state;
+    expect_bad(f, "-S", "-S: ", "SASL authentication is not supported yet");
+    expect_bad(f, "--enable-sasl", "-S: ", "not supported yet");
+    expect_bad(f, "-Y /etc/auth", "-Y: ", "not supported yet");
+    expect_bad(f, "-Z", "-Z: ", "TLS is not supported yet");
+    expect_bad(f, "-U 11211", "-U: ", "UDP is not supported");
+    expect_ok(f, "-U 0");
+}
+
+/* memcached's -o options: every one is accepted; hashpower sizes the
+ * index, the no_ forms turn their switch off, the others are shown. */
+static void
+test_memcached_subopts(void **state)
+{
+    struct fx *f = *state;
+    expect_ok(f, "-o no_modern,modern,lru_crawler,no_lru_crawler,"
+                 "hashpower=20,slab_reassign,slab_automove=2,"
+                 "tail_repair_time=30,lru_maintainer,no_lru_maintainer,"
+                 "read_buf_mem_limit=8,watcher_logbuf_size=128,"
+                 "worker_logbuf_size=32,hash_algorithm=xxh3,"
+                 "lru_crawler_sleep=50,lru_crawler_tocrawl=9,hot_lru_pct=10,"
+                 "warm_lru_pct=30,hot_max_factor=0.3,warm_max_factor=1.5,"
+                 "temporary_ttl=10,track_sizes,no_hashexpand,"
+                 "sock_cookie_id=4,slab_automove_ratio=0.5,"
+                 "slab_automove_window=10,maxconns_fast,idle_timeout=5");
+    struct settings *s = &f->s;
+    assert_false(s->lru_crawler);
+    assert_false(s->lru_maintainer);
+    assert_int_equal(s->hashpower, 20);
+    assert_int_equal(s->hash_items, 1u << 20);
+    assert_string_equal(s->hash_algorithm, "xxh3");
+    assert_string_equal(stat_value(s, "hashpower_init"), "20");
+    assert_string_equal(stat_value(s, "lru_crawler"), "no");
+    assert_string_equal(stat_value(s, "lru_maintainer_thread"), "no");
+    assert_string_equal(stat_value(s, "slab_automove"), "2");
+    assert_string_equal(stat_value(s, "tail_repair_time"), "30");
+    assert_string_equal(stat_value(s, "read_buf_mem_limit"), "8388608");
+    assert_string_equal(stat_value(s, "watcher_logbuf_size"), "131072");
+    assert_string_equal(stat_value(s, "worker_logbuf_size"), "32768");
+    assert_string_equal(stat_value(s, "hash_algorithm"), "xxh3");
+
+    expect_ok(f, "-o ext_io_depth=4,ext_threads=3,ext_low_ttl=5,"
+                 "ext_drop_unread,ext_compact_under=2,ext_drop_under=1,"
+                 "ext_max_sleep=100,slab_automove_freeratio=0.02");
+    assert_int_equal(f->s.ext_io_depth, 4);
+    assert_int_equal(f->s.ext_threads, 3);
+    expect_ok(f, "-o no_maxconns_fast,no_slab_reassign,no_slab_automove,"
+                 "inline_ascii_resp,no_inline_ascii_resp,no_chunked_items");
+
+    /* hash_items given wins over hashpower */
+    expect_ok(f, "-o hash_items=1000,hashpower=16");
+    assert_int_equal(f->s.hash_items, 1000);
+    expect_bad(f, "-o hashpower=5", "-o hashpower: ", "12 to 44");
+    expect_bad(f, "-o hashpower=45", "-o hashpower: ", NULL);
+    expect_bad(f, "-o slab_automove=3", "-o slab_automove: ", NULL);
+    expect_bad(f, "-o tail_repair_time=5", "-o tail_repair_time: ", NULL);
+    expect_bad(f, "-o hash_algorithm=", "-o hash_algorithm: ", NULL);
+}
+
+/* memcached's ranges: -m down to 1 (the pool file keeps its 4 MiB
+ * minimum data area, the limit is -m), -I from 1024 bytes. */
+static void
+test_memcached_ranges(void **state)
+{
+    struct fx *f = *state;
+    struct tc_config cfg;
+    expect_ok(f, "-m 2");
+    settings_to_config(&f->s, &cfg);
+    assert_true(cfg.mem_limit == 2ull << 20);
+    assert_true(cfg.pool_size == TC_POOL_MIN_ITEMS + TC_POOL_HEADER_SIZE);
+    expect_ok(f, "-m 3");
+    settings_to_config(&f->s, &cfg);
+    assert_true(cfg.mem_limit == 3ull << 20);
+    expect_ok(f, "-m 8");
+    settings_to_config(&f->s, &cfg);
+    assert_true(cfg.pool_size == (8ull << 20) + TC_POOL_HEADER_SIZE);
+    expect_bad(f, "-m 0", "-m: ", NULL);
+
+    expect_ok(f, "-I 1024");
+    assert_int_equal(f->s.item_size_max, 1024);
+    expect_ok(f, "-I 2000");
+    assert_int_equal(f->s.item_size_max, 2000);
+    expect_bad(f, "-I 1000", "-I: ", "1k");
+}
+
+/* ext_path below two default segments: smaller segments, or the reason. */
+static void
+test_ext_fit(void **state)
+{
+    struct fx *f = *state;
+    expect_ok(f, "-o ext_path=/tmp/x:64m");
+    assert_int_equal(f->s.ext_page_size, 32);
+    assert_int_equal(f->s.ext_wbuf_size, 4);
+    assert_int_equal(f->s.ext_page_shrunk_from, 64);
+    expect_ok(f, "-o ext_path=/tmp/x:10m");
+    assert_int_equal(f->s.ext_page_size, 4);
+    expect_ok(f, "-o ext_path=/tmp/x:3m");
+    assert_int_equal(f->s.ext_page_size, 1);
+    assert_int_equal(f->s.ext_wbuf_size, 1);
+    expect_ok(f, "-o ext_path=/tmp/x:128m");
+    assert_int_equal(f->s.ext_page_size, 64);
+    assert_int_equal(f->s.ext_page_shrunk_from, 0);
+    /* two paths count together */
+    expect_ok(f, "-o ext_path=/tmp/x:64m,ext_path=/tmp/y:64m");
+    assert_int_equal(f->s.ext_page_size, 64);
+    /* a given write buffer stays; the segments stay multiples of it */
+    expect_ok(f, "-o ext_wbuf_size=8,ext_path=/tmp/x:40m");
+    assert_int_equal(f->s.ext_wbuf_size, 8);
+    assert_int_equal(f->s.ext_page_size, 16);
+    expect_bad(f, "-o ext_path=/tmp/x:1m", "-o ext_path: ", "2 segments");
+    expect_bad(f, "-o ext_page_size=64,ext_path=/tmp/x:64m",
+               "-o ext_path: ", "needs 2");
+}
+
 int
 main(void)
 {
@@ -639,6 +856,12 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_number_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engine_config, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_memcached_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_not_yet, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_memcached_subopts, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_memcached_ranges, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ext_fit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

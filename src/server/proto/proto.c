@@ -48,13 +48,17 @@ swallow(struct proto_sess *s, size_t len)
 }
 
 /* The first byte of the connection decides, once: later bytes never
- * switch a text connection to binary (memcached answers ERROR there). */
+ * switch a text connection to binary (memcached answers ERROR there).
+ * Under -B ascii or -B binary the flag decides, as in memcached. */
 static void
 choose_protocol(struct proto_sess *s, const char *in)
 {
     if (s->chosen)
         return;
-    s->binary = (unsigned char)in[0] == PROTO_BIN_MAGIC;
+    if (s->binding == PROTO_BIND_AUTO)
+        s->binary = (unsigned char)in[0] == PROTO_BIN_MAGIC;
+    else
+        s->binary = s->binding == PROTO_BIND_BINARY;
     s->chosen = true;
 }
 

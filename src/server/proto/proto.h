@@ -43,6 +43,13 @@
 
 struct proto_sess;
 
+/* -B: which protocols a connection may speak */
+enum proto_binding {
+    PROTO_BIND_AUTO = 0, /* the first byte chooses */
+    PROTO_BIND_ASCII,    /* text and meta only: binary bytes read as text */
+    PROTO_BIND_BINARY,   /* binary only: anything else closes */
+};
+
 /* What only the server can do, for the commands that need it. */
 struct proto_server_ops {
     /* Append the "STAT name value\r\n" lines of a stats group ("" for the
@@ -75,9 +82,16 @@ struct proto_sess {
     uint32_t item_size_max; /* -I: largest value + key + header accepted
                              * (given 0: TC_ITEM_SIZE_MAX_DEFAULT) */
     bool binary;            /* chosen on the first byte (0x80 = binary) */
-    bool chosen;            /* the protocol is decided for good */
-    uint64_t swallow;       /* bytes still to discard (refused value) */
-    size_t need;            /* hint: bytes the pending request needs */
+    /* the server's switches (memcached's flags), set after init; all
+     * false is memcached's default */
+    bool no_flush;        /* -F: flush_all refused */
+    bool no_cas;          /* -C: replies carry CAS 0 */
+    bool no_dump;         /* -X: no cachedump, no metadump */
+    bool no_watch;        /* -W: no watch */
+    uint8_t binding;      /* -B: enum proto_binding */
+    bool chosen;          /* the protocol is decided for good */
+    uint64_t swallow;     /* bytes still to discard (refused value) */
+    size_t need;          /* hint: bytes the pending request needs */
     size_t resume;        /* a get stopped half-way: where its next key starts,
                              from the start of its line (0 = none); see above */
     uint64_t walk_cursor; /* a metadump or cachedump stopped half-way
@@ -103,6 +117,11 @@ proto_too_large(const struct proto_sess *s, size_t klen, uint64_t vlen)
 {
     return TC_ITEM_HEADER_SIZE + klen + vlen > s->item_size_max;
 }
+
+/* -C: a CAS a client asks to compare never matches an item, as in
+ * memcached without CAS (its items carry none, so every compare fails with
+ * EXISTS). The engine's counter starts at 1 and never reaches this. */
+#define PROTO_CAS_NEVER UINT64_MAX
 
 /* Auto-detects text or binary on the first byte of the connection, then
  * calls the parser. */

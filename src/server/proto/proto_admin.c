@@ -312,6 +312,10 @@ proto_admin_lru_crawler(struct proto_sess *s, struct obuf *out,
         crawler_set(s, out, tok, ntok);
         return true;
     }
+    if (dump && s->no_dump) {
+        proto_reply_err(s, out, PERR_NO_METADUMP);
+        return true;
+    }
     if (!proto_admin_crawler_enabled()) {
         proto_reply_err(s, out, PERR_CRAWLER_OFF);
         return true;
@@ -402,6 +406,10 @@ proto_admin_cachedump(struct proto_sess *s, struct obuf *out,
 {
     uint32_t id, limit;
 
+    if (s->no_dump) {
+        proto_reply_err(s, out, PERR_NO_CACHEDUMP);
+        return true;
+    }
     if (ntok < 4) {
         proto_reply_err(s, out, PERR_BAD_CMDLINE);
         return true;

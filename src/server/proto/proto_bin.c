@@ -107,6 +107,7 @@ enum bin_status {
     BIN_EINVAL = 0x0004,
     BIN_NOT_STORED = 0x0005,
     BIN_DELTA_BADVAL = 0x0006,
+    BIN_AUTH_ERROR = 0x0020,
     BIN_UNKNOWN_COMMAND = 0x0081,
     BIN_ENOMEM = 0x0082,
 };
@@ -121,6 +122,7 @@ struct bin_req {
     uint32_t bodylen;
     unsigned char opaque[4]; /* echoed as it came */
     uint64_t cas;
+    bool no_cas; /* -C: replies carry CAS 0 */
     const unsigned char *ext;
     const char *key;
     const char *val;
@@ -284,7 +286,7 @@ bin_head(struct obuf *out, const struct bin_req *r, uint16_t status,
     put16(h + 6, status);
     put32(h + 8, bodylen);
     memcpy(h + 12, r->opaque, 4);
-    put64(h + 16, cas);
+    put64(h + 16, r->no_cas ? 0 : cas);
     obuf_commit(out, BIN_HDR_LEN);
     return 0;
 }
@@ -596,6 +598,10 @@ bin_flush(struct proto_sess *s, const struct bin_req *r, struct obuf *out)
 {
     /* the delay follows the exptime rules (the engine applies them) */
     int64_t delay = r->extlen == 4 ? (int64_t)get32(r->ext) : 0;
+    if (s->no_flush) { /* -F: memcached's status, quiet form too */
+        bin_error(out, r, BIN_AUTH_ERROR);
+        return;
+    }
     int rc = tc_flush_all(s->cache, delay);
 
     if (rc != TC_OK)
@@ -779,6 +785,9 @@ bin_one(struct proto_sess *s, const char *in, size_t len, struct obuf *out)
     r.bodylen = get32(h + 8);
     memcpy(r.opaque, h + 12, 4);
     r.cas = get64(h + 16);
+    r.no_cas = s->no_cas;
+    if (r.no_cas && r.cas)
+        r.cas = PROTO_CAS_NEVER;
     r.op = bin_loud(r.opcode, &r.quiet);
 
     if ((uint32_t)r.keylen + r.extlen > r.bodylen) {

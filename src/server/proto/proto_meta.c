@@ -280,7 +280,7 @@ mg_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
             rl_flag_i64(&l, 't', ttl_at(r, i, info, x->vivified, now));
             break;
         case 'c':
-            rl_flag_u64(&l, 'c', info->cas);
+            rl_flag_u64(&l, 'c', r->no_cas ? 0 : info->cas);
             break;
         case 'f':
             rl_flag_u64(&l, 'f', info->flags);
@@ -547,7 +547,7 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
             rl_key(&l, r);
             break;
         case 'c':
-            rl_flag_u64(&l, 'c', rc == TC_OK ? cas : 0);
+            rl_flag_u64(&l, 'c', rc == TC_OK && !r->no_cas ? cas : 0);
             break;
         case 's': {
             uint32_t size = (uint32_t)vlen;
@@ -758,7 +758,7 @@ meta_arith(struct proto_sess *s, struct meta_req *r, struct obuf *out)
     for (int i = r->first_flag; i < r->ntok; i++) {
         switch (r->tok[i].p[0]) {
         case 'c':
-            rl_flag_u64(&l, 'c', info.cas);
+            rl_flag_u64(&l, 'c', r->no_cas ? 0 : info.cas);
             break;
         case 't':
             rl_flag_i64(&l, 't', ttl_at(r, i, &info, created, now));
@@ -873,6 +873,7 @@ proto_meta_process(struct proto_sess *s, const char *in, size_t len,
 
     struct meta_req r;
     memset(&r, 0, sizeof(r));
+    r.no_cas = s->no_cas;
     s->need = 0;
 
     /* the text parser only calls us for "m? ..." lines; check anyway */

@@ -34,6 +34,7 @@ struct meta_req {
     bool vivify;      /* N */
     bool has_cas;     /* C */
     bool has_cas_new; /* E */
+    bool no_cas;      /* -C: the c flag returns 0 */
     int32_t ttl;
     int32_t viv_ttl;
     int32_t recache;       /* R */

@@ -9,6 +9,7 @@
 #include "src/server/proto/proto_meta_int.h"
 
 #include "src/base/num.h"
+#include "src/server/proto/proto.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -256,5 +257,7 @@ proto_meta_parse(struct meta_req *r, const char *line, size_t llen, int first)
         return PERR_TOO_MANY_FLAGS;
     enum proto_err err = meta_parse_flags(r);
     r->flag_err = err != PERR_NONE;
+    if (r->no_cas && r->has_cas)
+        r->cas = PROTO_CAS_NEVER;
     return err;
 }

@@ -135,6 +135,7 @@ struct get_ctx {
     bool with_cas;
     uint8_t cls; /* the last hit's class and length (watch fetchers) */
     uint32_t vlen;
+    bool no_cas; /* -C: the CAS shown is 0 */
 };
 
 /* A flash value still being read: the reply with a hole for the
@@ -147,7 +148,7 @@ emit_pending(struct get_ctx *g, const struct tc_item_info *info)
     obuf_add(g->out, g->key->p, g->key->n);
     if (g->with_cas)
         obuf_printf(g->out, " %" PRIu32 " %" PRIu32 " %" PRIu64 "\r\n",
-                    info->flags, info->vlen, info->cas);
+                    info->flags, info->vlen, g->no_cas ? 0 : info->cas);
     else
         obuf_printf(g->out, " %" PRIu32 " %" PRIu32 "\r\n", info->flags,
                     info->vlen);
@@ -184,7 +185,7 @@ emit_value(void *arg, const struct tc_item_info *info, const struct iovec *iov,
     n += proto_fmt_u64(hdr + n, vlen);
     if (g->with_cas) {
         hdr[n++] = ' ';
-        n += proto_fmt_u64(hdr + n, info->cas);
+        n += proto_fmt_u64(hdr + n, g->no_cas ? 0 : info->cas);
     }
     hdr[n++] = '\r';
     hdr[n++] = '\n';
@@ -303,8 +304,9 @@ static size_t
 fetch_keys(struct text_cmd *c, size_t from, bool touch, int64_t exptime,
            bool with_cas)
 {
-    struct many_ctx m = {.g = {.out = c->out, .with_cas = with_cas},
-                         .stop = obuf_pos(c->out) + PROTO_GET_SLICE};
+    struct many_ctx m = {
+        .g = {.out = c->out, .with_cas = with_cas, .no_cas = c->s->no_cas},
+        .stop = obuf_pos(c->out) + PROTO_GET_SLICE};
     /* async: a flash value is read without blocking (a hole) */
     struct tc_get_opts o = {
         .touch = touch, .exptime = exptime, .async = true, .no_win = true};
@@ -482,6 +484,8 @@ cmd_store(struct text_cmd *c, int mode)
     if (data[a.vlen] != '\r' || data[a.vlen + 1] != '\n') {
         reply_err(c, PERR_BAD_CHUNK);
     } else {
+        if (mode == TC_CAS && c->s->no_cas)
+            a.cas = PROTO_CAS_NEVER;
         int rc =
             tc_store(c->s->cache, (enum tc_store_mode)mode, a.key->p, a.key->n,
                      data, a.vlen, a.flags, a.exptime, a.cas, NULL);
@@ -589,6 +593,10 @@ cmd_flush_all(struct text_cmd *c, int arg)
     (void)arg;
 
     take_noreply(c);
+    if (c->s->no_flush) { /* -F; noreply still silences it, as memcached */
+        reply_err(c, PERR_FLUSH_DISABLED);
+        return (ssize_t)c->line_bytes;
+    }
     if (c->ntok != (c->noreply ? 2 : 1) &&
         !proto_parse_i64(&c->tok[1], &delay)) {
         reply_err(c, PERR_INVALID_EXPTIME);
@@ -743,6 +751,10 @@ static ssize_t
 cmd_watch(struct text_cmd *c, int arg)
 {
     (void)arg;
+    if (c->s->no_watch) {
+        proto_reply_err(c->s, c->out, PERR_NO_WATCH);
+        return (ssize_t)c->line_bytes;
+    }
     proto_watch_start(c->s, c->out, c->tok, c->ntok);
     return (ssize_t)c->line_bytes;
 }

@@ -32,6 +32,7 @@ static const char *const err_text[PERR_COUNT] = {
     [PERR_DELETE_USAGE] =
         "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]",
     [PERR_DETAIL_USAGE] = "CLIENT_ERROR usage: stats detail on|off|dump",
+    [PERR_FLUSH_DISABLED] = "CLIENT_ERROR flush_all not allowed",
     [PERR_SHUTDOWN_MODE] = "CLIENT_ERROR invalid shutdown mode",
     [PERR_MEMLIMIT_SMALL] =
         "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m",
@@ -47,6 +48,9 @@ static const char *const err_text[PERR_COUNT] = {
     [PERR_ILLEGAL_SLAB] = "CLIENT_ERROR Illegal slab id",
     [PERR_BAD_CMDLINE] = "CLIENT_ERROR bad command line",
     [PERR_CRAWLER_OFF] = "CLIENT_ERROR lru crawler disabled",
+    [PERR_NO_CACHEDUMP] = "CLIENT_ERROR stats cachedump not allowed",
+    [PERR_NO_METADUMP] = "ERROR metadump not allowed",
+    [PERR_NO_WATCH] = "CLIENT_ERROR watch commands not allowed",
     [PERR_SLEEP_RANGE] = "CLIENT_ERROR sleep must be one second or less",
     [PERR_DUP_FLAG] = "CLIENT_ERROR duplicate flag",
     [PERR_BAD_TOKEN] = "CLIENT_ERROR bad token in command line format",

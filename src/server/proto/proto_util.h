@@ -42,6 +42,7 @@ enum proto_err {
     /* text: one command each */
     PERR_DELETE_USAGE,    /* delete with a stray argument */
     PERR_DETAIL_USAGE,    /* stats detail without on|off|dump */
+    PERR_FLUSH_DISABLED,  /* flush_all under -F */
     PERR_SHUTDOWN_MODE,   /* shutdown <not graceful> */
     PERR_MEMLIMIT_SMALL,  /* cache_memlimit below 8 MiB */
     PERR_MEMLIMIT_UNITS,  /* cache_memlimit that looks like bytes */
@@ -52,6 +53,9 @@ enum proto_err {
     PERR_ILLEGAL_SLAB,    /* stats cachedump beyond the class ids */
     PERR_BAD_CMDLINE,     /* stats cachedump without its limit */
     PERR_CRAWLER_OFF,     /* lru_crawler crawl/metadump while disabled */
+    PERR_NO_CACHEDUMP,    /* stats cachedump under -X */
+    PERR_NO_METADUMP,     /* lru_crawler metadump under -X */
+    PERR_NO_WATCH,        /* watch under -W */
     PERR_SLEEP_RANGE,     /* lru_crawler sleep over a second */
     /* meta */
     PERR_DUP_FLAG,       /* a flag given twice */
