@@ -347,16 +347,28 @@ LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 MANDIR ?= $(PREFIX)/share/man
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+DATADIR ?= $(PREFIX)/share
+# The service: the unit reads SYSCONFDIR/tiercached.conf (/etc, whatever
+# the prefix) through the wrapper; systemd looks for units and tmpfiles
+# under /usr/local/lib as well as /usr/lib.
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+WRAPPER := $(DATADIR)/tiercached/scripts/tiercached-wrapper
 INSTALL ?= install
 INSTALL_VARIANT ?= release
 IV := build/$(INSTALL_VARIANT)
 
 .PHONY: install
 install: $(IV)/tiercached $(IV)/libtiercache.so $(IV)/libtiercache.a \
-		packaging/tiercache.pc.in packaging/tiercached.1
+		packaging/tiercache.pc.in packaging/tiercached.1 \
+		packaging/tiercached-wrapper packaging/tiercached.service.in \
+		packaging/tiercached.conf packaging/tiercached.tmpfiles
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) \
 		$(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) \
-		$(DESTDIR)$(MANDIR)/man1
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(dir $(WRAPPER)) \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(TMPFILESDIR) \
+		$(DESTDIR)$(SYSCONFDIR)
 	$(INSTALL) -m 755 $(IV)/tiercached $(DESTDIR)$(BINDIR)/tiercached
 	$(INSTALL) -m 755 $(IV)/libtiercache.so \
 		$(DESTDIR)$(LIBDIR)/libtiercache.so.$(SO_VERSION)
@@ -371,6 +383,18 @@ install: $(IV)/tiercached $(IV)/libtiercache.so $(IV)/libtiercache.a \
 	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/tiercache.pc
 	$(INSTALL) -m 644 packaging/tiercached.1 \
 		$(DESTDIR)$(MANDIR)/man1/tiercached.1
+	sed -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@BINDIR@|$(BINDIR)|g' \
+		packaging/tiercached-wrapper > $(DESTDIR)$(WRAPPER)
+	chmod 755 $(DESTDIR)$(WRAPPER)
+	sed -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@WRAPPER@|$(WRAPPER)|g' \
+		packaging/tiercached.service.in \
+		> $(DESTDIR)$(UNITDIR)/tiercached.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/tiercached.service
+	$(INSTALL) -m 644 packaging/tiercached.tmpfiles \
+		$(DESTDIR)$(TMPFILESDIR)/tiercached.conf
+	@# an operator's edited configuration is kept
+	[ -e $(DESTDIR)$(SYSCONFDIR)/tiercached.conf ] || $(INSTALL) -m 644 \
+		packaging/tiercached.conf $(DESTDIR)$(SYSCONFDIR)/tiercached.conf
 
 FORMAT_DIRS := src alloc tier tests perf tools
 FORMAT_FILES = $(shell find $(FORMAT_DIRS) -name '*.[ch]' -not -path 'perf/out/*' \

@@ -9,6 +9,8 @@ their runtime in every program that links them and are skipped."""
 
 import os
 import shutil
+import signal
+import socket
 import subprocess
 
 import pytest
@@ -151,3 +153,105 @@ def test_man_page_renders(installed):
     for word in ("SYNOPSIS", "OPTIONS", "EXTENDED OPTIONS", "FILES",
                  "SIGNALS", "--memory-limit", "ext_path"):
         assert word in r.stdout, word
+
+
+# ---- the systemd unit and its wrapper ---------------------------------------
+
+DEBIAN_UNIT = "/lib/systemd/system/memcached.service"
+
+
+def _unit_settings(path):
+    """{key: value} of a unit file's [Service] section."""
+    out, section = {}, None
+    for ln in open(path):
+        ln = ln.strip()
+        if not ln or ln.startswith("#"):
+            continue
+        if ln.startswith("["):
+            section = ln
+        elif section == "[Service]":
+            k, _, v = ln.partition("=")
+            out[k] = v
+    return out
+
+
+def test_unit_verifies(installed, tmp_path):
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed (Debian's systemd)")
+    unit = _p(installed, "lib/systemd/system/tiercached.service")
+    text = unit.read_text()
+    assert ("ExecStart=/usr/share/tiercached/scripts/tiercached-wrapper "
+            "/etc/tiercached.conf\n") in text
+    # the installed paths are under DESTDIR: point ExecStart there, and
+    # let the Documentation= check find the installed man page
+    staged = tmp_path / "tiercached.service"
+    staged.write_text(text.replace("ExecStart=/", f"ExecStart={installed}/"))
+    env = dict(os.environ, MANPATH=str(_p(installed, "share/man")))
+    r = subprocess.run(["systemd-analyze", "verify", str(staged)], env=env,
+                       capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def test_unit_keeps_debian_hardening(installed):
+    if not os.path.exists(DEBIAN_UNIT):
+        pytest.skip(f"{DEBIAN_UNIT} is missing (Debian's memcached package)")
+    ours = _unit_settings(_p(installed, "lib/systemd/system/tiercached.service"))
+    theirs = _unit_settings(DEBIAN_UNIT)
+    for k, v in theirs.items():
+        if k in ("ExecStart", "PIDFile"):
+            continue
+        assert ours.get(k) == v, (k, v, ours.get(k))
+    assert ours["PIDFile"] == "/run/tiercached/tiercached.pid"
+
+
+def test_wrapper_starts_shipped_config(installed, tmp_path):
+    """The unit's command line, run by hand: the wrapper with the shipped
+    config, only the port, the pid file and (as root) the user swapped."""
+    from conftest import HOST, _wait_accepting, free_port
+
+    shipped = installed / "etc/tiercached.conf"  # SYSCONFDIR is /etc
+    text = shipped.read_text()
+    # Debian's memcached.conf defaults
+    for line in ("-d", "logfile /var/log/tiercached.log", "-m 64",
+                 "-p 11211", "-u memcache", "-l 127.0.0.1",
+                 "-P /var/run/tiercached/tiercached.pid"):
+        assert f"\n{line}\n" in text, line
+    port = free_port()
+    pidfile = tmp_path / "tiercached.pid"
+    user = "root" if os.geteuid() == 0 else "nobody"  # ignored unless root
+    conf = tmp_path / "tiercached.conf"
+    conf.write_text(text.replace("\n-p 11211\n", f"\n-p {port}\n")
+                    .replace("\n-u memcache\n", f"\n-u {user}\n")
+                    .replace("\n-P /var/run/tiercached/tiercached.pid\n",
+                             f"\n-P {pidfile}  # pid file \\# here\n"))
+    pool = f"/dev/shm/tiercache.{port}.pool"  # the default for the port
+    wrapper = _p(installed, "share/tiercached/scripts/tiercached-wrapper")
+    env = dict(os.environ, TIERCACHED=str(_p(installed, "bin/tiercached")))
+    err = tmp_path / "stderr"
+    with open(err, "w") as ferr:
+        proc = subprocess.Popen([str(wrapper), str(conf)], env=env,
+                                stdin=subprocess.DEVNULL, stdout=ferr,
+                                stderr=ferr)
+    try:
+        assert _wait_accepting(proc, port, 30), err.read_text()
+        with socket.create_connection((HOST, port), timeout=10) as s:
+            s.sendall(b"version\r\n")
+            reply = b""
+            while not reply.endswith(b"\r\n"):
+                chunk = s.recv(256)
+                assert chunk, reply
+                reply += chunk
+        assert reply.startswith(b"VERSION 1.6.0-tiercache-"), reply
+        # the wrapper execs the server in the foreground (-d dropped), so
+        # the unit's main pid is the server's, which -P wrote
+        assert proc.poll() is None
+        assert pidfile.read_text() == f"{proc.pid}\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, err.read_text()
+        assert not pidfile.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if os.path.exists(pool):
+            os.unlink(pool)
