@@ -7,6 +7,7 @@ The build installed is the one of the server under test
 (build/<variant>/tiercached): debug or release; the sanitizer builds need
 their runtime in every program that links them and are skipped."""
 
+import contextlib
 import os
 import shutil
 import signal
@@ -207,7 +208,7 @@ def test_unit_keeps_debian_hardening(installed):
 def test_wrapper_starts_shipped_config(installed, tmp_path):
     """The unit's command line, run by hand: the wrapper with the shipped
     config, only the port, the pid file and (as root) the user swapped."""
-    from conftest import HOST, _wait_accepting, free_port
+    from conftest import free_port
 
     shipped = installed / "etc/tiercached.conf"  # SYSCONFDIR is /etc
     text = shipped.read_text()
@@ -224,6 +225,47 @@ def test_wrapper_starts_shipped_config(installed, tmp_path):
                     .replace("\n-u memcache\n", f"\n-u {user}\n")
                     .replace("\n-P /var/run/tiercached/tiercached.pid\n",
                              f"\n-P {pidfile}  # pid file \\# here\n"))
+    with _wrapper_server(installed, conf, port, tmp_path) as proc:
+        # the wrapper execs the server in the foreground (-d dropped), so
+        # the unit's main pid is the server's, which -P wrote
+        assert pidfile.read_text() == f"{proc.pid}\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert not pidfile.exists()
+
+
+def test_wrapper_format(installed, tmp_path):
+    """memcached.conf's format as its wrapper reads it: comments, blank
+    lines, a directive and -h skipped, several words on a line, and -u root
+    added when no -u line is there (as root tiercached refuses to start
+    without one)."""
+    from conftest import free_port
+
+    port = free_port()
+    conf = tmp_path / "tiercached.conf"
+    conf.write_text(f"""# a comment
+  -p {port}   # the port
+
+logfile /nonexistent/dir/tiercached.log
+-h
+-l 127.0.0.1 -m 8
+-o idle_timeout=0,hash_items=1000
+""")
+    with _wrapper_server(installed, conf, port, tmp_path) as proc:
+        assert proc.poll() is None
+        argv = open(f"/proc/{proc.pid}/cmdline", "rb").read().split(b"\0")
+        assert argv[1:-1] == [b"-p", str(port).encode(), b"-l", b"127.0.0.1",
+                              b"-m", b"8", b"-o",
+                              b"idle_timeout=0,hash_items=1000", b"-u",
+                              b"root"], argv
+
+
+@contextlib.contextmanager
+def _wrapper_server(installed, conf, port, tmp_path):
+    """The installed wrapper on CONF, once the server answers `version` on
+    PORT; killed if still running at the end."""
+    from conftest import HOST, _wait_accepting
+
     pool = f"/dev/shm/tiercache.{port}.pool"  # the default for the port
     wrapper = _p(installed, "share/tiercached/scripts/tiercached-wrapper")
     env = dict(os.environ, TIERCACHED=str(_p(installed, "bin/tiercached")))
@@ -242,13 +284,8 @@ def test_wrapper_starts_shipped_config(installed, tmp_path):
                 assert chunk, reply
                 reply += chunk
         assert reply.startswith(b"VERSION 1.6.0-tiercache-"), reply
-        # the wrapper execs the server in the foreground (-d dropped), so
-        # the unit's main pid is the server's, which -P wrote
-        assert proc.poll() is None
-        assert pidfile.read_text() == f"{proc.pid}\n"
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0, err.read_text()
-        assert not pidfile.exists()
+        assert proc.poll() is None, err.read_text()
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
