@@ -16,6 +16,10 @@
 #   make exports          fail unless libtiercache.so exports only tc_* names
 #   make cycles           fail when two source files call each other, directly
 #                         or round a longer loop (tools/callcycles)
+#   make install          release tiercached, libtiercache (.so with a soname,
+#                         .a), tiercache.h, tiercache.pc and the man page
+#                         under DESTDIR/PREFIX (/usr/local); INSTALL_VARIANT
+#                         picks the build installed (release)
 #   make format / format-check / clean
 #
 # Objects live under build/<variant>/, mirroring the source paths. All four
@@ -68,6 +72,12 @@ SOFLAGS_tsan :=
 # Library objects: position independent (one set for the .a and the .so) and
 # hidden by default, so only TC_API (tc_*) symbols leave libtiercache.so.
 LIB_CFLAGS := -fPIC -fvisibility=hidden
+
+# The shared library's version: libtiercache.so.$(SO_VERSION), whose soname
+# is libtiercache.so.<major>. The major changes when the ABI of
+# src/tiercache.h does; keep it in step with TC_RELEASE there.
+SO_VERSION := 0.1.0
+SONAME := libtiercache.so.$(firstword $(subst ., ,$(SO_VERSION)))
 
 LIBS := -lpmem -lmemkind -luring -lurcu-memb -lurcu-common -lpthread -lm
 TEST_LIBS := -lcmocka
@@ -127,7 +137,8 @@ build/$(1)/libtcserver.a: $$(SRV_OBJS_$(1)) | layers
 
 build/$(1)/libtiercache.so: $$(LIB_OBJS_$(1))
 	@mkdir -p $$(@D)
-	$$(CC) -shared $$(SOFLAGS_$(1)) $$(LDFLAGS_$(1)) -o $$@ $$^ $$(LIBS)
+	$$(CC) -shared -Wl,-soname,$$(SONAME) $$(SOFLAGS_$(1)) $$(LDFLAGS_$(1)) \
+		-o $$@ $$^ $$(LIBS)
 
 # A unit test is one .c file; tests/unit/test_X.wrap, when present, holds
 # extra link flags for it (-Wl,--wrap=symbol ...) and is a prerequisite, so
@@ -326,6 +337,64 @@ exports: build/release/libtiercache.so
 	fi; \
 	echo "exports: ok, $$(nm -D --defined-only $< | \
 		awk 'NF == 3 && $$3 ~ /^tc_/' | wc -l) tc_ symbol(s)"
+
+# ---- install ------------------------------------------------------------------
+
+# GNU's directory variables; DESTDIR stages the tree (packages, tests).
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+DATADIR ?= $(PREFIX)/share
+# The service: the unit reads SYSCONFDIR/tiercached.conf (/etc, whatever
+# the prefix) through the wrapper; systemd looks for units and tmpfiles
+# under /usr/local/lib as well as /usr/lib.
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+WRAPPER := $(DATADIR)/tiercached/scripts/tiercached-wrapper
+INSTALL ?= install
+INSTALL_VARIANT ?= release
+IV := build/$(INSTALL_VARIANT)
+
+.PHONY: install
+install: $(IV)/tiercached $(IV)/libtiercache.so $(IV)/libtiercache.a \
+		packaging/tiercache.pc.in packaging/tiercached.1 \
+		packaging/tiercached-wrapper packaging/tiercached.service.in \
+		packaging/tiercached.conf packaging/tiercached.tmpfiles
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) \
+		$(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(dir $(WRAPPER)) \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(TMPFILESDIR) \
+		$(DESTDIR)$(SYSCONFDIR)
+	$(INSTALL) -m 755 $(IV)/tiercached $(DESTDIR)$(BINDIR)/tiercached
+	$(INSTALL) -m 755 $(IV)/libtiercache.so \
+		$(DESTDIR)$(LIBDIR)/libtiercache.so.$(SO_VERSION)
+	ln -sf libtiercache.so.$(SO_VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libtiercache.so
+	$(INSTALL) -m 644 $(IV)/libtiercache.a $(DESTDIR)$(LIBDIR)/libtiercache.a
+	$(INSTALL) -m 644 src/tiercache.h $(DESTDIR)$(INCLUDEDIR)/tiercache.h
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+		-e 's|@VERSION@|$(SO_VERSION)|g' -e 's|@LIBS@|$(LIBS)|g' \
+		packaging/tiercache.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/tiercache.pc
+	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/tiercache.pc
+	$(INSTALL) -m 644 packaging/tiercached.1 \
+		$(DESTDIR)$(MANDIR)/man1/tiercached.1
+	sed -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@BINDIR@|$(BINDIR)|g' \
+		packaging/tiercached-wrapper > $(DESTDIR)$(WRAPPER)
+	chmod 755 $(DESTDIR)$(WRAPPER)
+	sed -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@WRAPPER@|$(WRAPPER)|g' \
+		packaging/tiercached.service.in \
+		> $(DESTDIR)$(UNITDIR)/tiercached.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/tiercached.service
+	$(INSTALL) -m 644 packaging/tiercached.tmpfiles \
+		$(DESTDIR)$(TMPFILESDIR)/tiercached.conf
+	@# an operator's edited configuration is kept
+	[ -e $(DESTDIR)$(SYSCONFDIR)/tiercached.conf ] || $(INSTALL) -m 644 \
+		packaging/tiercached.conf $(DESTDIR)$(SYSCONFDIR)/tiercached.conf
 
 FORMAT_DIRS := src alloc tier tests perf tools
 FORMAT_FILES = $(shell find $(FORMAT_DIRS) -name '*.[ch]' -not -path 'perf/out/*' \
