@@ -91,12 +91,22 @@ answers() {
 }
 
 if [ -d /run/systemd/system ]; then
-    echo "--- deb-smoke: the service the package started"
+    # Debian's memcached package starts memcached.service on 11211 too (it
+    # is installed for the differential tests): stop it, so the port is
+    # tiercached's, and start the unit again now that it is free.
+    echo "--- deb-smoke: the service, with memcached.service stopped"
+    systemctl stop memcached 2>/dev/null || true
+    systemctl restart tiercached || true
+    for _ in $(seq 300); do
+        answers 11211 2>/dev/null && break
+        sleep 0.1
+    done
     systemctl is-active --quiet tiercached || {
         systemctl status tiercached --no-pager || true
         fail "tiercached.service is not active"
     }
     answers 11211 || fail "tiercached.service does not answer version"
+    systemctl stop tiercached
 else
     echo "--- deb-smoke: no systemd; the unit's ExecStart by hand"
     exec_start=$(sed -n 's/^ExecStart=//p' /lib/systemd/system/tiercached.service)
