@@ -358,6 +358,29 @@ test_arith_ex(void **state)
     assert_int_equal(info.exptime, NOW + 10);
 }
 
+/* total_items counts items linked as memcached counts them: an incr whose
+ * result fits the old value is rewritten in place there (no new item); one
+ * that grows the value is a new item */
+static void
+test_total_items_incr(void **state)
+{
+    struct fx *f = *state;
+    struct tc_stats st;
+    uint64_t v;
+
+    assert_int_equal(tc_set(f->c, "n", 1, "10", 2, 0, 0), TC_OK);
+    tc_stats(f->c, &st);
+    assert_int_equal(st.total_items, 1);
+    assert_int_equal(tc_incr(f->c, "n", 1, 5, &v, NULL), TC_OK);
+    assert_int_equal(tc_decr(f->c, "n", 1, 9, &v, NULL), TC_OK);
+    tc_stats(f->c, &st);
+    assert_int_equal(st.total_items, 1);
+    assert_int_equal(tc_incr(f->c, "n", 1, 1000, &v, NULL), TC_OK);
+    assert_int_equal(v, 1006);
+    tc_stats(f->c, &st);
+    assert_int_equal(st.total_items, 2);
+}
+
 static void
 test_drop_and_refused(void **state)
 {
@@ -496,6 +519,7 @@ main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_append_vivify, setup, teardown),
         cmocka_unit_test_setup_teardown(test_arith_ex, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_total_items_incr, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drop_and_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_thread_quiesce, setup, teardown),
         cmocka_unit_test_setup_teardown(test_last_access, setup, teardown),
