@@ -55,6 +55,8 @@ struct store_req {
                            unchanged (a touch meanwhile must not be lost) */
     uint32_t expect_exptime;
     bool recache;        /* a flash value copied back: not a new item */
+    bool in_place;       /* what memcached rewrites in place (an incr that
+                            fits): not counted in total_items */
     struct nvs_loc xloc; /* snapshot of a flash item: its locator */
 };
 
@@ -233,7 +235,7 @@ commit(struct cache_thread *t, struct store_req *r,
         cache_free_unpublished(t, plan, head, tails);
         return rc;
     }
-    if (!r->recache)
+    if (!r->recache && !r->in_place)
         cache_stat_inc(t, ST_TOTAL_ITEMS);
     if (c->hot)
         hotkey_count_store(t, *old ? cache_off(*old) : 0, head, r->hdr.vlen);
@@ -792,6 +794,7 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
             }
             r.claim_win = claimed;
             r.keep_fetched = fetched;
+            r.in_place = true;
         } else {
             r.hdr.iflags &= (uint8_t)~ITEM_STALE;
         }

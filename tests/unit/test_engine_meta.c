@@ -262,6 +262,55 @@ test_store_invalidate_mode(void **state)
     assert_false(s.info.stale);
 }
 
+/* memcached's serve-stale sequence (its t/metaget.t): md I T30 marks the item
+ * stale with a 30 s TTL; the first mg wins (W X), the next is told the token
+ * went out (Z X); ms I with an older CAS stores the value still stale, the
+ * win token still handed out and the TTL left at 30 s (not the store's 90);
+ * the winner's ms with the current CAS stores a fresh item with its TTL. */
+static void
+test_stale_store_keeps_win_and_ttl(void **state)
+{
+    struct fx *f = *state;
+    struct tc_get_opts plain = {0};
+    struct seen s;
+    uint64_t cas;
+
+    assert_int_equal(tc_store(f->c, TC_SET, "t", 1, "moo", 3, 0, 0, 0, &cas),
+                     TC_OK);
+    assert_int_equal(tc_invalidate(f->c, "t", 1, 0, 30), TC_OK);
+    assert_int_equal(get(f->c, "t", &plain, &s), TC_OK);
+    assert_true(s.info.stale);
+    assert_int_equal(s.info.win, TC_WIN_YOU);
+    assert_int_equal(s.info.exptime, NOW + 30);
+
+    /* without I an older CAS is refused */
+    struct tc_store_opts o = {.cas_check = true, .cas_in = 1};
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "t", 1, "f", 1, 0, 90, &o, NULL),
+                     TC_EXISTS);
+    o.invalidate = true;
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "t", 1, "f", 1, 0, 90, &o, NULL),
+                     TC_OK);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(get(f->c, "t", &plain, &s), TC_OK);
+        assert_string_equal(s.val, "f");
+        assert_true(s.info.stale);
+        assert_int_equal(s.info.win, TC_WIN_TAKEN);
+        assert_int_equal(s.info.exptime, NOW + 30);
+    }
+
+    /* the current CAS stores a fresh item: no stale mark, no win, new TTL */
+    o.invalidate = false;
+    o.cas_in = s.info.cas;
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "t", 1, "g", 1, 0, 90, &o, &cas),
+                     TC_OK);
+    assert_true(cas != o.cas_in);
+    assert_int_equal(get(f->c, "t", &plain, &s), TC_OK);
+    assert_string_equal(s.val, "g");
+    assert_false(s.info.stale);
+    assert_int_equal(s.info.win, TC_WIN_NONE);
+    assert_int_equal(s.info.exptime, NOW + 90);
+}
+
 static void
 test_append_vivify(void **state)
 {
@@ -307,6 +356,29 @@ test_arith_ex(void **state)
                      TC_OK);
     assert_int_equal(v, 0);
     assert_int_equal(info.exptime, NOW + 10);
+}
+
+/* total_items counts items linked as memcached counts them: an incr whose
+ * result fits the old value is rewritten in place there (no new item); one
+ * that grows the value is a new item */
+static void
+test_total_items_incr(void **state)
+{
+    struct fx *f = *state;
+    struct tc_stats st;
+    uint64_t v;
+
+    assert_int_equal(tc_set(f->c, "n", 1, "10", 2, 0, 0), TC_OK);
+    tc_stats(f->c, &st);
+    assert_int_equal(st.total_items, 1);
+    assert_int_equal(tc_incr(f->c, "n", 1, 5, &v, NULL), TC_OK);
+    assert_int_equal(tc_decr(f->c, "n", 1, 9, &v, NULL), TC_OK);
+    tc_stats(f->c, &st);
+    assert_int_equal(st.total_items, 1);
+    assert_int_equal(tc_incr(f->c, "n", 1, 1000, &v, NULL), TC_OK);
+    assert_int_equal(v, 1006);
+    tc_stats(f->c, &st);
+    assert_int_equal(st.total_items, 2);
 }
 
 static void
@@ -443,8 +515,11 @@ main(void)
         cmocka_unit_test_setup_teardown(test_explicit_cas, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_invalidate_mode, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_stale_store_keeps_win_and_ttl,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_append_vivify, setup, teardown),
         cmocka_unit_test_setup_teardown(test_arith_ex, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_total_items_incr, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drop_and_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_thread_quiesce, setup, teardown),
         cmocka_unit_test_setup_teardown(test_last_access, setup, teardown),
