@@ -217,6 +217,40 @@ def _wait_accepting(proc, port, timeout):
     return False
 
 
+# Debian's memcached, the reference the differential and comparison tests
+# start beside tiercached.
+MEMCACHED = Path(os.environ.get("TC_MEMCACHED", "/usr/bin/memcached"))
+
+
+def start_memcached(extra=(), mem=MEM_MIB, prefix="tc-memcached-"):
+    """MEMCACHED on a free 127.0.0.1 port with -U 0 -t 2 -m mem and the
+    extra flags (-u root as root); a port taken between choosing and
+    binding is retried, any other failure to start is an AssertionError."""
+    for attempt in range(3):
+        port = free_port()
+        argv = [str(MEMCACHED), "-p", str(port), "-l", HOST, "-U", "0",
+                "-m", str(mem), "-t", "2", *extra]
+        if os.geteuid() == 0:
+            argv += ["-u", "root"]
+        fd_err, err_path = tempfile.mkstemp(prefix=prefix, suffix=".err")
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=fd_err,
+                                cwd=str(ROOT), preexec_fn=_die_with_parent)
+        os.close(fd_err)
+        srv = Server(HOST, port, proc, pool=None, stderr_path=err_path,
+                     stdout_path=None, argv=argv)
+        if _wait_accepting(proc, port, START_TIMEOUT):
+            return srv
+        err = srv.stderr_text()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        srv.cleanup()
+        if "in use" not in err.lower() or attempt == 2:
+            raise AssertionError(f"{argv} did not start: {err}")
+    raise AssertionError("no free port")
+
+
 def start_server(extra=(), mem=MEM_MIB, threads=4, env=None, wait=True):
     """Start a server on a free port; returns a Server once it accepts.
     Retries on a new port when the chosen one was taken meanwhile."""

@@ -11,27 +11,24 @@ lengths, expiry times within a few seconds, fetched bits; CAS values, slab
 class ids and item sizes are each server's own.
 """
 
-import os
 import re
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import (HOST, ROOT, START_TIMEOUT, Server,
-                      _die_with_parent, _wait_accepting, free_port,
-                      start_server)
+import conftest
+from conftest import start_server
 
 # Each test runs memcached beside the server under test already; against
 # memcached itself the side-specific checks (tiercached lists every item)
 # and its crawler's timing would not hold.
 pytestmark = pytest.mark.tiercache_only
 
-MEMCACHED = Path(os.environ.get("TC_MEMCACHED", "/usr/bin/memcached"))
+MEMCACHED = conftest.MEMCACHED
 TOOL = Path("/usr/share/memcached/scripts/memcached-tool")
 IO_TIMEOUT = 10.0
 TIME_SLACK = 3
@@ -39,29 +36,7 @@ TIME_SLACK = 3
 
 def start_memcached():
     """The reference: memcached with its defaults (crawler on)."""
-    for attempt in range(3):
-        port = free_port()
-        argv = [str(MEMCACHED), "-p", str(port), "-l", HOST, "-U", "0",
-                "-m", "64", "-t", "2"]
-        if os.geteuid() == 0:
-            argv += ["-u", "root"]
-        fd_err, err_path = tempfile.mkstemp(prefix="tc-admin-", suffix=".err")
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=fd_err,
-                                cwd=str(ROOT), preexec_fn=_die_with_parent)
-        os.close(fd_err)
-        srv = Server(HOST, port, proc, pool=None, stderr_path=err_path,
-                     stdout_path=None, argv=argv)
-        if _wait_accepting(proc, port, START_TIMEOUT):
-            return srv
-        err = srv.stderr_text()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        srv.cleanup()
-        if "in use" not in err.lower() or attempt == 2:
-            raise AssertionError(f"{argv} did not start: {err}")
-    raise AssertionError("no free port")
+    return conftest.start_memcached(mem=64, prefix="tc-admin-")
 
 
 @pytest.fixture(scope="module")

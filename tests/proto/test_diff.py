@@ -66,21 +66,18 @@ import os
 import random
 import re
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import conftest  # noqa: E402
 import diffgen  # noqa: E402
-from conftest import (HOST, IS_ASAN, IS_MEMCACHED, ROOT,  # noqa: E402
-                      START_TIMEOUT, Server, _die_with_parent,
-                      _wait_accepting, free_port, start_server)
+from conftest import IS_ASAN, IS_MEMCACHED, start_server  # noqa: E402
 
-MEMCACHED = Path(os.environ.get("TC_MEMCACHED", "/usr/bin/memcached"))
+MEMCACHED = conftest.MEMCACHED
 SEQUENCES = int(os.environ.get("TC_DIFF_SEQUENCES",
                                "1000" if IS_ASAN else "2000"))
 SECONDS = float(os.environ.get("TC_DIFF_SECONDS", "240"))
@@ -176,30 +173,9 @@ def start_memcached():
     or decr then makes a new item instead of rewriting the number in place
     (padded, still stale, still fetched) — a reply that would depend on
     that thread's timing."""
-    for attempt in range(3):
-        port = free_port()
-        argv = [str(MEMCACHED), "-p", str(port), "-l", HOST, "-U", "0",
-                "-m", str(MEM_MIB), "-t", "2",
-                "-o", "no_lru_maintainer,no_lru_crawler"]
-        if os.geteuid() == 0:
-            argv += ["-u", "root"]
-        fd_err, err_path = tempfile.mkstemp(prefix="tc-diff-", suffix=".err")
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=fd_err,
-                                cwd=str(ROOT), preexec_fn=_die_with_parent)
-        os.close(fd_err)
-        srv = Server(HOST, port, proc, pool=None, stderr_path=err_path,
-                     stdout_path=None, argv=argv)
-        if _wait_accepting(proc, port, START_TIMEOUT):
-            return srv
-        err = srv.stderr_text()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        srv.cleanup()
-        if "in use" not in err.lower() or attempt == 2:
-            raise AssertionError(f"{argv} did not start: {err}")
-    raise AssertionError("no free port")
+    return conftest.start_memcached(
+        extra=("-o", "no_lru_maintainer,no_lru_crawler"), mem=MEM_MIB,
+        prefix="tc-diff-")
 
 
 class Client:
