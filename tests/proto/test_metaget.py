@@ -295,6 +295,35 @@ def test_metaget_stale_without_md(pair):
     p.x("mg inv2 s t c v\r\n", unlike=" [WXZ]", ttl=(80, 90))
 
 
+def test_metaget_arith_stale(pair):
+    """ma over a stale item (md I): a number that fits is rewritten in
+    place, still stale, the win kept as it was; a longer one is a new item,
+    no longer stale, with the old TTL. ma N only creates on a miss, so a
+    stale item is counted on, not replaced by the initial value."""
+    p = pair
+    # the fuzzer's case: "" then "1", stale, then incr with N past its length
+    p.x("set grow 0 0 0\r\n\r\n", like="^STORED")
+    p.x("append grow 0 0 1\r\n1\r\n", like="^STORED")
+    p.x("md grow I T30\r\n", like="^HD")
+    p.x("mg grow s t v\r\n", like=(" W", " X"), ttl=(0, 30), value="1")
+    p.x("ma grow N0 J5 D171 v t\r\n", ttl=(0, 30), value="172")
+    p.x("mg grow s t v\r\n", unlike=" [WXZ]", ttl=(0, 30), value="172")
+    # fits: in place, still stale, the win not yet handed out
+    p.x("set fit 0 100 2\r\n12\r\n", like="^STORED")
+    p.x("md fit I\r\n", like="^HD")
+    p.x("ma fit N0 D1 v t\r\n", ttl=(90, 100), value="13")
+    p.x("mg fit s t v\r\n", like=(" W", " X"), ttl=(90, 100), value="13")
+    # then longer: a new item, fresh
+    p.x("ma fit D171 v t\r\n", ttl=(90, 100), value="184")
+    p.x("mg fit s t v\r\n", unlike=" [WXZ]", ttl=(90, 100), value="184")
+    # decr in place after the win went out: still stale, still taken
+    p.x("set down 0 100 3\r\n500\r\n", like="^STORED")
+    p.x("md down I\r\n", like="^HD")
+    p.x("mg down s v\r\n", like=(" W", " X"), value="500")
+    p.x("ma down MD D1 v\r\n", value="499")
+    p.x("mg down s v\r\n", like=(" X", " Z"), unlike=" W", value="499")
+
+
 def test_metaget_quiet_opaque_errors(pair):
     p = pair
     p.x("ms quiet 2 q\r\nmo\r\nmd quiet q\r\nmg quiet s v q\r\nms quiet\r\n",
