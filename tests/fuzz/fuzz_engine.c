@@ -128,10 +128,11 @@ fz_concat_appended(struct fz *f, const struct fz_store *s)
     g.called = false;
     int rc = tc_get_ex(f->c, fz_keys[s->k], fz_klen[s->k], &o, fz_collect, &g);
     /* a miss: created already expired (an appended item would be live,
-     * and nothing was allocated since) */
+     * and nothing was allocated since); appended or created, the item is
+     * a new one, no longer stale */
     return rc == TC_OK &&
            (g.info.vlen == m->vlen + s->vlen && g.info.flags == m->flags &&
-            g.info.exptime == m->exptime && g.info.stale == m->stale);
+            g.info.exptime == m->exptime && !g.info.stale);
 }
 
 static void

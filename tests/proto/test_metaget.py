@@ -324,6 +324,23 @@ def test_metaget_arith_stale(pair):
     p.x("mg down s v\r\n", like=(" X", " Z"), unlike=" W", value="499")
 
 
+def test_metaget_append_stale(pair):
+    """ms MA over a stale item (md I) makes a new item, no longer stale,
+    with the old flags and TTL, even when it appends nothing; N only
+    creates on a miss."""
+    p = pair
+    p.x("set apst 0 0 5\r\nhello\r\n", like="^STORED")
+    p.x("md apst I\r\n", like="^HD")
+    p.x("mg apst s v\r\n", like=(" W", " X"), value="hello")
+    p.x("ms apst 0 MA N30 F77\r\n\r\n", like="^HD")
+    p.x("mg apst s t f v\r\n", like=(" t-1", " f0"), unlike=" [WXZ]",
+        value="hello")
+    p.x("md apst I T30\r\n", like="^HD")
+    p.x("ms apst 2 MA\r\nxy\r\n", like="^HD")
+    p.x("mg apst s t v\r\n", unlike=" [WXZ]", ttl=(0, 30),
+        value="helloxy")
+
+
 def test_metaget_quiet_opaque_errors(pair):
     p = pair
     p.x("ms quiet 2 q\r\nmo\r\nmd quiet q\r\nmg quiet s v q\r\nms quiet\r\n",
