@@ -6,6 +6,9 @@ besides the checks metaget.t makes of each reply (flags W X Z present or
 absent, TTL windows, values). A request that carries a CAS carries each
 server's own.
 
+Beyond metaget.t: ma and an append over a stale item (md I), compared the
+same way.
+
 Left out: metaget.t's last-access block (mg l: an intended difference, see
 doc/operating.md, "Switching from memcached") and its extstore block (a
 memcached build option)."""
