@@ -605,7 +605,10 @@ struct tc_arith_opts {
     bool *vivified;   /* out, may be NULL: the miss created the item */
     uint64_t cas_new; /* nonzero: the new item's CAS (meta E) */
 };
-/* *value the new value; *info (may be NULL) the new item's header. */
+/* *value the new value; *info (may be NULL) the new item's header. As
+ * memcached, a stale item stays stale when the new number fits in the old
+ * value's length (rewritten in place), and a longer one is a new item, no
+ * longer stale, with the old expiry. */
 TC_API int tc_arith_ex(struct tc_cache *c, const void *key, size_t klen,
                        bool incr, uint64_t delta,
                        const struct tc_arith_opts *opts, uint64_t *value,
