@@ -766,6 +766,8 @@ cache_open(const struct tc_config *cfg, struct cache **out)
     c->hash_seed = 0x9e3779b97f4a7c15ull ^ (uint64_t)clock_nsec();
     atomic_init(&c->cas_seq, 0);
     pthread_mutex_init(&c->admin, NULL);
+    for (unsigned i = 0; i < CACHE_MOVES_MAX; i++)
+        atomic_init(&c->move[i].page, UINT32_MAX);
     pthread_mutex_init(&c->threads_lock, NULL);
     pthread_mutex_init(&c->limbo_lock, NULL);
     pthread_mutex_init(&c->bg_lock, NULL);
