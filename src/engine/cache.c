@@ -238,6 +238,16 @@ cache_thread_quiesce(struct cache_thread *t)
     cache_defer_flush(t);
 }
 
+bool
+cache_thread_alone(struct cache_thread *t)
+{
+    struct cache *c = t->cache;
+    pthread_mutex_lock(&c->threads_lock);
+    bool alone = c->threads == t && t->next == NULL;
+    pthread_mutex_unlock(&c->threads_lock);
+    return alone;
+}
+
 void
 cache_thread_put(struct cache *c)
 {

@@ -286,6 +286,10 @@ struct cache_thread *cache_thread_get(struct cache *c);
 /* Give back the calling thread's stash and deferred frees (tc_thread_quiesce
  * and a drain's request). */
 void cache_thread_quiesce(struct cache_thread *t);
+/* Whether t is the only thread registered with its cache (no maintenance
+ * thread, no other user): nobody else holds chunks of it. Locks:
+ * threads_lock. */
+bool cache_thread_alone(struct cache_thread *t);
 void cache_thread_put(struct cache *c);
 
 static inline void

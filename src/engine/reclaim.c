@@ -76,22 +76,40 @@ class_has_pages(struct cache *c, unsigned cls)
     return st.pages > 0;
 }
 
+/* The classes a store of plan takes chunks from: a bit a class. */
+static uint64_t
+plan_classes(struct cache *c, const struct item_plan *plan)
+{
+    uint64_t m = 1ull << slab_class_for(c->slab, plan->head_size);
+    if (plan->nchain > 1)
+        m |= 1ull << slab_class_for(c->slab, c->chunk_max);
+    if (plan->nchain > 0)
+        m |= 1ull << slab_class_for(c->slab, plan->last_size);
+    return m;
+}
+
+static int reassign(struct cache_thread *t, int src, int dst,
+                    enum reclaim_how how, uint64_t keep);
+
 /*
- * One chunk of the class for size: from the quota; else evict cold items of
- * the class (CLOCK may need several passes to find one); else wait for
- * pending deferred frees; else take a page from another class. 0, -EBUSY
- * (a page move waits for chunks other threads hold, or this one: come
- * back, holding no chunk) or -ENOMEM.
+ * One chunk of class cls for a store of plan, the quota's stash empty:
+ * evict cold items of the class (CLOCK may need several passes to find
+ * one); else wait for pending deferred frees; else take a page from
+ * another class, never the one page of a class plan needs too (taken from
+ * under it, that class would take it back, and so on: with nobody but this
+ * thread to give chunks back, for good). 0, -EBUSY (a page move waits for
+ * chunks other threads hold, or this one: come back, holding no chunk) or
+ * -ENOMEM.
  */
-static int
-alloc_chunk(struct cache_thread *t, uint32_t size, uint64_t *off)
+static __attribute__((noinline, cold)) int
+alloc_chunk_slow(struct cache_thread *t, unsigned cls,
+                 const struct item_plan *plan, uint64_t *off)
 {
     struct cache *c = t->cache;
-    unsigned cls = (unsigned)slab_class_for(c->slab, size);
     int evict_misses = 0;
 
     for (int attempt = 0; attempt < 32; attempt++) {
-        if (quota_alloc(t->quota, cls, off) == 0)
+        if (attempt > 0 && quota_alloc(t->quota, cls, off) == 0)
             return 0;
         /* memory freed but waiting for readers comes first: cheaper than
          * evicting, and eviction must not outrun it */
@@ -109,7 +127,7 @@ alloc_chunk(struct cache_thread *t, uint32_t size, uint64_t *off)
             break; /* a drain's own copy: it must not move pages */
         /* a page with room elsewhere (with -M too: its items move into
          * free chunks, none is evicted) */
-        int rc = reclaim_reassign(t, -1, (int)cls, RECLAIM_WAIT);
+        int rc = reassign(t, -1, (int)cls, RECLAIM_WAIT, plan_classes(c, plan));
         if (rc == 0)
             continue;
         /* with evictions on, a class (this or another) with nothing to
@@ -123,6 +141,17 @@ alloc_chunk(struct cache_thread *t, uint32_t size, uint64_t *off)
     }
     /* other threads took every chunk this found first: come back too */
     return c->cfg.evict && !t->in_admin ? -EBUSY : -ENOMEM;
+}
+
+/* One chunk for size: from the quota, else as alloc_chunk_slow(). */
+static inline __attribute__((always_inline)) int
+alloc_chunk(struct cache_thread *t, uint32_t size, const struct item_plan *plan,
+            uint64_t *off)
+{
+    unsigned cls = (unsigned)slab_class_for(t->cache->slab, size);
+    if (likely(quota_alloc(t->quota, cls, off) == 0))
+        return 0;
+    return alloc_chunk_slow(t, cls, plan, off);
 }
 
 /* Give back the first n tails of an item whose allocation failed with rc;
@@ -146,10 +175,10 @@ alloc_item_once(struct cache_thread *t, const struct item_plan *plan,
 
     for (unsigned i = 0; i < plan->nchain; i++) {
         uint32_t size = i + 1 == plan->nchain ? plan->last_size : c->chunk_max;
-        if ((rc = alloc_chunk(t, size, &tails[i])) != 0)
+        if ((rc = alloc_chunk(t, size, plan, &tails[i])) != 0)
             return alloc_item_undo(t, tails, i, rc);
     }
-    if ((rc = alloc_chunk(t, plan->head_size, head)) != 0)
+    if ((rc = alloc_chunk(t, plan->head_size, plan, head)) != 0)
         return alloc_item_undo(t, tails, plan->nchain, rc);
     return 0;
 }
@@ -178,9 +207,21 @@ alloc_backoff(unsigned tries)
  * page move itself gives up on a page after MOVE_PATIENCE_NS, so this
  * leaves room for several donors: only a thread that sleeps with a stash
  * without tc_thread_quiesce, or a machine far too loaded, makes a store
- * wait that long). The first attempt is the whole cost when memory is
- * there: no clock read, no counter.
+ * wait that long). Each attempt goes on with the waiting moves itself
+ * (reassign settles them first), so a move that waited for this thread's
+ * own chunks ends at the next attempt. A thread alone with its cache (no
+ * maintenance thread, no other user) does not sleep: nobody else can give
+ * anything back, so what its own attempts cannot finish stays as it is,
+ * and after ALONE_TRIES of them the store fails at once. The first
+ * attempt is the whole cost when memory is there: no clock read, no
+ * counter.
  */
+/* Attempts of a thread alone with its cache: the first gives back what it
+ * held and finishes the moves that waited for it, the next take the pages
+ * those moves freed (a chained item may need a page for its last piece's
+ * class and one for its head's). */
+#define ALONE_TRIES 4
+
 /* reclaim_alloc_item's wait, out of its way: the first attempt said
  * -EBUSY. */
 static __attribute__((noinline, cold)) int
@@ -191,11 +232,15 @@ alloc_item_wait(struct cache_thread *t, const struct item_plan *plan,
 
     cache_stat_inc(t, ST_ALLOC_WAITS);
     for (unsigned tries = 0;; tries++) {
+        bool alone = cache_thread_alone(t);
         cache_thread_quiesce(t);
-        alloc_backoff(tries);
+        if (!alone)
+            alloc_backoff(tries);
         int rc = alloc_item_once(t, plan, head, tails);
         if (rc != -EBUSY)
             return rc;
+        if (alone && tries + 1 >= ALONE_TRIES)
+            return -ENOMEM;
         if (clock_nsec() - start >
             (uint64_t)t->cache->cfg.alloc_wait_ms * 1000000)
             return -ENOMEM;
@@ -548,14 +593,16 @@ drain_for_reassign(struct cache_thread *t, uint32_t page)
 }
 
 /* The class to take a page from for dst, or -1: not dst nor one in avoid
- * (a bit a class); a class with more than one page, or whose one page is
- * all free, before the others; then the most free bytes; then the most
- * pages. Bytes, not chunks: a page of small chunks has thousands free.
- * Ranked by free chunks, with only the one page of a small class taken, a
- * store of a chained item whose head and last tail needed two such classes
- * sent one page back and forth between them and was refused. */
+ * (a bit a class), nor one in keep (the classes the store that asks needs
+ * too) with one page only; a class with more than one page, or whose one
+ * page is all free, before the others; then the most free bytes; then the
+ * most pages. Bytes, not chunks: a page of small chunks has thousands
+ * free. Ranked by free chunks, with only the one page of a small class
+ * taken, a store of a chained item whose head and last tail needed two
+ * such classes sent one page back and forth between them and was
+ * refused. */
 static int
-pick_donor(struct cache *c, int dst, uint64_t avoid)
+pick_donor(struct cache *c, int dst, uint64_t avoid, uint64_t keep)
 {
     int best = -1;
     bool best_spare = false;
@@ -563,7 +610,8 @@ pick_donor(struct cache *c, int dst, uint64_t avoid)
     for (unsigned i = 0; i < slab_nclasses(c->slab); i++) {
         struct slab_class_stats st;
         slab_class_stats(c->slab, i, &st);
-        if ((int)i == dst || (avoid >> i & 1) || st.pages == 0)
+        if ((int)i == dst || (avoid >> i & 1) || st.pages == 0 ||
+            ((keep >> i & 1) && st.pages == 1))
             continue;
         bool spare = st.pages > 1 || st.free_chunks >= st.perpage;
         uint64_t free_bytes = st.free_chunks * st.chunk_size;
@@ -751,10 +799,12 @@ move_start(struct cache_thread *t, unsigned i, unsigned src, int dst)
  * and waiting, the answer is -EBUSY (the caller comes back; see
  * reclaim_alloc_item). A waiting page stays draining, so the work done on
  * it (items moved, spilled or evicted) is not thrown away, and no thread
- * waits for chunks while it holds admin.
+ * waits for chunks while it holds admin. keep: the classes the store that
+ * asks takes chunks from; the one page of such a class is no donor.
  */
-int
-reclaim_reassign(struct cache_thread *t, int src, int dst, enum reclaim_how how)
+static int
+reassign(struct cache_thread *t, int src, int dst, enum reclaim_how how,
+         uint64_t keep)
 {
     struct cache *c = t->cache;
     int n = (int)slab_nclasses(c->slab);
@@ -774,12 +824,19 @@ reclaim_reassign(struct cache_thread *t, int src, int dst, enum reclaim_how how)
     }
     if (got && src < 0)
         rc = 0; /* a waiting move was for dst: it has its page */
-    else if (slot >= 0 && src < 0 && (src = pick_donor(c, dst, avoid)) < 0)
+    else if (slot >= 0 && src < 0 &&
+             (src = pick_donor(c, dst, avoid, keep)) < 0)
         rc = -ENOENT;
     else if (slot >= 0 && (src < 0 || !(avoid >> src & 1)))
         rc = move_start(t, (unsigned)slot, (unsigned)src, dst);
     admin_leave(t);
     return rc;
+}
+
+int
+reclaim_reassign(struct cache_thread *t, int src, int dst, enum reclaim_how how)
+{
+    return reassign(t, src, dst, how, 0);
 }
 
 void

@@ -269,6 +269,63 @@ test_no_evict_still_refuses(void **state)
     assert_int_equal(st.store_waits, 0);
 }
 
+/* Store one value of len bytes under name: its result. */
+static int
+set_len(struct tc_cache *c, const char *name, unsigned char *v, uint32_t len)
+{
+    fill_pattern(v, len, len);
+    return tc_set(c, name, strlen(name), v, len, 0, 0);
+}
+
+/*
+ * One thread, no maintenance thread (as the engine fuzz target: a 4-page
+ * pool, five classes of 64 .. 1024 bytes). Two classes hold a page of
+ * small items each; a chained value then needs three more classes at once
+ * (its 1 KiB chunks, its last piece's, its head's) on the two pages left.
+ * Nobody but the storing thread can give anything back, so a page move
+ * that waits for chunks waits for this store's own: the store must finish
+ * the move itself or take a page it does not hold, never wait for a
+ * thread that is not there. Every such store succeeds (the small items'
+ * pages can be emptied); alloc_wait_ms bounds the test if one waits for
+ * nothing (it then fails with -ENOMEM).
+ */
+static void
+test_one_thread_waits_on_nobody(void **state)
+{
+    struct fx *f = *state;
+    unsigned char v[4096];
+    char key[32];
+
+    f->cfg.pool_size = 6 * MIB; /* 4 pages after the 2 MiB header */
+    f->cfg.item_size_max = 4096;
+    f->cfg.chunk_max = 1024;
+    f->cfg.growth_factor = 2.0;
+    f->cfg.quota_batch = 4;
+    f->cfg.expected_items = 64;
+    f->cfg.alloc_wait_ms = 2000;
+    fx_reopen(f);
+    assert_int_equal(set_len(f->c, "k0", v, 5), TC_OK);
+    assert_int_equal(set_len(f->c, "k1", v, 824), TC_OK);
+    for (unsigned i = 0; i < 32; i++) {
+        snprintf(key, sizeof(key), "fill%u", i);
+        assert_int_equal(set_len(f->c, key, v, 48), TC_OK);
+    }
+    for (unsigned i = 0; i < 32; i++) {
+        snprintf(key, sizeof(key), "fill%u", 64 + i);
+        assert_int_equal(set_len(f->c, key, v, 480), TC_OK);
+    }
+    assert_int_equal(set_len(f->c, "k2", v, 3806), TC_OK);
+    for (unsigned i = 0; i < 64; i++) {
+        snprintf(key, sizeof(key), "fill%u", 320 + i);
+        int rc = set_len(f->c, key, v, 3200);
+        if (rc != TC_OK)
+            print_message("%s: %d\n", key, rc);
+        assert_int_equal(rc, TC_OK);
+        check_val(f->c, key, v, 3200);
+    }
+    assert_int_equal(tc_check(f->c), 0);
+}
+
 int
 main(void)
 {
@@ -277,6 +334,7 @@ main(void)
         TC_TEST(test_race_background_on),
         TC_TEST(test_chained_sizes_one_thread),
         TC_TEST(test_no_evict_still_refuses),
+        TC_TEST(test_one_thread_waits_on_nobody),
     };
     const char *filter = getenv("TC_TEST_FILTER");
     if (filter != NULL && *filter != '\0')
