@@ -600,19 +600,23 @@ drain_for_reassign(struct cache_thread *t, uint32_t page)
  * free. Ranked by free chunks, with only the one page of a small class
  * taken, a store of a chained item whose head and last tail needed two
  * such classes sent one page back and forth between them and was
- * refused. */
+ * refused. *kept: a class was passed over for keep only. */
 static int
-pick_donor(struct cache *c, int dst, uint64_t avoid, uint64_t keep)
+pick_donor(struct cache *c, int dst, uint64_t avoid, uint64_t keep, bool *kept)
 {
     int best = -1;
     bool best_spare = false;
     uint64_t best_free = 0, best_pages = 0;
+    *kept = false;
     for (unsigned i = 0; i < slab_nclasses(c->slab); i++) {
         struct slab_class_stats st;
         slab_class_stats(c->slab, i, &st);
-        if ((int)i == dst || (avoid >> i & 1) || st.pages == 0 ||
-            ((keep >> i & 1) && st.pages == 1))
+        if ((int)i == dst || (avoid >> i & 1) || st.pages == 0)
             continue;
+        if ((keep >> i & 1) && st.pages == 1) {
+            *kept = true;
+            continue;
+        }
         bool spare = st.pages > 1 || st.free_chunks >= st.perpage;
         uint64_t free_bytes = st.free_chunks * st.chunk_size;
         if (best < 0 || spare > best_spare ||
@@ -800,7 +804,10 @@ move_start(struct cache_thread *t, unsigned i, unsigned src, int dst)
  * reclaim_alloc_item). A waiting page stays draining, so the work done on
  * it (items moved, spilled or evicted) is not thrown away, and no thread
  * waits for chunks while it holds admin. keep: the classes the store that
- * asks takes chunks from; the one page of such a class is no donor.
+ * asks takes chunks from; the one page of such a class is no donor. When
+ * that leaves none, dst has no page and no move waits, the pool has fewer
+ * pages than the store needs classes, whatever other threads give back:
+ * -ENOSPC (the store fails at once).
  */
 static int
 reassign(struct cache_thread *t, int src, int dst, enum reclaim_how how,
@@ -810,7 +817,7 @@ reassign(struct cache_thread *t, int src, int dst, enum reclaim_how how,
     int n = (int)slab_nclasses(c->slab);
     uint64_t avoid = 0;
     int done, rc = -EBUSY, slot = -1;
-    bool got = false;
+    bool got = false, kept = false;
 
     if (dst < 0 || dst >= n || src >= n || src == dst || src < -1)
         return -EINVAL;
@@ -825,8 +832,9 @@ reassign(struct cache_thread *t, int src, int dst, enum reclaim_how how,
     if (got && src < 0)
         rc = 0; /* a waiting move was for dst: it has its page */
     else if (slot >= 0 && src < 0 &&
-             (src = pick_donor(c, dst, avoid, keep)) < 0)
-        rc = -ENOENT;
+             (src = pick_donor(c, dst, avoid, keep, &kept)) < 0)
+        rc = kept && !avoid && !class_has_pages(c, (unsigned)dst) ? -ENOSPC
+                                                                  : -ENOENT;
     else if (slot >= 0 && (src < 0 || !(avoid >> src & 1)))
         rc = move_start(t, (unsigned)slot, (unsigned)src, dst);
     admin_leave(t);

@@ -326,6 +326,37 @@ test_one_thread_waits_on_nobody(void **state)
     assert_int_equal(tc_check(f->c), 0);
 }
 
+/*
+ * A chained value that needs chunks of three classes at once in a pool of
+ * two pages can never be stored, whatever other threads give back: the
+ * store is refused at once, without waiting for page moves (with the
+ * maintenance thread there, the store is not alone with its cache, so it
+ * would have waited alloc_wait_ms, and tc_store_waits says whether it
+ * did). A value that fits one class is stored after it.
+ */
+static void
+test_too_few_pages_refused_at_once(void **state)
+{
+    struct fx *f = *state;
+    unsigned char v[4096];
+
+    f->cfg.pool_size = 6 * MIB;
+    f->cfg.mem_limit = 2 * MIB; /* 2 pages of 1 MiB */
+    f->cfg.item_size_max = 4096;
+    f->cfg.chunk_max = 1024;
+    f->cfg.growth_factor = 2.0;
+    f->cfg.background = true;
+    f->cfg.alloc_wait_ms = 2000; /* bounds the test if the store waits */
+    fx_reopen(f);
+    /* 1 KiB chunks, a last piece of the 256-byte class, a 64-byte head */
+    assert_int_equal(set_len(f->c, "big", v, 3200), -ENOMEM);
+    struct tc_stats st;
+    tc_stats(f->c, &st);
+    assert_int_equal(st.store_waits, 0);
+    assert_int_equal(set_len(f->c, "small", v, 900), TC_OK);
+    check_val(f->c, "small", v, 900);
+}
+
 int
 main(void)
 {
@@ -335,6 +366,7 @@ main(void)
         TC_TEST(test_chained_sizes_one_thread),
         TC_TEST(test_no_evict_still_refuses),
         TC_TEST(test_one_thread_waits_on_nobody),
+        TC_TEST(test_too_few_pages_refused_at_once),
     };
     const char *filter = getenv("TC_TEST_FILTER");
     if (filter != NULL && *filter != '\0')
