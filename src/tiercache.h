@@ -185,6 +185,11 @@ struct tc_config {
     uint32_t ext_threads;         /* I/O threads where io_uring is refused;
                                      default 2 */
     bool ext_no_uring;            /* use those threads even with io_uring */
+    uint32_t alloc_wait_ms;       /* how long a store may wait for a page
+                                     move (chunks of the page other threads
+                                     hold) before it fails with -ENOMEM;
+                                     evictions on only; default 3000 (0:
+                                     one retry, no wait) */
 };
 
 enum tc_win {
@@ -315,6 +320,14 @@ struct tc_stats {
     uint64_t extstore_pages_free;
     uint64_t extstore_io_queue; /* flash reads in flight */
     uint64_t ext_read_p50_ns, ext_read_p99_ns, ext_read_p999_ns;
+    /* page moves: one waits now for chunks held elsewhere (a thread's
+     * stash, a write in progress); such chunks a move found, each time it
+     * looked; moves given up (waited too long, the page back in service);
+     * stores that waited for a move */
+    bool slab_reassign_running;
+    uint64_t slab_reassign_busy_items;
+    uint64_t slab_reassign_gave_up;
+    uint64_t store_waits;
 };
 
 /*
@@ -370,7 +383,12 @@ struct tc_stats {
 
 /* "slabs_moved", after the slab reassign figures */
 #define TC_STATS_SLAB(X)                                                       \
-    X(REASSIGNS, slab_reassign_count, "slabs_moved", COUNTER)
+    X(REASSIGNS,           slab_reassign_count, "slabs_moved", COUNTER)        \
+    X(REASSIGN_BUSY_ITEMS, slab_reassign_busy_items,                           \
+                           "slab_reassign_busy_items", COUNTER)                \
+    X(REASSIGN_GAVE_UP,    slab_reassign_gave_up,                              \
+                           "tc_slab_reassign_gave_up", COUNTER)                \
+    X(ALLOC_WAITS,         store_waits, "tc_store_waits", COUNTER)
 
 /* items and their bytes */
 #define TC_STATS_ITEM(X)                                                       \
@@ -454,6 +472,11 @@ TC_API void tc_thread_unregister(struct tc_cache *c);
  * its batch of frees awaiting a grace period. Cheap; without it an idle
  * thread can delay page reassignment and keep freed memory. */
 TC_API void tc_thread_quiesce(struct tc_cache *c);
+/* Cheaper: gives back the stash and the deferred frees only when a page move
+ * asked for them since (every other call makes that check too). For a thread
+ * about to wait a little (a server worker before a short blocking wait): a
+ * page move, and the stores behind it, would wait for it. */
+TC_API void tc_thread_poll(struct tc_cache *c);
 
 /* Retrieval. exptime values follow memcached: 0 never,
  * 1..TC_EXPTIME_RELATIVE_MAX seconds from now, larger an absolute unix time,
@@ -665,8 +688,11 @@ TC_API int tc_flush_all(struct tc_cache *c, int64_t delay);
 TC_API int tc_set_mem_limit(struct tc_cache *c, uint64_t bytes);
 
 /* Move one page from slab class src to dst (memcached's "slabs reassign"),
- * moving its live items to other pages of src. src -1: pick the class with
- * the most free chunks. 0, -EINVAL, -ENOENT (src has no page), -EBUSY. */
+ * moving its live items to other pages of src. src -1: pick a class with a
+ * page to spare and the most free bytes. 0, -EINVAL, -ENOENT (src has no
+ * page), -EBUSY (other threads still hold chunks of the page: the move
+ * goes on as they give them back, or is given up after half a second; or
+ * two such moves wait already). */
 TC_API int tc_slab_reassign(struct tc_cache *c, int src, int dst);
 
 /* One live item as tc_walk reports it (memcached's metadump fields). */

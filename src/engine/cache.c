@@ -238,6 +238,16 @@ cache_thread_quiesce(struct cache_thread *t)
     cache_defer_flush(t);
 }
 
+bool
+cache_thread_alone(struct cache_thread *t)
+{
+    struct cache *c = t->cache;
+    pthread_mutex_lock(&c->threads_lock);
+    bool alone = c->threads == t && t->next == NULL;
+    pthread_mutex_unlock(&c->threads_lock);
+    return alone;
+}
+
 void
 cache_thread_put(struct cache *c)
 {
@@ -766,6 +776,8 @@ cache_open(const struct tc_config *cfg, struct cache **out)
     c->hash_seed = 0x9e3779b97f4a7c15ull ^ (uint64_t)clock_nsec();
     atomic_init(&c->cas_seq, 0);
     pthread_mutex_init(&c->admin, NULL);
+    for (unsigned i = 0; i < CACHE_MOVES_MAX; i++)
+        atomic_init(&c->move[i].page, UINT32_MAX);
     pthread_mutex_init(&c->threads_lock, NULL);
     pthread_mutex_init(&c->limbo_lock, NULL);
     pthread_mutex_init(&c->bg_lock, NULL);

@@ -151,6 +151,9 @@ struct cache_thread {
     _Atomic int64_t cls_chunks[SLAB_MAX_CLASSES]; /* chunks of live items */
 };
 
+/* Page moves that may wait at once (src/engine/reclaim.c) */
+#define CACHE_MOVES_MAX 2
+
 struct cache {
     uint64_t id; /* unique per open, so a stale thread slot never matches */
     struct tc_config cfg;
@@ -177,6 +180,15 @@ struct cache {
     unsigned sweep_cls;
     _Atomic uint32_t shrink_target; /* pages wanted after a pending shrink,
                                        0 none */
+    /* Page moves waiting for chunks other threads hold (their stashes,
+     * items being written): each stays draining, and the next reassignment
+     * or maintenance step finishes it (src/engine/reclaim.c). Under admin. */
+    struct {
+        _Atomic uint32_t page; /* UINT32_MAX: none; stats peek (relaxed) */
+        unsigned cls;          /* the class it leaves */
+        int dst;               /* the class it goes to, or -1: the pool */
+        uint64_t since_ns;
+    } move[CACHE_MOVES_MAX];
 
     pthread_mutex_t threads_lock;
     struct cache_thread *threads;
@@ -274,6 +286,10 @@ struct cache_thread *cache_thread_get(struct cache *c);
 /* Give back the calling thread's stash and deferred frees (tc_thread_quiesce
  * and a drain's request). */
 void cache_thread_quiesce(struct cache_thread *t);
+/* Whether t is the only thread registered with its cache (no maintenance
+ * thread, no other user): nobody else holds chunks of it. Locks:
+ * threads_lock. */
+bool cache_thread_alone(struct cache_thread *t);
 void cache_thread_put(struct cache *c);
 
 static inline void

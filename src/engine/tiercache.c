@@ -77,6 +77,7 @@ tc_config_init(struct tc_config *cfg)
     cfg->item_size_max = TC_ITEM_SIZE_MAX_DEFAULT;
     cfg->evict = true;
     cfg->quota_batch = 32;
+    cfg->alloc_wait_ms = 3000;
     cfg->background = true;
     cfg->sweep_budget = 1024;
     cfg->hotspot_interleave = 4096;
@@ -150,6 +151,12 @@ tc_thread_quiesce(struct tc_cache *tc)
     struct cache_thread *t = cache_thread_get(engine(tc));
     if (t)
         cache_thread_quiesce(t);
+}
+
+TC_API void
+tc_thread_poll(struct tc_cache *tc)
+{
+    cache_thread_get(engine(tc)); /* gives back when a page move asks */
 }
 
 TC_API int
@@ -531,6 +538,7 @@ tc_stats(struct tc_cache *tc, struct tc_stats *out)
     out->field = STAT_VALUE_##kind(s[ST_##id]);
     TC_STATS_COUNTERS(STAT_COPY)
 #undef STAT_COPY
+    out->slab_reassign_running = reclaim_move_waiting(c);
     out->hot_pool_bytes = hotkey_pool_bytes(c);
     out->hot_pool_limit = c->cfg.hot_pool_size;
     ext_stats(c, out);

@@ -417,8 +417,12 @@ static int
 worker_wait(struct worker *w, struct epoll_event *ev, int max, bool *idle)
 {
     int n = epoll_wait(w->cw.epfd, ev, max, 0);
-    if (n == 0 && !*idle)
+    if (n == 0 && !*idle) {
+        /* a page move waiting for this worker's chunks must not wait
+         * WORKER_IDLE_MS for them (stores wait for that move) */
+        tc_thread_poll(w->srv->cache);
         n = epoll_wait(w->cw.epfd, ev, max, WORKER_IDLE_MS);
+    }
     if (n == 0) {
         if (!*idle)
             tc_thread_quiesce(w->srv->cache);
