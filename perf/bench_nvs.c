@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <time.h>
@@ -203,7 +204,20 @@ struct result {
     double avg_us, p99_us;         /* slot free -> completion */
     double dev_avg_us, dev_p99_us; /* submit -> completion */
     uint64_t errors;
+    double usr_us, sys_us; /* the reading thread's CPU per read */
 };
+
+/* The calling thread's user and system CPU time, ns. */
+static void
+thread_cpu(uint64_t *usr, uint64_t *sys)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    *usr = (uint64_t)ru.ru_utime.tv_sec * 1000000000ull +
+           (uint64_t)ru.ru_utime.tv_usec * 1000ull;
+    *sys = (uint64_t)ru.ru_stime.tv_sec * 1000000000ull +
+           (uint64_t)ru.ru_stime.tv_usec * 1000ull;
+}
 
 #define MAX_SAMPLES (4u << 20)
 
@@ -227,6 +241,8 @@ run_reads(struct bench *b, unsigned depth, unsigned batch)
     }
     uint64_t dio0, db0, dio1, db1;
     bool have_dev = dev_reads(b->o.path, &dio0, &db0);
+    uint64_t cu0, cs0, cu1, cs1;
+    thread_cpu(&cu0, &cs0);
     uint64_t t0 = clock_nsec(), end = t0 + (uint64_t)(b->o.seconds * 1e9);
     for (unsigned i = 0; i < depth; i++)
         freeq[nfree++] = &q[i];
@@ -264,8 +280,13 @@ run_reads(struct bench *b, unsigned depth, unsigned batch)
         }
     }
     double secs = (double)(now - t0) / 1e9;
+    thread_cpu(&cu1, &cs1);
     nvs_ring_destroy(r);
     res.iops = (double)n / secs;
+    if (n > 0) {
+        res.usr_us = (double)(cu1 - cu0) / 1e3 / (double)n;
+        res.sys_us = (double)(cs1 - cs0) / 1e3 / (double)n;
+    }
     res.dev_bytes = -1;
     if (have_dev && dev_reads(b->o.path, &dio1, &db1) && dio1 > dio0)
         res.dev_bytes = (double)(db1 - db0) / (double)(dio1 - dio0);
@@ -285,9 +306,10 @@ run_reads(struct bench *b, unsigned depth, unsigned batch)
     return res;
 }
 
-/* fio's read IOPS on the same file and range, or -1. */
+/* fio's read IOPS on the same file and range (-1: fio failed), and its
+ * job's user and system CPU per read (from its usr/sys percentages). */
 static double
-run_fio(struct bench *b, unsigned depth)
+run_fio(struct bench *b, unsigned depth, double *usr_us, double *sys_us)
 {
     char cmd[1024], line[8192];
     double iops = -1;
@@ -311,6 +333,18 @@ run_fio(struct bench *b, unsigned depth)
         }
         if (f != NULL)
             iops = strtod(f, NULL);
+        /* terse v3: fields 88 and 89 are usr_cpu and sys_cpu (%) */
+        for (int i = 8; i < 88 && f != NULL; i++) {
+            f = strchr(f, ';');
+            if (f != NULL)
+                f++;
+        }
+        if (f != NULL && iops > 0) {
+            *usr_us = strtod(f, &f) / 100.0 / iops * 1e6;
+            f = strchr(f, ';');
+            if (f != NULL)
+                *sys_us = strtod(f + 1, NULL) / 100.0 / iops * 1e6;
+        }
     }
     if (pclose(p) != 0)
         return -1;
@@ -405,36 +439,50 @@ main(int argc, char **argv)
     if (fill(&b) < 0)
         return 1;
 
-    printf("\n%-6s %12s %12s %7s %9s %9s %9s %7s\n", "depth", "store IOPS",
-           "fio IOPS", "ratio", "dev avg", "dev p99", "B/read", "errors");
+    printf("\n%-6s %12s %12s %7s %9s %9s %9s %7s %15s %15s\n", "depth",
+           "store IOPS", "fio IOPS", "ratio", "dev avg", "dev p99", "B/read",
+           "errors", "store usr+sys", "fio usr+sys");
     for (unsigned i = 0; i < o->ndepths; i++) {
         unsigned d = o->depths[i];
         /* rounds of fio then store, alternating; the medians are kept */
-        double fs[16], xs[16];
+        double fs[16], xs[16], fu[16], fsy[16], xu[16], xsy[16];
         struct result rs[16], x;
         for (unsigned k = 0; k < o->rounds; k++) {
-            fs[k] = o->fio ? run_fio(&b, d) : -1;
+            fu[k] = fsy[k] = 0;
+            fs[k] = o->fio ? run_fio(&b, d, &fu[k], &fsy[k]) : -1;
             rs[k] = run_reads(&b, d, 1);
             xs[k] = rs[k].iops;
+            xu[k] = rs[k].usr_us;
+            xsy[k] = rs[k].sys_us;
         }
         double f = median(fs, o->rounds);
         double xm = median(xs, o->rounds);
+        /* CPU per read: medians of the rounds, user and system apart */
+        double f_usr = median(fu, o->rounds), f_sys = median(fsy, o->rounds);
+        double x_usr = median(xu, o->rounds), x_sys = median(xsy, o->rounds);
+        char xcpu[32], fcpu[32];
+        snprintf(xcpu, sizeof(xcpu), "%.2f+%.2fus", x_usr, x_sys);
+        snprintf(fcpu, sizeof(fcpu), "%.2f+%.2fus", f_usr, f_sys);
         x = rs[0];
         for (unsigned k = 0; k < o->rounds; k++)
             if (rs[k].iops == xm)
                 x = rs[k];
         if (f > 0)
             printf("%-6u %12.0f %12.0f %7.2f %7.1fus %7.1fus %9.0f %7" PRIu64
-                   "\n",
+                   " %15s %15s\n",
                    d, x.iops, f, x.iops / f, x.dev_avg_us, x.dev_p99_us,
-                   x.dev_bytes, x.errors);
+                   x.dev_bytes, x.errors, xcpu, fcpu);
         else
-            printf("%-6u %12.0f %12s %7s %7.1fus %7.1fus %9.0f %7" PRIu64 "\n",
+            printf("%-6u %12.0f %12s %7s %7.1fus %7.1fus %9.0f %7" PRIu64
+                   " %15s %15s\n",
                    d, x.iops, "-", "-", x.dev_avg_us, x.dev_p99_us, x.dev_bytes,
-                   x.errors);
+                   x.errors, xcpu, "-");
         printf("RESULT bench=nvs vlen=%u depth=%u store_iops=%.0f "
-               "fio_iops=%.0f ratio=%.3f dev_bytes_per_read=%.0f\n",
-               o->vlen, d, x.iops, f, f > 0 ? x.iops / f : 0, x.dev_bytes);
+               "fio_iops=%.0f ratio=%.3f dev_bytes_per_read=%.0f "
+               "store_usr_us=%.2f store_sys_us=%.2f fio_usr_us=%.2f "
+               "fio_sys_us=%.2f\n",
+               o->vlen, d, x.iops, f, f > 0 ? x.iops / f : 0, x.dev_bytes,
+               x_usr, x_sys, f_usr, f_sys);
         fflush(stdout);
     }
 
