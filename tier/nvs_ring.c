@@ -13,7 +13,9 @@
  * of one block use; the eventfd is registered only once nvs_ring_fd() asks
  * for it (the kernel signals it at every completion batch otherwise for
  * nothing). Either registration may be refused (RLIMIT_MEMLOCK, an old
- * kernel): the ring then reads as before. Bookkeeping is O(1) per read:
+ * kernel): the ring then reads as before. The ring is set up with
+ * COOP_TASKRUN (no interrupt of the thread per completion) where the
+ * kernel has it. Bookkeeping is O(1) per read:
  * prepped slots are listed, in-flight reads with a deadline counted.
  *
  * Concurrency:
@@ -169,7 +171,17 @@ nvs_ring_create(struct nvs *s, unsigned depth, struct nvs_ring **out)
     r->uring = s->uring;
     if (r->uring) {
         /* Two entries per read: an injected delay is a linked timeout. */
-        e = io_uring_queue_init(2 * depth, &r->ring, 0);
+        /* Completions are run when the thread enters the kernel anyway
+         * (its next io_uring_enter, epoll_wait or read), not by
+         * interrupting it; the flag tells liburing's peek when to enter
+         * for them. Kernels before 5.19 refuse the flags: none then.
+         * (SINGLE_ISSUER and DEFER_TASKRUN would tie reaping to the
+         * creating thread, which nvs_ring_adopt must not.) */
+        e = io_uring_queue_init(2 * depth, &r->ring,
+                                IORING_SETUP_COOP_TASKRUN |
+                                    IORING_SETUP_TASKRUN_FLAG);
+        if (e == -EINVAL)
+            e = io_uring_queue_init(2 * depth, &r->ring, 0);
         if (e == -ENOSYS || e == -EPERM) {
             err_set("io_uring refused for a read ring (%s) while the store "
                     "uses it",
