@@ -12,7 +12,9 @@
  *            the file's device: other I/O on it counts too), and,
  *            with --fio, fio on the same file and the same byte range
  *            right before it (ioengine=io_uring, direct=1, randread, 4k);
- *            IOPS for both and the ratio
+ *            IOPS for both and the ratio, and CPU per read for both, user
+ *            and system (the reading thread's getrusage(RUSAGE_THREAD);
+ *            fio's usr/sys percent over its IOPS), medians of the rounds
  *   batch    with --batch-depth reads kept in flight, new reads submitted
  *            in batches of 1, 4, 8, 16, 32 (a batch goes out once that many
  *            slots are free, reaping in between) and as one full-depth
