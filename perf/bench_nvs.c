@@ -29,7 +29,7 @@
  * Usage: bench_nvs [--path FILE] [--size BYTES] [--seconds S] [--fio]
  *                  [--depths 1,8,32,128] [--rounds 3] [--batch-depth 32]
  *                  [--no-batch] [--vlen 4096]
- *                  [--no-uring]
+ *                  [--no-uring] [--store-first]
  *   defaults: $NVS_BENCH_PATH or /tmp/tc_bench_nvs.dat, 2 GiB, 3 s
  * The file is left in place (for fio) and removed with --cleanup.
  */
@@ -59,6 +59,7 @@ struct opts {
     uint64_t size;
     double seconds;
     bool fio, batch, no_uring, cleanup;
+    bool store_first; /* each round: the store, then fio */
     unsigned depths[8], ndepths;
     unsigned batch_depth;
     unsigned rounds;
@@ -417,6 +418,8 @@ main(int argc, char **argv)
             o->batch = false;
         else if (!strcmp(a, "--no-uring"))
             o->no_uring = true;
+        else if (!strcmp(a, "--store-first"))
+            o->store_first = true;
         else if (!strcmp(a, "--cleanup"))
             o->cleanup = true;
         else {
@@ -424,7 +427,7 @@ main(int argc, char **argv)
                     "usage: %s [--path FILE] [--size BYTES] "
                     "[--seconds S] [--fio] [--depths 1,8,32,128] "
                     "[--rounds N] [--batch-depth N] [--no-batch] [--vlen N] "
-                    "[--no-uring] [--cleanup]\n",
+                    "[--no-uring] [--store-first] [--cleanup]\n",
                     argv[0]);
             return 2;
         }
@@ -446,13 +449,17 @@ main(int argc, char **argv)
            "errors", "store usr+sys", "fio usr+sys");
     for (unsigned i = 0; i < o->ndepths; i++) {
         unsigned d = o->depths[i];
-        /* rounds of fio then store, alternating; the medians are kept */
+        /* rounds of fio then store (--store-first: store then fio),
+         * alternating; the medians are kept */
         double fs[16], xs[16], fu[16], fsy[16], xu[16], xsy[16];
         struct result rs[16], x;
         for (unsigned k = 0; k < o->rounds; k++) {
             fu[k] = fsy[k] = 0;
+            if (o->store_first)
+                rs[k] = run_reads(&b, d, 1);
             fs[k] = o->fio ? run_fio(&b, d, &fu[k], &fsy[k]) : -1;
-            rs[k] = run_reads(&b, d, 1);
+            if (!o->store_first)
+                rs[k] = run_reads(&b, d, 1);
             xs[k] = rs[k].iops;
             xu[k] = rs[k].usr_us;
             xsy[k] = rs[k].sys_us;
