@@ -328,6 +328,8 @@ struct tc_stats {
     uint64_t slab_reassign_busy_items;
     uint64_t slab_reassign_gave_up;
     uint64_t store_waits;
+    uint64_t ext_reads_shared; /* flash gets that joined a read of the
+                                  same value already in flight */
 };
 
 /*
@@ -427,7 +429,8 @@ struct tc_stats {
     X(EXT_BYTES,      ext_item_bytes,    "tc_ext_item_bytes",    GAUGE)        \
     X(EXT_SPILLED,    ext_spilled,       "tc_ext_spilled",       COUNTER)      \
     X(EXT_SPILL_BUSY, ext_spill_busy,    "tc_ext_spill_busy",    COUNTER)      \
-    X(EXT_TIMEOUTS,   ext_read_timeouts, "tc_ext_read_timeouts", COUNTER)
+    X(EXT_TIMEOUTS,   ext_read_timeouts, "tc_ext_read_timeouts", COUNTER)      \
+    X(EXT_SHARED,     ext_reads_shared,  "tc_ext_reads_shared",  COUNTER)
 /* clang-format on */
 
 /* One key of the hot-key view (tc_hotkeys). Rates are estimates from
