@@ -487,10 +487,34 @@ def test_delimiter_and_settings(started):
     c.close()
     if not IS_MEMCACHED:
         err = srv.stderr_text()
-        for flag in ("-D", "-R"):
-            assert len(re.findall(rf": {flag}: ", err)) == 1, err
-        for flag in ("-X", "-W"):
+        assert len(re.findall(r": -D: ", err)) == 1, err
+        for flag in ("-R", "-X", "-W"):
             assert not re.findall(rf": {flag}: ", err), err
+
+
+def _yields(c):
+    return int(_stats(c, "")["conn_yields"])
+
+
+def test_reqs_per_event(started):
+    """-R: a wake-up runs at most that many requests; a pipelined burst
+    longer than it makes the connection yield (conn_yields grows) and every
+    reply still comes, in order; one request per round trip never
+    yields."""
+    srv = started(["-R", "2", "-t", "1"])
+    c = Conn(HOST, srv.port)
+    c.cmd(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n")
+    before = _yields(c)
+    for _ in range(5):
+        c.cmd(b"get k\r\n", b"VALUE k 0 1\r\nv\r\nEND\r\n")
+    assert _yields(c) == before, "single requests never use up -R 2"
+    n = 60
+    burst = b"".join(b"incr n%d 1\r\n" % (i % 3) for i in range(n))
+    c.send(burst + b"get k\r\n")
+    got = c.read_until(b"END\r\n")
+    assert got == b"NOT_FOUND\r\n" * n + b"VALUE k 0 1\r\nv\r\nEND\r\n"
+    assert _yields(c) > before
+    c.close()
 
 
 def test_dumps_and_watch_allowed_by_default(started):
