@@ -515,6 +515,18 @@ def test_reqs_per_event(started):
     assert got == b"NOT_FOUND\r\n" * n + b"VALUE k 0 1\r\nv\r\nEND\r\n"
     assert _yields(c) > before
     c.close()
+    # a burst followed by the client's end of sending: what was buffered
+    # when the connection yielded still runs before it closes
+    with socket.create_connection((HOST, srv.port), timeout=30) as s:
+        s.sendall(burst + b"get k\r\n")
+        s.shutdown(socket.SHUT_WR)
+        got, deadline = b"", time.monotonic() + 30
+        while time.monotonic() < deadline:
+            d = s.recv(1 << 16)
+            if not d:
+                break
+            got += d
+    assert got == b"NOT_FOUND\r\n" * n + b"VALUE k 0 1\r\nv\r\nEND\r\n"
 
 
 def test_dumps_and_watch_allowed_by_default(started):
