@@ -1,6 +1,6 @@
 """libmemcached's command-line tools (Debian's libmemcached-tools) run
 against Debian's memcached and tiercached side by side: memcping (text only: it has no
---binary), memcexist,
+--binary), memcexist, memccp,
 memctouch, memccat, memcrm, memcflush and a short bounded memcslap, each in
 the text and the binary protocol. Each tool must exit with the same status
 and print the same thing (the server's address masked) for both servers,
@@ -195,6 +195,32 @@ def test_memcflush(pair, conns, mode):
         assert int(c.stats()["cmd_flush"]) == b + 1
         for k in keys:
             assert c.get(k) == b"END\r\n"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_memccp(pair, conns, mode, tmp_path):
+    """memccp stores a file under its base name, with --flags and
+    --expire; --add then refuses the existing key on both servers alike,
+    --replace takes it."""
+    f = tmp_path / "tool_file"
+    f.write_bytes(b"file body\n" * 50)
+    for c in conns:
+        c.request(b"delete tool_file\r\n", (b"\r\n",))
+    rc, _, _ = both(pair, "memccp", *MODES[mode], "--flags=7",
+                    "--expire=1000", str(f))
+    assert rc == 0
+    want = b"VALUE tool_file 7 500\r\n" + f.read_bytes() + b"\r\nEND\r\n"
+    for c in conns:
+        assert c.get(b"tool_file") == want
+        assert 990 <= c.ttl(b"tool_file") <= 1000
+    rc, _, _ = both(pair, "memccp", *MODES[mode], "--add", str(f))
+    assert rc != 0
+    f.write_bytes(b"changed")
+    rc, _, _ = both(pair, "memccp", *MODES[mode], "--replace", str(f))
+    assert rc == 0
+    for c in conns:
+        assert c.get(b"tool_file") == (b"VALUE tool_file 0 7\r\nchanged"
+                                       b"\r\nEND\r\n")
 
 
 # the counters a memcslap run moves, and which of them each test moves
