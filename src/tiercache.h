@@ -451,6 +451,18 @@ struct tc_slab_stats {
     uint64_t total_chunks;
     uint64_t used_chunks; /* live items of this class */
     uint64_t free_chunks; /* in the class (not counting thread stashes) */
+    /* memcached's per-class command counters: the events of tc_stats'
+     * counters of the same names whose item is of this class (a store
+     * refused before allocating, with no old item, has no class; nor has a
+     * flash read that completes asynchronously) */
+    uint64_t get_hits;
+    uint64_t cmd_set;
+    uint64_t delete_hits;
+    uint64_t incr_hits;
+    uint64_t decr_hits;
+    uint64_t cas_hits;
+    uint64_t cas_badval;
+    uint64_t touch_hits;
 };
 
 struct tc_cache;

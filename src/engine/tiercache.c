@@ -590,6 +590,7 @@ tc_stats_reset(struct tc_cache *tc)
     for (int i = 0; i < ST_FIRST_GAUGE; i++)
         c->reset_base[i] += s[i];
     pthread_mutex_unlock(&c->threads_lock);
+    cache_class_cmds_reset(c);
     ext_stats_reset(c);
 }
 
@@ -613,6 +614,16 @@ tc_slab_stats(struct tc_cache *tc, int cls, struct tc_slab_stats *out)
     out->total_chunks = (uint64_t)st.pages * st.perpage;
     out->free_chunks = st.free_chunks;
     out->used_chunks = (uint64_t)cache_class_chunks(c, (unsigned)cls);
+    int64_t cmd[CLS_COUNT];
+    cache_class_cmds(c, (unsigned)cls, cmd);
+    out->get_hits = (uint64_t)cmd[CLS_GET_HITS];
+    out->cmd_set = (uint64_t)cmd[CLS_CMD_SET];
+    out->delete_hits = (uint64_t)cmd[CLS_DELETE_HITS];
+    out->incr_hits = (uint64_t)cmd[CLS_INCR_HITS];
+    out->decr_hits = (uint64_t)cmd[CLS_DECR_HITS];
+    out->cas_hits = (uint64_t)cmd[CLS_CAS_HITS];
+    out->cas_badval = (uint64_t)cmd[CLS_CAS_BADVAL];
+    out->touch_hits = (uint64_t)cmd[CLS_TOUCH_HITS];
     return 0;
 }
 

@@ -39,6 +39,7 @@ struct conn_shared {
     size_t in_max;          /* input buffer limit: item_size_max +
                                PROTO_LINE_MAX + 2 */
     size_t out_high;        /* stop reading while more output is pending */
+    uint32_t max_reqs;      /* -R: requests per wake-up, then yield */
     uint32_t idle_timeout;  /* seconds, 0 = off */
     bool no_flush;          /* -F */
     bool no_cas;            /* -C */

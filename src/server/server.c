@@ -876,6 +876,7 @@ init_shared(struct server *srv)
         .item_size_max = (uint32_t)st->item_size_max,
         .in_max = st->item_size_max + PROTO_LINE_MAX + 2,
         .out_high = SERVER_OUT_HIGH,
+        .max_reqs = (uint32_t)st->reqs_per_event,
         .idle_timeout = (uint32_t)st->idle_timeout,
         .no_flush = st->no_flush,
         .no_cas = st->no_cas,

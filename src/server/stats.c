@@ -239,6 +239,18 @@ slabs(struct tc_cache *c, struct obuf *out)
         obuf_printf(out, "STAT %d:free_chunks %llu\r\n", id,
                     (unsigned long long)s.free_chunks);
         obuf_printf(out, "STAT %d:free_chunks_end 0\r\n", id);
+        const struct {
+            const char *name;
+            uint64_t v;
+        } cmd[] = {
+            {"get_hits", s.get_hits},       {"cmd_set", s.cmd_set},
+            {"delete_hits", s.delete_hits}, {"incr_hits", s.incr_hits},
+            {"decr_hits", s.decr_hits},     {"cas_hits", s.cas_hits},
+            {"cas_badval", s.cas_badval},   {"touch_hits", s.touch_hits},
+        };
+        for (size_t k = 0; k < sizeof(cmd) / sizeof(cmd[0]); k++)
+            obuf_printf(out, "STAT %d:%s %llu\r\n", id, cmd[k].name,
+                        (unsigned long long)cmd[k].v);
     }
     struct tc_stats t;
     tc_stats(c, &t);

@@ -42,7 +42,7 @@ enum stats_ctr_id {
     STATS_REJECTED_CONNS,  /* acceptor: refused over -c */
     STATS_LISTEN_DISABLED, /* acceptor: accepting paused (out of fds) */
     STATS_IDLE_KICKS,      /* closed by -o idle_timeout */
-    STATS_CONN_YIELDS,     /* read budget of one wake-up used up */
+    STATS_CONN_YIELDS,     /* -R or read budget of one wake-up used up */
     STATS_CMD_TOTAL,       /* struct proto_counters, folded in */
     STATS_CMD_META,
     STATS_GET_MULTI,

@@ -466,10 +466,46 @@ def test_delimiter_and_settings(spawn):
     c.close()
     if not IS_MEMCACHED:
         err = srv.stderr_text()
-        for flag in ("-D", "-R"):
-            assert len(re.findall(rf": {flag}: ", err)) == 1, err
-        for flag in ("-X", "-W"):
+        assert len(re.findall(r": -D: ", err)) == 1, err
+        for flag in ("-R", "-X", "-W"):
             assert not re.findall(rf": {flag}: ", err), err
+
+
+def _yields(c):
+    return int(_stats(c, "")["conn_yields"])
+
+
+def test_reqs_per_event(spawn):
+    """-R: a wake-up runs at most that many requests; a pipelined burst
+    longer than it makes the connection yield (conn_yields grows) and every
+    reply still comes, in order; one request per round trip never
+    yields."""
+    srv = spawn("-R", "2", threads=1)
+    c = Conn(HOST, srv.port)
+    c.cmd(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n")
+    before = _yields(c)
+    for _ in range(5):
+        c.cmd(b"get k\r\n", b"VALUE k 0 1\r\nv\r\nEND\r\n")
+    assert _yields(c) == before, "single requests never use up -R 2"
+    n = 60
+    burst = b"".join(b"incr n%d 1\r\n" % (i % 3) for i in range(n))
+    c.send(burst + b"get k\r\n")
+    got = c.read_until(b"END\r\n")
+    assert got == b"NOT_FOUND\r\n" * n + b"VALUE k 0 1\r\nv\r\nEND\r\n"
+    assert _yields(c) > before
+    c.close()
+    # a burst followed by the client's end of sending: what was buffered
+    # when the connection yielded still runs before it closes
+    with socket.create_connection((HOST, srv.port), timeout=30) as s:
+        s.sendall(burst + b"get k\r\n")
+        s.shutdown(socket.SHUT_WR)
+        got, deadline = b"", time.monotonic() + 30
+        while time.monotonic() < deadline:
+            d = s.recv(1 << 16)
+            if not d:
+                break
+            got += d
+    assert got == b"NOT_FOUND\r\n" * n + b"VALUE k 0 1\r\nv\r\nEND\r\n"
 
 
 def test_dumps_and_watch_allowed_by_default(spawn):

@@ -28,6 +28,7 @@ proto_sess_init(struct proto_sess *s, struct tc_cache *cache,
     s->srv = srv;
     s->item_size_max = item_size_max ? item_size_max : TC_ITEM_SIZE_MAX_DEFAULT;
     s->fd = -1;
+    s->budget = UINT32_MAX;
 }
 
 void

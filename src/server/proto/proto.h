@@ -101,8 +101,11 @@ struct proto_sess {
                                     (src/server/proto/proto_watch.h) */
     int fd;                      /* the connection's (watch's cfd=), or -1 */
     struct proto_counters ctr;
-    void *priv; /* a parser's own state, freed by
-                   proto_sess_fini */
+    uint32_t budget; /* requests this wake-up may still run (-R, the
+                        connection sets it): each parser stops at 0 and
+                        takes one off per request; UINT32_MAX after init */
+    void *priv;      /* a parser's own state, freed by
+                        proto_sess_fini */
 };
 
 void proto_sess_init(struct proto_sess *s, struct tc_cache *cache,

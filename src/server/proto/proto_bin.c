@@ -895,6 +895,8 @@ proto_bin_process(struct proto_sess *s, const char *in, size_t len,
             done += n;
             continue;
         }
+        if (s->budget == 0)
+            break; /* -R: the connection yields to the others */
         if (done >= hinted)
             hinted = done + bin_prefetch_reads(s, in + done, len - done);
         ssize_t n = bin_one(s, in + done, len - done, out);
@@ -903,6 +905,8 @@ proto_bin_process(struct proto_sess *s, const char *in, size_t len,
         if (n == 0)
             break;
         done += (size_t)n;
+        if (s->budget != UINT32_MAX)
+            s->budget--;
         /* let the connection apply its back-pressure: a buffer full of
          * small GETs of large values would otherwise turn into replies
          * thousands of times its size in one call */

@@ -1142,12 +1142,16 @@ proto_text_process(struct proto_sess *s, const char *in, size_t len,
         }
         if (pos > 0 && obuf_pending(out) >= TEXT_OUT_YIELD)
             break;
+        if (s->budget == 0)
+            break; /* -R: the connection yields to the others */
         if (pos >= hinted && !s->resume)
             hinted = pos + prefetch_reads(s, in + pos, len - pos);
         ssize_t n = text_one(s, in + pos, len - pos, out);
         if (n == 0)
             break;
         s->ctr.cmd_total++;
+        if (s->budget != UINT32_MAX && !s->resume)
+            s->budget--;
         if (n == PROTO_CLOSE || out->err)
             return PROTO_CLOSE;
         pos += (size_t)n;
