@@ -63,6 +63,7 @@
 #include "src/base/clock.h"
 #include "src/base/err.h"
 #include "src/base/log.h"
+#include "src/server/auth.h"
 #include "src/server/conn.h"
 #include "src/server/proto/proto_util.h"
 #include "src/server/stats.h"
@@ -885,6 +886,24 @@ init_shared(struct server *srv)
     };
 }
 
+/* -Y, -S: the users and SASL every connection shares. Under -Y every
+ * connection speaks text, as in memcached, where the login reads any bytes
+ * as text lines (settings.c refused -B binary with -Y). */
+static int
+setup_auth(struct server *srv)
+{
+    const struct settings *st = srv->st;
+    if (!st->auth_file && !st->sasl)
+        return 0;
+    int rc = auth_create(st->auth_file, st->sasl, &srv->sh.auth);
+    if (rc)
+        return rc;
+    srv->sh.sasl = st->sasl;
+    if (st->auth_file)
+        srv->sh.binding = PROTO_BIND_ASCII;
+    return 0;
+}
+
 static int
 setup_workers(struct server *srv)
 {
@@ -928,7 +947,9 @@ server_create(const struct settings *st, struct tc_cache *cache,
     pthread_mutex_init(&srv->quiet_lock, NULL);
     pthread_cond_init(&srv->quiet_cond, NULL);
     init_shared(srv);
-    int rc = setup_acceptor(srv);
+    int rc = setup_auth(srv);
+    if (!rc)
+        rc = setup_acceptor(srv);
     if (!rc && st->port)
         rc = listen_tcp(srv);
     if (!rc && st->unix_path)
@@ -952,6 +973,7 @@ server_destroy(struct server *srv)
     for (unsigned i = 0; srv->workers && i < srv->nworkers; i++)
         worker_fini(&srv->workers[i]);
     free(srv->workers);
+    auth_destroy(srv->sh.auth); /* after the workers' connections */
     if (srv->epfd >= 0)
         close(srv->epfd);
     if (srv->stop_fd >= 0)

@@ -54,6 +54,8 @@
 
 #include "src/server/proto/proto.h"
 
+#include "src/base/compiler.h"
+#include "src/server/auth.h"
 #include "src/server/proto/proto_admin.h"
 #include "src/server/proto/proto_util.h"
 #include "src/server/proto/proto_watch.h"
@@ -1004,6 +1006,55 @@ dispatch(struct text_cmd *c, const char *in, size_t len)
     return d->fn(c, d->arg);
 }
 
+/* ---- login (-Y) --------------------------------------------------------- */
+
+/* Before a login every line is "CLIENT_ERROR unauthenticated" except
+ * memcached's login: "set" with at least four arguments, whose data block
+ * is "user password" (key, flags, exptime and noreply are ignored, and the
+ * reply is always sent). A data block over AUTH_TOKEN_MAX is swallowed, not
+ * buffered. */
+static ssize_t
+text_login(struct text_cmd *c)
+{
+    struct proto_sess *s = c->s;
+    uint32_t bytes;
+    if (c->ntok < 5 || !proto_tok_is(&c->tok[0], "set") ||
+        !proto_parse_u32(&c->tok[4], &bytes)) {
+        proto_reply_err(s, c->out, PERR_UNAUTHENTICATED);
+        return (ssize_t)c->line_bytes;
+    }
+    if (bytes > AUTH_TOKEN_MAX) {
+        s->ctr.auth_cmds++;
+        s->ctr.auth_errors++;
+        proto_reply_err(s, c->out, PERR_AUTH_TOKEN);
+        s->swallow = (uint64_t)bytes + 2;
+        return (ssize_t)c->line_bytes;
+    }
+    size_t need = (size_t)bytes + 2;
+    if (c->rest_len < need) {
+        s->need = c->line_bytes + need;
+        return 0;
+    }
+    s->ctr.auth_cmds++;
+    const char *data = c->rest;
+    struct proto_token tok[3];
+    enum proto_err e = PERR_NONE;
+    if (data[bytes] != '\r' || data[bytes + 1] != '\n')
+        e = PERR_AUTH_TERM;
+    else if (proto_tokenize(data, bytes, tok, 2) < 2)
+        e = PERR_AUTH_TOKEN;
+    else if (!auth_file_check(s->auth, tok[0].p, tok[0].n, tok[1].p, tok[1].n))
+        e = PERR_AUTH_FAILURE;
+    if (e != PERR_NONE) {
+        s->ctr.auth_errors++;
+        proto_reply_err(s, c->out, e);
+    } else {
+        s->authed = true;
+        obuf_add_str(c->out, "STORED\r\n");
+    }
+    return (ssize_t)(c->line_bytes + need);
+}
+
 /* ---- lines -------------------------------------------------------------- */
 
 /* Does the line at in start (after spaces) with a retrieval command? */
@@ -1070,6 +1121,8 @@ text_one(struct proto_sess *s, const char *in, size_t len, struct obuf *out)
     c.rest = in + c.line_bytes;
     c.rest_len = len - c.line_bytes;
     c.ntok = proto_tokenize(c.line, c.len, c.tok, PROTO_MAX_TOKENS);
+    if (unlikely(!s->authed))
+        return text_login(&c);
     return dispatch(&c, in, len);
 }
 
@@ -1142,7 +1195,7 @@ proto_text_process(struct proto_sess *s, const char *in, size_t len,
         }
         if (pos > 0 && obuf_pending(out) >= TEXT_OUT_YIELD)
             break;
-        if (pos >= hinted && !s->resume)
+        if (pos >= hinted && !s->resume && s->authed)
             hinted = pos + prefetch_reads(s, in + pos, len - pos);
         ssize_t n = text_one(s, in + pos, len - pos, out);
         if (n == 0)
