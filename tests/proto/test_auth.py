@@ -139,6 +139,19 @@ def test_huge_login_swallowed(ysrv):
         c.close()
 
 
+@pytest.mark.tiercache_only
+def test_long_line_before_login_closes(ysrv):
+    """Before a login a get line gets no more room than any other line
+    (PROTO_LINE_MAX, 8 KiB): it is refused and the connection closed."""
+    c = Conn(*ysrv[:2])
+    try:
+        c.send(b"get " + b"k " * 8192)
+        c.expect(b"CLIENT_ERROR line too long\r\n")
+        assert c.closed_by_peer()
+    finally:
+        c.close()
+
+
 def test_login_then_commands(ysrv):
     c = Conn(*ysrv[:2])
     try:

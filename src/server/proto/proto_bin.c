@@ -30,6 +30,11 @@
  *   - Engine errors: -E2BIG "Too large.", -EINVAL "Invalid arguments",
  *     anything else (-ENOMEM, -EBUSY) 0x0082 "Out of memory".
  *
+ * Under -S (s->sasl) the SASL opcodes run (bin_sasl, through
+ * src/server/auth.h), and until one succeeds (s->authed) any other request
+ * but VERSION is answered 0x0020 "Auth failure." and the connection closed,
+ * as memcached does. Without -S they are unknown commands.
+ *
  * Where memcached 1.6 is plainly broken we do the sane thing instead:
  * VERBOSITY (extras: the level) is answered (1.6 treats it as unknown and
  * then loses the connection), an unknown opcode skips exactly its body (1.6

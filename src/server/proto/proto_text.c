@@ -34,6 +34,12 @@
  *     wherever the "\n" is, so the outcome never depends on how the bytes
  *     were split into reads.
  *
+ * Under -Y a session starts with s->authed false, and until a login every
+ * line goes to text_login() instead of the commands (memcached's replies:
+ * "CLIENT_ERROR unauthenticated", the login's STORED or its errors); each
+ * line gets its reply, where memcached answers only the first line of a
+ * read before a login.
+ *
  * s->need is the size of the request at in + (returned value) when that
  * request is incomplete and its size is known (a storage command waiting for
  * its data block), else 0. s->resume is set when a get of many keys stopped
@@ -1085,12 +1091,13 @@ multiget_line_max(const struct proto_sess *s)
 }
 
 /* Index of the '\n' ending the first line, LINE_INCOMPLETE, or
- * LINE_TOO_LONG. The limit counts the line without its "\n". */
+ * LINE_TOO_LONG. The limit counts the line without its "\n". Before a
+ * login (-Y) no line may be longer than PROTO_LINE_MAX. */
 static long
 find_line(const struct proto_sess *s, const char *in, size_t len)
 {
     size_t limit = PROTO_LINE_MAX;
-    if (len > PROTO_LINE_MAX && is_multiget(in, len))
+    if (len > PROTO_LINE_MAX && s->authed && is_multiget(in, len))
         limit = multiget_line_max(s);
     long eol = proto_find_eol(in, len < limit + 1 ? len : limit + 1);
     if (eol >= 0)
