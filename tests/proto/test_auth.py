@@ -257,6 +257,21 @@ def test_bad_authfile_exits(run_server, tmp_path, content, why):
     assert why in line, line
 
 
+def test_unreadable_authfile_exits(run_server, authfile):
+    """The file is read after -u drops root, as memcached does: a file only
+    root may read stops a server run as nobody, with one line."""
+    if os.geteuid() == 0:
+        authfile.chmod(0o600)  # root's; the server runs as nobody
+        extra = ["-u", "nobody"]
+    else:
+        authfile.chmod(0)
+        extra = []
+    rc, err = run_server(["-Y", str(authfile)] + extra)
+    assert rc != 0
+    line = _one_line(err)
+    assert "Permission denied" in line and str(authfile) in line, line
+
+
 @pytest.mark.tiercache_only
 def test_authfile_directory_exits(run_server, tmp_path):
     rc, err = run_server(["-Y", str(tmp_path)])
