@@ -16,9 +16,15 @@
  * serves both servers, and checked to offer at least one mechanism. Each
  * connection that starts an exchange gets its own sasl_conn_t.
  *
+ * SIGHUP reloads the file (auth_reload), as memcached does: the new
+ * users replace the old ones at once; a file that no longer loads leaves
+ * the old ones in place, with one log line.
+ *
  * Concurrency:
- *   a->users, a->nusers   written by auth_create() before the workers
- *                         start, read-only afterwards
+ *   a->tab                a->tab_lock: logins read it under the read
+ *                         lock, a reload swaps it under the write lock
+ *                         and frees the old table after
+ *   a->path               immutable after auth_create()
  *   a->lock               guards every libsasl2 call: authentication is
  *                         rare, and the library (its sasldb backend, its
  *                         plugin tables) makes no promise about threads
@@ -47,14 +53,21 @@
 #define AUTH_SASL_APP "memcached"
 
 struct auth_user {
-    const char *user, *pass; /* into a->data, not NUL-terminated */
+    const char *user, *pass; /* into the table's data, not NUL-ended */
     size_t ulen, plen;
 };
 
-struct auth {
-    char *data; /* the -Y file's bytes */
+/* The users of one reading of the file. */
+struct auth_table {
+    char *data; /* the file's bytes */
     struct auth_user *users;
     unsigned nusers;
+};
+
+struct auth {
+    struct auth_table *tab; /* NULL without -Y */
+    char *path;
+    pthread_rwlock_t tab_lock;
     bool sasl;
     pthread_mutex_t lock;
 };
@@ -150,8 +163,18 @@ parse_line(const char *path, unsigned lineno, const char *p, size_t n,
     return 0;
 }
 
+static void
+table_free(struct auth_table *t)
+{
+    if (!t)
+        return;
+    free(t->users);
+    free(t->data);
+    free(t);
+}
+
 static int
-load_file(struct auth *a, const char *path)
+table_fill(struct auth_table *a, const char *path)
 {
     size_t len = 0;
     int rc = read_file(path, &a->data, &len);
@@ -183,6 +206,40 @@ load_file(struct auth *a, const char *path)
     return 0;
 }
 
+static int
+load_file(const char *path, struct auth_table **out)
+{
+    struct auth_table *t = calloc(1, sizeof(*t));
+    if (!t) {
+        err_set("-Y: no memory for the users of %s", path);
+        return -ENOMEM;
+    }
+    int rc = table_fill(t, path);
+    if (rc) {
+        table_free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+int
+auth_reload(struct auth *a)
+{
+    if (!a || !a->path)
+        return 0;
+    struct auth_table *t = NULL;
+    int rc = load_file(a->path, &t);
+    if (rc)
+        return rc;
+    pthread_rwlock_wrlock(&a->tab_lock);
+    struct auth_table *old = a->tab;
+    a->tab = t;
+    pthread_rwlock_unlock(&a->tab_lock);
+    table_free(old);
+    return 0;
+}
+
 /* Equal, in time that depends on known's length only. */
 static unsigned
 same_bytes(const char *known, size_t klen, const char *given, size_t glen)
@@ -196,16 +253,19 @@ same_bytes(const char *known, size_t klen, const char *given, size_t glen)
 }
 
 bool
-auth_file_check(const struct auth *a, const char *user, size_t ulen,
-                const char *pass, size_t plen)
+auth_file_check(struct auth *a, const char *user, size_t ulen, const char *pass,
+                size_t plen)
 {
     unsigned found = 0;
+    pthread_rwlock_rdlock(&a->tab_lock);
+    const struct auth_table *t = a->tab;
     /* every line, whatever matched before: the time says nothing of which */
-    for (unsigned i = 0; i < a->nusers; i++) {
-        const struct auth_user *u = &a->users[i];
+    for (unsigned i = 0; t && i < t->nusers; i++) {
+        const struct auth_user *u = &t->users[i];
         found |= same_bytes(u->user, u->ulen, user, ulen) &
                  same_bytes(u->pass, u->plen, pass, plen);
     }
+    pthread_rwlock_unlock(&a->tab_lock);
     return found != 0;
 }
 
@@ -384,9 +444,14 @@ auth_create(const char *auth_file, bool sasl, struct auth **out)
         return -ENOMEM;
     }
     pthread_mutex_init(&a->lock, NULL);
+    pthread_rwlock_init(&a->tab_lock, NULL);
     int rc = 0;
-    if (auth_file)
-        rc = load_file(a, auth_file);
+    if (auth_file) {
+        a->path = strdup(auth_file);
+        rc = a->path ? load_file(auth_file, &a->tab) : -ENOMEM;
+        if (rc == -ENOMEM)
+            err_set("no memory for authentication");
+    }
     if (!rc && sasl)
         rc = setup_sasl(a);
     if (rc) {
@@ -405,7 +470,8 @@ auth_destroy(struct auth *a)
     if (a->sasl)
         sasl_server_done();
     pthread_mutex_destroy(&a->lock);
-    free(a->users);
-    free(a->data);
+    pthread_rwlock_destroy(&a->tab_lock);
+    table_free(a->tab);
+    free(a->path);
     free(a);
 }

@@ -15,9 +15,10 @@
  * proto_sess; this module holds what the server shares: the users of the
  * file and the SASL library.
  *
- * Concurrency: auth_create() runs in main() before any worker starts; the
- * users are read-only afterwards. Every libsasl2 call takes a->lock (see
- * auth.c), so any worker may run an exchange.
+ * Concurrency: auth_create() runs in main() before any worker starts;
+ * auth_reload() (SIGHUP) may run beside logins on any worker (a read-write
+ * lock guards the users). Every libsasl2 call takes a->lock (see auth.c),
+ * so any worker may run an exchange.
  */
 
 #include <stdbool.h>
@@ -47,8 +48,12 @@ void auth_destroy(struct auth *a);
 
 /* The user and password of a -Y login match a line of the file. Every
  * line is compared, in time that depends on the lengths only. */
-bool auth_file_check(const struct auth *a, const char *user, size_t ulen,
+bool auth_file_check(struct auth *a, const char *user, size_t ulen,
                      const char *pass, size_t plen);
+/* Read the -Y file again (SIGHUP): its users replace the old ones, or, when
+ * it no longer loads, the old ones stay and a negative errno comes back
+ * with the reason in err_msg(). 0 without -Y. Context: any thread. */
+int auth_reload(struct auth *a);
 
 /* The mechanisms SASL offers, space-separated ("PLAIN"): 0 and *mechs,
  * *len (valid until the exchange is freed), or a negative errno. Creates

@@ -717,6 +717,21 @@ accept_some(struct server *srv, struct listener *l)
     }
 }
 
+/* SIGHUP: read -Y's file again, as memcached does (nothing else to do
+ * without -Y). */
+static void
+reload_auth(struct server *srv)
+{
+    if (!srv->st->auth_file) {
+        log_info("SIGHUP: no -Y auth file to reload");
+        return;
+    }
+    if (auth_reload(srv->sh.auth) == 0)
+        log_info("SIGHUP: reloaded auth file %s", srv->st->auth_file);
+    else
+        log_warn("SIGHUP: %s; the users loaded before stay", err_msg());
+}
+
 /* Handle one event of the acceptor: false when it is time to stop. */
 static bool
 acceptor_event(struct server *srv, const struct epoll_event *ev)
@@ -725,8 +740,13 @@ acceptor_event(struct server *srv, const struct epoll_event *ev)
         return false;
     if (ev->data.u32 == TAG_SIGNAL) {
         struct signalfd_siginfo si;
-        if (read(srv->sig_fd, &si, sizeof(si)) == sizeof(si))
-            log_info("signal %u: shutting down", si.ssi_signo);
+        if (read(srv->sig_fd, &si, sizeof(si)) != sizeof(si))
+            return true; /* read by another wake-up */
+        if (si.ssi_signo == SIGHUP) {
+            reload_auth(srv);
+            return true;
+        }
+        log_info("signal %u: shutting down", si.ssi_signo);
         return false;
     }
     if (!srv->paused && ev->data.u32 < srv->nls)
@@ -847,6 +867,7 @@ setup_acceptor(struct server *srv)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
     srv->epfd = epoll_create1(EPOLL_CLOEXEC);
     srv->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     srv->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);

@@ -20,8 +20,10 @@ swallowed.
 
 import os
 import shutil
+import signal
 import struct
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -227,6 +229,55 @@ def test_auth_stats(ysrv):
             Path(ysrv.argv[ysrv.argv.index("-Y") + 1]))
     finally:
         c.close()
+
+
+def _login_reply(srv, user, pw):
+    c = Conn(*srv[:2])
+    try:
+        c.send(login_cmd(user, pw))
+        return c.readline()
+    finally:
+        c.close()
+
+
+def test_sighup_reloads_authfile(ysrv, authfile):
+    """SIGHUP reads the file again (memcached: within its one-second
+    clock tick): the new password logs in, the old one no longer does."""
+    assert _login_reply(ysrv, "foo", "bar") == b"STORED\r\n"
+    authfile.write_text("foo:rotated\n")
+    os.kill(ysrv.pid, signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while _login_reply(ysrv, "foo", "rotated") != b"STORED\r\n":
+        assert time.monotonic() < deadline, "the new password never worked"
+        time.sleep(0.05)
+    assert _login_reply(ysrv, "foo", "bar") == \
+        b"CLIENT_ERROR authentication failure\r\n"
+    assert ysrv.alive()
+
+
+@pytest.mark.tiercache_only
+def test_sighup_bad_file_keeps_users(ysrv, authfile):
+    """A file that no longer loads leaves the users loaded before (one log
+    line says why), and the server runs on."""
+    authfile.write_text("no colon here\n")
+    os.kill(ysrv.pid, signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while "SIGHUP:" not in ysrv.stderr_text():
+        assert time.monotonic() < deadline, ysrv.stderr_text()
+        time.sleep(0.05)
+    assert "line 1 has no ':'" in ysrv.stderr_text()
+    assert _login_reply(ysrv, "foo", "bar") == b"STORED\r\n"
+
+
+def test_sighup_without_authfile(spawn):
+    srv = spawn()
+    os.kill(srv.pid, signal.SIGHUP)
+    c = Conn(*srv[:2])
+    try:
+        c.check_alive()
+    finally:
+        c.close()
+    assert srv.alive()
 
 
 def _one_line(err):

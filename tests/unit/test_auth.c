@@ -2,8 +2,8 @@
  * Unit tests for src/server/auth.c's -Y file: what loads, what stops the
  * server (one line naming the file and the line), and auth_file_check()
  * accepting exactly the pairs of the file: not a prefix, not a longer
- * string, not another user's password. SASL needs a configured libsasl2
- * and is tested against a started server (tests/proto/test_auth.py).
+ * string, not another user's password; SIGHUP's reload. SASL needs a configured
+ * libsasl2 and is tested against a started server (tests/proto/test_auth.py).
  */
 
 #include <errno.h>
@@ -87,7 +87,7 @@ load_bad(const struct fx *f, const char *text, const char *want)
 }
 
 static bool
-check(const struct auth *a, const char *user, const char *pass)
+check(struct auth *a, const char *user, const char *pass)
 {
     return auth_file_check(a, user, strlen(user), pass, strlen(pass));
 }
@@ -138,6 +138,30 @@ test_bad_files(void **state)
     load_bad(f, "foo:bar\n\n", "line 2 is empty");
 }
 
+/* SIGHUP's reload: the new users replace the old; a file that no longer
+ * loads leaves the old ones. */
+static void
+test_reload(void **state)
+{
+    struct fx *f = *state;
+    struct auth *a = load_ok(f, "foo:bar\n");
+    write_file(f, "foo:newpass\nbob:b\n");
+    assert_int_equal(auth_reload(a), 0);
+    assert_false(check(a, "foo", "bar"));
+    assert_true(check(a, "foo", "newpass"));
+    assert_true(check(a, "bob", "b"));
+    write_file(f, "broken\n");
+    err_clear();
+    assert_int_equal(auth_reload(a), -EINVAL);
+    assert_non_null(strstr(err_msg(), "line 1 has no ':'"));
+    assert_true(check(a, "foo", "newpass"));
+    unlink(f->path);
+    assert_int_equal(auth_reload(a), -ENOENT);
+    assert_true(check(a, "bob", "b"));
+    auth_destroy(a);
+    assert_int_equal(auth_reload(NULL), 0);
+}
+
 static void
 test_missing_file(void **state)
 {
@@ -159,6 +183,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_load_and_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_line_ends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reload, setup, teardown),
         cmocka_unit_test(test_missing_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
