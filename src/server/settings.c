@@ -749,6 +749,13 @@ check_auth(struct settings *s)
                 "protocol) cannot be used together; choose one");
         return -EINVAL;
     }
+    if ((s->sasl || s->auth_file) && s->udp_port) {
+        /* a datagram has no connection to log in on: UDP beside a login
+         * would serve anyone */
+        err_set("-U: UDP has no login; it cannot be on with %s",
+                s->sasl ? "-S" : "-Y");
+        return -EINVAL;
+    }
     if (s->sasl && !b_given)
         s->binding_protocol = "binary";
     if (s->sasl && strcmp(s->binding_protocol, "binary") != 0) {
