@@ -5,10 +5,10 @@
  * Input: byte 0 seeds the read sizes, the rest is the byte stream of one
  * connection. A stream that starts with "#Y\n" runs (without those bytes)
  * on a session that must log in first, as under -Y, against a fixed file
- * of users (foo:bar, u:p). Seed 0 delivers the stream in one read; any other seed cuts
- * it into reads of 1..64 bytes (now and then up to 4 KiB), as a socket
- * might. Each input starts from the same logical state: a fresh session, a
- * flushed cache at its full limit, the clock frozen at T0.
+ * of users (foo:bar, u:p). Seed 0 delivers the stream in one read; any
+ * other seed cuts it into reads of 1..64 bytes (now and then up to 4 KiB),
+ * as a socket might. Each input starts from the same logical state: a fresh
+ * session, a flushed cache at its full limit, the clock frozen at T0.
  *
  * The cache itself lives on for FUZZ_REOPEN_EVERY inputs (opening one costs
  * milliseconds, and an allocator that has seen many inputs reaches states a
