@@ -203,6 +203,9 @@ conn_create(const struct conn_shared *sh, int fd, const char *listen_addr,
     c->sess.no_dump = sh->no_dump;
     c->sess.no_watch = sh->no_watch;
     c->sess.binding = sh->binding;
+    c->sess.auth = sh->auth;
+    c->sess.authed = sh->auth == NULL;
+    c->sess.sasl = sh->sasl;
     atomic_init(&c->state, CS_WAITING);
     atomic_init(&c->last_active, 0);
     *out = c;
@@ -322,6 +325,10 @@ fold_counters(struct conn *c)
         stats_ctr_add(ctr, STATS_CMD_BIN, p->bin_cmds);
     if (p->protocol_errors)
         stats_ctr_add(ctr, STATS_PROTO_ERRORS, p->protocol_errors);
+    if (p->auth_cmds) {
+        stats_ctr_add(ctr, STATS_AUTH_CMDS, p->auth_cmds);
+        stats_ctr_add(ctr, STATS_AUTH_ERRORS, p->auth_errors);
+    }
     memset(p, 0, sizeof(*p));
 }
 

@@ -46,6 +46,8 @@ struct conn_shared {
     bool no_dump;           /* -X */
     bool no_watch;          /* -W */
     uint8_t binding;        /* -B: enum proto_binding */
+    struct auth *auth;      /* -Y, -S (src/server/auth.h); NULL = none */
+    bool sasl;              /* -S */
     uint64_t epoch_ns;      /* clock_nsec() at server start */
     _Atomic uint64_t *curr_conns; /* decremented when a connection ends */
 };

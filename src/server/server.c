@@ -63,6 +63,7 @@
 #include "src/base/clock.h"
 #include "src/base/err.h"
 #include "src/base/log.h"
+#include "src/server/auth.h"
 #include "src/server/conn.h"
 #include "src/server/proto/proto_util.h"
 #include "src/server/stats.h"
@@ -720,6 +721,21 @@ accept_some(struct server *srv, struct listener *l)
     }
 }
 
+/* SIGHUP: read -Y's file again, as memcached does (nothing else to do
+ * without -Y). */
+static void
+reload_auth(struct server *srv)
+{
+    if (!srv->st->auth_file) {
+        log_info("SIGHUP: no -Y auth file to reload");
+        return;
+    }
+    if (auth_reload(srv->sh.auth) == 0)
+        log_info("SIGHUP: reloaded auth file %s", srv->st->auth_file);
+    else
+        log_warn("SIGHUP: %s; the users loaded before stay", err_msg());
+}
+
 /* Handle one event of the acceptor: false when it is time to stop. */
 static bool
 acceptor_event(struct server *srv, const struct epoll_event *ev)
@@ -728,8 +744,13 @@ acceptor_event(struct server *srv, const struct epoll_event *ev)
         return false;
     if (ev->data.u32 == TAG_SIGNAL) {
         struct signalfd_siginfo si;
-        if (read(srv->sig_fd, &si, sizeof(si)) == sizeof(si))
-            log_info("signal %u: shutting down", si.ssi_signo);
+        if (read(srv->sig_fd, &si, sizeof(si)) != sizeof(si))
+            return true; /* read by another wake-up */
+        if (si.ssi_signo == SIGHUP) {
+            reload_auth(srv);
+            return true;
+        }
+        log_info("signal %u: shutting down", si.ssi_signo);
         return false;
     }
     if (!srv->paused && ev->data.u32 < srv->nls)
@@ -850,6 +871,7 @@ setup_acceptor(struct server *srv)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
     srv->epfd = epoll_create1(EPOLL_CLOEXEC);
     srv->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     srv->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -888,6 +910,24 @@ init_shared(struct server *srv)
         .epoch_ns = clock_nsec(),
         .curr_conns = &srv->curr_conns,
     };
+}
+
+/* -Y, -S: the users and SASL every connection shares. Under -Y every
+ * connection speaks text, as in memcached, where the login reads any bytes
+ * as text lines (settings.c refused -B binary with -Y). */
+static int
+setup_auth(struct server *srv)
+{
+    const struct settings *st = srv->st;
+    if (!st->auth_file && !st->sasl)
+        return 0;
+    int rc = auth_create(st->auth_file, st->sasl, &srv->sh.auth);
+    if (rc)
+        return rc;
+    srv->sh.sasl = st->sasl;
+    if (st->auth_file)
+        srv->sh.binding = PROTO_BIND_ASCII;
+    return 0;
 }
 
 static int
@@ -933,7 +973,9 @@ server_create(const struct settings *st, struct tc_cache *cache,
     pthread_mutex_init(&srv->quiet_lock, NULL);
     pthread_cond_init(&srv->quiet_cond, NULL);
     init_shared(srv);
-    int rc = setup_acceptor(srv);
+    int rc = setup_auth(srv);
+    if (!rc)
+        rc = setup_acceptor(srv);
     if (!rc && st->port)
         rc = listen_tcp(srv);
     if (!rc && st->unix_path)
@@ -957,6 +999,7 @@ server_destroy(struct server *srv)
     for (unsigned i = 0; srv->workers && i < srv->nworkers; i++)
         worker_fini(&srv->workers[i]);
     free(srv->workers);
+    auth_destroy(srv->sh.auth); /* after the workers' connections */
     if (srv->epfd >= 0)
         close(srv->epfd);
     if (srv->stop_fd >= 0)

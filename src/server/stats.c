@@ -83,8 +83,8 @@ general_cmds(struct obuf *out, const struct tc_stats *t, const uint64_t *ctr)
     TC_STATS_CMD(ENGINE_LINE)
     stat_u64(out, "cmd_meta", ctr[STATS_CMD_META]);
     TC_STATS_HIT(ENGINE_LINE)
-    stat_u64(out, "auth_cmds", 0);
-    stat_u64(out, "auth_errors", 0);
+    stat_u64(out, "auth_cmds", ctr[STATS_AUTH_CMDS]);
+    stat_u64(out, "auth_errors", ctr[STATS_AUTH_ERRORS]);
 }
 
 static unsigned

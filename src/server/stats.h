@@ -48,6 +48,8 @@ enum stats_ctr_id {
     STATS_GET_MULTI,
     STATS_CMD_BIN,
     STATS_PROTO_ERRORS,
+    STATS_AUTH_CMDS,   /* logins and SASL exchanges (-Y, -S) */
+    STATS_AUTH_ERRORS, /* of those, refused */
     STATS_CTR_COUNT
 };
 

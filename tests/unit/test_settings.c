@@ -722,12 +722,36 @@ static void
 test_not_yet(void **state)
 {
     struct fx *f = *state;
-    expect_bad(f, "-S", "-S: ", "SASL authentication is not supported yet");
-    expect_bad(f, "--enable-sasl", "-S: ", "not supported yet");
-    expect_bad(f, "-Y /etc/auth", "-Y: ", "not supported yet");
     expect_bad(f, "-Z", "-Z: ", "TLS is not supported yet");
     expect_bad(f, "-U 11211", "-U: ", "UDP is not supported");
     expect_ok(f, "-U 0");
+}
+
+/* -S means the binary protocol only and refuses -B ascii or auto, as
+ * memcached does; -Y needs the text protocol; the two do not go together.
+ * (The auth file itself is read when the server starts.) */
+static void
+test_auth_flags(void **state)
+{
+    struct fx *f = *state;
+    expect_ok(f, "-S");
+    assert_true(f->s.sasl);
+    assert_string_equal(f->s.binding_protocol, "binary");
+    assert_string_equal(stat_value(&f->s, "auth_enabled_sasl"), "yes");
+    expect_ok(f, "--enable-sasl -B binary");
+    expect_bad(f, "-S -B ascii", "-S: ", "cannot allow the ASCII protocol");
+    expect_bad(f, "-B auto -S", "-S: ", "cannot allow the ASCII protocol");
+    expect_ok(f, "-Y /etc/tc-auth");
+    assert_string_equal(f->s.auth_file, "/etc/tc-auth");
+    assert_string_equal(stat_value(&f->s, "auth_enabled_ascii"),
+                        "/etc/tc-auth");
+    assert_string_equal(f->s.binding_protocol, "auto-negotiate");
+    expect_ok(f, "-Y /etc/tc-auth -B ascii");
+    expect_bad(f, "-Y /etc/tc-auth -B binary", "-Y: ", "text command");
+    expect_bad(f, "-S -Y /etc/tc-auth", "-S and -Y: ", "choose one");
+    expect_ok(f, "");
+    assert_string_equal(stat_value(&f->s, "auth_enabled_ascii"), "no");
+    assert_string_equal(stat_value(&f->s, "auth_enabled_sasl"), "no");
 }
 
 /* memcached's -o options: every one is accepted; hashpower sizes the
@@ -857,6 +881,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_number_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engine_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memcached_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auth_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_yet, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memcached_subopts, setup,
                                         teardown),
