@@ -295,7 +295,6 @@ def test_unknown_flag_one_line():
 
 @pytest.mark.tiercache_only
 @pytest.mark.parametrize("flags, feature", [
-    (["-U", "11211"], "UDP is not supported"),
     (["-S"], "SASL authentication is not supported yet"),
     (["-Y", "/nonexistent/auth"], "ASCII authentication"),
     (["-Z"], "TLS is not supported yet"),
