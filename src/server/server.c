@@ -209,12 +209,16 @@ static const struct proto_server_ops server_ops = {
 
 /* --- listeners --- */
 
-/* Bind, and for a stream socket listen (backlog > 0). */
+/* Bind, and for a stream socket (backlog > 0) listen. A UDP socket
+ * (backlog 0) goes without SO_REUSEADDR: it has no TIME_WAIT to step over,
+ * and with it a second server on the same -U port would bind too and take
+ * the first one's datagrams. */
 static int
 listen_fd(int fd, const struct sockaddr *sa, socklen_t len, int backlog)
 {
     int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (backlog > 0)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (sa->sa_family == AF_INET6)
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
     if (bind(fd, sa, len) != 0 || (backlog > 0 && listen(fd, backlog) != 0))

@@ -491,3 +491,25 @@ def test_memcslap_udp_get(memcslap, udp_server):
                     f"{(ref.stderr.strip().splitlines() or [''])[-1][:160]})")
     p = _memcslap(udp_server[1], "get", 100)
     assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.tiercache_only
+def test_udp_port_taken(run_server):
+    """-U on a port another socket holds: the server exits with one line
+    naming the socket."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((HOST, 0))
+        port = s.getsockname()[1]
+        rc, err = run_server(["-U", str(port)])
+    lines = err.strip().splitlines()
+    assert rc != 0 and len(lines) == 1, err
+    assert f"udp:{HOST}:{port}" in lines[0]
+    assert "in use" in lines[0].lower()
+
+
+@pytest.mark.tiercache_only
+def test_udp_port_of_another_server(udp_server, run_server):
+    """A second server on the same -U port does not start (no
+    SO_REUSEADDR on UDP sockets, which would let it share the port)."""
+    rc, err = run_server(["-U", str(udp_server[1])])
+    assert rc != 0 and f"udp:{HOST}:{udp_server[1]}" in err, err
