@@ -474,7 +474,8 @@ worker_wait(struct worker *w, struct epoll_event *ev, int max, bool *idle)
 }
 
 /* p is one of the UDP sockets (the only listeners in a worker's epoll
- * set). */
+ * set). Asked only with -U (w->uw set): without it a connection's event
+ * costs one more test of a pointer that is NULL. */
 static bool
 is_listener(const struct server *srv, const void *p)
 {
@@ -501,7 +502,7 @@ worker_loop(struct worker *w)
                 worker_adopt(w);
             else if (p == &w->cw)
                 conn_async_reap(&w->cw); /* flash reads finished */
-            else if (is_listener(w->srv, p))
+            else if (w->uw && is_listener(w->srv, p))
                 udp_event(w->uw, ((struct listener *)p)->fd); /* -U */
             else
                 conn_event(p, ev[i].events);
