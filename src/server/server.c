@@ -316,15 +316,15 @@ listen_host(struct server *srv, const char *host, const char *port, bool udp)
 }
 
 /* One -l element: "host", "host:port", "[v6]", "[v6]:port", "v6". A port
- * in it is TCP's; UDP binds the host on the -U port. */
+ * in it is used for TCP and, with -U, for UDP too, as memcached does;
+ * without one, -p and -U give the ports. */
 static int
 listen_one(struct server *srv, const char *item, bool udp)
 {
-    char host[256], port[16], udp_port[16];
+    char host[256], port[16];
     const char *colon = strrchr(item, ':');
-    snprintf(port, sizeof(port), "%llu", (unsigned long long)srv->st->port);
-    snprintf(udp_port, sizeof(udp_port), "%llu",
-             (unsigned long long)srv->st->udp_port);
+    snprintf(port, sizeof(port), "%llu",
+             (unsigned long long)(udp ? srv->st->udp_port : srv->st->port));
     if (item[0] == '[') {
         const char *close_br = strchr(item, ']');
         if (!close_br || (close_br[1] && close_br[1] != ':')) {
@@ -341,7 +341,7 @@ listen_one(struct server *srv, const char *item, bool udp)
     } else {
         snprintf(host, sizeof(host), "%s", item);
     }
-    return listen_host(srv, host, udp ? udp_port : port, udp);
+    return listen_host(srv, host, port, udp);
 }
 
 /* Every -l address: TCP listeners, or UDP sockets (udp). */

@@ -34,6 +34,19 @@ def free_udp_port():
         return s.getsockname()[1]
 
 
+def free_both_port():
+    """A port free for TCP and for UDP a moment ago."""
+    for _ in range(100):
+        port = conftest.free_port()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no port free for both TCP and UDP")
+
+
 def start_udp(start, **kw):
     """start(extra) with -U on a free UDP port; a port taken between
     choosing and binding is retried. Returns (server, udp port)."""
@@ -513,3 +526,27 @@ def test_udp_port_of_another_server(udp_server, run_server):
     SO_REUSEADDR on UDP sockets, which would let it share the port)."""
     rc, err = run_server(["-U", str(udp_server[1])])
     assert rc != 0 and f"udp:{HOST}:{udp_server[1]}" in err, err
+
+
+def test_listen_item_port(spawn):
+    """An -l host:port item binds UDP on its own port too, as memcached
+    does; the plain -l host on the -U port."""
+    box = {}
+
+    def start(extra):  # a new item port on each try too
+        box["p2"] = free_both_port()
+        return spawn("-l", f"{HOST}:{box['p2']}", *extra, threads=2)
+
+    srv, uport = start_udp(start)
+    p2 = box["p2"]
+    for port in (uport, p2):
+        c = Udp(port)
+        try:
+            assert c.request(b"version\r\n").startswith(b"VERSION ")
+        finally:
+            c.close()
+    tcp = conftest.Conn(HOST, p2)  # and TCP there as before
+    try:
+        tcp.cmd(b"get nothing\r\n", b"END\r\n")
+    finally:
+        tcp.close()
