@@ -550,3 +550,36 @@ def test_listen_item_port(spawn):
         tcp.cmd(b"get nothing\r\n", b"END\r\n")
     finally:
         tcp.close()
+
+
+def test_many_clients_interleaved(udp_server):
+    """8 clients each send 50 gets without waiting, then read: every reply
+    reaches the client that asked, under the id it asked with, with that
+    client's value (the workers share the socket and answer whichever
+    datagram they read)."""
+    clients = [Udp(udp_server[1]) for _ in range(8)]
+    try:
+        for i, c in enumerate(clients):
+            assert c.request(b"set udp_cli%d 0 0 %d\r\n%s\r\n"
+                             % (i, 300 + i, b"%d" % i * (300 + i))) \
+                == b"STORED\r\n"
+        sent = {}
+        for r in range(50):
+            for i, c in enumerate(clients):
+                rid = 1000 + r
+                c.send(b"get udp_cli%d\r\n" % i, rid=rid)
+                sent.setdefault(i, []).append(rid)
+        for i, c in enumerate(clients):
+            want = b"VALUE udp_cli%d 0 %d\r\n%s\r\nEND\r\n" % (
+                i, 300 + i, b"%d" % i * (300 + i))
+            got = set()
+            for _ in range(50):
+                d = c.sock.recv(1 << 16)
+                rid, seq, n, res = struct.unpack("!HHHH", d[:HEADER])
+                assert (seq, n, res) == (0, 1, 0)
+                assert d[HEADER:] == want, f"client {i} request {rid}"
+                got.add(rid)
+            assert got == set(sent[i])
+    finally:
+        for c in clients:
+            c.close()
