@@ -310,11 +310,9 @@ in_prepare(struct conn *c)
     return c->in_len < c->in_cap ? 0 : -E2BIG;
 }
 
-static void
-fold_counters(struct conn *c)
+void
+conn_fold_counters(struct proto_counters *p, struct stats_ctr *ctr)
 {
-    struct proto_counters *p = &c->sess.ctr;
-    struct stats_ctr *ctr = c->w->ctr;
     if (p->cmd_total)
         stats_ctr_add(ctr, STATS_CMD_TOTAL, p->cmd_total);
     if (p->meta_cmds)
@@ -330,6 +328,12 @@ fold_counters(struct conn *c)
         stats_ctr_add(ctr, STATS_AUTH_ERRORS, p->auth_errors);
     }
     memset(p, 0, sizeof(*p));
+}
+
+static void
+fold_counters(struct conn *c)
+{
+    conn_fold_counters(&c->sess.ctr, c->w->ctr);
 }
 
 static bool

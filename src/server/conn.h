@@ -95,6 +95,10 @@ int conn_attach(struct conn *c, struct conn_worker *w);
 /* Close the socket and free everything. Context: the owner thread. */
 void conn_destroy(struct conn *c);
 
+/* Add a session's protocol counters into a worker's and zero them.
+ * Context: ctr's worker. */
+void conn_fold_counters(struct proto_counters *p, struct stats_ctr *ctr);
+
 /* Handle epoll events; may destroy c. Context: c's worker. */
 void conn_event(struct conn *c, uint32_t events);
 

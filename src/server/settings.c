@@ -820,9 +820,9 @@ finish(struct settings *s)
      * also given */
     if (s->unix_path && !s->port_given)
         s->port = 0;
-    if (s->port == 0 && !s->unix_path) {
-        err_set("-p: 0 turns TCP off and no -s unix socket was given, so "
-                "there is nothing to listen on");
+    if (s->port == 0 && !s->unix_path && s->udp_port == 0) {
+        err_set("-p: 0 turns TCP off and no -s unix socket or -U UDP port "
+                "was given, so there is nothing to listen on");
         return -EINVAL;
     }
     if (s->worker_slice_us && s->worker_slice_us < 100) {

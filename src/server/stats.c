@@ -142,6 +142,8 @@ general_tiercache(struct obuf *out, const struct tc_stats *t,
     stat_u64(out, "tc_cmd_bin", ctr[STATS_CMD_BIN]);
     stat_u64(out, "tc_get_multi", ctr[STATS_GET_MULTI]);
     stat_u64(out, "tc_protocol_errors", ctr[STATS_PROTO_ERRORS]);
+    stat_u64(out, "tc_udp_dropped_requests", ctr[STATS_UDP_DROPPED_REQS]);
+    stat_u64(out, "tc_udp_dropped_replies", ctr[STATS_UDP_DROPPED_REPLIES]);
     /* hot keys in DRAM */
     TC_STATS_HOTKEY(ENGINE_LINE)
     stat_u64(out, "hot_pool_bytes", t->hot_pool_bytes);

@@ -50,6 +50,11 @@ enum stats_ctr_id {
     STATS_PROTO_ERRORS,
     STATS_AUTH_CMDS,   /* logins and SASL exchanges (-Y, -S) */
     STATS_AUTH_ERRORS, /* of those, refused */
+    STATS_UDP_DROPPED_REQS,    /* datagrams dropped: no frame header, a
+                                  request over several datagrams, or cut
+                                  short (src/server/udp.c) */
+    STATS_UDP_DROPPED_REPLIES, /* replies not sent whole: too large for
+                                  one message, or the socket refused */
     STATS_CTR_COUNT
 };
 

@@ -274,7 +274,6 @@ def test_unknown_flag_one_line():
 
 @pytest.mark.tiercache_only
 @pytest.mark.parametrize("flags, feature", [
-    (["-U", "11211"], "UDP is not supported"),
     (["-Z"], "TLS is not supported yet"),
 ])
 def test_not_yet(flags, feature):

@@ -238,8 +238,10 @@ test_bad_values(void **state)
     expect_bad(f, "--threads=x", "--threads: ", NULL);
     expect_bad(f, "-p 65536", "-p: ", "0 to 65535");
     expect_bad(f, "-p x", "-p: ", NULL);
-    expect_bad(f, "-U 11211", "-U: ", "UDP is not supported");
-    expect_bad(f, "-U x", "-U: ", "UDP is not supported");
+    expect_ok(f, "-U 11211");
+    assert_int_equal(f->s.udp_port, 11211);
+    expect_bad(f, "-U 65536", "-U: ", "0 to 65535");
+    expect_bad(f, "-U x", "-U: ", NULL);
     expect_ok(f, "-m 2"); /* memcached's tests use -m 2 and -m 3 */
     expect_bad(f, "-m 0", "-m: ", NULL);
     expect_bad(f, "-m lots", "-m: ", NULL);
@@ -351,6 +353,8 @@ test_cross_checks(void **state)
     assert_int_equal(f->s.maxbytes_mib, 64);
     /* nothing to listen on */
     expect_bad(f, "-p 0", "-p: ", "nothing to listen on");
+    expect_bad(f, "-p 0 -U 0", "-p: ", "nothing to listen on");
+    expect_ok(f, "-p 0 -U 11211"); /* UDP only */
 }
 
 static void
@@ -723,7 +727,6 @@ test_not_yet(void **state)
 {
     struct fx *f = *state;
     expect_bad(f, "-Z", "-Z: ", "TLS is not supported yet");
-    expect_bad(f, "-U 11211", "-U: ", "UDP is not supported");
     expect_ok(f, "-U 0");
 }
 
