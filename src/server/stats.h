@@ -48,8 +48,8 @@ enum stats_ctr_id {
     STATS_GET_MULTI,
     STATS_CMD_BIN,
     STATS_PROTO_ERRORS,
-    STATS_AUTH_CMDS,   /* logins and SASL exchanges (-Y, -S) */
-    STATS_AUTH_ERRORS, /* of those, refused */
+    STATS_AUTH_CMDS,           /* logins and SASL exchanges (-Y, -S) */
+    STATS_AUTH_ERRORS,         /* of those, refused */
     STATS_UDP_DROPPED_REQS,    /* datagrams dropped: no frame header, a
                                   request over several datagrams, or cut
                                   short (src/server/udp.c) */
