@@ -81,6 +81,10 @@ SONAME := libtiercache.so.$(firstword $(subst ., ,$(SO_VERSION)))
 
 LIBS := -lpmem -lmemkind -luring -lurcu-memb -lurcu-common -lpthread -lm
 TEST_LIBS := -lcmocka
+# The server's own: OpenSSL for TLS (src/server/tls.c). Not in LIBS, which
+# the library and tiercache.pc carry.
+SSL_CFLAGS := $(shell pkg-config --cflags openssl 2>/dev/null)
+SRV_LIBS := $(or $(shell pkg-config --libs openssl 2>/dev/null),-lssl -lcrypto)
 
 # User additions (make CFLAGS=... LDFLAGS=...) go last.
 CFLAGS ?=
@@ -119,7 +123,7 @@ $$(LIB_OBJS_$(1)): build/$(1)/%.o: %.c
 
 $$(SRV_OBJS_$(1)): build/$(1)/%.o: %.c
 	@mkdir -p $$(@D)
-	$$(CC) $$(CFLAGS_$(1)) -c $$< -o $$@
+	$$(CC) $$(CFLAGS_$(1)) $$(SSL_CFLAGS) -c $$< -o $$@
 
 $$(UNIT_OBJS_$(1)): build/$(1)/%.o: %.c
 	@mkdir -p $$(@D)
@@ -146,7 +150,7 @@ build/$(1)/libtiercache.so: $$(LIB_OBJS_$(1))
 $$(UNIT_BINS_$(1)): build/$(1)/tests/unit/%: build/$(1)/tests/unit/%.o \
 		build/$(1)/libtcserver.a build/$(1)/libtiercache.a \
 		$$$$(wildcard tests/unit/$$$$*.wrap)
-	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$< $$(call wrap_flags,tests/unit/$$*.wrap) build/$(1)/libtcserver.a build/$(1)/libtiercache.a $$(LIBS) $$(TEST_LIBS)
+	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$< $$(call wrap_flags,tests/unit/$$*.wrap) build/$(1)/libtcserver.a build/$(1)/libtiercache.a $$(LIBS) $$(SRV_LIBS) $$(TEST_LIBS)
 
 .PHONY: lib-$(1) unit-bins-$(1)
 lib-$(1): build/$(1)/libtiercache.a
@@ -203,7 +207,7 @@ build/$(1)/src/server/tiercached.o: src/server/tiercached.c
 	$$(CC) $$(CFLAGS_$(1)) -c $$< -o $$@
 build/$(1)/tiercached: build/$(1)/src/server/tiercached.o \
 		build/$(1)/libtcserver.a build/$(1)/libtiercache.a
-	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$< build/$(1)/libtcserver.a build/$(1)/libtiercache.a $$(LIBS)
+	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$< build/$(1)/libtcserver.a build/$(1)/libtiercache.a $$(LIBS) $$(SRV_LIBS)
 endef
 $(foreach v,$(VARIANTS),$(eval $(call SERVER_RULES,$(v))))
 TIERCACHED := build/release/tiercached

@@ -48,6 +48,7 @@ enum stats_ctr_id {
     STATS_GET_MULTI,
     STATS_CMD_BIN,
     STATS_PROTO_ERRORS,
+    STATS_SSL_HANDSHAKE_ERRORS, /* TLS handshakes that failed (tls.c) */
     STATS_CTR_COUNT
 };
 
@@ -84,6 +85,8 @@ struct stats_info {
     unsigned nlisteners;
     unsigned nworkers;
     bool accepting;
+    bool tls;              /* -Z: the TLS lines of "stats" */
+    uint64_t tls_cert_age; /* seconds since the certificates were loaded */
 };
 
 /*
