@@ -313,7 +313,7 @@ in_prepare(struct conn *c)
     if (keep == c->in_cap)
         want = MAX(want, c->in_cap * 2);
     if (keep >= c->sh->in_max)
-        return -E2BIG; /* plain: as full as it may get */
+        return -E2BIG; /* a request larger than -I allows */
     /* with TLS the buffer may pass in_max by the room for one record */
     want = MAX(MIN(want, c->sh->in_max), keep + c->in_room);
     if (want > c->in_cap) {
