@@ -11,11 +11,13 @@ sockets) and `openssl s_client`.
 
 Against memcached (TC_SERVER_KIND=memcached; Debian's is built with TLS)
 every test passes but those marked tiercache_only: exact error lines, the
-handshake counter (memcached 1.6.18 does not count a plain client), and a
-refresh that fails leaving the old certificate in place.
+handshake counter (memcached 1.6.18 does not count a plain client), a
+refresh that fails leaving the old certificate in place, and a pipelined
+stream that memcached 1.6.18 leaves unanswered at its end.
 """
 
 import os
+import select
 import shutil
 import socket
 import ssl
@@ -114,8 +116,9 @@ class TlsConn(Conn):
 
 
 def tls_client(port, ctx):
+    # default_noreply off: a set returns once the server stored it
     return Client((HOST, port), tls_context=ctx, connect_timeout=IO_TIMEOUT,
-                  timeout=IO_TIMEOUT)
+                  timeout=IO_TIMEOUT, default_noreply=False)
 
 
 def handshake_errors(port, ctx):
@@ -162,6 +165,79 @@ def test_pipelined_backlog(tls_server, pki):
         for i in range(n):
             got = c.recv_exact(len(want))
             assert got == want, f"reply {i} differs"
+        assert c.readline().startswith(b"VERSION ")
+    finally:
+        c.close()
+
+
+# memcached 1.6.18 answers all but the last set and get here, every time,
+# and then waits: the last request's bytes stay unread (decrypted inside
+# OpenSSL, where epoll does not see them, is the likely reason).
+@pytest.mark.tiercache_only
+def test_pipelined_mixed(tls_server, pki):
+    """Stores of values over several records and gets of a large value,
+    pipelined while the replies are read (one thread, a non-blocking
+    socket): the server's input arrives record after record while its
+    output backs up, and every reply comes back in order."""
+    srv = tls_server()
+    c = TlsConn(srv.port, client_ctx(pki))
+    try:
+        big = os.urandom(300 * 1024)
+        c.set("mx-big", big)
+        vals = [os.urandom(20000 + i * 101) for i in range(40)]
+        batch = b"".join(
+            b"set mx%d 0 0 %d\r\n%s\r\nget mx-big\r\n" % (i, len(v), v)
+            for i, v in enumerate(vals))
+        want = b"VALUE mx-big 0 %d\r\n" % len(big) + big + b"\r\nEND\r\n"
+        expected = (b"STORED\r\n" + want) * len(vals)
+        got = bytearray()
+        pos = 0
+        sock = c.sock
+        sock.setblocking(False)
+        deadline = time.monotonic() + IO_TIMEOUT
+        while len(got) < len(expected) and time.monotonic() < deadline:
+            wr = [sock] if pos < len(batch) else []
+            r, w, _ = select.select([sock], wr, [], 0.5)
+            if r or sock.pending():
+                try:
+                    d = sock.recv(1 << 20)
+                    assert d, "the server closed the connection"
+                    got += d
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    pass
+            if w:
+                try:
+                    pos += sock.send(batch[pos:pos + 65536])
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    pass
+        sock.settimeout(IO_TIMEOUT)
+        assert pos == len(batch), f"sent {pos} of {len(batch)} bytes"
+        assert len(got) == len(expected), f"{len(got)} of {len(expected)}"
+        assert bytes(got) == expected
+        for i, v in enumerate(vals):
+            assert c.get_value(f"mx{i}") == v
+    finally:
+        c.close()
+
+
+def test_backlog_inside_a_record(tls_server, pki):
+    """Gets sent together, whose replies pass the server's output mark
+    before the record that carries them is all read: the server must
+    still answer the rest of that record once the client reads, though
+    the socket has nothing more to report."""
+    srv = tls_server()
+    c = TlsConn(srv.port, client_ctx(pki))
+    try:
+        key = "k" * 250
+        val = os.urandom(100 * 1024)
+        c.set(key, val)
+        n = 64  # 256-byte lines: one record of requests, 6.4 MB back
+        c.send(b"get %s\r\n" % key.encode() * n)
+        want = b"VALUE %s 0 %d\r\n" % (key.encode(), len(val)) + val + \
+            b"\r\nEND\r\n"
+        for i in range(n):
+            assert c.recv_exact(len(want)) == want, f"reply {i} of {n}"
+        c.send(b"version\r\n")
         assert c.readline().startswith(b"VERSION ")
     finally:
         c.close()
