@@ -199,6 +199,11 @@ tls_create(const struct settings *st, struct tls **out)
     }
     pthread_mutex_init(&t->lock, NULL);
     atomic_init(&t->refreshed_ns, clock_nsec());
+    if (st->ssl_verify_mode && !st->ssl_ca_cert)
+        log_warn("-o ssl_verify_mode=%llu without ssl_ca_cert: no CA to "
+                 "verify client certificates against, so every one sent is "
+                 "refused",
+                 (unsigned long long)st->ssl_verify_mode);
     *out = t;
     return 0;
 }

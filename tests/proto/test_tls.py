@@ -326,6 +326,21 @@ def test_verify_require(tls_server, pki):
         assert handshake_errors(srv.port, with_cert) == before + 1
 
 
+@pytest.mark.tiercache_only
+def test_verify_without_ca(tls_server, pki):
+    """ssl_verify_mode without ssl_ca_cert: one line says every client
+    certificate will be refused, and it is."""
+    srv = tls_server(extra="ssl_verify_mode=2")
+    assert "without ssl_ca_cert" in srv.stderr_text()
+    with pytest.raises((ssl.SSLError, ConnectionError, AssertionError)):
+        c = TlsConn(srv.port, client_ctx(pki, cert=True))
+        try:
+            c.send(b"version\r\n")
+            assert c.readline().startswith(b"VERSION ")
+        finally:
+            c.close()
+
+
 def test_min_version(tls_server, pki):
     srv = tls_server(extra="ssl_min_version=3")
     old = client_ctx(pki, max_version=ssl.TLSVersion.TLSv1_2)
