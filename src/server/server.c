@@ -1018,6 +1018,7 @@ hook_info(struct server *srv, struct stats_info *out)
         atomic_load_explicit(&srv->accepting, memory_order_relaxed);
     out->tls = srv->tls != NULL;
     out->tls_cert_age = srv->tls ? tls_cert_age(srv->tls) : 0;
+    out->tls_new_sessions = srv->tls ? tls_new_sessions(srv->tls) : 0;
 }
 
 static void

@@ -85,8 +85,9 @@ struct stats_info {
     unsigned nlisteners;
     unsigned nworkers;
     bool accepting;
-    bool tls;              /* -Z: the TLS lines of "stats" */
-    uint64_t tls_cert_age; /* seconds since the certificates were loaded */
+    bool tls;                  /* -Z: the TLS lines of "stats" */
+    uint64_t tls_cert_age;     /* seconds since the certificates were loaded */
+    uint64_t tls_new_sessions; /* with ssl_session_cache */
 };
 
 /*

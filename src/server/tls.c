@@ -57,6 +57,8 @@ struct tls {
     SSL_CTX *ctx;
     _Atomic uint64_t refreshed_ns; /* clock_nsec() of the last load; lone
                                       value, relaxed */
+    _Atomic uint64_t new_sessions; /* sessions made for the cache (TLS 1.3:
+                                      a ticket each); relaxed, a count */
 };
 
 struct tls_conn {
@@ -139,10 +141,22 @@ load_files(SSL_CTX *ctx, const struct settings *st, char *msg, size_t n)
     return 0;
 }
 
-/* A new context from st, or NULL with the reason in msg. */
-static SSL_CTX *
-ctx_new(const struct settings *st, char *msg, size_t n)
+/* OpenSSL's new-session callback (ssl_session_cache): count it, keep no
+ * reference (0). Context: a worker, inside a handshake. */
+static int
+new_session(SSL *ssl, SSL_SESSION *sess)
 {
+    struct tls *t = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    (void)sess;
+    atomic_fetch_add_explicit(&t->new_sessions, 1, memory_order_relaxed);
+    return 0;
+}
+
+/* A new context from t's settings, or NULL with the reason in msg. */
+static SSL_CTX *
+ctx_new(struct tls *t, char *msg, size_t n)
+{
+    const struct settings *st = t->st;
     char why[256];
     SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
     if (!ctx) {
@@ -167,6 +181,9 @@ ctx_new(const struct settings *st, char *msg, size_t n)
     SSL_CTX_set_session_cache_mode(ctx, st->ssl_session_cache
                                             ? SSL_SESS_CACHE_SERVER
                                             : SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_app_data(ctx, t);
+    if (st->ssl_session_cache)
+        SSL_CTX_sess_set_new_cb(ctx, new_session);
     if (st->ssl_ciphers && !SSL_CTX_set_cipher_list(ctx, st->ssl_ciphers)) {
         ERR_clear_error();
         snprintf(msg, n, "Error setting the provided cipher(s): %s",
@@ -191,7 +208,8 @@ tls_create(const struct settings *st, struct tls **out)
         return -ENOMEM;
     }
     t->st = st;
-    t->ctx = ctx_new(st, msg, sizeof(msg));
+    atomic_init(&t->new_sessions, 0);
+    t->ctx = ctx_new(t, msg, sizeof(msg));
     if (!t->ctx) {
         err_set("%s", msg);
         free(t);
@@ -223,7 +241,7 @@ tls_refresh(struct tls *t, char *msg, size_t n)
 {
     /* built whole before the swap: a file that fails to load leaves the
      * context in use untouched */
-    SSL_CTX *ctx = ctx_new(t->st, msg, n);
+    SSL_CTX *ctx = ctx_new(t, msg, n);
     if (!ctx) {
         log_warn("refresh_certs: %s", msg);
         return -EINVAL;
@@ -237,6 +255,12 @@ tls_refresh(struct tls *t, char *msg, size_t n)
     atomic_store_explicit(&t->refreshed_ns, clock_nsec(), memory_order_relaxed);
     log_info("refresh_certs: certificates reloaded");
     return 0;
+}
+
+uint64_t
+tls_new_sessions(struct tls *t)
+{
+    return atomic_load_explicit(&t->new_sessions, memory_order_relaxed);
 }
 
 uint64_t

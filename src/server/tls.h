@@ -56,6 +56,9 @@ void tls_destroy(struct tls *t);
  * stays. Context: any worker. Locks: takes t->lock. */
 int tls_refresh(struct tls *t, char *msg, size_t n);
 
+/* Sessions made for the session cache (ssl_session_cache; with TLS 1.3
+ * one a ticket sent). Context: any. */
+uint64_t tls_new_sessions(struct tls *t);
 /* Seconds since the certificates were last loaded. Context: any. */
 uint64_t tls_cert_age(struct tls *t);
 

@@ -416,12 +416,36 @@ def test_refresh_certs_without_tls(server, connect):
     connect().cmd(b"refresh_certs\r\n", b"Error TLS not enabled\r\n")
 
 
+def test_session_cache(tls_server, pki):
+    """-o ssl_session_cache: ssl_new_sessions counts the sessions made, and
+    a second connection resumes the first one's session (which session
+    tickets allow without the cache too)."""
+    srv = tls_server(extra="ssl_session_cache")
+    ctx = client_ctx(pki)
+    first = TlsConn(srv.port, ctx)
+    try:
+        first.check_alive()  # TLS 1.3: the tickets come after the handshake
+        assert int(first.stats()["ssl_new_sessions"]) >= 1
+        session = first.sock.session
+    finally:
+        first.close()
+    raw = socket.create_connection((HOST, srv.port), timeout=IO_TIMEOUT)
+    again = ctx.wrap_socket(raw, server_hostname=HOST, session=session)
+    try:
+        again.sendall(b"version\r\n")
+        assert again.recv(100).startswith(b"VERSION ")
+        assert again.session_reused
+    finally:
+        again.close()
+
+
 def test_stats_with_tls(tls_server, pki):
     srv = tls_server()
     c = TlsConn(srv.port, client_ctx(pki))
     try:
         st = c.stats()
         assert "ssl_handshake_errors" in st
+        assert "ssl_new_sessions" not in st  # only with ssl_session_cache
         assert int(st["time_since_server_cert_refresh"]) >= 0
         s = c.stats("settings")
         assert s["ssl_enabled"] == "yes"
