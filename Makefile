@@ -81,8 +81,10 @@ SONAME := libtiercache.so.$(firstword $(subst ., ,$(SO_VERSION)))
 
 LIBS := -lpmem -lmemkind -luring -lurcu-memb -lurcu-common -lpthread -lm
 TEST_LIBS := -lcmocka
-# The server's own (src/server/auth.c: -S), never the library's.
-SRV_LIBS := -lsasl2
+# The server's own: libsasl2 for -S (src/server/auth.c), OpenSSL for TLS
+# (src/server/tls.c). Not in LIBS, which the library and tiercache.pc carry.
+SSL_CFLAGS := $(shell pkg-config --cflags openssl 2>/dev/null)
+SRV_LIBS := -lsasl2 $(or $(shell pkg-config --libs openssl 2>/dev/null),-lssl -lcrypto)
 
 # User additions (make CFLAGS=... LDFLAGS=...) go last.
 CFLAGS ?=
@@ -121,7 +123,7 @@ $$(LIB_OBJS_$(1)): build/$(1)/%.o: %.c
 
 $$(SRV_OBJS_$(1)): build/$(1)/%.o: %.c
 	@mkdir -p $$(@D)
-	$$(CC) $$(CFLAGS_$(1)) -c $$< -o $$@
+	$$(CC) $$(CFLAGS_$(1)) $$(SSL_CFLAGS) -c $$< -o $$@
 
 $$(UNIT_OBJS_$(1)): build/$(1)/%.o: %.c
 	@mkdir -p $$(@D)

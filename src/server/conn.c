@@ -31,6 +31,13 @@
  * the next epoll_wait, after the other ready connections have had their
  * turn, and the next wake-up runs what is buffered first.
  *
+ * TLS (src/server/tls.h): a connection with c->tls reads and writes through
+ * tls_recv() and tls_send(), which behave like recv() and send(); every
+ * read gets room for a whole record (c->in_room), and the epoll mask and
+ * the events reported pass through tls_want_mask() / tls_want_events()
+ * for the reads that wait to write and the writes that wait to read. A
+ * plain connection pays one predictable branch per call.
+ *
  * Flash reads: requests run with the connection as the owner of
  * the thread's asynchronous reads (tc_async_owner), so a get of a value on
  * the NVMe tier leaves a hole in the obuf instead of blocking the worker;
@@ -68,6 +75,7 @@
 #include "src/base/clock.h"
 #include "src/base/log.h"
 #include "src/server/proto/proto_watch.h"
+#include "src/server/tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -127,6 +135,9 @@ struct conn {
     bool in_parked;  /* input arrived while parked: EPOLLIN off until resumed */
     bool yielded;    /* -R: budget used up with requests still buffered */
     struct conn *reap_next;
+    struct tls_conn *tls; /* NULL: plain TCP or UNIX socket */
+    size_t in_room;       /* room every read gets: 0, or with TLS a whole
+                             record (TLS_RECORD_MAX) */
 
     _Atomic int state;
     _Atomic uint32_t last_active; /* conn_now() of the last progress */
@@ -192,6 +203,8 @@ conn_create(const struct conn_shared *sh, int fd, const char *listen_addr,
     c->sh = sh;
     c->in_cap = c->in_want = CONN_IN_START;
     c->listen_addr = listen_addr;
+    c->tls = NULL;
+    c->in_room = 0;
     peer_name(fd, c->addr, sizeof(c->addr));
     if (!strcmp(c->addr, "unix:"))
         snprintf(c->addr, sizeof(c->addr), "%s", listen_addr);
@@ -210,6 +223,13 @@ conn_create(const struct conn_shared *sh, int fd, const char *listen_addr,
     atomic_init(&c->last_active, 0);
     *out = c;
     return 0;
+}
+
+void
+conn_set_tls(struct conn *c, struct tls_conn *tls)
+{
+    c->tls = tls;
+    c->in_room = TLS_RECORD_MAX;
 }
 
 static void
@@ -267,6 +287,8 @@ conn_destroy(struct conn *c)
     }
     if (c->out.nholes) /* its flash reads finish without it */
         tc_async_cancel(c->sh->cache, c);
+    if (c->tls)
+        tls_conn_destroy(c->tls);
     close(c->fd); /* also removes it from the epoll set */
     proto_sess_fini(&c->sess);
     obuf_fini(&c->out);
@@ -278,17 +300,19 @@ conn_destroy(struct conn *c)
 /* --- input --- */
 
 /* Make room for the next read: rewind or slide the unconsumed bytes to the
- * front, grow to what the pending request needs. 0, or -E2BIG when a
- * request does not fit in sh->in_max, -ENOMEM. */
+ * front, grow to what the pending request needs, and to c->in_room free
+ * bytes at least. 0, or -E2BIG when a request does not fit in sh->in_max,
+ * -ENOMEM. */
 static int
 in_prepare(struct conn *c)
 {
     size_t keep = c->in_len - c->in_off;
-    if (keep == 0 && c->in_cap > CONN_IN_FAST) {
-        char *p = realloc(c->in, CONN_IN_START); /* after a large request */
+    if (keep == 0 && c->in_cap > CONN_IN_FAST + c->in_room) {
+        /* after a large request */
+        char *p = realloc(c->in, CONN_IN_START + c->in_room);
         if (p) {
             c->in = p;
-            c->in_cap = c->in_want = CONN_IN_START;
+            c->in_cap = c->in_want = CONN_IN_START + c->in_room;
         }
     }
     if (c->in_off) {
@@ -299,7 +323,10 @@ in_prepare(struct conn *c)
     size_t want = MAX(c->in_want, c->sess.need);
     if (keep == c->in_cap)
         want = MAX(want, c->in_cap * 2);
-    want = MIN(want, c->sh->in_max);
+    if (keep >= c->sh->in_max)
+        return -E2BIG; /* a request larger than -I allows */
+    /* with TLS the buffer may pass in_max by the room for one record */
+    want = MAX(MIN(want, c->sh->in_max), keep + c->in_room);
     if (want > c->in_cap) {
         char *p = realloc(c->in, want);
         if (!p)
@@ -417,7 +444,9 @@ read_once(struct conn *c, bool *drained)
     }
     size_t room = c->in_cap - c->in_len;
     for (;;) {
-        ssize_t n = recv(c->fd, c->in + c->in_len, room, 0);
+        ssize_t n = c->tls
+                        ? tls_recv(c->tls, c->in + c->in_len, room, c->w->ctr)
+                        : recv(c->fd, c->in + c->in_len, room, 0);
         if (n > 0) {
             c->in_len += (size_t)n;
             stats_ctr_add(c->w->ctr, STATS_BYTES_READ, (uint64_t)n);
@@ -471,7 +500,9 @@ flush(struct conn *c)
 {
     while (obuf_sendable(&c->out)) {
         size_t len = obuf_sendable(&c->out);
-        ssize_t n = send(c->fd, c->out.buf + c->out.head, len, MSG_NOSIGNAL);
+        ssize_t n =
+            c->tls ? tls_send(c->tls, c->out.buf + c->out.head, len, c->w->ctr)
+                   : send(c->fd, c->out.buf + c->out.head, len, MSG_NOSIGNAL);
         if (n > 0) {
             obuf_consume(&c->out, (size_t)n);
             stats_ctr_add(c->w->ctr, STATS_BYTES_WRITTEN, (uint64_t)n);
@@ -536,6 +567,8 @@ settle(struct conn *c)
         ev |= EPOLLIN;
     if (obuf_sendable(&c->out) || c->yielded)
         ev |= EPOLLOUT; /* yielded: the next turn comes with EPOLLOUT */
+    if (c->tls)
+        ev = tls_want_mask(c->tls, ev);
     if (ev != c->events) {
         struct epoll_event e = {.events = ev, .data.ptr = c};
         if (epoll_ctl(c->w->epfd, EPOLL_CTL_MOD, c->fd, &e) != 0) {
@@ -563,6 +596,8 @@ conn_turn(struct conn *c)
 void
 conn_event(struct conn *c, uint32_t events)
 {
+    if (c->tls)
+        events = tls_want_events(c->tls, events);
     if (events & EPOLLERR) {
         c->dead = true;
         settle(c);

@@ -28,6 +28,7 @@
 #define CONN_ADDR_MAX 128
 
 struct conn;
+struct tls_conn;
 
 /* What every connection of a server shares; set up before any connection
  * exists and read-only afterwards (curr_conns points at a counter). */
@@ -89,6 +90,9 @@ uint32_t conn_now(const struct conn_shared *sh);
  * Context: the acceptor. */
 int conn_create(const struct conn_shared *sh, int fd, const char *listen_addr,
                 struct conn **out);
+/* Make c a TLS connection over tls (src/server/tls.h), which it owns from
+ * then on. Before conn_attach(). Context: the acceptor. */
+void conn_set_tls(struct conn *c, struct tls_conn *tls);
 /* Register with the worker's epoll and list. 0 or a negative errno (then
  * the caller destroys it). Context: the adopting worker. */
 int conn_attach(struct conn *c, struct conn_worker *w);

@@ -31,11 +31,13 @@
  * clean.
  *
  * Concurrency:
- *   srv->ls[], nls, st, sh, cache, epoch, w->cpu
+ *   srv->ls[], nls, st, sh, cache, epoch, w->cpu, tls
  *                                set before the workers start,
  *                                read-only afterwards (the UDP sockets
  *                                among ls[] are read by every worker and
- *                                closed only once they are joined).
+ *                                closed only once they are joined; what
+ *                                srv->tls points to has its own lock,
+ *                                tls.h).
  *   w->qlock                     guards w->q, w->qn, w->qcap (acceptor
  *                                pushes, worker pops); also the hand-off
  *                                of each struct conn between the threads.
@@ -73,6 +75,7 @@
 #include "src/server/proto/proto_util.h"
 #include "src/server/stats.h"
 #include "src/server/udp.h"
+#include "src/server/tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -114,6 +117,7 @@ struct listener {
     int fd;
     bool is_unix;
     bool is_udp;              /* served by the workers, not accepted */
+    bool tls;                 /* -Z, and not named notls: in -l */
     char name[CONN_ADDR_MAX]; /* "tcp:127.0.0.1:11211", "udp:...",
                                  "unix:/path" */
 };
@@ -137,6 +141,7 @@ struct server {
     const struct settings *st;
     struct tc_cache *cache;
     struct conn_shared sh;
+    struct tls *tls; /* -Z; NULL without */
     struct listener ls[SERVER_MAX_LISTENERS];
     unsigned nls;
     int epfd;
@@ -200,12 +205,24 @@ op_memlimit(void *arg, uint64_t mib)
     return rc;
 }
 
+static int
+op_refresh_certs(void *arg, char *msg, size_t n)
+{
+    struct server *srv = arg;
+    if (!srv->tls) {
+        snprintf(msg, n, "Error TLS not enabled"); /* memcached's words */
+        return -ENOTSUP;
+    }
+    return tls_refresh(srv->tls, msg, n);
+}
+
 static const struct proto_server_ops server_ops = {
     .stats = op_stats,
     .stats_reset = op_stats_reset,
     .shutdown = op_shutdown,
     .verbosity = op_verbosity,
     .memlimit = op_memlimit,
+    .refresh_certs = op_refresh_certs,
 };
 
 /* --- listeners --- */
@@ -256,6 +273,7 @@ listener_new(struct server *srv, const char *what)
     l->fd = -1;
     l->is_unix = false;
     l->is_udp = false;
+    l->tls = false;
     return l;
 }
 
@@ -275,7 +293,8 @@ udp_buffers(int fd)
 /* Bind every address getaddrinfo() gives for host and port: TCP
  * listeners, or UDP sockets (udp). */
 static int
-listen_host(struct server *srv, const char *host, const char *port, bool udp)
+listen_host(struct server *srv, const char *host, const char *port, bool udp,
+            bool tls)
 {
     struct addrinfo hints = {.ai_flags = AI_PASSIVE,
                              .ai_family = AF_UNSPEC,
@@ -309,8 +328,9 @@ listen_host(struct server *srv, const char *host, const char *port, bool udp)
                 close(l->fd);
             break;
         }
+        l->tls = tls;
         srv->nls++;
-        log_info("listening on %s", l->name);
+        log_info("listening on %s%s", l->name, tls ? " (TLS)" : "");
     }
     freeaddrinfo(res);
     return rc;
@@ -318,11 +338,17 @@ listen_host(struct server *srv, const char *host, const char *port, bool udp)
 
 /* One -l element: "host", "host:port", "[v6]", "[v6]:port", "v6". A port
  * in it is used for TCP and, with -U, for UDP too, as memcached does;
- * without one, -p and -U give the ports. */
+ * without one, -p and -U give the ports. With -Z, "notls:" in front
+ * makes it a plain listener (memcached's prefix); UDP is never TLS. */
 static int
 listen_one(struct server *srv, const char *item, bool udp)
 {
     char host[256], port[16];
+    bool tls = srv->tls != NULL;
+    if (!strncmp(item, "notls:", 6)) {
+        item += 6;
+        tls = false;
+    }
     const char *colon = strrchr(item, ':');
     snprintf(port, sizeof(port), "%llu",
              (unsigned long long)(udp ? srv->st->udp_port : srv->st->port));
@@ -342,7 +368,7 @@ listen_one(struct server *srv, const char *item, bool udp)
     } else {
         snprintf(host, sizeof(host), "%s", item);
     }
-    return listen_host(srv, host, port, udp);
+    return listen_host(srv, host, port, udp, tls && !udp);
 }
 
 /* Every -l address: TCP listeners, or UDP sockets (udp). */
@@ -760,11 +786,16 @@ hand_off(struct server *srv, struct listener *l, int fd)
         setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
     }
     struct conn *c;
-    if (conn_create(&srv->sh, fd, l->name, &c) != 0) {
+    struct tls_conn *t = NULL;
+    if ((l->tls && tls_conn_create(srv->tls, fd, &t) != 0) ||
+        conn_create(&srv->sh, fd, l->name, &c) != 0) {
         log_warn("no memory for a new connection; closing it");
+        tls_conn_destroy(t);
         close(fd);
         return;
     }
+    if (t)
+        conn_set_tls(c, t);
     atomic_fetch_add_explicit(&srv->curr_conns, 1, memory_order_relaxed);
     stats_ctr_add(&srv->actr, STATS_TOTAL_CONNS, 1);
     struct worker *w = &srv->workers[srv->rr++ % srv->nworkers];
@@ -1054,6 +1085,8 @@ server_create(const struct settings *st, struct tc_cache *cache,
     pthread_cond_init(&srv->quiet_cond, NULL);
     init_shared(srv);
     int rc = setup_auth(srv);
+    if (!rc && st->tls)
+        rc = tls_create(st, &srv->tls);
     if (!rc)
         rc = setup_acceptor(srv);
     if (!rc && st->port)
@@ -1089,6 +1122,7 @@ server_destroy(struct server *srv)
     if (srv->sig_fd >= 0)
         close(srv->sig_fd);
     stats_base_fini(&srv->base);
+    tls_destroy(srv->tls);
     pthread_mutex_destroy(&srv->quiet_lock);
     pthread_cond_destroy(&srv->quiet_cond);
     free(srv);
@@ -1113,6 +1147,9 @@ hook_info(struct server *srv, struct stats_info *out)
     out->nworkers = srv->nworkers;
     out->accepting =
         atomic_load_explicit(&srv->accepting, memory_order_relaxed);
+    out->tls = srv->tls != NULL;
+    out->tls_cert_age = srv->tls ? tls_cert_age(srv->tls) : 0;
+    out->tls_new_sessions = srv->tls ? tls_new_sessions(srv->tls) : 0;
 }
 
 static void

@@ -40,17 +40,18 @@ enum opt_type {
 
 /* How "stats settings" shows a value. */
 enum opt_show {
-    SHOW_NONE,      /* not shown */
-    SHOW_NUM,       /* the number */
-    SHOW_MIB,       /* MiB shown as bytes (maxbytes) */
-    SHOW_KIB,       /* KiB shown as bytes (watcher_logbuf_size) */
-    SHOW_NUM3,      /* a fraction with 3 decimals, as memcached shows it */
-    SHOW_NUM_NULL,  /* the number, "(null)" for 0 (unset) as memcached */
-    SHOW_STR,       /* the text, "NULL" when unset */
-    SHOW_OCTAL,     /* 700 */
-    SHOW_YESNO,     /* yes / no */
-    SHOW_NOT_YESNO, /* inverted bool: no / yes */
-    SHOW_NOT_ONOFF, /* inverted bool: -M shown as evictions on / off */
+    SHOW_NONE,        /* not shown */
+    SHOW_NUM,         /* the number */
+    SHOW_MIB,         /* MiB shown as bytes (maxbytes) */
+    SHOW_KIB,         /* KiB shown as bytes (watcher_logbuf_size) */
+    SHOW_NUM3,        /* a fraction with 3 decimals, as memcached shows it */
+    SHOW_NUM_NULL,    /* the number, "(null)" for 0 (unset) as memcached */
+    SHOW_STR,         /* the text, "NULL" when unset */
+    SHOW_OCTAL,       /* 700 */
+    SHOW_YESNO,       /* yes / no */
+    SHOW_NOT_YESNO,   /* inverted bool: no / yes */
+    SHOW_NOT_ONOFF,   /* inverted bool: -M shown as evictions on / off */
+    SHOW_TLS_VERSION, /* 0..3 shown as tlsv1.0..tlsv1.3 (ssl_min_version) */
 };
 
 struct opt {
@@ -772,12 +773,23 @@ check_auth(struct settings *s)
     return 0;
 }
 
-/* What memcached has and this server not yet: one line, like -U's. */
+/* -Z: a TCP port, a certificate chain and its key (memcached would start
+ * and fail at the first handshake, or exit on loading nothing). */
 static int
-check_unsupported(const struct settings *s)
+check_tls(const struct settings *s)
 {
-    if (s->tls) {
-        err_set("-Z: TLS is not supported yet");
+    if (!s->tls)
+        return 0;
+    if (!s->port) {
+        err_set("-Z: TLS needs a TCP port (-p is 0)");
+        return -EINVAL;
+    }
+    if (!s->ssl_chain_cert || !s->ssl_key) {
+        err_set("-Z: TLS needs -o ssl_chain_cert=<file> (the certificate "
+                "chain, PEM) and -o ssl_key=<file> (its private key); %s",
+                !s->ssl_chain_cert && !s->ssl_key ? "both are missing"
+                : !s->ssl_key                     ? "ssl_key is missing"
+                              : "ssl_chain_cert is missing");
         return -EINVAL;
     }
     return 0;
@@ -807,9 +819,7 @@ resolve_memcached_opts(struct settings *s)
 static int
 finish(struct settings *s)
 {
-    int rc = check_unsupported(s);
-    if (!rc)
-        rc = check_protocol(s);
+    int rc = check_protocol(s);
     if (!rc)
         rc = check_auth(s);
     if (!rc)
@@ -825,6 +835,9 @@ finish(struct settings *s)
                 "was given, so there is nothing to listen on");
         return -EINVAL;
     }
+    rc = check_tls(s);
+    if (rc)
+        return rc;
     if (s->worker_slice_us && s->worker_slice_us < 100) {
         err_set("-o worker_slice_us: %llu is below the kernel's floor of "
                 "100 (0 = the kernel's default slice)",
@@ -1014,6 +1027,9 @@ render_one(const struct settings *s, const struct opt *o, struct obuf *out)
     case SHOW_NOT_ONOFF:
         return obuf_printf(out, "STAT %s %s\r\n", o->stat,
                            *(const bool *)v ? "off" : "on");
+    case SHOW_TLS_VERSION:
+        return obuf_printf(out, "STAT %s tlsv1.%llu\r\n", o->stat,
+                           (unsigned long long)*(const uint64_t *)v);
     }
     return 0;
 }

@@ -23,9 +23,10 @@ struct tc_config;
 
 #define SETTINGS_PATH_MAX 512
 #define SETTINGS_LISTEN_MAX 1024
-#define SETTINGS_EXT_PATHS 8   /* TC_EXT_MAX_PATHS */
-#define SETTINGS_OPTS_MAX 192  /* rows of options.def, at most */
-#define SETTINGS_SUBOPT_STRS 4 /* -o text values kept */
+#define SETTINGS_EXT_PATHS 8        /* TC_EXT_MAX_PATHS */
+#define SETTINGS_OPTS_MAX 192       /* rows of options.def, at most */
+#define SETTINGS_SUBOPT_STRS 8      /* -o text values kept (file names) */
+#define SETTINGS_SUBOPT_STR_MAX 256 /* one, with its NUL: an -o item's most */
 
 enum settings_action {
     SETTINGS_RUN = 0,
@@ -61,8 +62,9 @@ struct settings {
     /* options.def's rows given on the command line (by row): their NOTE
      * lines are logged once (settings_log_notes()) */
     bool given[SETTINGS_OPTS_MAX];
-    /* text values of -o options (hash_algorithm), copied out of the list */
-    char subopt_buf[SETTINGS_SUBOPT_STRS][64];
+    /* text values of -o options (hash_algorithm, ssl_* files), copied out
+     * of the list */
+    char subopt_buf[SETTINGS_SUBOPT_STRS][SETTINGS_SUBOPT_STR_MAX];
     unsigned nsubopt_str;
     /* ext_path sizes too small for two segments of the default
      * ext_page_size: the segment size it had (MiB), for the log line;

@@ -212,6 +212,12 @@ general(const struct stats_hooks *h, struct server *srv, struct obuf *out)
     general_conns(out, &in, ctr);
     general_cmds(out, &t, ctr);
     general_server(out, &in, &t, ctr);
+    if (in.tls && in.settings.ssl_session_cache)
+        stat_u64(out, "ssl_new_sessions", in.tls_new_sessions);
+    if (in.tls) { /* memcached shows them only with -Z too */
+        stat_u64(out, "ssl_handshake_errors", ctr[STATS_SSL_HANDSHAKE_ERRORS]);
+        stat_u64(out, "time_since_server_cert_refresh", in.tls_cert_age);
+    }
     general_items(out, &t);
     general_tiercache(out, &t, ctr);
     general_extstore(out, &t);

@@ -48,13 +48,14 @@ enum stats_ctr_id {
     STATS_GET_MULTI,
     STATS_CMD_BIN,
     STATS_PROTO_ERRORS,
-    STATS_AUTH_CMDS,           /* logins and SASL exchanges (-Y, -S) */
-    STATS_AUTH_ERRORS,         /* of those, refused */
-    STATS_UDP_DROPPED_REQS,    /* datagrams dropped: no frame header, a
-                                  request over several datagrams, or cut
-                                  short (src/server/udp.c) */
-    STATS_UDP_DROPPED_REPLIES, /* replies not sent whole: too large for
-                                  one message, or the socket refused */
+    STATS_AUTH_CMDS,            /* logins and SASL exchanges (-Y, -S) */
+    STATS_AUTH_ERRORS,          /* of those, refused */
+    STATS_UDP_DROPPED_REQS,     /* datagrams dropped: no frame header, a
+                                   request over several datagrams, or cut
+                                   short (src/server/udp.c) */
+    STATS_UDP_DROPPED_REPLIES,  /* replies not sent whole: too large for
+                                   one message, or the socket refused */
+    STATS_SSL_HANDSHAKE_ERRORS, /* TLS handshakes that failed (tls.c) */
     STATS_CTR_COUNT
 };
 
@@ -91,6 +92,9 @@ struct stats_info {
     unsigned nlisteners;
     unsigned nworkers;
     bool accepting;
+    bool tls;                  /* -Z: the TLS lines of "stats" */
+    uint64_t tls_cert_age;     /* seconds since the certificates were loaded */
+    uint64_t tls_new_sessions; /* with ssl_session_cache */
 };
 
 /*

@@ -272,17 +272,6 @@ def test_unknown_flag_one_line():
     assert "'-j'" in _one_line(err)
 
 
-@pytest.mark.tiercache_only
-@pytest.mark.parametrize("flags, feature", [
-    (["-Z"], "TLS is not supported yet"),
-])
-def test_not_yet(flags, feature):
-    rc, err = _run_exit(["-U", "0"] + flags)
-    assert rc == 64
-    line = _one_line(err)
-    assert line.startswith(f"tiercached: {flags[0]}: ") and feature in line
-
-
 def test_harness_flags(spawn):
     """memcached's test harness: -U 0, -u as root, -o no_modern and the
     background-thread switches."""
@@ -675,7 +664,7 @@ def test_settings_beside_memcached(spawn):
     c = Conn(HOST, srv.port)
     got = _stats(c)
     c.close()
-    absent = {"oldest"} | {k for k in want if k.startswith("ssl_")}
+    absent = {"oldest"}
     missing = [k for k in want if k not in got and k not in absent]
     assert not missing, missing
     for name in ("cas_enabled", "flush_enabled", "tcp_backlog",

@@ -721,15 +721,6 @@ test_memcached_flags(void **state)
     expect_bad(f, "-P", "-P: ", "needs a value");
 }
 
-/* What memcached has and tiercached not yet: one line naming it. */
-static void
-test_not_yet(void **state)
-{
-    struct fx *f = *state;
-    expect_bad(f, "-Z", "-Z: ", "TLS is not supported yet");
-    expect_ok(f, "-U 0");
-}
-
 /* -S means the binary protocol only and refuses -B ascii or auto, as
  * memcached does; -Y needs the text protocol; the two do not go together.
  * (The auth file itself is read when the server starts.) */
@@ -862,6 +853,59 @@ test_ext_fit(void **state)
                "-o ext_path: ", "needs 2");
 }
 
+/* -Z and memcached's ssl_* options: the files it needs, the ranges, the
+ * "stats settings" lines; long file names survive -o's copy. */
+static void
+test_tls_options(void **state)
+{
+    struct fx *f = *state;
+    expect_bad(f, "-Z", "-Z: ", "both are missing");
+    expect_bad(f, "-Z -o ssl_chain_cert=/c.pem", "-Z: ", "ssl_key is missing");
+    expect_bad(f, "-Z -o ssl_key=/k.pem", "-Z: ", "ssl_chain_cert is missing");
+    expect_bad(f, "-Z -p 0 -s /tmp/x.sock -o ssl_chain_cert=/c,ssl_key=/k",
+               "-Z: ", "TCP port");
+    expect_bad(f, "-o ssl_verify_mode=4", "-o ssl_verify_mode: ", "3 (once)");
+    expect_bad(f, "-o ssl_min_version=4", "-o ssl_min_version: ", "tlsv1.3");
+    expect_bad(f, "-o ssl_keyformat=3", "-o ssl_keyformat: ", "2 (DER)");
+    /* without -Z the ssl_* options are only settings, as in memcached */
+    expect_ok(f, "-o ssl_verify_mode=2");
+    char chain[200], opts[600];
+    memset(chain, 'c', sizeof(chain) - 1);
+    chain[0] = '/';
+    chain[sizeof(chain) - 1] = '\0';
+    snprintf(opts, sizeof(opts),
+             "-Z -o ssl_chain_cert=%s,ssl_key=/tmp/k.pem,ssl_ca_cert=/ca,"
+             "ssl_verify_mode=3,ssl_min_version=3,ssl_ciphers=HIGH,"
+             "hash_algorithm=xxh3",
+             chain);
+    expect_ok(f, opts);
+    assert_true(f->s.tls);
+    assert_string_equal(f->s.ssl_chain_cert, chain);
+    assert_string_equal(f->s.ssl_key, "/tmp/k.pem");
+    assert_string_equal(f->s.ssl_ca_cert, "/ca");
+    assert_string_equal(f->s.ssl_ciphers, "HIGH");
+    assert_int_equal(f->s.ssl_verify_mode, 3);
+    char *t = render(&f->s);
+    static const char *const want[] = {
+        "STAT ssl_enabled yes\r\n",     "STAT ssl_key /tmp/k.pem\r\n",
+        "STAT ssl_verify_mode 3\r\n",   "STAT ssl_keyformat 1\r\n",
+        "STAT ssl_ciphers HIGH\r\n",    "STAT ssl_ca_cert /ca\r\n",
+        "STAT ssl_wbuf_size 16384\r\n", "STAT ssl_session_cache no\r\n",
+        "STAT ssl_kernel_tls no\r\n",   "STAT ssl_min_version tlsv1.3\r\n",
+        "STAT hash_algorithm xxh3\r\n",
+    };
+    for (unsigned i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        if (!strstr(t, want[i]))
+            fail_msg("'%s' missing from:\n%s", want[i], t);
+    free(t);
+    expect_ok(f, "");
+    t = render(&f->s);
+    assert_non_null(strstr(t, "STAT ssl_enabled no\r\n"));
+    assert_non_null(strstr(t, "STAT ssl_chain_cert NULL\r\n"));
+    assert_non_null(strstr(t, "STAT ssl_min_version tlsv1.2\r\n"));
+    free(t);
+}
+
 int
 main(void)
 {
@@ -885,11 +929,11 @@ main(void)
         cmocka_unit_test_setup_teardown(test_engine_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memcached_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auth_flags, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_not_yet, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memcached_subopts, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_memcached_ranges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ext_fit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tls_options, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,6 +66,9 @@ struct proto_server_ops {
     /* cache_memlimit <MiB>: 0 or a negative errno; -EBUSY (a shrink the
      * maintenance step finishes later) is answered OK. */
     int (*memlimit)(void *srv, uint64_t mib);
+    /* refresh_certs: 0, or a negative errno with the one-line reply
+     * (memcached's text, no line end) in msg. */
+    int (*refresh_certs)(void *srv, char *msg, size_t n);
 };
 
 /* Per-connection protocol counters the server sums into its stats. */

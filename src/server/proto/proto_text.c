@@ -2,9 +2,9 @@
  * memcached's classic text protocol (src/server/proto/proto.h), executed
  * against the engine: get gets gat gats bget, set add replace append prepend
  * cas, incr decr, delete, touch, flush_all, version, verbosity, stats,
- * shutdown, cache_memlimit, hotspot (tiercache's write-hotspot dump and reset),
- * quit; slabs, lru_crawler and stats cachedump are in proto_admin.c. Lines
- * whose command is mg ms md ma mn me go to the meta parser
+ * shutdown, cache_memlimit, refresh_certs, hotspot (tiercache's write-hotspot
+ * dump and reset), quit; slabs, lru_crawler and stats cachedump are in
+ * proto_admin.c. Lines whose command is mg ms md ma mn me go to the meta parser
  * (proto_meta_process).
  *
  * The replies follow memcached 1.6 byte for byte, including its quirks:
@@ -702,6 +702,24 @@ cmd_shutdown(struct text_cmd *c, int arg)
     return (ssize_t)c->line_bytes;
 }
 
+/* "refresh_certs [noreply]": the TLS certificates loaded again (any
+ * further tokens are ignored, as memcached does). */
+static ssize_t
+cmd_refresh_certs(struct text_cmd *c, int arg)
+{
+    char msg[1024];
+    (void)arg;
+
+    take_noreply(c);
+    snprintf(msg, sizeof(msg), "Error TLS not enabled"); /* no server */
+    if (!c->s->ops || !c->s->ops->refresh_certs ||
+        c->s->ops->refresh_certs(c->s->srv, msg, sizeof(msg)) != 0)
+        reply(c, msg);
+    else
+        reply(c, "OK");
+    return (ssize_t)c->line_bytes;
+}
+
 /* "stats detail on|off|dump": tiercache keeps no per-prefix stats, so it
  * answers as memcached does with detail off (an empty dump). */
 static void
@@ -943,6 +961,7 @@ static const struct text_cmd_def {
     {"stats", 1, ANY_TOKENS, cmd_stats, 0},
     {"shutdown", 1, ANY_TOKENS, cmd_shutdown, 0},
     {"cache_memlimit", 2, 3, cmd_memlimit, 0},
+    {"refresh_certs", 1, ANY_TOKENS, cmd_refresh_certs, 0},
     {"hotspot", 2, 3, cmd_hotspot, 0},
     {"slabs", 3, 4, cmd_slabs, 0},
     {"watch", 1, ANY_TOKENS, cmd_watch, 0},
