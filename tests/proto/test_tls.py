@@ -527,3 +527,25 @@ def test_unloadable_files_one_line(run_server, pki, tmp_path):
     assert rc != 0
     assert len(err.strip().splitlines()) == 1, err
     assert "Error " in err
+
+
+def test_auth_file_over_tls(tls_server, pki, tmp_path):
+    """-Y behind -Z: the login and the refusals before it travel inside
+    TLS, as memcached serves them."""
+    auth = tmp_path / "auth"
+    auth.write_text("alice:secret\n")
+    auth.chmod(0o600)
+    srv = tls_server("-Y", str(auth))
+    c = TlsConn(srv.port, client_ctx(pki))
+    try:
+        c.send(b"get k\r\n")
+        assert c.readline() == b"CLIENT_ERROR unauthenticated\r\n"
+        c.send(b"set auth 0 0 12\r\nalice secret\r\n")
+        assert c.readline() == b"STORED\r\n"
+        c.send(b"set k 0 0 2\r\nhi\r\nget k\r\n")
+        assert c.readline() == b"STORED\r\n"
+        assert c.readline() == b"VALUE k 0 2\r\n"
+        assert c.readline() == b"hi\r\n"
+        assert c.readline() == b"END\r\n"
+    finally:
+        c.close()
