@@ -47,6 +47,8 @@ enum opt_show {
     SHOW_NUM3,        /* a fraction with 3 decimals, as memcached shows it */
     SHOW_NUM_NULL,    /* the number, "(null)" for 0 (unset) as memcached */
     SHOW_STR,         /* the text, "NULL" when unset */
+    SHOW_STR_NULL,    /* the text, "(null)" when unset (memcached prints a
+                         NULL pointer for ssl_chain_cert and ssl_key) */
     SHOW_OCTAL,       /* 700 */
     SHOW_YESNO,       /* yes / no */
     SHOW_NOT_YESNO,   /* inverted bool: no / yes */
@@ -1012,9 +1014,11 @@ render_one(const struct settings *s, const struct opt *o, struct obuf *out)
     case SHOW_KIB:
         return obuf_printf(out, "STAT %s %llu\r\n", o->stat,
                            (unsigned long long)(*(const uint64_t *)v << 10));
-    case SHOW_STR: {
+    case SHOW_STR:
+    case SHOW_STR_NULL: {
         const char *str = *(const char *const *)v;
-        return obuf_printf(out, "STAT %s %s\r\n", o->stat, str ? str : "NULL");
+        const char *unset = o->show == SHOW_STR ? "NULL" : "(null)";
+        return obuf_printf(out, "STAT %s %s\r\n", o->stat, str ? str : unset);
     }
     case SHOW_OCTAL:
         return obuf_printf(out, "STAT %s %llo\r\n", o->stat,

@@ -647,7 +647,7 @@ def test_small_ext_path(spawn):
 @pytest.mark.tiercache_only
 def test_settings_beside_memcached(spawn):
     """Every name memcached 1.6's stats settings shows is in tiercached's,
-    but for what waits for other parts (TLS) or has no counterpart; the
+    but for what has no counterpart; the
     values of the flags given alike agree."""
     if not MEMCACHED.exists():
         pytest.skip(f"{MEMCACHED} not installed (Debian's memcached)")
@@ -671,5 +671,8 @@ def test_settings_beside_memcached(spawn):
                  "reqs_per_event", "binding_protocol", "stat_key_prefix",
                  "hashpower_init", "slab_automove", "tail_repair_time",
                  "evictions", "maxbytes", "item_size_max", "ext_wbuf_size",
-                 "watcher_logbuf_size", "lru_crawler", "num_napi_ids"):
+                 "watcher_logbuf_size", "lru_crawler", "num_napi_ids",
+                 "ssl_enabled", "ssl_chain_cert", "ssl_key", "ssl_verify_mode",
+                 "ssl_keyformat", "ssl_ciphers", "ssl_ca_cert", "ssl_wbuf_size",
+                 "ssl_session_cache", "ssl_kernel_tls", "ssl_min_version"):
         assert got[name] == want[name], (name, got[name], want[name])

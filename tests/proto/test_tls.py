@@ -326,6 +326,45 @@ def test_verify_require(tls_server, pki):
         assert handshake_errors(srv.port, with_cert) == before + 1
 
 
+def test_verify_request(tls_server, pki):
+    """ssl_verify_mode=1: a certificate is asked for, not required; both a
+    client without one and one with a certificate from the CA are served,
+    and neither counts as a failed handshake."""
+    srv = tls_server(extra=f"ssl_ca_cert={pki['ca.pem']},ssl_verify_mode=1")
+    with_cert = client_ctx(pki, cert=True)
+    before = handshake_errors(srv.port, with_cert)
+    for ctx in (client_ctx(pki), with_cert):
+        mc = tls_client(srv.port, ctx)
+        try:
+            assert mc.set("rk", b"requested")
+            assert mc.get("rk") == b"requested"
+        finally:
+            mc.close()
+    if not IS_MEMCACHED:
+        assert handshake_errors(srv.port, with_cert) == before
+
+
+def test_verify_once(tls_server, pki):
+    """ssl_verify_mode=3: a certificate is required at the first handshake,
+    as with 2."""
+    srv = tls_server(extra=f"ssl_ca_cert={pki['ca.pem']},ssl_verify_mode=3")
+    c = TlsConn(srv.port, client_ctx(pki))
+    try:
+        c.send(b"version\r\n")
+        assert c.closed_by_peer(), "a client without a certificate was served"
+        assert b"VERSION" not in c.buf
+    except (ssl.SSLError, ConnectionError):
+        pass
+    finally:
+        c.close()
+    mc = tls_client(srv.port, client_ctx(pki, cert=True))
+    try:
+        assert mc.set("ok", b"once")
+        assert mc.get("ok") == b"once"
+    finally:
+        mc.close()
+
+
 @pytest.mark.tiercache_only
 def test_verify_without_ca(tls_server, pki):
     """ssl_verify_mode without ssl_ca_cert: one line says every client

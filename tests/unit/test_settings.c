@@ -901,7 +901,7 @@ test_tls_options(void **state)
     expect_ok(f, "");
     t = render(&f->s);
     assert_non_null(strstr(t, "STAT ssl_enabled no\r\n"));
-    assert_non_null(strstr(t, "STAT ssl_chain_cert NULL\r\n"));
+    assert_non_null(strstr(t, "STAT ssl_chain_cert (null)\r\n"));
     assert_non_null(strstr(t, "STAT ssl_min_version tlsv1.2\r\n"));
     free(t);
 }
