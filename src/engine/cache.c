@@ -564,12 +564,17 @@ cache_reclaim_limbo(struct cache_thread *t)
     struct limbo_batch *list = c->limbo;
     c->limbo = NULL;
     pthread_mutex_unlock(&c->limbo_lock);
-    if (!list)
+    /* the slab's outgrown page tables ride along: a multiget's location
+     * hints may still prefetch through them (alloc/slab.h) */
+    struct slab_retired *tables = slab_retired_take(c->slab);
+    if (!list && !tables)
         return 0;
-    /* every item on the list was unlinked before it was queued, so one
-     * grace period from here covers them all */
+    /* every item on the list was unlinked before it was queued, and every
+     * table retired before it was taken, so one grace period from here
+     * covers them all */
     urcu_memb_synchronize_rcu();
     cache_rcu_synced();
+    slab_retired_free(tables);
     while (list) {
         struct limbo_batch *b = list;
         list = b->next;
