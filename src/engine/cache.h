@@ -108,8 +108,9 @@ enum cache_stat {
 
 /* Per-class command counters, memcached's "stats slabs" lines (named as
  * there, in its order). An event with an item to take a class from is
- * counted in its class only (cache_cls_inc); one without (a store too
- * large for any class, a flash read that completes later) in the ST_ slot
+ * counted in its class only (cache_cls_inc: a flash hit in its header's
+ * class, also when its read completes later); one without (a store too
+ * large for any class) in the ST_ slot
  * of the same name. The total ("stats") is the ST_ slot plus every class
  * (cache_stats_sum adds them): one counter per event either way, so the
  * hot paths pay no more than for the total alone. Per thread, summed on

@@ -145,6 +145,7 @@ flash_key(struct tc_cache *c, unsigned from)
 struct aget {
     int owner_tag;
     uint64_t id;
+    int cls;     /* the slab class of the item's flash header */
     int answers; /* reap callbacks for this get */
     int niov;
     size_t len;
@@ -166,6 +167,7 @@ queue_get(struct tc_cache *c, unsigned i, struct aget *a)
     assert_int_not_equal(g.info.pending, 0);
     assert_int_equal(g.info.vlen, VAL);
     a->id = g.info.pending;
+    a->cls = g.info.slab_class;
     tc_async_owner(c, NULL);
 }
 
@@ -211,8 +213,19 @@ reap_reads(struct tc_cache *c, struct reaped *r, int reads)
     assert_int_equal(r->strays, 0);
 }
 
+/* get_hits of slab class cls ("stats slabs"). */
+static uint64_t
+class_hits(struct tc_cache *c, int cls)
+{
+    struct tc_slab_stats ss;
+    assert_int_equal(tc_slab_stats(c, cls, &ss), 0);
+    return ss.get_hits;
+}
+
 /* Two gets of one flash key queued before the read completes: one device
- * read, two answers with the right value, one shared read counted. */
+ * read, two answers with the right value, one shared read counted; both
+ * hits counted in the class of the item's header, as a flash hit read at
+ * once is. */
 static void
 test_two_gets_one_read(void **state)
 {
@@ -227,6 +240,8 @@ test_two_gets_one_read(void **state)
     queue_get(c, k, &a);
     queue_get(c, k, &b);
     assert_true(a.id != b.id);
+    assert_int_equal(a.cls, b.cls);
+    uint64_t hits0 = class_hits(c, a.cls);
     assert_int_equal(tc_async_submit(c), 1); /* one read goes out */
     struct reaped r = {.gets = {&a, &b}, .n = 2};
     reap_reads(c, &r, 1);
@@ -245,6 +260,7 @@ test_two_gets_one_read(void **state)
     assert_int_equal(s1.ext_reads_shared - s0.ext_reads_shared, 1);
     assert_int_equal(s1.get_extstore - s0.get_extstore, 2);
     assert_int_equal(s1.get_hits - s0.get_hits, 2);
+    assert_int_equal(class_hits(c, a.cls) - hits0, 2);
     assert_int_equal(s1.extstore_io_queue, 0);
 
     /* once that read is done, the next get reads again: nothing is kept */
