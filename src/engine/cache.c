@@ -542,7 +542,9 @@ struct limbo_batch {
  * plain item is freed without touching PMEM. */
 #define DEFER_CHAINED 1ull
 
-static void
+/* Inlined into the limbo loop: as a call it costs every set that replaces
+ * an item some 9 instructions (cachegrind). */
+static inline __attribute__((always_inline)) void
 free_entry(struct cache_thread *t, uint64_t e)
 {
     if (cache_off_dram(e))
