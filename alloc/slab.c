@@ -27,6 +27,12 @@
  *     to this thread alone, and no reader can hold one of its chunks, all
  *     freed after a grace period); chunk_word is repointed under
  *     the class lock in install_page_locked before any of them is written.
+ *   page->chunk_word (the pointer): a relaxed atomic, stored by size_bits
+ *     and install_page_locked, loaded by lock-free readers (page_words): a
+ *     multiget prefetches through location hints that may be stale, so an
+ *     outgrown table is not freed but retired (s->retired, a lock-free
+ *     list), and the engine frees it after an RCU grace period
+ *     (slab_retired_take / slab_retired_free).
  *   Immutable after slab_create: classes' size/perpage/recip and the page
  *     info array.
  *   Lock order: class -> pool (slab_take drops the class lock before it asks
@@ -277,6 +283,7 @@ slab_destroy(struct slab *s)
         lock_fini(&s->cls[i].lock);
     for (uint32_t p = 0; p < s->npages; p++)
         free(s->page[p].free_bits);
+    slab_retired_free(slab_retired_take(s));
     free(s->page);
     free(s->page_lists);
     free(s);
@@ -397,8 +404,9 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
 {
     struct slab_page *p = &s->page[pg];
     /* the layout follows this class: chunk words right after its free
-     * bits (set before either is written) */
-    p->chunk_word = (_Atomic uint16_t *)(p->free_bits + c->nwords);
+     * bits (set before either is written; relaxed, see page_words) */
+    _Atomic uint16_t *words = (_Atomic uint16_t *)(p->free_bits + c->nwords);
+    atomic_store_explicit(&p->chunk_word, words, memory_order_relaxed);
     memset(p->free_bits, 0, c->nwords * sizeof(uint64_t));
     for (uint32_t w = 0; w < c->perpage / 64; w++)
         p->free_bits[w] = ~0ull;
@@ -407,7 +415,7 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
     for (uint32_t i = 0; i < c->reserved; i++) /* ablation: the header */
         p->free_bits[i / 64] &= ~(1ull << (i % 64));
     for (uint32_t i = 0; i < 64 * c->nwords; i++)
-        atomic_store_explicit(&p->chunk_word[i], 0, memory_order_relaxed);
+        atomic_store_explicit(&words[i], 0, memory_order_relaxed);
     p->nfree = c->perpage - c->reserved;
     p->scan_word = 0;
     atomic_store_explicit(&p->used, 0, memory_order_relaxed);
@@ -422,10 +430,28 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
         pmeta_install(s, c, pg);
 }
 
-/* Give a page that is in the pool (so nobody reads its bits: its chunks
- * were all freed after a grace period) tables for nwords words of free
- * bits and 16 * nwords of chunk words (cleared by install_page_locked).
- * DRAM only, no lock held. */
+/* An outgrown table joins the retired list (a lock-free push; its first
+ * word, a free-bit word nobody reads any more, holds the link). Release:
+ * pairs with the acquire exchange in slab_retired_take, which then sees
+ * the link. */
+static void
+retire_table(struct slab *s, uint64_t *old)
+{
+    uint64_t *head = atomic_load_explicit(&s->retired, memory_order_relaxed);
+    do
+        old[0] = (uint64_t)(uintptr_t)head;
+    while (!atomic_compare_exchange_weak_explicit(
+        &s->retired, &head, old, memory_order_release, memory_order_relaxed));
+}
+
+/* Give a page that is in the pool tables for nwords words of free bits and
+ * 16 * nwords of chunk words (cleared by install_page_locked). Its chunks
+ * were all freed after a grace period, so nobody holds one of them, but a
+ * lock-free reader following a location hint (a multiget's bucket peek,
+ * which may be stale) can still load the old chunk_word pointer and
+ * prefetch through it: the old table is retired, not freed, and the engine
+ * frees it after a grace period (slab_retired_take). DRAM only, no lock
+ * held. */
 static int
 size_bits(struct slab *s, struct slab_page *p, uint32_t nwords)
 {
@@ -437,11 +463,35 @@ size_bits(struct slab *s, struct slab_page *p, uint32_t nwords)
     atomic_fetch_add_explicit(
         &s->bits_bytes, (uint64_t)(nwords - p->bits_words) * TABLE_WORDS * 8,
         memory_order_relaxed);
-    free(p->free_bits);
+    uint64_t *old = p->free_bits;
     p->free_bits = b;
-    p->chunk_word = (_Atomic uint16_t *)(b + nwords);
+    /* relaxed: see page_words; install_page_locked sets it again */
+    atomic_store_explicit(&p->chunk_word, (_Atomic uint16_t *)(b + nwords),
+                          memory_order_relaxed);
     p->bits_words = nwords;
+    if (old)
+        retire_table(s, old);
     return 0;
+}
+
+struct slab_retired *
+slab_retired_take(struct slab *s)
+{
+    /* acquire: pairs with the release push in retire_table */
+    uint64_t *head =
+        atomic_exchange_explicit(&s->retired, NULL, memory_order_acquire);
+    return (struct slab_retired *)head;
+}
+
+void
+slab_retired_free(struct slab_retired *list)
+{
+    uint64_t *t = (uint64_t *)list;
+    while (t) {
+        uint64_t *next = (uint64_t *)(uintptr_t)t[0];
+        free(t);
+        t = next;
+    }
 }
 
 /* A page from the pool joins class cls. Locks: pool, then class (not
@@ -528,7 +578,7 @@ slab_give(struct slab *s, unsigned cls, const uint64_t *offs, unsigned n)
             abort();
         }
         p->free_bits[idx / 64] |= bit;
-        atomic_fetch_and_explicit(&p->chunk_word[idx], (uint16_t)~BITS_ALL,
+        atomic_fetch_and_explicit(&page_words(p)[idx], (uint16_t)~BITS_ALL,
                                   memory_order_relaxed);
         if (idx / 64 < p->scan_word)
             p->scan_word = idx / 64;
@@ -735,7 +785,7 @@ slab_scan(struct slab *s, unsigned cls, struct slab_cursor *cur,
         if (p->free_bits[idx / 64] & bit)
             continue;
         if (mode == SLAB_SCAN_CLOCK) {
-            _Atomic uint16_t *w = &p->chunk_word[idx];
+            _Atomic uint16_t *w = &page_words(p)[idx];
             if (atomic_load_explicit(w, memory_order_relaxed) & BIT_REF) {
                 atomic_fetch_and_explicit(w, (uint16_t)~BIT_REF,
                                           memory_order_relaxed);

@@ -62,8 +62,9 @@ rebase_page_locked(const struct slab_class *c, struct slab_page *p,
 {
     uint32_t capped = now - SLAB_ATIME_CAP;
     unsigned long n = 0;
+    _Atomic uint16_t *words = page_words(p);
     for (uint32_t i = 0; i < c->perpage; i++) {
-        _Atomic uint16_t *w = &p->chunk_word[i];
+        _Atomic uint16_t *w = &words[i];
         uint16_t v = atomic_load_explicit(w, memory_order_relaxed);
         /* relaxed: only this word is published; a reader that set a fresh
          * time since the load makes the exchange fail, and its time stays;

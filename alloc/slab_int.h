@@ -51,12 +51,15 @@ struct slab_page {
     _Atomic uint32_t used; /* ablation only: chunks holding an item */
     uint64_t *free_bits;   /* 1 = free chunk; free_bits and chunk_word share
                               one allocation, sized for the page's class when
-                              it joins one and only ever grown */
+                              it joins one and only ever grown (the old one
+                              retired, freed after a grace period) */
     /* one word per chunk: the CLOCK reference bit, "fetched since stored",
      * "recache win claimed" (BIT_*), and above them the unix second of its
      * last store or read hit modulo 2^13 (see slab_atime_set); one atomic
-     * op sets reference, fetched and time together */
-    _Atomic uint16_t *chunk_word;
+     * op sets reference, fetched and time together. The pointer itself is
+     * atomic: lock-free readers load it (page_words) while a page leaving
+     * the pool is given new tables. */
+    _Atomic(_Atomic uint16_t *) chunk_word;
 };
 
 struct slab_class {
@@ -88,7 +91,10 @@ struct slab {
     struct slab_page *page;      /* one per pool page */
     _Atomic uint64_t bits_bytes; /* bitmap DRAM in use, for stats */
     _Atomic uint32_t atime_next; /* unix second of the next atime rebase */
-    uint32_t *page_lists;        /* class->pages storage */
+    /* tables pages outgrew, linked through their first word, until the
+     * engine frees them after a grace period (slab_retired_take) */
+    _Atomic(uint64_t *) retired;
+    uint32_t *page_lists; /* class->pages storage */
     struct slab_class cls[SLAB_MAX_CLASSES];
 };
 
@@ -107,6 +113,18 @@ chunk_offset(const struct slab_class *c, uint32_t page, uint32_t idx)
 /* EXPERIMENT ONLY: whether the page metadata is mirrored into PMEM */
 #define PMETA_ON(s) unlikely((s)->meta_write != NULL)
 
+/* The page's chunk words. Relaxed: a reader that goes on to read or change
+ * a chunk's word holds a location it loaded with acquire from the index
+ * (or holds the class lock), which orders the tables' set-up before it; a
+ * location hint (a multiget's bucket peek) only prefetches the word, and
+ * the table it points into stays allocated until a grace period after it
+ * was replaced (size_bits). */
+static inline _Atomic uint16_t *
+page_words(const struct slab_page *p)
+{
+    return atomic_load_explicit(&p->chunk_word, memory_order_relaxed);
+}
+
 /* The chunk's DRAM word and its page's class, or NULL for a free page.
  * Inlined: it is most of every lock-free bit and time operation. */
 static inline __attribute__((always_inline)) _Atomic uint16_t *
@@ -117,7 +135,7 @@ chunk_word(const struct slab *s, uint64_t off, unsigned *cls_out)
     *cls_out = cls;
     if (unlikely(cls == SLAB_NO_CLASS))
         return NULL;
-    return &p->chunk_word[chunk_index(&s->cls[cls], off)];
+    return &page_words(p)[chunk_index(&s->cls[cls], off)];
 }
 
 /* --- the access time in a chunk word (meta l, me la=) --- */

@@ -452,9 +452,9 @@ struct tc_slab_stats {
     uint64_t used_chunks; /* live items of this class */
     uint64_t free_chunks; /* in the class (not counting thread stashes) */
     /* memcached's per-class command counters: the events of tc_stats'
-     * counters of the same names whose item is of this class (a store
-     * refused before allocating, with no old item, has no class; nor has a
-     * flash read that completes asynchronously) */
+     * counters of the same names whose item is of this class (a flash
+     * item's is its header's, also when its read completes asynchronously;
+     * a store too large for any class has none) */
     uint64_t get_hits;
     uint64_t cmd_set;
     uint64_t delete_hits;

@@ -542,7 +542,9 @@ struct limbo_batch {
  * plain item is freed without touching PMEM. */
 #define DEFER_CHAINED 1ull
 
-static void
+/* Inlined into the limbo loop: as a call it costs every set that replaces
+ * an item some 9 instructions (cachegrind). */
+static inline __attribute__((always_inline)) void
 free_entry(struct cache_thread *t, uint64_t e)
 {
     if (cache_off_dram(e))
@@ -564,12 +566,17 @@ cache_reclaim_limbo(struct cache_thread *t)
     struct limbo_batch *list = c->limbo;
     c->limbo = NULL;
     pthread_mutex_unlock(&c->limbo_lock);
-    if (!list)
+    /* the slab's outgrown page tables ride along: a multiget's location
+     * hints may still prefetch through them (alloc/slab.h) */
+    struct slab_retired *tables = slab_retired_take(c->slab);
+    if (!list && !tables)
         return 0;
-    /* every item on the list was unlinked before it was queued, so one
-     * grace period from here covers them all */
+    /* every item on the list was unlinked before it was queued, and every
+     * table retired before it was taken, so one grace period from here
+     * covers them all */
     urcu_memb_synchronize_rcu();
     cache_rcu_synced();
+    slab_retired_free(tables);
     while (list) {
         struct limbo_batch *b = list;
         list = b->next;

@@ -30,7 +30,9 @@
  *                    RCU grace period: its thread's deferred batch goes on
  *                    the cache's limbo list, which whoever needs memory
  *                    empties after one synchronize_rcu (cache.c); eviction
- *                    waits with synchronize_rcu for its own victims.
+ *                    waits with synchronize_rcu for its own victims. The
+ *                    slab's outgrown page tables (alloc/slab.h) are freed
+ *                    with the limbo list, after the same grace period.
  *   cache->cas_seq, flush_cas, flush_at
  *                    atomics; see the functions that use them.
  *   cache->admin     serialises maintenance: the expiry sweep cursors, page
@@ -106,8 +108,9 @@ enum cache_stat {
 
 /* Per-class command counters, memcached's "stats slabs" lines (named as
  * there, in its order). An event with an item to take a class from is
- * counted in its class only (cache_cls_inc); one without (a store too
- * large for any class, a flash read that completes later) in the ST_ slot
+ * counted in its class only (cache_cls_inc: a flash hit in its header's
+ * class, also when its read completes later); one without (a store too
+ * large for any class) in the ST_ slot
  * of the same name. The total ("stats") is the ST_ slot plus every class
  * (cache_stats_sum adds them): one counter per event either way, so the
  * hot paths pay no more than for the total alone. Per thread, summed on
@@ -543,8 +546,9 @@ void cache_free_unpublished(struct cache_thread *t,
 void cache_defer_free(struct cache_thread *t, uint64_t head);
 /* Put the thread's deferred batch on the cache's limbo list now. */
 void cache_defer_flush(struct cache_thread *t);
-/* Take everything in limbo (this thread's batch too), wait for one grace
- * period and free it into the thread's quota: the number of items freed.
+/* Take everything in limbo (this thread's batch too) and the slab's retired
+ * page tables, wait for one grace period and free them, the items into the
+ * thread's quota: the number of items freed.
  * Context: no lock, no RCU read section. */
 int cache_reclaim_limbo(struct cache_thread *t);
 /* Free an unlinked item's chunks right away into the thread's quota (the

@@ -690,7 +690,10 @@ async_answer(struct cache_thread *t, const void *key, uint32_t klen,
         cache_stat_inc(t, h->touch ? ST_TOUCH_MISSES : ST_GET_MISSES);
         return TC_NOT_FOUND;
     }
-    cache_stat_inc(t, h->touch ? ST_TOUCH_HITS : ST_GET_HITS);
+    /* in the class of the item's header, as a flash hit served at once
+     * (fetch_after) is; misses have no class */
+    cache_cls_inc(t, h->info.slab_class,
+                  h->touch ? CLS_TOUCH_HITS : CLS_GET_HITS);
     cache_stat_inc(t, ST_EXT_GETS);
     if (first)
         recache_maybe(t, key, klen, h, rd->value);

@@ -567,24 +567,31 @@ claimed_rcu(struct cache *c, uint64_t loc, uint64_t cas)
     return claimed;
 }
 
+/* *cls: the class of the stored item, or of the one it would have been
+ * (req_class), for the counters. */
 static int
 store_or_stale(struct cache_thread *t, const void *key, uint32_t klen,
                const void *val, size_t vlen, uint32_t flags, int64_t exptime,
-               const struct tc_store_opts *o, uint64_t *cas_out)
+               const struct tc_store_opts *o, uint64_t *cas_out, unsigned *cls)
 {
     struct iovec iov = {(void *)val, vlen};
     struct store_req r;
     struct item_hdr old;
+    int rc = -EBUSY;
 
     for (int i = 0; i < RMW_RETRIES; i++) {
         req_init(&r, t, STORE_SWAP, key, klen);
-        if (!snapshot(t->cache, &r, &old, &r.expect))
-            return TC_NOT_FOUND;
-        if (o->cas_in > old.cas)
-            return TC_EXISTS;
+        r.hdr.vlen = (uint32_t)vlen;
+        if (!snapshot(t->cache, &r, &old, &r.expect)) {
+            rc = TC_NOT_FOUND;
+            break;
+        }
+        if (o->cas_in > old.cas) {
+            rc = TC_EXISTS;
+            break;
+        }
         bool stale = o->cas_in < old.cas;
         r.hdr.iflags = stale ? ITEM_STALE : 0;
-        r.hdr.vlen = (uint32_t)vlen;
         r.hdr.flags = flags;
         r.hdr.exptime =
             stale ? old.exptime : cache_exptime(exptime, clock_now());
@@ -595,11 +602,14 @@ store_or_stale(struct cache_thread *t, const void *key, uint32_t klen,
         r.claim_win = stale && claimed_rcu(t->cache, r.expect, old.cas);
         r.val = (struct item_src){&iov, 1};
         r.cas_new = o->cas_new;
-        int rc = store_one(t, &r, cas_out);
+        rc = store_one(t, &r, cas_out);
         if (rc != -EAGAIN)
-            return rc;
+            break;
     }
-    return -EBUSY;
+    if (rc == -EAGAIN)
+        rc = -EBUSY;
+    *cls = req_class(t->cache, &r);
+    return rc;
 }
 
 int
@@ -618,9 +628,10 @@ store_ex(struct cache_thread *t, enum tc_store_mode mode, const void *key,
     case TC_SET:
     case TC_REPLACE:
         if (o && o->invalidate && (o->cas_check || mode == TC_CAS)) {
+            unsigned cls;
             int rc = store_or_stale(t, key, klen, val, vlen, flags, exptime, o,
-                                    cas_out);
-            count_outcome(t, SLAB_NO_CLASS, TC_CAS, rc);
+                                    cas_out, &cls);
+            count_outcome(t, cls, TC_CAS, rc);
             return rc;
         }
         return store_plain(t, mode, key, klen, val, vlen, flags, exptime, o,

@@ -89,6 +89,9 @@ TRAFFIC = [
     b"get a\r\n", b"get nope\r\n", b"touch a 100\r\n", b"touch nope 100\r\n",
     b"incr a 1\r\n", b"incr nope 1\r\n", b"decr a 1\r\n", b"decr nope 1\r\n",
     b"cas a 0 0 1 999999\r\n2\r\n", b"cas nope 0 0 1 1\r\n2\r\n",
+    # meta ms with I and a CAS older than the item's: stored stale, a CAS
+    # hit in the item's class
+    b"ms big 3000 I C1\r\n" + b"y" * 3000 + b"\r\n",
     b"delete big\r\n", b"delete nope\r\n"]
 # command counters that the same requests must move alike
 SAME_COUNTS = [

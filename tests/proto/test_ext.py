@@ -163,6 +163,31 @@ def test_extstore_stats_names(ext_server):
              4 * 1024 * 1024 >= objs * VAL)
 
 
+def test_flash_hits_counted_in_their_class(ext_server):
+    """Every get hit, those answered by an asynchronous flash read too, is
+    counted in a slab class: the classes' get_hits in "stats slabs" sum to
+    get_hits in "stats", and a multiget of flash items moves them."""
+    def class_hits():
+        sl = stats(ext_server, "slabs")
+        return sum(int(v) for n, v in sl.items() if n.endswith(":get_hits"))
+
+    keys = first_present(ext_server, 40)
+    before = stats(ext_server)
+    hits0 = class_hits()
+    assert hits0 == int(before["get_hits"])
+    c = Conn(ext_server.host, ext_server.port)
+    c.send(("get %s\r\n" % " ".join(key_of(i) for i in keys)).encode())
+    for i in keys:
+        c.expect(b"VALUE %s 0 %d\r\n%s\r\n"
+                 % (key_of(i).encode(), VAL, value_of(i)))
+    c.expect(b"END\r\n")
+    c.close()
+    after = stats(ext_server)
+    assert int(after["get_extstore"]) > int(before["get_extstore"])
+    assert int(after["get_hits"]) - int(before["get_hits"]) == len(keys)
+    assert class_hits() - hits0 == len(keys)
+
+
 @pytest.mark.tiercache_only
 def test_stats_tiers(ext_server):
     t = stats(ext_server, "tiers")

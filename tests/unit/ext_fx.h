@@ -1,10 +1,10 @@
 #pragma once
 /*
- * The flash fixture of the engine's NVMe tier tests (test_ext.c and
- * test_ext_read.c): a 16 MiB pool with a 128 MiB flash file under the
- * flash directory (flash_fx.h), setups for the item size, recache and
- * read-deadline variants (xsetup*, with XT and XTS to name a test with
- * them), fills that drive the flash writer so that what spills does not
+ * The flash fixture of the engine's NVMe tier tests (test_ext.c,
+ * test_ext_read.c and test_ext_shared.c): a 16 MiB pool with a 128 MiB flash
+ * file under the flash directory (flash_fx.h), setups for the item size,
+ * recache and read-deadline variants (xsetup*, with XT and XTS to name a test
+ * with them), fills that drive the flash writer so that what spills does not
  * depend on the disk's speed, and key_of / value_of / read_check /
  * flash_key to check what reads back. Helpers are static inline, one copy
  * per test file (each test file is one binary).

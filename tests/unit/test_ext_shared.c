@@ -6,145 +6,30 @@
  * one owner leaves the others' answers alone. tc_ext_reads_shared counts
  * the gets that joined a read.
  *
- * Flash files live under the flash test directory (flash_fx.h); where
- * O_DIRECT is refused there the tests skip with the reason.
+ * The fixture is ext_fx.h: flash files live under the flash test directory
+ * (flash_fx.h); where O_DIRECT is refused there the tests skip with the
+ * reason.
  */
-#include "engine_fx.h"
+#include "ext_fx.h"
 
-#include "src/engine/cache.h"
-#include "tier/nvs.h"
-#include "tier/nvs_layout.h"
-
-#include <fcntl.h>
 #include <poll.h>
 
-#define VAL 4096
 #define NKEYS 6000 /* 24 MiB of 4 KiB values, pool 16 MiB */
 
-struct sfx {
-    struct fx f;
-    char ext[192];
-};
-
-static struct nvs *
-store_of(struct tc_cache *c)
-{
-    /* the public handle is the engine's struct (src/engine/tiercache.c) */
-    return ((struct cache *)c)->nvs;
-}
-
+/* Store NKEYS values (ext_fx.h's fill drives the writer), then everything
+ * buffered goes to the file, so that every flash get reads the device. */
 static void
-key_of(unsigned i, char *k)
+fill_all(struct tc_cache *c)
 {
-    snprintf(k, 32, "skey:%06u", i);
-}
-
-static void
-value_of(unsigned i, unsigned char *v)
-{
-    fill_pattern(v, VAL, (uint64_t)i * 7919u + 1);
-}
-
-static int
-ssetup(void **state)
-{
-    const char *name = *state;
-    struct sfx *x = calloc(1, sizeof(*x));
-    if (!x)
-        return -1;
-    struct fx *f = &x->f;
-    snprintf(f->path, sizeof(f->path), "/dev/shm/tc_test_exts_%d_%s.pool",
-             (int)getpid(), name);
-    test_flash_path(x->ext, sizeof(x->ext), "tc_test_exts_%d_%s.nvs",
-                    (int)getpid(), name);
-    tc_config_init(&f->cfg);
-    f->cfg.pool_path = f->path;
-    f->cfg.pool_size = 16 * MIB;
-    f->cfg.background = false;
-    f->cfg.ext_npaths = 1;
-    f->cfg.ext_path[0] = x->ext;
-    f->cfg.ext_size[0] = 64 * MIB;
-    f->cfg.ext_page_size = 4 * MIB;
-    f->cfg.ext_wbuf_size = 1 * MIB;
-    f->cfg.ext_item_size = 512;
-    f->cfg.ext_recache_rate = 0;   /* reads leave the items on flash */
-    f->cfg.ext_recache_window = 0; /* no re-read filter either */
-    f->cfg.ext_read_timeout_ms = 0;
-    tc_clock_set(T0);
-    unlink(x->ext);
-    if (fx_open(f) != 0) {
-        unlink(f->path);
-        unlink(x->ext);
-        free(x);
-        return -1;
-    }
-    *state = x;
-    return 0;
-}
-
-static int
-steardown(void **state)
-{
-    struct sfx *x = *state;
-    tc_close(x->f.c);
-    unlink(x->f.path);
-    unlink(x->ext);
-    tc_clock_set(0);
-    free(x);
-    return 0;
-}
-
-/* Store NKEYS values; every few records the writer is drained, so that
- * what spills does not depend on how fast the flash writer runs (see
- * drive_writer in test_ext.c). Then everything buffered goes to the file. */
-static void
-fill(struct tc_cache *c)
-{
-    unsigned char v[VAL];
-    char k[32];
-    uint64_t per = VAL + NVS_BLOCK + 512, mark = 0;
-    uint64_t budget = 2 * (uint64_t)((struct cache *)c)->cfg.ext_wbuf_size;
-    for (unsigned i = 0; i < NKEYS; i++) {
-        key_of(i, k);
-        value_of(i, v);
-        put(c, k, v, VAL, i, 0);
-        struct nvs_stats st;
-        nvs_get_stats(store_of(c), &st);
-        if ((st.objects_written - mark) * per >= budget) {
-            assert_int_equal(nvs_flush(store_of(c)), 0);
-            nvs_get_stats(store_of(c), &st);
-            mark = st.objects_written;
-        }
-    }
+    fill(c, 0, NKEYS);
     assert_int_equal(nvs_flush(store_of(c)), 0);
-}
-
-/* Whether key i is a flash item (a header-only look: no read). */
-static bool
-on_flash(struct tc_cache *c, unsigned i)
-{
-    char k[32];
-    struct got g = {0};
-    struct tc_get_opts o = {.no_bump = true, .head_only = true};
-    key_of(i, k);
-    return tc_get_ex(c, k, strlen(k), &o, got_fn, &g) == TC_OK && g.info.flash;
-}
-
-/* The first flash key from `from` on. */
-static unsigned
-flash_key(struct tc_cache *c, unsigned from)
-{
-    for (unsigned i = from; i < NKEYS; i++)
-        if (on_flash(c, i))
-            return i;
-    fail_msg("no key on flash from %u", from);
-    return 0;
 }
 
 /* One asynchronous get as the server queues it: its owner, its id. */
 struct aget {
     int owner_tag;
     uint64_t id;
+    int cls;     /* the slab class of the item's flash header */
     int answers; /* reap callbacks for this get */
     int niov;
     size_t len;
@@ -166,6 +51,7 @@ queue_get(struct tc_cache *c, unsigned i, struct aget *a)
     assert_int_not_equal(g.info.pending, 0);
     assert_int_equal(g.info.vlen, VAL);
     a->id = g.info.pending;
+    a->cls = g.info.slab_class;
     tc_async_owner(c, NULL);
 }
 
@@ -211,28 +97,41 @@ reap_reads(struct tc_cache *c, struct reaped *r, int reads)
     assert_int_equal(r->strays, 0);
 }
 
+/* get_hits of slab class cls ("stats slabs"). */
+static uint64_t
+class_hits(struct tc_cache *c, int cls)
+{
+    struct tc_slab_stats ss;
+    assert_int_equal(tc_slab_stats(c, cls, &ss), 0);
+    return ss.get_hits;
+}
+
 /* Two gets of one flash key queued before the read completes: one device
- * read, two answers with the right value, one shared read counted. */
+ * read, two answers with the right value, one shared read counted; both
+ * hits counted in the class of the item's header, as a flash hit read at
+ * once is. */
 static void
 test_two_gets_one_read(void **state)
 {
-    struct sfx *x = *state;
+    struct xfx *x = *state;
     struct tc_cache *c = x->f.c;
     unsigned char want[VAL];
 
-    fill(c);
+    fill_all(c);
     unsigned k = flash_key(c, 0);
     struct tc_stats s0 = stats(c);
     struct aget a = {.owner_tag = 1}, b = {.owner_tag = 2};
     queue_get(c, k, &a);
     queue_get(c, k, &b);
     assert_true(a.id != b.id);
+    assert_int_equal(a.cls, b.cls);
+    uint64_t hits0 = class_hits(c, a.cls);
     assert_int_equal(tc_async_submit(c), 1); /* one read goes out */
     struct reaped r = {.gets = {&a, &b}, .n = 2};
     reap_reads(c, &r, 1);
 
     struct tc_stats s1 = stats(c);
-    value_of(k, want);
+    value_of(k, 0, want, VAL);
     struct aget *both[2] = {&a, &b};
     for (int j = 0; j < 2; j++) {
         assert_int_equal(both[j]->answers, 1);
@@ -245,6 +144,7 @@ test_two_gets_one_read(void **state)
     assert_int_equal(s1.ext_reads_shared - s0.ext_reads_shared, 1);
     assert_int_equal(s1.get_extstore - s0.get_extstore, 2);
     assert_int_equal(s1.get_hits - s0.get_hits, 2);
+    assert_int_equal(class_hits(c, a.cls) - hits0, 2);
     assert_int_equal(s1.extstore_io_queue, 0);
 
     /* once that read is done, the next get reads again: nothing is kept */
@@ -266,11 +166,11 @@ test_two_gets_one_read(void **state)
 static void
 test_shared_among_others(void **state)
 {
-    struct sfx *x = *state;
+    struct xfx *x = *state;
     struct tc_cache *c = x->f.c;
     unsigned char want[VAL];
 
-    fill(c);
+    fill_all(c);
     unsigned k1 = flash_key(c, 0), k2 = flash_key(c, k1 + 1);
     struct tc_stats s0 = stats(c);
     struct aget g[4] = {
@@ -285,7 +185,7 @@ test_shared_among_others(void **state)
     for (int j = 0; j < 4; j++) {
         assert_int_equal(g[j].answers, 1);
         assert_int_equal(g[j].niov, 1);
-        value_of(j == 1 ? k2 : k1, want);
+        value_of(j == 1 ? k2 : k1, 0, want, VAL);
         assert_memory_equal(g[j].v, want, VAL);
     }
     struct tc_stats s1 = stats(c);
@@ -299,10 +199,10 @@ test_shared_among_others(void **state)
 static void
 test_shared_read_fails(void **state)
 {
-    struct sfx *x = *state;
+    struct xfx *x = *state;
     struct tc_cache *c = x->f.c;
 
-    fill(c);
+    fill_all(c);
     unsigned k = flash_key(c, 0);
     struct tc_stats s0 = stats(c);
     struct nvs_faults fa = {.eio_every = 1};
@@ -339,11 +239,11 @@ test_shared_read_fails(void **state)
 static void
 test_shared_read_cancelled(void **state)
 {
-    struct sfx *x = *state;
+    struct xfx *x = *state;
     struct tc_cache *c = x->f.c;
     unsigned char want[VAL];
 
-    fill(c);
+    fill_all(c);
     unsigned k = flash_key(c, 0);
     struct aget a = {.owner_tag = 1}, b = {.owner_tag = 2};
     queue_get(c, k, &a);
@@ -355,7 +255,7 @@ test_shared_read_cancelled(void **state)
     assert_int_equal(a.answers, 0);
     assert_int_equal(b.answers, 1);
     assert_int_equal(b.niov, 1);
-    value_of(k, want);
+    value_of(k, 0, want, VAL);
     assert_memory_equal(b.v, want, VAL);
 
     /* and the other way round: the joined get's owner goes */
@@ -373,31 +273,16 @@ test_shared_read_cancelled(void **state)
     check_ok(c);
 }
 
-#define ST(fn)                                                                 \
-    cmocka_unit_test_prestate_setup_teardown(fn, ssetup, steardown, #fn)
-
 int
 main(void)
 {
-    /* the store needs O_DIRECT in the flash directory */
-    char probe[192];
-    test_flash_path(probe, sizeof(probe), "tc_test_exts_probe_%d",
-                    (int)getpid());
-    int fd = open(probe, O_RDWR | O_CREAT | O_DIRECT, 0600);
-    if (fd < 0) {
-        printf("SKIP test_ext_shared: O_DIRECT refused under %s (%s)\n",
-               test_flash_dir(), strerror(errno));
+    if (!ext_fx_start("test_ext_shared"))
         return 0;
-    }
-    close(fd);
-    unlink(probe);
-    if (getenv("TC_TEST_FILTER"))
-        cmocka_set_test_filter(getenv("TC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
-        ST(test_two_gets_one_read),
-        ST(test_shared_among_others),
-        ST(test_shared_read_fails),
-        ST(test_shared_read_cancelled),
+        XT(test_two_gets_one_read),
+        XT(test_shared_among_others),
+        XT(test_shared_read_fails),
+        XT(test_shared_read_cancelled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

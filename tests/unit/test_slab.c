@@ -1069,6 +1069,74 @@ test_class_of_bounds(void **state)
     assert_int_equal(slab_class_of(f->slab, UINT64_MAX), SLAB_NO_CLASS);
 }
 
+/* --- tables replaced under lock-free readers --- */
+
+/*
+ * A page that served a class of big chunks (tables of one word) goes back
+ * to the pool and joins the class of 64-byte chunks, whose tables are 256
+ * times larger, while another thread prefetches the chunk words of every
+ * page as a multiget does with the locations its bucket peeks return:
+ * hints read with no lock and no ordering. Under TSan this fails if the
+ * table pointer is a plain field or the old table is freed at once.
+ */
+#define REGROW_PAGES 8
+#define REGROW_READS 2000000
+
+struct regrow {
+    struct slab *slab;
+    unsigned big, small;
+    int grown_big, grown_small, drained;
+    _Atomic bool done; /* relaxed: the reader must learn nothing more */
+};
+
+static void *
+regrow_writer(void *arg)
+{
+    struct regrow *r = arg;
+
+    while (slab_grow(r->slab, r->big) == 0)
+        r->grown_big++;
+    for (uint32_t pg = 0; pg < REGROW_PAGES; pg++)
+        if (slab_drain_begin(r->slab, pg) == 0 &&
+            slab_drain_finish(r->slab, pg) == 0)
+            r->drained++;
+    while (slab_grow(r->slab, r->small) == 0)
+        r->grown_small++;
+    atomic_store_explicit(&r->done, true, memory_order_relaxed);
+    return NULL;
+}
+
+static void
+test_regrow_under_prefetch(void **state)
+{
+    struct fixture *f = fixture_new(REGROW_PAGES);
+    struct regrow r = {.slab = f->slab};
+    pthread_t writer;
+    long passes_after = 0;
+
+    *state = f;
+    r.big = class_of_size(f->slab, POOL_PAGE_SIZE);
+    r.small = class_of_size(f->slab, 64);
+    assert_int_equal(pthread_create(&writer, NULL, regrow_writer, &r), 0);
+    /* bounded: a few passes after the writer is seen done, or the cap */
+    for (long i = 0; i < REGROW_READS && passes_after < 4; i++) {
+        bool done = atomic_load_explicit(&r.done, memory_order_relaxed);
+        uint64_t in_page = (uint64_t)i * 64 % POOL_PAGE_SIZE;
+        for (uint32_t pg = 0; pg < REGROW_PAGES; pg++)
+            slab_prefetch(f->slab, ((uint64_t)pg << POOL_PAGE_SHIFT) + in_page);
+        passes_after += done;
+    }
+    assert_int_equal(pthread_join(writer, NULL), 0);
+    assert_int_equal(r.grown_big, REGROW_PAGES);
+    assert_int_equal(r.drained, REGROW_PAGES);
+    assert_int_equal(r.grown_small, REGROW_PAGES);
+    assert_int_equal(slab_check(f->slab), 0);
+    /* the new tables are in use: every 64-byte chunk can be taken */
+    for (uint32_t i = 0; i < REGROW_PAGES * (POOL_PAGE_SIZE / 64); i++)
+        take1(f, r.small);
+    assert_int_equal(stats_of(f->slab, r.small).free_chunks, 0);
+}
+
 int
 main(void)
 {
@@ -1094,6 +1162,7 @@ main(void)
         cmocka_unit_test_teardown(test_drain_pick, teardown),
         cmocka_unit_test_teardown(test_drain_pick_skips_draining, teardown),
         cmocka_unit_test_teardown(test_class_of_bounds, teardown),
+        cmocka_unit_test_teardown(test_regrow_under_prefetch, teardown),
     };
 
     return cmocka_run_group_tests_name("slab", tests, NULL, NULL);

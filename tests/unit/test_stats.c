@@ -368,6 +368,53 @@ test_class_counters(void **state)
     check_class_sums(f->c);
 }
 
+/* A meta ms with I (tc_store_ex with invalidate) counts in the class of
+ * its item, like any store: cmd_set, and cas_hits whether the CAS matched
+ * or was older (the value then stored stale), cas_badval when newer. */
+static void
+test_class_counters_invalidating_store(void **state)
+{
+    struct fx *f = *state;
+    char big[3000];
+    uint64_t cas = 0;
+    int cls = -1;
+
+    memset(big, 'b', sizeof(big));
+    assert_int_equal(
+        tc_store_ex(f->c, TC_SET, "inv", 3, big, sizeof(big), 0, 0, NULL, &cas),
+        TC_OK);
+    for (int i = 0; i < tc_slab_nclasses(f->c); i++) {
+        struct tc_slab_stats s;
+        assert_int_equal(tc_slab_stats(f->c, i, &s), 0);
+        if (s.used_chunks == 1)
+            cls = i;
+    }
+    assert_true(cls >= 0);
+    struct tc_slab_stats s0, s1;
+    assert_int_equal(tc_slab_stats(f->c, cls, &s0), 0);
+    struct tc_store_opts o = {.invalidate = true, .cas_in = cas};
+    assert_int_equal(
+        tc_store_ex(f->c, TC_CAS, "inv", 3, big, sizeof(big), 0, 0, &o, &cas),
+        TC_OK);
+    o.cas_in = cas - 1; /* older: stored, marked stale */
+    assert_int_equal(
+        tc_store_ex(f->c, TC_CAS, "inv", 3, big, sizeof(big), 0, 0, &o, &cas),
+        TC_OK);
+    struct tc_item_info info;
+    assert_int_equal(tc_get_copy(f->c, "inv", 3, NULL, 0, &info), TC_OK);
+    assert_true(info.stale);
+    o.cas_in = cas + 1000; /* newer: refused */
+    assert_int_equal(
+        tc_store_ex(f->c, TC_CAS, "inv", 3, big, sizeof(big), 0, 0, &o, NULL),
+        TC_EXISTS);
+    assert_int_equal(tc_slab_stats(f->c, cls, &s1), 0);
+    assert_int_equal(s1.cmd_set - s0.cmd_set, 3);
+    assert_int_equal(s1.cas_hits - s0.cas_hits, 2);
+    assert_int_equal(s1.cas_badval - s0.cas_badval, 1);
+    assert_int_equal(s1.get_hits - s0.get_hits, 1);
+    check_class_sums(f->c);
+}
+
 static void
 test_other_groups(void **state)
 {
@@ -407,6 +454,7 @@ main(void)
         TC_TEST(test_general_with_tier),
         TC_TEST(test_reset_zeroes_counters_only),
         TC_TEST(test_class_counters),
+        TC_TEST(test_class_counters_invalidating_store),
         TC_TEST(test_other_groups),
     };
     /* TC_TEST_FILTER=<glob> runs only the matching tests */
