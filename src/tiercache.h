@@ -50,7 +50,7 @@ extern "C" {
 #define TC_EXPTIME_RELATIVE_MAX 2592000
 /* The engine's per-item header, counted with the key and the value against
  * item_size_max (as memcached counts its own item header). */
-#define TC_ITEM_HEADER_SIZE 24
+#define TC_ITEM_HEADER_SIZE 32
 /* An item larger than the largest chunk is chained: its value continues in
  * at most TC_ITEM_MAX_TAILS tail chunks, each starting with a header of
  * TC_ITEM_TAIL_HEADER_SIZE bytes, so item_size_max stays below

@@ -442,6 +442,7 @@ cache_free_unpublished(struct cache_thread *t, const struct item_plan *plan,
         dram_free(t->cache, head);
         return;
     }
+    item_invalidate(t->cache->base, head);
     for (unsigned i = 0; i < plan->nchain; i++)
         quota_free(t->quota, slab_class_of(s, tails[i]), tails[i]);
     quota_free(t->quota, slab_class_of(s, head), head);
@@ -561,7 +562,9 @@ cache_defer_free(struct cache_thread *t, uint64_t head)
 {
     struct cache *c = t->cache;
     /* Context: the caller unlinked the item, so its header is still
-     * intact, and likely in the CPU cache */
+     * intact, and likely in the CPU cache; PMEM: its commit word goes to 0
+     * before the unlink is answered (item_layout.h) */
+    cache_invalidate(c, head);
     t->defer[t->ndefer++] =
         head | (cache_item_at(c, head)->nchain ? DEFER_CHAINED : 0);
     if (t->ndefer < CACHE_DEFER_BATCH)

@@ -1,6 +1,7 @@
 /*
  * Items in chunks. Stateless: every write goes through the PMEM helpers and
- * happens before the item is published in the index, outside any lock.
+ * happens before the item is published in the index, outside any lock; the
+ * commit word goes last (src/engine/item_layout.h).
  */
 #include "src/engine/item.h"
 
@@ -61,10 +62,74 @@ stream_copy(char *dst, struct stream *s, size_t n)
     }
 }
 
+uint64_t
+item_commit_word(const struct item_hdr *hdr, const void *key, const void *extra,
+                 size_t extra_len, uint64_t seq)
+{
+    /* header and key in one buffer: one pass of the CRC, not two */
+    union {
+        struct item_hdr h;
+        char b[ITEM_COMMIT_OFFSET + UINT8_MAX];
+    } u;
+    u.h = *hdr;
+    u.h.exptime = 0; /* touch changes it in place */
+    memcpy(u.b + ITEM_COMMIT_OFFSET, key, hdr->klen);
+    uint32_t crc = nvs_crc32c(0, u.b, ITEM_COMMIT_OFFSET + (size_t)hdr->klen);
+    if (extra_len)
+        crc = nvs_crc32c(crc, extra, extra_len);
+    uint64_t w = (uint64_t)(uint32_t)seq << 32 | crc;
+    return w ? w : 1ull << 32; /* 0 means "not an item" */
+}
+
+/* PMEM: the bytes before it are fenced, then one 8-byte store. */
+static void
+commit_store(char *head, uint64_t word)
+{
+    pm_fence();
+    pm_store64((uint64_t *)(head + ITEM_COMMIT_OFFSET), word);
+}
+
+void
+item_invalidate(char *base, uint64_t off)
+{
+    pm_store64((uint64_t *)(base + off + ITEM_COMMIT_OFFSET), 0);
+}
+
+bool
+item_check(const struct item_hdr *it, uint32_t chunk_size)
+{
+    uint64_t commit = __atomic_load_n(&it->commit, __ATOMIC_RELAXED);
+    if (!commit || !item_kind_is_head(it->kind) || it->klen == 0 ||
+        sizeof(*it) + it->klen > chunk_size)
+        return false;
+    const void *extra = NULL;
+    size_t extra_len = 0;
+    if (it->kind == ITEM_KIND_FLASH) {
+        if (it->nchain || item_flash_size(it->klen) > chunk_size)
+            return false;
+        extra = item_flash_loc(it);
+        extra_len = sizeof(struct nvs_loc);
+    } else if (it->nchain) {
+        uint64_t end =
+            (uint64_t)((const char *)item_tails(it) - (const char *)it) +
+            8ull * it->nchain;
+        if (end > chunk_size)
+            return false;
+        extra = item_tails(it);
+        extra_len = 8u * it->nchain;
+    } else if (sizeof(*it) + it->klen + (uint64_t)it->vlen > chunk_size) {
+        return false;
+    }
+    struct item_hdr h = *it;
+    uint64_t want = item_commit_word(&h, item_key(it), extra, extra_len,
+                                     item_commit_seq(commit));
+    return want == commit;
+}
+
 void
 item_write(char *base, uint64_t off, const struct item_plan *plan,
            const uint64_t *tails, const struct item_hdr *hdr, const void *key,
-           const struct item_src *val)
+           const struct item_src *val, uint64_t seq)
 {
     struct item_hdr h = *hdr;
     struct stream s = {val->iov, val->niov, 0, 0};
@@ -72,6 +137,8 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
 
     h.kind = ITEM_KIND_HEAD;
     h.nchain = plan->nchain;
+    h.commit = 0;
+    uint64_t word = item_commit_word(&h, key, tails, 8u * plan->nchain, seq);
     if (!plan->nchain && plan->head_size <= ITEM_STAGE_MAX) {
         /* small item: build it in DRAM and write it with one copy (one
          * call into libpmem instead of three or more) */
@@ -86,6 +153,7 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
             at += val->iov[i].iov_len;
         }
         pm_copy(head, stage, at);
+        commit_store(head, word);
         return;
     }
     char hk[sizeof(h) + UINT8_MAX]; /* klen is a uint8_t */
@@ -94,6 +162,7 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
     pm_copy(head, hk, sizeof(h) + h.klen);
     if (!plan->nchain) {
         stream_copy(head + sizeof(h) + h.klen, &s, h.vlen);
+        commit_store(head, word);
         return;
     }
     pm_copy((char *)item_tails((const struct item_hdr *)head), tails,
@@ -106,11 +175,12 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
         stream_copy(base + tails[i] + sizeof(t), &s, n);
         left -= n;
     }
+    commit_store(head, word);
 }
 
 void
 item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
-                 const void *key, const struct nvs_loc *loc)
+                 const void *key, const struct nvs_loc *loc, uint64_t seq)
 {
     char stage[sizeof(struct item_hdr) + 256 + sizeof(struct nvs_loc)];
     struct item_hdr h = *hdr;
@@ -118,11 +188,14 @@ item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
 
     h.kind = ITEM_KIND_FLASH;
     h.nchain = 0;
+    h.commit = 0;
+    uint64_t word = item_commit_word(&h, key, loc, sizeof(*loc), seq);
     memset(stage, 0, sizeof(stage));
     memcpy(stage, &h, sizeof(h));
     memcpy(stage + sizeof(h), key, h.klen);
     memcpy(stage + at, loc, sizeof(*loc));
     pm_copy(base + off, stage, at + sizeof(*loc));
+    commit_store(base + off, word);
 }
 
 int

@@ -107,7 +107,7 @@ test_defaults(void **state)
     assert_int_equal(s->item_size_max, 1u << 20);
     assert_true(s->growth_factor > 1.2499 && s->growth_factor < 1.2501);
     assert_int_equal(s->chunk_size, 48);
-    assert_int_equal(settings_min_chunk(s), 72);
+    assert_int_equal(settings_min_chunk(s), 80);
     assert_int_equal(s->verbose, 0);
     assert_false(s->shutdown_enabled);
     assert_string_equal(s->pool_path, "/dev/shm/tiercache.11211.pool");
@@ -139,7 +139,7 @@ test_every_flag(void **state)
     assert_int_equal(s->item_size_max, 2u << 20);
     assert_true(s->growth_factor > 1.4999 && s->growth_factor < 1.5001);
     assert_int_equal(s->chunk_size, 100);
-    assert_int_equal(settings_min_chunk(s), 128);
+    assert_int_equal(settings_min_chunk(s), 136);
     assert_int_equal(s->verbose, 1);
     assert_true(s->shutdown_enabled);
     assert_string_equal(s->pool_path, "/tmp/x.pool");
@@ -585,7 +585,7 @@ test_engine_config(void **state)
     assert_string_equal(got.pool_path, "/dev/shm/tiercache.11211.pool");
     assert_true(got.pool_size == (64ull << 20) + TC_POOL_HEADER_SIZE);
     assert_true(got.mem_limit == 64ull << 20);
-    assert_int_equal(got.min_chunk, 72);
+    assert_int_equal(got.min_chunk, 80);
     assert_true(got.hot_pool_size == 8ull << 20);
     got.pool_path = lib.pool_path;
     got.pool_size = lib.pool_size;
@@ -605,7 +605,7 @@ test_engine_config(void **state)
     assert_false(got.background);
     assert_true(got.mem_limit == 100ull << 20);
     assert_true(got.pool_size == (1ull << 30) + TC_POOL_HEADER_SIZE);
-    assert_int_equal(got.min_chunk, 128);
+    assert_int_equal(got.min_chunk, 136);
     assert_true(got.growth_factor > 1.4999 && got.growth_factor < 1.5001);
     assert_int_equal(got.item_size_max, 2u << 20);
     assert_int_equal(got.chunk_max, 256u << 10);
