@@ -25,6 +25,7 @@
 #include "src/base/hash.h"
 #include "src/base/log.h"
 #include "src/engine/cache_hotspot.h"
+#include "src/engine/restart_layout.h"
 #include "tier/dpool.h"
 #include "tier/nvs.h"
 #include "tier/pm.h"
@@ -393,6 +394,7 @@ cache_flush_check(struct cache *c, uint32_t now)
             &c->flush_at, &at, 0, memory_order_acq_rel, memory_order_acquire)) {
         uint64_t seq = atomic_load_explicit(&c->cas_seq, memory_order_relaxed);
         atomic_store_explicit(&c->flush_cas, seq, memory_order_release);
+        cache_flush_persist(c); /* Context: callers hold no lock */
     }
 }
 
@@ -621,6 +623,17 @@ format_page(void *arg, char *page, uint32_t chunk_size, uint32_t nchunks)
     bool in_lock = unlikely(c->cfg.ablate_init_in_lock);
     if (in_lock)
         pm_unchecked_begin();
+    /* PMEM: the page's class in the page table first, so that a scan
+     * after a crash cuts the page at this class's chunks
+     * (src/engine/restart_layout.h) */
+    uint32_t npages;
+    uint8_t *table = region_page_table(c->region, &npages);
+    uint64_t pg = (uint64_t)(page - c->base) >> POOL_PAGE_SHIFT;
+    int cls = slab_class_for(c->slab, chunk_size);
+    if (pg < npages && cls >= 0) {
+        uint8_t b = (uint8_t)(cls + 1);
+        pm_copy(&table[pg], &b, 1);
+    }
     /* PMEM: mark every chunk empty so that a scan (or a future warm
      * restart) never mistakes a fresh page's bytes for items. No lock is
      * held here (slab.c calls the hook between its locks). */
@@ -639,6 +652,46 @@ pmeta_write(void *arg, uint64_t *pmem_dst, uint64_t v)
     pm_unchecked_begin();
     pm_store64(pmem_dst, v);
     pm_unchecked_end();
+}
+
+static struct restart_meta *
+meta_of(const struct cache *c)
+{
+    return region_user(c->region);
+}
+
+/* The pool's restart metadata for this cache's settings, with no flush and
+ * an empty page table: what a cold start leaves. PMEM: header area only;
+ * no lock held (open). */
+static void
+restart_format(struct cache *c)
+{
+    struct restart_meta m;
+    uint32_t npages;
+    uint8_t *table = region_page_table(c->region, &npages);
+    double g = c->cfg.growth_factor;
+
+    memset(&m, 0, sizeof(m));
+    m.magic = RESTART_MAGIC;
+    m.version = RESTART_VERSION;
+    m.item_size_max = c->cfg.item_size_max;
+    m.min_chunk = slab_chunk_size(c->slab, 0);
+    m.chunk_max = c->chunk_max;
+    m.nclasses = slab_nclasses(c->slab);
+    memcpy(&m.growth_bits, &g, sizeof(g));
+    pm_set(table, RESTART_PAGE_NONE, npages);
+    pm_copy(meta_of(c), &m, sizeof(m));
+    pm_fence();
+}
+
+void
+cache_flush_persist(struct cache *c)
+{
+    struct restart_meta *m = meta_of(c);
+    pm_store32(&m->flush_at,
+               atomic_load_explicit(&c->flush_at, memory_order_acquire));
+    pm_store64(&m->flush_cas,
+               atomic_load_explicit(&c->flush_cas, memory_order_acquire));
 }
 
 static int
@@ -700,6 +753,7 @@ open_memory(struct cache *c)
     if (rcode)
         return rcode;
     c->chunk_max = slab_chunk_size(c->slab, slab_nclasses(c->slab) - 1);
+    restart_format(c);
 
     uint64_t expected = c->cfg.expected_items;
     if (!expected)

@@ -447,8 +447,12 @@ cache_fresh(struct cache *c, uint64_t off, uint32_t now, unsigned bits)
 uint32_t cache_exptime(int64_t exptime, uint32_t now);
 
 /* Applies a delayed flush whose time has come. Call before any decision
- * that depends on flush state. */
+ * that depends on flush state, with no lock held. */
 void cache_flush_check(struct cache *c, uint32_t now);
+/* Store flush_cas and flush_at in the pool's restart metadata
+ * (src/engine/restart_layout.h), before a flush answers. PMEM: two stores
+ * in the region header; no lock may be held. */
+void cache_flush_persist(struct cache *c);
 
 enum cache_dead {
     CACHE_LIVE = 0,

@@ -14,7 +14,9 @@
 
 #include "engine_fx.h"
 
+#include "src/engine/cache.h"
 #include "src/engine/item.h"
+#include "src/engine/restart_layout.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -229,6 +231,61 @@ test_torn_item(void **state)
     assert_false(item_check(it, sizeof(chunk)));
 }
 
+/* What a scan needs besides the items: every committed item sits on a page
+ * whose page-table byte names its class, at a multiple of that class's
+ * chunk size; flush_all's watermark and a delayed flush's time are in the
+ * pool's header before flush_all returns. */
+static void
+test_page_table_and_flush(void **state)
+{
+    struct fx *f = *state;
+    struct cache *c = (struct cache *)f->c; /* the engine's own struct */
+    struct scan s;
+    char key[16], val[3000];
+
+    memset(val, 'p', sizeof(val));
+    for (unsigned i = 0; i < 300; i++) {
+        snprintf(key, sizeof(key), "p%04u", i);
+        /* three sizes: three classes */
+        size_t vlen = i % 3 == 0 ? 10 : i % 3 == 1 ? 500 : 2900;
+        assert_int_equal(tc_set(f->c, key, strlen(key), val, vlen, 0, 0), 0);
+    }
+    scan_map(f, &s);
+    const uint8_t *table = (const uint8_t *)s.map + REGION_PAGE_TABLE_OFFSET;
+    unsigned found = 0;
+    for (unsigned i = 0; i < 300; i++) {
+        snprintf(key, sizeof(key), "p%04u", i);
+        const struct item_hdr *it;
+        assert_int_equal(copies_of(&s, key, &it), 1);
+        uint64_t off = (uint64_t)((const char *)it - s.map) - REGION_HDR_BYTES;
+        uint8_t b = table[off >> 20];
+        assert_true(b != RESTART_PAGE_NONE);
+        unsigned cls = b - 1u;
+        assert_int_equal(cls, slab_class_of(c->slab, off));
+        assert_int_equal((off & (MIB - 1)) % slab_chunk_size(c->slab, cls), 0);
+        found++;
+    }
+    assert_int_equal(found, 300);
+
+    const struct restart_meta *m =
+        (const void *)(s.map + offsetof(struct region_header, user));
+    assert_true(m->magic == RESTART_MAGIC);
+    assert_int_equal(m->version, RESTART_VERSION);
+    assert_int_equal(m->item_size_max, f->cfg.item_size_max);
+    assert_int_equal(m->nclasses, slab_nclasses(c->slab));
+    assert_true(m->flush_cas == 0);
+    struct tc_item_info info;
+    char buf[16];
+    assert_int_equal(tc_get_copy(f->c, "p0000", 5, buf, sizeof(buf), &info),
+                     TC_OK);
+    assert_int_equal(tc_flush_all(f->c, 100), TC_OK);
+    assert_int_equal(m->flush_at, T0 + 100);
+    assert_int_equal(tc_flush_all(f->c, 0), TC_OK);
+    assert_int_equal(m->flush_at, 0);
+    assert_true(m->flush_cas >= info.cas);
+    scan_unmap(&s);
+}
+
 /* Serial-number order survives the 32-bit wrap. */
 static void
 test_seq_order(void **state)
@@ -246,8 +303,8 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         TC_TEST(test_committed_copies),    TC_TEST(test_chained_and_sequence),
-        TC_TEST(test_evicted_invalidated), cmocka_unit_test(test_torn_item),
-        cmocka_unit_test(test_seq_order),
+        TC_TEST(test_evicted_invalidated), TC_TEST(test_page_table_and_flush),
+        cmocka_unit_test(test_torn_item),  cmocka_unit_test(test_seq_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
