@@ -474,6 +474,35 @@ add_page(struct slab *s, unsigned cls)
 }
 
 int
+slab_adopt_page(struct slab *s, uint32_t pg, unsigned cls, const uint64_t *used)
+{
+    if (cls >= s->nclasses || PMETA_ON(s))
+        return -EINVAL;
+    struct slab_class *c = &s->cls[cls];
+    if (pool_page_take(s->pool, pg) != 0)
+        return -EBUSY;
+    struct slab_page *p = &s->page[pg];
+    if (size_bits(s, p, c->nwords) != 0) {
+        pool_page_put(s->pool, pg);
+        return -ENOMEM;
+    }
+    lock_acquire(&c->lock);
+    install_page_locked(s, c, cls, pg);
+    uint32_t n = 0;
+    for (uint32_t w = 0; w < c->nwords; w++) {
+        uint64_t take = p->free_bits[w] & used[w];
+        p->free_bits[w] &= ~take;
+        n += (uint32_t)__builtin_popcountll(take);
+    }
+    p->nfree -= n;
+    c->nfree -= n;
+    if (p->nfree == 0)
+        partial_remove_locked(s, c, pg);
+    lock_release(&c->lock);
+    return 0;
+}
+
+int
 slab_take_existing(struct slab *s, unsigned cls, uint64_t *offs, unsigned want)
 {
     struct slab_class *c = &s->cls[cls];

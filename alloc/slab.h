@@ -98,6 +98,15 @@ int slab_take(struct slab *s, unsigned cls, uint64_t *offs, unsigned want);
 int slab_take_existing(struct slab *s, unsigned cls, uint64_t *offs,
                        unsigned want);
 
+/* A restart: page (free in the pool) joins class cls with the chunks whose
+ * bit is set in used[] (chunk i: bit i % 64 of word i / 64) holding items,
+ * the others free. No format hook: the chunks are as the pool file has
+ * them. 0, -EBUSY (the page is not free in the pool), -EINVAL (no such
+ * class, or the ablation header is on) or -ENOMEM. Locks: pool, then
+ * class. */
+int slab_adopt_page(struct slab *s, uint32_t page, unsigned cls,
+                    const uint64_t *used);
+
 /* Give class cls one more page from the pool: 0 or -ENOSPC. Locks: pool,
  * then class. */
 int slab_grow(struct slab *s, unsigned cls);

@@ -654,40 +654,10 @@ pmeta_write(void *arg, uint64_t *pmem_dst, uint64_t v)
     pm_unchecked_end();
 }
 
-static struct restart_meta *
-meta_of(const struct cache *c)
-{
-    return region_user(c->region);
-}
-
-/* The pool's restart metadata for this cache's settings, with no flush and
- * an empty page table: what a cold start leaves. PMEM: header area only;
- * no lock held (open). */
-static void
-restart_format(struct cache *c)
-{
-    struct restart_meta m;
-    uint32_t npages;
-    uint8_t *table = region_page_table(c->region, &npages);
-    double g = c->cfg.growth_factor;
-
-    memset(&m, 0, sizeof(m));
-    m.magic = RESTART_MAGIC;
-    m.version = RESTART_VERSION;
-    m.item_size_max = c->cfg.item_size_max;
-    m.min_chunk = slab_chunk_size(c->slab, 0);
-    m.chunk_max = c->chunk_max;
-    m.nclasses = slab_nclasses(c->slab);
-    memcpy(&m.growth_bits, &g, sizeof(g));
-    pm_set(table, RESTART_PAGE_NONE, npages);
-    pm_copy(meta_of(c), &m, sizeof(m));
-    pm_fence();
-}
-
 void
 cache_flush_persist(struct cache *c)
 {
-    struct restart_meta *m = meta_of(c);
+    struct restart_meta *m = region_user(c->region);
     pm_store32(&m->flush_at,
                atomic_load_explicit(&c->flush_at, memory_order_acquire));
     pm_store64(&m->flush_cas,
@@ -753,7 +723,6 @@ open_memory(struct cache *c)
     if (rcode)
         return rcode;
     c->chunk_max = slab_chunk_size(c->slab, slab_nclasses(c->slab) - 1);
-    restart_format(c);
 
     uint64_t expected = c->cfg.expected_items;
     if (!expected)

@@ -211,6 +211,9 @@ struct cache {
 
     struct cache_module modules[CACHE_MAX_MODULES];
     unsigned nmodules;
+
+    struct tc_open_info start; /* what the open found (src/engine/restart.c);
+                                  read-only after open */
 };
 
 /* --- cache.c --- */

@@ -19,6 +19,7 @@
 #include "src/engine/hotkey.h"
 #include "src/engine/maint.h"
 #include "src/engine/reclaim.h"
+#include "src/engine/restart.h"
 #include "src/engine/store.h"
 #include "tier/hotspot.h"
 #include "tier/region_layout.h"
@@ -105,7 +106,7 @@ tc_open(const struct tc_config *cfg, struct tc_cache **out)
     int rc = cache_open(cfg, &c);
     if (rc)
         return rc;
-    if ((rc = hotkey_create(c)) != 0 ||
+    if ((rc = restart_attach(c)) != 0 || (rc = hotkey_create(c)) != 0 ||
         (rc = ext_open(c, store_recache)) != 0 ||
         (c->cfg.background && (rc = maint_start(c)) != 0)) {
         cache_close(c); /* closes the modules that opened */
@@ -124,6 +125,12 @@ tc_close(struct tc_cache *tc)
         return;
     maint_stop(engine(tc));
     cache_close(engine(tc));
+}
+
+TC_API void
+tc_open_info(struct tc_cache *tc, struct tc_open_info *out)
+{
+    *out = engine(tc)->start;
 }
 
 TC_API const char *
