@@ -573,7 +573,8 @@ test_number_rules(void **state)
 
 /* The copy into struct tc_config: each engine option reaches its field,
  * and the server's defaults are the library's except where options.def
- * says why (the pool's path and size, the smallest chunk, the hot pool). */
+ * says why (the pool's path and size, the smallest chunk, the hot pool,
+ * no restart without -e). */
 static void
 test_engine_config(void **state)
 {
@@ -587,11 +588,13 @@ test_engine_config(void **state)
     assert_true(got.mem_limit == 64ull << 20);
     assert_int_equal(got.min_chunk, 80);
     assert_true(got.hot_pool_size == 8ull << 20);
+    assert_true(got.no_restart); /* no -e: the default file is scratch */
     got.pool_path = lib.pool_path;
     got.pool_size = lib.pool_size;
     got.mem_limit = lib.mem_limit;
     got.min_chunk = lib.min_chunk;
     got.hot_pool_size = lib.hot_pool_size;
+    got.no_restart = lib.no_restart;
     /* both start from tc_config_init's zeroed struct: padding compares */
     if (memcmp(&got, &lib, sizeof(got)) != 0)
         fail_msg("a server default differs from tc_config_init's");
