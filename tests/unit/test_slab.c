@@ -1069,11 +1069,55 @@ test_class_of_bounds(void **state)
     assert_int_equal(slab_class_of(f->slab, UINT64_MAX), SLAB_NO_CLASS);
 }
 
+/* A restart hands a page to a class with some chunks in use: those are
+ * never handed out, the others are, the page no longer is free in the
+ * pool, and a page not free there is refused. */
+static void
+test_adopt_page(void **state)
+{
+    struct fixture *f = fixture_new(4);
+    *state = f;
+    unsigned cls = 3; /* 512-byte chunks: 2048 a page */
+    uint32_t per = POOL_PAGE_SIZE / slab_chunk_size(f->slab, cls);
+    uint64_t used[64] = {0};
+    used[0] = 0x5;                   /* chunks 0 and 2 */
+    used[per / 64 - 1] = 1ull << 63; /* the last chunk */
+
+    assert_int_equal(slab_adopt_page(f->slab, 2, cls, used), 0);
+    assert_int_equal(slab_class_of(f->slab, 2ull << POOL_PAGE_SHIFT), cls);
+    assert_int_equal(pool_nfree(f->pool), 3);
+    assert_int_equal(slab_adopt_page(f->slab, 2, cls, used), -EBUSY);
+    assert_int_equal(slab_adopt_page(f->slab, 1, 99, used), -EINVAL);
+    struct slab_class_stats st;
+    slab_class_stats(f->slab, cls, &st);
+    assert_int_equal(st.pages, 1);
+    assert_int_equal(st.free_chunks, per - 3);
+    assert_int_equal(slab_check(f->slab), 0);
+
+    /* every free chunk comes out once, none of the three in use */
+    uint64_t base = 2ull << POOL_PAGE_SHIFT;
+    uint64_t offs[64];
+    uint32_t taken = 0;
+    while (taken < per - 3) {
+        int n = slab_take_existing(f->slab, cls, offs, 64);
+        assert_true(n > 0);
+        for (int i = 0; i < n; i++) {
+            uint64_t idx = (offs[i] - base) / slab_chunk_size(f->slab, cls);
+            assert_true(offs[i] >= base && idx < per);
+            assert_true(idx != 0 && idx != 2 && idx != per - 1);
+        }
+        taken += (uint32_t)n;
+    }
+    assert_int_equal(slab_take_existing(f->slab, cls, offs, 1), -ENOSPC);
+    assert_int_equal(slab_check(f->slab), 0);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_geometry_default, teardown),
+        cmocka_unit_test_teardown(test_adopt_page, teardown),
         cmocka_unit_test_teardown(test_geometry_factor2, teardown),
         cmocka_unit_test_teardown(test_geometry_unaligned_min, teardown),
         cmocka_unit_test(test_geometry_too_many_classes),
