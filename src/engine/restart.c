@@ -368,7 +368,13 @@ restart_attach(struct cache *c)
         info->kind = TC_START_COLD;
         snprintf(info->reason, sizeof(info->reason), "%s", why);
         format_cold(c);
-        log_info("pool %s: cold start: %s", region_path(c->region), why);
+        /* a pool that was there but does not fit is worth a warning; a new
+         * file or no_restart is what was asked for */
+        if (c->cfg.no_restart || !region_reattached(c->region))
+            log_info("pool %s: cold start: %s", region_path(c->region), why);
+        else
+            log_warn("pool %s: cold start, items not restored: %s",
+                     region_path(c->region), why);
         return 0;
     }
     uint64_t t0 = clock_nsec();
