@@ -146,16 +146,55 @@ note_seq(struct scan *s, const struct item_hdr *it)
     s->have_seq = true;
 }
 
+/* Set (or clear) the bit of the chunk at off in its page's map of chunks
+ * in use. */
+static int
+mark_chunk(struct scan *s, uint64_t off, bool used)
+{
+    unsigned cls;
+    uint32_t cs = page_chunk_size(s, off, &cls);
+    uint64_t pg = off >> POOL_PAGE_SHIFT;
+    if (!s->used[pg]) {
+        if (!used)
+            return 0;
+        uint32_t words =
+            (POOL_PAGE_SIZE / slab_chunk_size(s->c->slab, 0) + 63) / 64;
+        s->used[pg] = calloc(words, sizeof(uint64_t));
+        if (!s->used[pg])
+            return -ENOMEM;
+    }
+    uint32_t idx = (uint32_t)((off & (POOL_PAGE_SIZE - 1)) / cs);
+    if (used)
+        s->used[pg][idx / 64] |= 1ull << (idx % 64);
+    else
+        s->used[pg][idx / 64] &= ~(1ull << (idx % 64));
+    return 0;
+}
+
+/* An item's head and tails: in use (restored) or not (lost to a newer
+ * copy). */
+static int
+mark_item(struct scan *s, uint64_t off, bool used)
+{
+    const struct item_hdr *it = item_at(s->c->base, off);
+    int rc = mark_chunk(s, off, used);
+    for (unsigned i = 0; rc == 0 && i < it->nchain; i++)
+        rc = mark_chunk(s, item_tails(it)[i], used);
+    return rc;
+}
+
 /* Put the item at off into the index, or count why not; a loser is
- * invalidated. PMEM: invalidations, outside the bucket lock. */
-static void
+ * invalidated and its chunks are not in use. PMEM: invalidations, outside
+ * the bucket lock. */
+static int
 restore_one(struct scan *s, uint64_t off)
 {
     struct cache *c = s->c;
     const struct item_hdr *it = item_at(c->base, off);
     struct cache_key k = {c, item_key(it), it->klen};
     uint64_t hash = cache_hash(c, item_key(it), it->klen);
-    uint64_t loser = 0;
+    uint64_t loser = off; /* offset 0 is a chunk too: no "0 = none" */
+    bool lost = false;    /* a copy (this one or the older) loses */
 
     struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot =
@@ -164,27 +203,32 @@ restore_one(struct scan *s, uint64_t off)
         uint64_t old = cache_off(
             htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed)));
         const struct item_hdr *o = item_at(c->base, old);
+        lost = true;
         if (item_seq_newer(item_commit_seq(it->commit),
                            item_commit_seq(o->commit))) {
             htab_replace_locked(slot, hash, cache_loc(off));
             loser = old;
-        } else {
-            loser = off;
         }
     } else if (htab_insert_locked(c->htab, b, hash, cache_loc(off)) != 0) {
-        loser = off;
+        lost = true;
         s->info->dropped_no_room++;
     }
     htab_unlock(b);
-    if (loser) {
+    int rc = 0;
+    if (!lost || loser != off)
+        rc = mark_item(s, off, true);
+    if (lost) {
         if (slot)
             s->info->dropped_older++;
+        if (loser != off && rc == 0)
+            rc = mark_item(s, loser, false);
         item_invalidate(c->base, loser);
     }
+    return rc;
 }
 
 /* Look at every chunk of page pg (class cls). */
-static void
+static int
 scan_page(struct scan *s, uint32_t pg, unsigned cls)
 {
     struct cache *c = s->c;
@@ -213,58 +257,36 @@ scan_page(struct scan *s, uint32_t pg, unsigned cls)
             item_invalidate(c->base, off);
             continue;
         }
-        restore_one(s, off);
+        int rc = restore_one(s, off);
+        if (rc)
+            return rc;
     }
-}
-
-/* Mark a restored item's chunk at off in use. */
-static int
-mark_used(struct scan *s, uint64_t off)
-{
-    unsigned cls;
-    uint32_t cs = page_chunk_size(s, off, &cls);
-    uint64_t pg = off >> POOL_PAGE_SHIFT;
-    if (!s->used[pg]) {
-        uint32_t words =
-            (POOL_PAGE_SIZE / slab_chunk_size(s->c->slab, 0) + 63) / 64;
-        s->used[pg] = calloc(words, sizeof(uint64_t));
-        if (!s->used[pg])
-            return -ENOMEM;
-    }
-    uint32_t idx = (uint32_t)((off & (POOL_PAGE_SIZE - 1)) / cs);
-    s->used[pg][idx / 64] |= 1ull << (idx % 64);
     return 0;
 }
 
-static int
-visit_mark(void *arg, uint64_t loc)
+/* The restored items of an adopted page, in address order: their DRAM
+ * chunk words and their accounting, as if just stored. */
+static void
+account_page(struct scan *s, struct cache_thread *t, uint32_t pg)
 {
-    struct scan *s = arg;
-    uint64_t off = cache_off(loc);
-    const struct item_hdr *it = item_at(s->c->base, off);
-    int rc = mark_used(s, off);
-    for (unsigned i = 0; rc == 0 && i < it->nchain; i++)
-        rc = mark_used(s, item_tails(it)[i]);
-    return rc;
-}
-
-struct account_walk {
-    struct scan *s;
-    struct cache_thread *t;
-};
-
-static int
-visit_account(void *arg, uint64_t loc)
-{
-    struct account_walk *w = arg;
-    struct cache *c = w->s->c;
-    uint64_t off = cache_off(loc);
-
-    cache_fresh(c, off, w->s->now, 0);
-    cache_account(w->t, off, 1);
-    w->s->info->items++;
-    w->s->info->bytes += cache_item_bytes(c, item_at(c->base, off));
-    return 0;
+    struct cache *c = s->c;
+    uint32_t cs = slab_chunk_size(c->slab, s->table[pg] - 1u);
+    uint32_t per = POOL_PAGE_SIZE / cs;
+    for (uint32_t w = 0; w * 64 < per; w++) {
+        uint64_t bits = s->used[pg][w];
+        while (bits) {
+            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+            bits &= bits - 1;
+            uint64_t off = ((uint64_t)pg << POOL_PAGE_SHIFT) + (uint64_t)i * cs;
+            const struct item_hdr *it = item_at(c->base, off);
+            if (it->kind == ITEM_KIND_TAIL)
+                continue; /* counted with its head */
+            cache_fresh(c, off, s->now, 0);
+            cache_account(t, off, 1);
+            s->info->items++;
+            s->info->bytes += cache_item_bytes(c, it);
+        }
+    }
 }
 
 /* Scan, then hand the pages to their classes and count the items. */
@@ -286,7 +308,8 @@ scan_pool(struct cache *c, struct scan *s)
         if (b == RESTART_PAGE_NONE)
             continue;
         if (pg < limit && b <= slab_nclasses(c->slab)) {
-            scan_page(s, pg, b - 1u);
+            if ((rc = scan_page(s, pg, b - 1u)) != 0)
+                goto out;
             continue;
         }
         /* beyond the memory limit, or no such class: the page goes back
@@ -294,8 +317,6 @@ scan_pool(struct cache *c, struct scan *s)
         uint8_t none = RESTART_PAGE_NONE;
         pm_copy(&table[pg], &none, 1);
     }
-    if ((rc = htab_foreach(c->htab, visit_mark, s)) != 0)
-        goto out;
     for (uint32_t pg = 0; pg < s->npages; pg++) {
         if (table[pg] == RESTART_PAGE_NONE)
             continue;
@@ -314,8 +335,9 @@ scan_pool(struct cache *c, struct scan *s)
         rc = -ENOMEM;
         goto out;
     }
-    struct account_walk w = {s, t};
-    rc = htab_foreach(c->htab, visit_account, &w);
+    for (uint32_t pg = 0; pg < s->npages; pg++)
+        if (table[pg] != RESTART_PAGE_NONE && s->used[pg])
+            account_page(s, t, pg);
 out:
     for (uint32_t pg = 0; pg < s->npages; pg++)
         free(s->used[pg]);

@@ -336,6 +336,31 @@ test_expired_dropped(void **state)
     munmap(t, sizeof(*t));
 }
 
+/* One item: it sits in the pool's very first chunk (offset 0). */
+static void
+one_key_work(struct fx *f, struct truth *t)
+{
+    set_rec(f->c, t, 0, 1);
+}
+
+static void
+test_first_chunk(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+    unsigned nlive;
+
+    run_child(f, t, one_key_work);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.items, 1);
+    judge(f->c, t, &nlive);
+    assert_int_equal(nlive, 1);
+    assert_int_equal(tc_check(f->c), 0);
+    munmap(t, sizeof(*t));
+}
+
 /* Torn items: a key byte changed after the commit, or no commit word. */
 static void
 two_keys_work(struct fx *f, struct truth *t)
@@ -441,6 +466,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         TC_TEST_NOOPEN(test_recover_after_crash),
+        TC_TEST_NOOPEN(test_first_chunk),
         TC_TEST_NOOPEN(test_recover_after_evictions),
         TC_TEST_NOOPEN(test_flush_survives),
         TC_TEST_NOOPEN(test_expired_dropped),
