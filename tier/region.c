@@ -417,7 +417,9 @@ region_open(const struct region_config *cfg, struct region **out)
     r->fd = f.fd;
     log_info("pool %s: %" PRIu64 " data bytes, %s, %s", r->path, r->data_size,
              r->is_pmem ? "pmem" : "not pmem",
-             r->was_clean ? "reattached after a clean close" : "new");
+             !r->reattached ? "new"
+             : r->was_clean ? "reattached after a clean close"
+                            : "reattached after an unclean stop");
     *out = r;
     return 0;
 
