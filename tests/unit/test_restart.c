@@ -336,6 +336,61 @@ test_expired_dropped(void **state)
     munmap(t, sizeof(*t));
 }
 
+/* A key promoted to the DRAM hot pool: its newest value lives in DRAM,
+ * lost at a crash; the older PMEM copies it replaced must not come back
+ * in its place (a miss is right, an old value is not). A key demoted back
+ * to PMEM comes back with its latest value. */
+static void
+hot_work(struct fx *f, struct truth *t)
+{
+    (void)t;
+    tc_maintain(f->c);
+    for (int i = 0; i < 200; i++)
+        puts_(f->c, "hot", "old");
+    tc_maintain(f->c); /* "hot" is hot: its next write goes to DRAM */
+    puts_(f->c, "hot", "dram");
+    assert_true(stats(f->c).hotkey_current == 1);
+    tc_maintain(f->c);
+    for (int i = 0; i < 200; i++)
+        puts_(f->c, "warm", "old");
+    tc_maintain(f->c);
+    puts_(f->c, "warm", "dram");
+    tc_set_hot_write_rate(f->c, 1000000000);
+    puts_(f->c, "hot", "newest"); /* still in DRAM until the next step */
+    tc_maintain(f->c);            /* both cool: moved back to PMEM */
+    puts_(f->c, "hot", "last");   /* a PMEM write again */
+    tc_set_hot_write_rate(f->c, 10);
+    tc_maintain(f->c);
+    for (int i = 0; i < 200; i++)
+        puts_(f->c, "again", "old");
+    tc_maintain(f->c);
+    puts_(f->c, "again", "in-dram"); /* dies with the process */
+    assert_true(stats(f->c).hotkey_current >= 1);
+}
+
+static void
+test_hot_pool_no_resurrection(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+
+    f->cfg.hot_pool_size = 1 * MIB;
+    f->cfg.hot_write_rate = 10;
+    f->cfg.hotkey_window = 1;
+    f->cfg.hotkey_sample = 1;
+    f->cfg.hotkey_k = 16;
+    run_child(f, t, hot_work);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_RECOVERED);
+    check_str(f->c, "hot", "last");
+    check_str(f->c, "warm", "dram");
+    check_miss(f->c, "again"); /* its DRAM copy died; "old" must not */
+    assert_int_equal(tc_check(f->c), 0);
+    munmap(t, sizeof(*t));
+}
+
 /* One item: it sits in the pool's very first chunk (offset 0). */
 static void
 one_key_work(struct fx *f, struct truth *t)
@@ -467,6 +522,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         TC_TEST_NOOPEN(test_recover_after_crash),
         TC_TEST_NOOPEN(test_first_chunk),
+        TC_TEST_NOOPEN(test_hot_pool_no_resurrection),
         TC_TEST_NOOPEN(test_recover_after_evictions),
         TC_TEST_NOOPEN(test_flush_survives),
         TC_TEST_NOOPEN(test_expired_dropped),
