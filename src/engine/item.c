@@ -8,6 +8,7 @@
 #include "src/base/compiler.h"
 #include "tier/pm.h"
 
+#include <stddef.h>
 #include <string.h>
 
 /* Items up to this size are staged in DRAM and written in one copy. */
@@ -62,23 +63,42 @@ stream_copy(char *dst, struct stream *s, size_t n)
     }
 }
 
-uint64_t
-item_commit_word(const struct item_hdr *hdr, const void *key, const void *extra,
-                 size_t extra_len, uint64_t seq)
+/*
+ * The CRC runs over the whole header as staged for writing (exptime and the
+ * commit word read as 0), then the key right after it, then the extra
+ * bytes: staged is a header followed by its key, as item_write builds it
+ * in DRAM anyway, so a set checksums its own staging buffer in one pass.
+ * exptime is zeroed for the pass and put back.
+ */
+static uint64_t
+staged_word(char *staged, const void *extra, size_t extra_len, uint64_t seq)
 {
-    /* header and key in one buffer: one pass of the CRC, not two */
-    union {
-        struct item_hdr h;
-        char b[ITEM_COMMIT_OFFSET + UINT8_MAX];
-    } u;
-    u.h = *hdr;
-    u.h.exptime = 0; /* touch changes it in place */
-    memcpy(u.b + ITEM_COMMIT_OFFSET, key, hdr->klen);
-    uint32_t crc = nvs_crc32c(0, u.b, ITEM_COMMIT_OFFSET + (size_t)hdr->klen);
+    uint32_t exp, zero = 0;
+    size_t at = offsetof(struct item_hdr, exptime);
+    uint8_t klen = (uint8_t)staged[offsetof(struct item_hdr, klen)];
+
+    memcpy(&exp, staged + at, sizeof(exp));
+    memcpy(staged + at, &zero, sizeof(zero)); /* touch changes it in place */
+    uint32_t crc = nvs_crc32c(0, staged, sizeof(struct item_hdr) + klen);
+    memcpy(staged + at, &exp, sizeof(exp));
     if (extra_len)
         crc = nvs_crc32c(crc, extra, extra_len);
     uint64_t w = (uint64_t)(uint32_t)seq << 32 | crc;
     return w ? w : 1ull << 32; /* 0 means "not an item" */
+}
+
+uint64_t
+item_commit_word(const struct item_hdr *hdr, const void *key, const void *extra,
+                 size_t extra_len, uint64_t seq)
+{
+    union {
+        struct item_hdr h;
+        char b[sizeof(struct item_hdr) + UINT8_MAX];
+    } u;
+    u.h = *hdr;
+    u.h.commit = 0;
+    memcpy(u.b + sizeof(struct item_hdr), key, hdr->klen);
+    return staged_word(u.b, extra, extra_len, seq);
 }
 
 /* PMEM: the bytes before it are fenced, then one 8-byte store. */
@@ -138,13 +158,13 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
     h.kind = ITEM_KIND_HEAD;
     h.nchain = plan->nchain;
     h.commit = 0;
-    uint64_t word = item_commit_word(&h, key, tails, 8u * plan->nchain, seq);
     if (!plan->nchain && plan->head_size <= ITEM_STAGE_MAX) {
         /* small item: build it in DRAM and write it with one copy (one
          * call into libpmem instead of three or more) */
         char stage[ITEM_STAGE_MAX];
         memcpy(stage, &h, sizeof(h));
         memcpy(stage + sizeof(h), key, h.klen);
+        uint64_t word = staged_word(stage, NULL, 0, seq);
         size_t at = sizeof(h) + h.klen;
         for (int i = 0; i < val->niov; i++) {
             if (!val->iov[i].iov_len)
@@ -159,6 +179,7 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
     char hk[sizeof(h) + UINT8_MAX]; /* klen is a uint8_t */
     memcpy(hk, &h, sizeof(h));
     memcpy(hk + sizeof(h), key, h.klen);
+    uint64_t word = staged_word(hk, tails, 8u * plan->nchain, seq);
     pm_copy(head, hk, sizeof(h) + h.klen);
     if (!plan->nchain) {
         stream_copy(head + sizeof(h) + h.klen, &s, h.vlen);

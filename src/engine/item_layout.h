@@ -27,10 +27,12 @@
  *   and fenced (pm_fence: pmem_memcpy may use non-temporal stores). A chunk
  *   whose commit word is 0 holds nothing a scan may keep.
  * - commit = seq << 32 | crc. crc is the CRC32C (tier/nvs's nvs_crc32c, the
- *   one the flash records use) over the header's bytes 0..11 (kind, klen,
- *   nchain, iflags, vlen, flags) and the CAS, then the key, then the tail
- *   list of a chained item or the locator of a flash item. exptime is left
- *   out: touch/gat change it in place with one 4-byte store. seq is the low
+ *   one the flash records use) over the 32-byte header with exptime and the
+ *   commit word read as 0 (so kind, klen, nchain, iflags, vlen, flags and
+ *   CAS count), then the key, then the tail list of a chained item or the
+ *   locator of a flash item: a set checksums its DRAM staging copy of
+ *   header and key in one pass. exptime is left out: touch/gat change it in
+ *   place with one 4-byte store. seq is the low
  *   32 bits of the store sequence (c->cas_seq, taken once per write, also
  *   for a client-chosen CAS, a relocation or a recache): of two committed
  *   copies of one key the newer wins, compared in serial-number arithmetic
