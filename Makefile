@@ -81,6 +81,8 @@ SONAME := libtiercache.so.$(firstword $(subst ., ,$(SO_VERSION)))
 
 LIBS := -lpmem -lmemkind -luring -lurcu-memb -lurcu-common -lpthread -lm
 TEST_LIBS := -lcmocka
+# The server's own (src/server/auth.c: -S), never the library's.
+SRV_LIBS := -lsasl2
 
 # User additions (make CFLAGS=... LDFLAGS=...) go last.
 CFLAGS ?=
@@ -146,7 +148,7 @@ build/$(1)/libtiercache.so: $$(LIB_OBJS_$(1))
 $$(UNIT_BINS_$(1)): build/$(1)/tests/unit/%: build/$(1)/tests/unit/%.o \
 		build/$(1)/libtcserver.a build/$(1)/libtiercache.a \
 		$$$$(wildcard tests/unit/$$$$*.wrap)
-	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$< $$(call wrap_flags,tests/unit/$$*.wrap) build/$(1)/libtcserver.a build/$(1)/libtiercache.a $$(LIBS) $$(TEST_LIBS)
+	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$< $$(call wrap_flags,tests/unit/$$*.wrap) build/$(1)/libtcserver.a build/$(1)/libtiercache.a $$(LIBS) $$(SRV_LIBS) $$(TEST_LIBS)
 
 .PHONY: lib-$(1) unit-bins-$(1)
 lib-$(1): build/$(1)/libtiercache.a
@@ -203,7 +205,7 @@ build/$(1)/src/server/tiercached.o: src/server/tiercached.c
 	$$(CC) $$(CFLAGS_$(1)) -c $$< -o $$@
 build/$(1)/tiercached: build/$(1)/src/server/tiercached.o \
 		build/$(1)/libtcserver.a build/$(1)/libtiercache.a
-	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$< build/$(1)/libtcserver.a build/$(1)/libtiercache.a $$(LIBS)
+	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$< build/$(1)/libtcserver.a build/$(1)/libtiercache.a $$(LIBS) $$(SRV_LIBS)
 endef
 $(foreach v,$(VARIANTS),$(eval $(call SERVER_RULES,$(v))))
 TIERCACHED := build/release/tiercached

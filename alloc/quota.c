@@ -2,7 +2,10 @@
  * Thread-local quotas: a stash of free chunks per slab class, so that the
  * common allocation and free take no shared lock. A stash holds up to two
  * batches; it is refilled with one slab_take() when empty and gives one batch
- * back with one slab_give() when full.
+ * back with one slab_give() when full. A class with few chunks a page has a
+ * smaller batch, an eighth of a page: with 32 chunks of 40 KiB, each thread
+ * held a page or two of such a class, which a small pool needs elsewhere
+ * (and a page move cannot take while a stash holds some of its chunks).
  *
  * Concurrency:
  *   struct quota   owner thread only, no lock (debug builds assert the
@@ -30,6 +33,7 @@
 
 struct quota_stash {
     uint32_t n;
+    uint32_t batch; /* this class's: at most an eighth of a page */
     uint64_t *offs; /* capacity 2 * batch */
 };
 
@@ -69,8 +73,11 @@ quota_create(struct slab *s, unsigned batch, struct quota **out)
     q->nclasses = n;
     q->owner = pthread_self();
     q->pmeta = slab_pmeta_on(s);
-    for (unsigned i = 0; i < n; i++)
+    for (unsigned i = 0; i < n; i++) {
+        uint32_t eighth = POOL_PAGE_SIZE / slab_chunk_size(s, i) / 8;
+        q->stash[i].batch = MAX(1u, MIN(batch, eighth));
         q->stash[i].offs = q->storage + i * cap;
+    }
     *out = q;
     return 0;
 }
@@ -113,7 +120,7 @@ quota_alloc(struct quota *q, unsigned cls, uint64_t *off)
              * can leave the class. */
             slab_give(q->slab, cls, &o, 1);
         }
-        int n = slab_take(q->slab, cls, st->offs, q->batch);
+        int n = slab_take(q->slab, cls, st->offs, st->batch);
         if (n < 0)
             return n;
         atomic_store_explicit(
@@ -137,9 +144,9 @@ quota_free(struct quota *q, unsigned cls, uint64_t off)
         slab_give(q->slab, cls, &off, 1);
         return;
     }
-    if (unlikely(st->n == 2 * q->batch)) {
-        st->n -= q->batch;
-        slab_give(q->slab, cls, st->offs + st->n, q->batch);
+    if (unlikely(st->n == 2 * st->batch)) {
+        st->n -= st->batch;
+        slab_give(q->slab, cls, st->offs + st->n, st->batch);
     }
     st->offs[st->n++] = off;
 }

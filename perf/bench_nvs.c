@@ -12,7 +12,9 @@
  *            the file's device: other I/O on it counts too), and,
  *            with --fio, fio on the same file and the same byte range
  *            right before it (ioengine=io_uring, direct=1, randread, 4k);
- *            IOPS for both and the ratio
+ *            IOPS for both and the ratio, and CPU per read for both, user
+ *            and system (the reading thread's getrusage(RUSAGE_THREAD);
+ *            fio's usr/sys percent over its IOPS), medians of the rounds
  *   batch    with --batch-depth reads kept in flight, new reads submitted
  *            in batches of 1, 4, 8, 16, 32 (a batch goes out once that many
  *            slots are free, reaping in between) and as one full-depth
@@ -27,7 +29,7 @@
  * Usage: bench_nvs [--path FILE] [--size BYTES] [--seconds S] [--fio]
  *                  [--depths 1,8,32,128] [--rounds 3] [--batch-depth 32]
  *                  [--no-batch] [--vlen 4096]
- *                  [--no-uring]
+ *                  [--no-uring] [--store-first]
  *   defaults: $NVS_BENCH_PATH or /tmp/tc_bench_nvs.dat, 2 GiB, 3 s
  * The file is left in place (for fio) and removed with --cleanup.
  */
@@ -42,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <time.h>
@@ -56,6 +59,7 @@ struct opts {
     uint64_t size;
     double seconds;
     bool fio, batch, no_uring, cleanup;
+    bool store_first; /* each round: the store, then fio */
     unsigned depths[8], ndepths;
     unsigned batch_depth;
     unsigned rounds;
@@ -203,7 +207,20 @@ struct result {
     double avg_us, p99_us;         /* slot free -> completion */
     double dev_avg_us, dev_p99_us; /* submit -> completion */
     uint64_t errors;
+    double usr_us, sys_us; /* the reading thread's CPU per read */
 };
+
+/* The calling thread's user and system CPU time, ns. */
+static void
+thread_cpu(uint64_t *usr, uint64_t *sys)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    *usr = (uint64_t)ru.ru_utime.tv_sec * 1000000000ull +
+           (uint64_t)ru.ru_utime.tv_usec * 1000ull;
+    *sys = (uint64_t)ru.ru_stime.tv_sec * 1000000000ull +
+           (uint64_t)ru.ru_stime.tv_usec * 1000ull;
+}
 
 #define MAX_SAMPLES (4u << 20)
 
@@ -227,6 +244,8 @@ run_reads(struct bench *b, unsigned depth, unsigned batch)
     }
     uint64_t dio0, db0, dio1, db1;
     bool have_dev = dev_reads(b->o.path, &dio0, &db0);
+    uint64_t cu0, cs0, cu1, cs1;
+    thread_cpu(&cu0, &cs0);
     uint64_t t0 = clock_nsec(), end = t0 + (uint64_t)(b->o.seconds * 1e9);
     for (unsigned i = 0; i < depth; i++)
         freeq[nfree++] = &q[i];
@@ -264,8 +283,13 @@ run_reads(struct bench *b, unsigned depth, unsigned batch)
         }
     }
     double secs = (double)(now - t0) / 1e9;
+    thread_cpu(&cu1, &cs1);
     nvs_ring_destroy(r);
     res.iops = (double)n / secs;
+    if (n > 0) {
+        res.usr_us = (double)(cu1 - cu0) / 1e3 / (double)n;
+        res.sys_us = (double)(cs1 - cs0) / 1e3 / (double)n;
+    }
     res.dev_bytes = -1;
     if (have_dev && dev_reads(b->o.path, &dio1, &db1) && dio1 > dio0)
         res.dev_bytes = (double)(db1 - db0) / (double)(dio1 - dio0);
@@ -285,9 +309,10 @@ run_reads(struct bench *b, unsigned depth, unsigned batch)
     return res;
 }
 
-/* fio's read IOPS on the same file and range, or -1. */
+/* fio's read IOPS on the same file and range (-1: fio failed), and its
+ * job's user and system CPU per read (from its usr/sys percentages). */
 static double
-run_fio(struct bench *b, unsigned depth)
+run_fio(struct bench *b, unsigned depth, double *usr_us, double *sys_us)
 {
     char cmd[1024], line[8192];
     double iops = -1;
@@ -311,6 +336,18 @@ run_fio(struct bench *b, unsigned depth)
         }
         if (f != NULL)
             iops = strtod(f, NULL);
+        /* terse v3: fields 88 and 89 are usr_cpu and sys_cpu (%) */
+        for (int i = 8; i < 88 && f != NULL; i++) {
+            f = strchr(f, ';');
+            if (f != NULL)
+                f++;
+        }
+        if (f != NULL && iops > 0) {
+            *usr_us = strtod(f, &f) / 100.0 / iops * 1e6;
+            f = strchr(f, ';');
+            if (f != NULL)
+                *sys_us = strtod(f + 1, NULL) / 100.0 / iops * 1e6;
+        }
     }
     if (pclose(p) != 0)
         return -1;
@@ -381,6 +418,8 @@ main(int argc, char **argv)
             o->batch = false;
         else if (!strcmp(a, "--no-uring"))
             o->no_uring = true;
+        else if (!strcmp(a, "--store-first"))
+            o->store_first = true;
         else if (!strcmp(a, "--cleanup"))
             o->cleanup = true;
         else {
@@ -388,7 +427,7 @@ main(int argc, char **argv)
                     "usage: %s [--path FILE] [--size BYTES] "
                     "[--seconds S] [--fio] [--depths 1,8,32,128] "
                     "[--rounds N] [--batch-depth N] [--no-batch] [--vlen N] "
-                    "[--no-uring] [--cleanup]\n",
+                    "[--no-uring] [--store-first] [--cleanup]\n",
                     argv[0]);
             return 2;
         }
@@ -405,36 +444,54 @@ main(int argc, char **argv)
     if (fill(&b) < 0)
         return 1;
 
-    printf("\n%-6s %12s %12s %7s %9s %9s %9s %7s\n", "depth", "store IOPS",
-           "fio IOPS", "ratio", "dev avg", "dev p99", "B/read", "errors");
+    printf("\n%-6s %12s %12s %7s %9s %9s %9s %7s %15s %15s\n", "depth",
+           "store IOPS", "fio IOPS", "ratio", "dev avg", "dev p99", "B/read",
+           "errors", "store usr+sys", "fio usr+sys");
     for (unsigned i = 0; i < o->ndepths; i++) {
         unsigned d = o->depths[i];
-        /* rounds of fio then store, alternating; the medians are kept */
-        double fs[16], xs[16];
+        /* rounds of fio then store (--store-first: store then fio),
+         * alternating; the medians are kept */
+        double fs[16], xs[16], fu[16], fsy[16], xu[16], xsy[16];
         struct result rs[16], x;
         for (unsigned k = 0; k < o->rounds; k++) {
-            fs[k] = o->fio ? run_fio(&b, d) : -1;
-            rs[k] = run_reads(&b, d, 1);
+            fu[k] = fsy[k] = 0;
+            if (o->store_first)
+                rs[k] = run_reads(&b, d, 1);
+            fs[k] = o->fio ? run_fio(&b, d, &fu[k], &fsy[k]) : -1;
+            if (!o->store_first)
+                rs[k] = run_reads(&b, d, 1);
             xs[k] = rs[k].iops;
+            xu[k] = rs[k].usr_us;
+            xsy[k] = rs[k].sys_us;
         }
         double f = median(fs, o->rounds);
         double xm = median(xs, o->rounds);
+        /* CPU per read: medians of the rounds, user and system apart */
+        double f_usr = median(fu, o->rounds), f_sys = median(fsy, o->rounds);
+        double x_usr = median(xu, o->rounds), x_sys = median(xsy, o->rounds);
+        char xcpu[32], fcpu[32];
+        snprintf(xcpu, sizeof(xcpu), "%.2f+%.2fus", x_usr, x_sys);
+        snprintf(fcpu, sizeof(fcpu), "%.2f+%.2fus", f_usr, f_sys);
         x = rs[0];
         for (unsigned k = 0; k < o->rounds; k++)
             if (rs[k].iops == xm)
                 x = rs[k];
         if (f > 0)
             printf("%-6u %12.0f %12.0f %7.2f %7.1fus %7.1fus %9.0f %7" PRIu64
-                   "\n",
+                   " %15s %15s\n",
                    d, x.iops, f, x.iops / f, x.dev_avg_us, x.dev_p99_us,
-                   x.dev_bytes, x.errors);
+                   x.dev_bytes, x.errors, xcpu, fcpu);
         else
-            printf("%-6u %12.0f %12s %7s %7.1fus %7.1fus %9.0f %7" PRIu64 "\n",
+            printf("%-6u %12.0f %12s %7s %7.1fus %7.1fus %9.0f %7" PRIu64
+                   " %15s %15s\n",
                    d, x.iops, "-", "-", x.dev_avg_us, x.dev_p99_us, x.dev_bytes,
-                   x.errors);
+                   x.errors, xcpu, "-");
         printf("RESULT bench=nvs vlen=%u depth=%u store_iops=%.0f "
-               "fio_iops=%.0f ratio=%.3f dev_bytes_per_read=%.0f\n",
-               o->vlen, d, x.iops, f, f > 0 ? x.iops / f : 0, x.dev_bytes);
+               "fio_iops=%.0f ratio=%.3f dev_bytes_per_read=%.0f "
+               "store_usr_us=%.2f store_sys_us=%.2f fio_usr_us=%.2f "
+               "fio_sys_us=%.2f\n",
+               o->vlen, d, x.iops, f, f > 0 ? x.iops / f : 0, x.dev_bytes,
+               x_usr, x_sys, f_usr, f_sys);
         fflush(stdout);
     }
 

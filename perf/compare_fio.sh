@@ -2,7 +2,9 @@
 # The NVMe store's read path against fio on the same file: 4 KiB random
 # reads at iodepth 1, 8, 32, 128 (fio: ioengine=io_uring, direct=1; the
 # store: nvs_read_prep/submit/reap through one ring), alternating rounds,
-# median IOPS and the ratio store/fio; then the submission-batching knob.
+# median IOPS and the ratio store/fio, and CPU per read for both (user +
+# system: the store's reading thread by getrusage, fio's job from its
+# usr/sys percent); then the submission-batching knob.
 # Figures only, never assertions. See perf/bench_nvs.c for what is timed.
 #
 #   perf/compare_fio.sh

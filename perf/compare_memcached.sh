@@ -17,7 +17,7 @@
 # port of PORT_BASE.. (127.0.0.1 only, -t 2 -m 1024 -c 1024), run
 # bench_loadgen against it, stop it by PID. bench_loadgen reads the
 # server's /proc/PID/stat utime+stime at the start and end of the measured
-# run: over loopback the client saturates a core before the server does, so
+# run (user and kernel time are also shown apart): over loopback the client saturates a core before the server does, so
 # the server's CPU time per request is the steadier figure of the two.
 #
 # Output: a table per workload (memcached, tiercached, tiercached/memcached)
@@ -300,6 +300,8 @@ table() { # workload
     log "  $(printf '%-22s %14s %14s %8s' metric memcached tiercached tc/mc)"
     for row in "ops/s:ops" "requests/s:reqs" "p50 us:p50_us" "p99 us:p99_us" \
         "p99.9 us:p999_us" "server CPU us/req:srv_cpu_us_per_req" \
+        "  user us/req:srv_user_us_per_req" \
+        "  kernel us/req:srv_sys_us_per_req" \
         "server CPU us/op:srv_cpu_us_per_op" "server cores:srv_cores" \
         "client cores:cli_cores" "hit ratio:hit" "errors:errors" \
         "server errors:server_errors" "warmup s (keys set):warm_s"; do
@@ -354,13 +356,14 @@ done <<<"$WORKLOADS"
 log ""
 log "## summary (markdown; ratio = tiercached / memcached)"
 log ""
-log "| workload | mc ops/s | tc ops/s | ratio | mc p99 us | tc p99 us | ratio | mc CPU us/req | tc CPU us/req | ratio |"
-log "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+log "| workload | mc ops/s | tc ops/s | ratio | mc p99 us | tc p99 us | ratio | mc CPU us/req | tc CPU us/req | ratio | mc user us/req | tc user us/req | ratio | mc kernel us/req | tc kernel us/req | ratio |"
+log "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for wl in $ran; do
     mc=${R[$wl,memcached]:-}
     tc=${R[$wl,tiercached]:-}
     line="| $wl"
-    for k in ops p99_us srv_cpu_us_per_req; do
+    for k in ops p99_us srv_cpu_us_per_req srv_user_us_per_req \
+        srv_sys_us_per_req; do
         a=$( [ -n "$mc" ] && kv "$mc" "$k" || echo -)
         b=$( [ -n "$tc" ] && kv "$tc" "$k" || echo -)
         line="$line | $a | $b | $(ratio "$a" "$b")"

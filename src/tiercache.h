@@ -185,6 +185,11 @@ struct tc_config {
     uint32_t ext_threads;         /* I/O threads where io_uring is refused;
                                      default 2 */
     bool ext_no_uring;            /* use those threads even with io_uring */
+    uint32_t alloc_wait_ms;       /* how long a store may wait for a page
+                                     move (chunks of the page other threads
+                                     hold) before it fails with -ENOMEM;
+                                     evictions on only; default 3000 (0:
+                                     one retry, no wait) */
 
     /* Restart (doc/operating.md, "Restart"): tc_open on an existing,
      * compatible pool file brings its items back (tc_open_info says what
@@ -320,6 +325,16 @@ struct tc_stats {
     uint64_t extstore_pages_free;
     uint64_t extstore_io_queue; /* flash reads in flight */
     uint64_t ext_read_p50_ns, ext_read_p99_ns, ext_read_p999_ns;
+    /* page moves: one waits now for chunks held elsewhere (a thread's
+     * stash, a write in progress); such chunks a move found, each time it
+     * looked; moves given up (waited too long, the page back in service);
+     * stores that waited for a move */
+    bool slab_reassign_running;
+    uint64_t slab_reassign_busy_items;
+    uint64_t slab_reassign_gave_up;
+    uint64_t store_waits;
+    uint64_t ext_reads_shared; /* flash gets that joined a read of the
+                                  same value already in flight */
 };
 
 /*
@@ -375,7 +390,12 @@ struct tc_stats {
 
 /* "slabs_moved", after the slab reassign figures */
 #define TC_STATS_SLAB(X)                                                       \
-    X(REASSIGNS, slab_reassign_count, "slabs_moved", COUNTER)
+    X(REASSIGNS,           slab_reassign_count, "slabs_moved", COUNTER)        \
+    X(REASSIGN_BUSY_ITEMS, slab_reassign_busy_items,                           \
+                           "slab_reassign_busy_items", COUNTER)                \
+    X(REASSIGN_GAVE_UP,    slab_reassign_gave_up,                              \
+                           "tc_slab_reassign_gave_up", COUNTER)                \
+    X(ALLOC_WAITS,         store_waits, "tc_store_waits", COUNTER)
 
 /* items and their bytes */
 #define TC_STATS_ITEM(X)                                                       \
@@ -414,7 +434,8 @@ struct tc_stats {
     X(EXT_BYTES,      ext_item_bytes,    "tc_ext_item_bytes",    GAUGE)        \
     X(EXT_SPILLED,    ext_spilled,       "tc_ext_spilled",       COUNTER)      \
     X(EXT_SPILL_BUSY, ext_spill_busy,    "tc_ext_spill_busy",    COUNTER)      \
-    X(EXT_TIMEOUTS,   ext_read_timeouts, "tc_ext_read_timeouts", COUNTER)
+    X(EXT_TIMEOUTS,   ext_read_timeouts, "tc_ext_read_timeouts", COUNTER)      \
+    X(EXT_SHARED,     ext_reads_shared,  "tc_ext_reads_shared",  COUNTER)
 /* clang-format on */
 
 /* One key of the hot-key view (tc_hotkeys). Rates are estimates from
@@ -435,6 +456,18 @@ struct tc_slab_stats {
     uint64_t total_chunks;
     uint64_t used_chunks; /* live items of this class */
     uint64_t free_chunks; /* in the class (not counting thread stashes) */
+    /* memcached's per-class command counters: the events of tc_stats'
+     * counters of the same names whose item is of this class (a store
+     * refused before allocating, with no old item, has no class; nor has a
+     * flash read that completes asynchronously) */
+    uint64_t get_hits;
+    uint64_t cmd_set;
+    uint64_t delete_hits;
+    uint64_t incr_hits;
+    uint64_t decr_hits;
+    uint64_t cas_hits;
+    uint64_t cas_badval;
+    uint64_t touch_hits;
 };
 
 struct tc_cache;
@@ -488,6 +521,11 @@ TC_API void tc_thread_unregister(struct tc_cache *c);
  * its batch of frees awaiting a grace period. Cheap; without it an idle
  * thread can delay page reassignment and keep freed memory. */
 TC_API void tc_thread_quiesce(struct tc_cache *c);
+/* Cheaper: gives back the stash and the deferred frees only when a page move
+ * asked for them since (every other call makes that check too). For a thread
+ * about to wait a little (a server worker before a short blocking wait): a
+ * page move, and the stores behind it, would wait for it. */
+TC_API void tc_thread_poll(struct tc_cache *c);
 
 /* Retrieval. exptime values follow memcached: 0 never,
  * 1..TC_EXPTIME_RELATIVE_MAX seconds from now, larger an absolute unix time,
@@ -639,7 +677,10 @@ struct tc_arith_opts {
     bool *vivified;   /* out, may be NULL: the miss created the item */
     uint64_t cas_new; /* nonzero: the new item's CAS (meta E) */
 };
-/* *value the new value; *info (may be NULL) the new item's header. */
+/* *value the new value; *info (may be NULL) the new item's header. As
+ * memcached, a stale item stays stale when the new number fits in the old
+ * value's length (rewritten in place), and a longer one is a new item, no
+ * longer stale, with the old expiry. */
 TC_API int tc_arith_ex(struct tc_cache *c, const void *key, size_t klen,
                        bool incr, uint64_t delta,
                        const struct tc_arith_opts *opts, uint64_t *value,
@@ -696,8 +737,11 @@ TC_API int tc_flush_all(struct tc_cache *c, int64_t delay);
 TC_API int tc_set_mem_limit(struct tc_cache *c, uint64_t bytes);
 
 /* Move one page from slab class src to dst (memcached's "slabs reassign"),
- * moving its live items to other pages of src. src -1: pick the class with
- * the most free chunks. 0, -EINVAL, -ENOENT (src has no page), -EBUSY. */
+ * moving its live items to other pages of src. src -1: pick a class with a
+ * page to spare and the most free bytes. 0, -EINVAL, -ENOENT (src has no
+ * page), -EBUSY (other threads still hold chunks of the page: the move
+ * goes on as they give them back, or is given up after half a second; or
+ * two such moves wait already). */
 TC_API int tc_slab_reassign(struct tc_cache *c, int src, int dst);
 
 /* One live item as tc_walk reports it (memcached's metadump fields). */

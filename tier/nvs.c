@@ -79,6 +79,12 @@ nvs_loc_fd(const struct nvs *s, const struct nvs_loc *loc)
     return s->fd[s->seg[loc->seg].path];
 }
 
+unsigned
+nvs_loc_path(const struct nvs *s, const struct nvs_loc *loc)
+{
+    return s->seg[loc->seg].path;
+}
+
 /* ---- segments (s->lock held) --------------------------------------------- */
 
 static void

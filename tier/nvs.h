@@ -149,7 +149,11 @@ void nvs_ring_destroy(struct nvs_ring *r);
  * the fallback pool's completions still go through r->cmu. */
 void nvs_ring_adopt(struct nvs_ring *r);
 /* An eventfd that becomes readable when completions are waiting, for the
- * thread's epoll loop; nvs_ring_reap drains it once this was called. */
+ * thread's epoll loop; nvs_ring_reap drains it once this was called. The
+ * first call registers it with the ring (until then completions signal
+ * nothing: a ring nobody polls saves that work), kicking it when reads
+ * are already in flight or done: the fd, or a negative errno when the
+ * registration failed. Context: the owner thread. */
 int nvs_ring_fd(const struct nvs_ring *r);
 
 struct nvs_read {

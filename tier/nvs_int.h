@@ -165,6 +165,8 @@ void nvs_crc32c_force_table(bool on);
 bool nvs_wbuf_copy(struct nvs *s, const struct nvs_loc *loc, void *dst);
 uint64_t nvs_loc_foff(const struct nvs *s, const struct nvs_loc *loc);
 int nvs_loc_fd(const struct nvs *s, const struct nvs_loc *loc);
+/* The index of loc's path (its fd is s->fd[that]). */
+unsigned nvs_loc_path(const struct nvs *s, const struct nvs_loc *loc);
 void nvs_hist_add(struct nvs *s, uint64_t ns);
 
 /* tier/nvs_io.c: the pread fallback's pool. A job is a read of len bytes at

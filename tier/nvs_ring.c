@@ -7,6 +7,17 @@
  * on completion against the locator (generation, then CRC32C of the
  * caller's key and the bytes read) before the value is handed out.
  *
+ * CPU per read (io_uring): the store's files are registered with each ring
+ * (IOSQE_FIXED_FILE: no file lookup and reference per read), and so is a
+ * 4 KiB buffer per slot (read_fixed: no page pinning per read) that reads
+ * of one block use; the eventfd is registered only once nvs_ring_fd() asks
+ * for it (the kernel signals it at every completion batch otherwise for
+ * nothing). Either registration may be refused (RLIMIT_MEMLOCK, an old
+ * kernel): the ring then reads as before. The ring is set up with
+ * COOP_TASKRUN (no interrupt of the thread per completion) where the
+ * kernel has it. Bookkeeping is O(1) per read:
+ * prepped slots are listed, in-flight reads with a deadline counted.
+ *
  * Concurrency:
  *   struct nvs_ring  its owner only (asserted in debug builds): the
  *                    creating thread, or the one that adopted it once the
@@ -53,6 +64,8 @@ struct nvs_slot {
     struct nvs_read *rd; /* NULL once abandoned */
     char *buf;
     uint32_t cap;  /* bytes of buf */
+    char *io;      /* where this read goes: buf, or the slot's registered
+                      block */
     uint32_t len;  /* bytes read: the value's aligned range */
     uint32_t skip; /* value offset in buf */
     uint32_t size; /* value bytes */
@@ -61,6 +74,7 @@ struct nvs_slot {
     uint64_t t0, deadline;
     struct __kernel_timespec delay; /* injected delay (linked timeout) */
     struct nvs_slot *cnext;
+    struct nvs_slot *pnext; /* the prepped list */
 };
 
 struct nvs_ring {
@@ -72,10 +86,17 @@ struct nvs_ring {
     struct nvs_slot *slot;
     unsigned *ready; /* FIFO of slot indexes, depth entries */
     unsigned rhead, rcount;
-    unsigned nio;      /* slots INFLIGHT or ABANDONED */
-    unsigned nprepped; /* slots PREPPED */
-    unsigned hint;     /* where to look for a free slot */
-    bool fd_used;      /* nvs_ring_fd() was called: reap drains efd */
+    unsigned nio;             /* slots INFLIGHT or ABANDONED */
+    unsigned ninflight;       /* slots INFLIGHT */
+    unsigned ndeadline;       /* slots INFLIGHT with a deadline */
+    unsigned nprepped;        /* slots PREPPED */
+    struct nvs_slot *prepped; /* slots PREPPED, newest first */
+    bool fixed_files;         /* the store's fds are registered: index them */
+    char *fixed_buf;          /* depth registered blocks (slot i: block i), or
+                                 NULL */
+    bool efd_registered;
+    unsigned hint; /* where to look for a free slot */
+    bool fd_used;  /* nvs_ring_fd() was called: reap drains efd */
     struct nvs_read *tout_head, *tout_tail; /* timed out, not yet reaped */
     pthread_t owner;
     pthread_mutex_t cmu;    /* fallback completions */
@@ -150,7 +171,17 @@ nvs_ring_create(struct nvs *s, unsigned depth, struct nvs_ring **out)
     r->uring = s->uring;
     if (r->uring) {
         /* Two entries per read: an injected delay is a linked timeout. */
-        e = io_uring_queue_init(2 * depth, &r->ring, 0);
+        /* Completions are run when the thread enters the kernel anyway
+         * (its next io_uring_enter, epoll_wait or read), not by
+         * interrupting it; the flag tells liburing's peek when to enter
+         * for them. Kernels before 5.19 refuse the flags: none then.
+         * (SINGLE_ISSUER and DEFER_TASKRUN would tie reaping to the
+         * creating thread, which nvs_ring_adopt must not.) */
+        e = io_uring_queue_init(2 * depth, &r->ring,
+                                IORING_SETUP_COOP_TASKRUN |
+                                    IORING_SETUP_TASKRUN_FLAG);
+        if (e == -EINVAL)
+            e = io_uring_queue_init(2 * depth, &r->ring, 0);
         if (e == -ENOSYS || e == -EPERM) {
             err_set("io_uring refused for a read ring (%s) while the store "
                     "uses it",
@@ -162,11 +193,16 @@ nvs_ring_create(struct nvs *s, unsigned depth, struct nvs_ring **out)
                     strerror(-e));
             goto err_efd;
         }
-        e = io_uring_register_eventfd(&r->ring, r->efd);
-        if (e < 0) {
-            err_set("io_uring eventfd registration failed: %s", strerror(-e));
-            io_uring_queue_exit(&r->ring);
-            goto err_efd;
+        /* optional: refused, the ring reads with plain fds and buffers */
+        r->fixed_files =
+            io_uring_register_files(&r->ring, s->fd, s->cfg.npaths) == 0;
+        void *fb;
+        if (posix_memalign(&fb, NVS_BLOCK, (size_t)depth * NVS_BLOCK) == 0) {
+            struct iovec iov = {fb, (size_t)depth * NVS_BLOCK};
+            if (io_uring_register_buffers(&r->ring, &iov, 1) == 0)
+                r->fixed_buf = fb;
+            else
+                free(fb);
         }
     }
     *out = r;
@@ -183,12 +219,24 @@ err_free:
 }
 
 int
-nvs_ring_fd(const struct nvs_ring *r)
+nvs_ring_fd(const struct nvs_ring *cr)
 {
+    /* (The ring itself is never const: nvs_ring_create() allocated it.) */
+    struct nvs_ring *r = (struct nvs_ring *)cr;
+    if (r->uring && !r->efd_registered) {
+        int e = io_uring_register_eventfd(&r->ring, r->efd);
+        if (e < 0) {
+            err_set("io_uring eventfd registration failed: %s", strerror(-e));
+            return e;
+        }
+        r->efd_registered = true;
+        /* completions that came before it signalled nothing */
+        if (r->nio > 0 || r->rcount > 0 || io_uring_cq_ready(&r->ring) > 0)
+            ring_kick(r);
+    }
     /* From now on reap drains the eventfd, so that a level-triggered epoll
-     * does not wake for completions already collected. (The ring itself
-     * is never const: nvs_ring_create() allocated it.) */
-    ((struct nvs_ring *)r)->fd_used = true;
+     * does not wake for completions already collected. */
+    r->fd_used = true;
     return r->efd;
 }
 
@@ -232,7 +280,7 @@ ring_check(struct nvs *s, struct nvs_slot *sl, struct nvs_read *rd, int got,
         atomic_fetch_add_explicit(&s->read_stale, 1, memory_order_relaxed);
         return -ESTALE;
     }
-    const char *v = sl->buf + sl->skip;
+    const char *v = sl->io + sl->skip;
     uint32_t crc = nvs_crc32c(nvs_crc32c(0, rd->key, rd->klen), v, sl->size);
     if (crc != rd->loc.crc) {
         atomic_fetch_add_explicit(&s->read_badcrc, 1, memory_order_relaxed);
@@ -256,6 +304,9 @@ ring_io_done(struct nvs_ring *r, struct nvs_slot *sl, int res)
         sl->state = SLOT_FREE; /* the buffer is ours again */
         return;
     }
+    r->ninflight--;
+    if (sl->deadline != 0)
+        r->ndeadline--;
     uint32_t eio = atomic_load_explicit(&s->f_eio, memory_order_relaxed);
     uint32_t shrt = atomic_load_explicit(&s->f_short, memory_order_relaxed);
     if (eio != 0 || shrt != 0) {
@@ -307,6 +358,8 @@ ring_expire(struct nvs_ring *r, uint64_t now)
 {
     uint64_t next = 0;
 
+    if (r->ndeadline == 0)
+        return 0;
     for (unsigned i = 0; i < r->depth; i++) {
         struct nvs_slot *sl = &r->slot[i];
         if (sl->state != SLOT_INFLIGHT || sl->deadline == 0)
@@ -320,6 +373,8 @@ ring_expire(struct nvs_ring *r, uint64_t now)
             rd->priv = NULL;
             sl->rd = NULL;
             sl->state = SLOT_ABANDONED;
+            r->ninflight--;
+            r->ndeadline--;
             /* The caller gets the read now; the slot waits for the I/O. */
             rd->next = NULL;
             if (r->tout_tail != NULL)
@@ -393,13 +448,18 @@ nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd)
     uint64_t start = rd->loc.off & ~(uint64_t)(NVS_BLOCK - 1);
     sl->skip = (uint32_t)(rd->loc.off - start);
     sl->len = (uint32_t)(ALIGN_UP(end, NVS_BLOCK) - start);
-    if (slot_buf_reserve(sl, MAX(sl->len, NVS_BLOCK)) < 0) {
+    /* one block: the slot's registered block, where there is one */
+    bool fixed = r->fixed_buf != NULL && sl->len <= NVS_BLOCK;
+    if (fixed)
+        sl->io = r->fixed_buf + (size_t)(sl - r->slot) * NVS_BLOCK;
+    else if (slot_buf_reserve(sl, MAX(sl->len, NVS_BLOCK)) < 0) {
         rd->res = -ENOMEM;
         goto ready;
-    }
+    } else
+        sl->io = sl->buf;
     /* Still in a write buffer: served from DRAM, no I/O. An empty value
      * needs no I/O either: the CRC of the key says it all. */
-    if (sl->size == 0 || nvs_wbuf_copy(s, &rd->loc, sl->buf + sl->skip)) {
+    if (sl->size == 0 || nvs_wbuf_copy(s, &rd->loc, sl->io + sl->skip)) {
         rd->res = ring_check(s, sl, rd, (int)(sl->skip + sl->size), 0);
         goto ready;
     }
@@ -421,12 +481,20 @@ nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd)
         sqe = io_uring_get_sqe(&r->ring);
         /* never NULL: 2 entries per slot, consumed at submit */
         assert(sqe != NULL);
-        io_uring_prep_read(sqe, fd, sl->buf, sl->len, foff);
+        if (fixed)
+            io_uring_prep_read_fixed(sqe, 0, sl->io, sl->len, foff, 0);
+        else
+            io_uring_prep_read(sqe, 0, sl->io, sl->len, foff);
+        if (r->fixed_files) {
+            sqe->fd = (int)nvs_loc_path(s, &rd->loc);
+            sqe->flags |= IOSQE_FIXED_FILE;
+        } else
+            sqe->fd = fd;
         io_uring_sqe_set_data64(sqe, (uint64_t)(sl - r->slot) + 1);
     } else {
         sl->job = (struct nvs_io_job){
             .fd = fd,
-            .buf = sl->buf,
+            .buf = sl->io,
             .len = sl->len,
             .delay_ms = delay,
             .foff = foff,
@@ -434,6 +502,8 @@ nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd)
         };
     }
     sl->state = SLOT_PREPPED;
+    sl->pnext = r->prepped;
+    r->prepped = sl;
     r->nprepped++;
     return 0;
 
@@ -461,20 +531,20 @@ nvs_ring_submit(struct nvs_ring *r)
         if (e < 0)
             return e;
     }
-    for (unsigned i = 0; i < r->depth && n < r->nprepped; i++) {
-        struct nvs_slot *sl = &r->slot[i];
-        if (sl->state != SLOT_PREPPED)
-            continue;
+    for (struct nvs_slot *sl = r->prepped; sl != NULL; sl = sl->pnext) {
         uint32_t ms =
             sl->rd->timeout_ms ? sl->rd->timeout_ms : r->s->cfg.read_timeout_ms;
         sl->state = SLOT_INFLIGHT;
         sl->t0 = now;
         sl->deadline = ms ? now + (uint64_t)ms * 1000000ull : 0;
         r->nio++;
+        r->ninflight++;
+        r->ndeadline += sl->deadline != 0;
         n++;
         if (!r->uring)
             nvs_io_submit(r->s, &sl->job);
     }
+    r->prepped = NULL;
     r->nprepped = 0;
     return (int)n;
 }
@@ -535,10 +605,7 @@ nvs_ring_reap(struct nvs_ring *r, struct nvs_read **done, int max, int wait_nr)
         if (n >= wait_nr)
             return n;
         /* Only reads the caller still waits for count. */
-        unsigned waiting = 0;
-        for (unsigned i = 0; i < r->depth; i++)
-            waiting += r->slot[i].state == SLOT_INFLIGHT;
-        if (waiting == 0 && r->rcount == 0 && r->tout_head == NULL)
+        if (r->ninflight == 0 && r->rcount == 0 && r->tout_head == NULL)
             return n;
         ring_wait(r, next);
     }
@@ -570,8 +637,11 @@ nvs_ring_destroy(struct nvs_ring *r)
     /* Every buffer stays until its I/O is over, abandoned ones included. */
     while (r->nio > 0) {
         for (unsigned i = 0; i < r->depth; i++)
-            if (r->slot[i].state == SLOT_INFLIGHT)
+            if (r->slot[i].state == SLOT_INFLIGHT) {
                 r->slot[i].state = SLOT_ABANDONED;
+                r->ninflight--;
+                r->ndeadline -= r->slot[i].deadline != 0;
+            }
         ring_harvest(r);
         if (r->nio > 0)
             ring_wait(r, clock_nsec() + 10000000ull);
@@ -581,6 +651,7 @@ nvs_ring_destroy(struct nvs_ring *r)
     close(r->efd);
     for (unsigned i = 0; i < r->depth; i++)
         free(r->slot[i].buf);
+    free(r->fixed_buf); /* unregistered by io_uring_queue_exit */
     pthread_mutex_destroy(&r->cmu);
     free(r->slot);
     free(r->ready);

@@ -39,7 +39,8 @@
  *           requests.
  *   with --server-pid: the server's CPU time over RUN, from
  *           /proc/PID/stat utime+stime, per request and per op, and in cores
- *           (CPU seconds / wall seconds). Client CPU comes from getrusage.
+ *           (CPU seconds / wall seconds); user (utime) and kernel (stime)
+ *           time per request apart. Client CPU comes from getrusage.
  *
  * Output: a human line and `RESULT bench=net server=<label> ...`.
  * Exit status: 0; 3 when any proto, data or conn error was seen; 1 on a
@@ -185,7 +186,8 @@ struct lg_total {
     uint64_t err_proto, err_data, err_server, err_conn;
     uint64_t warm_resets, connects, dead, t_end;
     bool warm_incomplete;
-    double secs, warm_secs, cli_cpu, srv_cpu; /* srv_cpu < 0: unknown */
+    double secs, warm_secs, cli_cpu;
+    double srv_cpu, srv_user, srv_sys; /* seconds; srv_cpu < 0: unknown */
     uint64_t hist[LG_HIST_N];
 };
 
@@ -217,7 +219,10 @@ void lg_on_readable(struct lg_conn *c);
 
 /* stats.c: histogram, CPU times, report */
 unsigned lg_hist_index(uint64_t v);
-long long lg_proc_ticks(uint64_t pid);
+struct lg_ticks {
+    long long user, sys; /* /proc/PID/stat utime, stime */
+};
+int lg_proc_ticks(uint64_t pid, struct lg_ticks *t);
 double lg_self_cpu(void);
 void lg_sum(const struct lg_thread *ths, struct lg_total *s);
 void lg_report(const struct lg_opts *o, const struct lg_total *s);

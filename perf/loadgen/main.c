@@ -189,7 +189,8 @@ main(int argc, char **argv)
     static struct lg_total tot;
     struct lg_opts *o = &lg_o;
     struct lg_thread *ths;
-    long long tick0 = -1, tick1 = -1;
+    struct lg_ticks tick0, tick1;
+    bool ticks = false;
     uint64_t t_warm0;
     double cpu0;
 
@@ -228,15 +229,15 @@ main(int argc, char **argv)
     pthread_barrier_wait(&lg_barrier); /* loaded */
     tot.warm_secs = (double)(lg_nsec() - t_warm0) / 1e9;
     if (o->server_pid > 0)
-        tick0 = lg_proc_ticks(o->server_pid);
+        ticks = lg_proc_ticks(o->server_pid, &tick0) == 0;
     cpu0 = lg_self_cpu();
     lg_start_ns = lg_nsec();
     lg_deadline_ns = lg_start_ns + (uint64_t)(o->duration * 1e9);
     pthread_barrier_wait(&lg_barrier); /* go */
     for (unsigned t = 0; t < o->threads; t++)
         pthread_join(ths[t].tid, NULL);
-    if (o->server_pid > 0)
-        tick1 = lg_proc_ticks(o->server_pid);
+    if (ticks)
+        ticks = lg_proc_ticks(o->server_pid, &tick1) == 0;
     tot.cli_cpu = lg_self_cpu() - cpu0;
 
     lg_sum(ths, &tot);
@@ -253,9 +254,14 @@ main(int argc, char **argv)
     /* measured time: to the last reply (the drain included) */
     tot.secs = tot.t_end > lg_start_ns ? (double)(tot.t_end - lg_start_ns) / 1e9
                                        : o->duration;
-    tot.srv_cpu = tick0 >= 0 && tick1 >= tick0
-                      ? (double)(tick1 - tick0) / (double)sysconf(_SC_CLK_TCK)
-                      : -1;
+    tot.srv_cpu = -1;
+    if (ticks && tick1.user >= tick0.user && tick1.sys >= tick0.sys) {
+        double hz = (double)sysconf(_SC_CLK_TCK);
+
+        tot.srv_user = (double)(tick1.user - tick0.user) / hz;
+        tot.srv_sys = (double)(tick1.sys - tick0.sys) / hz;
+        tot.srv_cpu = tot.srv_user + tot.srv_sys;
+    }
     lg_report(o, &tot);
     return tot.err_proto + tot.err_data + tot.err_conn > 0 ? 3 : 0;
 }

@@ -63,9 +63,9 @@ lg_hist_pct(const uint64_t *h, uint64_t total, double p)
     return lg_hist_value(LG_HIST_N - 1);
 }
 
-/* utime + stime of a process, in clock ticks; -1 if unreadable. */
-long long
-lg_proc_ticks(uint64_t pid)
+/* utime and stime of a process, in clock ticks: 0, or -1 if unreadable. */
+int
+lg_proc_ticks(uint64_t pid, struct lg_ticks *t)
 {
     char path[64], buf[1024], *p;
     unsigned long long ut, st;
@@ -87,7 +87,9 @@ lg_proc_ticks(uint64_t pid)
     if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
                &ut, &st) != 2)
         return -1;
-    return (long long)(ut + st);
+    t->user = (long long)ut;
+    t->sys = (long long)st;
+    return 0;
 }
 
 double
@@ -138,19 +140,23 @@ lg_report(const struct lg_opts *o, const struct lg_total *s)
     double hit = s->get_keys ? (double)s->hits / (double)s->get_keys : 0;
     const char *proto = o->binary ? "binary" : "text";
     const char *dist = o->dist == LG_ZIPF ? "zipf" : "uniform";
-    char srv[160] = "", srvr[160] = "";
+    char srv[200] = "", srvr[240] = "";
 
     if (s->srv_cpu >= 0 && s->reqs > 0) {
         double per_req = s->srv_cpu * 1e6 / (double)s->reqs;
         double per_op = s->srv_cpu * 1e6 / (double)ops;
+        double user_req = s->srv_user * 1e6 / (double)s->reqs;
+        double sys_req = s->srv_sys * 1e6 / (double)s->reqs;
 
         snprintf(srv, sizeof(srv),
-                 "; server CPU %.2f us/req %.2f us/op (%.2f cores)", per_req,
-                 per_op, s->srv_cpu / s->secs);
+                 "; server CPU %.2f us/req (user %.2f, kernel %.2f) "
+                 "%.2f us/op (%.2f cores)",
+                 per_req, user_req, sys_req, per_op, s->srv_cpu / s->secs);
         snprintf(srvr, sizeof(srvr),
-                 " srv_cpu_us_per_req=%.3f srv_cpu_us_per_op=%.3f "
+                 " srv_cpu_us_per_req=%.3f srv_user_us_per_req=%.3f "
+                 "srv_sys_us_per_req=%.3f srv_cpu_us_per_op=%.3f "
                  "srv_cores=%.3f",
-                 per_req, per_op, s->srv_cpu / s->secs);
+                 per_req, user_req, sys_req, per_op, s->srv_cpu / s->secs);
     }
     printf("net %s %s: %u conns %u thr, %" PRIu64 " keys %s, %u B values, "
            "get:set %u:%u, pipeline %u, multiget %u%s\n",

@@ -11,7 +11,8 @@
  *                   exiting after a cache closed does not touch it.
  *   tls[]           the calling thread's (cache id -> context) table; owner
  *                   thread only.
- *   c->threads_lock guards c->threads, c->retired, c->reset_base.
+ *   c->threads_lock guards c->threads, c->retired*, c->reset_base and
+ *                   c->reset_cls_cmd.
  *   c->cas_seq      relaxed fetch_add: uniqueness is all CAS needs; order
  *                   with the index comes from the bucket lock.
  *   c->flush_at / flush_cas: see cache_flush_check().
@@ -125,6 +126,10 @@ ctx_destroy(struct cache *c, struct cache_thread *t)
     for (int i = 0; i < SLAB_MAX_CLASSES; i++)
         c->retired_cls[i] +=
             atomic_load_explicit(&t->cls_chunks[i], memory_order_relaxed);
+    for (int i = 0; i < SLAB_MAX_CLASSES; i++)
+        for (int s = 0; s < CLS_COUNT; s++)
+            c->retired_cls_cmd[i][s] +=
+                atomic_load_explicit(&t->cls_cmd[i][s], memory_order_relaxed);
     c->retired_refills += quota_refills(t->quota);
     pthread_mutex_unlock(&c->threads_lock);
     quota_destroy(t->quota);
@@ -239,6 +244,16 @@ cache_thread_quiesce(struct cache_thread *t)
     cache_defer_flush(t);
 }
 
+bool
+cache_thread_alone(struct cache_thread *t)
+{
+    struct cache *c = t->cache;
+    pthread_mutex_lock(&c->threads_lock);
+    bool alone = c->threads == t && t->next == NULL;
+    pthread_mutex_unlock(&c->threads_lock);
+    return alone;
+}
+
 void
 cache_thread_put(struct cache *c)
 {
@@ -253,6 +268,18 @@ cache_thread_put(struct cache *c)
     pthread_mutex_unlock(&registry_lock);
 }
 
+/* Locks: threads_lock. */
+static void
+class_cmds_locked(struct cache *c, unsigned cls, int64_t out[CLS_COUNT])
+{
+    for (int s = 0; s < CLS_COUNT; s++)
+        out[s] = c->retired_cls_cmd[cls][s];
+    for (struct cache_thread *t = c->threads; t; t = t->next)
+        for (int s = 0; s < CLS_COUNT; s++)
+            out[s] +=
+                atomic_load_explicit(&t->cls_cmd[cls][s], memory_order_relaxed);
+}
+
 void
 cache_stats_sum(struct cache *c, int64_t *sum)
 {
@@ -262,8 +289,34 @@ cache_stats_sum(struct cache *c, int64_t *sum)
     for (struct cache_thread *t = c->threads; t; t = t->next)
         for (int s = 0; s < ST_COUNT; s++)
             sum[s] += atomic_load_explicit(&t->stat[s], memory_order_relaxed);
+    /* the events counted in their class (cache_cls_inc) */
+    for (unsigned i = 0; i < SLAB_MAX_CLASSES; i++) {
+        int64_t cls[CLS_COUNT];
+        class_cmds_locked(c, i, cls);
+        for (int s = 0; s < CLS_COUNT; s++)
+            sum[cache_cls_total[s]] += cls[s];
+    }
     for (int s = 0; s < ST_FIRST_GAUGE; s++)
         sum[s] -= c->reset_base[s];
+    pthread_mutex_unlock(&c->threads_lock);
+}
+
+void
+cache_class_cmds(struct cache *c, unsigned cls, int64_t out[CLS_COUNT])
+{
+    pthread_mutex_lock(&c->threads_lock);
+    class_cmds_locked(c, cls, out);
+    for (int s = 0; s < CLS_COUNT; s++)
+        out[s] -= c->reset_cls_cmd[cls][s];
+    pthread_mutex_unlock(&c->threads_lock);
+}
+
+void
+cache_class_cmds_reset(struct cache *c)
+{
+    pthread_mutex_lock(&c->threads_lock);
+    for (unsigned i = 0; i < SLAB_MAX_CLASSES; i++)
+        class_cmds_locked(c, i, c->reset_cls_cmd[i]);
     pthread_mutex_unlock(&c->threads_lock);
 }
 
@@ -301,19 +354,21 @@ cache_touch_dram(struct cache *c, uint64_t off, bool bump,
         cache_bit_ref(c, off);
 }
 
-static inline void
+/* Returns the chunk's class, SLAB_NO_CLASS for a DRAM item. */
+static inline unsigned
 class_add(struct cache_thread *t, uint64_t off, int sign)
 {
     if (cache_off_dram(off)) {
         cache_stat_add(t, ST_HOT_ITEMS, sign);
-        return; /* no slab chunk */
+        return SLAB_NO_CLASS; /* no slab chunk */
     }
     unsigned cls = slab_class_of(t->cache->slab, off);
     int64_t v = atomic_load_explicit(&t->cls_chunks[cls], memory_order_relaxed);
     atomic_store_explicit(&t->cls_chunks[cls], v + sign, memory_order_relaxed);
+    return cls;
 }
 
-void
+unsigned
 cache_account(struct cache_thread *t, uint64_t head, int sign)
 {
     struct cache *c = t->cache;
@@ -325,12 +380,12 @@ cache_account(struct cache_thread *t, uint64_t head, int sign)
     if (it->kind == ITEM_KIND_FLASH) {
         cache_stat_add(t, ST_EXT_ITEMS, sign);
         cache_stat_add(t, ST_EXT_BYTES, sign * (int64_t)it->vlen);
-        class_add(t, head, sign);
-        return;
+        return class_add(t, head, sign);
     }
-    class_add(t, head, sign);
+    unsigned cls = class_add(t, head, sign);
     for (unsigned i = 0; i < it->nchain; i++)
         class_add(t, tails[i], sign);
+    return cls;
 }
 
 void
@@ -792,6 +847,8 @@ cache_open(const struct tc_config *cfg, struct cache **out)
     c->hash_seed = 0x9e3779b97f4a7c15ull ^ (uint64_t)clock_nsec();
     atomic_init(&c->cas_seq, 0);
     pthread_mutex_init(&c->admin, NULL);
+    for (unsigned i = 0; i < CACHE_MOVES_MAX; i++)
+        atomic_init(&c->move[i].page, UINT32_MAX);
     pthread_mutex_init(&c->threads_lock, NULL);
     pthread_mutex_init(&c->limbo_lock, NULL);
     pthread_mutex_init(&c->bg_lock, NULL);

@@ -104,6 +104,32 @@ enum cache_stat {
 };
 /* clang-format on */
 
+/* Per-class command counters, memcached's "stats slabs" lines (named as
+ * there, in its order). An event with an item to take a class from is
+ * counted in its class only (cache_cls_inc); one without (a store too
+ * large for any class, a flash read that completes later) in the ST_ slot
+ * of the same name. The total ("stats") is the ST_ slot plus every class
+ * (cache_stats_sum adds them): one counter per event either way, so the
+ * hot paths pay no more than for the total alone. Per thread, summed on
+ * demand (cache_class_cmds). */
+#define CACHE_CLS_STATS(X)                                                     \
+    X(GET_HITS, "get_hits")                                                    \
+    X(CMD_SET, "cmd_set")                                                      \
+    X(DELETE_HITS, "delete_hits")                                              \
+    X(INCR_HITS, "incr_hits")                                                  \
+    X(DECR_HITS, "decr_hits")                                                  \
+    X(CAS_HITS, "cas_hits")                                                    \
+    X(CAS_BADVAL, "cas_badval")                                                \
+    X(TOUCH_HITS, "touch_hits")
+#define CACHE_CLS_ENUM(id, name) CLS_##id,
+enum cache_cls_stat { CACHE_CLS_STATS(CACHE_CLS_ENUM) CLS_COUNT };
+#undef CACHE_CLS_ENUM
+/* CLS_<id> -> ST_<id> */
+#define CACHE_CLS_TOTAL(id, name) ST_##id,
+static const enum cache_stat cache_cls_total[CLS_COUNT] = {
+    CACHE_CLS_STATS(CACHE_CLS_TOTAL)};
+#undef CACHE_CLS_TOTAL
+
 struct cache;
 struct cache_thread;
 struct dpool;
@@ -149,7 +175,12 @@ struct cache_thread {
                                           (src/engine/ext.c), or NULL */
     _Atomic int64_t stat[ST_COUNT] CACHE_ALIGNED;
     _Atomic int64_t cls_chunks[SLAB_MAX_CLASSES]; /* chunks of live items */
+    /* one cache line per class: a thread's hits on one class touch one */
+    _Atomic int64_t cls_cmd[SLAB_MAX_CLASSES][CLS_COUNT] CACHE_ALIGNED;
 };
+
+/* Page moves that may wait at once (src/engine/reclaim.c) */
+#define CACHE_MOVES_MAX 2
 
 struct cache {
     uint64_t id; /* unique per open, so a stale thread slot never matches */
@@ -177,13 +208,24 @@ struct cache {
     unsigned sweep_cls;
     _Atomic uint32_t shrink_target; /* pages wanted after a pending shrink,
                                        0 none */
+    /* Page moves waiting for chunks other threads hold (their stashes,
+     * items being written): each stays draining, and the next reassignment
+     * or maintenance step finishes it (src/engine/reclaim.c). Under admin. */
+    struct {
+        _Atomic uint32_t page; /* UINT32_MAX: none; stats peek (relaxed) */
+        unsigned cls;          /* the class it leaves */
+        int dst;               /* the class it goes to, or -1: the pool */
+        uint64_t since_ns;
+    } move[CACHE_MOVES_MAX];
 
     pthread_mutex_t threads_lock;
     struct cache_thread *threads;
     int64_t retired[ST_COUNT]; /* stats of threads that left */
     int64_t retired_cls[SLAB_MAX_CLASSES];
+    int64_t retired_cls_cmd[SLAB_MAX_CLASSES][CLS_COUNT];
     uint64_t retired_refills;
     int64_t reset_base[ST_COUNT]; /* subtracted after "stats reset" */
+    int64_t reset_cls_cmd[SLAB_MAX_CLASSES][CLS_COUNT]; /* likewise */
 
     pthread_t bg;
     bool bg_running;
@@ -277,6 +319,10 @@ struct cache_thread *cache_thread_get(struct cache *c);
 /* Give back the calling thread's stash and deferred frees (tc_thread_quiesce
  * and a drain's request). */
 void cache_thread_quiesce(struct cache_thread *t);
+/* Whether t is the only thread registered with its cache (no maintenance
+ * thread, no other user): nobody else holds chunks of it. Locks:
+ * threads_lock. */
+bool cache_thread_alone(struct cache_thread *t);
 void cache_thread_put(struct cache *c);
 
 static inline void
@@ -286,6 +332,25 @@ cache_stat_add(struct cache_thread *t, enum cache_stat s, int64_t n)
     atomic_store_explicit(&t->stat[s], v + n, memory_order_relaxed);
 }
 #define cache_stat_inc(t, s) cache_stat_add((t), (s), 1)
+
+/* One more event s on an item of class cls; SLAB_NO_CLASS (no item):
+ * counted in the total's own slot. */
+static inline void
+cache_cls_inc(struct cache_thread *t, unsigned cls, enum cache_cls_stat s)
+{
+    if (unlikely(cls >= SLAB_MAX_CLASSES)) {
+        cache_stat_inc(t, cache_cls_total[s]);
+        return;
+    }
+    int64_t v = atomic_load_explicit(&t->cls_cmd[cls][s], memory_order_relaxed);
+    atomic_store_explicit(&t->cls_cmd[cls][s], v + 1, memory_order_relaxed);
+}
+
+/* The per-class command counters of class cls, summed over threads, less
+ * what "stats reset" took away. */
+void cache_class_cmds(struct cache *c, unsigned cls, int64_t out[CLS_COUNT]);
+/* After "stats reset": the present sums become the new zero. */
+void cache_class_cmds_reset(struct cache *c);
 
 void cache_stats_sum(struct cache *c, int64_t *sum);
 /* Chunks of live items in class cls, summed over threads. */
@@ -410,6 +475,16 @@ cache_atime_age(const struct cache *c, uint64_t off, uint32_t now)
 /* Slab class of a PMEM item; for a DRAM one, the class its size maps to
  * (what meta's "me" reports). */
 unsigned cache_class_of(const struct cache *c, uint64_t off);
+/* cache_class_of with the common case (a PMEM chunk) inline. Context: the
+ * item at off is live for the caller (an RCU section, the bucket lock, or
+ * its own unpublished chunk) when off is in DRAM. */
+static inline unsigned
+cache_class_at(const struct cache *c, uint64_t off)
+{
+    if (likely(!cache_off_dram(off)))
+        return slab_class_of(c->slab, off);
+    return cache_class_of(c, off);
+}
 
 /* A read hit's DRAM bookkeeping in one call (slab_touch: one DRAM line for
  * a PMEM item): *out gets the item's fetched and win bits, age and class
@@ -504,8 +579,9 @@ int cache_reclaim_limbo(struct cache_thread *t);
 void cache_free_now(struct cache_thread *t, uint64_t head);
 
 /* An item entered (sign 1) or left (sign -1) the index: curr_items, bytes
- * and per-class chunk counts. Reads the item's header and tail list. */
-void cache_account(struct cache_thread *t, uint64_t head, int sign);
+ * and per-class chunk counts. Reads the item's header and tail list.
+ * Returns the head chunk's class (SLAB_NO_CLASS for a DRAM item). */
+unsigned cache_account(struct cache_thread *t, uint64_t head, int sign);
 /* Why an item left the index, for memcached's counters. */
 enum cache_unlink {
     UNLINK_DELETED,  /* delete, or a failed set dropping the old value */

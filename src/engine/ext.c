@@ -41,6 +41,14 @@
  * load, where no key is hotter than what recache would evict, rarely
  * passes (a recache costs a PMEM write and, later, a spill).
  *
+ * Asynchronous reads (the server's): a get of a locator the thread is
+ * already reading joins that read as a waiter instead of reading again
+ * (the thread's by_loc table); the completion answers the reader and its
+ * waiters, with the value or, when the read failed, a miss for each (the
+ * failure itself counted and the header unlinked once). Only within a
+ * thread: a waiter on another thread's read would need that thread to
+ * wake it and keep the buffer until it copied the value.
+ *
  * Deletes, overwrites, expiry and flushes never touch the flash: when a
  * flash header leaves the index, cache_account_unlink() tells the store the
  * record is dead (nvs_release), for compaction.
@@ -82,6 +90,7 @@
 #include "tier/pm.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,6 +109,10 @@ struct ext {
     _Atomic uint32_t hdr_page;
 };
 
+/* Buckets of a thread's table of asynchronous reads by locator (a power
+ * of two, about the ring's depth). */
+#define EXT_PEND_BUCKETS 256
+
 /* The tier's state per thread context (t->ext), owner thread only. */
 struct ext_thread {
     struct nvs_ring *ring;    /* blocking flash reads, lazily */
@@ -111,6 +124,9 @@ struct ext_thread {
                                  class evicting; or -1 */
     void *owner;              /* tc_async_owner; NULL: reads block */
     struct ext_pending *pend; /* asynchronous reads in flight */
+    /* the same reads by locator (chained on hnext), so that a second get
+     * of a value already being read joins that read */
+    struct ext_pending *by_loc[EXT_PEND_BUCKETS];
 };
 
 /* Reads in flight on one thread's ring. */
@@ -662,19 +678,31 @@ recache_maybe(struct cache_thread *t, const void *key, uint32_t klen,
         cache_stat_inc(t, ST_EXT_RECACHE);
 }
 
-int
-ext_async_done(struct cache_thread *t, const void *key, uint32_t klen,
-               const struct ext_hit *h, const struct nvs_read *rd)
+/* One get answered by a reaped read: a hit or a miss. The read itself
+ * (the failure's counter and unlink, recache) is dealt with once, by the
+ * get that issued it (first); the gets that joined it only count. */
+static int
+async_answer(struct cache_thread *t, const void *key, uint32_t klen,
+             const struct ext_hit *h, const struct nvs_read *rd, bool first)
 {
     if (rd->res) {
-        read_failed(t, h->hash, h->loc, rd->res);
+        if (first)
+            read_failed(t, h->hash, h->loc, rd->res);
         cache_stat_inc(t, h->touch ? ST_TOUCH_MISSES : ST_GET_MISSES);
         return TC_NOT_FOUND;
     }
     cache_stat_inc(t, h->touch ? ST_TOUCH_HITS : ST_GET_HITS);
     cache_stat_inc(t, ST_EXT_GETS);
-    recache_maybe(t, key, klen, h, rd->value);
+    if (first)
+        recache_maybe(t, key, klen, h, rd->value);
     return TC_OK;
+}
+
+int
+ext_async_done(struct cache_thread *t, const void *key, uint32_t klen,
+               const struct ext_hit *h, const struct nvs_read *rd)
+{
+    return async_answer(t, key, klen, h, rd, true);
 }
 
 int
@@ -711,15 +739,47 @@ ext_read_copy(struct cache_thread *t, const void *key, uint32_t klen,
 /* --- asynchronous reads (tc_async_*) --- */
 
 /* One read in flight on the thread's asynchronous ring: what completing it
- * needs, with its own copy of the key (the store compares it). */
+ * needs, with its own copy of the key (the store compares it). A get of the
+ * same locator while the read is pending does not read again: it joins as
+ * a waiter (its own h, owner and id; rd unused), answered from the same
+ * completion, value or miss. */
 struct ext_pending {
     struct nvs_read rd;
     struct ext_hit h;
-    void *owner; /* NULL once cancelled */
-    struct ext_pending *prev, *next;
+    void *owner;                     /* NULL once cancelled */
+    struct ext_pending *prev, *next; /* the thread's reads (not waiters) */
+    struct ext_pending *hnext;       /* its by_loc chain (not waiters) */
+    struct ext_pending *waiters;     /* gets that joined, newest first */
     uint8_t klen;
     char key[TC_KEY_MAX];
 };
+
+static unsigned
+pend_bucket(const struct nvs_loc *nl)
+{
+    uint64_t k = ((uint64_t)nl->seg << 32 | nl->off) * 0x9e3779b97f4a7c15ull;
+    return (unsigned)(k >> 56) & (EXT_PEND_BUCKETS - 1);
+}
+
+/* The thread's pending read of nl, or NULL. */
+static struct ext_pending *
+pend_find(struct ext_thread *e, const struct nvs_loc *nl)
+{
+    struct ext_pending *p = e->by_loc[pend_bucket(nl)];
+    while (p && !loc_equal(&p->rd.loc, nl))
+        p = p->hnext;
+    return p;
+}
+
+static void
+pend_unhash(struct ext_thread *e, struct ext_pending *p)
+{
+    struct ext_pending **pp = &e->by_loc[pend_bucket(&p->rd.loc)];
+    while (*pp && *pp != p)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = p->hnext;
+}
 
 int
 ext_async_fd(struct cache_thread *t)
@@ -746,11 +806,20 @@ pend(struct cache_thread *t, const void *key, uint32_t klen,
     struct ext_thread *e = t->ext;
     if (ring_get(t, &e->aring) != 0)
         return -ENOMEM;
-    struct ext_pending *p = calloc(1, sizeof(*p));
+    struct ext_pending *lead = pend_find(e, &h->nl);
+    struct ext_pending *p =
+        calloc(1, lead ? offsetof(struct ext_pending, klen) : sizeof(*p));
     if (!p)
         return -ENOMEM;
     p->h = *h;
     p->owner = e->owner;
+    if (lead) { /* the same record is being read: wait for that read */
+        p->waiters = lead->waiters;
+        lead->waiters = p;
+        cache_stat_inc(t, ST_EXT_SHARED);
+        *id = (uint64_t)(uintptr_t)p;
+        return 0;
+    }
     p->klen = (uint8_t)klen;
     memcpy(p->key, key, klen);
     p->rd.loc = h->nl;
@@ -766,6 +835,9 @@ pend(struct cache_thread *t, const void *key, uint32_t klen,
     if (p->next)
         p->next->prev = p;
     e->pend = p;
+    unsigned b = pend_bucket(&p->rd.loc);
+    p->hnext = e->by_loc[b];
+    e->by_loc[b] = p;
     *id = (uint64_t)(uintptr_t)p;
     return 0;
 }
@@ -820,14 +892,30 @@ reap_batch(struct cache_thread *t, tc_async_fn *fn, void *arg, int wait_nr)
     for (int i = 0; i < n; i++) {
         struct ext_pending *p = done[i]->udata;
         cache_stat_add(t, ST_EXT_INFLIGHT, -1);
-        int rc = ext_async_done(t, p->key, p->klen, &p->h, &p->rd);
         unlink_pending(t, p);
-        if (p->owner && fn) {
-            struct iovec iov = {(void *)p->rd.value, p->rd.loc.vlen};
-            fn(arg, p->owner, (uint64_t)(uintptr_t)p, &iov,
-               rc == TC_OK ? 1 : 0);
+        pend_unhash(t->ext, p);
+        /* the reader, then the gets that joined it, in arrival order
+         * (each connection fills its own holes in its own order) */
+        struct ext_pending *w = p->waiters, *rev = NULL;
+        while (w) {
+            struct ext_pending *nx = w->waiters;
+            w->waiters = rev;
+            rev = w;
+            w = nx;
+        }
+        struct iovec iov = {(void *)p->rd.value, p->rd.loc.vlen};
+        for (w = p; w; w = w == p ? rev : w->waiters) {
+            int rc = async_answer(t, p->key, p->klen, &w->h, &p->rd, w == p);
+            if (w->owner && fn)
+                fn(arg, w->owner, (uint64_t)(uintptr_t)w, &iov,
+                   rc == TC_OK ? 1 : 0);
         }
         nvs_read_done(t->ext->aring, &p->rd);
+        for (w = rev; w;) {
+            struct ext_pending *nx = w->waiters;
+            free(w);
+            w = nx;
+        }
         free(p);
     }
     return n;
@@ -853,8 +941,9 @@ ext_async_cancel(struct cache_thread *t, void *owner)
     if (!t->ext)
         return;
     for (struct ext_pending *p = t->ext->pend; p; p = p->next)
-        if (p->owner == owner)
-            p->owner = NULL;
+        for (struct ext_pending *w = p; w; w = w->waiters)
+            if (w->owner == owner)
+                w->owner = NULL;
 }
 
 /* --- compaction --- */

@@ -109,8 +109,9 @@ describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
     *out = info;
 }
 
-/* Serve a live item in PMEM inside the read section: describe, call fn. */
-static void
+/* Serve a live item in PMEM inside the read section: describe, call fn.
+ * Returns its slab class (which the description already looked up). */
+static unsigned
 serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
           const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn, void *arg)
 {
@@ -125,6 +126,7 @@ serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
             pm_note_read(iov[i].iov_base, iov[i].iov_len);
         fn(arg, &info, iov, n);
     }
+    return info.slab_class;
 }
 
 /* A flash item: described here, its value read after the section. */
@@ -143,6 +145,7 @@ struct fetch_res {
     uint64_t loc; /* 0: no entry */
     enum cache_dead dead;
     bool flash;
+    unsigned cls;     /* a live item's class (its header's, if on flash) */
     struct ext_hit h; /* a live flash item: its locator and description */
 };
 
@@ -163,10 +166,12 @@ fetch_rcu(struct cache *c, struct cache_key *k, uint64_t hash,
         (struct item_hdr *)cache_item_at(c, cache_off(r->loc));
     r->dead = cache_item_dead(c, it, now);
     r->flash = it->kind == ITEM_KIND_FLASH;
-    if (r->dead == CACHE_LIVE && r->flash)
+    if (r->dead == CACHE_LIVE && r->flash) {
         flash_rcu(c, it, r->loc, hash, o, now, &r->h);
-    else if (r->dead == CACHE_LIVE)
-        serve_rcu(c, it, cache_off(r->loc), o, now, fn, arg);
+        r->cls = r->h.info.slab_class;
+    } else if (r->dead == CACHE_LIVE) {
+        r->cls = serve_rcu(c, it, cache_off(r->loc), o, now, fn, arg);
+    }
 }
 
 /* Does fetch_after have more to do than count (read flash, unlink)? */
@@ -199,7 +204,7 @@ fetch_after(struct cache_thread *t, const void *key, uint32_t klen,
     /* memcached counts a gat as a touch: touch_hits/misses, not
      * get_hits/misses */
     if (loc && dead == CACHE_LIVE) {
-        cache_stat_inc(t, o->touch ? ST_TOUCH_HITS : ST_GET_HITS);
+        cache_cls_inc(t, r->cls, o->touch ? CLS_TOUCH_HITS : CLS_GET_HITS);
         return TC_OK;
     }
     cache_stat_inc(t, o->touch ? ST_TOUCH_MISSES : ST_GET_MISSES);
@@ -404,6 +409,7 @@ fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
     uint64_t hash = cache_hash(c, key, klen);
     uint32_t now = clock_now();
     enum cache_dead dead = CACHE_LIVE;
+    unsigned cls = SLAB_NO_CLASS;
 
     cache_flush_check(c, now);
     cache_stat_inc(t, ST_CMD_TOUCH);
@@ -415,6 +421,7 @@ fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
         dead = cache_item_dead(c, it, now);
         if (dead == CACHE_LIVE) {
             store_exptime(it, cache_off(loc), cache_exptime(exptime, now));
+            cls = cache_class_at(c, cache_off(loc));
             cache_bit_ref(c, cache_off(loc));
             cache_atime_set(c, cache_off(loc), now);
         }
@@ -422,7 +429,7 @@ fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
     cache_read_unlock();
 
     if (loc && dead == CACHE_LIVE) {
-        cache_stat_inc(t, ST_TOUCH_HITS);
+        cache_cls_inc(t, cls, CLS_TOUCH_HITS);
         return TC_OK;
     }
     cache_stat_inc(t, ST_TOUCH_MISSES);

@@ -43,6 +43,8 @@ maint_step(struct cache_thread *t)
     cache_reclaim_limbo(t);
     if (atomic_load_explicit(&c->shrink_target, memory_order_relaxed))
         reclaim_shrink(t);
+    if (reclaim_move_waiting(c))
+        reclaim_settle(t);
     slab_atime_tick(c->slab, clock_now());
     return n;
 }

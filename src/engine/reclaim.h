@@ -51,5 +51,10 @@ int reclaim_reassign(struct cache_thread *t, int src, int dst,
 /* Empty a page of class src into *page, for the caller to keep. */
 int reclaim_take_page(struct cache_thread *t, int src, uint32_t *page,
                       enum reclaim_how how);
+/* Go on with the page moves that wait for chunks other threads hold
+ * (finish them, or give them up once they waited too long). Locks: admin. */
+void reclaim_settle(struct cache_thread *t);
+/* Whether a page move waits (a hint: no lock). */
+bool reclaim_move_waiting(struct cache *c);
 /* Drain the pages at or above c->shrink_target. Locks: admin. */
 int reclaim_shrink(struct cache_thread *t);

@@ -58,6 +58,8 @@ struct store_req {
     bool in_place;       /* what memcached rewrites in place (an incr that
                             fits): not counted in total_items */
     struct nvs_loc xloc; /* snapshot of a flash item: its locator */
+    unsigned cls;        /* the new item's class once it has a chunk, for
+                            the per-class counters; else SLAB_NO_CLASS */
 };
 
 /* Decide under the bucket lock whether the new item may replace what the
@@ -97,15 +99,18 @@ decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
     }
 }
 
+/* A store's counters: cmd_set and the CAS outcome, in the class of its
+ * item (cls, SLAB_NO_CLASS for none). */
 static void
-count_outcome(struct cache_thread *t, int mode, int rc)
+count_outcome(struct cache_thread *t, unsigned cls, int mode, int rc)
 {
+    cache_cls_inc(t, cls, CLS_CMD_SET);
     if (mode != TC_CAS)
         return;
     if (rc == TC_OK)
-        cache_stat_inc(t, ST_CAS_HITS);
+        cache_cls_inc(t, cls, CLS_CAS_HITS);
     else if (rc == TC_EXISTS)
-        cache_stat_inc(t, ST_CAS_BADVAL);
+        cache_cls_inc(t, cls, CLS_CAS_BADVAL);
     else if (rc == TC_NOT_FOUND)
         cache_stat_inc(t, ST_CAS_MISSES);
 }
@@ -230,7 +235,9 @@ commit(struct cache_thread *t, struct store_req *r,
 
     /* account while the chunk is still ours: once published, another
      * thread may replace, free and reuse it before we look again */
-    cache_account(t, head, 1);
+    r->cls = cache_account(t, head, 1);
+    if (unlikely(r->cls == SLAB_NO_CLASS)) /* DRAM: the class of its size */
+        r->cls = cache_class_of(c, head);
     int rc = publish(t, r, head, now, old);
     if (rc != TC_OK) {
         cache_account(t, head, -1);
@@ -288,6 +295,19 @@ store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     return rc;
 }
 
+/* The class a request's item has, or would have had if it was refused
+ * before allocating (as memcached, which allocates first, counts it);
+ * SLAB_NO_CLASS if too large for any. */
+static unsigned
+req_class(struct cache *c, const struct store_req *r)
+{
+    if (r->cls != SLAB_NO_CLASS)
+        return r->cls;
+    int cls = slab_class_for(
+        c->slab, (uint32_t)(sizeof(struct item_hdr) + r->klen + r->hdr.vlen));
+    return cls < 0 ? SLAB_NO_CLASS : (unsigned)cls;
+}
+
 static void
 req_init(struct store_req *r, struct cache_thread *t, int mode, const void *key,
          uint32_t klen)
@@ -298,6 +318,7 @@ req_init(struct store_req *r, struct cache_thread *t, int mode, const void *key,
     r->klen = klen;
     r->hash = cache_hash(t->cache, key, klen);
     r->hdr.klen = (uint8_t)klen;
+    r->cls = SLAB_NO_CLASS;
 }
 
 static bool snapshot(struct cache *c, struct store_req *r, struct item_hdr *hdr,
@@ -343,11 +364,11 @@ store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
         r.cas_check = o->cas_check;
         r.cas_new = o->cas_new;
     }
-    cache_stat_inc(t, ST_CMD_SET);
     int rc = vlen > UINT32_MAX ? -E2BIG : precheck(t, &r);
     if (rc == TC_OK)
         rc = store_one(t, &r, cas_out);
-    count_outcome(t, r.cas_check ? TC_CAS : mode, rc);
+    count_outcome(t, rc == -E2BIG ? SLAB_NO_CLASS : req_class(t->cache, &r),
+                  r.cas_check ? TC_CAS : mode, rc);
     /* memcached: a set that cannot be stored removes the old value rather
      * than leave stale data behind */
     if (mode == TC_SET && (rc == -E2BIG || rc == -ENOMEM))
@@ -448,15 +469,19 @@ rewrite(struct cache_thread *t, struct store_req *r, const struct item_hdr *old,
     return rc;
 }
 
-int
-store_concat(struct cache_thread *t, bool append, const void *key,
-             uint32_t klen, const void *val, size_t vlen, uint32_t flags,
-             const struct tc_store_opts *o, uint64_t *cas_out)
+/* store_concat's work; *cls receives the class to count its cmd_set in
+ * (the new item's, else the one the appended data alone would take) */
+static int
+concat(struct cache_thread *t, bool append, const void *key, uint32_t klen,
+       const void *val, size_t vlen, uint32_t flags,
+       const struct tc_store_opts *o, uint64_t *cas_out, unsigned *cls)
 {
     struct store_req r;
     struct item_hdr old;
 
-    cache_stat_inc(t, ST_CMD_SET);
+    req_init(&r, t, STORE_SWAP, key, klen);
+    r.hdr.vlen = vlen > UINT32_MAX ? 0 : (uint32_t)vlen;
+    *cls = req_class(t->cache, &r);
     for (int i = 0; i < RMW_RETRIES; i++) {
         req_init(&r, t, STORE_SWAP, key, klen);
         if (!snapshot(t->cache, &r, &old, &r.expect)) {
@@ -481,10 +506,24 @@ store_concat(struct cache_thread *t, bool append, const void *key,
         r.hdr.iflags &= (uint8_t)~ITEM_STALE;
         r.cas_new = o ? o->cas_new : 0;
         int rc = rewrite(t, &r, &old, val, vlen, append, true, cas_out);
-        if (rc != -EAGAIN)
+        if (rc != -EAGAIN) {
+            if (r.cls != SLAB_NO_CLASS)
+                *cls = r.cls;
             return rc;
+        }
     }
     return -EBUSY;
+}
+
+int
+store_concat(struct cache_thread *t, bool append, const void *key,
+             uint32_t klen, const void *val, size_t vlen, uint32_t flags,
+             const struct tc_store_opts *o, uint64_t *cas_out)
+{
+    unsigned cls;
+    int rc = concat(t, append, key, klen, val, vlen, flags, o, cas_out, &cls);
+    cache_cls_inc(t, rc == -E2BIG ? SLAB_NO_CLASS : cls, CLS_CMD_SET);
+    return rc;
 }
 
 int
@@ -581,10 +620,9 @@ store_ex(struct cache_thread *t, enum tc_store_mode mode, const void *key,
     case TC_SET:
     case TC_REPLACE:
         if (o && o->invalidate && (o->cas_check || mode == TC_CAS)) {
-            cache_stat_inc(t, ST_CMD_SET);
             int rc = store_or_stale(t, key, klen, val, vlen, flags, exptime, o,
                                     cas_out);
-            count_outcome(t, TC_CAS, rc);
+            count_outcome(t, SLAB_NO_CLASS, TC_CAS, rc);
             return rc;
         }
         return store_plain(t, mode, key, klen, val, vlen, flags, exptime, o,
@@ -715,7 +753,6 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
     struct cache *c = t->cache;
     struct store_req r;
     struct item_hdr old;
-    enum cache_stat hit = incr ? ST_INCR_HITS : ST_DECR_HITS;
     enum cache_stat miss = incr ? ST_INCR_MISSES : ST_DECR_MISSES;
 
     if (o && o->vivified)
@@ -810,7 +847,7 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         if (rc == -EAGAIN)
             continue;
         if (rc == TC_OK) {
-            cache_stat_inc(t, hit);
+            cache_cls_inc(t, r.cls, incr ? CLS_INCR_HITS : CLS_DECR_HITS);
             *value = v;
             fill_info(info, &r.hdr);
             if (info)
@@ -852,12 +889,17 @@ delete_key(struct cache_thread *t, const void *key, uint32_t klen,
     }
     htab_unlock(b);
 
+    unsigned cls = SLAB_NO_CLASS;
     if (loc) {
+        /* unlinked by this thread, freed after a grace period: still ours */
+        cls = cache_class_at(c, cache_off(loc));
         cache_account_unlink(t, cache_off(loc), dead, UNLINK_DELETED);
         cache_defer_free(t, cache_off(loc));
     }
-    if (count)
-        cache_stat_inc(t, rc == TC_OK ? ST_DELETE_HITS : ST_DELETE_MISSES);
+    if (count && rc == TC_OK)
+        cache_cls_inc(t, cls, CLS_DELETE_HITS);
+    else if (count)
+        cache_stat_inc(t, ST_DELETE_MISSES);
     return rc;
 }
 

@@ -78,6 +78,7 @@ tc_config_init(struct tc_config *cfg)
     cfg->item_size_max = TC_ITEM_SIZE_MAX_DEFAULT;
     cfg->evict = true;
     cfg->quota_batch = 32;
+    cfg->alloc_wait_ms = 3000;
     cfg->background = true;
     cfg->sweep_budget = 1024;
     cfg->hotspot_interleave = 4096;
@@ -157,6 +158,12 @@ tc_thread_quiesce(struct tc_cache *tc)
     struct cache_thread *t = cache_thread_get(engine(tc));
     if (t)
         cache_thread_quiesce(t);
+}
+
+TC_API void
+tc_thread_poll(struct tc_cache *tc)
+{
+    cache_thread_get(engine(tc)); /* gives back when a page move asks */
 }
 
 TC_API int
@@ -540,6 +547,7 @@ tc_stats(struct tc_cache *tc, struct tc_stats *out)
     out->field = STAT_VALUE_##kind(s[ST_##id]);
     TC_STATS_COUNTERS(STAT_COPY)
 #undef STAT_COPY
+    out->slab_reassign_running = reclaim_move_waiting(c);
     out->hot_pool_bytes = hotkey_pool_bytes(c);
     out->hot_pool_limit = c->cfg.hot_pool_size;
     ext_stats(c, out);
@@ -591,6 +599,7 @@ tc_stats_reset(struct tc_cache *tc)
     for (int i = 0; i < ST_FIRST_GAUGE; i++)
         c->reset_base[i] += s[i];
     pthread_mutex_unlock(&c->threads_lock);
+    cache_class_cmds_reset(c);
     ext_stats_reset(c);
 }
 
@@ -614,6 +623,16 @@ tc_slab_stats(struct tc_cache *tc, int cls, struct tc_slab_stats *out)
     out->total_chunks = (uint64_t)st.pages * st.perpage;
     out->free_chunks = st.free_chunks;
     out->used_chunks = (uint64_t)cache_class_chunks(c, (unsigned)cls);
+    int64_t cmd[CLS_COUNT];
+    cache_class_cmds(c, (unsigned)cls, cmd);
+    out->get_hits = (uint64_t)cmd[CLS_GET_HITS];
+    out->cmd_set = (uint64_t)cmd[CLS_CMD_SET];
+    out->delete_hits = (uint64_t)cmd[CLS_DELETE_HITS];
+    out->incr_hits = (uint64_t)cmd[CLS_INCR_HITS];
+    out->decr_hits = (uint64_t)cmd[CLS_DECR_HITS];
+    out->cas_hits = (uint64_t)cmd[CLS_CAS_HITS];
+    out->cas_badval = (uint64_t)cmd[CLS_CAS_BADVAL];
+    out->touch_hits = (uint64_t)cmd[CLS_TOUCH_HITS];
     return 0;
 }
 

@@ -24,6 +24,13 @@
  * Epoll is level-triggered: a connection left with unread input (budget
  * used up) is reported again at the next epoll_wait, after the others.
  *
+ * Requests per wake-up (-R, memcached's reqs_per_event): a wake-up runs at
+ * most sh->max_reqs requests (sess.budget); a connection with
+ * complete requests still buffered then yields (conn_yields): it reads
+ * nothing more and asks for EPOLLOUT, which a writable socket reports at
+ * the next epoll_wait, after the other ready connections have had their
+ * turn, and the next wake-up runs what is buffered first.
+ *
  * Flash reads: requests run with the connection as the owner of
  * the thread's asynchronous reads (tc_async_owner), so a get of a value on
  * the NVMe tier leaves a hole in the obuf instead of blocking the worker;
@@ -118,6 +125,7 @@ struct conn {
                         or by open holes */
     bool reaped;     /* on the worker's list of connections a reap filled */
     bool in_parked;  /* input arrived while parked: EPOLLIN off until resumed */
+    bool yielded;    /* -R: budget used up with requests still buffered */
     struct conn *reap_next;
 
     _Atomic int state;
@@ -195,6 +203,9 @@ conn_create(const struct conn_shared *sh, int fd, const char *listen_addr,
     c->sess.no_dump = sh->no_dump;
     c->sess.no_watch = sh->no_watch;
     c->sess.binding = sh->binding;
+    c->sess.auth = sh->auth;
+    c->sess.authed = sh->auth == NULL;
+    c->sess.sasl = sh->sasl;
     atomic_init(&c->state, CS_WAITING);
     atomic_init(&c->last_active, 0);
     *out = c;
@@ -299,11 +310,9 @@ in_prepare(struct conn *c)
     return c->in_len < c->in_cap ? 0 : -E2BIG;
 }
 
-static void
-fold_counters(struct conn *c)
+void
+conn_fold_counters(struct proto_counters *p, struct stats_ctr *ctr)
 {
-    struct proto_counters *p = &c->sess.ctr;
-    struct stats_ctr *ctr = c->w->ctr;
     if (p->cmd_total)
         stats_ctr_add(ctr, STATS_CMD_TOTAL, p->cmd_total);
     if (p->meta_cmds)
@@ -314,7 +323,17 @@ fold_counters(struct conn *c)
         stats_ctr_add(ctr, STATS_CMD_BIN, p->bin_cmds);
     if (p->protocol_errors)
         stats_ctr_add(ctr, STATS_PROTO_ERRORS, p->protocol_errors);
+    if (p->auth_cmds) {
+        stats_ctr_add(ctr, STATS_AUTH_CMDS, p->auth_cmds);
+        stats_ctr_add(ctr, STATS_AUTH_ERRORS, p->auth_errors);
+    }
     memset(p, 0, sizeof(*p));
+}
+
+static void
+fold_counters(struct conn *c)
+{
+    conn_fold_counters(&c->sess.ctr, c->w->ctr);
 }
 
 static bool
@@ -345,7 +364,7 @@ process(struct conn *c)
     if (c->w->async)
         tc_async_owner(c->sh->cache, c);
     while (c->in_off < c->in_len && !c->closing && !backlogged(c) &&
-           !parked(c)) {
+           !parked(c) && c->sess.budget > 0) {
         set_state(c, CS_PARSE);
         ssize_t r = proto_process(&c->sess, c->in + c->in_off,
                                   c->in_len - c->in_off, &c->out);
@@ -366,6 +385,11 @@ process(struct conn *c)
         c->w->submit_due = true; /* conn_async_submit, after the wake-up */
     c->held =
         c->in_off < c->in_len && !c->closing && (backlogged(c) || parked(c));
+    if (c->sess.budget == 0 && !c->held && c->in_off < c->in_len &&
+        !c->closing && !c->yielded) {
+        c->yielded = true;
+        stats_ctr_add(c->w->ctr, STATS_CONN_YIELDS, 1);
+    }
     if (c->in_off == c->in_len)
         c->in_off = c->in_len = 0;
     if (ran)
@@ -421,7 +445,8 @@ static void
 read_and_process(struct conn *c)
 {
     for (int i = 0;; i++) {
-        if (c->eof || c->closing || c->dead || backlogged(c) || parked(c))
+        if (c->eof || c->closing || c->dead || backlogged(c) || parked(c) ||
+            c->yielded)
             return;
         if (i == CONN_READS_PER_EVENT) {
             stats_ctr_add(c->w->ctr, STATS_CONN_YIELDS, 1);
@@ -489,7 +514,7 @@ finished(const struct conn *c)
 {
     if (c->dead)
         return true;
-    if (obuf_pending(&c->out) || parked(c))
+    if (obuf_pending(&c->out) || parked(c) || c->yielded)
         return false;
     /* closing: flushed. eof: whatever was complete has run (not
      * backlogged, since nothing is pending). */
@@ -509,8 +534,8 @@ settle(struct conn *c)
     if (!c->eof && !c->closing && !backlogged(c) && !c->in_parked &&
         (!parked(c) || (c->events & EPOLLIN)))
         ev |= EPOLLIN;
-    if (obuf_sendable(&c->out))
-        ev |= EPOLLOUT;
+    if (obuf_sendable(&c->out) || c->yielded)
+        ev |= EPOLLOUT; /* yielded: the next turn comes with EPOLLOUT */
     if (ev != c->events) {
         struct epoll_event e = {.events = ev, .data.ptr = c};
         if (epoll_ctl(c->w->epfd, EPOLL_CTL_MOD, c->fd, &e) != 0) {
@@ -528,6 +553,13 @@ settle(struct conn *c)
     set_state(c, s);
 }
 
+/* A new turn: the -R budget is full again. */
+static void
+conn_turn(struct conn *c)
+{
+    c->sess.budget = c->sh->max_reqs ? c->sh->max_reqs : UINT32_MAX;
+}
+
 void
 conn_event(struct conn *c, uint32_t events)
 {
@@ -536,8 +568,13 @@ conn_event(struct conn *c, uint32_t events)
         settle(c);
         return;
     }
+    conn_turn(c);
     if (events & EPOLLOUT)
         write_out(c);
+    if (c->yielded) {
+        c->yielded = false;
+        process(c); /* what the last turn left buffered comes first */
+    }
     if (events & (EPOLLIN | EPOLLHUP)) {
         if (parked(c))
             c->in_parked = true; /* read once resumed: EPOLLIN off till then */
@@ -591,6 +628,7 @@ conn_async_reap(struct conn_worker *w)
         c->reaped = false;
         if (c->out.err)
             c->dead = true;
+        conn_turn(c);
         /* sends up to the next hole; with none left, runs the requests
          * that waited (more input: epoll reports it once EPOLLIN is back) */
         write_out(c);

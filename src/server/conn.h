@@ -39,12 +39,15 @@ struct conn_shared {
     size_t in_max;          /* input buffer limit: item_size_max +
                                PROTO_LINE_MAX + 2 */
     size_t out_high;        /* stop reading while more output is pending */
+    uint32_t max_reqs;      /* -R: requests per wake-up, then yield */
     uint32_t idle_timeout;  /* seconds, 0 = off */
     bool no_flush;          /* -F */
     bool no_cas;            /* -C */
     bool no_dump;           /* -X */
     bool no_watch;          /* -W */
     uint8_t binding;        /* -B: enum proto_binding */
+    struct auth *auth;      /* -Y, -S (src/server/auth.h); NULL = none */
+    bool sasl;              /* -S */
     uint64_t epoch_ns;      /* clock_nsec() at server start */
     _Atomic uint64_t *curr_conns; /* decremented when a connection ends */
 };
@@ -91,6 +94,10 @@ int conn_create(const struct conn_shared *sh, int fd, const char *listen_addr,
 int conn_attach(struct conn *c, struct conn_worker *w);
 /* Close the socket and free everything. Context: the owner thread. */
 void conn_destroy(struct conn *c);
+
+/* Add a session's protocol counters into a worker's and zero them.
+ * Context: ctr's worker. */
+void conn_fold_counters(struct proto_counters *p, struct stats_ctr *ctr);
 
 /* Handle epoll events; may destroy c. Context: c's worker. */
 void conn_event(struct conn *c, uint32_t events);

@@ -10,7 +10,10 @@
  *              on the worker's locked queue and a write to its eventfd.
  *   workers    N threads, each an epoll loop over its own non-blocking
  *              connections (src/server/conn.c), with a 1 s timeout for the idle
- *              sweep. Each registers with the cache on start
+ *              sweep. With -U, every worker's loop also watches the UDP
+ *              sockets (one per -l address) and answers the datagrams it
+ *              reads itself (src/server/udp.c); the acceptor never sees
+ *              them. Each registers with the cache on start
  *              (tc_thread_register) and unregisters at exit.
  *
  * Why epoll, one loop per worker, level-triggered: it is memcached's model
@@ -30,7 +33,9 @@
  * Concurrency:
  *   srv->ls[], nls, st, sh, cache, epoch, w->cpu
  *                                set before the workers start,
- *                                read-only afterwards.
+ *                                read-only afterwards (the UDP sockets
+ *                                among ls[] are read by every worker and
+ *                                closed only once they are joined).
  *   w->qlock                     guards w->q, w->qn, w->qcap (acceptor
  *                                pushes, worker pops); also the hand-off
  *                                of each struct conn between the threads.
@@ -63,9 +68,11 @@
 #include "src/base/clock.h"
 #include "src/base/err.h"
 #include "src/base/log.h"
+#include "src/server/auth.h"
 #include "src/server/conn.h"
 #include "src/server/proto/proto_util.h"
 #include "src/server/stats.h"
+#include "src/server/udp.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -96,6 +103,9 @@
 /* A worker with no event for this long gives back its chunk stash. */
 #define WORKER_IDLE_MS 20
 
+/* Asked for as each UDP socket's receive and send buffer. */
+#define SERVER_UDP_BUF (4 << 20)
+
 /* epoll tags of the acceptor (listeners use their index) */
 #define TAG_STOP 1000u
 #define TAG_SIGNAL 1001u
@@ -103,7 +113,9 @@
 struct listener {
     int fd;
     bool is_unix;
-    char name[CONN_ADDR_MAX]; /* "tcp:127.0.0.1:11211", "unix:/path" */
+    bool is_udp;              /* served by the workers, not accepted */
+    char name[CONN_ADDR_MAX]; /* "tcp:127.0.0.1:11211", "udp:...",
+                                 "unix:/path" */
 };
 
 struct worker {
@@ -116,6 +128,7 @@ struct worker {
     struct conn **q;
     size_t qn, qcap;
     struct conn_worker cw;
+    struct udp_worker *uw; /* with -U: its UDP buffers and session */
     struct stats_ctr ctr;
     int cpu; /* -o pin_workers: the one CPU it runs on; -1 = any */
 };
@@ -197,30 +210,36 @@ static const struct proto_server_ops server_ops = {
 
 /* --- listeners --- */
 
+/* Bind, and for a stream socket (backlog > 0) listen. A UDP socket
+ * (backlog 0) goes without SO_REUSEADDR: it has no TIME_WAIT to step over,
+ * and with it a second server on the same -U port would bind too and take
+ * the first one's datagrams. */
 static int
 listen_fd(int fd, const struct sockaddr *sa, socklen_t len, int backlog)
 {
     int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (backlog > 0)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (sa->sa_family == AF_INET6)
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (bind(fd, sa, len) != 0 || listen(fd, backlog) != 0)
+    if (bind(fd, sa, len) != 0 || (backlog > 0 && listen(fd, backlog) != 0))
         return -errno;
     return 0;
 }
 
 static void
-sockaddr_name(const struct sockaddr *sa, char *buf, size_t n)
+sockaddr_name(const struct sockaddr *sa, bool udp, char *buf, size_t n)
 {
     char host[INET6_ADDRSTRLEN] = "?";
+    const char *proto = udp ? "udp" : "tcp";
     if (sa->sa_family == AF_INET6) {
         const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
         inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-        snprintf(buf, n, "tcp6:[%s]:%u", host, ntohs(a->sin6_port));
+        snprintf(buf, n, "%s6:[%s]:%u", proto, host, ntohs(a->sin6_port));
     } else {
         const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
         inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-        snprintf(buf, n, "tcp:%s:%u", host, ntohs(a->sin_port));
+        snprintf(buf, n, "%s:%s:%u", proto, host, ntohs(a->sin_port));
     }
 }
 
@@ -236,16 +255,31 @@ listener_new(struct server *srv, const char *what)
     struct listener *l = &srv->ls[srv->nls];
     l->fd = -1;
     l->is_unix = false;
+    l->is_udp = false;
     return l;
 }
 
-/* Bind every address getaddrinfo() gives for host and port. */
+/* A UDP socket's buffers: one socket takes every client's datagrams, and
+ * a burst (a client's noreply sets, many multi-datagram replies) beyond
+ * the default buffer is lost without a trace, so ask for SERVER_UDP_BUF
+ * each way; the kernel caps it at net.core.rmem_max / wmem_max (memcached
+ * likewise raises its UDP send buffer as far as it goes). */
+static void
+udp_buffers(int fd)
+{
+    int want = SERVER_UDP_BUF;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &want, sizeof(want));
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want));
+}
+
+/* Bind every address getaddrinfo() gives for host and port: TCP
+ * listeners, or UDP sockets (udp). */
 static int
-listen_tcp_host(struct server *srv, const char *host, const char *port)
+listen_host(struct server *srv, const char *host, const char *port, bool udp)
 {
     struct addrinfo hints = {.ai_flags = AI_PASSIVE,
                              .ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM};
+                             .ai_socktype = udp ? SOCK_DGRAM : SOCK_STREAM};
     struct addrinfo *res;
     int g = getaddrinfo(host, port, &hints, &res);
     if (g != 0) {
@@ -259,13 +293,16 @@ listen_tcp_host(struct server *srv, const char *host, const char *port)
             rc = -ENOSPC;
             break;
         }
-        sockaddr_name(a->ai_addr, l->name, sizeof(l->name));
+        sockaddr_name(a->ai_addr, udp, l->name, sizeof(l->name));
+        l->is_udp = udp;
         l->fd =
             socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                    a->ai_protocol);
+        if (udp && l->fd >= 0)
+            udp_buffers(l->fd);
         rc = l->fd < 0 ? -errno
                        : listen_fd(l->fd, a->ai_addr, a->ai_addrlen,
-                                   (int)srv->st->backlog); /* -b */
+                                   udp ? 0 : (int)srv->st->backlog); /* -b */
         if (rc) {
             err_set("cannot listen on %s: %s", l->name, strerror(-rc));
             if (l->fd >= 0)
@@ -279,13 +316,16 @@ listen_tcp_host(struct server *srv, const char *host, const char *port)
     return rc;
 }
 
-/* One -l element: "host", "host:port", "[v6]", "[v6]:port", "v6". */
+/* One -l element: "host", "host:port", "[v6]", "[v6]:port", "v6". A port
+ * in it is used for TCP and, with -U, for UDP too, as memcached does;
+ * without one, -p and -U give the ports. */
 static int
-listen_tcp_one(struct server *srv, const char *item)
+listen_one(struct server *srv, const char *item, bool udp)
 {
     char host[256], port[16];
     const char *colon = strrchr(item, ':');
-    snprintf(port, sizeof(port), "%llu", (unsigned long long)srv->st->port);
+    snprintf(port, sizeof(port), "%llu",
+             (unsigned long long)(udp ? srv->st->udp_port : srv->st->port));
     if (item[0] == '[') {
         const char *close_br = strchr(item, ']');
         if (!close_br || (close_br[1] && close_br[1] != ':')) {
@@ -302,11 +342,12 @@ listen_tcp_one(struct server *srv, const char *item)
     } else {
         snprintf(host, sizeof(host), "%s", item);
     }
-    return listen_tcp_host(srv, host, port);
+    return listen_host(srv, host, port, udp);
 }
 
+/* Every -l address: TCP listeners, or UDP sockets (udp). */
 static int
-listen_tcp(struct server *srv)
+listen_net(struct server *srv, bool udp)
 {
     char item[256];
     const char *p = srv->st->listen;
@@ -315,7 +356,7 @@ listen_tcp(struct server *srv)
         if (n && n < sizeof(item)) {
             memcpy(item, p, n);
             item[n] = '\0';
-            int rc = listen_tcp_one(srv, item);
+            int rc = listen_one(srv, item, udp);
             if (rc)
                 return rc;
         } else if (n) {
@@ -417,8 +458,12 @@ static int
 worker_wait(struct worker *w, struct epoll_event *ev, int max, bool *idle)
 {
     int n = epoll_wait(w->cw.epfd, ev, max, 0);
-    if (n == 0 && !*idle)
+    if (n == 0 && !*idle) {
+        /* a page move waiting for this worker's chunks must not wait
+         * WORKER_IDLE_MS for them (stores wait for that move) */
+        tc_thread_poll(w->srv->cache);
         n = epoll_wait(w->cw.epfd, ev, max, WORKER_IDLE_MS);
+    }
     if (n == 0) {
         if (!*idle)
             tc_thread_quiesce(w->srv->cache);
@@ -431,6 +476,16 @@ worker_wait(struct worker *w, struct epoll_event *ev, int max, bool *idle)
     if (n > 0)
         *idle = false;
     return n;
+}
+
+/* p is one of the UDP sockets (the only listeners in a worker's epoll
+ * set). Asked only with -U (w->uw set): without it a connection's event
+ * costs one more test of a pointer that is NULL. */
+static bool
+is_listener(const struct server *srv, const void *p)
+{
+    uintptr_t a = (uintptr_t)p, lo = (uintptr_t)srv->ls;
+    return a >= lo && a < (uintptr_t)(srv->ls + srv->nls);
 }
 
 static void
@@ -447,12 +502,15 @@ worker_loop(struct worker *w)
             return;
         }
         for (int i = 0; i < n; i++) {
-            if (ev[i].data.ptr == NULL)
+            void *p = ev[i].data.ptr;
+            if (p == NULL)
                 worker_adopt(w);
-            else if (ev[i].data.ptr == &w->cw)
+            else if (p == &w->cw)
                 conn_async_reap(&w->cw); /* flash reads finished */
+            else if (w->uw && is_listener(w->srv, p))
+                udp_event(w->uw, ((struct listener *)p)->fd); /* -U */
             else
-                conn_event(ev[i].data.ptr, ev[i].events);
+                conn_event(p, ev[i].events);
         }
         if (w->cw.inflight && n == 0)
             conn_async_reap(&w->cw); /* deadlines of flash reads */
@@ -569,6 +627,30 @@ worker_main(void *arg)
     return NULL;
 }
 
+/* Every worker watches every UDP socket, as memcached gives each of its
+ * threads the UDP socket; EPOLLEXCLUSIVE wakes one (rarely more) of them
+ * per datagram burst instead of all. */
+static int
+worker_init_udp(struct server *srv, struct worker *w)
+{
+    for (unsigned i = 0; i < srv->nls; i++) {
+        if (!srv->ls[i].is_udp)
+            continue;
+        if (!w->uw && udp_worker_create(&srv->sh, &w->ctr, &w->uw) != 0) {
+            err_set("no memory for a worker's UDP buffers");
+            return -ENOMEM;
+        }
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE,
+                                 .data.ptr = &srv->ls[i]};
+        if (epoll_ctl(w->cw.epfd, EPOLL_CTL_ADD, srv->ls[i].fd, &ev) != 0) {
+            int rc = -errno;
+            err_set("cannot watch %s: %s", srv->ls[i].name, strerror(errno));
+            return rc;
+        }
+    }
+    return 0;
+}
+
 static int
 worker_init(struct server *srv, struct worker *w)
 {
@@ -588,7 +670,7 @@ worker_init(struct server *srv, struct worker *w)
         err_set("cannot set up a worker's event loop: %s", strerror(errno));
         return rc;
     }
-    return 0;
+    return worker_init_udp(srv, w);
 }
 
 static void
@@ -601,6 +683,7 @@ worker_fini(struct worker *w)
     if (w->wake_fd >= 0)
         close(w->wake_fd);
     free(w->q);
+    udp_worker_destroy(w->uw);
     pthread_mutex_destroy(&w->qlock);
     conn_list_fini(&w->cw.list);
 }
@@ -641,6 +724,8 @@ set_listening(struct server *srv, bool on)
 {
     for (unsigned i = 0; i < srv->nls; i++) {
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
+        if (srv->ls[i].is_udp)
+            continue; /* the workers read it */
         epoll_ctl(srv->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, srv->ls[i].fd,
                   &ev);
     }
@@ -716,6 +801,21 @@ accept_some(struct server *srv, struct listener *l)
     }
 }
 
+/* SIGHUP: read -Y's file again, as memcached does (nothing else to do
+ * without -Y). */
+static void
+reload_auth(struct server *srv)
+{
+    if (!srv->st->auth_file) {
+        log_info("SIGHUP: no -Y auth file to reload");
+        return;
+    }
+    if (auth_reload(srv->sh.auth) == 0)
+        log_info("SIGHUP: reloaded auth file %s", srv->st->auth_file);
+    else
+        log_warn("SIGHUP: %s; the users loaded before stay", err_msg());
+}
+
 /* Handle one event of the acceptor: false when it is time to stop. */
 static bool
 acceptor_event(struct server *srv, const struct epoll_event *ev)
@@ -724,8 +824,13 @@ acceptor_event(struct server *srv, const struct epoll_event *ev)
         return false;
     if (ev->data.u32 == TAG_SIGNAL) {
         struct signalfd_siginfo si;
-        if (read(srv->sig_fd, &si, sizeof(si)) == sizeof(si))
-            log_info("signal %u: shutting down", si.ssi_signo);
+        if (read(srv->sig_fd, &si, sizeof(si)) != sizeof(si))
+            return true; /* read by another wake-up */
+        if (si.ssi_signo == SIGHUP) {
+            reload_auth(srv);
+            return true;
+        }
+        log_info("signal %u: shutting down", si.ssi_signo);
         return false;
     }
     if (!srv->paused && ev->data.u32 < srv->nls)
@@ -846,6 +951,7 @@ setup_acceptor(struct server *srv)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
     srv->epfd = epoll_create1(EPOLL_CLOEXEC);
     srv->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     srv->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -872,6 +978,7 @@ init_shared(struct server *srv)
         .item_size_max = (uint32_t)st->item_size_max,
         .in_max = st->item_size_max + PROTO_LINE_MAX + 2,
         .out_high = SERVER_OUT_HIGH,
+        .max_reqs = (uint32_t)st->reqs_per_event,
         .idle_timeout = (uint32_t)st->idle_timeout,
         .no_flush = st->no_flush,
         .no_cas = st->no_cas,
@@ -883,6 +990,24 @@ init_shared(struct server *srv)
         .epoch_ns = clock_nsec(),
         .curr_conns = &srv->curr_conns,
     };
+}
+
+/* -Y, -S: the users and SASL every connection shares. Under -Y every
+ * connection speaks text, as in memcached, where the login reads any bytes
+ * as text lines (settings.c refused -B binary with -Y). */
+static int
+setup_auth(struct server *srv)
+{
+    const struct settings *st = srv->st;
+    if (!st->auth_file && !st->sasl)
+        return 0;
+    int rc = auth_create(st->auth_file, st->sasl, &srv->sh.auth);
+    if (rc)
+        return rc;
+    srv->sh.sasl = st->sasl;
+    if (st->auth_file)
+        srv->sh.binding = PROTO_BIND_ASCII;
+    return 0;
 }
 
 static int
@@ -928,9 +1053,13 @@ server_create(const struct settings *st, struct tc_cache *cache,
     pthread_mutex_init(&srv->quiet_lock, NULL);
     pthread_cond_init(&srv->quiet_cond, NULL);
     init_shared(srv);
-    int rc = setup_acceptor(srv);
+    int rc = setup_auth(srv);
+    if (!rc)
+        rc = setup_acceptor(srv);
     if (!rc && st->port)
-        rc = listen_tcp(srv);
+        rc = listen_net(srv, false);
+    if (!rc && st->udp_port)
+        rc = listen_net(srv, true);
     if (!rc && st->unix_path)
         rc = listen_unix(srv);
     if (!rc)
@@ -952,6 +1081,7 @@ server_destroy(struct server *srv)
     for (unsigned i = 0; srv->workers && i < srv->nworkers; i++)
         worker_fini(&srv->workers[i]);
     free(srv->workers);
+    auth_destroy(srv->sh.auth); /* after the workers' connections */
     if (srv->epfd >= 0)
         close(srv->epfd);
     if (srv->stop_fd >= 0)
@@ -1024,7 +1154,7 @@ hook_conns_walk(struct server *srv, conn_walk_fn *fn, void *arg)
         struct conn_view v = {
             .fd = srv->ls[i].fd,
             .addr = srv->ls[i].name,
-            .state = "conn_listening",
+            .state = srv->ls[i].is_udp ? "conn_read" : "conn_listening",
         };
         fn(arg, &v);
     }

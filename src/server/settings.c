@@ -120,10 +120,10 @@ static const struct {
 
 /* Fixed lines of "stats settings" memcached prints and tools may expect. */
 static const char *const fixed_stats[][2] = {
-    {"detail_enabled", "no"},     /* no per-prefix stats (-D) */
-    {"auth_enabled_ascii", "no"}, /* -Y is not built yet */
-    {"lru_segmented", "no"},      /* eviction is a CLOCK per class */
-    {"temp_lru", "no"},           {"inline_ascii_response", "no"},
+    {"detail_enabled", "no"}, /* no per-prefix stats (-D) */
+    {"lru_segmented", "no"},  /* eviction is a CLOCK per class */
+    {"temp_lru", "no"},
+    {"inline_ascii_response", "no"},
 };
 
 /* --- field access --- */
@@ -733,20 +733,49 @@ check_protocol(struct settings *s)
     return -EINVAL;
 }
 
+/* -S and -Y against -B. SASL runs over the binary protocol, so -S alone
+ * means -B binary and refuses the text protocol, as memcached does; the -Y
+ * login is a text command, so -B binary leaves nothing to log in with.
+ * memcached takes -S with -Y and then serves only the text login; here the
+ * pair is refused (the auth file itself is read when the server starts,
+ * src/server/auth.c). */
+static int
+check_auth(struct settings *s)
+{
+    const struct opt *b = find_short('B');
+    bool b_given = b && s->given[b - opts];
+    if (s->sasl && s->auth_file) {
+        err_set("-S and -Y: SASL (binary protocol) and the auth file (text "
+                "protocol) cannot be used together; choose one");
+        return -EINVAL;
+    }
+    if ((s->sasl || s->auth_file) && s->udp_port) {
+        /* a datagram has no connection to log in on: UDP beside a login
+         * would serve anyone */
+        err_set("-U: UDP has no login; it cannot be on with %s",
+                s->sasl ? "-S" : "-Y");
+        return -EINVAL;
+    }
+    if (s->sasl && !b_given)
+        s->binding_protocol = "binary";
+    if (s->sasl && strcmp(s->binding_protocol, "binary") != 0) {
+        err_set("-S: you cannot allow the ASCII protocol while using SASL "
+                "(-B %s)",
+                s->binding_protocol);
+        return -EINVAL;
+    }
+    if (s->auth_file && !strcmp(s->binding_protocol, "binary")) {
+        err_set("-Y: the login is a text command, and -B binary turns the "
+                "text protocol off");
+        return -EINVAL;
+    }
+    return 0;
+}
+
 /* What memcached has and this server not yet: one line, like -U's. */
 static int
 check_unsupported(const struct settings *s)
 {
-    if (s->sasl) {
-        err_set("-S: SASL authentication is not supported yet");
-        return -EINVAL;
-    }
-    if (s->auth_file) {
-        err_set("-Y: ASCII authentication (an auth file) is not supported "
-                "yet, got '%s'",
-                s->auth_file);
-        return -EINVAL;
-    }
     if (s->tls) {
         err_set("-Z: TLS is not supported yet");
         return -EINVAL;
@@ -782,6 +811,8 @@ finish(struct settings *s)
     if (!rc)
         rc = check_protocol(s);
     if (!rc)
+        rc = check_auth(s);
+    if (!rc)
         rc = resolve_memcached_opts(s);
     if (rc)
         return rc;
@@ -789,9 +820,9 @@ finish(struct settings *s)
      * also given */
     if (s->unix_path && !s->port_given)
         s->port = 0;
-    if (s->port == 0 && !s->unix_path) {
-        err_set("-p: 0 turns TCP off and no -s unix socket was given, so "
-                "there is nothing to listen on");
+    if (s->port == 0 && !s->unix_path && s->udp_port == 0) {
+        err_set("-p: 0 turns TCP off and no -s unix socket or -U UDP port "
+                "was given, so there is nothing to listen on");
         return -EINVAL;
     }
     if (s->worker_slice_us && s->worker_slice_us < 100) {
@@ -998,6 +1029,8 @@ settings_render(const struct settings *s, struct obuf *out)
     for (unsigned i = 0; i < ARRAY_SIZE(fixed_stats); i++)
         obuf_printf(out, "STAT %s %s\r\n", fixed_stats[i][0],
                     fixed_stats[i][1]);
+    obuf_printf(out, "STAT auth_enabled_ascii %s\r\n",
+                s->auth_file ? s->auth_file : "no");
     obuf_printf(out, "STAT tc_min_chunk %u\r\n", settings_min_chunk(s));
     return out->err;
 }

@@ -83,8 +83,8 @@ general_cmds(struct obuf *out, const struct tc_stats *t, const uint64_t *ctr)
     TC_STATS_CMD(ENGINE_LINE)
     stat_u64(out, "cmd_meta", ctr[STATS_CMD_META]);
     TC_STATS_HIT(ENGINE_LINE)
-    stat_u64(out, "auth_cmds", 0);
-    stat_u64(out, "auth_errors", 0);
+    stat_u64(out, "auth_cmds", ctr[STATS_AUTH_CMDS]);
+    stat_u64(out, "auth_errors", ctr[STATS_AUTH_ERRORS]);
 }
 
 static unsigned
@@ -113,7 +113,7 @@ general_server(struct obuf *out, const struct stats_info *in,
     stat_u64(out, "hash_power_level", log2_floor(t->index_buckets));
     stat_u64(out, "hash_bytes", t->dram_index_bytes);
     stat_u64(out, "hash_is_expanding", 0);
-    stat_u64(out, "slab_reassign_running", 0);
+    stat_u64(out, "slab_reassign_running", t->slab_reassign_running);
     TC_STATS_SLAB(ENGINE_LINE)
 }
 
@@ -142,6 +142,8 @@ general_tiercache(struct obuf *out, const struct tc_stats *t,
     stat_u64(out, "tc_cmd_bin", ctr[STATS_CMD_BIN]);
     stat_u64(out, "tc_get_multi", ctr[STATS_GET_MULTI]);
     stat_u64(out, "tc_protocol_errors", ctr[STATS_PROTO_ERRORS]);
+    stat_u64(out, "tc_udp_dropped_requests", ctr[STATS_UDP_DROPPED_REQS]);
+    stat_u64(out, "tc_udp_dropped_replies", ctr[STATS_UDP_DROPPED_REPLIES]);
     /* hot keys in DRAM */
     TC_STATS_HOTKEY(ENGINE_LINE)
     stat_u64(out, "hot_pool_bytes", t->hot_pool_bytes);
@@ -255,6 +257,18 @@ slabs(struct tc_cache *c, struct obuf *out)
         obuf_printf(out, "STAT %d:free_chunks %llu\r\n", id,
                     (unsigned long long)s.free_chunks);
         obuf_printf(out, "STAT %d:free_chunks_end 0\r\n", id);
+        const struct {
+            const char *name;
+            uint64_t v;
+        } cmd[] = {
+            {"get_hits", s.get_hits},       {"cmd_set", s.cmd_set},
+            {"delete_hits", s.delete_hits}, {"incr_hits", s.incr_hits},
+            {"decr_hits", s.decr_hits},     {"cas_hits", s.cas_hits},
+            {"cas_badval", s.cas_badval},   {"touch_hits", s.touch_hits},
+        };
+        for (size_t k = 0; k < sizeof(cmd) / sizeof(cmd[0]); k++)
+            obuf_printf(out, "STAT %d:%s %llu\r\n", id, cmd[k].name,
+                        (unsigned long long)cmd[k].v);
     }
     struct tc_stats t;
     tc_stats(c, &t);

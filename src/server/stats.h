@@ -42,12 +42,19 @@ enum stats_ctr_id {
     STATS_REJECTED_CONNS,  /* acceptor: refused over -c */
     STATS_LISTEN_DISABLED, /* acceptor: accepting paused (out of fds) */
     STATS_IDLE_KICKS,      /* closed by -o idle_timeout */
-    STATS_CONN_YIELDS,     /* read budget of one wake-up used up */
+    STATS_CONN_YIELDS,     /* -R or read budget of one wake-up used up */
     STATS_CMD_TOTAL,       /* struct proto_counters, folded in */
     STATS_CMD_META,
     STATS_GET_MULTI,
     STATS_CMD_BIN,
     STATS_PROTO_ERRORS,
+    STATS_AUTH_CMDS,           /* logins and SASL exchanges (-Y, -S) */
+    STATS_AUTH_ERRORS,         /* of those, refused */
+    STATS_UDP_DROPPED_REQS,    /* datagrams dropped: no frame header, a
+                                  request over several datagrams, or cut
+                                  short (src/server/udp.c) */
+    STATS_UDP_DROPPED_REPLIES, /* replies not sent whole: too large for
+                                  one message, or the socket refused */
     STATS_CTR_COUNT
 };
 

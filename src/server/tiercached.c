@@ -73,6 +73,7 @@ setup_signals(void)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP); /* the acceptor's signalfd: reload -Y's file */
     return -pthread_sigmask(SIG_BLOCK, &set, NULL);
 }
 

@@ -59,7 +59,7 @@ build/$(1)/tests/fuzz/replay_%: build/$(1)/tests/fuzz/fuzz_%.o \
 		build/$(1)/tests/fuzz/replay_main.o \
 		build/$(1)/tests/fuzz/libfuzzhelp.a build/$(1)/libtcserver.a \
 		build/$(1)/libtiercache.a
-	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$^ $$(LIBS)
+	$$(CC) $$(LDFLAGS_$(1)) -o $$@ $$^ $$(LIBS) $$(SRV_LIBS)
 endef
 
 $(foreach v,$(VARIANTS),$(eval $(call FUZZ_REPLAY_RULES,$(v))))
@@ -133,7 +133,7 @@ build/fuzz/tests/fuzz/fuzz_%: build/fuzz/tests/fuzz/fuzz_%.o \
 		build/fuzz/tests/fuzz/libfuzzhelp.a build/fuzz/libtcserver.a \
 		build/fuzz/libtiercache.a
 	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined $(LDFLAGS) -o $@ $^ \
-		$(LIBS)
+		$(LIBS) $(SRV_LIBS)
 
 .PHONY: fuzz
 fuzz: $(FUZZ_BINS)

@@ -128,10 +128,11 @@ fz_concat_appended(struct fz *f, const struct fz_store *s)
     g.called = false;
     int rc = tc_get_ex(f->c, fz_keys[s->k], fz_klen[s->k], &o, fz_collect, &g);
     /* a miss: created already expired (an appended item would be live,
-     * and nothing was allocated since) */
+     * and nothing was allocated since); appended or created, the item is
+     * a new one, no longer stale */
     return rc == TC_OK &&
            (g.info.vlen == m->vlen + s->vlen && g.info.flags == m->flags &&
-            g.info.exptime == m->exptime && g.info.stale == m->stale);
+            g.info.exptime == m->exptime && !g.info.stale);
 }
 
 static void
@@ -496,9 +497,19 @@ fz_expect_arith(struct fz *f, unsigned k, bool incr, uint64_t delta,
     return flat;
 }
 
-/* The value after incr/decr: as memcached, a number that fits is written
- * over the old value, space padded to its length, the stale mark kept; a
- * longer one is a new item, no longer stale. */
+/* Whether incr/decr's result v keeps the item's stale mark: as memcached,
+ * a number that fits is written over the old value, space padded to its
+ * length, the stale mark (and the recache win) kept; a longer one is a new
+ * item, no longer stale, with the old TTL. */
+static bool
+fz_number_stale(const struct fz_item *m, uint64_t v)
+{
+    char digits[24];
+    return m->stale &&
+           (uint32_t)snprintf(digits, sizeof(digits), "%" PRIu64, v) <= m->vlen;
+}
+
+/* The value after incr/decr (fz_number_stale). */
 static void
 fz_put_number(struct fz *f, unsigned k, uint64_t v, uint32_t exptime,
               uint64_t cas)
@@ -506,13 +517,12 @@ fz_put_number(struct fz *f, unsigned k, uint64_t v, uint32_t exptime,
     struct fz_item *m = &f->m[k];
     char digits[24];
     uint32_t len = (uint32_t)sprintf(digits, "%" PRIu64, v);
+    m->stale = fz_number_stale(m, v);
     memcpy(m->val, digits, len);
-    if (len <= m->vlen) {
+    if (len <= m->vlen)
         memset(m->val + len, ' ', m->vlen - len);
-    } else {
+    else
         m->vlen = len;
-        m->stale = false;
-    }
     m->exptime = exptime;
     m->cas = cas;
     m->loss_at = f->losses;
@@ -563,10 +573,10 @@ fz_op_arith(struct fz *f)
         return;
     fz_new_cas(f, cas, 0);
     /* with N both a live item and a lost one give TC_OK: the header says
-     * which */
+     * which (a longer number is a new item: no longer stale) */
     if (live && o.vivify &&
         !(value == want_v && info.flags == f->m[k].flags &&
-          info.stale == f->m[k].stale &&
+          info.stale == fz_number_stale(&f->m[k], want_v) &&
           info.exptime == (o.touch ? fz_abs_exptime(o.exptime, f->now)
                                    : f->m[k].exptime))) {
         fz_lost(f, k, "arith");

@@ -3,10 +3,12 @@
  * through proto_process, on a tiny cache.
  *
  * Input: byte 0 seeds the read sizes, the rest is the byte stream of one
- * connection. Seed 0 delivers the stream in one read; any other seed cuts
- * it into reads of 1..64 bytes (now and then up to 4 KiB), as a socket
- * might. Each input starts from the same logical state: a fresh session, a
- * flushed cache at its full limit, the clock frozen at T0.
+ * connection. A stream that starts with "#Y\n" runs (without those bytes)
+ * on a session that must log in first, as under -Y, against a fixed file
+ * of users (foo:bar, u:p). Seed 0 delivers the stream in one read; any
+ * other seed cuts it into reads of 1..64 bytes (now and then up to 4 KiB),
+ * as a socket might. Each input starts from the same logical state: a fresh
+ * session, a flushed cache at its full limit, the clock frozen at T0.
  *
  * The cache itself lives on for FUZZ_REOPEN_EVERY inputs (opening one costs
  * milliseconds, and an allocator that has seen many inputs reaches states a
@@ -24,6 +26,7 @@
 
 #include "tests/fuzz/fuzz.h"
 
+#include "src/server/auth.h"
 #include "src/server/obuf.h"
 #include "src/server/proto/proto.h"
 #include "src/tiercache.h"
@@ -61,6 +64,10 @@
 
 static struct tc_cache *cache;
 static uint64_t full_limit; /* mem_limit as opened */
+static struct auth *auth;   /* the "#Y\n" inputs' users, loaded once */
+
+#define AUTH_PREFIX "#Y\n"
+#define AUTH_PREFIX_LEN 3
 
 /* The inputs run on the cache since it was opened, oldest first. */
 static struct {
@@ -167,6 +174,24 @@ close_cache(void)
     tc_close(cache);
     cache = NULL;
     forget_history();
+    auth_destroy(auth);
+    auth = NULL;
+}
+
+/* The users of the "#Y\n" inputs: a file written, loaded and removed. */
+static void
+open_auth(void)
+{
+    char path[96];
+    snprintf(path, sizeof(path), "/dev/shm/tc_fuzz_text_%d.auth",
+             (int)getpid());
+    FILE *f = fopen(path, "w");
+    FUZZ_CHECK(f != NULL, "cannot write %s", path);
+    fputs("foo:bar\nu:p\n", f);
+    FUZZ_CHECK(fclose(f) == 0, "cannot write %s", path);
+    int rc = auth_create(path, false, &auth);
+    unlink(path);
+    FUZZ_CHECK(rc == 0, "auth_create: %d", rc);
 }
 
 /* One cache per process, its pool file unlinked at once. */
@@ -294,7 +319,17 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t x = data[0] ? 0x9e3779b97f4a7c15ull * data[0] : 0;
     proto_sess_init(&c.s, cache, &fuzz_ops, NULL, FUZZ_ITEM_MAX);
     obuf_init(&c.out);
-    for (size_t pos = 1; pos < size && !c.closed;) {
+    size_t start = 1;
+    if (size - 1 >= AUTH_PREFIX_LEN &&
+        memcmp(data + 1, AUTH_PREFIX, AUTH_PREFIX_LEN) == 0) {
+        if (!auth)
+            open_auth();
+        c.s.auth = auth;
+        c.s.authed = false;
+        c.s.binding = PROTO_BIND_ASCII; /* as the server sets it under -Y */
+        start += AUTH_PREFIX_LEN;
+    }
+    for (size_t pos = start; pos < size && !c.closed;) {
         size_t n = x ? next_read(&x) : size - pos;
         if (n > size - pos)
             n = size - pos;

@@ -251,11 +251,15 @@ def start_memcached(extra=(), mem=MEM_MIB, prefix="tc-memcached-"):
     raise AssertionError("no free port")
 
 
-def start_server(extra=(), mem=MEM_MIB, threads=4, env=None, wait=True):
+def start_server(extra=(), mem=MEM_MIB, threads=4, env=None, wait=True,
+                 port=None):
     """Start a server on a free port; returns a Server once it accepts.
-    Retries on a new port when the chosen one was taken meanwhile."""
-    for attempt in range(3):
-        port = free_port()
+    Retries on a new port when the chosen one was taken meanwhile. With
+    port, on that port only (a server coming back where clients expect
+    it), once."""
+    fixed = port
+    for attempt in range(1 if fixed else 3):
+        port = fixed or free_port()
         pool = None
         if not IS_MEMCACHED:
             pool = f"/dev/shm/tc-proto-{os.getpid()}-{uuid.uuid4().hex}.pool"
@@ -284,7 +288,7 @@ def start_server(extra=(), mem=MEM_MIB, threads=4, env=None, wait=True):
             raise AssertionError(f"{argv} did not accept within "
                                  f"{START_TIMEOUT} s; stderr:\n{err}")
         srv.cleanup()
-        if "in use" in err.lower() and attempt < 2:
+        if "in use" in err.lower() and not fixed and attempt < 2:
             continue
         raise AssertionError(f"{argv} exited with status {proc.returncode} "
                              f"before accepting; stderr:\n{err}")

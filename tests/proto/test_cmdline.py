@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (HOST, IS_ASAN, IS_MEMCACHED, ROOT, SERVER_BIN,
-                      START_TIMEOUT, Conn, Server, _die_with_parent,
-                      _wait_accepting, free_port)
+from conftest import (HOST, IS_ASAN, IS_MEMCACHED, MEMCACHED, ROOT,
+                      SERVER_BIN, START_TIMEOUT, Conn, Server,
+                      _die_with_parent, _wait_accepting, free_port,
+                      start_memcached)
 
 IS_ROOT = os.geteuid() == 0
 RUN_USER = "nobody"  # the unprivileged user the tests drop to as root
 WAIT = 30.0  # bound of every wait for a file or a process to appear/go
-STOP_WAIT = 60.0  # seconds a stopped memcached may take to exit
 
 
 def _pool():
@@ -38,7 +38,9 @@ def _pool():
 
 def _launch(flags, port, pool=None, as_root_user="root"):
     """Popen the server binary with exactly `flags` (plus -e pool for
-    tiercache, and -u as_root_user when root and flags have no -u)."""
+    tiercache, and -u as_root_user when root and flags have no -u): for
+    the command lines a test writes whole (Debian's, a daemon); the others
+    start through conftest's spawn."""
     argv = [str(SERVER_BIN)] + [str(f) for f in flags]
     if IS_ROOT and "-u" not in flags and as_root_user:
         argv += ["-u", as_root_user]
@@ -64,29 +66,6 @@ def _start(flags, port=None, **kw):
         srv.cleanup()
         raise AssertionError(f"{srv.argv} did not start: {err}")
     return srv
-
-
-@pytest.fixture
-def started():
-    """started(flags, **kw) -> Server on a fresh port (flags get -p, -l
-    and -U 0 in front); every one is stopped (exit 0) at teardown."""
-    servers = []
-
-    def _run(flags=(), **kw):
-        port = free_port()
-        srv = _start(["-p", port, "-l", HOST, "-U", "0", "-m", "64"]
-                     + list(flags), port=port, pool=_pool(), **kw)
-        servers.append(srv)
-        return srv
-
-    yield _run
-    errors = []
-    for srv in servers:
-        try:
-            srv.stop()
-        except AssertionError as e:
-            errors.append(str(e))
-    assert not errors, "\n".join(errors)
 
 
 def _run_exit(flags, timeout=60):
@@ -295,9 +274,6 @@ def test_unknown_flag_one_line():
 
 @pytest.mark.tiercache_only
 @pytest.mark.parametrize("flags, feature", [
-    (["-U", "11211"], "UDP is not supported"),
-    (["-S"], "SASL authentication is not supported yet"),
-    (["-Y", "/nonexistent/auth"], "ASCII authentication"),
     (["-Z"], "TLS is not supported yet"),
 ])
 def test_not_yet(flags, feature):
@@ -307,11 +283,11 @@ def test_not_yet(flags, feature):
     assert line.startswith(f"tiercached: {flags[0]}: ") and feature in line
 
 
-def test_harness_flags(started):
+def test_harness_flags(spawn):
     """memcached's test harness: -U 0, -u as root, -o no_modern and the
     background-thread switches."""
-    srv = started(["-t", "2", "-o", "no_modern,no_lru_crawler,"
-                   "no_lru_maintainer"])
+    srv = spawn("-o", "no_modern,no_lru_crawler,no_lru_maintainer",
+                threads=2)
     c = Conn(HOST, srv.port)
     st = _stats(c)
     assert st["lru_crawler"] == "no"
@@ -323,9 +299,9 @@ def test_harness_flags(started):
             assert len(re.findall(rf"^.*: -o {name}: ", err, re.M)) == 1, err
 
 
-def test_coredumps(started):
+def test_coredumps(spawn):
     """-r: the core file limit raised to the hard limit."""
-    srv = started(["-r"])
+    srv = spawn("-r")
     with open(f"/proc/{srv.pid}/limits") as f:
         row = next(ln for ln in f if ln.startswith("Max core file size"))
     soft, hard = row.split()[4:6]
@@ -335,10 +311,10 @@ def test_coredumps(started):
 @pytest.mark.skipif(IS_ASAN or "tsan" in SERVER_BIN.parts,
                     reason="mlockall would lock a sanitizer's terabytes of "
                     "shadow memory")
-def test_lock_memory(started):
+def test_lock_memory(spawn):
     """-k: mlockall; as root it holds, elsewhere a refusal is one
     warning and the server runs on."""
-    srv = started(["-k"])
+    srv = spawn("-k")
     locked = int(_proc_field(srv.pid, "VmLck")[0])
     if IS_ROOT:
         assert locked > 0
@@ -347,10 +323,10 @@ def test_lock_memory(started):
 
 
 @pytest.mark.tiercache_only
-def test_large_pages_one_line(started):
+def test_large_pages_one_line(spawn):
     """-L: transparent huge pages for the pool, or one line saying why
     not; with -v, the line either way."""
-    srv = started(["-L", "-v"])
+    srv = spawn("-L", "-v")
     lines = [ln for ln in srv.stderr_text().splitlines()
              if "large pages: " in ln]
     assert len(lines) == 1, srv.stderr_text()
@@ -359,10 +335,10 @@ def test_large_pages_one_line(started):
 # --- flags a client sees -----------------------------------------------------
 
 
-def test_disable_flush_all(started):
+def test_disable_flush_all(spawn):
     """-F: flush_all refused with memcached's reply (noreply silences it),
     the binary flush with status 0x20; nothing is flushed."""
-    srv = started(["-F"])
+    srv = spawn("-F")
     c = Conn(HOST, srv.port)
     c.send(b"set k 0 0 1\r\nv\r\nflush_all\r\nflush_all 0 noreply\r\n"
            b"get k\r\n")
@@ -377,10 +353,10 @@ def test_disable_flush_all(started):
     b.close()
 
 
-def test_disable_cas(started):
+def test_disable_cas(spawn):
     """-C: every CAS shown is 0, and a compare never matches an item
     (memcached: EXISTS, or NOT_FOUND for a missing key)."""
-    srv = started(["-C"])
+    srv = spawn("-C")
     c = Conn(HOST, srv.port)
     c.send(b"set a 0 0 1\r\nx\r\ngets a\r\n")
     c.expect(b"STORED\r\nVALUE a 0 1 0\r\nx\r\nEND\r\n")
@@ -397,10 +373,10 @@ def _bin_version():
     return bytes([0x80, 0x0b]) + bytes(22)
 
 
-def test_binding_ascii(started):
+def test_binding_ascii(spawn):
     """-B ascii: binary bytes are read as text, never answered in
     binary; text works."""
-    srv = started(["-B", "ascii"])
+    srv = spawn("-B", "ascii")
     c = Conn(HOST, srv.port)
     c.send(b"version\r\n")
     assert c.readline().startswith(b"VERSION ")
@@ -414,10 +390,10 @@ def test_binding_ascii(started):
     b.close()
 
 
-def test_binding_binary(started):
+def test_binding_binary(spawn):
     """-B binary: a text command closes the connection unanswered; a
     binary request is answered."""
-    srv = started(["-B", "binary"])
+    srv = spawn("-B", "binary")
     b = Conn(HOST, srv.port)
     b.send(_bin_version())
     head = b.recv_exact(24)
@@ -440,13 +416,13 @@ def test_bad_binding():
     assert "auto, binary, or ascii" in err
 
 
-def test_backlog(started):
+def test_backlog(spawn):
     """-b: the listen queue's limit, as ss shows it (Send-Q of a listening
     socket)."""
     ss = shutil.which("ss")
     if not ss:
         pytest.skip("ss (iproute2) not installed")
-    srv = started(["-b", "37"])
+    srv = spawn("-b", "37")
     out = subprocess.run([ss, "-Hltn", f"sport = :{srv.port}"],
                          capture_output=True, text=True, timeout=30).stdout
     rows = [ln.split() for ln in out.splitlines() if ln.strip()]
@@ -457,19 +433,19 @@ def test_backlog(started):
 
 
 @pytest.mark.tiercache_only  # memcached 1.6.18 crashes at exit after -N
-def test_napi_ids(started):
-    srv = started(["-N", "2"])
+def test_napi_ids(spawn):
+    srv = spawn("-N", "2")
     c = Conn(HOST, srv.port)
     assert _stats(c)["num_napi_ids"] == "2"
     c.close()
     assert len(re.findall(r": -N: ", srv.stderr_text())) == 1
 
 
-def test_delimiter_and_settings(started):
+def test_delimiter_and_settings(spawn):
     """-D, -R, -X, -W: accepted and shown by stats settings under
     memcached's names; -X refuses the dumps and -W watch with memcached's
     replies."""
-    srv = started(["-D", "#", "-R", "7", "-X", "-W"])
+    srv = spawn("-D", "#", "-R", "7", "-X", "-W")
     c = Conn(HOST, srv.port)
     st = _stats(c)
     assert st["stat_key_prefix"] == "#"
@@ -487,16 +463,52 @@ def test_delimiter_and_settings(started):
     c.close()
     if not IS_MEMCACHED:
         err = srv.stderr_text()
-        for flag in ("-D", "-R"):
-            assert len(re.findall(rf": {flag}: ", err)) == 1, err
-        for flag in ("-X", "-W"):
+        assert len(re.findall(r": -D: ", err)) == 1, err
+        for flag in ("-R", "-X", "-W"):
             assert not re.findall(rf": {flag}: ", err), err
 
 
-def test_dumps_and_watch_allowed_by_default(started):
+def _yields(c):
+    return int(_stats(c, "")["conn_yields"])
+
+
+def test_reqs_per_event(spawn):
+    """-R: a wake-up runs at most that many requests; a pipelined burst
+    longer than it makes the connection yield (conn_yields grows) and every
+    reply still comes, in order; one request per round trip never
+    yields."""
+    srv = spawn("-R", "2", threads=1)
+    c = Conn(HOST, srv.port)
+    c.cmd(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n")
+    before = _yields(c)
+    for _ in range(5):
+        c.cmd(b"get k\r\n", b"VALUE k 0 1\r\nv\r\nEND\r\n")
+    assert _yields(c) == before, "single requests never use up -R 2"
+    n = 60
+    burst = b"".join(b"incr n%d 1\r\n" % (i % 3) for i in range(n))
+    c.send(burst + b"get k\r\n")
+    got = c.read_until(b"END\r\n")
+    assert got == b"NOT_FOUND\r\n" * n + b"VALUE k 0 1\r\nv\r\nEND\r\n"
+    assert _yields(c) > before
+    c.close()
+    # a burst followed by the client's end of sending: what was buffered
+    # when the connection yielded still runs before it closes
+    with socket.create_connection((HOST, srv.port), timeout=30) as s:
+        s.sendall(burst + b"get k\r\n")
+        s.shutdown(socket.SHUT_WR)
+        got, deadline = b"", time.monotonic() + 30
+        while time.monotonic() < deadline:
+            d = s.recv(1 << 16)
+            if not d:
+                break
+            got += d
+    assert got == b"NOT_FOUND\r\n" * n + b"VALUE k 0 1\r\nv\r\nEND\r\n"
+
+
+def test_dumps_and_watch_allowed_by_default(spawn):
     """Without -X and -W the dumps and watch answer (the refusals above
     come from the flags)."""
-    srv = started()
+    srv = spawn()
     c = Conn(HOST, srv.port)
     c.cmd(b"set k 0 0 1\r\nx\r\n", b"STORED\r\n")
     c.send(b"lru_crawler metadump all\r\n")
@@ -511,10 +523,10 @@ def test_dumps_and_watch_allowed_by_default(started):
     assert srv.port
 
 
-def test_settings_names(started):
+def test_settings_names(spawn):
     """stats settings has memcached's names for what memcached shows
     (the ones a tool or exporter reads)."""
-    srv = started()
+    srv = spawn()
     c = Conn(HOST, srv.port)
     st = _stats(c)
     c.close()
@@ -550,10 +562,10 @@ MEMCACHED_O = ("no_modern,modern,lru_crawler,no_lru_crawler,hashpower=16,"
                "ext_threads=1")
 
 
-def test_memcached_o_options(started):
+def test_memcached_o_options(spawn):
     """memcached's -o options all start a server; where one has no
     meaning here, it leaves exactly one log line."""
-    srv = started(["-o", MEMCACHED_O])
+    srv = spawn("-o", MEMCACHED_O)
     c = Conn(HOST, srv.port)
     st = _stats(c)
     c.send(b"set k 0 0 1\r\nv\r\n")
@@ -575,10 +587,10 @@ def test_memcached_o_options(started):
 
 
 @pytest.mark.parametrize("mem", [2, 3])
-def test_tiny_memory(started, mem):
+def test_tiny_memory(spawn, mem):
     """-m 2 and -m 3 (memcached's tests use them): the server starts,
     reports the limit, and a cache that may evict stores past it."""
-    srv = started(["-m", mem])
+    srv = spawn(mem=mem)
     c = Conn(HOST, srv.port)
     value = b"x" * 2000
     stored = 0
@@ -593,11 +605,11 @@ def test_tiny_memory(started, mem):
     c.close()
 
 
-def test_item_size_in_bytes(started):
+def test_item_size_in_bytes(spawn):
     """-I in plain bytes: 1024 is memcached's smallest; an item past it is
     refused, a smaller one stored."""
-    srv = started(["-I", "1024", "-o", "slab_chunk_max=1024"]
-                  if IS_MEMCACHED else ["-I", "1024"])
+    srv = spawn("-I", "1024", *(["-o", "slab_chunk_max=1024"]
+                                if IS_MEMCACHED else []))
     c = Conn(HOST, srv.port)
     assert _stats(c)["item_size_max"] == "1024"
     c.send(b"set small 0 0 500\r\n" + b"s" * 500 + b"\r\n")
@@ -616,13 +628,13 @@ def test_item_size_below_minimum():
 
 
 @pytest.mark.tiercache_only
-def test_small_ext_path(started):
+def test_small_ext_path(spawn):
     """An ext_path smaller than two 64 MiB segments: smaller segments, one
     line saying so, and values do spill to it."""
     from conftest import flash_file
     path = flash_file("tc-cmdline-ext", ".dat")
     try:
-        srv = started(["-m", "8", "-o", f"ext_path={path}:64m"])
+        srv = spawn("-o", f"ext_path={path}:64m", mem=8)
         err = srv.stderr_text()
         assert len(re.findall(r"-o ext_path: too small for 2 segments of 64 "
                               r"MiB; the NVMe store uses 32 MiB segments",
@@ -644,31 +656,22 @@ def test_small_ext_path(started):
 
 
 @pytest.mark.tiercache_only
-def test_settings_beside_memcached(started):
+def test_settings_beside_memcached(spawn):
     """Every name memcached 1.6's stats settings shows is in tiercached's,
     but for what waits for other parts (TLS) or has no counterpart; the
     values of the flags given alike agree."""
-    mc_bin = "/usr/bin/memcached"
-    if not os.path.exists(mc_bin):
-        pytest.skip("memcached not installed (Debian's memcached)")
+    if not MEMCACHED.exists():
+        pytest.skip(f"{MEMCACHED} not installed (Debian's memcached)")
     flags = ["-C", "-F", "-b", "37", "-R", "7", "-B", "ascii", "-D", "#",
              "-o", "hashpower=16,slab_automove=2,tail_repair_time=60"]
-    port = free_port()
-    argv = [mc_bin, "-p", str(port), "-l", HOST, "-U", "0", "-m", "64"] + \
-        flags + (["-u", "root"] if IS_ROOT else [])
-    mc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL,
-                          preexec_fn=_die_with_parent)
+    mc = start_memcached(flags, prefix="tc-cmdline-")
     try:
-        assert _wait_accepting(mc, port, START_TIMEOUT), argv
-        c = Conn(HOST, port)
+        c = Conn(HOST, mc.port)
         want = _stats(c)
         c.close()
     finally:
-        mc.terminate()
-        mc.wait(STOP_WAIT)
-    srv = started(flags)
+        mc.stop(expect_status=None)
+    srv = spawn(*flags)
     c = Conn(HOST, srv.port)
     got = _stats(c)
     c.close()

@@ -6,6 +6,9 @@ besides the checks metaget.t makes of each reply (flags W X Z present or
 absent, TTL windows, values). A request that carries a CAS carries each
 server's own.
 
+Beyond metaget.t: ma and an append over a stale item (md I), compared the
+same way.
+
 Left out: metaget.t's last-access block (mg l: an intended difference, see
 doc/operating.md, "Switching from memcached") and its extstore block (a
 memcached build option)."""
@@ -293,6 +296,52 @@ def test_metaget_stale_without_md(pair):
     p.x("mg inv2 s t c v\r\n", like=(" X", " Z", " t-1"), unlike=" W")
     p.x("ms inv2 1 I T90\r\nf\r\n", like="^HD")
     p.x("mg inv2 s t c v\r\n", unlike=" [WXZ]", ttl=(80, 90))
+
+
+def test_metaget_arith_stale(pair):
+    """ma over a stale item (md I): a number that fits is rewritten in
+    place, still stale, the win kept as it was; a longer one is a new item,
+    no longer stale, with the old TTL. ma N only creates on a miss, so a
+    stale item is counted on, not replaced by the initial value."""
+    p = pair
+    # the fuzzer's case: "" then "1", stale, then incr with N past its length
+    p.x("set grow 0 0 0\r\n\r\n", like="^STORED")
+    p.x("append grow 0 0 1\r\n1\r\n", like="^STORED")
+    p.x("md grow I T30\r\n", like="^HD")
+    p.x("mg grow s t v\r\n", like=(" W", " X"), ttl=(0, 30), value="1")
+    p.x("ma grow N0 J5 D171 v t\r\n", ttl=(0, 30), value="172")
+    p.x("mg grow s t v\r\n", unlike=" [WXZ]", ttl=(0, 30), value="172")
+    # fits: in place, still stale, the win not yet handed out
+    p.x("set fit 0 100 2\r\n12\r\n", like="^STORED")
+    p.x("md fit I\r\n", like="^HD")
+    p.x("ma fit N0 D1 v t\r\n", ttl=(90, 100), value="13")
+    p.x("mg fit s t v\r\n", like=(" W", " X"), ttl=(90, 100), value="13")
+    # then longer: a new item, fresh
+    p.x("ma fit D171 v t\r\n", ttl=(90, 100), value="184")
+    p.x("mg fit s t v\r\n", unlike=" [WXZ]", ttl=(90, 100), value="184")
+    # decr in place after the win went out: still stale, still taken
+    p.x("set down 0 100 3\r\n500\r\n", like="^STORED")
+    p.x("md down I\r\n", like="^HD")
+    p.x("mg down s v\r\n", like=(" W", " X"), value="500")
+    p.x("ma down MD D1 v\r\n", value="499")
+    p.x("mg down s v\r\n", like=(" X", " Z"), unlike=" W", value="499")
+
+
+def test_metaget_append_stale(pair):
+    """ms MA over a stale item (md I) makes a new item, no longer stale,
+    with the old flags and TTL, even when it appends nothing; N only
+    creates on a miss."""
+    p = pair
+    p.x("set apst 0 0 5\r\nhello\r\n", like="^STORED")
+    p.x("md apst I\r\n", like="^HD")
+    p.x("mg apst s v\r\n", like=(" W", " X"), value="hello")
+    p.x("ms apst 0 MA N30 F77\r\n\r\n", like="^HD")
+    p.x("mg apst s t f v\r\n", like=(" t-1", " f0"), unlike=" [WXZ]",
+        value="hello")
+    p.x("md apst I T30\r\n", like="^HD")
+    p.x("ms apst 2 MA\r\nxy\r\n", like="^HD")
+    p.x("mg apst s t v\r\n", unlike=" [WXZ]", ttl=(0, 30),
+        value="helloxy")
 
 
 def test_metaget_quiet_opaque_errors(pair):

@@ -24,9 +24,9 @@ import uuid
 
 import pytest
 
-from conftest import (HOST, IS_ASAN, ROOT, START_TIMEOUT, STOP_TIMEOUT, Conn,
-                      Server, _die_with_parent, _wait_accepting, free_port,
-                      server_argv, start_server)
+from conftest import (HOST, IS_ASAN, START_TIMEOUT, STOP_TIMEOUT, Conn,
+                      _die_with_parent, _wait_accepting, free_port,
+                      start_server)
 
 NUTCRACKER = shutil.which("nutcracker") or "/usr/sbin/nutcracker"
 # How long an ejected instance stays out of the ring before nutcracker tries
@@ -99,28 +99,6 @@ class Proxy:
     def stop(self):
         self._end()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def start_on(port):
-    """A server on a given port (a killed instance coming back where the
-    proxy expects it)."""
-    pool = f"/dev/shm/tc-proxy-{os.getpid()}-{uuid.uuid4().hex}.pool"
-    fd_err, err_path = tempfile.mkstemp(prefix="tc-proxy-", suffix=".err")
-    argv = server_argv(port, pool=pool, threads=2)
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=fd_err,
-                            cwd=str(ROOT), preexec_fn=_die_with_parent)
-    os.close(fd_err)
-    srv = Server(HOST, port, proc, pool=pool, stderr_path=err_path,
-                 stdout_path=None, argv=argv)
-    if not _wait_accepting(proc, port, START_TIMEOUT):
-        err = srv.stderr_text()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        srv.cleanup()
-        raise AssertionError(f"{argv} did not accept again: {err}")
-    return srv
 
 
 @pytest.fixture
@@ -279,7 +257,7 @@ def test_killed_instance_is_ejected_and_rejoins(cluster):
 
     # back on its port (empty): once the retry time has passed, the
     # proxy tries it again and its keys map to it again
-    servers[victim] = start_on(dead.port)
+    servers[victim] = start_server(threads=2, port=dead.port)
     back = servers[victim]
     deadline = time.monotonic() + WAIT
     while True:

@@ -6,7 +6,7 @@
  * what the item info says), each key's return and the stats counters must
  * agree, over batches mixing hits, misses, expired items, chained items,
  * keys in the DRAM hot pool and bad key lengths, with and without a touch.
- * Flash items are covered in test_ext.c (test_get_many_flash).
+ * Flash items are covered in test_ext_read.c (test_get_many_flash).
  */
 #include "engine_fx.h"
 

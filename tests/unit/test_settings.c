@@ -238,8 +238,10 @@ test_bad_values(void **state)
     expect_bad(f, "--threads=x", "--threads: ", NULL);
     expect_bad(f, "-p 65536", "-p: ", "0 to 65535");
     expect_bad(f, "-p x", "-p: ", NULL);
-    expect_bad(f, "-U 11211", "-U: ", "UDP is not supported");
-    expect_bad(f, "-U x", "-U: ", "UDP is not supported");
+    expect_ok(f, "-U 11211");
+    assert_int_equal(f->s.udp_port, 11211);
+    expect_bad(f, "-U 65536", "-U: ", "0 to 65535");
+    expect_bad(f, "-U x", "-U: ", NULL);
     expect_ok(f, "-m 2"); /* memcached's tests use -m 2 and -m 3 */
     expect_bad(f, "-m 0", "-m: ", NULL);
     expect_bad(f, "-m lots", "-m: ", NULL);
@@ -351,6 +353,8 @@ test_cross_checks(void **state)
     assert_int_equal(f->s.maxbytes_mib, 64);
     /* nothing to listen on */
     expect_bad(f, "-p 0", "-p: ", "nothing to listen on");
+    expect_bad(f, "-p 0 -U 0", "-p: ", "nothing to listen on");
+    expect_ok(f, "-p 0 -U 11211"); /* UDP only */
 }
 
 static void
@@ -725,12 +729,35 @@ static void
 test_not_yet(void **state)
 {
     struct fx *f = *state;
-    expect_bad(f, "-S", "-S: ", "SASL authentication is not supported yet");
-    expect_bad(f, "--enable-sasl", "-S: ", "not supported yet");
-    expect_bad(f, "-Y /etc/auth", "-Y: ", "not supported yet");
     expect_bad(f, "-Z", "-Z: ", "TLS is not supported yet");
-    expect_bad(f, "-U 11211", "-U: ", "UDP is not supported");
     expect_ok(f, "-U 0");
+}
+
+/* -S means the binary protocol only and refuses -B ascii or auto, as
+ * memcached does; -Y needs the text protocol; the two do not go together.
+ * (The auth file itself is read when the server starts.) */
+static void
+test_auth_flags(void **state)
+{
+    struct fx *f = *state;
+    expect_ok(f, "-S");
+    assert_true(f->s.sasl);
+    assert_string_equal(f->s.binding_protocol, "binary");
+    assert_string_equal(stat_value(&f->s, "auth_enabled_sasl"), "yes");
+    expect_ok(f, "--enable-sasl -B binary");
+    expect_bad(f, "-S -B ascii", "-S: ", "cannot allow the ASCII protocol");
+    expect_bad(f, "-B auto -S", "-S: ", "cannot allow the ASCII protocol");
+    expect_ok(f, "-Y /etc/tc-auth");
+    assert_string_equal(f->s.auth_file, "/etc/tc-auth");
+    assert_string_equal(stat_value(&f->s, "auth_enabled_ascii"),
+                        "/etc/tc-auth");
+    assert_string_equal(f->s.binding_protocol, "auto-negotiate");
+    expect_ok(f, "-Y /etc/tc-auth -B ascii");
+    expect_bad(f, "-Y /etc/tc-auth -B binary", "-Y: ", "text command");
+    expect_bad(f, "-S -Y /etc/tc-auth", "-S and -Y: ", "choose one");
+    expect_ok(f, "");
+    assert_string_equal(stat_value(&f->s, "auth_enabled_ascii"), "no");
+    assert_string_equal(stat_value(&f->s, "auth_enabled_sasl"), "no");
 }
 
 /* memcached's -o options: every one is accepted; hashpower sizes the
@@ -860,6 +887,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_number_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engine_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memcached_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auth_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_yet, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memcached_subopts, setup,
                                         teardown),

@@ -282,6 +282,92 @@ test_reset_zeroes_counters_only(void **state)
     assert_true(before.curr_items > 0);
 }
 
+/* The per-class command counters ("stats slabs"): summed over classes
+ * they are the totals of the same names when every event has an item (no
+ * flash tier here), a thread that left still counts, and "stats reset"
+ * zeroes them. */
+struct cls_sum {
+    uint64_t get_hits, cmd_set, delete_hits, incr_hits, decr_hits, cas_hits,
+        cas_badval, touch_hits;
+};
+
+static struct cls_sum
+class_sums(struct tc_cache *c)
+{
+    struct cls_sum t = {0};
+    for (int i = 0; i < tc_slab_nclasses(c); i++) {
+        struct tc_slab_stats s;
+        assert_int_equal(tc_slab_stats(c, i, &s), 0);
+        t.get_hits += s.get_hits;
+        t.cmd_set += s.cmd_set;
+        t.delete_hits += s.delete_hits;
+        t.incr_hits += s.incr_hits;
+        t.decr_hits += s.decr_hits;
+        t.cas_hits += s.cas_hits;
+        t.cas_badval += s.cas_badval;
+        t.touch_hits += s.touch_hits;
+    }
+    return t;
+}
+
+static void
+check_class_sums(struct tc_cache *c)
+{
+    struct cls_sum k = class_sums(c);
+    struct tc_stats t = stats(c);
+    assert_int_equal(k.get_hits, t.get_hits);
+    assert_int_equal(k.cmd_set, t.cmd_set);
+    assert_int_equal(k.delete_hits, t.delete_hits);
+    assert_int_equal(k.incr_hits, t.incr_hits);
+    assert_int_equal(k.decr_hits, t.decr_hits);
+    assert_int_equal(k.cas_hits, t.cas_hits);
+    assert_int_equal(k.cas_badval, t.cas_badval);
+    assert_int_equal(k.touch_hits, t.touch_hits);
+}
+
+static void *
+class_thread(void *arg)
+{
+    struct tc_cache *c = arg;
+    unsigned char buf[64];
+    puts_(c, "thr", "v");
+    tc_get_copy(c, "thr", 3, buf, sizeof(buf), NULL);
+    tc_thread_unregister(c);
+    return NULL;
+}
+
+static void
+test_class_counters(void **state)
+{
+    struct fx *f = *state;
+    traffic(f->c);
+    struct tc_item_info info;
+    unsigned char buf[64];
+    assert_int_equal(tc_get_copy(f->c, "n", 1, buf, sizeof(buf), &info), TC_OK);
+    assert_int_equal(
+        tc_store(f->c, TC_CAS, "n", 1, "7", 1, 0, 0, info.cas, NULL), TC_OK);
+    assert_int_equal(
+        tc_store(f->c, TC_CAS, "n", 1, "8", 1, 0, 0, info.cas, NULL),
+        TC_EXISTS);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, class_thread, f->c), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+
+    struct cls_sum k = class_sums(f->c);
+    assert_true(k.get_hits > 0 && k.cmd_set > 0 && k.delete_hits == 1);
+    assert_true(k.incr_hits == 1 && k.decr_hits == 1 && k.touch_hits == 1);
+    assert_true(k.cas_hits == 1 && k.cas_badval == 1);
+    check_class_sums(f->c);
+
+    tc_stats_reset(f->c);
+    k = class_sums(f->c);
+    assert_int_equal(k.get_hits + k.cmd_set + k.delete_hits + k.incr_hits +
+                         k.decr_hits + k.cas_hits + k.cas_badval + k.touch_hits,
+                     0);
+    traffic(f->c);
+    check_class_sums(f->c);
+}
+
 static void
 test_other_groups(void **state)
 {
@@ -320,6 +406,7 @@ main(void)
         TC_TEST(test_general_follows_table),
         TC_TEST(test_general_with_tier),
         TC_TEST(test_reset_zeroes_counters_only),
+        TC_TEST(test_class_counters),
         TC_TEST(test_other_groups),
     };
     /* TC_TEST_FILTER=<glob> runs only the matching tests */

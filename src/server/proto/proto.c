@@ -10,6 +10,7 @@
 
 #include "src/server/proto/proto.h"
 
+#include "src/server/auth.h"
 #include "src/server/proto/proto_watch.h"
 
 #include <stdlib.h>
@@ -28,6 +29,8 @@ proto_sess_init(struct proto_sess *s, struct tc_cache *cache,
     s->srv = srv;
     s->item_size_max = item_size_max ? item_size_max : TC_ITEM_SIZE_MAX_DEFAULT;
     s->fd = -1;
+    s->budget = UINT32_MAX;
+    s->authed = true; /* the server turns it off under -Y and -S */
 }
 
 void
@@ -36,6 +39,10 @@ proto_sess_fini(struct proto_sess *s)
     free(s->priv);
     s->priv = NULL;
     proto_watch_stop(s);
+    if (s->sasl_x) {
+        auth_sasl_free(s->auth, s->sasl_x);
+        s->sasl_x = NULL;
+    }
 }
 
 /* Drop up to len bytes still owed to a refused value; returns how many. */

@@ -42,6 +42,8 @@
 #define PROTO_GET_SLICE (256u * 1024)
 
 struct proto_sess;
+struct auth;
+struct auth_sasl;
 
 /* -B: which protocols a connection may speak */
 enum proto_binding {
@@ -73,6 +75,8 @@ struct proto_counters {
     uint64_t meta_cmds;       /* meta requests */
     uint64_t bin_cmds;        /* binary requests */
     uint64_t protocol_errors; /* ERROR / CLIENT_ERROR replies */
+    uint64_t auth_cmds;       /* logins tried (-Y) and SASL exchanges (-S) */
+    uint64_t auth_errors;     /* of those, refused */
 };
 
 struct proto_sess {
@@ -100,9 +104,19 @@ struct proto_sess {
     struct proto_watcher *watch; /* "watch" sent: its queue
                                     (src/server/proto/proto_watch.h) */
     int fd;                      /* the connection's (watch's cfd=), or -1 */
+    /* -Y, -S (src/server/auth.h). authed is true from the start when the
+     * server has no authentication, so the parsers test one flag that
+     * never changes then; under -Y or -S it turns true at the login. */
+    bool authed;
+    bool sasl;                /* -S: the SASL opcodes are served */
+    struct auth *auth;        /* the server's, NULL without -Y and -S */
+    struct auth_sasl *sasl_x; /* this connection's SASL exchange */
     struct proto_counters ctr;
-    void *priv; /* a parser's own state, freed by
-                   proto_sess_fini */
+    uint32_t budget; /* requests this wake-up may still run (-R, the
+                        connection sets it): each parser stops at 0 and
+                        takes one off per request; UINT32_MAX after init */
+    void *priv;      /* a parser's own state, freed by
+                        proto_sess_fini */
 };
 
 void proto_sess_init(struct proto_sess *s, struct tc_cache *cache,

@@ -30,6 +30,11 @@
  *   - Engine errors: -E2BIG "Too large.", -EINVAL "Invalid arguments",
  *     anything else (-ENOMEM, -EBUSY) 0x0082 "Out of memory".
  *
+ * Under -S (s->sasl) the SASL opcodes run (bin_sasl, through
+ * src/server/auth.h), and until one succeeds (s->authed) any other request
+ * but VERSION is answered 0x0020 "Auth failure." and the connection closed,
+ * as memcached does. Without -S they are unknown commands.
+ *
  * Where memcached 1.6 is plainly broken we do the sane thing instead:
  * VERBOSITY (extras: the level) is answered (1.6 treats it as unknown and
  * then loses the connection), an unknown opcode skips exactly its body (1.6
@@ -49,6 +54,7 @@
 #include "src/server/proto/proto_util.h"
 
 #include "src/base/compiler.h"
+#include "src/server/auth.h"
 
 #include <errno.h>
 #include <string.h>
@@ -94,6 +100,9 @@ enum bin_opcode {
     BIN_TOUCH = 0x1c,
     BIN_GAT = 0x1d,
     BIN_GATQ = 0x1e,
+    BIN_SASL_LIST_MECHS = 0x20, /* -S only; unknown otherwise */
+    BIN_SASL_AUTH = 0x21,
+    BIN_SASL_STEP = 0x22,
     BIN_GATK = 0x23,
     BIN_GATKQ = 0x24,
     BIN_UNKNOWN = 0x100, /* not a wire value: an opcode we do not serve */
@@ -108,6 +117,7 @@ enum bin_status {
     BIN_NOT_STORED = 0x0005,
     BIN_DELTA_BADVAL = 0x0006,
     BIN_AUTH_ERROR = 0x0020,
+    BIN_AUTH_CONTINUE = 0x0021,
     BIN_UNKNOWN_COMMAND = 0x0081,
     BIN_ENOMEM = 0x0082,
 };
@@ -762,6 +772,100 @@ bin_count(struct proto_sess *s, bool protocol_error)
         s->ctr.protocol_errors++;
 }
 
+/* ---- SASL (-S) ----------------------------------------------------------- */
+
+/* A reply whose status and body are given (SASL's). */
+static void
+bin_reply(struct obuf *out, const struct bin_req *r, uint16_t status,
+          const char *body, size_t n)
+{
+    if (bin_head(out, r, status, 0, 0, (uint32_t)n, 0) == 0 && n)
+        obuf_add(out, body, n);
+}
+
+static void
+bin_auth_failure(struct obuf *out, const struct bin_req *r)
+{
+    const char *t = proto_err_text(PERR_BIN_AUTH_FAILURE);
+    bin_reply(out, r, BIN_AUTH_ERROR, t, strlen(t));
+}
+
+/* Before SASL succeeds only VERSION and the SASL opcodes run (memcached's
+ * rule); anything else is refused and the connection closed. */
+static bool
+bin_open_before_auth(uint8_t opcode)
+{
+    return opcode == BIN_VERSION || opcode == BIN_SASL_LIST_MECHS ||
+           opcode == BIN_SASL_AUTH || opcode == BIN_SASL_STEP;
+}
+
+static bool
+bin_is_sasl(uint8_t opcode)
+{
+    return opcode >= BIN_SASL_LIST_MECHS && opcode <= BIN_SASL_STEP;
+}
+
+/* SASL_LIST_MECHS (no extras, key or body): the mechanisms, space-separated.
+ * SASL_AUTH (key: the mechanism, value: the client's first data) and
+ * SASL_STEP (value: the next data): status 0 "Authenticated", 0x21 with
+ * the challenge, or 0x20 "Auth failure.". A new SASL_AUTH logs the
+ * connection out until it succeeds. Same return as bin_one. */
+static ssize_t
+bin_sasl(struct proto_sess *s, struct bin_req *r, const char *in, size_t len,
+         struct obuf *out)
+{
+    bool list = r->opcode == BIN_SASL_LIST_MECHS;
+    bool ok =
+        r->extlen == 0 &&
+        (list ? r->bodylen == 0 : r->keylen != 0 && r->keylen <= AUTH_MECH_MAX);
+    if (!ok) {
+        bin_count(s, true);
+        bin_error(out, r, BIN_EINVAL);
+        return PROTO_CLOSE;
+    }
+    size_t total = BIN_HDR_LEN + (size_t)r->bodylen;
+    if (len < total) {
+        s->need = total;
+        return 0;
+    }
+    bin_count(s, false);
+    const char *key = in + BIN_HDR_LEN;
+    const char *val = key + r->keylen;
+    size_t vlen = r->bodylen - r->keylen;
+    const char *reply = NULL;
+    size_t n = 0;
+    if (list) {
+        if (auth_sasl_mechs(s->auth, &s->sasl_x, &reply, &n) == 0)
+            bin_reply(out, r, BIN_OK, reply, n);
+        else
+            bin_auth_failure(out, r);
+        return (ssize_t)total;
+    }
+    enum auth_result res;
+    s->ctr.auth_cmds++;
+    if (r->opcode == BIN_SASL_AUTH) {
+        s->authed = false;
+        res = auth_sasl_start(s->auth, &s->sasl_x, key, r->keylen, val, vlen,
+                              &reply, &n);
+    } else {
+        res = auth_sasl_step(s->auth, &s->sasl_x, val, vlen, &reply, &n);
+    }
+    switch (res) {
+    case AUTH_OK:
+        s->authed = true;
+        bin_reply(out, r, BIN_OK, "Authenticated", 13);
+        break;
+    case AUTH_CONTINUE:
+        bin_reply(out, r, BIN_AUTH_CONTINUE, reply, n);
+        break;
+    case AUTH_FAIL:
+        s->ctr.auth_errors++;
+        bin_auth_failure(out, r);
+        break;
+    }
+    return (ssize_t)total;
+}
+
 /* Handle the request at the front of in: bytes consumed (the request, or
  * its header, extras and key when the rest is to be swallowed), 0 when more
  * bytes are needed (s->need set), or PROTO_CLOSE. */
@@ -800,7 +904,14 @@ bin_one(struct proto_sess *s, const char *in, size_t len, struct obuf *out)
         bin_error(out, &r, BIN_EINVAL);
         return PROTO_CLOSE;
     }
+    if (unlikely(!s->authed) && !bin_open_before_auth(r.opcode)) {
+        bin_count(s, true);
+        bin_auth_failure(out, &r);
+        return PROTO_CLOSE;
+    }
     if (r.op == BIN_UNKNOWN) {
+        if (s->sasl && bin_is_sasl(r.opcode))
+            return bin_sasl(s, &r, in, len, out);
         bin_count(s, true);
         bin_error(out, &r, BIN_UNKNOWN_COMMAND);
         s->swallow = r.bodylen;
@@ -895,7 +1006,9 @@ proto_bin_process(struct proto_sess *s, const char *in, size_t len,
             done += n;
             continue;
         }
-        if (done >= hinted)
+        if (s->budget == 0)
+            break; /* -R: the connection yields to the others */
+        if (done >= hinted && s->authed)
             hinted = done + bin_prefetch_reads(s, in + done, len - done);
         ssize_t n = bin_one(s, in + done, len - done, out);
         if (n == PROTO_CLOSE)
@@ -903,6 +1016,8 @@ proto_bin_process(struct proto_sess *s, const char *in, size_t len,
         if (n == 0)
             break;
         done += (size_t)n;
+        if (s->budget != UINT32_MAX)
+            s->budget--;
         /* let the connection apply its back-pressure: a buffer full of
          * small GETs of large values would otherwise turn into replies
          * thousands of times its size in one call */

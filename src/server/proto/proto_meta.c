@@ -178,6 +178,55 @@ reply_status(struct obuf *out, const struct meta_req *r, const char *code)
     rl_flush(&l, out);
 }
 
+/* How a command words the engine's memory errors and any other: ms as
+ * memcached's storage path, md and ma as its delete and delta paths. */
+struct meta_errs {
+    enum proto_err nomem, too_large, other;
+};
+
+static const struct meta_errs ms_errs = {PERR_OUT_OF_MEMORY, PERR_TOO_LARGE,
+                                         PERR_UNHANDLED};
+static const struct meta_errs md_ma_errs = {PERR_NOMEM, PERR_NOMEM, PERR_BUSY};
+
+/* The status code of an engine result (HD NS EX NF), or NULL once the error
+ * line for it is written: a non-number (ma), a bad key, the engine busy, or
+ * what e says. */
+static const char *
+meta_status(struct proto_sess *s, struct obuf *out, int rc,
+            const struct meta_errs *e)
+{
+    enum proto_err err;
+    switch (rc) {
+    case TC_OK:
+        return "HD";
+    case TC_NOT_STORED:
+        return "NS";
+    case TC_EXISTS:
+        return "EX";
+    case TC_NOT_FOUND:
+        return "NF";
+    case TC_NON_NUMERIC:
+        err = PERR_NON_NUMERIC;
+        break;
+    case -ENOMEM:
+        err = e->nomem;
+        break;
+    case -E2BIG:
+        err = e->too_large;
+        break;
+    case -EINVAL:
+        err = PERR_BAD_FORMAT;
+        break;
+    case -EBUSY:
+        err = PERR_BUSY;
+        break;
+    default:
+        err = e->other;
+    }
+    proto_reply_err(s, out, err);
+    return NULL;
+}
+
 /* Seconds left before an absolute expiry, -1 for none (memcached's t). */
 static int64_t
 ttl_left(uint32_t exptime, uint32_t now)
@@ -498,40 +547,12 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
     uint64_t cas = 0;
     int rc = tc_store_ex(s->cache, mode, r->key, r->klen, val, (size_t)vlen,
                          r->client_flags, r->has_ttl ? r->ttl : 0, &o, &cas);
-    const char *code;
-    switch (rc) {
-    case TC_OK:
-        code = "HD";
-        break;
-    case TC_NOT_STORED:
-        code = "NS";
-        break;
-    case TC_EXISTS:
-        code = "EX";
-        break;
-    case TC_NOT_FOUND:
-        code = "NF";
-        break;
-    case -E2BIG:
-    case -ENOMEM:
-        /* memcached drops the old item so that no stale value outlives a
-         * failed ms, whatever the mode (the engine does it for TC_SET) */
-        if (mode != TC_SET)
-            tc_drop(s->cache, r->key, r->klen);
-        proto_reply_err(s, out,
-                        rc == -E2BIG ? PERR_TOO_LARGE : PERR_OUT_OF_MEMORY);
-        return (ssize_t)(linelen + block);
-    case -EINVAL:
-        proto_reply_err(s, out, PERR_BAD_FORMAT);
-        return (ssize_t)(linelen + block);
-    case -EBUSY:
-        proto_reply_err(s, out, PERR_BUSY);
-        return (ssize_t)(linelen + block);
-    default:
-        proto_reply_err(s, out, PERR_UNHANDLED);
-        return (ssize_t)(linelen + block);
-    }
-    if (rc == TC_OK && r->quiet)
+    /* memcached drops the old item so that no stale value outlives a
+     * failed ms, whatever the mode (the engine does it for TC_SET) */
+    if ((rc == -E2BIG || rc == -ENOMEM) && mode != TC_SET)
+        tc_drop(s->cache, r->key, r->klen);
+    const char *code = meta_status(s, out, rc, &ms_errs);
+    if (!code || (rc == TC_OK && r->quiet))
         return (ssize_t)(linelen + block);
 
     struct rline l;
@@ -648,34 +669,9 @@ meta_delete(struct proto_sess *s, struct meta_req *r, struct obuf *out)
         rc = tc_delete(s->cache, r->key, r->klen, cas_in);
     }
 
-    const char *code;
-    switch (rc) {
-    case TC_OK:
-        if (r->quiet)
-            return;
-        code = "HD";
-        break;
-    case TC_NOT_FOUND:
-        code = "NF";
-        break;
-    case TC_EXISTS:
-        code = "EX";
-        break;
-    case TC_NOT_STORED:
-        code = "NS";
-        break;
-    case -ENOMEM:
-    case -E2BIG:
-        proto_reply_err(s, out, PERR_NOMEM);
-        return;
-    case -EINVAL:
-        proto_reply_err(s, out, PERR_BAD_FORMAT);
-        return;
-    default:
-        proto_reply_err(s, out, PERR_BUSY);
-        return;
-    }
-    reply_status(out, r, code);
+    const char *code = meta_status(s, out, rc, &md_ma_errs);
+    if (code && !(rc == TC_OK && r->quiet))
+        reply_status(out, r, code);
 }
 
 /* ---- ma ------------------------------------------------------------------ */
@@ -714,30 +710,10 @@ meta_arith(struct proto_sess *s, struct meta_req *r, struct obuf *out)
     uint64_t v = 0;
     int rc =
         tc_arith_ex(s->cache, r->key, r->klen, incr, r->delta, &o, &v, &info);
-    switch (rc) {
-    case TC_OK:
-        break;
-    case TC_NOT_FOUND:
-        reply_status(out, r, "NF");
-        return;
-    case TC_EXISTS:
-        reply_status(out, r, "EX");
-        return;
-    case TC_NOT_STORED:
-        reply_status(out, r, "NS");
-        return;
-    case TC_NON_NUMERIC:
-        proto_reply_err(s, out, PERR_NON_NUMERIC);
-        return;
-    case -ENOMEM:
-    case -E2BIG:
-        proto_reply_err(s, out, PERR_NOMEM);
-        return;
-    case -EINVAL:
-        proto_reply_err(s, out, PERR_BAD_FORMAT);
-        return;
-    default:
-        proto_reply_err(s, out, PERR_BUSY);
+    if (rc != TC_OK) {
+        const char *code = meta_status(s, out, rc, &md_ma_errs);
+        if (code)
+            reply_status(out, r, code);
         return;
     }
     /* q hides the reply of an update, not of a creation (memcached) */

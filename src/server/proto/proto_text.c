@@ -34,6 +34,12 @@
  *     wherever the "\n" is, so the outcome never depends on how the bytes
  *     were split into reads.
  *
+ * Under -Y a session starts with s->authed false, and until a login every
+ * line goes to text_login() instead of the commands (memcached's replies:
+ * "CLIENT_ERROR unauthenticated", the login's STORED or its errors); each
+ * line gets its reply, where memcached answers only the first line of a
+ * read before a login.
+ *
  * s->need is the size of the request at in + (returned value) when that
  * request is incomplete and its size is known (a storage command waiting for
  * its data block), else 0. s->resume is set when a get of many keys stopped
@@ -54,6 +60,8 @@
 
 #include "src/server/proto/proto.h"
 
+#include "src/base/compiler.h"
+#include "src/server/auth.h"
 #include "src/server/proto/proto_admin.h"
 #include "src/server/proto/proto_util.h"
 #include "src/server/proto/proto_watch.h"
@@ -1004,6 +1012,55 @@ dispatch(struct text_cmd *c, const char *in, size_t len)
     return d->fn(c, d->arg);
 }
 
+/* ---- login (-Y) --------------------------------------------------------- */
+
+/* Before a login every line is "CLIENT_ERROR unauthenticated" except
+ * memcached's login: "set" with at least four arguments, whose data block
+ * is "user password" (key, flags, exptime and noreply are ignored, and the
+ * reply is always sent). A data block over AUTH_TOKEN_MAX is swallowed, not
+ * buffered. */
+static ssize_t
+text_login(struct text_cmd *c)
+{
+    struct proto_sess *s = c->s;
+    uint32_t bytes;
+    if (c->ntok < 5 || !proto_tok_is(&c->tok[0], "set") ||
+        !proto_parse_u32(&c->tok[4], &bytes)) {
+        proto_reply_err(s, c->out, PERR_UNAUTHENTICATED);
+        return (ssize_t)c->line_bytes;
+    }
+    if (bytes > AUTH_TOKEN_MAX) {
+        s->ctr.auth_cmds++;
+        s->ctr.auth_errors++;
+        proto_reply_err(s, c->out, PERR_AUTH_TOKEN);
+        s->swallow = (uint64_t)bytes + 2;
+        return (ssize_t)c->line_bytes;
+    }
+    size_t need = (size_t)bytes + 2;
+    if (c->rest_len < need) {
+        s->need = c->line_bytes + need;
+        return 0;
+    }
+    s->ctr.auth_cmds++;
+    const char *data = c->rest;
+    struct proto_token tok[3];
+    enum proto_err e = PERR_NONE;
+    if (data[bytes] != '\r' || data[bytes + 1] != '\n')
+        e = PERR_AUTH_TERM;
+    else if (proto_tokenize(data, bytes, tok, 2) < 2)
+        e = PERR_AUTH_TOKEN;
+    else if (!auth_file_check(s->auth, tok[0].p, tok[0].n, tok[1].p, tok[1].n))
+        e = PERR_AUTH_FAILURE;
+    if (e != PERR_NONE) {
+        s->ctr.auth_errors++;
+        proto_reply_err(s, c->out, e);
+    } else {
+        s->authed = true;
+        obuf_add_str(c->out, "STORED\r\n");
+    }
+    return (ssize_t)(c->line_bytes + need);
+}
+
 /* ---- lines -------------------------------------------------------------- */
 
 /* Does the line at in start (after spaces) with a retrieval command? */
@@ -1034,12 +1091,13 @@ multiget_line_max(const struct proto_sess *s)
 }
 
 /* Index of the '\n' ending the first line, LINE_INCOMPLETE, or
- * LINE_TOO_LONG. The limit counts the line without its "\n". */
+ * LINE_TOO_LONG. The limit counts the line without its "\n". Before a
+ * login (-Y) no line may be longer than PROTO_LINE_MAX. */
 static long
 find_line(const struct proto_sess *s, const char *in, size_t len)
 {
     size_t limit = PROTO_LINE_MAX;
-    if (len > PROTO_LINE_MAX && is_multiget(in, len))
+    if (len > PROTO_LINE_MAX && s->authed && is_multiget(in, len))
         limit = multiget_line_max(s);
     long eol = proto_find_eol(in, len < limit + 1 ? len : limit + 1);
     if (eol >= 0)
@@ -1070,6 +1128,8 @@ text_one(struct proto_sess *s, const char *in, size_t len, struct obuf *out)
     c.rest = in + c.line_bytes;
     c.rest_len = len - c.line_bytes;
     c.ntok = proto_tokenize(c.line, c.len, c.tok, PROTO_MAX_TOKENS);
+    if (unlikely(!s->authed))
+        return text_login(&c);
     return dispatch(&c, in, len);
 }
 
@@ -1142,12 +1202,16 @@ proto_text_process(struct proto_sess *s, const char *in, size_t len,
         }
         if (pos > 0 && obuf_pending(out) >= TEXT_OUT_YIELD)
             break;
-        if (pos >= hinted && !s->resume)
+        if (s->budget == 0)
+            break; /* -R: the connection yields to the others */
+        if (pos >= hinted && !s->resume && s->authed)
             hinted = pos + prefetch_reads(s, in + pos, len - pos);
         ssize_t n = text_one(s, in + pos, len - pos, out);
         if (n == 0)
             break;
         s->ctr.cmd_total++;
+        if (s->budget != UINT32_MAX && !s->resume)
+            s->budget--;
         if (n == PROTO_CLOSE || out->err)
             return PROTO_CLOSE;
         pos += (size_t)n;

@@ -66,6 +66,10 @@ static const char *const err_text[PERR_COUNT] = {
     [PERR_MA_FLAG] = "CLIENT_ERROR invalid or duplicate flag",
     [PERR_UNHANDLED] = "SERVER_ERROR Unhandled storage type.",
     [PERR_BUSY] = "SERVER_ERROR busy, try again",
+    [PERR_UNAUTHENTICATED] = "CLIENT_ERROR unauthenticated",
+    [PERR_AUTH_FAILURE] = "CLIENT_ERROR authentication failure",
+    [PERR_AUTH_TOKEN] = "CLIENT_ERROR bad authentication token format",
+    [PERR_AUTH_TERM] = "CLIENT_ERROR bad command line termination",
     [PERR_TOO_MANY_CONNS] = "ERROR Too many open connections",
     [PERR_BIN_NOT_FOUND] = "Not found",
     [PERR_BIN_EXISTS] = "Data exists for key.",
@@ -75,6 +79,7 @@ static const char *const err_text[PERR_COUNT] = {
     [PERR_BIN_NON_NUMERIC] = "Non-numeric server-side value for incr or decr",
     [PERR_BIN_UNKNOWN_COMMAND] = "Unknown command",
     [PERR_BIN_NOMEM] = "Out of memory",
+    [PERR_BIN_AUTH_FAILURE] = "Auth failure.",
     [PERR_BIN_UNKNOWN] = "Unknown error",
 };
 

@@ -73,6 +73,11 @@ enum proto_err {
     PERR_UNHANDLED,      /* ms whose mode the engine refused */
     PERR_BUSY,           /* not memcached's: the engine gave up after
                             racing writers */
+    /* authentication (-Y) */
+    PERR_UNAUTHENTICATED, /* any line before a login */
+    PERR_AUTH_FAILURE,    /* a login with a wrong user or password */
+    PERR_AUTH_TOKEN,      /* a login whose data is not "user password" */
+    PERR_AUTH_TERM,       /* a login whose data lacks its "\r\n" */
     /* server */
     PERR_TOO_MANY_CONNS, /* -c reached: sent, then the socket is closed */
     /* binary protocol error bodies (the status says which) */
@@ -84,7 +89,8 @@ enum proto_err {
     PERR_BIN_NON_NUMERIC,
     PERR_BIN_UNKNOWN_COMMAND,
     PERR_BIN_NOMEM,
-    PERR_BIN_UNKNOWN, /* a status without a text of its own */
+    PERR_BIN_AUTH_FAILURE, /* SASL refused, or a request before it (-S) */
+    PERR_BIN_UNKNOWN,      /* a status without a text of its own */
     PERR_COUNT
 };
 
