@@ -101,6 +101,10 @@ struct tc_config {
     uint32_t min_chunk;      /* smallest slab chunk, bytes; default 64 */
     double growth_factor;    /* slab growth factor; default 1.25 */
     uint32_t chunk_max;      /* largest slab chunk; default 512 KiB */
+    uint32_t chunk_step;     /* fine slab classes: below 32 x this many bytes
+                                a class is at most this much bigger than the
+                                one before (a multiple of 8); default 16,
+                                0 = growth_factor only (memcached's) */
     uint32_t item_size_max;  /* largest item (key+value+header); default 1 MiB;
                                 items above chunk_max are chained over
                                 several chunks */

@@ -768,6 +768,7 @@ open_memory(struct cache *c)
         .min_chunk = c->cfg.min_chunk,
         .growth_factor = c->cfg.growth_factor,
         .chunk_max = c->cfg.chunk_max,
+        .chunk_step = c->cfg.chunk_step,
         .format = format_page,
         .format_arg = c,
         /* experiment only, off by default: Tair MDB's layouts, measured */

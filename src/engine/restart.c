@@ -40,6 +40,12 @@ meta_expected(const struct cache *c, struct restart_meta *m)
     m->chunk_max = c->chunk_max;
     m->nclasses = slab_nclasses(c->slab);
     memcpy(&m->growth_bits, &g, sizeof(g));
+    uint32_t h = 2166136261u;
+    for (unsigned i = 0; i < m->nclasses; i++) {
+        h ^= slab_chunk_size(c->slab, i);
+        h *= 16777619u;
+    }
+    m->class_hash = h ? h : 1;
 }
 
 /* A cold start's pool: metadata for these settings, no flush, an empty
@@ -76,9 +82,10 @@ cold_reason(const struct cache *c)
     if (m->item_size_max != want.item_size_max)
         return "the pool was written with another item size max (-I)";
     if (m->min_chunk != want.min_chunk || m->chunk_max != want.chunk_max ||
-        m->nclasses != want.nclasses || m->growth_bits != want.growth_bits)
+        m->nclasses != want.nclasses || m->growth_bits != want.growth_bits ||
+        m->class_hash != want.class_hash)
         return "the pool was written with other slab settings (-n, -f, "
-               "slab_chunk_max)";
+               "slab_chunk_max, slab_chunk_step)";
     if ((region_data_size(c->region) >> POOL_PAGE_SHIFT) >
         REGION_PAGE_TABLE_MAX)
         return "the pool is larger than its page table covers";

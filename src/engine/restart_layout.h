@@ -39,6 +39,11 @@ struct restart_meta {
     uint32_t flush_at;      /* a pending delayed flush_all (unix s), 0 none */
     uint64_t growth_bits;   /* the growth factor's bits (a double) */
     uint64_t flush_cas;     /* items with cas <= this are flushed */
+    uint32_t class_hash;    /* FNV-1a of every class's chunk size, never 0:
+                               the rule that made them (a chunk step) counts
+                               even where the fields above agree; a pool
+                               written before it was kept holds 0 */
+    uint32_t pad;
 };
 
 _Static_assert(sizeof(struct restart_meta) <= REGION_USER_BYTES,

@@ -75,6 +75,7 @@ tc_config_init(struct tc_config *cfg)
     cfg->min_chunk = 64; /* one cache line; tiercached: 72 (see above) */
     cfg->growth_factor = 1.25;
     cfg->chunk_max = POOL_PAGE_SIZE / 2;
+    cfg->chunk_step = 16;
     cfg->item_size_max = TC_ITEM_SIZE_MAX_DEFAULT;
     cfg->evict = true;
     cfg->quota_batch = 32;

@@ -599,6 +599,11 @@ check_slabs(const struct settings *s)
                 (unsigned long long)s->slab_chunk_max);
         return -EINVAL;
     }
+    if (s->slab_chunk_step % 8) {
+        err_set("-o slab_chunk_step: expected a multiple of 8, got %llu",
+                (unsigned long long)s->slab_chunk_step);
+        return -EINVAL;
+    }
     if (s->item_size_max > item_max) {
         err_set("-I: at most %llu bytes with -o slab_chunk_max=%llu (raise "
                 "slab_chunk_max, up to 1m), got %llu",

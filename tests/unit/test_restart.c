@@ -285,6 +285,9 @@ test_flush_survives(void **state)
     struct tc_open_info info;
     unsigned nlive;
 
+    /* no eviction: the 20 items span about as many slab classes, a page
+     * each */
+    f->cfg.pool_size = 64 * MIB;
     run_child(f, t, flush_work);
     assert_int_equal(open_existing(f), 0);
     tc_open_info(f->c, &info);
@@ -508,6 +511,19 @@ test_cold_starts(void **state)
     f->cfg.item_size_max = TC_ITEM_SIZE_MAX_DEFAULT;
     run_child(f, t, two_keys_work);
     f->cfg.growth_factor = 2.0;
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_COLD);
+    assert_non_null(strstr(info.reason, "slab settings"));
+    check_miss(f->c, "fine");
+    tc_close(f->c);
+    f->c = NULL;
+
+    /* other small classes alone (the step), same -n, -f and chunk_max */
+    f->cfg.growth_factor = 1.25;
+    f->cfg.chunk_step = 0;
+    run_child(f, t, two_keys_work);
+    f->cfg.chunk_step = 8;
     assert_int_equal(open_existing(f), 0);
     tc_open_info(f->c, &info);
     assert_int_equal(info.kind, TC_START_COLD);
