@@ -12,8 +12,10 @@
 #include "engine_fx.h"
 
 #include "src/engine/item_layout.h"
+#include "src/engine/restart_layout.h"
 
 #include <fcntl.h>
+#include <stddef.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -524,6 +526,26 @@ test_cold_starts(void **state)
     f->cfg.chunk_step = 0;
     run_child(f, t, two_keys_work);
     f->cfg.chunk_step = 8;
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_COLD);
+    assert_non_null(strstr(info.reason, "slab settings"));
+    check_miss(f->c, "fine");
+    tc_close(f->c);
+    f->c = NULL;
+
+    /* a pool written before the class hash was kept (0 there), same
+     * settings otherwise */
+    run_child(f, t, two_keys_work);
+    int fd = open(f->path, O_RDWR);
+    assert_true(fd >= 0);
+    size_t at = offsetof(struct region_header, user) +
+                offsetof(struct restart_meta, class_hash);
+    uint32_t zero = 0, was = 0;
+    assert_int_equal(pread(fd, &was, sizeof(was), (off_t)at), sizeof(was));
+    assert_int_not_equal(was, 0);
+    assert_int_equal(pwrite(fd, &zero, sizeof(zero), (off_t)at), sizeof(zero));
+    close(fd);
     assert_int_equal(open_existing(f), 0);
     tc_open_info(f->c, &info);
     assert_int_equal(info.kind, TC_START_COLD);
