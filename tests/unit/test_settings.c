@@ -114,6 +114,7 @@ test_defaults(void **state)
     assert_int_equal(s->idle_timeout, 0);
     assert_int_equal(s->pool_size, 0);
     assert_int_equal(s->slab_chunk_max, 512u << 10);
+    assert_int_equal(s->slab_chunk_step, 16);
     assert_int_equal(s->hash_items, 0);
     assert_int_equal(s->quota_batch, 32);
     assert_int_equal(s->sweep_budget, 1024);
@@ -312,6 +313,14 @@ test_subopts(void **state)
     assert_true(f->s.no_background);
     expect_ok(f, "-ono_background");
     assert_true(f->s.no_background);
+    /* the fine slab classes: a step, or none */
+    struct tc_config cfg;
+    expect_ok(f, "-o slab_chunk_step=8");
+    settings_to_config(&f->s, &cfg);
+    assert_int_equal(cfg.chunk_step, 8);
+    expect_ok(f, "-o slab_chunk_step=0");
+    settings_to_config(&f->s, &cfg);
+    assert_int_equal(cfg.chunk_step, 0);
 }
 
 static void
@@ -329,6 +338,9 @@ test_subopts_bad(void **state)
     expect_bad(f, "-o slab_chunk_max=2m", "-o slab_chunk_max: ", NULL);
     expect_bad(f, "-o slab_chunk_max=1028",
                "-o slab_chunk_max: ", "multiple of 8");
+    expect_bad(f, "-o slab_chunk_step=12",
+               "-o slab_chunk_step: ", "multiple of 8");
+    expect_bad(f, "-o slab_chunk_step=40000", "-o slab_chunk_step: ", NULL);
     expect_bad(f, "-o hash_items=x", "-o hash_items: ", NULL);
     expect_bad(f, "-o quota_batch=0", "-o quota_batch: ", NULL);
     expect_bad(f, "-o quota_batch=257", "-o quota_batch: ", NULL);
