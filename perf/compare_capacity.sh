@@ -7,8 +7,8 @@
 #
 # For each value size, memcached then tiercached: start the server on a free
 # port of PORT_BASE.. (127.0.0.1 only, -t 2 -m MEM_MB), fill it with unique
-# keys (KEY_LEN bytes: "cap:" and a zero-padded number) and values of that
-# size, as pipelined "set ... noreply" in batches, until FILL x the most
+# keys (KEY_LEN bytes: "cap:" and a zero-padded hex number) and values of
+# that size, as pipelined "set ... noreply" in batches, until FILL x the most
 # items the memory could hold with no overhead at all have been sent (so
 # both are far past capacity and evicting), then read `stats` and
 # `stats slabs`, stop the server by PID. Every loop is bounded by the
@@ -37,7 +37,8 @@
 #   TIERCACHED     tiercached binary [build/release/tiercached]
 #   MEM_MB         -m for both [256; --quick 64]
 #   SIZES          value sizes [100 300 1000]
-#   KEY_LEN        key length, 8..40 [16]
+#   KEY_LEN        key length, 10..40 [16]; the script refuses a fill that
+#                  needs more keys than KEY_LEN - 4 hex digits make
 #   FILL           sets sent, as a multiple of MEM_MB MiB / (key + value)
 #                  [1.5]
 #   TC_ARGS        extra tiercached arguments [none]
@@ -89,8 +90,8 @@ for b in "$MEMCACHED" "$TIERCACHED" "$PYTHON"; do
         exit 1
     fi
 done
-if [ "$KEY_LEN" -lt 8 ] || [ "$KEY_LEN" -gt 40 ]; then
-    echo "compare_capacity.sh: KEY_LEN must be 8..40" >&2
+if [ "$KEY_LEN" -lt 10 ] || [ "$KEY_LEN" -gt 40 ]; then
+    echo "compare_capacity.sh: KEY_LEN must be 10..40" >&2
     exit 2
 fi
 
@@ -177,6 +178,9 @@ fill() {
 import socket, sys, time
 
 port, vsize, nsets, klen, timeout = (int(a) for a in sys.argv[1:6])
+if nsets > 16 ** (klen - 4):
+    sys.exit("%d keys do not fit in %d hex digits: raise KEY_LEN" %
+             (nsets, klen - 4))
 s = socket.create_connection(("127.0.0.1", port), timeout=30)
 value = b"v" * vsize
 head = b" 0 0 %d noreply\r\n" % vsize
@@ -189,7 +193,7 @@ while sent < nsets:  # bounded: nsets sets, FILL_TIMEOUT seconds
         print("# fill timed out after %d sets" % sent, file=sys.stderr)
         break
     n = min(batch, nsets - sent)
-    buf = b"".join(b"set " + (b"cap:%0*d" % (klen - 4, sent + i)) + head +
+    buf = b"".join(b"set " + (b"cap:%0*x" % (klen - 4, sent + i)) + head +
                    tail for i in range(n))
     s.sendall(buf)
     sent += n
