@@ -210,6 +210,27 @@ pool_page_get(struct pool *p, uint32_t *page)
 }
 
 /* Context: any thread. Locks: takes pool->lock. */
+int
+pool_page_take(struct pool *p, uint32_t page)
+{
+    if (page >= p->npages)
+        return -EBUSY;
+    uint32_t w = word_of(page);
+    lock_acquire(&p->lock);
+    if (!(p->free_bits[w] & bit_of(page))) {
+        lock_release(&p->lock);
+        return -EBUSY;
+    }
+    p->free_bits[w] &= ~bit_of(page);
+    p->used_bits[w] |= bit_of(page);
+    atomic_store_explicit(
+        &p->nfree, atomic_load_explicit(&p->nfree, memory_order_relaxed) - 1,
+        memory_order_relaxed);
+    lock_release(&p->lock);
+    return 0;
+}
+
+/* Context: any thread. Locks: takes pool->lock. */
 void
 pool_page_put(struct pool *p, uint32_t page)
 {

@@ -31,6 +31,10 @@ void pool_destroy(struct pool *p);
 
 /* Lowest free page below the limit: 0, or -ENOSPC when none. */
 int pool_page_get(struct pool *p, uint32_t *page);
+/* Take one given free page below the limit (a restart giving back the
+ * pages its classes had): 0, or -EBUSY when it is not free or not below
+ * the limit. */
+int pool_page_take(struct pool *p, uint32_t page);
 /* Give a page back (it stays out of circulation if at or above the limit). */
 void pool_page_put(struct pool *p, uint32_t page);
 

@@ -180,6 +180,47 @@ pmeta_install(const struct slab *s, const struct slab_class *c, uint32_t pg)
     }
 }
 
+/* The class after size in the sequence min_chunk and the factor give. */
+static uint32_t
+grow(uint32_t size, double factor)
+{
+    uint32_t next = ALIGN_UP((uint32_t)(size * factor), 8u);
+    return next > size ? next : size + 8; /* grow by 8 bytes at least */
+}
+
+/* The chunk sizes from min to max into sizes[]: below fine_max each class
+ * grows by at most step bytes (step 0: none do), from there on the classes
+ * are those of min and the factor alone. The count, or 0 when there would
+ * be more than SLAB_MAX_CLASSES. */
+static unsigned
+class_sizes(uint32_t min, uint32_t max, double factor, uint32_t step,
+            uint32_t fine_max, uint32_t *sizes)
+{
+    uint32_t size = ALIGN_UP(min, 8u);
+    uint32_t plain = size; /* the classes without a step, walked alongside */
+    unsigned n = 0;
+
+    while (size < max) {
+        /* memcached would jump straight to chunk_max at its limit, wasting
+         * up to that much per item; the caller says so instead */
+        if (n == SLAB_MAX_CLASSES - 1)
+            return 0;
+        sizes[n++] = size;
+        uint32_t next = grow(size, factor);
+        if (step && size + step <= fine_max) {
+            if (size + step < next)
+                next = size + step;
+        } else {
+            while (plain <= size)
+                plain = grow(plain, factor);
+            next = plain;
+        }
+        size = next;
+    }
+    sizes[n++] = max;
+    return n;
+}
+
 static int
 setup_classes(struct slab *s, const struct slab_config *cfg)
 {
@@ -197,22 +238,32 @@ setup_classes(struct slab *s, const struct slab_config *cfg)
         err_set("chunk_max %u is not a multiple of 8", max);
         return -EINVAL;
     }
-    uint32_t size = ALIGN_UP(min, 8u);
-    unsigned n = 0;
-    while (size < max) {
-        if (n == SLAB_MAX_CLASSES - 1) {
-            /* memcached would jump straight to chunk_max here, wasting up
-             * to that much per item; say so instead */
-            err_set("growth factor %.2f from %u to %u bytes needs more than "
-                    "%d slab classes; raise the factor or min_chunk",
-                    factor, min, max, SLAB_MAX_CLASSES);
-            return -EINVAL;
-        }
-        s->cls[n++].size = size;
-        uint32_t next = ALIGN_UP((uint32_t)(size * factor), 8u);
-        size = next > size ? next : size + 8; /* grow by 8 bytes at least */
+    uint32_t step = cfg->chunk_step;
+    if (step % 8 || step > POOL_PAGE_SIZE / SLAB_STEP_SPAN) {
+        err_set("chunk step %u is not a multiple of 8 up to %u", step,
+                POOL_PAGE_SIZE / SLAB_STEP_SPAN);
+        return -EINVAL;
     }
-    s->cls[n++].size = max;
+    /* The fine classes end SLAB_STEP_SPAN steps up, or lower where that
+     * many would pass SLAB_MAX_CLASSES (a small factor has many classes of
+     * its own): a function of the settings alone, so a restart with the
+     * same settings finds the same classes. */
+    uint32_t sizes[SLAB_MAX_CLASSES];
+    uint32_t fine_max = step * SLAB_STEP_SPAN;
+    unsigned n;
+    while ((n = class_sizes(min, max, factor, step, fine_max, sizes)) == 0 &&
+           step && fine_max > min)
+        fine_max -= step;
+    if (n == 0 && step)
+        n = class_sizes(min, max, factor, 0, 0, sizes);
+    if (n == 0) {
+        err_set("growth factor %.2f from %u to %u bytes needs more than %d "
+                "slab classes; raise the factor or min_chunk",
+                factor, min, max, SLAB_MAX_CLASSES);
+        return -EINVAL;
+    }
+    for (unsigned i = 0; i < n; i++)
+        s->cls[i].size = sizes[i];
     s->nclasses = n;
     for (unsigned i = 0; i < n; i++) {
         struct slab_class *c = &s->cls[i];
@@ -519,6 +570,35 @@ add_page(struct slab *s, unsigned cls)
     if (likely(!s->format_in_lock))
         lock_acquire(&c->lock);
     install_page_locked(s, c, cls, pg);
+    lock_release(&c->lock);
+    return 0;
+}
+
+int
+slab_adopt_page(struct slab *s, uint32_t pg, unsigned cls, const uint64_t *used)
+{
+    if (cls >= s->nclasses || PMETA_ON(s))
+        return -EINVAL;
+    struct slab_class *c = &s->cls[cls];
+    if (pool_page_take(s->pool, pg) != 0)
+        return -EBUSY;
+    struct slab_page *p = &s->page[pg];
+    if (size_bits(s, p, c->nwords) != 0) {
+        pool_page_put(s->pool, pg);
+        return -ENOMEM;
+    }
+    lock_acquire(&c->lock);
+    install_page_locked(s, c, cls, pg);
+    uint32_t n = 0;
+    for (uint32_t w = 0; w < c->nwords; w++) {
+        uint64_t take = p->free_bits[w] & used[w];
+        p->free_bits[w] &= ~take;
+        n += (uint32_t)__builtin_popcountll(take);
+    }
+    p->nfree -= n;
+    c->nfree -= n;
+    if (p->nfree == 0)
+        partial_remove_locked(s, c, pg);
     lock_release(&c->lock);
     return 0;
 }

@@ -2,11 +2,12 @@
 /*
  * Slab classes over the page pool: each class cuts 1 MiB pages into chunks of
  * one size (memcached-like: min_chunk, then x growth_factor, 8-byte aligned,
- * up to chunk_max). All bookkeeping is in DRAM: per-page info (class, state,
- * free-chunk bitmap, and one 16-bit word per chunk holding its CLOCK
- * reference, fetched and win bits and its last access time), per-class page
- * lists and partial-page lists. Chunks are named by their byte offset from the
- * pool base (uint64_t), never by pointer.
+ * up to chunk_max; with a chunk_step, small classes grow by at most that
+ * many bytes, see struct slab_config). All bookkeeping is in DRAM: per-page
+ * info (class, state, free-chunk bitmap, and one 16-bit word per chunk holding
+ * its CLOCK reference, fetched and win bits and its last access time),
+ * per-class page lists and partial-page lists. Chunks are named by their byte
+ * offset from the pool base (uint64_t), never by pointer.
  *
  * The slab never writes the chunks: a new page is handed to the optional
  * format hook (which the engine points at the PMEM helpers) after the pool
@@ -40,6 +41,8 @@
 #include "alloc/pool.h"
 
 #define SLAB_MAX_CLASSES 63
+/* The fine classes of slab_config.chunk_step end at this many steps. */
+#define SLAB_STEP_SPAN 32u
 #define SLAB_NO_CLASS 0xff
 
 struct slab;
@@ -50,9 +53,19 @@ typedef void slab_format_fn(void *arg, char *page, uint32_t chunk_size,
 typedef void slab_meta_write_fn(void *arg, uint64_t *pmem_dst, uint64_t v);
 
 struct slab_config {
-    uint32_t min_chunk;     /* smallest chunk, bytes (>= 16); default 64 */
-    double growth_factor;   /* > 1.0; default 1.25 */
-    uint32_t chunk_max;     /* largest chunk (<= POOL_PAGE_SIZE); 0 = 512 KiB */
+    uint32_t min_chunk;   /* smallest chunk, bytes (>= 16); default 64 */
+    double growth_factor; /* > 1.0; default 1.25 */
+    uint32_t chunk_max;   /* largest chunk (<= POOL_PAGE_SIZE); 0 = 512 KiB */
+    /* Fine classes for small items (a multiple of 8; 0: off). Below
+     * SLAB_STEP_SPAN x chunk_step bytes each class is the previous one plus
+     * chunk_step bytes, or plus the growth factor's step where that is
+     * smaller; from there on the classes are exactly those min_chunk and
+     * growth_factor give without a step, so large items round as before.
+     * With min_chunk 80, factor 1.25 and a step of 16: 80, 96, ..., 512,
+     * then 552, 696, 872, ... (60 classes to 512 KiB). Where that would
+     * make more than SLAB_MAX_CLASSES (a small factor), the fine classes
+     * end lower, as far down as none. */
+    uint32_t chunk_step;
     slab_format_fn *format; /* optional: called on every new page */
     void *format_arg;
     /* EXPERIMENT ONLY (ablation switches; NULL/false by default):
@@ -97,6 +110,15 @@ int slab_take(struct slab *s, unsigned cls, uint64_t *offs, unsigned want);
  * page being reassigned). Locks: class. */
 int slab_take_existing(struct slab *s, unsigned cls, uint64_t *offs,
                        unsigned want);
+
+/* A restart: page (free in the pool) joins class cls with the chunks whose
+ * bit is set in used[] (chunk i: bit i % 64 of word i / 64) holding items,
+ * the others free. No format hook: the chunks are as the pool file has
+ * them. 0, -EBUSY (the page is not free in the pool), -EINVAL (no such
+ * class, or the ablation header is on) or -ENOMEM. Locks: pool, then
+ * class. */
+int slab_adopt_page(struct slab *s, uint32_t page, unsigned cls,
+                    const uint64_t *used);
 
 /* Give class cls one more page from the pool: 0 or -ENOSPC. Locks: pool,
  * then class. */

@@ -50,7 +50,7 @@ extern "C" {
 #define TC_EXPTIME_RELATIVE_MAX 2592000
 /* The engine's per-item header, counted with the key and the value against
  * item_size_max (as memcached counts its own item header). */
-#define TC_ITEM_HEADER_SIZE 24
+#define TC_ITEM_HEADER_SIZE 32
 /* An item larger than the largest chunk is chained: its value continues in
  * at most TC_ITEM_MAX_TAILS tail chunks, each starting with a header of
  * TC_ITEM_TAIL_HEADER_SIZE bytes, so item_size_max stays below
@@ -101,6 +101,10 @@ struct tc_config {
     uint32_t min_chunk;      /* smallest slab chunk, bytes; default 64 */
     double growth_factor;    /* slab growth factor; default 1.25 */
     uint32_t chunk_max;      /* largest slab chunk; default 512 KiB */
+    uint32_t chunk_step;     /* fine slab classes: below 32 x this many bytes
+                                a class is at most this much bigger than the
+                                one before (a multiple of 8); default 16,
+                                0 = growth_factor only (memcached's) */
     uint32_t item_size_max;  /* largest item (key+value+header); default 1 MiB;
                                 items above chunk_max are chained over
                                 several chunks */
@@ -190,6 +194,11 @@ struct tc_config {
                                      hold) before it fails with -ENOMEM;
                                      evictions on only; default 3000 (0:
                                      one retry, no wait) */
+
+    /* Restart (doc/operating.md, "Restart"): tc_open on an existing,
+     * compatible pool file brings its items back (tc_open_info says what
+     * happened). */
+    bool no_restart; /* format the pool whatever it holds; default false */
 };
 
 enum tc_win {
@@ -467,12 +476,41 @@ struct tc_slab_stats {
 
 struct tc_cache;
 
+/* What tc_open found in the pool file (tc_open_info). */
+enum tc_start_kind {
+    TC_START_COLD = 0,      /* formatted: nothing came back */
+    TC_START_WARM = 1,      /* after a clean close, items scanned back */
+    TC_START_RECOVERED = 2, /* after a crash, items scanned back */
+};
+
+struct tc_open_info {
+    enum tc_start_kind kind;
+    uint64_t items;   /* items restored into the index */
+    uint64_t bytes;   /* their bytes, as the "bytes" stat counts them */
+    uint64_t dropped; /* committed items found and not restored, the sum of: */
+    uint64_t dropped_expired; /* past their expiry */
+    uint64_t dropped_flushed; /* older than a flush_all */
+    uint64_t dropped_older;   /* a newer copy of the same key won */
+    uint64_t dropped_torn;    /* failed the checksum or bounds checks */
+    uint64_t dropped_flash;   /* on the NVMe tier: not reattached yet */
+    uint64_t dropped_no_room; /* the index had no room left */
+    double seconds;           /* time the scan took */
+    char reason[120];         /* a cold start's reason ("" otherwise) */
+};
+
 /* Fill cfg with the defaults above. */
 TC_API void tc_config_init(struct tc_config *cfg);
 
 /* Open (create or reuse) the pool file and build the cache. 0, or a negative
- * errno with one sentence in tc_errmsg(). */
+ * errno with one sentence in tc_errmsg(). An existing pool file of the
+ * same size, format version, item_size_max and slab classes has its items
+ * scanned back (after a clean close or a crash alike: only committed items
+ * with a good checksum, the newest copy of a key, none expired or flushed,
+ * none on the NVMe tier); any other file, or cfg->no_restart, is formatted
+ * (a cold start, one log line saying why). */
 TC_API int tc_open(const struct tc_config *cfg, struct tc_cache **out);
+/* What the open found and did. */
+TC_API void tc_open_info(struct tc_cache *c, struct tc_open_info *out);
 /* Stop the maintenance thread, free every DRAM structure, mark the pool
  * file clean and unmap it. NULL is a no-op. */
 TC_API void tc_close(struct tc_cache *c);

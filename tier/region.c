@@ -48,6 +48,7 @@ struct region {
     int fd;             /* holds the flock; used by region_discard() */
     bool is_pmem;
     bool was_clean;
+    bool reattached;
     char *path;
 };
 
@@ -366,6 +367,7 @@ region_attach(struct region *r)
 
     if (region_header_valid(h, r->mapped_len)) {
         r->was_clean = h->clean == 1;
+        r->reattached = true;
         pm_store32(&h->clean, 0);
         pm_store64(&h->open_count, h->open_count + 1);
     } else {
@@ -415,7 +417,9 @@ region_open(const struct region_config *cfg, struct region **out)
     r->fd = f.fd;
     log_info("pool %s: %" PRIu64 " data bytes, %s, %s", r->path, r->data_size,
              r->is_pmem ? "pmem" : "not pmem",
-             r->was_clean ? "reattached after a clean close" : "new");
+             !r->reattached ? "new"
+             : r->was_clean ? "reattached after a clean close"
+                            : "reattached after an unclean stop");
     *out = r;
     return 0;
 
@@ -517,4 +521,24 @@ region_discard(struct region *r, uint64_t data_off, uint64_t len)
             " of pool %s: %s",
             len, data_off, r->path, strerror(-rc));
     return rc;
+}
+
+bool
+region_reattached(const struct region *r)
+{
+    return r->reattached;
+}
+
+void *
+region_user(const struct region *r)
+{
+    return ((struct region_header *)r->base)->user;
+}
+
+uint8_t *
+region_page_table(const struct region *r, uint32_t *npages)
+{
+    uint64_t n = r->data_size >> 20;
+    *npages = (uint32_t)(n < REGION_PAGE_TABLE_MAX ? n : REGION_PAGE_TABLE_MAX);
+    return (uint8_t *)r->base + REGION_PAGE_TABLE_OFFSET;
 }

@@ -58,6 +58,19 @@ bool region_was_clean(const struct region *r);
 
 const char *region_path(const struct region *r);
 
+/* Whether this open found a valid header of this version and size (the
+ * contents may be reattached) rather than writing a fresh one. */
+bool region_reattached(const struct region *r);
+
+/* REGION_USER_BYTES of the header for the layer above (its restart
+ * metadata), zero in a fresh header. Written through the PMEM helpers. */
+void *region_user(const struct region *r);
+
+/* One byte per data page for the layer above, *npages of them (the data
+ * area's pages, at most REGION_PAGE_TABLE_MAX: a larger pool has a table
+ * for its first pages only). Not cleared by a fresh header. */
+uint8_t *region_page_table(const struct region *r, uint32_t *npages);
+
 /* The whole mapping (header included) and its length: what the write-hotspot
  * tracker covers. */
 void *region_map_base(const struct region *r);

@@ -26,6 +26,7 @@
 #include "src/base/hash.h"
 #include "src/base/log.h"
 #include "src/engine/cache_hotspot.h"
+#include "src/engine/restart_layout.h"
 #include "tier/dpool.h"
 #include "tier/nvs.h"
 #include "tier/pm.h"
@@ -448,6 +449,7 @@ cache_flush_check(struct cache *c, uint32_t now)
             &c->flush_at, &at, 0, memory_order_acq_rel, memory_order_acquire)) {
         uint64_t seq = atomic_load_explicit(&c->cas_seq, memory_order_relaxed);
         atomic_store_explicit(&c->flush_cas, seq, memory_order_release);
+        cache_flush_persist(c); /* Context: callers hold no lock */
     }
 }
 
@@ -497,6 +499,7 @@ cache_free_unpublished(struct cache_thread *t, const struct item_plan *plan,
         dram_free(t->cache, head);
         return;
     }
+    item_invalidate(t->cache->base, head);
     for (unsigned i = 0; i < plan->nchain; i++)
         quota_free(t->quota, slab_class_of(s, tails[i]), tails[i]);
     quota_free(t->quota, slab_class_of(s, head), head);
@@ -623,7 +626,9 @@ cache_defer_free(struct cache_thread *t, uint64_t head)
 {
     struct cache *c = t->cache;
     /* Context: the caller unlinked the item, so its header is still
-     * intact, and likely in the CPU cache */
+     * intact, and likely in the CPU cache; PMEM: its commit word goes to 0
+     * before the unlink is answered (item_layout.h) */
+    cache_invalidate(c, head);
     t->defer[t->ndefer++] =
         head | (cache_item_at(c, head)->nchain ? DEFER_CHAINED : 0);
     if (t->ndefer < CACHE_DEFER_BATCH)
@@ -680,6 +685,17 @@ format_page(void *arg, char *page, uint32_t chunk_size, uint32_t nchunks)
     bool in_lock = unlikely(c->cfg.ablate_init_in_lock);
     if (in_lock)
         pm_unchecked_begin();
+    /* PMEM: the page's class in the page table first, so that a scan
+     * after a crash cuts the page at this class's chunks
+     * (src/engine/restart_layout.h) */
+    uint32_t npages;
+    uint8_t *table = region_page_table(c->region, &npages);
+    uint64_t pg = (uint64_t)(page - c->base) >> POOL_PAGE_SHIFT;
+    int cls = slab_class_for(c->slab, chunk_size);
+    if (pg < npages && cls >= 0) {
+        uint8_t b = (uint8_t)(cls + 1);
+        pm_copy(&table[pg], &b, 1);
+    }
     /* PMEM: mark every chunk empty so that a scan (or a future warm
      * restart) never mistakes a fresh page's bytes for items. No lock is
      * held here (slab.c calls the hook between its locks). */
@@ -698,6 +714,16 @@ pmeta_write(void *arg, uint64_t *pmem_dst, uint64_t v)
     pm_unchecked_begin();
     pm_store64(pmem_dst, v);
     pm_unchecked_end();
+}
+
+void
+cache_flush_persist(struct cache *c)
+{
+    struct restart_meta *m = region_user(c->region);
+    pm_store32(&m->flush_at,
+               atomic_load_explicit(&c->flush_at, memory_order_acquire));
+    pm_store64(&m->flush_cas,
+               atomic_load_explicit(&c->flush_cas, memory_order_acquire));
 }
 
 static int
@@ -749,6 +775,7 @@ open_memory(struct cache *c)
         .min_chunk = c->cfg.min_chunk,
         .growth_factor = c->cfg.growth_factor,
         .chunk_max = c->cfg.chunk_max,
+        .chunk_step = c->cfg.chunk_step,
         .format = format_page,
         .format_arg = c,
         /* experiment only, off by default: Tair MDB's layouts, measured */

@@ -256,6 +256,9 @@ struct cache {
 
     struct cache_module modules[CACHE_MAX_MODULES];
     unsigned nmodules;
+
+    struct tc_open_info start; /* what the open found (src/engine/restart.c);
+                                  read-only after open */
 };
 
 /* --- cache.c --- */
@@ -525,8 +528,12 @@ cache_fresh(struct cache *c, uint64_t off, uint32_t now, unsigned bits)
 uint32_t cache_exptime(int64_t exptime, uint32_t now);
 
 /* Applies a delayed flush whose time has come. Call before any decision
- * that depends on flush state. */
+ * that depends on flush state, with no lock held. */
 void cache_flush_check(struct cache *c, uint32_t now);
+/* Store flush_cas and flush_at in the pool's restart metadata
+ * (src/engine/restart_layout.h), before a flush answers. PMEM: two stores
+ * in the region header; no lock may be held. */
+void cache_flush_persist(struct cache *c);
 
 enum cache_dead {
     CACHE_LIVE = 0,
@@ -538,11 +545,31 @@ enum cache_dead {
 enum cache_dead cache_item_dead(const struct cache *c,
                                 const struct item_hdr *it, uint32_t now);
 
-/* Give back the chunks of an item that was never published. */
+/* The next store sequence (item_layout.h's commit word): one per item
+ * written, whatever CAS it carries. */
+static inline uint64_t
+cache_seq_next(struct cache *c)
+{
+    return atomic_fetch_add_explicit(&c->cas_seq, 1, memory_order_relaxed) + 1;
+}
+
+/* Invalidate an item in PMEM (item_invalidate); nothing for a DRAM one.
+ * PMEM: one 8-byte store; no lock may be held. */
+static inline void
+cache_invalidate(struct cache *c, uint64_t off)
+{
+    if (likely(!cache_off_dram(off)))
+        item_invalidate(c->base, off);
+}
+
+/* Give back the chunks of an item that was never published (invalidated
+ * first: it was committed). */
 void cache_free_unpublished(struct cache_thread *t,
                             const struct item_plan *plan, uint64_t head,
                             const uint64_t *tails);
-/* Free an item unlinked from the index after a grace period. */
+/* Free an item unlinked from the index after a grace period. It is
+ * invalidated in PMEM now, before the caller answers (a delete, a
+ * replacing store) or the chunk can be reused. No lock may be held. */
 void cache_defer_free(struct cache_thread *t, uint64_t head);
 /* Put the thread's deferred batch on the cache's limbo list now. */
 void cache_defer_flush(struct cache_thread *t);

@@ -421,7 +421,7 @@ swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
         return -ENOSPC;
     }
     /* PMEM: the header is written before it is visible, no lock held */
-    item_write_flash(c->base, off, hdr, key, nl);
+    item_write_flash(c->base, off, hdr, key, nl, cache_seq_next(c));
     pm_fence();
     slab_reset_bits(c->slab, off);
     cache_account(t, off, 1);
@@ -437,6 +437,7 @@ swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
     htab_unlock(b);
     if (!ok) {
         cache_account(t, off, -1);
+        item_invalidate(c->base, off); /* committed, never published */
         quota_free(t->quota, (unsigned)cls, off);
         return -EAGAIN;
     }

@@ -545,7 +545,8 @@ demote(struct cache_thread *t, const struct cand *cd)
                                item_value_iov(c->base, it, c->chunk_max, iov)};
         hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
         /* PMEM: the copy, before publication, no lock held */
-        item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src);
+        item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src,
+                   cache_seq_next(c));
         pm_fence();
         slab_reset_bits(c->slab, head);
         cache_account(t, head, 1);

@@ -1,12 +1,14 @@
 /*
  * Items in chunks. Stateless: every write goes through the PMEM helpers and
- * happens before the item is published in the index, outside any lock.
+ * happens before the item is published in the index, outside any lock; the
+ * commit word goes last (src/engine/item_layout.h).
  */
 #include "src/engine/item.h"
 
 #include "src/base/compiler.h"
 #include "tier/pm.h"
 
+#include <stddef.h>
 #include <string.h>
 
 /* Items up to this size are staged in DRAM and written in one copy. */
@@ -61,10 +63,93 @@ stream_copy(char *dst, struct stream *s, size_t n)
     }
 }
 
+/*
+ * The CRC runs over the whole header as staged for writing (exptime and the
+ * commit word read as 0), then the key right after it, then the extra
+ * bytes: staged is a header followed by its key, as item_write builds it
+ * in DRAM anyway, so a set checksums its own staging buffer in one pass.
+ * exptime is zeroed for the pass and put back.
+ */
+static uint64_t
+staged_word(char *staged, const void *extra, size_t extra_len, uint64_t seq)
+{
+    uint32_t exp, zero = 0;
+    size_t at = offsetof(struct item_hdr, exptime);
+    uint8_t klen = (uint8_t)staged[offsetof(struct item_hdr, klen)];
+
+    memcpy(&exp, staged + at, sizeof(exp));
+    memcpy(staged + at, &zero, sizeof(zero)); /* touch changes it in place */
+    uint32_t crc = nvs_crc32c(0, staged, sizeof(struct item_hdr) + klen);
+    memcpy(staged + at, &exp, sizeof(exp));
+    if (extra_len)
+        crc = nvs_crc32c(crc, extra, extra_len);
+    uint64_t w = (uint64_t)(uint32_t)seq << 32 | crc;
+    return w ? w : 1ull << 32; /* 0 means "not an item" */
+}
+
+uint64_t
+item_commit_word(const struct item_hdr *hdr, const void *key, const void *extra,
+                 size_t extra_len, uint64_t seq)
+{
+    union {
+        struct item_hdr h;
+        char b[sizeof(struct item_hdr) + UINT8_MAX];
+    } u;
+    u.h = *hdr;
+    u.h.commit = 0;
+    memcpy(u.b + sizeof(struct item_hdr), key, hdr->klen);
+    return staged_word(u.b, extra, extra_len, seq);
+}
+
+/* PMEM: the bytes before it are fenced, then one 8-byte store. */
+static void
+commit_store(char *head, uint64_t word)
+{
+    pm_fence();
+    pm_store64((uint64_t *)(head + ITEM_COMMIT_OFFSET), word);
+}
+
+void
+item_invalidate(char *base, uint64_t off)
+{
+    pm_store64((uint64_t *)(base + off + ITEM_COMMIT_OFFSET), 0);
+}
+
+bool
+item_check(const struct item_hdr *it, uint32_t chunk_size)
+{
+    uint64_t commit = __atomic_load_n(&it->commit, __ATOMIC_RELAXED);
+    if (!commit || !item_kind_is_head(it->kind) || it->klen == 0 ||
+        sizeof(*it) + it->klen > chunk_size)
+        return false;
+    const void *extra = NULL;
+    size_t extra_len = 0;
+    if (it->kind == ITEM_KIND_FLASH) {
+        if (it->nchain || item_flash_size(it->klen) > chunk_size)
+            return false;
+        extra = item_flash_loc(it);
+        extra_len = sizeof(struct nvs_loc);
+    } else if (it->nchain) {
+        uint64_t end =
+            (uint64_t)((const char *)item_tails(it) - (const char *)it) +
+            8ull * it->nchain;
+        if (end > chunk_size)
+            return false;
+        extra = item_tails(it);
+        extra_len = 8u * it->nchain;
+    } else if (sizeof(*it) + it->klen + (uint64_t)it->vlen > chunk_size) {
+        return false;
+    }
+    struct item_hdr h = *it;
+    uint64_t want = item_commit_word(&h, item_key(it), extra, extra_len,
+                                     item_commit_seq(commit));
+    return want == commit;
+}
+
 void
 item_write(char *base, uint64_t off, const struct item_plan *plan,
            const uint64_t *tails, const struct item_hdr *hdr, const void *key,
-           const struct item_src *val)
+           const struct item_src *val, uint64_t seq)
 {
     struct item_hdr h = *hdr;
     struct stream s = {val->iov, val->niov, 0, 0};
@@ -72,12 +157,14 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
 
     h.kind = ITEM_KIND_HEAD;
     h.nchain = plan->nchain;
+    h.commit = 0;
     if (!plan->nchain && plan->head_size <= ITEM_STAGE_MAX) {
         /* small item: build it in DRAM and write it with one copy (one
          * call into libpmem instead of three or more) */
         char stage[ITEM_STAGE_MAX];
         memcpy(stage, &h, sizeof(h));
         memcpy(stage + sizeof(h), key, h.klen);
+        uint64_t word = staged_word(stage, NULL, 0, seq);
         size_t at = sizeof(h) + h.klen;
         for (int i = 0; i < val->niov; i++) {
             if (!val->iov[i].iov_len)
@@ -86,14 +173,17 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
             at += val->iov[i].iov_len;
         }
         pm_copy(head, stage, at);
+        commit_store(head, word);
         return;
     }
     char hk[sizeof(h) + UINT8_MAX]; /* klen is a uint8_t */
     memcpy(hk, &h, sizeof(h));
     memcpy(hk + sizeof(h), key, h.klen);
+    uint64_t word = staged_word(hk, tails, 8u * plan->nchain, seq);
     pm_copy(head, hk, sizeof(h) + h.klen);
     if (!plan->nchain) {
         stream_copy(head + sizeof(h) + h.klen, &s, h.vlen);
+        commit_store(head, word);
         return;
     }
     pm_copy((char *)item_tails((const struct item_hdr *)head), tails,
@@ -106,11 +196,12 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
         stream_copy(base + tails[i] + sizeof(t), &s, n);
         left -= n;
     }
+    commit_store(head, word);
 }
 
 void
 item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
-                 const void *key, const struct nvs_loc *loc)
+                 const void *key, const struct nvs_loc *loc, uint64_t seq)
 {
     char stage[sizeof(struct item_hdr) + 256 + sizeof(struct nvs_loc)];
     struct item_hdr h = *hdr;
@@ -118,11 +209,14 @@ item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
 
     h.kind = ITEM_KIND_FLASH;
     h.nchain = 0;
+    h.commit = 0;
+    uint64_t word = item_commit_word(&h, key, loc, sizeof(*loc), seq);
     memset(stage, 0, sizeof(stage));
     memcpy(stage, &h, sizeof(h));
     memcpy(stage + sizeof(h), key, h.klen);
     memcpy(stage + at, loc, sizeof(*loc));
     pm_copy(base + off, stage, at + sizeof(*loc));
+    commit_store(base + off, word);
 }
 
 int

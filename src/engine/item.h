@@ -45,6 +45,7 @@ item_hdr_load(struct item_hdr *dst, const struct item_hdr *src)
     dst->flags = src->flags;
     dst->exptime = __atomic_load_n(&src->exptime, __ATOMIC_RELAXED);
     dst->cas = src->cas;
+    dst->commit = 0; /* a copy is not committed anywhere */
 }
 
 static inline const char *
@@ -87,11 +88,12 @@ item_flash_loc(const struct item_hdr *it)
 /* Write a flash item's header chunk at off: hdr (kind set here), key and
  * locator. PMEM: one pm_copy; no lock may be held. */
 void item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
-                      const void *key, const struct nvs_loc *loc);
+                      const void *key, const struct nvs_loc *loc, uint64_t seq);
 
 /* Write header, key and value into the head chunk at off (and the tails
- * listed in tails[] for a chained item). PMEM: writes through pm_copy; no
- * lock may be held. The value is given as up to three pieces (append and
+ * listed in tails[] for a chained item), then, after a fence, the commit
+ * word for store sequence seq. PMEM: writes through pm_copy; no lock may be
+ * held. The value is given as up to three pieces (append and
  * prepend join old and new without a DRAM copy). */
 struct item_src {
     const struct iovec *iov;
@@ -99,7 +101,39 @@ struct item_src {
 };
 void item_write(char *base, uint64_t off, const struct item_plan *plan,
                 const uint64_t *tails, const struct item_hdr *hdr,
-                const void *key, const struct item_src *val);
+                const void *key, const struct item_src *val, uint64_t seq);
+
+/* The commit word an item with this header, key and extra bytes (tail list
+ * or flash locator, NULL/0 for a plain item) gets for store sequence seq:
+ * seq's low 32 bits over the CRC32C (item_layout.h). Never 0. */
+uint64_t item_commit_word(const struct item_hdr *hdr, const void *key,
+                          const void *extra, size_t extra_len, uint64_t seq);
+
+/* Whether the committed item at it checks: commit word nonzero and its CRC
+ * matches header, key and tail list or locator. For a chunk read without the
+ * index vouching for it (the recovery scan): bounds are the caller's
+ * (chunk_size: bytes the chunk has). */
+bool item_check(const struct item_hdr *it, uint32_t chunk_size);
+
+/* Whether sequence a is newer than b (serial-number arithmetic on the low
+ * 32 bits kept in commit words). */
+static inline bool
+item_seq_newer(uint32_t a, uint32_t b)
+{
+    return (int32_t)(a - b) > 0;
+}
+
+static inline uint32_t
+item_commit_seq(uint64_t commit)
+{
+    return (uint32_t)(commit >> 32);
+}
+
+/* Invalidate the item at off in PMEM: its commit word becomes 0, one 8-byte
+ * store on its own line. Call after it left the index (or was never in it)
+ * and before the removal is acknowledged or the chunk reused. PMEM: one
+ * pm_store64; no lock may be held. */
+void item_invalidate(char *base, uint64_t off);
 
 /* Value as iovecs into PMEM: returns the count (<= ITEM_MAX_TAILS + 1). */
 int item_value_iov(const char *base, const struct item_hdr *it,

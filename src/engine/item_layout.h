@@ -2,10 +2,10 @@
 /*
  * On-PMEM layout of an item. One header chunk per item:
  *
- *   struct item_hdr (24 B) | key (klen B) | value (vlen B)          plain
- *   struct item_hdr (24 B) | key | pad to 8 | uint64 tail[nchain]    chained
+ *   struct item_hdr (32 B) | key (klen B) | value (vlen B)          plain
+ *   struct item_hdr (32 B) | key | pad to 8 | uint64 tail[nchain]    chained
  *
- *   struct item_hdr (24 B) | key | pad to 8 | struct nvs_loc (24 B)   flash
+ *   struct item_hdr (32 B) | key | pad to 8 | struct nvs_loc (24 B)   flash
  *
  * A chained item (larger than the largest slab chunk) keeps its value in
  * tail chunks, each starting with struct item_tail (16 B) that names its
@@ -20,9 +20,41 @@
  * carries the segment generation and the CRC32C the store checks on every
  * read. The locator never changes in place: compaction writes a new header.
  *
- * PMEM is volatile capacity here (DESIGN "What survives a restart"): there
- * is no CRC on PMEM items; the kind byte and bounds are checked wherever a
- * chunk is read without the index vouching for it (eviction scans).
+ * Recoverability (DESIGN "What survives a restart"; doc/architecture.md):
+ *
+ * - An item becomes valid by ONE aligned 8-byte store written last: the
+ *   commit word, after header, key, tail list, tails and value are in place
+ *   and fenced (pm_fence: pmem_memcpy may use non-temporal stores). A chunk
+ *   whose commit word is 0 holds nothing a scan may keep.
+ * - commit = seq << 32 | crc. crc is the CRC32C (tier/nvs's nvs_crc32c, the
+ *   one the flash records use) over the 32-byte header with exptime and the
+ *   commit word read as 0 (so kind, klen, nchain, iflags, vlen, flags and
+ *   CAS count), then the key, then the tail list of a chained item or the
+ *   locator of a flash item: a set checksums its DRAM staging copy of
+ *   header and key in one pass. exptime is left out: touch/gat change it in
+ *   place with one 4-byte store. seq is the low
+ *   32 bits of the store sequence (c->cas_seq, taken once per write, also
+ *   for a client-chosen CAS, a relocation or a recache): of two committed
+ *   copies of one key the newer wins, compared in serial-number arithmetic
+ *   ((int32_t)(a - b) > 0). Two copies are both committed only between the
+ *   publication of the newer and the invalidation of the older by the same
+ *   writer before it answers, a window far below 2^31 stores.
+ * - The value is NOT checksummed. A process crash cannot tear it: it is
+ *   written and fenced before the commit store, and the kernel keeps the
+ *   file's pages. Power loss on real PMEM is the durability level that
+ *   flushes before the commit store, with the same guarantee. A value CRC
+ *   would cost a pass over every value on every set (a 1 MiB value twice
+ *   over) to catch only media errors, which PMEM reports as machine checks.
+ * - Anything that must not come back has its commit word set to 0 (one
+ *   8-byte store on the item's own line, outside every lock) before the
+ *   operation that removed it answers, or before its chunk is reused:
+ *   the old copy of a replaced item, a deleted one, an evicted, swept or
+ *   reaped one, an unpublished one (a failed add), the source of a move.
+ *   Copies in the DRAM hot pool have no commit word; the PMEM copy they
+ *   replaced was invalidated like any replaced item.
+ *
+ * The kind byte and bounds are checked wherever a chunk is read without
+ * the index vouching for it (eviction scans, the recovery scan).
  */
 
 #include <stdint.h>
@@ -46,7 +78,10 @@ struct item_hdr {
     uint32_t flags;   /* client flags */
     uint32_t exptime; /* absolute unix seconds, 0 = never */
     uint64_t cas;
+    uint64_t commit; /* seq << 32 | crc, written last; 0: not an item */
 };
+
+#define ITEM_COMMIT_OFFSET 24
 
 struct item_tail {
     uint8_t kind; /* ITEM_KIND_TAIL */
@@ -56,5 +91,8 @@ struct item_tail {
 
 _Static_assert(sizeof(struct item_hdr) == TC_ITEM_HEADER_SIZE,
                "item header is the size the API states");
+_Static_assert(__builtin_offsetof(struct item_hdr, commit) ==
+                   ITEM_COMMIT_OFFSET,
+               "the commit word is the header's last 8 bytes");
 _Static_assert(sizeof(struct item_tail) == TC_ITEM_TAIL_HEADER_SIZE,
                "tail header is the size the API states");

@@ -367,6 +367,10 @@ reclaim_evict(struct cache_thread *t, unsigned cls)
             c->spill->after_evict(t, cls);
         return 0;
     }
+    /* PMEM: the victims must not come back after a crash (item_layout.h);
+     * no lock is held here */
+    for (unsigned i = 0; i < nfreed; i++)
+        cache_invalidate(c, freed[i]);
     /* The memory is needed now: wait for readers instead of deferring. */
     urcu_memb_synchronize_rcu();
     cache_rcu_synced();
@@ -483,14 +487,16 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
                 item_kind_is_head(hdr.kind);
     if (same && hdr.kind == ITEM_KIND_FLASH) {
         hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
-        item_write_flash(c->base, head, &hdr, item_key(it), item_flash_loc(it));
+        item_write_flash(c->base, head, &hdr, item_key(it), item_flash_loc(it),
+                         cache_seq_next(c));
         pm_fence();
     } else if (same) {
         struct iovec iov[ITEM_MAX_TAILS + 1];
         int n = item_value_iov(c->base, it, c->chunk_max, iov);
         struct item_src src = {iov, n};
         hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
-        item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src);
+        item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src,
+                   cache_seq_next(c));
         pm_fence();
         slab_atime_copy(c->slab, head, v->head); /* meta l survives a move */
     }

@@ -143,13 +143,14 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
 
 /* The CAS for a new item: the next of the counter, or the client's own
  * (meta E), which then also lifts the counter so that later CAS values stay
- * unique and above it. */
+ * unique and above it. *store_seq: the item's store sequence (the commit
+ * word's), taken from the counter in both cases. */
 static uint64_t
-next_cas(struct cache *c, uint64_t explicit_cas)
+next_cas(struct cache *c, uint64_t explicit_cas, uint64_t *store_seq)
 {
+    *store_seq = cache_seq_next(c);
     if (!explicit_cas)
-        return atomic_fetch_add_explicit(&c->cas_seq, 1, memory_order_relaxed) +
-               1;
+        return *store_seq;
     uint64_t seq = atomic_load_explicit(&c->cas_seq, memory_order_relaxed);
     while (seq < explicit_cas &&
            !atomic_compare_exchange_weak_explicit(
@@ -190,12 +191,12 @@ prepare(struct cache_thread *t, const struct store_req *r,
  * its slab lock. Breaks DESIGN rule 2 on purpose. Locks: slab class. */
 static void
 write_in_lock(struct cache *c, uint64_t head, const struct item_plan *plan,
-              const uint64_t *tails, struct store_req *r)
+              const uint64_t *tails, struct store_req *r, uint64_t seq)
 {
     unsigned cls = slab_class_of(c->slab, head);
     slab_ablate_lock(c->slab, cls);
     pm_unchecked_begin();
-    item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val);
+    item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val, seq);
     pm_unchecked_end();
     slab_ablate_unlock(c->slab, cls);
 }
@@ -214,15 +215,16 @@ commit(struct cache_thread *t, struct store_req *r,
     /* a delayed flush whose time has come takes effect before this item
      * gets its CAS: its watermark must not cover an item stored after it */
     cache_flush_check(c, now);
-    r->hdr.cas = next_cas(c, r->cas_new);
+    uint64_t seq;
+    r->hdr.cas = next_cas(c, r->cas_new, &seq);
     /* PMEM: the item is written here, before it is visible, with no lock
      * held (DESIGN rule 2); a hot key's item goes to its DRAM block */
     if (cache_off_dram(head))
         hotkey_write(head, plan, &r->hdr, r->key, &r->val);
     else if (likely(!c->cfg.ablate_init_in_lock))
-        item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val);
+        item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val, seq);
     else
-        write_in_lock(c, head, plan, tails, r);
+        write_in_lock(c, head, plan, tails, r, seq);
     pm_fence(); /* the bytes are in place before the index points at them */
     /* DRAM, before anyone can read it: a reused chunk starts unreferenced,
      * unfetched and with its recache win unclaimed (or claimed, meta

@@ -19,6 +19,7 @@
 #include "src/engine/hotkey.h"
 #include "src/engine/maint.h"
 #include "src/engine/reclaim.h"
+#include "src/engine/restart.h"
 #include "src/engine/store.h"
 #include "tier/hotspot.h"
 #include "tier/region_layout.h"
@@ -74,6 +75,7 @@ tc_config_init(struct tc_config *cfg)
     cfg->min_chunk = 64; /* one cache line; tiercached: 72 (see above) */
     cfg->growth_factor = 1.25;
     cfg->chunk_max = POOL_PAGE_SIZE / 2;
+    cfg->chunk_step = 16;
     cfg->item_size_max = TC_ITEM_SIZE_MAX_DEFAULT;
     cfg->evict = true;
     cfg->quota_batch = 32;
@@ -106,7 +108,7 @@ tc_open(const struct tc_config *cfg, struct tc_cache **out)
     int rc = cache_open(cfg, &c);
     if (rc)
         return rc;
-    if ((rc = hotkey_create(c)) != 0 ||
+    if ((rc = restart_attach(c)) != 0 || (rc = hotkey_create(c)) != 0 ||
         (rc = ext_open(c, store_recache)) != 0 ||
         (c->cfg.background && (rc = maint_start(c)) != 0)) {
         cache_close(c); /* closes the modules that opened */
@@ -125,6 +127,12 @@ tc_close(struct tc_cache *tc)
         return;
     maint_stop(engine(tc));
     cache_close(engine(tc));
+}
+
+TC_API void
+tc_open_info(struct tc_cache *tc, struct tc_open_info *out)
+{
+    *out = engine(tc)->start;
 }
 
 TC_API const char *
@@ -436,12 +444,14 @@ tc_flush_all(struct tc_cache *tc, int64_t delay)
          * 30 days is an absolute time */
         atomic_store_explicit(&c->flush_at, cache_exptime(delay, now),
                               memory_order_release);
+        cache_flush_persist(c); /* before the answer: a restart keeps it */
         return TC_OK;
     }
     atomic_store_explicit(&c->flush_at, 0, memory_order_release);
     uint64_t seq = atomic_load_explicit(&c->cas_seq, memory_order_relaxed);
     /* release pairs with the acquire in cache_item_dead() */
     atomic_store_explicit(&c->flush_cas, seq, memory_order_release);
+    cache_flush_persist(c); /* before the answer: a restart keeps it */
     return TC_OK;
 }
 

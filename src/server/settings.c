@@ -602,6 +602,11 @@ check_slabs(const struct settings *s)
                 (unsigned long long)s->slab_chunk_max);
         return -EINVAL;
     }
+    if (s->slab_chunk_step % 8) {
+        err_set("-o slab_chunk_step: expected a multiple of 8, got %llu",
+                (unsigned long long)s->slab_chunk_step);
+        return -EINVAL;
+    }
     if (s->item_size_max > item_max) {
         err_set("-I: at most %llu bytes with -o slab_chunk_max=%llu (raise "
                 "slab_chunk_max, up to 1m), got %llu",
@@ -857,6 +862,7 @@ finish(struct settings *s)
         snprintf(s->pool_buf, sizeof(s->pool_buf),
                  "/dev/shm/tiercache.%llu.pool", (unsigned long long)s->port);
         s->pool_path = s->pool_buf;
+        s->pool_default = true;
     }
     return 0;
 }
@@ -1086,6 +1092,10 @@ settings_to_config(const struct settings *s, struct tc_config *cfg)
     cfg->pool_size = MAX(items, (uint64_t)TC_POOL_MIN_ITEMS) +
                      TC_POOL_HEADER_SIZE; /* -m 2: a 4 MiB file, 2 used */
     cfg->min_chunk = settings_min_chunk(s);
+    /* without -e, no restart: the default file is scratch (doc/operating.md,
+     * "Restart") */
+    if (s->pool_default)
+        cfg->no_restart = true;
     cfg->ext_npaths = s->ext_npaths;
     for (unsigned i = 0; i < s->ext_npaths; i++) {
         cfg->ext_path[i] = s->ext_path[i];

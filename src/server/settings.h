@@ -73,6 +73,9 @@ struct settings {
     char delimiter_buf[2]; /* -D's first character */
     char listen_buf[SETTINGS_LISTEN_MAX];
     char pool_buf[SETTINGS_PATH_MAX];
+    bool pool_default; /* no -e: the file is named after the port and every
+                          start is cold (no restart), as memcached restores
+                          only from its -e file */
 };
 
 /* Fill s with the defaults. */

@@ -150,6 +150,21 @@ general_tiercache(struct obuf *out, const struct tc_stats *t,
     stat_u64(out, "hot_pool_limit", t->hot_pool_limit);
 }
 
+/* What the start found in the pool file (tc_open_info). */
+static void
+general_restart(struct obuf *out, struct tc_cache *c)
+{
+    static const char *const kinds[] = {"cold", "warm", "recovered"};
+    struct tc_open_info oi;
+    tc_open_info(c, &oi);
+    obuf_printf(out, "STAT restart_kind %s\r\n",
+                (unsigned)oi.kind < 3 ? kinds[oi.kind] : "cold");
+    stat_u64(out, "restart_items", oi.items);
+    stat_u64(out, "restart_bytes", oi.bytes);
+    stat_u64(out, "restart_dropped", oi.dropped);
+    obuf_printf(out, "STAT restart_seconds %.6f\r\n", oi.seconds);
+}
+
 /* The NVMe tier: memcached's extstore names where the meaning
  * matches, shown only when a tier is configured, as memcached does. */
 static void
@@ -220,6 +235,7 @@ general(const struct stats_hooks *h, struct server *srv, struct obuf *out)
     }
     general_items(out, &t);
     general_tiercache(out, &t, ctr);
+    general_restart(out, in.cache);
     general_extstore(out, &t);
 }
 

@@ -273,6 +273,11 @@ main(int argc, char **argv)
     if (open_cache(&st, &cache) != 0)
         return 1;
     settings_in_use(&st, cache);
+    if (st.pool_default)
+        log_info("pool %s: no -e, so scratch: formatted at every start, "
+                 "removed at a clean stop (-e <file> keeps the items "
+                 "across restarts)",
+                 st.pool_path);
     struct server *srv;
     if (server_create(&st, cache, &srv) != 0) {
         fprintf(stderr, "tiercached: %s\n", err_msg());
@@ -292,6 +297,9 @@ main(int argc, char **argv)
     tc_close(cache);
     if (st.pid_file)
         remove_pid_file(st.pid_file);
-    log_info("stopped; pool %s closed clean", st.pool_path);
+    if (st.pool_default && unlink(st.pool_path) == 0)
+        log_info("stopped; scratch pool %s removed", st.pool_path);
+    else
+        log_info("stopped; pool %s closed clean", st.pool_path);
     return rc ? 1 : 0;
 }

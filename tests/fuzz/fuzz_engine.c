@@ -871,6 +871,7 @@ fz_config(struct tc_config *cfg)
     cfg->item_size_max = FZ_ITEM_MAX;
     cfg->chunk_max = FZ_CHUNK_MAX;
     cfg->growth_factor = 2.0; /* 64 .. 1024: five classes */
+    cfg->chunk_step = 0;      /* (a chunk step would make 30) */
     cfg->quota_batch = 4;     /* thread stashes stay small */
     cfg->expected_items = 64; /* the smallest index: overflow buckets */
     cfg->background = false;

@@ -9,21 +9,23 @@
 
 #include "engine_fx.h"
 
+#include "src/engine/item_layout.h"
 #include "tier/pm.h"
 
 #include <pthread.h>
 
-/* 100-byte values under 6-byte keys: items of 24 + 6 + 100 bytes. */
+/* 100-byte values under 6-byte keys: items of 32 + 6 + 100 bytes. */
 #define VLEN 100
 #define KLEN 6
-#define ITEM_BYTES (24 + KLEN + VLEN)
+#define ITEM_BYTES (TC_ITEM_HEADER_SIZE + KLEN + VLEN)
 #define NKEYS 60000 /* about 8 MB of chunks through a 6 MiB data area */
 
 /* What the write hook saw, by offset inside the 1 MiB page. */
 static struct {
     uint64_t writes;
     uint64_t line0_bytes;   /* bytes written into a page's first 64 bytes */
-    uint64_t line0_words;   /* of those, aligned 8-byte stores */
+    uint64_t line0_words;   /* of those, aligned 8-byte stores (chunk 0's
+                               commit word, the item's own, not counted) */
     uint64_t chunk0_beyond; /* writes starting in [0, 64) that end past
                                ITEM_BYTES (neither a mark nor item data) */
     uint64_t chunk0_items;  /* writes starting at 0 longer than 8 bytes */
@@ -35,6 +37,8 @@ record(const void *dst, size_t n)
 {
     uint64_t off = (uintptr_t)dst & (MIB - 1); /* pages are 1 MiB aligned */
     seen.writes++;
+    if (n == 8 && off == ITEM_COMMIT_OFFSET)
+        return; /* chunk 0's commit word: the item's own, not metadata */
     if (off < 64) {
         uint64_t end = off + n < 64 ? off + n : 64;
         seen.line0_bytes += end - off;

@@ -523,6 +523,41 @@ test_stress(void **state)
     check_ok(c);
 }
 
+/* A restart on the same pool and flash files: the items whose value is on
+ * flash are dropped and counted (not reattached yet), the pool's come
+ * back; nothing reads from flash, every key its value or a miss. */
+static void
+test_restart_drops_flash(void **state)
+{
+    struct xfx *x = *state;
+    const unsigned n = 8192; /* 32 MiB of 4 KiB values, pool 16 MiB */
+
+    fill(x->f.c, 0, n);
+    struct tc_stats before = stats(x->f.c);
+    assert_true(before.ext_items > 0);
+    tc_close(x->f.c);
+    x->f.c = NULL;
+    assert_int_equal(tc_open(&x->f.cfg, &x->f.c), 0);
+    struct tc_open_info info;
+    tc_open_info(x->f.c, &info);
+    assert_int_equal(info.kind, TC_START_WARM);
+    assert_int_equal(info.dropped_flash, before.ext_items);
+    assert_int_equal(info.items, before.curr_items - before.ext_items);
+    struct tc_stats s = stats(x->f.c);
+    assert_int_equal(s.ext_items, 0);
+    assert_int_equal(s.curr_items, info.items);
+    unsigned hits = 0;
+    for (unsigned i = 0; i < n; i++) {
+        bool fl = false;
+        if (read_check(x->f.c, i, 0, &fl)) {
+            hits++;
+            assert_false(fl);
+        }
+    }
+    assert_int_equal(hits, info.items);
+    check_ok(x->f.c);
+}
+
 int
 main(void)
 {
@@ -530,6 +565,7 @@ main(void)
         return 0;
     const struct CMUnitTest tests[] = {
         XT(test_spill_many_header_pages),
+        XT(test_restart_drops_flash),
         XT(test_spill_admin_busy),
         XT(test_item_age),
         XTS(test_hot_flash_key, xsetup_hot),

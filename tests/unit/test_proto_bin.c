@@ -108,7 +108,7 @@ test_get_chained_value(void **state)
     struct fx *f = *state;
     struct bytes in = {0}, want = {0};
     unsigned char e[8], fl[4];
-    size_t vlen = ITEM_MAX - 24 - 3;
+    size_t vlen = ITEM_MAX - TC_ITEM_HEADER_SIZE - 3;
     char *v = malloc(vlen);
     assert_non_null(v);
     for (size_t i = 0; i < vlen; i++)
@@ -134,7 +134,7 @@ test_yield_on_large_replies(void **state)
     struct fx *f = *state;
     struct bytes in = {0};
     unsigned char e[8];
-    size_t vlen = ITEM_MAX - 24 - 1;
+    size_t vlen = ITEM_MAX - TC_ITEM_HEADER_SIZE - 1;
     char *v = calloc(1, vlen);
     assert_non_null(v);
 

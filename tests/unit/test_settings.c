@@ -107,13 +107,14 @@ test_defaults(void **state)
     assert_int_equal(s->item_size_max, 1u << 20);
     assert_true(s->growth_factor > 1.2499 && s->growth_factor < 1.2501);
     assert_int_equal(s->chunk_size, 48);
-    assert_int_equal(settings_min_chunk(s), 72);
+    assert_int_equal(settings_min_chunk(s), 80);
     assert_int_equal(s->verbose, 0);
     assert_false(s->shutdown_enabled);
     assert_string_equal(s->pool_path, "/dev/shm/tiercache.11211.pool");
     assert_int_equal(s->idle_timeout, 0);
     assert_int_equal(s->pool_size, 0);
     assert_int_equal(s->slab_chunk_max, 512u << 10);
+    assert_int_equal(s->slab_chunk_step, 16);
     assert_int_equal(s->hash_items, 0);
     assert_int_equal(s->quota_batch, 32);
     assert_int_equal(s->sweep_budget, 1024);
@@ -139,7 +140,7 @@ test_every_flag(void **state)
     assert_int_equal(s->item_size_max, 2u << 20);
     assert_true(s->growth_factor > 1.4999 && s->growth_factor < 1.5001);
     assert_int_equal(s->chunk_size, 100);
-    assert_int_equal(settings_min_chunk(s), 128);
+    assert_int_equal(settings_min_chunk(s), 136);
     assert_int_equal(s->verbose, 1);
     assert_true(s->shutdown_enabled);
     assert_string_equal(s->pool_path, "/tmp/x.pool");
@@ -312,6 +313,14 @@ test_subopts(void **state)
     assert_true(f->s.no_background);
     expect_ok(f, "-ono_background");
     assert_true(f->s.no_background);
+    /* the fine slab classes: a step, or none */
+    struct tc_config cfg;
+    expect_ok(f, "-o slab_chunk_step=8");
+    settings_to_config(&f->s, &cfg);
+    assert_int_equal(cfg.chunk_step, 8);
+    expect_ok(f, "-o slab_chunk_step=0");
+    settings_to_config(&f->s, &cfg);
+    assert_int_equal(cfg.chunk_step, 0);
 }
 
 static void
@@ -329,6 +338,9 @@ test_subopts_bad(void **state)
     expect_bad(f, "-o slab_chunk_max=2m", "-o slab_chunk_max: ", NULL);
     expect_bad(f, "-o slab_chunk_max=1028",
                "-o slab_chunk_max: ", "multiple of 8");
+    expect_bad(f, "-o slab_chunk_step=12",
+               "-o slab_chunk_step: ", "multiple of 8");
+    expect_bad(f, "-o slab_chunk_step=40000", "-o slab_chunk_step: ", NULL);
     expect_bad(f, "-o hash_items=x", "-o hash_items: ", NULL);
     expect_bad(f, "-o quota_batch=0", "-o quota_batch: ", NULL);
     expect_bad(f, "-o quota_batch=257", "-o quota_batch: ", NULL);
@@ -577,7 +589,8 @@ test_number_rules(void **state)
 
 /* The copy into struct tc_config: each engine option reaches its field,
  * and the server's defaults are the library's except where options.def
- * says why (the pool's path and size, the smallest chunk, the hot pool). */
+ * says why (the pool's path and size, the smallest chunk, the hot pool,
+ * no restart without -e). */
 static void
 test_engine_config(void **state)
 {
@@ -589,13 +602,15 @@ test_engine_config(void **state)
     assert_string_equal(got.pool_path, "/dev/shm/tiercache.11211.pool");
     assert_true(got.pool_size == (64ull << 20) + TC_POOL_HEADER_SIZE);
     assert_true(got.mem_limit == 64ull << 20);
-    assert_int_equal(got.min_chunk, 72);
+    assert_int_equal(got.min_chunk, 80);
     assert_true(got.hot_pool_size == 8ull << 20);
+    assert_true(got.no_restart); /* no -e: the default file is scratch */
     got.pool_path = lib.pool_path;
     got.pool_size = lib.pool_size;
     got.mem_limit = lib.mem_limit;
     got.min_chunk = lib.min_chunk;
     got.hot_pool_size = lib.hot_pool_size;
+    got.no_restart = lib.no_restart;
     /* both start from tc_config_init's zeroed struct: padding compares */
     if (memcmp(&got, &lib, sizeof(got)) != 0)
         fail_msg("a server default differs from tc_config_init's");
@@ -609,7 +624,7 @@ test_engine_config(void **state)
     assert_false(got.background);
     assert_true(got.mem_limit == 100ull << 20);
     assert_true(got.pool_size == (1ull << 30) + TC_POOL_HEADER_SIZE);
-    assert_int_equal(got.min_chunk, 128);
+    assert_int_equal(got.min_chunk, 136);
     assert_true(got.growth_factor > 1.4999 && got.growth_factor < 1.5001);
     assert_int_equal(got.item_size_max, 2u << 20);
     assert_int_equal(got.chunk_max, 256u << 10);

@@ -316,6 +316,100 @@ test_geometry_too_many_classes(void **state)
     free(mem);
 }
 
+/* A chunk step: 16-byte classes from min_chunk to 32 steps (512 bytes),
+ * then exactly the classes the factor gives without a step. */
+static void
+test_geometry_chunk_step(void **state)
+{
+    struct slab_config plain_cfg = {.min_chunk = 80, .growth_factor = 1.25};
+    struct slab_config cfg = plain_cfg;
+    cfg.chunk_step = 16;
+    struct fixture *plain = fixture_new_cfg(2, &plain_cfg);
+    struct fixture *f = fixture_new_cfg(2, &cfg);
+    unsigned n = slab_nclasses(f->slab), pn = slab_nclasses(plain->slab);
+    unsigned i = 0;
+
+    *state = f;
+    for (uint32_t size = 80; size <= 512; size += 16, i++)
+        assert_int_equal(slab_chunk_size(f->slab, i), size);
+    assert_int_equal(i, 28);
+    /* above 512: the plain classes, one for one */
+    unsigned j = 0;
+    while (slab_chunk_size(plain->slab, j) <= 512)
+        j++;
+    assert_int_equal(slab_chunk_size(plain->slab, j), 552);
+    assert_int_equal(n - i, pn - j);
+    for (; i < n; i++, j++)
+        assert_int_equal(slab_chunk_size(f->slab, i),
+                         slab_chunk_size(plain->slab, j));
+    assert_int_equal(n, 60);
+    assert_true(n <= SLAB_MAX_CLASSES);
+    /* 100-byte values with a 32-byte header and a 16-byte key: 148 bytes
+     * go in 160-byte chunks, not the factor's 176 */
+    assert_int_equal(slab_chunk_size(f->slab, slab_class_for(f->slab, 148)),
+                     160);
+    assert_int_equal(
+        slab_chunk_size(plain->slab, slab_class_for(plain->slab, 148)), 176);
+    slab_destroy(plain->slab);
+    pool_destroy(plain->pool);
+    free(plain->seen);
+    free(plain->mem);
+    free(plain);
+}
+
+/* A factor whose own classes leave little room under SLAB_MAX_CLASSES:
+ * the fine classes end lower, and the factor's classes are kept. */
+static void
+test_geometry_chunk_step_crowded(void **state)
+{
+    struct slab_config plain_cfg = {.min_chunk = 80, .growth_factor = 1.2};
+    struct slab_config cfg = plain_cfg;
+    cfg.chunk_step = 16;
+    struct fixture *plain = fixture_new_cfg(2, &plain_cfg);
+    struct fixture *f = fixture_new_cfg(2, &cfg);
+    unsigned n = slab_nclasses(f->slab), pn = slab_nclasses(plain->slab);
+
+    *state = f;
+    assert_int_equal(pn, 49);
+    assert_true(n > pn && n <= SLAB_MAX_CLASSES);
+    assert_int_equal(slab_chunk_size(f->slab, 1), 96);
+    /* the largest classes are the factor's */
+    for (unsigned i = 1; i <= 20; i++)
+        assert_int_equal(slab_chunk_size(f->slab, n - i),
+                         slab_chunk_size(plain->slab, pn - i));
+    slab_destroy(plain->slab);
+    pool_destroy(plain->pool);
+    free(plain->seen);
+    free(plain->mem);
+    free(plain);
+}
+
+/* A step where the factor grows by less: the factor's step wins. */
+static void
+test_geometry_chunk_step_small_factor(void **state)
+{
+    struct slab_config cfg = {
+        .min_chunk = 64,
+        .growth_factor = 1.05,
+        .chunk_max = 1024,
+        .chunk_step = 64,
+    };
+    struct fixture *f = fixture_new_cfg(2, &cfg);
+    unsigned n = slab_nclasses(f->slab);
+
+    *state = f;
+    for (unsigned i = 1; i < n; i++) {
+        uint32_t prev = slab_chunk_size(f->slab, i - 1);
+        uint32_t size = slab_chunk_size(f->slab, i);
+        uint32_t by_factor = ALIGN_UP((uint32_t)(prev * 1.05), 8u);
+        if (by_factor <= prev)
+            by_factor = prev + 8;
+        assert_true(size > prev && size % 8 == 0);
+        if (size < 1024)
+            assert_true(size <= by_factor);
+    }
+}
+
 /* A regular class that rounds up to chunk_max must not repeat it. */
 static void
 test_geometry_top_edge(void **state)
@@ -347,6 +441,11 @@ test_config_invalid(void **state)
         {.min_chunk = 4096, .growth_factor = 1.25, .chunk_max = 1024},
         /* a last class that is not 8-aligned */
         {.min_chunk = 64, .growth_factor = 1.25, .chunk_max = 100001},
+        /* a step that is not a multiple of 8, or spans past a page */
+        {.min_chunk = 64, .growth_factor = 1.25, .chunk_step = 12},
+        {.min_chunk = 64,
+         .growth_factor = 1.25,
+         .chunk_step = POOL_PAGE_SIZE / SLAB_STEP_SPAN + 8},
     };
 
     (void)state;
@@ -1137,12 +1236,60 @@ test_regrow_under_prefetch(void **state)
     assert_int_equal(stats_of(f->slab, r.small).free_chunks, 0);
 }
 
+/* A restart hands a page to a class with some chunks in use: those are
+ * never handed out, the others are, the page no longer is free in the
+ * pool, and a page not free there is refused. */
+static void
+test_adopt_page(void **state)
+{
+    struct fixture *f = fixture_new(4);
+    *state = f;
+    unsigned cls = 3; /* 512-byte chunks: 2048 a page */
+    uint32_t per = POOL_PAGE_SIZE / slab_chunk_size(f->slab, cls);
+    uint64_t used[64] = {0};
+    used[0] = 0x5;                   /* chunks 0 and 2 */
+    used[per / 64 - 1] = 1ull << 63; /* the last chunk */
+
+    assert_int_equal(slab_adopt_page(f->slab, 2, cls, used), 0);
+    assert_int_equal(slab_class_of(f->slab, 2ull << POOL_PAGE_SHIFT), cls);
+    assert_int_equal(pool_nfree(f->pool), 3);
+    assert_int_equal(slab_adopt_page(f->slab, 2, cls, used), -EBUSY);
+    assert_int_equal(slab_adopt_page(f->slab, 1, 99, used), -EINVAL);
+    struct slab_class_stats st;
+    slab_class_stats(f->slab, cls, &st);
+    assert_int_equal(st.pages, 1);
+    assert_int_equal(st.free_chunks, per - 3);
+    assert_int_equal(slab_check(f->slab), 0);
+
+    /* every free chunk comes out once, none of the three in use */
+    uint64_t base = 2ull << POOL_PAGE_SHIFT;
+    uint64_t offs[64];
+    uint32_t taken = 0;
+    while (taken < per - 3) {
+        int n = slab_take_existing(f->slab, cls, offs, 64);
+        assert_true(n > 0);
+        for (int i = 0; i < n; i++) {
+            uint64_t idx = (offs[i] - base) / slab_chunk_size(f->slab, cls);
+            assert_true(offs[i] >= base && idx < per);
+            assert_true(idx != 0 && idx != 2 && idx != per - 1);
+        }
+        taken += (uint32_t)n;
+    }
+    assert_int_equal(slab_take_existing(f->slab, cls, offs, 1), -ENOSPC);
+    assert_int_equal(slab_check(f->slab), 0);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_geometry_default, teardown),
+        cmocka_unit_test_teardown(test_adopt_page, teardown),
         cmocka_unit_test_teardown(test_geometry_factor2, teardown),
+        cmocka_unit_test_teardown(test_geometry_chunk_step, teardown),
+        cmocka_unit_test_teardown(test_geometry_chunk_step_small_factor,
+                                  teardown),
+        cmocka_unit_test_teardown(test_geometry_chunk_step_crowded, teardown),
         cmocka_unit_test_teardown(test_geometry_unaligned_min, teardown),
         cmocka_unit_test(test_geometry_too_many_classes),
         cmocka_unit_test_teardown(test_geometry_top_edge, teardown),

@@ -1,0 +1,123 @@
+/*
+ * Restart time: a child process opens a pool, stores N items of V bytes
+ * ("key:%u") and either _exits without closing (a crash) or closes
+ * cleanly; the parent opens the same pool file and prints what
+ * tc_open_info() says: kind, items restored, dropped, the scan's seconds
+ * and items per second.
+ *
+ * Usage: bench_restart [--items N] [--value-size V] [--pool-mib M]
+ *                      [--clean] [--path FILE]
+ * Prints figures; asserts no speed. The pool file is removed at the end.
+ */
+#include "src/tiercache.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+struct bench_args {
+    uint64_t items;
+    uint32_t vsize;
+    uint64_t pool_mib;
+    int clean;
+    const char *path;
+};
+
+static int
+parse(int argc, char **argv, struct bench_args *a)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(argv[i], "--clean")) {
+            a->clean = 1;
+        } else if (v && !strcmp(argv[i], "--items")) {
+            a->items = strtoull(v, NULL, 10);
+            i++;
+        } else if (v && !strcmp(argv[i], "--value-size")) {
+            a->vsize = (uint32_t)strtoul(v, NULL, 10);
+            i++;
+        } else if (v && !strcmp(argv[i], "--pool-mib")) {
+            a->pool_mib = strtoull(v, NULL, 10);
+            i++;
+        } else if (v && !strcmp(argv[i], "--path")) {
+            a->path = v;
+            i++;
+        } else {
+            fprintf(stderr, "bench_restart: unknown argument %s\n", argv[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The child: fill, then crash or close. */
+static void
+fill(const struct tc_config *cfg, const struct bench_args *a)
+{
+    struct tc_cache *c;
+    char key[32];
+    char *val = malloc(a->vsize ? a->vsize : 1);
+
+    if (!val || tc_open(cfg, &c) != 0)
+        _exit(2);
+    memset(val, 'v', a->vsize);
+    for (uint64_t i = 0; i < a->items; i++) {
+        int n = snprintf(key, sizeof(key), "key:%" PRIu64, i);
+        if (tc_set(c, key, (size_t)n, val, a->vsize, 0, 0) != 0)
+            _exit(3);
+    }
+    if (a->clean)
+        tc_close(c);
+    _exit(0); /* without --clean: a crash, the pool as it is */
+}
+
+int
+main(int argc, char **argv)
+{
+    struct bench_args a = {1000000, 100, 0, 0, "/dev/shm/bench_restart.pool"};
+    if (parse(argc, argv, &a) != 0)
+        return 64;
+    if (!a.pool_mib) /* room for the items and their headers, doubled */
+        a.pool_mib = 16 + 2 * a.items * (a.vsize + 64) / (1u << 20);
+
+    struct tc_config cfg;
+    tc_config_init(&cfg);
+    cfg.pool_path = a.path;
+    cfg.pool_size = a.pool_mib << 20;
+    cfg.background = false;
+    cfg.expected_items = a.items;
+    unlink(a.path);
+
+    pid_t pid = fork();
+    if (pid < 0)
+        return 1;
+    if (pid == 0)
+        fill(&cfg, &a);
+    int st = 0;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "bench_restart: the filling child failed (%d)\n", st);
+        unlink(a.path);
+        return 1;
+    }
+    struct tc_cache *c;
+    if (tc_open(&cfg, &c) != 0) {
+        fprintf(stderr, "bench_restart: %s\n", tc_errmsg());
+        unlink(a.path);
+        return 1;
+    }
+    struct tc_open_info oi;
+    tc_open_info(c, &oi);
+    static const char *const kinds[] = {"cold", "warm", "recovered"};
+    printf("restart %s: %" PRIu64 " items (%" PRIu64 " bytes) of %" PRIu64
+           " restored, %" PRIu64 " dropped, %.3f s, %.2f M items/s, pool "
+           "%" PRIu64 " MiB, %u-byte values\n",
+           kinds[oi.kind], oi.items, oi.bytes, a.items, oi.dropped, oi.seconds,
+           oi.seconds > 0 ? (double)oi.items / oi.seconds / 1e6 : 0, a.pool_mib,
+           a.vsize);
+    tc_close(c);
+    unlink(a.path);
+    return 0;
+}

@@ -1,0 +1,26 @@
+#pragma once
+/*
+ * Bringing a pool's items back at open (DESIGN "What survives a restart";
+ * the layouts: src/engine/item_layout.h, src/engine/restart_layout.h).
+ *
+ * restart_attach() runs once, right after cache_open() and before any
+ * module or thread uses the cache. A pool the region reattached, with
+ * restart metadata matching this cache's settings, is scanned: every page
+ * the page table names is cut at its class's chunks; a chunk holding a
+ * committed item whose checksum and bounds check, not expired, not older
+ * than the persisted flush, not on flash, goes into the index (of two
+ * copies of a key the newer sequence wins), every other committed item is
+ * invalidated; the pages that hold restored items join their classes with
+ * those chunks in use, the others go back to the pool; the CAS counter
+ * resumes above every CAS and sequence seen. Any other pool is formatted
+ * (a cold start, one log line). c->start says what happened.
+ *
+ * Concurrency: single-threaded, at open. PMEM: writes (invalidations, the
+ * page table, the metadata) with no lock held but the index bucket lock
+ * taken and dropped around each insertion (no PMEM write inside it).
+ */
+
+#include "src/engine/cache.h"
+
+/* 0, or a negative errno (-ENOMEM) with err_msg set. */
+int restart_attach(struct cache *c);

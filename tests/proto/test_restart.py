@@ -1,0 +1,244 @@
+"""Restart (doc/operating.md, "Restart"): tiercached started again on the
+same -e pool file brings its items back, after kill -9 (recovered) and
+after SIGTERM (warm); deleted and flushed keys stay gone; -o no_restart and
+a start without -e are cold.
+
+Every server here is started by this file on its own pool file, killed or
+stopped by its PID, and the pool file removed at the end. No assertion
+depends on timing: each restart is judged by what was acknowledged before
+the kill.
+"""
+
+import os
+import signal
+import subprocess
+import tempfile
+import uuid
+
+import pytest
+
+from conftest import (HOST, IS_MEMCACHED, ROOT, Conn, Server, _die_with_parent,
+                      _wait_accepting, free_port, server_argv)
+
+pytestmark = pytest.mark.skipif(IS_MEMCACHED,
+                                reason="tiercache's restart from its pool")
+
+START_TIMEOUT = 60
+
+
+def _start(pool, extra=()):
+    """tiercached on pool (not removed by Server.cleanup)."""
+    for _ in range(3):
+        port = free_port()
+        fd_err, err_path = tempfile.mkstemp(prefix="tc-restart-",
+                                            suffix=".err")
+        argv = server_argv(port, ("-v",) + tuple(extra), 64,
+                           pool if pool else None)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=fd_err,
+                                cwd=str(ROOT), preexec_fn=_die_with_parent)
+        os.close(fd_err)
+        srv = Server(HOST, port, proc, pool=None, stderr_path=err_path,
+                     stdout_path=None, argv=argv)
+        if _wait_accepting(proc, port, START_TIMEOUT):
+            return srv
+        err = srv.stderr_text()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        srv.cleanup()
+        if "in use" not in err.lower():
+            raise AssertionError(f"{argv} did not start: {err}")
+    raise AssertionError("no free port")
+
+
+def _kill9(srv):
+    """kill -9 the PID this test started, and wait for it."""
+    srv.stopped = True
+    os.kill(srv.pid, signal.SIGKILL)
+    assert srv.wait_exit() == -signal.SIGKILL
+    srv.cleanup()
+
+
+def _stop(srv):
+    """SIGTERM the PID this test started; its exit status 0 asserted;
+    returns its stderr (the -v log)."""
+    srv.stopped = True
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.wait_exit() == 0
+    log = srv.stderr_text()
+    srv.check_stderr()
+    srv.cleanup()
+    return log
+
+
+@pytest.fixture
+def pool():
+    path = f"/dev/shm/tc-restart-{os.getpid()}-{uuid.uuid4().hex}.pool"
+    servers = []
+    yield path, servers
+    for s in servers:
+        if s.alive():
+            s.stopped = True
+            s.proc.kill()
+            s.proc.wait(10)
+        s.cleanup()
+    if os.path.exists(path):
+        os.unlink(path)
+
+
+def _value(i, gen):
+    return (b"v%d-%d-" % (i, gen)) * (1 + (i * 7 + gen) % 40)
+
+
+def _load(c, n):
+    """Sets, overwrites and deletes; returns key -> expected value (None:
+    must miss), with flags i."""
+    want = {}
+    for i in range(n):
+        k = b"rk%05d" % i
+        c.cmd(b"set %s %d 0 %d\r\n%s\r\n" % (k, i, len(_value(i, 1)),
+                                             _value(i, 1)), b"STORED\r\n")
+        want[k] = _value(i, 1)
+    for i in range(0, n, 3):
+        k = b"rk%05d" % i
+        c.cmd(b"set %s %d 0 %d\r\n%s\r\n" % (k, i, len(_value(i, 2)),
+                                             _value(i, 2)), b"STORED\r\n")
+        want[k] = _value(i, 2)
+    for i in range(1, n, 5):
+        k = b"rk%05d" % i
+        c.cmd(b"delete %s\r\n" % k, b"DELETED\r\n")
+        want[k] = None
+    return want
+
+
+def _judge(c, want):
+    for k, v in want.items():
+        got = c.get_value(k)
+        assert got == v, f"{k!r}: expected {v!r}, got {got!r}"
+        if v is not None:
+            c.send(b"gets %s\r\n" % k)
+            head = c.readline()
+            flags = int(head.split()[2])
+            assert flags == int(k[2:]), head
+            c.read_until(b"END\r\n")
+
+
+def test_kill9_then_restart(pool):
+    path, servers = pool
+    n = 600
+    srv = _start(path)
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    want = _load(c, n)
+    cas_before = {}
+    for k in (b"rk00000", b"rk00002"):
+        c.send(b"gets %s\r\n" % k)
+        cas_before[k] = c.readline().split()[4]
+        c.read_until(b"END\r\n")
+    c.close()
+    _kill9(srv)
+
+    srv2 = _start(path)
+    servers.append(srv2)
+    c = Conn(HOST, srv2.port)
+    _judge(c, want)
+    for k, cas in cas_before.items():
+        c.send(b"gets %s\r\n" % k)
+        assert c.readline().split()[4] == cas
+        c.read_until(b"END\r\n")
+    st = c.stats()
+    live = sum(1 for v in want.values() if v is not None)
+    assert st["restart_kind"] == "recovered"
+    assert int(st["restart_items"]) == live
+    assert int(st["restart_dropped"]) == 0
+    assert int(st["curr_items"]) == live
+    float(st["restart_seconds"])
+    # a new store gets a CAS above the restored ones
+    c.cmd(b"set fresh 0 0 1\r\nx\r\n", b"STORED\r\n")
+    c.send(b"gets fresh\r\n")
+    new_cas = int(c.readline().split()[4])
+    c.read_until(b"END\r\n")
+    assert new_cas > max(int(x) for x in cas_before.values())
+    c.close()
+
+    # a clean stop: the next start is warm, with the same items
+    log = _stop(srv2)
+    assert "recovered start" in log and "restored" in log, log
+    srv3 = _start(path)
+    servers.append(srv3)
+    c = Conn(HOST, srv3.port)
+    want[b"fresh"] = b"x"
+    for k, v in want.items():
+        assert c.get_value(k) == v, k
+    st = c.stats()
+    assert st["restart_kind"] == "warm"
+    assert int(st["restart_items"]) == live + 1
+    c.close()
+    log = _stop(srv3)
+    assert "warm start" in log and "restored" in log, log
+
+
+def test_flush_all_survives_kill9(pool):
+    path, servers = pool
+    srv = _start(path)
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    for i in range(20):
+        c.set(b"fk%d" % i, b"old%d" % i)
+    c.cmd(b"flush_all\r\n", b"OK\r\n")
+    c.set(b"after", b"kept")
+    c.close()
+    _kill9(srv)
+    srv2 = _start(path)
+    servers.append(srv2)
+    c = Conn(HOST, srv2.port)
+    for i in range(20):
+        assert c.get_value(b"fk%d" % i) is None
+    assert c.get_value(b"after") == b"kept"
+    st = c.stats()
+    assert st["restart_kind"] == "recovered"
+    assert st["restart_items"] == "1"
+    assert st["restart_dropped"] == "20"
+    c.close()
+
+
+def test_no_restart_is_cold(pool):
+    path, servers = pool
+    srv = _start(path)
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    c.set(b"k", b"v")
+    c.close()
+    _kill9(srv)
+    srv2 = _start(path, ("-o", "no_restart"))
+    servers.append(srv2)
+    c = Conn(HOST, srv2.port)
+    assert c.get_value(b"k") is None
+    st = c.stats()
+    assert st["restart_kind"] == "cold"
+    assert st["restart_items"] == "0"
+    c.close()
+    assert "cold start: restart turned off" in _stop(srv2)
+
+
+def test_without_e_is_cold_and_scratch(pool):
+    """No -e: the default file named after the port is formatted at every
+    start and removed at a clean stop."""
+    _, servers = pool
+    srv = _start(None)
+    servers.append(srv)
+    default = f"/dev/shm/tiercache.{srv.port}.pool"
+    try:
+        assert os.path.exists(default)
+        c = Conn(HOST, srv.port)
+        c.set(b"k", b"v")
+        st = c.stats()
+        assert st["restart_kind"] == "cold"
+        c.close()
+        log = _stop(srv)
+        assert not os.path.exists(default)
+        assert "scratch" in log, log
+    finally:
+        if os.path.exists(default):
+            os.unlink(default)

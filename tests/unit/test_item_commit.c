@@ -1,0 +1,310 @@
+/*
+ * The recoverable item format (src/engine/item_layout.h), seen from the
+ * pool file: after each kind of operation, a scan of the data area for
+ * committed items with a good checksum (what a recovery scan keeps) finds
+ * exactly one copy of every live key, holding its current value, and none
+ * of a deleted, replaced, evicted or refused one. A torn item (header or
+ * key bytes changed after commit, or no commit word) does not check.
+ *
+ * The scan maps the pool file read-only beside the open cache (a MAP_SHARED
+ * mapping of the same /dev/shm file sees the same pages) and tries every
+ * 8-aligned offset: a false match would need a valid kind byte and a
+ * matching CRC32C in value bytes.
+ */
+
+#include "engine_fx.h"
+
+#include "src/engine/cache.h"
+#include "src/engine/item.h"
+#include "src/engine/restart_layout.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#define PAGE (1u * MIB)
+
+struct scan {
+    char *map;
+    size_t len;
+};
+
+static void
+scan_map(struct fx *f, struct scan *s)
+{
+    int fd = open(f->path, O_RDONLY);
+    assert_true(fd >= 0);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    s->len = (size_t)st.st_size;
+    s->map = mmap(NULL, s->len, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    assert_true(s->map != MAP_FAILED);
+}
+
+static void
+scan_unmap(struct scan *s)
+{
+    munmap(s->map, s->len);
+}
+
+/* Committed, checking copies of key in the data area; the last one found
+ * is returned in *last (NULL if none). */
+static unsigned
+copies_of(const struct scan *s, const char *key, const struct item_hdr **last)
+{
+    size_t klen = strlen(key);
+    unsigned n = 0;
+    *last = NULL;
+    for (size_t off = REGION_HDR_BYTES; off + sizeof(struct item_hdr) <= s->len;
+         off += 8) {
+        const struct item_hdr *it = (const void *)(s->map + off);
+        if (!item_kind_is_head(it->kind) || it->klen != klen || !it->commit)
+            continue;
+        uint32_t room = (uint32_t)(PAGE - (off & (PAGE - 1)));
+        if (!item_check(it, room) || memcmp(item_key(it), key, klen) != 0)
+            continue;
+        n++;
+        *last = it;
+    }
+    return n;
+}
+
+static void
+assert_one_copy(const struct scan *s, const char *key, const char *val)
+{
+    const struct item_hdr *it;
+    assert_int_equal(copies_of(s, key, &it), 1);
+    assert_int_equal(it->vlen, strlen(val));
+    assert_memory_equal(item_key(it) + it->klen, val, it->vlen);
+}
+
+static void
+assert_no_copy(const struct scan *s, const char *key)
+{
+    const struct item_hdr *it;
+    assert_int_equal(copies_of(s, key, &it), 0);
+}
+
+/* set, replace, delete, failed add, append, incr, touch: one copy of each
+ * live key with its current value, none of the deleted one. */
+static void
+test_committed_copies(void **state)
+{
+    struct fx *f = *state;
+    struct scan s;
+
+    puts_(f->c, "keep", "v1");
+    puts_(f->c, "over", "old");
+    puts_(f->c, "over", "new");
+    puts_(f->c, "gone", "x");
+    assert_int_equal(tc_delete(f->c, "gone", 4, 0), TC_OK);
+    assert_int_equal(store_s(f->c, TC_ADD, "keep", "refused", 0, 0, 0, NULL),
+                     TC_NOT_STORED);
+    puts_(f->c, "cat", "ab");
+    assert_int_equal(store_s(f->c, TC_APPEND, "cat", "cd", 0, 0, 0, NULL),
+                     TC_OK);
+    puts_(f->c, "num", "41");
+    uint64_t v;
+    assert_int_equal(tc_incr(f->c, "num", 3, 1, &v, NULL), TC_OK);
+    assert_int_equal(tc_touch(f->c, "keep", 4, 1000), TC_OK);
+
+    scan_map(f, &s);
+    assert_one_copy(&s, "keep", "v1"); /* touch keeps the checksum good */
+    assert_one_copy(&s, "over", "new");
+    assert_no_copy(&s, "gone");
+    assert_one_copy(&s, "cat", "abcd");
+    assert_one_copy(&s, "num", "42");
+    scan_unmap(&s);
+}
+
+/* flush_all leaves the items in place (a recovery drops them by the
+ * persisted watermark); a set after it is one copy. Chained values check
+ * through their tail list. */
+static void
+test_chained_and_sequence(void **state)
+{
+    struct fx *f = *state;
+    struct scan s;
+    size_t big = 700 * 1024; /* above the largest chunk: chained */
+    char *val = malloc(big + 1);
+    assert_non_null(val);
+    memset(val, 'q', big);
+    val[big] = '\0';
+
+    puts_(f->c, "big", val);
+    puts_(f->c, "a", "1");
+    puts_(f->c, "b", "2");
+    scan_map(f, &s);
+    const struct item_hdr *ia, *ib, *ibig;
+    assert_int_equal(copies_of(&s, "big", &ibig), 1);
+    assert_int_equal(ibig->vlen, big);
+    assert_true(ibig->nchain > 0);
+    assert_int_equal(copies_of(&s, "a", &ia), 1);
+    assert_int_equal(copies_of(&s, "b", &ib), 1);
+    /* the later store has the newer sequence */
+    assert_true(item_seq_newer(item_commit_seq(ib->commit),
+                               item_commit_seq(ia->commit)));
+    scan_unmap(&s);
+    free(val);
+}
+
+/* Evicted items leave no committed copy: fill a small pool many times
+ * over, then only keys still in the index have one. */
+static void
+test_evicted_invalidated(void **state)
+{
+    struct fx *f = *state;
+    struct scan s;
+    char key[16], val[200];
+    const unsigned n = 30000; /* about 7 MB of items through 6 MiB */
+
+    f->cfg.pool_size = 8 * MIB;
+    fx_reopen(f);
+    memset(val, 'e', sizeof(val) - 1);
+    val[sizeof(val) - 1] = '\0';
+    for (unsigned i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "e%06u", i);
+        puts_(f->c, key, val);
+    }
+    assert_true(stats(f->c).evictions > 0);
+    scan_map(f, &s);
+    unsigned live = 0, ghosts = 0;
+    for (unsigned i = 0; i < n; i += 97) {
+        snprintf(key, sizeof(key), "e%06u", i);
+        const struct item_hdr *it;
+        unsigned copies = copies_of(&s, key, &it);
+        struct got g;
+        unsigned char buf[256];
+        bool hit = get_cb(f->c, key, &g, buf, sizeof(buf)) == TC_OK;
+        live += hit;
+        ghosts += !hit && copies;
+        assert_true(copies <= 1);
+        if (hit)
+            assert_int_equal(copies, 1);
+    }
+    assert_true(live > 0);
+    assert_int_equal(ghosts, 0);
+    scan_unmap(&s);
+}
+
+/* A torn item does not check: header or key bytes changed after the
+ * commit word, or no commit word. */
+static void
+test_torn_item(void **state)
+{
+    (void)state;
+    _Alignas(8) char chunk[256];
+    struct item_hdr h = {.klen = 3, .vlen = 5, .flags = 7, .cas = 99};
+    struct iovec iov = {"value", 5};
+    struct item_src src = {&iov, 1};
+    struct item_plan plan;
+
+    memset(chunk, 0, sizeof(chunk));
+    item_plan(3, 5, sizeof(chunk), &plan);
+    item_write(chunk, 0, &plan, NULL, &h, "key", &src, 12345);
+    const struct item_hdr *it = (const void *)chunk;
+    assert_true(item_check(it, sizeof(chunk)));
+    assert_int_equal(item_commit_seq(it->commit), 12345);
+
+    /* exptime is outside the checksum: touch changes it in place */
+    ((struct item_hdr *)chunk)->exptime = 1234;
+    assert_true(item_check(it, sizeof(chunk)));
+    /* a key byte */
+    chunk[sizeof(struct item_hdr) + 1] ^= 1;
+    assert_false(item_check(it, sizeof(chunk)));
+    chunk[sizeof(struct item_hdr) + 1] ^= 1;
+    assert_true(item_check(it, sizeof(chunk)));
+    /* header fields: flags, vlen, CAS */
+    ((struct item_hdr *)chunk)->flags = 8;
+    assert_false(item_check(it, sizeof(chunk)));
+    ((struct item_hdr *)chunk)->flags = 7;
+    ((struct item_hdr *)chunk)->cas = 100;
+    assert_false(item_check(it, sizeof(chunk)));
+    ((struct item_hdr *)chunk)->cas = 99;
+    assert_true(item_check(it, sizeof(chunk)));
+    /* bounds: the item does not fit the chunk it claims to be in */
+    assert_false(item_check(it, sizeof(struct item_hdr) + 3 + 4));
+    /* invalidated: the commit word is 0 */
+    item_invalidate(chunk, 0);
+    assert_int_equal(it->commit, 0);
+    assert_false(item_check(it, sizeof(chunk)));
+}
+
+/* What a scan needs besides the items: every committed item sits on a page
+ * whose page-table byte names its class, at a multiple of that class's
+ * chunk size; flush_all's watermark and a delayed flush's time are in the
+ * pool's header before flush_all returns. */
+static void
+test_page_table_and_flush(void **state)
+{
+    struct fx *f = *state;
+    struct cache *c = (struct cache *)f->c; /* the engine's own struct */
+    struct scan s;
+    char key[16], val[3000];
+
+    memset(val, 'p', sizeof(val));
+    for (unsigned i = 0; i < 300; i++) {
+        snprintf(key, sizeof(key), "p%04u", i);
+        /* three sizes: three classes */
+        size_t vlen = i % 3 == 0 ? 10 : i % 3 == 1 ? 500 : 2900;
+        assert_int_equal(tc_set(f->c, key, strlen(key), val, vlen, 0, 0), 0);
+    }
+    scan_map(f, &s);
+    const uint8_t *table = (const uint8_t *)s.map + REGION_PAGE_TABLE_OFFSET;
+    unsigned found = 0;
+    for (unsigned i = 0; i < 300; i++) {
+        snprintf(key, sizeof(key), "p%04u", i);
+        const struct item_hdr *it;
+        assert_int_equal(copies_of(&s, key, &it), 1);
+        uint64_t off = (uint64_t)((const char *)it - s.map) - REGION_HDR_BYTES;
+        uint8_t b = table[off >> 20];
+        assert_true(b != RESTART_PAGE_NONE);
+        unsigned cls = b - 1u;
+        assert_int_equal(cls, slab_class_of(c->slab, off));
+        assert_int_equal((off & (MIB - 1)) % slab_chunk_size(c->slab, cls), 0);
+        found++;
+    }
+    assert_int_equal(found, 300);
+
+    const struct restart_meta *m =
+        (const void *)(s.map + offsetof(struct region_header, user));
+    assert_true(m->magic == RESTART_MAGIC);
+    assert_int_equal(m->version, RESTART_VERSION);
+    assert_int_equal(m->item_size_max, f->cfg.item_size_max);
+    assert_int_equal(m->nclasses, slab_nclasses(c->slab));
+    assert_true(m->flush_cas == 0);
+    struct tc_item_info info;
+    char buf[16];
+    assert_int_equal(tc_get_copy(f->c, "p0000", 5, buf, sizeof(buf), &info),
+                     TC_OK);
+    assert_int_equal(tc_flush_all(f->c, 100), TC_OK);
+    assert_int_equal(m->flush_at, T0 + 100);
+    assert_int_equal(tc_flush_all(f->c, 0), TC_OK);
+    assert_int_equal(m->flush_at, 0);
+    assert_true(m->flush_cas >= info.cas);
+    scan_unmap(&s);
+}
+
+/* Serial-number order survives the 32-bit wrap. */
+static void
+test_seq_order(void **state)
+{
+    (void)state;
+    assert_true(item_seq_newer(2, 1));
+    assert_false(item_seq_newer(1, 2));
+    assert_false(item_seq_newer(5, 5));
+    assert_true(item_seq_newer(3, UINT32_MAX - 3));
+    assert_false(item_seq_newer(UINT32_MAX - 3, 3));
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        TC_TEST(test_committed_copies),    TC_TEST(test_chained_and_sequence),
+        TC_TEST(test_evicted_invalidated), TC_TEST(test_page_table_and_flush),
+        cmocka_unit_test(test_torn_item),  cmocka_unit_test(test_seq_order),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,571 @@
+/*
+ * Restart: tc_open on an existing pool file brings its items back, after a
+ * clean close (warm) and after a crash (recovered), and never a deleted,
+ * replaced, flushed, expired or torn one (src/engine/restart.h).
+ *
+ * A crash is a forked child that opens the cache, works, records what it
+ * was told in a shared anonymous mapping, and _exits without tc_close: its
+ * writes to the /dev/shm pool file stay, as after kill -9. The parent then
+ * opens the same file and judges every key.
+ */
+
+#include "engine_fx.h"
+
+#include "src/engine/item_layout.h"
+#include "src/engine/restart_layout.h"
+
+#include <fcntl.h>
+#include <stddef.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#define NKEYS 2000
+
+/* A test whose fixture opens nothing: the child and the parent open. */
+#define TC_TEST_NOOPEN(fn)                                                     \
+    cmocka_unit_test_prestate_setup_teardown(fn, setup_noopen, teardown, #fn)
+
+/* What the child saw acknowledged, per key. */
+struct truth {
+    uint8_t live[NKEYS];
+    uint32_t flags[NKEYS];
+    uint64_t cas[NKEYS];
+    uint32_t vlen[NKEYS];
+    uint32_t gen[NKEYS]; /* value generation: fill_pattern seed */
+    uint64_t max_cas;
+};
+
+static struct truth *
+truth_new(void)
+{
+    struct truth *t = mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(t != MAP_FAILED);
+    memset(t, 0, sizeof(*t));
+    return t;
+}
+
+static void
+key_of(char *k, unsigned i)
+{
+    snprintf(k, 16, "r%05u", i);
+}
+
+static uint32_t
+vlen_of(unsigned i, uint32_t gen)
+{
+    /* sizes over several classes, some chained (above 512 KiB chunks) */
+    if (i % 500 == 7)
+        return 600 * 1024 + gen;
+    return 10 + (i * 37 + gen * 11) % 3000;
+}
+
+/* Store key i with value generation gen and record it. */
+static void
+set_rec(struct tc_cache *c, struct truth *t, unsigned i, uint32_t gen)
+{
+    char k[16];
+    uint32_t vlen = vlen_of(i, gen);
+    unsigned char *v = malloc(vlen);
+    assert_non_null(v);
+    key_of(k, i);
+    fill_pattern(v, vlen, i * 1000003ull + gen);
+    uint64_t cas = 0;
+    int rc =
+        tc_store(c, TC_SET, k, strlen(k), v, vlen, i * 3 + gen, 0, 0, &cas);
+    free(v);
+    if (rc != TC_OK)
+        print_message("set %s gen %u (%u bytes): %d\n", k, gen, vlen, rc);
+    assert_int_equal(rc, TC_OK);
+    t->live[i] = 1;
+    t->flags[i] = i * 3 + gen;
+    t->cas[i] = cas;
+    t->vlen[i] = vlen;
+    t->gen[i] = gen;
+    if (cas > t->max_cas)
+        t->max_cas = cas;
+}
+
+static void
+del_rec(struct tc_cache *c, struct truth *t, unsigned i)
+{
+    char k[16];
+    key_of(k, i);
+    assert_int_equal(tc_delete(c, k, strlen(k), 0), TC_OK);
+    t->live[i] = 0;
+}
+
+/* Every key as the truth says: value, flags and CAS, or a miss. */
+static void
+judge(struct tc_cache *c, const struct truth *t, unsigned *nlive)
+{
+    unsigned char *buf = malloc(700 * 1024);
+    unsigned char *want = malloc(700 * 1024);
+    assert_non_null(buf);
+    assert_non_null(want);
+    *nlive = 0;
+    for (unsigned i = 0; i < NKEYS; i++) {
+        char k[16];
+        struct got g;
+        key_of(k, i);
+        int rc = get_cb(c, k, &g, buf, 700 * 1024);
+        if (!t->live[i]) {
+            if (rc != TC_NOT_FOUND)
+                print_message("key %s came back\n", k);
+            assert_int_equal(rc, TC_NOT_FOUND);
+            continue;
+        }
+        assert_int_equal(rc, TC_OK);
+        (*nlive)++;
+        assert_int_equal(g.len, t->vlen[i]);
+        fill_pattern(want, t->vlen[i], i * 1000003ull + t->gen[i]);
+        assert_memory_equal(buf, want, t->vlen[i]);
+        assert_int_equal(g.info.flags, t->flags[i]);
+        assert_true(g.info.cas == t->cas[i]);
+    }
+    free(buf);
+    free(want);
+}
+
+static int
+open_existing(struct fx *f)
+{
+    int rc = tc_open(&f->cfg, &f->c); /* no unlink: the pool is reused */
+    if (rc)
+        print_message("tc_open: %d (%s)\n", rc, tc_errmsg());
+    return rc;
+}
+
+/* The child's work: sets, overwrites, deletes, a refused add; then, with
+ * crash, _exit without closing. */
+static void
+workload(struct fx *f, struct truth *t)
+{
+    for (unsigned i = 0; i < NKEYS; i++)
+        set_rec(f->c, t, i, 1);
+    for (unsigned i = 0; i < NKEYS; i += 3)
+        set_rec(f->c, t, i, 2); /* replaced: the old copy must not win */
+    for (unsigned i = 1; i < NKEYS; i += 5)
+        del_rec(f->c, t, i);
+    char k[16];
+    key_of(k, 0);
+    assert_int_equal(store_s(f->c, TC_ADD, k, "refused", 0, 0, 0, NULL),
+                     TC_NOT_STORED);
+}
+
+static void
+run_child(struct fx *f, struct truth *t,
+          void (*work)(struct fx *, struct truth *))
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (fx_open(f) != 0)
+            _exit(2);
+        work(f, t);
+        _exit(0); /* a crash: no tc_close, the pool stays as it is */
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static void
+test_recover_after_crash(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+    unsigned nlive;
+
+    f->cfg.pool_size = 64 * MIB; /* no eviction: every key is judged */
+    run_child(f, t, workload);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_RECOVERED);
+    judge(f->c, t, &nlive);
+    assert_int_equal(stats(f->c).evictions, 0);
+    assert_int_equal(info.items, nlive);
+    assert_int_equal(nlive, NKEYS - NKEYS / 5);
+    assert_int_equal(info.dropped, 0);
+    assert_int_equal(stats(f->c).curr_items, nlive);
+    assert_int_equal(tc_check(f->c), 0);
+    /* the CAS counter resumes above every restored CAS */
+    uint64_t cas = 0;
+    assert_int_equal(tc_store(f->c, TC_SET, "new", 3, "x", 1, 0, 0, 0, &cas),
+                     TC_OK);
+    assert_true(cas > t->max_cas);
+    /* a store replaces a restored item: the slab state is usable */
+    set_rec(f->c, t, 0, 9);
+    del_rec(f->c, t, 3);
+    judge(f->c, t, &nlive);
+    assert_int_equal(tc_check(f->c), 0);
+
+    /* and a second crash-free cycle: a clean close is a warm start */
+    tc_close(f->c);
+    f->c = NULL;
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_WARM);
+    assert_int_equal(info.dropped, 0);
+    judge(f->c, t, &nlive);
+    assert_int_equal(info.items, nlive + 1); /* and "new" */
+    assert_int_equal(tc_check(f->c), 0);
+    munmap(t, sizeof(*t));
+}
+
+/* Evictions in the child: what it could still read comes back, what it
+ * could not does not. */
+static void
+evict_work(struct fx *f, struct truth *t)
+{
+    for (unsigned i = 0; i < NKEYS; i++)
+        set_rec(f->c, t, i, 1);
+    for (unsigned i = 0; i < NKEYS; i++)
+        set_rec(f->c, t, i, 2);
+    assert_true(stats(f->c).evictions > 0);
+    unsigned char *buf = malloc(700 * 1024);
+    assert_non_null(buf);
+    for (unsigned i = 0; i < NKEYS; i++) {
+        char k[16];
+        struct got g;
+        key_of(k, i);
+        t->live[i] = get_cb(f->c, k, &g, buf, 700 * 1024) == TC_OK;
+    }
+    free(buf);
+}
+
+static void
+test_recover_after_evictions(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+    unsigned nlive;
+
+    f->cfg.pool_size = 8 * MIB; /* 6 MiB of pages for ~6+ MB of items */
+    run_child(f, t, evict_work);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_RECOVERED);
+    judge(f->c, t, &nlive);
+    assert_true(nlive > 0);
+    assert_int_equal(info.items, nlive);
+    assert_int_equal(tc_check(f->c), 0);
+    munmap(t, sizeof(*t));
+}
+
+/* flush_all: what it covered stays gone, what came after it comes back;
+ * a delayed flush that came due while the cache was down covers all. */
+static void
+flush_work(struct fx *f, struct truth *t)
+{
+    for (unsigned i = 0; i < 10; i++)
+        set_rec(f->c, t, i, 1);
+    assert_int_equal(tc_flush_all(f->c, 0), TC_OK);
+    for (unsigned i = 0; i < 10; i++)
+        t->live[i] = 0;
+    for (unsigned i = 10; i < 20; i++)
+        set_rec(f->c, t, i, 1);
+}
+
+static void
+delayed_flush_work(struct fx *f, struct truth *t)
+{
+    for (unsigned i = 0; i < 10; i++)
+        set_rec(f->c, t, i, 1);
+    assert_int_equal(tc_flush_all(f->c, 100), TC_OK);
+}
+
+static void
+test_flush_survives(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+    unsigned nlive;
+
+    /* no eviction: the 20 items span about as many slab classes, a page
+     * each */
+    f->cfg.pool_size = 64 * MIB;
+    run_child(f, t, flush_work);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    judge(f->c, t, &nlive);
+    assert_int_equal(nlive, 10);
+    assert_int_equal(info.dropped_flushed, 10);
+    tc_close(f->c);
+    f->c = NULL;
+
+    memset(t, 0, sizeof(*t));
+    run_child(f, t, delayed_flush_work);
+    /* down past the flush's time: nothing stored before it comes back */
+    tc_clock_set(T0 + 200);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    for (unsigned i = 0; i < 10; i++)
+        t->live[i] = 0;
+    judge(f->c, t, &nlive);
+    assert_int_equal(nlive, 0);
+    assert_int_equal(info.dropped_flushed, 10);
+    munmap(t, sizeof(*t));
+}
+
+/* Expired items are dropped; the others keep their expiry. */
+static void
+expiry_work(struct fx *f, struct truth *t)
+{
+    (void)t;
+    assert_int_equal(tc_set(f->c, "short", 5, "s", 1, 0, 10), TC_OK);
+    assert_int_equal(tc_set(f->c, "long", 4, "l", 1, 0, 1000), TC_OK);
+}
+
+static void
+test_expired_dropped(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+
+    run_child(f, t, expiry_work);
+    tc_clock_set(T0 + 20);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.items, 1);
+    assert_int_equal(info.dropped_expired, 1);
+    check_miss(f->c, "short");
+    struct tc_item_info ii = check_str(f->c, "long", "l");
+    assert_int_equal(ii.exptime, T0 + 1000);
+    munmap(t, sizeof(*t));
+}
+
+/* A key promoted to the DRAM hot pool: its newest value lives in DRAM,
+ * lost at a crash; the older PMEM copies it replaced must not come back
+ * in its place (a miss is right, an old value is not). A key demoted back
+ * to PMEM comes back with its latest value. */
+static void
+hot_work(struct fx *f, struct truth *t)
+{
+    (void)t;
+    tc_maintain(f->c);
+    for (int i = 0; i < 200; i++)
+        puts_(f->c, "hot", "old");
+    tc_maintain(f->c); /* "hot" is hot: its next write goes to DRAM */
+    puts_(f->c, "hot", "dram");
+    assert_true(stats(f->c).hotkey_current == 1);
+    tc_maintain(f->c);
+    for (int i = 0; i < 200; i++)
+        puts_(f->c, "warm", "old");
+    tc_maintain(f->c);
+    puts_(f->c, "warm", "dram");
+    tc_set_hot_write_rate(f->c, 1000000000);
+    puts_(f->c, "hot", "newest"); /* still in DRAM until the next step */
+    tc_maintain(f->c);            /* both cool: moved back to PMEM */
+    puts_(f->c, "hot", "last");   /* a PMEM write again */
+    tc_set_hot_write_rate(f->c, 10);
+    tc_maintain(f->c);
+    for (int i = 0; i < 200; i++)
+        puts_(f->c, "again", "old");
+    tc_maintain(f->c);
+    puts_(f->c, "again", "in-dram"); /* dies with the process */
+    assert_true(stats(f->c).hotkey_current >= 1);
+}
+
+static void
+test_hot_pool_no_resurrection(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+
+    f->cfg.hot_pool_size = 1 * MIB;
+    f->cfg.hot_write_rate = 10;
+    f->cfg.hotkey_window = 1;
+    f->cfg.hotkey_sample = 1;
+    f->cfg.hotkey_k = 16;
+    run_child(f, t, hot_work);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_RECOVERED);
+    check_str(f->c, "hot", "last");
+    check_str(f->c, "warm", "dram");
+    check_miss(f->c, "again"); /* its DRAM copy died; "old" must not */
+    assert_int_equal(tc_check(f->c), 0);
+    munmap(t, sizeof(*t));
+}
+
+/* One item: it sits in the pool's very first chunk (offset 0). */
+static void
+one_key_work(struct fx *f, struct truth *t)
+{
+    set_rec(f->c, t, 0, 1);
+}
+
+static void
+test_first_chunk(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+    unsigned nlive;
+
+    run_child(f, t, one_key_work);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.items, 1);
+    judge(f->c, t, &nlive);
+    assert_int_equal(nlive, 1);
+    assert_int_equal(tc_check(f->c), 0);
+    munmap(t, sizeof(*t));
+}
+
+/* Torn items: a key byte changed after the commit, or no commit word. */
+static void
+two_keys_work(struct fx *f, struct truth *t)
+{
+    (void)t;
+    assert_int_equal(tc_set(f->c, "tornkey", 7, "v1", 2, 0, 0), TC_OK);
+    assert_int_equal(tc_set(f->c, "nocommit", 8, "v2", 2, 0, 0), TC_OK);
+    assert_int_equal(tc_set(f->c, "fine", 4, "v3", 2, 0, 0), TC_OK);
+}
+
+/* Offset in the file of the committed item holding key. */
+static size_t
+find_item(const char *map, size_t len, const char *key)
+{
+    size_t klen = strlen(key);
+    for (size_t off = REGION_HDR_BYTES; off + 64 <= len; off += 8) {
+        const struct item_hdr *it = (const void *)(map + off);
+        if (it->kind == ITEM_KIND_HEAD && it->klen == klen && it->commit &&
+            memcmp(map + off + sizeof(*it), key, klen) == 0)
+            return off;
+    }
+    fail_msg("no item for %s", key);
+    return 0;
+}
+
+static void
+test_torn_dropped(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+
+    run_child(f, t, two_keys_work);
+    int fd = open(f->path, O_RDWR);
+    assert_true(fd >= 0);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    char *map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
+                     MAP_SHARED, fd, 0);
+    close(fd);
+    assert_true(map != MAP_FAILED);
+    size_t a = find_item(map, (size_t)st.st_size, "tornkey");
+    size_t b = find_item(map, (size_t)st.st_size, "nocommit");
+    map[a + sizeof(struct item_hdr) + 2] ^= 0x20; /* "toRnkey" */
+    memset(map + b + ITEM_COMMIT_OFFSET, 0, 8);
+    munmap(map, (size_t)st.st_size);
+
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_RECOVERED);
+    assert_int_equal(info.items, 1);
+    assert_int_equal(info.dropped_torn, 1);
+    check_miss(f->c, "tornkey");
+    check_miss(f->c, "toRnkey");
+    check_miss(f->c, "nocommit");
+    check_str(f->c, "fine", "v3");
+    assert_int_equal(tc_check(f->c), 0);
+    munmap(t, sizeof(*t));
+}
+
+/* no_restart, or other settings: a cold start that says why. */
+static void
+test_cold_starts(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+
+    run_child(f, t, two_keys_work);
+    f->cfg.no_restart = true;
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_COLD);
+    assert_non_null(strstr(info.reason, "no_restart"));
+    check_miss(f->c, "fine");
+    tc_close(f->c);
+    f->c = NULL;
+
+    f->cfg.no_restart = false;
+    run_child(f, t, two_keys_work);
+    f->cfg.item_size_max = 2 * MIB;
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_COLD);
+    assert_non_null(strstr(info.reason, "item size max"));
+    check_miss(f->c, "fine");
+    tc_close(f->c);
+    f->c = NULL;
+
+    f->cfg.item_size_max = TC_ITEM_SIZE_MAX_DEFAULT;
+    run_child(f, t, two_keys_work);
+    f->cfg.growth_factor = 2.0;
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_COLD);
+    assert_non_null(strstr(info.reason, "slab settings"));
+    check_miss(f->c, "fine");
+    tc_close(f->c);
+    f->c = NULL;
+
+    /* other small classes alone (the step), same -n, -f and chunk_max */
+    f->cfg.growth_factor = 1.25;
+    f->cfg.chunk_step = 0;
+    run_child(f, t, two_keys_work);
+    f->cfg.chunk_step = 8;
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_COLD);
+    assert_non_null(strstr(info.reason, "slab settings"));
+    check_miss(f->c, "fine");
+    tc_close(f->c);
+    f->c = NULL;
+
+    /* a pool written before the class hash was kept (0 there), same
+     * settings otherwise */
+    run_child(f, t, two_keys_work);
+    int fd = open(f->path, O_RDWR);
+    assert_true(fd >= 0);
+    size_t at = offsetof(struct region_header, user) +
+                offsetof(struct restart_meta, class_hash);
+    uint32_t zero = 0, was = 0;
+    assert_int_equal(pread(fd, &was, sizeof(was), (off_t)at), sizeof(was));
+    assert_int_not_equal(was, 0);
+    assert_int_equal(pwrite(fd, &zero, sizeof(zero), (off_t)at), sizeof(zero));
+    close(fd);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_COLD);
+    assert_non_null(strstr(info.reason, "slab settings"));
+    check_miss(f->c, "fine");
+    munmap(t, sizeof(*t));
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        TC_TEST_NOOPEN(test_recover_after_crash),
+        TC_TEST_NOOPEN(test_first_chunk),
+        TC_TEST_NOOPEN(test_hot_pool_no_resurrection),
+        TC_TEST_NOOPEN(test_recover_after_evictions),
+        TC_TEST_NOOPEN(test_flush_survives),
+        TC_TEST_NOOPEN(test_expired_dropped),
+        TC_TEST_NOOPEN(test_torn_dropped),
+        TC_TEST_NOOPEN(test_cold_starts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
