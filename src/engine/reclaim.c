@@ -38,6 +38,7 @@
  */
 #include "src/engine/reclaim.h"
 
+#include "src/base/crashpoint.h"
 #include "src/base/clock.h"
 #include "src/engine/cache.h"
 #include "tier/pm.h"
@@ -367,6 +368,7 @@ reclaim_evict(struct cache_thread *t, unsigned cls)
             c->spill->after_evict(t, cls);
         return 0;
     }
+    TC_CRASH_POINT("evict.unlinked");
     /* PMEM: the victims must not come back after a crash (item_layout.h);
      * no lock is held here */
     for (unsigned i = 0; i < nfreed; i++)
@@ -501,6 +503,7 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
         slab_atime_copy(c->slab, head, v->head); /* meta l survives a move */
     }
     cache_read_unlock();
+    TC_CRASH_POINT("move.copied");
 
     struct htab_bucket *b = htab_lock(c->htab, v->hash);
     _Atomic uint64_t *slot = same ? htab_find_loc_locked(b, old) : NULL;
@@ -905,6 +908,7 @@ reclaim_shrink(struct cache_thread *t)
             rc = -EBUSY;
     }
     if (target) {
+        TC_CRASH_POINT("shrink.drained");
         discard_above(c, target);
         if (rc == 0)
             atomic_store_explicit(&c->shrink_target, 0, memory_order_relaxed);

@@ -21,6 +21,7 @@
 #include "src/engine/hotkey.h"
 #include "src/engine/reclaim.h"
 
+#include "src/base/crashpoint.h"
 #include "src/base/clock.h"
 #include "src/base/compiler.h"
 #include "src/base/num.h"
@@ -226,6 +227,7 @@ commit(struct cache_thread *t, struct store_req *r,
     else
         write_in_lock(c, head, plan, tails, r, seq);
     pm_fence(); /* the bytes are in place before the index points at them */
+    TC_CRASH_POINT("set.written");
     /* DRAM, before anyone can read it: a reused chunk starts unreferenced,
      * unfetched and with its recache win unclaimed (or claimed, meta
      * recache), and a store is an access (meta l) */
@@ -291,6 +293,7 @@ store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
         return rc;
     prefetch_old(t->cache, r->hash);
     rc = commit(t, r, &plan, head, tails, &old, cas_out);
+    TC_CRASH_POINT("set.published");
     retire_old(t, old);
     return rc;
 }
@@ -890,6 +893,7 @@ delete_key(struct cache_thread *t, const void *key, uint32_t klen,
     htab_unlock(b);
 
     unsigned cls = SLAB_NO_CLASS;
+    TC_CRASH_POINT("delete.unlinked");
     if (loc) {
         /* unlinked by this thread, freed after a grace period: still ours */
         cls = cache_class_at(c, cache_off(loc));
