@@ -34,7 +34,8 @@
  *   header and key in one pass. exptime is left out: touch/gat change it in
  *   place with one 4-byte store. seq is the low
  *   32 bits of the store sequence (c->cas_seq, taken once per write, also
- *   for a client-chosen CAS, a relocation or a recache): of two committed
+ *   for a client-chosen CAS or a recache; a page move's copy keeps its
+ *   source's, so that it never outranks a set that raced it): of two committed
  *   copies of one key the newer wins, compared in serial-number arithmetic
  *   ((int32_t)(a - b) > 0). Two copies are both committed only between the
  *   publication of the newer and the invalidation of the older by the same

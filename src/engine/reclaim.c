@@ -485,20 +485,26 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
      * are in the read section, and the swap below checks it is current. */
     cache_read_lock();
     const struct item_hdr *it = item_at(c->base, v->head);
+    /* The copy keeps the source's store sequence, not a new one: a set of
+     * this key that took its sequence before this move and publishes after
+     * the check below answers before the copy is found stale and
+     * invalidated; a crash in between must find the acknowledged item
+     * newer than the copy of the one it replaced (item_layout.h). */
+    uint64_t seq =
+        item_commit_seq(__atomic_load_n(&it->commit, __ATOMIC_RELAXED));
     bool same = it->cas == hdr.cas && it->kind == hdr.kind &&
-                item_kind_is_head(hdr.kind);
+                item_kind_is_head(hdr.kind) && seq != 0;
     if (same && hdr.kind == ITEM_KIND_FLASH) {
         hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
         item_write_flash(c->base, head, &hdr, item_key(it), item_flash_loc(it),
-                         cache_seq_next(c));
+                         seq);
         pm_fence();
     } else if (same) {
         struct iovec iov[ITEM_MAX_TAILS + 1];
         int n = item_value_iov(c->base, it, c->chunk_max, iov);
         struct item_src src = {iov, n};
         hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
-        item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src,
-                   cache_seq_next(c));
+        item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src, seq);
         pm_fence();
         slab_atime_copy(c->slab, head, v->head); /* meta l survives a move */
     }
