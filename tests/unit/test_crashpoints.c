@@ -575,6 +575,82 @@ test_demote_against_set(void **state)
     reopen_judge(f, "demote-vs-set");
 }
 
+/* The same race with a recache: a read of a flash item copies its value
+ * back into the pool (a new item, committed before its publication) while
+ * a set of the key, which took its sequence first, publishes and answers;
+ * a crash before the recache finds its copy stale must keep the set. */
+static void
+race_recache_hook(const char *name)
+{
+    if (strcmp(name, "set.written") != 0)
+        return;
+    if (role == 1) {
+        sem_post(&client_written);
+        sem_wait(&mover_copied);
+    } else if (role == 2) {
+        sem_post(&mover_copied);
+        sem_wait(&client_acked);
+        pthread_join(client_th, NULL);
+        _exit(CRASHED);
+    }
+}
+
+static void
+race_recache_work(struct fx *f, uint64_t *rng)
+{
+    (void)rng;
+    static unsigned char buf[VMAX];
+    assert_int_equal(fx_open(f), 0);
+    /* key 0 first, then four times the pool: key 0 goes to flash */
+    for (unsigned i = 0; i < NK; i++)
+        assert_int_equal(set_gen(f->c, i, 4000), TC_OK);
+    char k[16];
+    struct got g;
+    key_of(k, 0);
+    assert_int_equal(get_cb(f->c, k, &g, buf, VMAX), TC_OK);
+    if (!g.info.flash)
+        fail_msg("key 0 is not on flash");
+    /* that read was a recache (rate 1): overwrite key 0's pool copy away
+     * again by filling more */
+    for (unsigned i = 1; i < NK; i++)
+        assert_int_equal(set_gen(f->c, i, 4000), TC_OK);
+    sem_init(&client_written, 0, 0);
+    sem_init(&mover_copied, 0, 0);
+    sem_init(&client_acked, 0, 0);
+    __atomic_store_n(&crashpoint_hook, race_recache_hook, __ATOMIC_RELAXED);
+    assert_int_equal(pthread_create(&client_th, NULL, race_client_any, f), 0);
+    sem_wait(&client_written);
+    role = 2;
+    int rc = get_cb(f->c, k, &g, buf, VMAX);
+    print_message("get: %d, flash %d: no recache\n", rc, g.info.flash);
+    _exit(3);
+}
+
+static void
+test_recache_against_set(void **state)
+{
+    SKIP_WITHOUT_POINTS();
+    struct fx *f = *state;
+    char ext[192];
+    test_flash_path(ext, sizeof(ext), "tc_test_crashpoints_%d.nvs",
+                    (int)getpid());
+    f->cfg.pool_size = 16 * MIB;
+    f->cfg.ext_npaths = 1;
+    f->cfg.ext_path[0] = ext;
+    f->cfg.ext_size[0] = 128 * MIB;
+    f->cfg.ext_page_size = 4 * MIB;
+    f->cfg.ext_wbuf_size = 1 * MIB;
+    f->cfg.ext_recache_rate = 1;
+    f->cfg.ext_recache_window = 0;
+    f->cfg.ext_read_timeout_ms = 0;
+    truth_reset();
+    unlink(ext);
+    int st = run_child(f, race_recache_work, NULL, 0, 1);
+    assert_int_equal(st, CRASHED);
+    reopen_judge(f, "recache-vs-set");
+    unlink(ext);
+}
+
 static void
 test_move_against_set(void **state)
 {
@@ -609,6 +685,7 @@ main(void)
         TC_TEST_NOOPEN(test_hot_pool),
         TC_TEST_NOOPEN(test_move_against_set),
         TC_TEST_NOOPEN(test_demote_against_set),
+        TC_TEST_NOOPEN(test_recache_against_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
