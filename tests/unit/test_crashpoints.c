@@ -17,6 +17,8 @@
 #include "engine_fx.h"
 
 #include "src/base/crashpoint.h"
+#include "src/engine/cache.h"
+#include "tier/nvs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,7 +40,8 @@ struct truth {
     uint32_t inflight_key; /* NONE, or the key of the operation in flight */
     uint32_t inflight_gen; /* its new generation; 0: a delete */
     uint32_t next_gen;
-    uint32_t ops; /* acknowledged operations */
+    uint32_t ops;  /* acknowledged operations */
+    uint32_t hits; /* hits of the point, when the child was not stopped */
 };
 
 static struct truth *T;
@@ -178,6 +181,7 @@ run_child(struct fx *f, work_fn *work, const char *point, unsigned n,
         countdown = n;
         __atomic_store_n(&crashpoint_hook, crash_hook, __ATOMIC_RELAXED);
         work(f, &rng);
+        T->hits = hits;
         _exit(0); /* not reached: no tc_close either */
     }
     int st = 0;
@@ -229,7 +233,8 @@ crash_rounds(struct fx *f, work_fn *work, const char *point, unsigned max,
         unsigned n = 1 + (unsigned)(rng_next(&rng) % max);
         int st = run_child(f, work, point, n, rng_next(&rng));
         if (st != CRASHED)
-            fail_msg("%s: hit %u never came (child exit %d)", point, n, st);
+            fail_msg("%s: hit %u never came (child exit %d after %u hits)",
+                     point, n, st, T->hits);
         char what[48];
         snprintf(what, sizeof(what), "%s#%u", point, n);
         reopen_judge(f, what);
@@ -422,6 +427,75 @@ test_hot_pool(void **state)
     f->cfg.hotkey_k = 16;
     crash_rounds(f, hot_work, "set.published", 1500, 6);
     crash_rounds(f, hot_work, "hot.demote", 8, 4);
+}
+
+/* A flash file for f in the flash directory (ext, 192 bytes), or a skip
+ * with the reason where that directory is no disk. */
+static void
+flash_cfg(struct fx *f, char *ext, uint32_t recache_rate)
+{
+    test_flash_path(ext, 192, "tc_test_crashpoints_%d.nvs", (int)getpid());
+    f->cfg.pool_size = 16 * MIB;
+    f->cfg.ext_npaths = 1;
+    f->cfg.ext_path[0] = ext;
+    f->cfg.ext_size[0] = 128 * MIB;
+    f->cfg.ext_page_size = 4 * MIB;
+    f->cfg.ext_wbuf_size = 1 * MIB;
+    f->cfg.ext_recache_rate = recache_rate;
+    f->cfg.ext_recache_window = 0;
+    f->cfg.ext_read_timeout_ms = 0;
+    struct statfs sf;
+    int fd = open(ext, O_RDWR | O_CREAT | O_DIRECT, 0600);
+    if (fd < 0 || fstatfs(fd, &sf) != 0 || sf.f_type == TMPFS_MAGIC) {
+        print_message("%s is no disk for the flash tier (%s): skipped\n",
+                      test_flash_dir(),
+                      fd < 0 ? strerror(errno) : "tmpfs or unknown");
+        if (fd >= 0)
+            close(fd);
+        unlink(ext);
+        skip();
+    }
+    close(fd);
+    unlink(ext);
+}
+
+/* Flash segments mostly deleted, a few values read (compaction keeps the
+ * read ones, writing each a new header in the pool before the old one
+ * goes). */
+static void
+compact_work(struct fx *f, uint64_t *rng)
+{
+    static unsigned char buf[VMAX];
+    assert_int_equal(fx_open(f), 0);
+    for (unsigned i = 0; i < NK; i++)
+        assert_int_equal(set_gen(f->c, i, 16000), TC_OK);
+    /* every buffer on flash: full segments, whatever the writer's pace */
+    assert_int_equal(nvs_flush(((struct cache *)f->c)->nvs), 0);
+    for (unsigned i = 0; i < NK * 3 / 4; i++) {
+        char k[16];
+        struct got g;
+        key_of(k, i);
+        if (pick(rng, 12) == 0)
+            (void)get_cb(f->c, k, &g, buf, VMAX); /* read: kept */
+        else
+            del_key(f->c, i);
+    }
+    for (int i = 0; i < 40; i++) {
+        tc_maintain(f->c);
+        assert_int_equal(set_gen(f->c, NK * 3 / 4 + pick(rng, NK / 4), 16000),
+                         TC_OK);
+    }
+}
+
+static void
+test_compaction(void **state)
+{
+    SKIP_WITHOUT_POINTS();
+    struct fx *f = *state;
+    char ext[192];
+    flash_cfg(f, ext, 0);
+    crash_rounds(f, compact_work, "compact.swapped", 3, 3);
+    unlink(ext);
 }
 
 /* ------------------------------------------------ a move against a set */
@@ -656,29 +730,7 @@ test_recache_against_set(void **state)
     SKIP_WITHOUT_POINTS();
     struct fx *f = *state;
     char ext[192];
-    test_flash_path(ext, sizeof(ext), "tc_test_crashpoints_%d.nvs",
-                    (int)getpid());
-    f->cfg.pool_size = 16 * MIB;
-    f->cfg.ext_npaths = 1;
-    f->cfg.ext_path[0] = ext;
-    f->cfg.ext_size[0] = 128 * MIB;
-    f->cfg.ext_page_size = 4 * MIB;
-    f->cfg.ext_wbuf_size = 1 * MIB;
-    f->cfg.ext_recache_rate = 1;
-    f->cfg.ext_recache_window = 0;
-    f->cfg.ext_read_timeout_ms = 0;
-    struct statfs sf;
-    int fd = open(ext, O_RDWR | O_CREAT | O_DIRECT, 0600);
-    if (fd < 0 || fstatfs(fd, &sf) != 0 || sf.f_type == TMPFS_MAGIC) {
-        print_message("%s is no disk for the flash tier (%s): skipped\n",
-                      test_flash_dir(),
-                      fd < 0 ? strerror(errno) : "tmpfs or unknown");
-        if (fd >= 0)
-            close(fd);
-        unlink(ext);
-        skip();
-    }
-    close(fd);
+    flash_cfg(f, ext, 1);
     truth_reset();
     unlink(ext);
     int st = run_child(f, race_recache_work, NULL, 0, 1);
@@ -719,6 +771,7 @@ main(void)
         TC_TEST_NOOPEN(test_page_move),
         TC_TEST_NOOPEN(test_shrink),
         TC_TEST_NOOPEN(test_hot_pool),
+        TC_TEST_NOOPEN(test_compaction),
         TC_TEST_NOOPEN(test_move_against_set),
         TC_TEST_NOOPEN(test_demote_against_set),
         TC_TEST_NOOPEN(test_recache_against_set),
