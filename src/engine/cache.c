@@ -21,6 +21,7 @@
  */
 #include "src/engine/cache.h"
 
+#include "src/base/crashpoint.h"
 #include "src/base/clock.h"
 #include "src/base/err.h"
 #include "src/base/hash.h"
@@ -696,6 +697,7 @@ format_page(void *arg, char *page, uint32_t chunk_size, uint32_t nchunks)
         uint8_t b = (uint8_t)(cls + 1);
         pm_copy(&table[pg], &b, 1);
     }
+    TC_CRASH_POINT("page.format");
     /* PMEM: mark every chunk empty so that a scan (or a future warm
      * restart) never mistakes a fresh page's bytes for items. No lock is
      * held here (slab.c calls the hook between its locks). */

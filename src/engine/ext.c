@@ -82,6 +82,7 @@
  */
 #include "src/engine/ext.h"
 
+#include "src/base/crashpoint.h"
 #include "src/base/clock.h"
 #include "src/base/err.h"
 #include "src/base/log.h"
@@ -1006,6 +1007,7 @@ compact_moved(void *arg, const void *key, uint8_t klen,
     }
     /* same size, same class: the counts do not move; the old header goes
      * after a grace period, without releasing its (moved) record */
+    TC_CRASH_POINT("compact.swapped");
     cache_account(t, cache_off(loc), -1);
     slab_ref(c->slab, off);
     cache_defer_free(t, cache_off(loc));

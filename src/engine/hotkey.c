@@ -44,6 +44,7 @@
 #include "src/engine/reclaim.h"
 #include "src/engine/topk.h"
 
+#include "src/base/crashpoint.h"
 #include "src/base/clock.h"
 #include "src/base/err.h"
 #include "tier/dpool.h"
@@ -548,6 +549,7 @@ demote(struct cache_thread *t, const struct cand *cd)
         item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src,
                    cache_seq_next(c));
         pm_fence();
+        TC_CRASH_POINT("hot.demote");
         slab_reset_bits(c->slab, head);
         cache_account(t, head, 1);
         struct htab_bucket *b = htab_lock(c->htab, cd->hash);

@@ -34,8 +34,10 @@
  *   header and key in one pass. exptime is left out: touch/gat change it in
  *   place with one 4-byte store. seq is the low
  *   32 bits of the store sequence (c->cas_seq, taken once per write, also
- *   for a client-chosen CAS, a relocation or a recache): of two committed
- *   copies of one key the newer wins, compared in serial-number arithmetic
+ *   for a client-chosen CAS; a page move's copy and a recache keep their
+ *   source's, so that they never outrank a set that raced them): of two
+ * committed copies of one key the newer wins, compared in serial-number
+ * arithmetic
  *   ((int32_t)(a - b) > 0). Two copies are both committed only between the
  *   publication of the newer and the invalidation of the older by the same
  *   writer before it answers, a window far below 2^31 stores.

@@ -38,6 +38,7 @@
  */
 #include "src/engine/reclaim.h"
 
+#include "src/base/crashpoint.h"
 #include "src/base/clock.h"
 #include "src/engine/cache.h"
 #include "tier/pm.h"
@@ -367,6 +368,7 @@ reclaim_evict(struct cache_thread *t, unsigned cls)
             c->spill->after_evict(t, cls);
         return 0;
     }
+    TC_CRASH_POINT("evict.unlinked");
     /* PMEM: the victims must not come back after a crash (item_layout.h);
      * no lock is held here */
     for (unsigned i = 0; i < nfreed; i++)
@@ -483,24 +485,31 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
      * are in the read section, and the swap below checks it is current. */
     cache_read_lock();
     const struct item_hdr *it = item_at(c->base, v->head);
+    /* The copy keeps the source's store sequence, not a new one: a set of
+     * this key that took its sequence before this move and publishes after
+     * the check below answers before the copy is found stale and
+     * invalidated; a crash in between must find the acknowledged item
+     * newer than the copy of the one it replaced (item_layout.h). */
+    uint64_t seq =
+        item_commit_seq(__atomic_load_n(&it->commit, __ATOMIC_RELAXED));
     bool same = it->cas == hdr.cas && it->kind == hdr.kind &&
-                item_kind_is_head(hdr.kind);
+                item_kind_is_head(hdr.kind) && seq != 0;
     if (same && hdr.kind == ITEM_KIND_FLASH) {
         hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
         item_write_flash(c->base, head, &hdr, item_key(it), item_flash_loc(it),
-                         cache_seq_next(c));
+                         seq);
         pm_fence();
     } else if (same) {
         struct iovec iov[ITEM_MAX_TAILS + 1];
         int n = item_value_iov(c->base, it, c->chunk_max, iov);
         struct item_src src = {iov, n};
         hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
-        item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src,
-                   cache_seq_next(c));
+        item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src, seq);
         pm_fence();
         slab_atime_copy(c->slab, head, v->head); /* meta l survives a move */
     }
     cache_read_unlock();
+    TC_CRASH_POINT("move.copied");
 
     struct htab_bucket *b = htab_lock(c->htab, v->hash);
     _Atomic uint64_t *slot = same ? htab_find_loc_locked(b, old) : NULL;
@@ -905,6 +914,7 @@ reclaim_shrink(struct cache_thread *t)
             rc = -EBUSY;
     }
     if (target) {
+        TC_CRASH_POINT("shrink.drained");
         discard_above(c, target);
         if (rc == 0)
             atomic_store_explicit(&c->shrink_target, 0, memory_order_relaxed);

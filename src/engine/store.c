@@ -21,6 +21,7 @@
 #include "src/engine/hotkey.h"
 #include "src/engine/reclaim.h"
 
+#include "src/base/crashpoint.h"
 #include "src/base/clock.h"
 #include "src/base/compiler.h"
 #include "src/base/num.h"
@@ -55,6 +56,8 @@ struct store_req {
                            unchanged (a touch meanwhile must not be lost) */
     uint32_t expect_exptime;
     bool recache;        /* a flash value copied back: not a new item */
+    uint32_t src_seq;    /* recache: the flash header's store sequence,
+                            which the copy keeps (item_layout.h) */
     bool in_place;       /* what memcached rewrites in place (an incr that
                             fits): not counted in total_items */
     struct nvs_loc xloc; /* snapshot of a flash item: its locator */
@@ -217,6 +220,11 @@ commit(struct cache_thread *t, struct store_req *r,
     cache_flush_check(c, now);
     uint64_t seq;
     r->hdr.cas = next_cas(c, r->cas_new, &seq);
+    /* A copy keeps its source's sequence: a set that took its sequence
+     * before this copy and answers before the copy's publication fails
+     * must outrank it after a crash. */
+    if (r->src_seq)
+        seq = r->src_seq;
     /* PMEM: the item is written here, before it is visible, with no lock
      * held (DESIGN rule 2); a hot key's item goes to its DRAM block */
     if (cache_off_dram(head))
@@ -226,6 +234,7 @@ commit(struct cache_thread *t, struct store_req *r,
     else
         write_in_lock(c, head, plan, tails, r, seq);
     pm_fence(); /* the bytes are in place before the index points at them */
+    TC_CRASH_POINT("set.written");
     /* DRAM, before anyone can read it: a reused chunk starts unreferenced,
      * unfetched and with its recache win unclaimed (or claimed, meta
      * recache), and a store is an access (meta l) */
@@ -291,6 +300,7 @@ store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
         return rc;
     prefetch_old(t->cache, r->hash);
     rc = commit(t, r, &plan, head, tails, &old, cas_out);
+    TC_CRASH_POINT("set.published");
     retire_old(t, old);
     return rc;
 }
@@ -661,6 +671,10 @@ store_recache(struct cache_thread *t, const void *key, uint32_t klen,
     r.check_exptime = true;
     r.expect_exptime = hdr->exptime;
     r.recache = true;
+    cache_read_lock();
+    r.src_seq = item_commit_seq(__atomic_load_n(
+        &cache_item_at(t->cache, cache_off(expect))->commit, __ATOMIC_RELAXED));
+    cache_read_unlock();
     return store_one(t, &r, NULL);
 }
 
@@ -901,6 +915,7 @@ delete_key(struct cache_thread *t, const void *key, uint32_t klen,
     htab_unlock(b);
 
     unsigned cls = SLAB_NO_CLASS;
+    TC_CRASH_POINT("delete.unlinked");
     if (loc) {
         /* unlinked by this thread, freed after a grace period: still ours */
         cls = cache_class_at(c, cache_off(loc));
