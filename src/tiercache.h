@@ -488,7 +488,8 @@ struct tc_open_info {
     uint64_t dropped_flushed; /* older than a flush_all */
     uint64_t dropped_older;   /* a newer copy of the same key won */
     uint64_t dropped_torn;    /* failed the checksum or bounds checks */
-    uint64_t dropped_flash;   /* on the NVMe tier: not reattached yet */
+    uint64_t dropped_flash;   /* on the NVMe tier: none configured now, or
+                                 its record is not on the flash any more */
     uint64_t dropped_no_room; /* the index had no room left */
     double seconds;           /* time the scan took */
     char reason[120];         /* a cold start's reason ("" otherwise) */

@@ -73,9 +73,10 @@ compact_finish(struct nvs *s)
 {
     lock_acquire(&s->lock);
     struct nvs_seg *g = &s->seg[s->comp_seg];
-    uint32_t gen = atomic_load_explicit(&g->gen, memory_order_relaxed) + 1;
+    uint32_t gen =
+        nvs_gen_next(s, atomic_load_explicit(&g->gen, memory_order_relaxed));
     /* Pairs with the acquire load in nvs_loc_live(). */
-    atomic_store_explicit(&g->gen, gen == 0 ? 1 : gen, memory_order_release);
+    atomic_store_explicit(&g->gen, gen, memory_order_release);
     /* records of extents whose footer or directory was damaged */
     s->objects_lost += g->nrec - MIN(s->comp_seen, g->nrec);
     g->used = g->dead = g->nrec = g->ndead = 0;

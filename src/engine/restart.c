@@ -245,8 +245,8 @@ scan_page(struct scan *s, uint32_t pg, unsigned cls)
             count = &s->info->dropped_torn;
         } else {
             note_seq(s, it);
-            if (it->kind == ITEM_KIND_FLASH)
-                count = &s->info->dropped_flash;
+            if (it->kind == ITEM_KIND_FLASH && !c->cfg.ext_npaths)
+                count = &s->info->dropped_flash; /* no flash tier now */
             else if (it->exptime != 0 && it->exptime <= s->now)
                 count = &s->info->dropped_expired;
             else if (s->all_flushed || it->cas <= s->flush_cas)
@@ -338,6 +338,10 @@ scan_pool(struct cache *c, struct scan *s)
     for (uint32_t pg = 0; pg < s->npages; pg++)
         if (table[pg] != RESTART_PAGE_NONE && s->used[pg])
             account_page(s, t, pg);
+    /* the modules (hot keys, flash tier) register after this and expect no
+     * thread context yet: this one's counts go to the cache's retired
+     * ones */
+    cache_thread_put(c);
 out:
     for (uint32_t pg = 0; pg < s->npages; pg++)
         free(s->used[pg]);
