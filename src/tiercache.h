@@ -195,6 +195,8 @@ struct tc_config {
      * compatible pool file brings its items back (tc_open_info says what
      * happened). */
     bool no_restart; /* format the pool whatever it holds; default false */
+    unsigned restart_threads; /* threads of the restart scan; 0 (default):
+                                 one per CPU, at most 16 */
 };
 
 enum tc_win {
@@ -492,6 +494,7 @@ struct tc_open_info {
                                  its record is not on the flash any more */
     uint64_t dropped_no_room; /* the index had no room left */
     double seconds;           /* time the scan took */
+    unsigned scan_threads;    /* threads the scan ran on */
     char reason[120];         /* a cold start's reason ("" otherwise) */
 };
 
