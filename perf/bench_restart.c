@@ -6,7 +6,9 @@
  * and items per second.
  *
  * Usage: bench_restart [--items N] [--value-size V] [--pool-mib M]
- *                      [--clean] [--path FILE]
+ *                      [--clean] [--path FILE] [--threads T]
+ * --threads: the scan's threads (tc_config.restart_threads; 0, the
+ * default: one per CPU).
  * Prints figures; asserts no speed. The pool file is removed at the end.
  */
 #include "src/tiercache.h"
@@ -24,6 +26,7 @@ struct bench_args {
     uint64_t pool_mib;
     int clean;
     const char *path;
+    unsigned threads;
 };
 
 static int
@@ -41,6 +44,9 @@ parse(int argc, char **argv, struct bench_args *a)
             i++;
         } else if (v && !strcmp(argv[i], "--pool-mib")) {
             a->pool_mib = strtoull(v, NULL, 10);
+            i++;
+        } else if (v && !strcmp(argv[i], "--threads")) {
+            a->threads = (unsigned)strtoul(v, NULL, 10);
             i++;
         } else if (v && !strcmp(argv[i], "--path")) {
             a->path = v;
@@ -77,7 +83,8 @@ fill(const struct tc_config *cfg, const struct bench_args *a)
 int
 main(int argc, char **argv)
 {
-    struct bench_args a = {1000000, 100, 0, 0, "/dev/shm/bench_restart.pool"};
+    struct bench_args a = {1000000, 100, 0, 0, "/dev/shm/bench_restart.pool",
+                           0};
     if (parse(argc, argv, &a) != 0)
         return 64;
     if (!a.pool_mib) /* room for the items and their headers, doubled */
@@ -103,6 +110,7 @@ main(int argc, char **argv)
         return 1;
     }
     struct tc_cache *c;
+    cfg.restart_threads = a.threads;
     if (tc_open(&cfg, &c) != 0) {
         fprintf(stderr, "bench_restart: %s\n", tc_errmsg());
         unlink(a.path);
@@ -113,10 +121,10 @@ main(int argc, char **argv)
     static const char *const kinds[] = {"cold", "warm", "recovered"};
     printf("restart %s: %" PRIu64 " items (%" PRIu64 " bytes) of %" PRIu64
            " restored, %" PRIu64 " dropped, %.3f s, %.2f M items/s, pool "
-           "%" PRIu64 " MiB, %u-byte values\n",
+           "%" PRIu64 " MiB, %u-byte values, %u scan threads\n",
            kinds[oi.kind], oi.items, oi.bytes, a.items, oi.dropped, oi.seconds,
            oi.seconds > 0 ? (double)oi.items / oi.seconds / 1e6 : 0, a.pool_mib,
-           a.vsize);
+           a.vsize, oi.scan_threads);
     tc_close(c);
     unlink(a.path);
     return 0;

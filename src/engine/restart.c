@@ -542,11 +542,36 @@ kind_name(enum tc_start_kind k)
                                 : "recovered";
 }
 
+/* durability=power: on real PMEM every PMEM write is flushed and drained
+ * from now on (tier/pm.h, pm_set_persist); elsewhere (a tmpfs file, which
+ * power loss takes whatever is flushed) it is the same as process, and one
+ * log line says so. Process-wide: a cache asking for power turns it on for
+ * the process. */
+static void
+durability_setup(const struct cache *c)
+{
+    if (c->cfg.durability != TC_DURABILITY_POWER)
+        return;
+    if (pm_is_real_pmem(c->base, region_data_size(c->region))) {
+        pm_set_persist(true);
+        log_info("pool %s: durability=power: every PMEM write is flushed "
+                 "and drained before the reply",
+                 region_path(c->region));
+    } else {
+        log_info("pool %s: durability=power is the same as process here: "
+                 "the mapping is not real PMEM (a tmpfs or page-cache file "
+                 "does not outlive power loss, flushed or not)",
+                 region_path(c->region));
+    }
+}
+
 int
 restart_attach(struct cache *c)
 {
     struct tc_open_info *info = &c->start;
     const char *why = cold_reason(c);
+
+    durability_setup(c);
 
     memset(info, 0, sizeof(*info));
     if (why) {
