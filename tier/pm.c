@@ -207,12 +207,6 @@ pm_set_persist(bool on)
     pm_update_slow();
 }
 
-bool
-pm_is_real_pmem(const void *addr, size_t len)
-{
-    return pmem_is_pmem(addr, len) != 0;
-}
-
 /* --- Ablation (experiment only): see pm.h --- */
 
 void

@@ -58,10 +58,6 @@ void pm_set_latency(uint32_t write_ns_per_line, uint32_t read_ns_per_line);
  * is all a process crash needs. Process-wide. Context: as
  * pm_set_write_hook(). */
 void pm_set_persist(bool on);
-/* Whether [addr, addr + len) is real persistent memory that flushing from
- * user space makes durable (libpmem's pmem_is_pmem: a DAX mapping; not a
- * tmpfs file; PMEM_IS_PMEM_FORCE=1 in the environment says yes anyway). */
-bool pm_is_real_pmem(const void *addr, size_t len);
 
 /* 64-byte lines that [addr, addr + n) touches (0 for n == 0). */
 static inline uint64_t

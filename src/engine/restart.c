@@ -542,17 +542,18 @@ kind_name(enum tc_start_kind k)
                                 : "recovered";
 }
 
-/* durability=power: on real PMEM every PMEM write is flushed and drained
- * from now on (tier/pm.h, pm_set_persist); elsewhere (a tmpfs file, which
- * power loss takes whatever is flushed) it is the same as process, and one
- * log line says so. Process-wide: a cache asking for power turns it on for
+/* durability=power: on real PMEM (libpmem's is_pmem for the mapping: a
+ * DAX mapping, or PMEM_IS_PMEM_FORCE=1) every PMEM write is flushed and
+ * drained from now on (tier/pm.h, pm_set_persist); elsewhere (a tmpfs file,
+ * which power loss takes whatever is flushed) it is the same as process, and
+ * one log line says so. Process-wide: a cache asking for power turns it on for
  * the process. */
 static void
 durability_setup(const struct cache *c)
 {
     if (c->cfg.durability != TC_DURABILITY_POWER)
         return;
-    if (pm_is_real_pmem(c->base, region_data_size(c->region))) {
+    if (region_is_pmem(c->region)) {
         pm_set_persist(true);
         log_info("pool %s: durability=power: every PMEM write is flushed "
                  "and drained before the reply",

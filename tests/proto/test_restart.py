@@ -304,3 +304,35 @@ def test_flash_kill9_then_restart(pool):
     finally:
         if os.path.exists(ext):
             os.unlink(ext)
+
+
+def test_durability_option(pool):
+    """-o durability: a bad level exits with one line; power starts, says
+    in one line what it does on this mapping (on /dev/shm: the same as
+    process), shows in stats settings, and its items come back after
+    kill -9 like process's."""
+    path, servers = pool
+    port = free_port()
+    argv = server_argv(port, ("-o", "durability=disk"), 64, path)
+    res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                         timeout=START_TIMEOUT, cwd=str(ROOT))
+    assert res.returncode != 0
+    err = res.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and "durability" in err[0] and "disk" in err[0], err
+
+    srv = _start(path, ("-o", "durability=power"))
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    assert c.stats("settings")["tc_durability"] == "power"
+    for i in range(50):
+        c.set(b"dk%d" % i, b"dv%d" % i)
+    c.close()
+    _kill9(srv)
+    srv2 = _start(path, ("-o", "durability=power"))
+    servers.append(srv2)
+    c = Conn(HOST, srv2.port)
+    for i in range(50):
+        assert c.get_value(b"dk%d" % i) == b"dv%d" % i
+    c.close()
+    log = _stop(srv2)
+    assert "durability=power" in log, log
