@@ -48,9 +48,8 @@
 static int
 seg_read(struct nvs *s, uint32_t i, void *buf, uint32_t len, uint32_t off)
 {
-    struct nvs_loc at = {.seg = i, .off = off};
-    int r =
-        nvs_io_pread_all(nvs_loc_fd(s, &at), buf, len, nvs_loc_foff(s, &at));
+    const struct nvs_seg *g = &s->seg[i];
+    int r = nvs_io_pread_all(s->fd[g->path], buf, len, g->foff + off);
     if (r < 0)
         return r;
     s->rinfo.bytes_read += len;
