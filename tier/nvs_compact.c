@@ -67,6 +67,21 @@ compact_pick_locked(struct nvs *s, double max_frag)
     return true;
 }
 
+/* Before a compacted segment is freed, zero its header block on the
+ * medium: a restart then does not take it back (tier/nvs_reattach.c), so
+ * the records compaction let go, whose headers the engine drops only when
+ * it reads them, stay gone. A failed write is harmless: their values are
+ * still there, CRC-checked, and the latest of their keys. Context: the
+ * maintenance thread, the segment COMPACTING (no writer touches it). */
+static void
+compact_forget(struct nvs *s, uint32_t seg)
+{
+    const struct nvs_seg *g = &s->seg[seg];
+    memset(s->comp_buf, 0, NVS_SEG_HDR_SIZE);
+    (void)nvs_io_pwrite_all(s->fd[g->path], s->comp_buf, NVS_SEG_HDR_SIZE,
+                            g->foff);
+}
+
 /* The cursor reached the end: free the segment. */
 static void
 compact_finish(struct nvs *s)
@@ -287,7 +302,9 @@ nvs_compact_step(struct nvs *s, double max_frag, uint64_t budget,
     lock_release(&s->lock);
     if (err < 0)
         return nmoved > 0 ? nmoved : err;
-    if (off >= end)
+    if (off >= end) {
+        compact_forget(s, seg);
         compact_finish(s);
+    }
     return nmoved;
 }
