@@ -214,13 +214,12 @@ mark_item(struct scan *s, uint64_t off, bool used)
  * lock orders two copies of a key found by two threads; the chunk marks
  * (DRAM) are made under it, the invalidation (PMEM) after it. */
 static void
-restore_one(struct scan_part *p, uint64_t off)
+restore_one(struct scan_part *p, uint64_t off, uint64_t hash)
 {
     struct scan *s = p->s;
     struct cache *c = s->c;
     const struct item_hdr *it = item_at(c->base, off);
     struct cache_key k = {c, item_key(it), it->klen};
-    uint64_t hash = cache_hash(c, item_key(it), it->klen);
     uint64_t loser = off; /* offset 0 is a chunk too: no "0 = none" */
     bool lost = false;    /* a copy (this one or the older) loses */
 
@@ -253,6 +252,11 @@ restore_one(struct scan_part *p, uint64_t off)
     }
 }
 
+/* Items whose index bucket is being loaded ahead of their insertion: the
+ * insertions are the scan's DRAM misses (one per item, at random), and a
+ * few in flight overlap them. */
+#define SCAN_AHEAD 16u
+
 /* Look at every chunk of page pg (class cls). */
 static void
 scan_page(struct scan_part *p, uint32_t pg, unsigned cls)
@@ -261,6 +265,8 @@ scan_page(struct scan_part *p, uint32_t pg, unsigned cls)
     struct cache *c = s->c;
     uint32_t cs = slab_chunk_size(c->slab, cls);
     uint32_t per = POOL_PAGE_SIZE / cs;
+    uint64_t ahead_off[SCAN_AHEAD], ahead_hash[SCAN_AHEAD];
+    unsigned nahead = 0, head = 0;
 
     for (uint32_t i = 0; i < per; i++) {
         uint64_t off = ((uint64_t)pg << POOL_PAGE_SHIFT) + (uint64_t)i * cs;
@@ -284,7 +290,21 @@ scan_page(struct scan_part *p, uint32_t pg, unsigned cls)
             item_invalidate(c->base, off);
             continue;
         }
-        restore_one(p, off);
+        uint64_t hash = cache_hash(c, item_key(it), it->klen);
+        htab_prefetch(c->htab, hash);
+        if (nahead == SCAN_AHEAD) { /* the oldest's bucket is in by now */
+            restore_one(p, ahead_off[head], ahead_hash[head]);
+            head = (head + 1) % SCAN_AHEAD;
+            nahead--;
+        }
+        unsigned at = (head + nahead) % SCAN_AHEAD;
+        ahead_off[at] = off;
+        ahead_hash[at] = hash;
+        nahead++;
+    }
+    for (; nahead > 0; nahead--) {
+        restore_one(p, ahead_off[head], ahead_hash[head]);
+        head = (head + 1) % SCAN_AHEAD;
     }
 }
 
