@@ -89,6 +89,7 @@ struct be_opts {
     uint64_t seed;
     unsigned batch; /* keys per tc_get_many in BATCH */
     bool limit;     /* measure the random-copy limits */
+    bool power;     /* --durability power */
 };
 
 struct be_shared {
@@ -667,7 +668,10 @@ be_usage(FILE *f)
             "  --seed N            random seed (default: time based)\n"
             "  --batch N           keys per tc_get_many in BATCH (default "
             "16)\n"
-            "  --no-limit          skip the random-copy limit measurement\n");
+            "  --no-limit          skip the random-copy limit measurement\n"
+            "  --durability LEVEL  process (default) or power (flushes only "
+            "on real PMEM,\n"
+            "                      or with PMEM_IS_PMEM_FORCE=1)\n");
 }
 
 static int
@@ -690,6 +694,7 @@ be_parse(int argc, char **argv, struct be_opts *o)
         {"seed", required_argument, NULL, 'r'},
         {"batch", required_argument, NULL, 'b'},
         {"no-limit", no_argument, NULL, 'N'},
+        {"durability", required_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -792,6 +797,12 @@ be_parse(int argc, char **argv, struct be_opts *o)
             if (*end || o->batch == 0 || o->batch > BE_BATCH_MAX)
                 goto bad;
             break;
+        case 'D':
+            if (!strcmp(optarg, "power"))
+                o->power = true;
+            else if (strcmp(optarg, "process") != 0)
+                goto bad;
+            break;
         case 'N':
             o->limit = false;
             break;
@@ -873,6 +884,7 @@ main(int argc, char **argv)
     cfg.pool_size = o.pool_size;
     cfg.expected_items = o.expected_items;
     cfg.background = o.background;
+    cfg.durability = o.power ? TC_DURABILITY_POWER : TC_DURABILITY_PROCESS;
     rc = tc_open(&cfg, &sh.cache);
     if (rc < 0) {
         fprintf(stderr,

@@ -93,6 +93,11 @@ enum tc_store_mode {
     TC_CAS = 5,     /* store only if the item's CAS equals cas_in */
 };
 
+enum tc_durability {
+    TC_DURABILITY_PROCESS = 0, /* ordered stores: a process crash */
+    TC_DURABILITY_POWER = 1,   /* flushed and drained: power loss */
+};
+
 struct tc_config {
     const char *pool_path;   /* default "/dev/shm/tiercache.pool" */
     uint64_t pool_size;      /* bytes of the pool file; default 64 MiB */
@@ -199,6 +204,14 @@ struct tc_config {
      * compatible pool file brings its items back (tc_open_info says what
      * happened). */
     bool no_restart; /* format the pool whatever it holds; default false */
+    unsigned restart_threads; /* threads of the restart scan; 0 (default):
+                                 one per CPU, at most 16 */
+    /* What an answered store, delete or flush survives (doc/operating.md,
+     * "Durability"): TC_DURABILITY_PROCESS (default) a crash of the
+     * process, TC_DURABILITY_POWER power loss too, on real PMEM (every
+     * PMEM write flushed and drained; elsewhere the same as process, one
+     * log line says so). */
+    enum tc_durability durability;
 };
 
 enum tc_win {
@@ -492,9 +505,11 @@ struct tc_open_info {
     uint64_t dropped_flushed; /* older than a flush_all */
     uint64_t dropped_older;   /* a newer copy of the same key won */
     uint64_t dropped_torn;    /* failed the checksum or bounds checks */
-    uint64_t dropped_flash;   /* on the NVMe tier: not reattached yet */
+    uint64_t dropped_flash;   /* on the NVMe tier: none configured now, or
+                                 its record is not on the flash any more */
     uint64_t dropped_no_room; /* the index had no room left */
     double seconds;           /* time the scan took */
+    unsigned scan_threads;    /* threads the scan ran on */
     char reason[120];         /* a cold start's reason ("" otherwise) */
 };
 

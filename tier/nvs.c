@@ -90,13 +90,11 @@ nvs_loc_path(const struct nvs *s, const struct nvs_loc *loc)
 static void
 seg_bump_gen_locked(struct nvs *s, struct nvs_seg *g)
 {
-    uint32_t gen = atomic_load_explicit(&g->gen, memory_order_relaxed) + 1;
+    uint32_t gen =
+        nvs_gen_next(s, atomic_load_explicit(&g->gen, memory_order_relaxed));
 
-    if (gen == 0)
-        gen = 1;
     /* Pairs with the acquire load in nvs_loc_live(). */
     atomic_store_explicit(&g->gen, gen, memory_order_release);
-    (void)s;
 }
 
 static void
@@ -390,8 +388,12 @@ nvs_release(struct nvs *s, const struct nvs_loc *loc)
         return;
     lock_acquire(&s->lock);
     struct nvs_seg *g = &s->seg[loc->seg];
+    /* a sealed, written segment holds nothing past wend: such a locator
+     * (one a restart refused) was never counted */
+    bool past = g->state == NVS_SEG_SEALED && g->pending == 0 &&
+                (uint64_t)loc->off + loc->vlen > g->wend;
     if (atomic_load_explicit(&g->gen, memory_order_relaxed) == loc->gen &&
-        g->state != NVS_SEG_FREE) {
+        g->state != NVS_SEG_FREE && !past) {
         /* The key length is not in the locator: count the value and a
          * descriptor without its key. */
         g->dead = MIN(g->used, g->dead + loc->vlen + nvs_desc_size(0));
@@ -824,8 +826,11 @@ nvs_setup_segments(struct nvs *s)
         return -ENOMEM;
     }
     /* Generations start from the clock so that records of an earlier run
-     * never match a locator of this one. */
-    uint32_t gen0 = (uint32_t)time(NULL) * 2654435761u;
+     * never match a locator of this one (a reattached segment takes its
+     * header's generation instead: tier/nvs_reattach.c). */
+    uint64_t ns = clock_nsec() ^ ((uint64_t)time(NULL) << 32);
+    uint32_t gen0 = (uint32_t)(ns ^ (ns >> 29)) * 2654435761u;
+    s->gen_step = ((uint32_t)(ns >> 7) * 2246822519u) | 1u;
     uint32_t k = 0;
     for (unsigned i = 0; i < s->cfg.npaths; i++)
         for (uint64_t j = 0; j < s->cfg.size[i] / s->cfg.seg_size; j++) {
@@ -872,6 +877,8 @@ nvs_open(const struct nvs_config *cfg, struct nvs **out)
         if ((r = nvs_open_path(s, i)) < 0)
             goto err_free;
     if ((r = nvs_setup_segments(s)) < 0)
+        goto err_free;
+    if (s->cfg.reattach && (r = nvs_reattach_scan(s)) < 0)
         goto err_free;
     s->open_seg = NVS_NONE;
     s->comp_seg = NVS_NONE;

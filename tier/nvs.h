@@ -58,6 +58,9 @@ struct nvs_config {
                                  default 2 */
     bool no_uring;            /* use the fallback even where io_uring works
                                  (tests, measurements) */
+    bool reattach;            /* take back the segments an earlier run left
+                                 on the paths (nvs_reattach_ref) instead of
+                                 treating every segment as free */
 };
 
 /* Where a value lives on the store; kept in the item's PMEM header. */
@@ -131,6 +134,38 @@ typedef void nvs_moved_fn(void *arg, const void *key, uint8_t klen,
                           const struct nvs_loc *new_loc);
 int nvs_compact_step(struct nvs *s, double max_frag, uint64_t budget,
                      nvs_keep_fn *keep, nvs_moved_fn *moved, void *arg);
+
+/* ---- reattach after a restart (tier/nvs_reattach.c) ----
+ *
+ * With cfg.reattach, nvs_open reads each segment's header block: a header
+ * whose magic, version, number, size and CRC check makes the segment
+ * SEALED at the header's generation (reclaim order: the time it was
+ * opened); its extents are walked by their footers from the segment's
+ * start (the last blocks of each extent, not the values), and the first
+ * extent without a valid footer of that generation ends what the segment
+ * is known to hold (wend: a buffer cut by a crash). Any other segment is
+ * free, at a generation of this run. No segment is left open: appends
+ * start in a free (or reclaimed) segment; the tail of a reattached one is
+ * dead space for compaction.
+ *
+ * Then the engine offers every locator it kept in PMEM (nvs_reattach_ref):
+ * true when the locator's segment was reattached at that generation and
+ * the value lies inside the extents found, which counts its bytes live;
+ * false: the engine drops the item (a read would fail its checks anyway).
+ * nvs_reattach_done() ends it: each segment's dead bytes and records are
+ * what its footers name less what the engine kept; a segment with nothing
+ * kept is freed at once. Context: at open, before any other call (the
+ * store's lock is taken all the same). */
+struct nvs_reattach_info {
+    uint64_t segs_reattached; /* headers that checked */
+    uint64_t segs_freed;      /* of those, freed for holding nothing kept */
+    uint64_t extents;         /* extents with a valid footer */
+    uint64_t records;         /* records those footers name */
+    uint64_t kept, refused;   /* locators offered: live, not */
+    uint64_t bytes_read;      /* header and footer blocks read */
+};
+bool nvs_reattach_ref(struct nvs *s, const struct nvs_loc *loc, uint8_t klen);
+void nvs_reattach_done(struct nvs *s, struct nvs_reattach_info *out);
 
 /* ---- reads ---- */
 

@@ -67,15 +67,31 @@ compact_pick_locked(struct nvs *s, double max_frag)
     return true;
 }
 
+/* Before a compacted segment is freed, zero its header block on the
+ * medium: a restart then does not take it back (tier/nvs_reattach.c), so
+ * the records compaction let go, whose headers the engine drops only when
+ * it reads them, stay gone. A failed write is harmless: their values are
+ * still there, CRC-checked, and the latest of their keys. Context: the
+ * maintenance thread, the segment COMPACTING (no writer touches it). */
+static void
+compact_forget(struct nvs *s, uint32_t seg)
+{
+    const struct nvs_seg *g = &s->seg[seg];
+    memset(s->comp_buf, 0, NVS_SEG_HDR_SIZE);
+    (void)nvs_io_pwrite_all(s->fd[g->path], s->comp_buf, NVS_SEG_HDR_SIZE,
+                            g->foff);
+}
+
 /* The cursor reached the end: free the segment. */
 static void
 compact_finish(struct nvs *s)
 {
     lock_acquire(&s->lock);
     struct nvs_seg *g = &s->seg[s->comp_seg];
-    uint32_t gen = atomic_load_explicit(&g->gen, memory_order_relaxed) + 1;
+    uint32_t gen =
+        nvs_gen_next(s, atomic_load_explicit(&g->gen, memory_order_relaxed));
     /* Pairs with the acquire load in nvs_loc_live(). */
-    atomic_store_explicit(&g->gen, gen == 0 ? 1 : gen, memory_order_release);
+    atomic_store_explicit(&g->gen, gen, memory_order_release);
     /* records of extents whose footer or directory was damaged */
     s->objects_lost += g->nrec - MIN(s->comp_seen, g->nrec);
     g->used = g->dead = g->nrec = g->ndead = 0;
@@ -286,7 +302,9 @@ nvs_compact_step(struct nvs *s, double max_frag, uint64_t budget,
     lock_release(&s->lock);
     if (err < 0)
         return nmoved > 0 ? nmoved : err;
-    if (off >= end)
+    if (off >= end) {
+        compact_forget(s, seg);
         compact_finish(s);
+    }
     return nmoved;
 }

@@ -95,8 +95,11 @@ struct nvs {
     struct nvs_wbuf *wb;  /* cfg.nwbuf buffers */
     struct nvs_wbuf *cur; /* FILLING, or NULL */
     struct nvs_wbuf *wq_head, *wq_tail;
-    uint32_t open_seg; /* UINT32_MAX: none */
-    uint32_t wpos;     /* next write buffer's offset in open_seg */
+    uint32_t gen_step; /* odd; a segment's next generation is this far on
+                          (nvs_gen_next), so two runs' sequences differ */
+    struct nvs_reattach_info rinfo; /* nvs_reattach_*: open time only */
+    uint32_t open_seg;              /* UINT32_MAX: none */
+    uint32_t wpos;                  /* next write buffer's offset in open_seg */
     uint64_t seal_seq;
     bool stop;
     pthread_t writer;
@@ -156,6 +159,22 @@ nvs_log_first(struct nvs *s, uint32_t kind)
     return !(atomic_fetch_or_explicit(&s->logged, kind, memory_order_relaxed) &
              kind);
 }
+
+/* The generation after gen: never 0 (no locator holds 0). The step is
+ * odd and drawn at open, so a segment reused after a restart does not go
+ * through the generations the earlier run gave it (whose locators may
+ * still sit in PMEM headers of items lost at the crash). */
+static inline uint32_t
+nvs_gen_next(const struct nvs *s, uint32_t gen)
+{
+    gen += s->gen_step;
+    return gen ? gen : s->gen_step;
+}
+
+/* tier/nvs_reattach.c: with cfg.reattach, read the segment headers and
+ * walk the extents' footers (at open, the fds open, before the writer
+ * starts): 0 or a negative errno with err_msg set. */
+int nvs_reattach_scan(struct nvs *s);
 
 /* tier/nvs.c */
 /* Tests: use the table CRC even where SSE4.2 is available. */

@@ -3,7 +3,7 @@
  * region goes through (see tier/pm.h).
  *
  * Concurrency:
- *   pm_write_hook, pm_write_ns, pm_read_ns, pm_slow
+ *   pm_write_hook, pm_write_ns, pm_read_ns, pm_persist_on, pm_slow
  *                    set at setup, before any worker thread starts
  *                    (thread creation orders the stores before every load);
  *                    read with relaxed loads on every write
@@ -12,9 +12,15 @@
  *   pm_unchecked_depth  thread-local (ablation switches only)
  *   otherwise        stateless; callable from any thread
  *
- * Nothing here flushes or fences: PMEM is volatile capacity. Note that
+ * By default nothing here flushes: a process crash needs only the order
+ * of the stores (pm_fence), the kernel keeps the file's pages. Note that
  * PMEM_F_MEM_NOFLUSH makes libpmem use plain (temporal) stores for every
  * size; its non-temporal path is only taken when flushing is allowed.
+ * With pm_set_persist(true) (durability=power on real PMEM) every write
+ * helper ends with pmem_persist() of what it wrote: its lines flushed
+ * (clwb or clflushopt) and drained (sfence) before it returns, so each
+ * write is on the medium before the next one starts and before any
+ * operation is answered; it rides on the slow path's one flag.
  */
 #include "tier/pm.h"
 
@@ -30,6 +36,7 @@
 static pm_write_hook_fn *pm_write_hook;
 static uint32_t pm_write_ns; /* busy-wait per line written, 0 = off */
 static uint32_t pm_read_ns;  /* busy-wait per line read, 0 = off */
+static bool pm_persist_on;   /* durability=power on real PMEM */
 /* Any of the above set: the one flag the fast path tests. */
 static bool pm_slow;
 
@@ -82,6 +89,8 @@ pm_note_write_slow(const void *pmem_dst, size_t n)
         fn(pmem_dst, n);
     if (ns != 0)
         pm_spin(pm_lines(pmem_dst, n) * ns);
+    if (__atomic_load_n(&pm_persist_on, __ATOMIC_RELAXED))
+        pmem_persist(pmem_dst, n);
 }
 
 static inline void
@@ -164,7 +173,8 @@ pm_update_slow(void)
 {
     bool slow = __atomic_load_n(&pm_write_hook, __ATOMIC_RELAXED) != NULL ||
                 __atomic_load_n(&pm_write_ns, __ATOMIC_RELAXED) != 0 ||
-                __atomic_load_n(&pm_read_ns, __ATOMIC_RELAXED) != 0;
+                __atomic_load_n(&pm_read_ns, __ATOMIC_RELAXED) != 0 ||
+                __atomic_load_n(&pm_persist_on, __ATOMIC_RELAXED);
     __atomic_store_n(&pm_slow, slow, __ATOMIC_RELAXED);
 }
 
@@ -186,6 +196,14 @@ pm_set_latency(uint32_t write_ns_per_line, uint32_t read_ns_per_line)
 {
     __atomic_store_n(&pm_write_ns, write_ns_per_line, __ATOMIC_RELAXED);
     __atomic_store_n(&pm_read_ns, read_ns_per_line, __ATOMIC_RELAXED);
+    pm_update_slow();
+}
+
+/* Context: as pm_set_write_hook(). */
+void
+pm_set_persist(bool on)
+{
+    __atomic_store_n(&pm_persist_on, on, __ATOMIC_RELAXED);
     pm_update_slow();
 }
 

@@ -6,8 +6,9 @@
  * the calling thread holds no lock (DESIGN rule 2: no PMEM writes inside a
  * critical section).
  *
- * PMEM is used as volatile capacity: nothing is flushed or fenced for
- * durability here. pm_copy() uses libpmem's pmem_memcpy() with
+ * By default nothing is flushed for durability here: writes are ordered
+ * (pm_fence), which is what a process crash needs (pm_set_persist: the
+ * flushes power loss needs). pm_copy() uses libpmem's pmem_memcpy() with
  * PMEM_F_MEM_NOFLUSH, which (per PMDK's x86 code) always uses ordinary
  * cached stores; non-temporal copies would need flushing allowed, which
  * costs extra on the tmpfs emulation (a choice to measure on real PMEM).
@@ -16,6 +17,7 @@
  * worker runs).
  */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,6 +51,13 @@ void pm_set_write_hook(pm_write_hook_fn *fn);
  * default); off, the helpers pay the same single predictable branch as for the
  * write hook. Process-wide. Context: setup, like pm_set_write_hook(). */
 void pm_set_latency(uint32_t write_ns_per_line, uint32_t read_ns_per_line);
+
+/* Durability against power loss (durability=power): on, every write
+ * helper flushes and drains what it wrote (pmem_persist) before it
+ * returns. Off (the default), writes are ordered by pm_fence only, which
+ * is all a process crash needs. Process-wide. Context: as
+ * pm_set_write_hook(). */
+void pm_set_persist(bool on);
 
 /* 64-byte lines that [addr, addr + n) touches (0 for n == 0). */
 static inline uint64_t

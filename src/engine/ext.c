@@ -210,6 +210,97 @@ static const struct cache_module ext_module = {
     .close = ext_close,
 };
 
+/*
+ * Reattach after a restart (the store's side: tier/nvs.h). The scan
+ * (src/engine/restart.c) put the flash headers it found in the index like
+ * any item; here each one's locator is offered to the store, which keeps
+ * those whose segment came back at that generation with the value inside
+ * its written extents. Any other header is dropped as a read of it would
+ * be (unlinked, invalidated, its chunk freed, counted in c->start's
+ * dropped_flash), so no header with a dead locator stays behind to match
+ * a later generation of its segment. Then the store turns what was kept
+ * into each segment's live and dead bytes.
+ * Context: ext_open, before any other thread uses the cache.
+ */
+struct flash_list {
+    struct cache *c;
+    uint64_t *v; /* index locations of flash headers */
+    size_t n, cap;
+};
+
+static int
+collect_flash(void *arg, uint64_t loc)
+{
+    struct flash_list *a = arg;
+    uint64_t off = cache_off(loc);
+    if (cache_off_dram(off) ||
+        cache_item_at(a->c, off)->kind != ITEM_KIND_FLASH)
+        return 0;
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 1024;
+        uint64_t *v = realloc(a->v, cap * sizeof(*v));
+        if (!v)
+            return -ENOMEM;
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = loc;
+    return 0;
+}
+
+static int
+reattach(struct cache *c)
+{
+    struct flash_list a = {.c = c};
+    struct tc_open_info *info = &c->start;
+    struct nvs_reattach_info ri;
+    uint64_t t0 = clock_nsec(), lost = 0;
+
+    int rc = htab_foreach(c->htab, collect_flash, &a);
+    struct cache_thread *t = cache_thread_get(c);
+    if (rc == 0 && !t)
+        rc = -ENOMEM;
+    if (rc) {
+        free(a.v);
+        err_set("no DRAM to reattach the flash tier");
+        return rc;
+    }
+    size_t keep = 0;
+    for (size_t i = 0; i < a.n; i++) {
+        const struct item_hdr *it = item_at(c->base, cache_off(a.v[i]));
+        if (!nvs_reattach_ref(c->nvs, item_flash_loc(it), it->klen))
+            a.v[keep++] = a.v[i]; /* to drop, after the books are done */
+    }
+    nvs_reattach_done(c->nvs, &ri);
+    for (size_t i = 0; i < keep; i++) {
+        uint64_t off = cache_off(a.v[i]);
+        const struct item_hdr *it = item_at(c->base, off);
+        uint64_t hash = cache_hash(c, item_key(it), it->klen);
+        if (!cache_unlink_loc(c, hash, a.v[i]))
+            continue;
+        info->items--;
+        info->bytes -= cache_item_bytes(c, it);
+        cache_account_unlink(t, off, CACHE_LOST, UNLINK_REAPED);
+        cache_defer_free(t, off);
+        lost++;
+    }
+    cache_thread_put(c); /* flushes its deferred frees */
+    free(a.v);
+    info->dropped_flash += lost;
+    info->dropped += lost;
+    log_info("flash tier: %llu of %zu items on flash reattached in %.3f s "
+             "(%llu segments back, %llu of them freed as holding none; "
+             "%llu extents, %llu records; %llu bytes read), %llu dropped "
+             "(their record is not on the flash any more)",
+             (unsigned long long)ri.kept, a.n,
+             (double)(clock_nsec() - t0) / 1e9,
+             (unsigned long long)ri.segs_reattached,
+             (unsigned long long)ri.segs_freed, (unsigned long long)ri.extents,
+             (unsigned long long)ri.records, (unsigned long long)ri.bytes_read,
+             (unsigned long long)lost);
+    return 0;
+}
+
 int
 ext_open(struct cache *c, ext_recache_fn *recache)
 {
@@ -234,6 +325,9 @@ ext_open(struct cache *c, ext_recache_fn *recache)
     nc.read_timeout_ms = cfg->ext_read_timeout_ms;
     nc.io_threads = cfg->ext_threads;
     nc.no_uring = cfg->ext_no_uring;
+    /* a pool whose items came back may hold flash headers: take back the
+     * segments their values are in */
+    nc.reattach = c->start.kind != TC_START_COLD;
     struct ext *x = calloc(1, sizeof(*x));
     if (!x) {
         err_set("no DRAM for the flash tier");
@@ -259,6 +353,10 @@ ext_open(struct cache *c, ext_recache_fn *recache)
     atomic_store_explicit(&x->hdr_page, page, memory_order_relaxed);
     c->ext = x;
     reclaim_set_spill(c, &spill_ops);
+    if (nc.reattach && (rc = reattach(c)) != 0) {
+        ext_close(c);
+        return rc;
+    }
     return 0;
 
 err_nvs:

@@ -2,9 +2,21 @@
  * Restart: the scan that brings a pool's items back at open, or the format
  * of a cold start (src/engine/restart.h states the rules).
  *
- * Concurrency: none of its own; runs once at open before the cache is
- * shared. The index bucket lock is taken around each insertion only
- * because the index's functions expect it; no PMEM write happens inside.
+ * Concurrency: runs once at open before the cache is shared, on the
+ * opening thread and up to restart_threads - 1 threads it starts (scan
+ * threads: one per CPU by default). They take ranges of pages from one
+ * atomic counter. Shared while they run: the index (each insertion,
+ * replacement and comparison of two copies of a key under that key's
+ * bucket lock, as src/engine/htab.h asks of writers; no PMEM write inside
+ * it), the per-page maps of chunks in use (allocated before the threads
+ * start, bits set and cleared with atomic operations under the bucket
+ * lock of the key they belong to, so the marks of two copies of a key
+ * follow the index's order) and the items' commit words (a thread clears
+ * only the commit word of a copy that lost or that it dropped, after the
+ * lock). Each thread keeps its own figures, summed after the join. The
+ * accounting after the pages are adopted runs the same way, each thread
+ * with a thread context of its own that it gives back when done (the
+ * modules that register after the scan expect no thread context).
  */
 #include "src/engine/restart.h"
 
@@ -19,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static struct restart_meta *
 meta_of(const struct cache *c)
@@ -94,6 +107,8 @@ cold_reason(const struct cache *c)
 
 /* --- the scan --- */
 
+/* What every scan thread shares, read-only during the scan but for the
+ * index (bucket locks) and the chunk maps (atomic bit operations). */
 struct scan {
     struct cache *c;
     uint32_t now;
@@ -101,12 +116,31 @@ struct scan {
     uint32_t npages;
     bool all_flushed; /* a delayed flush came due while stopped */
     uint64_t flush_cas;
+    uint64_t **used; /* per page with a class: chunk bits of restored items,
+                        allocated before the threads start */
+    _Atomic uint32_t next_page; /* the next range of pages to take */
+    struct tc_open_info *info;
+};
+
+/* One scan thread's part: its own figures, summed after the join. */
+struct scan_part {
+    struct scan *s;
+    pthread_t tid;
+    int rc;
     uint64_t max_cas; /* largest CAS among the committed items */
     uint32_t max_seq; /* newest sequence (serial order), if have_seq */
     bool have_seq;
-    uint64_t **used; /* per page: chunk bits of restored items, or NULL */
-    struct tc_open_info *info;
+    uint64_t items, bytes;
+    uint64_t dropped_expired, dropped_flushed, dropped_older, dropped_torn,
+        dropped_flash, dropped_no_room;
 };
+
+/* Pages a thread takes at a time: big enough that the shared counter is
+ * touched rarely, small enough that the threads end together. */
+#define SCAN_BATCH_PAGES 8u
+/* At least this many pages with a class per scan thread. */
+#define SCAN_MIN_PAGES 4u
+#define SCAN_MAX_THREADS 16u
 
 static uint32_t
 page_chunk_size(const struct scan *s, uint64_t off, unsigned *cls)
@@ -143,63 +177,56 @@ tails_ok(const struct scan *s, const struct item_hdr *it, uint64_t head)
 }
 
 static void
-note_seq(struct scan *s, const struct item_hdr *it)
+note_seq(struct scan_part *p, const struct item_hdr *it)
 {
     uint32_t seq = item_commit_seq(it->commit);
-    if (it->cas > s->max_cas)
-        s->max_cas = it->cas;
-    if (!s->have_seq || item_seq_newer(seq, s->max_seq))
-        s->max_seq = seq;
-    s->have_seq = true;
+    if (it->cas > p->max_cas)
+        p->max_cas = it->cas;
+    if (!p->have_seq || item_seq_newer(seq, p->max_seq))
+        p->max_seq = seq;
+    p->have_seq = true;
 }
 
 /* Set (or clear) the bit of the chunk at off in its page's map of chunks
- * in use. */
-static int
+ * in use. Atomic: a tail may sit on a page another thread scans.
+ * Context: the key's bucket lock held, so the marks of two copies of one
+ * key are ordered like their index updates. */
+static void
 mark_chunk(struct scan *s, uint64_t off, bool used)
 {
     unsigned cls;
     uint32_t cs = page_chunk_size(s, off, &cls);
-    uint64_t pg = off >> POOL_PAGE_SHIFT;
-    if (!s->used[pg]) {
-        if (!used)
-            return 0;
-        uint32_t words =
-            (POOL_PAGE_SIZE / slab_chunk_size(s->c->slab, 0) + 63) / 64;
-        s->used[pg] = calloc(words, sizeof(uint64_t));
-        if (!s->used[pg])
-            return -ENOMEM;
-    }
+    uint64_t *map = s->used[off >> POOL_PAGE_SHIFT];
     uint32_t idx = (uint32_t)((off & (POOL_PAGE_SIZE - 1)) / cs);
+    uint64_t bit = 1ull << (idx % 64);
     if (used)
-        s->used[pg][idx / 64] |= 1ull << (idx % 64);
+        __atomic_fetch_or(&map[idx / 64], bit, __ATOMIC_RELAXED);
     else
-        s->used[pg][idx / 64] &= ~(1ull << (idx % 64));
-    return 0;
+        __atomic_fetch_and(&map[idx / 64], ~bit, __ATOMIC_RELAXED);
 }
 
 /* An item's head and tails: in use (restored) or not (lost to a newer
  * copy). */
-static int
+static void
 mark_item(struct scan *s, uint64_t off, bool used)
 {
     const struct item_hdr *it = item_at(s->c->base, off);
-    int rc = mark_chunk(s, off, used);
-    for (unsigned i = 0; rc == 0 && i < it->nchain; i++)
-        rc = mark_chunk(s, item_tails(it)[i], used);
-    return rc;
+    mark_chunk(s, off, used);
+    for (unsigned i = 0; i < it->nchain; i++)
+        mark_chunk(s, item_tails(it)[i], used);
 }
 
 /* Put the item at off into the index, or count why not; a loser is
- * invalidated and its chunks are not in use. PMEM: invalidations, outside
- * the bucket lock. */
-static int
-restore_one(struct scan *s, uint64_t off)
+ * invalidated and its chunks are not in use. Any scan thread: the bucket
+ * lock orders two copies of a key found by two threads; the chunk marks
+ * (DRAM) are made under it, the invalidation (PMEM) after it. */
+static void
+restore_one(struct scan_part *p, uint64_t off, uint64_t hash)
 {
+    struct scan *s = p->s;
     struct cache *c = s->c;
     const struct item_hdr *it = item_at(c->base, off);
     struct cache_key k = {c, item_key(it), it->klen};
-    uint64_t hash = cache_hash(c, item_key(it), it->klen);
     uint64_t loser = off; /* offset 0 is a chunk too: no "0 = none" */
     bool lost = false;    /* a copy (this one or the older) loses */
 
@@ -218,29 +245,35 @@ restore_one(struct scan *s, uint64_t off)
         }
     } else if (htab_insert_locked(c->htab, b, hash, cache_loc(off)) != 0) {
         lost = true;
-        s->info->dropped_no_room++;
+        p->dropped_no_room++;
     }
-    htab_unlock(b);
-    int rc = 0;
     if (!lost || loser != off)
-        rc = mark_item(s, off, true);
+        mark_item(s, off, true);
+    if (lost && loser != off)
+        mark_item(s, loser, false);
+    htab_unlock(b);
     if (lost) {
         if (slot)
-            s->info->dropped_older++;
-        if (loser != off && rc == 0)
-            rc = mark_item(s, loser, false);
+            p->dropped_older++;
         item_invalidate(c->base, loser);
     }
-    return rc;
 }
 
+/* Items whose index bucket is being loaded ahead of their insertion: the
+ * insertions are the scan's DRAM misses (one per item, at random), and a
+ * few in flight overlap them. */
+#define SCAN_AHEAD 16u
+
 /* Look at every chunk of page pg (class cls). */
-static int
-scan_page(struct scan *s, uint32_t pg, unsigned cls)
+static void
+scan_page(struct scan_part *p, uint32_t pg, unsigned cls)
 {
+    struct scan *s = p->s;
     struct cache *c = s->c;
     uint32_t cs = slab_chunk_size(c->slab, cls);
     uint32_t per = POOL_PAGE_SIZE / cs;
+    uint64_t ahead_off[SCAN_AHEAD], ahead_hash[SCAN_AHEAD];
+    unsigned nahead = 0, head = 0;
 
     for (uint32_t i = 0; i < per; i++) {
         uint64_t off = ((uint64_t)pg << POOL_PAGE_SHIFT) + (uint64_t)i * cs;
@@ -249,33 +282,85 @@ scan_page(struct scan *s, uint32_t pg, unsigned cls)
             continue; /* empty, a tail, or not (or no longer) an item */
         uint64_t *count = NULL;
         if (!item_check(it, cs) || (it->nchain && !tails_ok(s, it, off))) {
-            count = &s->info->dropped_torn;
+            count = &p->dropped_torn;
         } else {
-            note_seq(s, it);
-            if (it->kind == ITEM_KIND_FLASH)
-                count = &s->info->dropped_flash;
+            note_seq(p, it);
+            if (it->kind == ITEM_KIND_FLASH && !c->cfg.ext_npaths)
+                count = &p->dropped_flash; /* no flash tier now */
             else if (it->exptime != 0 && it->exptime <= s->now)
-                count = &s->info->dropped_expired;
+                count = &p->dropped_expired;
             else if (s->all_flushed || it->cas <= s->flush_cas)
-                count = &s->info->dropped_flushed;
+                count = &p->dropped_flushed;
         }
         if (count) {
             (*count)++;
             item_invalidate(c->base, off);
             continue;
         }
-        int rc = restore_one(s, off);
-        if (rc)
-            return rc;
+        uint64_t hash = cache_hash(c, item_key(it), it->klen);
+        htab_prefetch(c->htab, hash);
+        if (nahead == SCAN_AHEAD) { /* the oldest's bucket is in by now */
+            restore_one(p, ahead_off[head], ahead_hash[head]);
+            head = (head + 1) % SCAN_AHEAD;
+            nahead--;
+        }
+        unsigned at = (head + nahead) % SCAN_AHEAD;
+        ahead_off[at] = off;
+        ahead_hash[at] = hash;
+        nahead++;
     }
-    return 0;
+    for (; nahead > 0; nahead--) {
+        restore_one(p, ahead_off[head], ahead_hash[head]);
+        head = (head + 1) % SCAN_AHEAD;
+    }
+}
+
+/* Whether page pg had an item restored. */
+static bool
+page_used(const struct scan *s, uint32_t pg)
+{
+    const uint64_t *map = s->used[pg];
+    uint32_t cs = slab_chunk_size(s->c->slab, s->table[pg] - 1u);
+    uint32_t words = (POOL_PAGE_SIZE / cs + 63) / 64;
+    for (uint32_t w = 0; w < words; w++)
+        if (map[w])
+            return true;
+    return false;
+}
+
+/* Take the next range of pages: false when none is left. */
+static bool
+take_pages(struct scan *s, uint32_t *lo, uint32_t *hi)
+{
+    uint32_t at = atomic_fetch_add_explicit(&s->next_page, SCAN_BATCH_PAGES,
+                                            memory_order_relaxed);
+    if (at >= s->npages)
+        return false;
+    *lo = at;
+    *hi = MIN(s->npages, at + SCAN_BATCH_PAGES);
+    return true;
+}
+
+/* A scan thread: ranges of pages until none is left. */
+static void *
+scan_main(void *arg)
+{
+    struct scan_part *p = arg;
+    struct scan *s = p->s;
+    uint32_t lo, hi;
+    while (take_pages(s, &lo, &hi))
+        for (uint32_t pg = lo; pg < hi; pg++)
+            if (s->used[pg])
+                scan_page(p, pg, s->table[pg] - 1u);
+    return NULL;
 }
 
 /* The restored items of an adopted page, in address order: their DRAM
  * chunk words and their accounting, as if just stored. */
 static void
-account_page(struct scan *s, struct cache_thread *t, uint32_t pg)
+account_page(struct scan_part *p, struct cache_thread *t, uint32_t pg)
 {
+    struct scan *s = p->s;
     struct cache *c = s->c;
     uint32_t cs = slab_chunk_size(c->slab, s->table[pg] - 1u);
     uint32_t per = POOL_PAGE_SIZE / cs;
@@ -290,20 +375,105 @@ account_page(struct scan *s, struct cache_thread *t, uint32_t pg)
                 continue; /* counted with its head */
             cache_fresh(c, off, s->now, 0);
             cache_account(t, off, 1);
-            s->info->items++;
-            s->info->bytes += cache_item_bytes(c, it);
+            p->items++;
+            p->bytes += cache_item_bytes(c, it);
         }
     }
 }
 
-/* Scan, then hand the pages to their classes and count the items. */
+/* An accounting thread: its own thread context (its counts go to the
+ * cache's retired ones when it is put back). */
+static void *
+account_main(void *arg)
+{
+    struct scan_part *p = arg;
+    struct scan *s = p->s;
+    struct cache_thread *t = cache_thread_get(s->c);
+    uint32_t lo, hi;
+    if (!t) {
+        p->rc = -ENOMEM;
+        return NULL;
+    }
+    while (take_pages(s, &lo, &hi))
+        for (uint32_t pg = lo; pg < hi; pg++)
+            if (s->used[pg] && s->table[pg] != RESTART_PAGE_NONE)
+                account_page(p, t, pg);
+    /* the modules (hot keys, flash tier) register after the scan and
+     * expect no thread context yet */
+    cache_thread_put(s->c);
+    return NULL;
+}
+
+/* Run fn on nparts parts: the caller's thread is the first, the others
+ * are started (fewer when a start fails: the rest is done by those). */
+static void
+run_parts(struct scan_part *parts, unsigned nparts, void *(*fn)(void *))
+{
+    unsigned started = 1;
+    for (unsigned i = 1; i < nparts; i++) {
+        if (pthread_create(&parts[i].tid, NULL, fn, &parts[i]) != 0)
+            break;
+        started++;
+    }
+    fn(&parts[0]);
+    for (unsigned i = 1; i < started; i++)
+        pthread_join(parts[i].tid, NULL);
+}
+
+/* Scan threads for npages pages with a class: cfg.restart_threads, or one
+ * per CPU; at most one per SCAN_MIN_PAGES pages. */
+static unsigned
+scan_threads(const struct cache *c, uint32_t npages)
+{
+    long n = c->cfg.restart_threads;
+    if (n <= 0)
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n > (long)SCAN_MAX_THREADS)
+        n = SCAN_MAX_THREADS;
+    if (n > (long)(npages / SCAN_MIN_PAGES))
+        n = (long)(npages / SCAN_MIN_PAGES);
+    return n < 1 ? 1u : (unsigned)n;
+}
+
+static void
+sum_parts(struct scan_part *parts, unsigned nparts, struct scan_part *sum)
+{
+    memset(sum, 0, sizeof(*sum));
+    for (unsigned i = 0; i < nparts; i++) {
+        const struct scan_part *p = &parts[i];
+        if (p->max_cas > sum->max_cas)
+            sum->max_cas = p->max_cas;
+        if (p->have_seq &&
+            (!sum->have_seq || item_seq_newer(p->max_seq, sum->max_seq)))
+            sum->max_seq = p->max_seq;
+        sum->have_seq |= p->have_seq;
+        sum->items += p->items;
+        sum->bytes += p->bytes;
+        sum->dropped_expired += p->dropped_expired;
+        sum->dropped_flushed += p->dropped_flushed;
+        sum->dropped_older += p->dropped_older;
+        sum->dropped_torn += p->dropped_torn;
+        sum->dropped_flash += p->dropped_flash;
+        sum->dropped_no_room += p->dropped_no_room;
+        if (p->rc && !sum->rc)
+            sum->rc = p->rc;
+    }
+}
+
+/* Scan (in parallel over ranges of pages), then hand the pages to their
+ * classes and account the items (in parallel again); *sum gets the
+ * figures. */
 static int
-scan_pool(struct cache *c, struct scan *s)
+scan_pool(struct cache *c, struct scan *s, struct scan_part *sum)
 {
     uint32_t limit = pool_limit(c->pool);
     uint8_t *table = region_page_table(c->region, &s->npages);
+    uint32_t words = (POOL_PAGE_SIZE / slab_chunk_size(c->slab, 0) + 63) / 64;
+    struct scan_part *parts = NULL;
+    uint32_t nclassed = 0;
     int rc = 0;
 
+    memset(sum, 0, sizeof(*sum));
     s->table = table;
     s->used = calloc(s->npages, sizeof(*s->used));
     if (!s->used) {
@@ -315,8 +485,12 @@ scan_pool(struct cache *c, struct scan *s)
         if (b == RESTART_PAGE_NONE)
             continue;
         if (pg < limit && b <= slab_nclasses(c->slab)) {
-            if ((rc = scan_page(s, pg, b - 1u)) != 0)
+            s->used[pg] = calloc(words, sizeof(uint64_t));
+            if (!s->used[pg]) {
+                rc = -ENOMEM;
                 goto out;
+            }
+            nclassed++;
             continue;
         }
         /* beyond the memory limit, or no such class: the page goes back
@@ -324,10 +498,21 @@ scan_pool(struct cache *c, struct scan *s)
         uint8_t none = RESTART_PAGE_NONE;
         pm_copy(&table[pg], &none, 1);
     }
+    unsigned nparts = scan_threads(c, nclassed);
+    s->info->scan_threads = nparts;
+    parts = calloc(nparts, sizeof(*parts));
+    if (!parts) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (unsigned i = 0; i < nparts; i++)
+        parts[i].s = s;
+    atomic_store_explicit(&s->next_page, 0, memory_order_relaxed);
+    run_parts(parts, nparts, scan_main);
     for (uint32_t pg = 0; pg < s->npages; pg++) {
-        if (table[pg] == RESTART_PAGE_NONE)
+        if (!s->used[pg])
             continue;
-        if (!s->used[pg]) {
+        if (!page_used(s, pg)) {
             /* nothing restored here: back to the pool */
             uint8_t none = RESTART_PAGE_NONE;
             pm_copy(&table[pg], &none, 1);
@@ -337,15 +522,12 @@ scan_pool(struct cache *c, struct scan *s)
         if (rc)
             goto out;
     }
-    struct cache_thread *t = cache_thread_get(c);
-    if (!t) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    for (uint32_t pg = 0; pg < s->npages; pg++)
-        if (table[pg] != RESTART_PAGE_NONE && s->used[pg])
-            account_page(s, t, pg);
+    atomic_store_explicit(&s->next_page, 0, memory_order_relaxed);
+    run_parts(parts, nparts, account_main);
+    sum_parts(parts, nparts, sum);
+    rc = sum->rc;
 out:
+    free(parts);
     for (uint32_t pg = 0; pg < s->npages; pg++)
         free(s->used[pg]);
     free(s->used);
@@ -357,12 +539,13 @@ out:
 /* The CAS counter above every CAS and sequence seen and the flush
  * watermark, and the flush state carried over. */
 static void
-resume_counters(struct cache *c, const struct scan *s)
+resume_counters(struct cache *c, const struct scan *s,
+                const struct scan_part *sum)
 {
     struct restart_meta *m = meta_of(c);
-    uint64_t next = s->max_cas > s->flush_cas ? s->max_cas : s->flush_cas;
-    if (s->have_seq) {
-        int32_t ahead = (int32_t)(s->max_seq - (uint32_t)next);
+    uint64_t next = sum->max_cas > s->flush_cas ? sum->max_cas : s->flush_cas;
+    if (sum->have_seq) {
+        int32_t ahead = (int32_t)(sum->max_seq - (uint32_t)next);
         if (ahead > 0)
             next += (uint64_t)ahead;
     }
@@ -386,11 +569,37 @@ kind_name(enum tc_start_kind k)
                                 : "recovered";
 }
 
+/* durability=power: on real PMEM (libpmem's is_pmem for the mapping: a
+ * DAX mapping, or PMEM_IS_PMEM_FORCE=1) every PMEM write is flushed and
+ * drained from now on (tier/pm.h, pm_set_persist); elsewhere (a tmpfs file,
+ * which power loss takes whatever is flushed) it is the same as process, and
+ * one log line says so. Process-wide: a cache asking for power turns it on for
+ * the process. */
+static void
+durability_setup(const struct cache *c)
+{
+    if (c->cfg.durability != TC_DURABILITY_POWER)
+        return;
+    if (region_is_pmem(c->region)) {
+        pm_set_persist(true);
+        log_info("pool %s: durability=power: every PMEM write is flushed "
+                 "and drained before the reply",
+                 region_path(c->region));
+    } else {
+        log_info("pool %s: durability=power is the same as process here: "
+                 "the mapping is not real PMEM (a tmpfs or page-cache file "
+                 "does not outlive power loss, flushed or not)",
+                 region_path(c->region));
+    }
+}
+
 int
 restart_attach(struct cache *c)
 {
     struct tc_open_info *info = &c->start;
     const char *why = cold_reason(c);
+
+    durability_setup(c);
 
     memset(info, 0, sizeof(*info));
     if (why) {
@@ -417,21 +626,32 @@ restart_attach(struct cache *c)
     s.all_flushed = m->flush_at != 0 && m->flush_at <= s.now;
     info->kind =
         region_was_clean(c->region) ? TC_START_WARM : TC_START_RECOVERED;
-    int rc = scan_pool(c, &s);
+    struct scan_part sum;
+    int rc = scan_pool(c, &s, &sum);
     if (rc)
         return rc;
-    resume_counters(c, &s);
+    resume_counters(c, &s, &sum);
+    info->items = sum.items;
+    info->bytes = sum.bytes;
+    info->dropped_expired = sum.dropped_expired;
+    info->dropped_flushed = sum.dropped_flushed;
+    info->dropped_older = sum.dropped_older;
+    info->dropped_torn = sum.dropped_torn;
+    info->dropped_flash = sum.dropped_flash;
+    info->dropped_no_room = sum.dropped_no_room;
     pm_fence();
     info->dropped = info->dropped_expired + info->dropped_flushed +
                     info->dropped_older + info->dropped_torn +
                     info->dropped_flash + info->dropped_no_room;
     info->seconds = (double)(clock_nsec() - t0) / 1e9;
-    log_info("pool %s: %s start: %llu items (%llu bytes) restored in %.3f s; "
+    log_info("pool %s: %s start: %llu items (%llu bytes) restored in %.3f s "
+             "(%u scan threads); "
              "dropped %llu (expired %llu, flushed %llu, older copies %llu, "
              "torn %llu, on flash %llu, no index room %llu)",
              region_path(c->region), kind_name(info->kind),
              (unsigned long long)info->items, (unsigned long long)info->bytes,
-             info->seconds, (unsigned long long)info->dropped,
+             info->seconds, info->scan_threads,
+             (unsigned long long)info->dropped,
              (unsigned long long)info->dropped_expired,
              (unsigned long long)info->dropped_flushed,
              (unsigned long long)info->dropped_older,

@@ -8,16 +8,21 @@
  * restart metadata matching this cache's settings, is scanned: every page
  * the page table names is cut at its class's chunks; a chunk holding a
  * committed item whose checksum and bounds check, not expired, not older
- * than the persisted flush, not on flash, goes into the index (of two
+ * than the persisted flush (and, with no flash tier configured, not a flash
+ * header: with one, ext_open then checks each flash header's locator
+ * against the segments the store takes back), goes into the index (of two
  * copies of a key the newer sequence wins), every other committed item is
  * invalidated; the pages that hold restored items join their classes with
  * those chunks in use, the others go back to the pool; the CAS counter
  * resumes above every CAS and sequence seen. Any other pool is formatted
  * (a cold start, one log line). c->start says what happened.
  *
- * Concurrency: single-threaded, at open. PMEM: writes (invalidations, the
- * page table, the metadata) with no lock held but the index bucket lock
- * taken and dropped around each insertion (no PMEM write inside it).
+ * Concurrency: at open, before the cache is shared; the scan itself runs
+ * on the caller and up to cfg.restart_threads - 1 threads it starts and
+ * joins (src/engine/restart.c says what they share). PMEM: writes
+ * (invalidations, the page table, the metadata) with no lock held; the
+ * index bucket lock is taken around each insertion (no PMEM write inside
+ * it). It also applies cfg.durability (tier/pm.h, pm_set_persist).
  */
 
 #include "src/engine/cache.h"

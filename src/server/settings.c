@@ -741,6 +741,17 @@ check_protocol(struct settings *s)
     return -EINVAL;
 }
 
+/* -o durability: process or power */
+static int
+check_durability(const struct settings *s)
+{
+    if (!strcmp(s->durability, "process") || !strcmp(s->durability, "power"))
+        return 0;
+    err_set("-o durability: expected process or power, got '%s'",
+            s->durability);
+    return -EINVAL;
+}
+
 /* -S and -Y against -B. SASL runs over the binary protocol, so -S alone
  * means -B binary and refuses the text protocol, as memcached does; the -Y
  * login is a text command, so -B binary leaves nothing to log in with.
@@ -827,6 +838,8 @@ static int
 finish(struct settings *s)
 {
     int rc = check_protocol(s);
+    if (!rc)
+        rc = check_durability(s);
     if (!rc)
         rc = check_auth(s);
     if (!rc)
@@ -1096,6 +1109,8 @@ settings_to_config(const struct settings *s, struct tc_config *cfg)
      * "Restart") */
     if (s->pool_default)
         cfg->no_restart = true;
+    cfg->durability = !strcmp(s->durability, "power") ? TC_DURABILITY_POWER
+                                                      : TC_DURABILITY_PROCESS;
     cfg->ext_npaths = s->ext_npaths;
     for (unsigned i = 0; i < s->ext_npaths; i++) {
         cfg->ext_path[i] = s->ext_path[i];

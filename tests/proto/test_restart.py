@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import time
 import uuid
 
 import pytest
@@ -242,3 +243,119 @@ def test_without_e_is_cold_and_scratch(pool):
     finally:
         if os.path.exists(default):
             os.unlink(default)
+
+
+def _fx_value(i):
+    return (b"%05d" % i) * 819 + b"x"  # 4096 bytes
+
+
+def test_flash_kill9_then_restart(pool):
+    """The flash tier holding most of the data (-m 16, 4 KiB values, an
+    ext_path file): kill -9 with the flash writer at work, restart on the
+    same pool and flash files: every key reads its value or misses, and
+    most of what read back before the kill comes back, from flash too.
+    Values still in the flash write buffers at the kill are lost (misses),
+    never read as something else. The keys are stored in batches until
+    flash holds two thirds of the items, each batch followed by a bounded
+    wait for the writer to catch up (one that stays behind makes evictions
+    instead of spills), at most 40 batches."""
+    from conftest import flash_file
+    path, servers = pool
+    ext = flash_file("tc-restart-ext", ".nvs")
+    extra = ("-m", "16", "-o", "ext_page_size=4", "-o", "ext_wbuf_size=1",
+             "-o", "ext_recache_rate=0", "-o", "ext_read_timeout_ms=0",
+             "-o", f"ext_path={ext}:192m")
+    try:
+        srv = _start(path, extra)
+        servers.append(srv)
+        c = Conn(HOST, srv.port)
+        n = 0
+        for _ in range(40):
+            for i in range(n, n + 1000):
+                v = _fx_value(i)
+                c.cmd(b"set fx%05d %d 0 %d\r\n%s\r\n" % (i, i, len(v), v),
+                      b"STORED\r\n")
+            n += 1000
+            # let a writer that fell behind catch up (bounded: 3 s), so
+            # that the next batch spills rather than evicts
+            written = -1
+            for _ in range(30):
+                now = int(c.stats()["extstore_bytes_written"])
+                if now == written:
+                    break
+                written = now
+                time.sleep(0.1)
+            fl = int(c.stats("tiers")["nvme:items"])
+            if fl > 2 * (int(c.stats()["curr_items"]) - fl):
+                break  # two thirds of the items on flash
+        on_flash = int(c.stats("tiers")["nvme:items"])
+        assert on_flash > 0
+        before = 0
+        for i in range(n):
+            got = c.get_value(b"fx%05d" % i)
+            assert got is None or got == _fx_value(i), i
+            before += got is not None
+        c.close()
+        _kill9(srv)
+
+        srv2 = _start(path, extra)
+        servers.append(srv2)
+        c = Conn(HOST, srv2.port)
+        st = c.stats()
+        assert st["restart_kind"] == "recovered"
+        back = 0
+        for i in range(n):
+            got = c.get_value(b"fx%05d" % i)
+            assert got is None or got == _fx_value(i), \
+                f"fx{i:05d}: got {got[:40]!r}..."
+            back += got is not None
+        tiers = c.stats("tiers")
+        print(f"flash restart: {back} of {before} readable keys back "
+              f"({n} stored), {tiers['nvme:items']} of {on_flash} on flash, "
+              f"dropped {st['restart_dropped']}")
+        assert back > before // 2, (back, before)
+        assert int(tiers["nvme:items"]) > on_flash // 2, (tiers, on_flash)
+        # the store goes on: new values spill and read back
+        for i in range(n, n + 2000):
+            v = _fx_value(i)
+            c.cmd(b"set fx%05d %d 0 %d\r\n%s\r\n" % (i, i, len(v), v),
+                  b"STORED\r\n")
+        assert c.get_value(b"fx%05d" % (n + 1999)) == _fx_value(n + 1999)
+        c.close()
+        log = _stop(srv2)
+        assert "flash tier:" in log and "reattached" in log, log
+    finally:
+        if os.path.exists(ext):
+            os.unlink(ext)
+
+
+def test_durability_option(pool):
+    """-o durability: a bad level exits with one line; power starts, says
+    in one line what it does on this mapping (on /dev/shm: the same as
+    process), shows in stats settings, and its items come back after
+    kill -9 like process's."""
+    path, servers = pool
+    port = free_port()
+    argv = server_argv(port, ("-o", "durability=disk"), 64, path)
+    res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                         timeout=START_TIMEOUT, cwd=str(ROOT))
+    assert res.returncode != 0
+    err = res.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and "durability" in err[0] and "disk" in err[0], err
+
+    srv = _start(path, ("-o", "durability=power"))
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    assert c.stats("settings")["tc_durability"] == "power"
+    for i in range(50):
+        c.set(b"dk%d" % i, b"dv%d" % i)
+    c.close()
+    _kill9(srv)
+    srv2 = _start(path, ("-o", "durability=power"))
+    servers.append(srv2)
+    c = Conn(HOST, srv2.port)
+    for i in range(50):
+        assert c.get_value(b"dk%d" % i) == b"dv%d" % i
+    c.close()
+    log = _stop(srv2)
+    assert "durability=power" in log, log

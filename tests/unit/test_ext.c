@@ -15,6 +15,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
 
 /* Spilled items need flash headers in a class of their own, taken without
  * evicting: a header page set aside at open goes to that class when it is
@@ -523,38 +524,198 @@ test_stress(void **state)
     check_ok(c);
 }
 
-/* A restart on the same pool and flash files: the items whose value is on
- * flash are dropped and counted (not reattached yet), the pool's come
- * back; nothing reads from flash, every key its value or a miss. */
+/* Close and open again on the same pool and flash files. */
+static struct tc_open_info
+reopen(struct xfx *x)
+{
+    struct tc_open_info info;
+    tc_close(x->f.c);
+    x->f.c = NULL;
+    assert_int_equal(tc_open(&x->f.cfg, &x->f.c), 0);
+    tc_open_info(x->f.c, &info);
+    return info;
+}
+
+/* Every key of [0, n) reads its version-0 value or misses: the hits, and
+ * in *flash those served from flash. */
+static unsigned
+read_all(struct tc_cache *c, unsigned n, unsigned *flash)
+{
+    unsigned hits = 0, fl_hits = 0;
+    for (unsigned i = 0; i < n; i++) {
+        bool fl = false;
+        if (read_check(c, i, 0, &fl)) {
+            hits++;
+            fl_hits += fl;
+        }
+    }
+    if (flash)
+        *flash = fl_hits;
+    return hits;
+}
+
+/* A restart on the same pool and flash files after a clean close: the
+ * items whose value is on flash come back through their PMEM headers and
+ * read their values from the segments the store took back; nothing is
+ * dropped. The store's books hold (nvs_check) and new spills go on. */
 static void
-test_restart_drops_flash(void **state)
+test_restart_flash_back(void **state)
 {
     struct xfx *x = *state;
     const unsigned n = 8192; /* 32 MiB of 4 KiB values, pool 16 MiB */
 
     fill(x->f.c, 0, n);
     struct tc_stats before = stats(x->f.c);
-    assert_true(before.ext_items > 0);
+    assert_true(before.ext_items > n / 2);
+    struct tc_open_info info = reopen(x);
+    assert_int_equal(info.kind, TC_START_WARM);
+    assert_int_equal(info.dropped_flash, 0);
+    assert_int_equal(info.items, before.curr_items);
+    struct tc_stats s = stats(x->f.c);
+    assert_int_equal(s.ext_items, before.ext_items);
+    assert_int_equal(s.curr_items, before.curr_items);
+    assert_true(s.extstore_bytes_used > 0);
+    unsigned fl = 0;
+    assert_int_equal(read_all(x->f.c, n, &fl), before.curr_items);
+    assert_int_equal(fl, before.ext_items);
+    check_ok(x->f.c);
+    /* new writes go on: more spills, and the old keys still read */
+    fill(x->f.c, n, 2048);
+    assert_true(stats(x->f.c).ext_spilled > 0);
+    assert_true(read_all(x->f.c, n, NULL) > n / 2);
+    check_ok(x->f.c);
+}
+
+/* After a restart the store's books say which segments are mostly dead:
+ * deleting most keys of the reattached segments lets compaction run. */
+static void
+test_restart_flash_compaction(void **state)
+{
+    struct xfx *x = *state;
+    const unsigned n = 8000;
+    char k[32];
+
+    fill(x->f.c, 0, n);
+    struct tc_open_info info = reopen(x);
+    assert_int_equal(info.kind, TC_START_WARM);
+    struct tc_cache *c = x->f.c;
+    unsigned kept = 0;
+    for (unsigned i = 0; i < 3000; i++) {
+        key_of(i, k);
+        if (i % 8 == 0) {
+            unsigned char buf[VAL];
+            kept += tc_get_copy(c, k, strlen(k), buf, VAL, NULL) == TC_OK;
+            continue;
+        }
+        tc_delete(c, k, strlen(k), 0);
+    }
+    struct tc_stats s0 = stats(c);
+    assert_true(s0.extstore_bytes_dead > 0);
+    for (int i = 0; i < 8; i++)
+        tc_maintain(c);
+    struct tc_stats s1 = stats(c);
+    assert_true(s1.extstore_compact_rescues > s0.extstore_compact_rescues);
+    unsigned again = 0;
+    for (unsigned i = 0; i < 3000; i += 8)
+        again += (unsigned)read_check(c, i, 0, NULL);
+    assert_int_equal(again, kept);
+    check_ok(c);
+    /* and once more: the compacted segment (its header zeroed) is not
+     * taken back, the moved records are */
+    info = reopen(x);
+    assert_int_equal(info.kind, TC_START_WARM);
+    again = 0;
+    for (unsigned i = 0; i < 3000; i += 8)
+        again += (unsigned)read_check(x->f.c, i, 0, NULL);
+    assert_int_equal(again, kept);
+    read_all(x->f.c, n, NULL);
+    check_ok(x->f.c);
+}
+
+/* A crash while the flash writer is mid-segment: the child fills, lets the
+ * writer catch up, then holds it (write_delay_ms) and stores more, so that
+ * spilled values sit in write buffers that never reach the file, and
+ * _exits without closing. Reopened: the headers whose record is not on the
+ * flash are dropped and counted, every key reads its value or misses, the
+ * keys written before the hold come back, and the store goes on. */
+static void
+test_restart_flash_crash_mid_segment(void **state)
+{
+    struct xfx *x = *state;
+    const unsigned n = 6000, m = 600;
+
     tc_close(x->f.c);
     x->f.c = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct tc_cache *c;
+        unsigned char v[VAL];
+        char k[32];
+        if (tc_open(&x->f.cfg, &c) != 0)
+            _exit(2);
+        fill(c, 0, n);
+        nvs_flush(store_of(c));
+        struct tc_stats s0 = stats(c);
+        struct nvs_faults fa = {.write_delay_ms = 600000};
+        nvs_set_faults(store_of(c), &fa);
+        for (unsigned i = n; i < n + m; i++) {
+            key_of(i, k);
+            value_of(i, 0, v, VAL);
+            put(c, k, v, VAL, i, 0);
+        }
+        /* a crash: no tc_close, the writer held with buffers queued */
+        _exit(stats(c).ext_spilled > s0.ext_spilled ? 0 : 3);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
     assert_int_equal(tc_open(&x->f.cfg, &x->f.c), 0);
     struct tc_open_info info;
     tc_open_info(x->f.c, &info);
-    assert_int_equal(info.kind, TC_START_WARM);
-    assert_int_equal(info.dropped_flash, before.ext_items);
-    assert_int_equal(info.items, before.curr_items - before.ext_items);
-    struct tc_stats s = stats(x->f.c);
-    assert_int_equal(s.ext_items, 0);
-    assert_int_equal(s.curr_items, info.items);
-    unsigned hits = 0;
-    for (unsigned i = 0; i < n; i++) {
-        bool fl = false;
-        if (read_check(x->f.c, i, 0, &fl)) {
-            hits++;
-            assert_false(fl);
-        }
-    }
+    print_message("crash mid-segment: %" PRIu64 " items back, %" PRIu64
+                  " dropped on flash\n",
+                  info.items, info.dropped_flash);
+    assert_int_equal(info.kind, TC_START_RECOVERED);
+    assert_true(info.dropped_flash > 0);
+    unsigned fl = 0, hits = read_all(x->f.c, n + m, &fl);
     assert_int_equal(hits, info.items);
+    assert_true(read_all(x->f.c, n, NULL) > n / 2);
+    assert_true(fl > 0);
+    check_ok(x->f.c);
+    fill(x->f.c, n + m, 2000);
+    assert_true(read_all(x->f.c, n + m + 2000, NULL) > n / 2);
+    check_ok(x->f.c);
+}
+
+/* After a restart the store reuses the segments it took back (the oldest
+ * sealed first): a key whose record was in a reused segment misses, with
+ * its counter, and never reads another value; the others read theirs. */
+static void
+test_restart_flash_reused(void **state)
+{
+    struct xfx *x = *state;
+    const unsigned n = 8192, more = 30000; /* 32 MiB, then 117 MiB */
+
+    fill(x->f.c, 0, n);
+    struct tc_stats before = stats(x->f.c);
+    struct tc_open_info info = reopen(x);
+    assert_int_equal(info.kind, TC_START_WARM);
+    assert_int_equal(info.dropped_flash, 0);
+    fill(x->f.c, n, more);
+    struct tc_stats s1 = stats(x->f.c);
+    assert_true(s1.extstore_page_reclaims > 0);
+    unsigned fl = 0, hits = read_all(x->f.c, n, &fl);
+    struct tc_stats s2 = stats(x->f.c);
+    print_message("reused after restart: %u of %" PRIu64 " old keys back (%u "
+                  "from flash), %" PRIu64 " flash misses, %" PRIu64
+                  " reclaims\n",
+                  hits, before.curr_items, fl,
+                  s2.miss_from_extstore - s1.miss_from_extstore,
+                  s1.extstore_page_reclaims);
+    assert_true(hits < before.curr_items);
+    assert_true(s2.miss_from_extstore > s1.miss_from_extstore);
     check_ok(x->f.c);
 }
 
@@ -565,7 +726,10 @@ main(void)
         return 0;
     const struct CMUnitTest tests[] = {
         XT(test_spill_many_header_pages),
-        XT(test_restart_drops_flash),
+        XT(test_restart_flash_back),
+        XT(test_restart_flash_compaction),
+        XT(test_restart_flash_crash_mid_segment),
+        XT(test_restart_flash_reused),
         XT(test_spill_admin_busy),
         XT(test_item_age),
         XTS(test_hot_flash_key, xsetup_hot),

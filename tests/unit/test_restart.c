@@ -554,6 +554,70 @@ test_cold_starts(void **state)
     munmap(t, sizeof(*t));
 }
 
+/* Copy the pool file at from to to. */
+static void
+copy_file(const char *from, const char *to)
+{
+    int in = open(from, O_RDONLY);
+    int out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    char buf[1 << 16];
+    ssize_t n;
+    assert_true(in >= 0 && out >= 0);
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        assert_int_equal(write(out, buf, (size_t)n), n);
+    assert_int_equal(n, 0);
+    close(in);
+    close(out);
+}
+
+/* The parallel scan: the same crashed pool scanned by four threads (more
+ * than this machine may have CPUs, so they interleave) and by one gives
+ * the same items, each key its acknowledged value, and a sound cache. */
+static void
+test_parallel_scan(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info4, info1;
+    char copy[sizeof(f->path) + 8];
+    unsigned nlive;
+
+    f->cfg.pool_size = 64 * MIB; /* no eviction: every key is judged */
+    run_child(f, t, workload);
+    snprintf(copy, sizeof(copy), "%s.copy", f->path);
+    copy_file(f->path, copy);
+
+    f->cfg.restart_threads = 4;
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info4);
+    assert_int_equal(info4.kind, TC_START_RECOVERED);
+    assert_int_equal(info4.scan_threads, 4);
+    judge(f->c, t, &nlive);
+    assert_int_equal(info4.items, nlive);
+    assert_int_equal(stats(f->c).curr_items, nlive);
+    assert_int_equal(tc_check(f->c), 0);
+    set_rec(f->c, t, 0, 9); /* the slab state is usable */
+    judge(f->c, t, &nlive);
+    tc_close(f->c);
+    f->c = NULL;
+
+    struct fx g = *f;
+    g.c = NULL;
+    g.cfg.pool_path = copy;
+    g.cfg.restart_threads = 1;
+    assert_int_equal(tc_open(&g.cfg, &g.c), 0);
+    tc_open_info(g.c, &info1);
+    assert_int_equal(info1.kind, TC_START_RECOVERED);
+    assert_int_equal(info1.scan_threads, 1);
+    assert_int_equal(info1.items, info4.items);
+    assert_int_equal(info1.bytes, info4.bytes);
+    assert_int_equal(info1.dropped, info4.dropped);
+    assert_int_equal(tc_check(g.c), 0);
+    tc_close(g.c);
+    unlink(copy);
+    munmap(t, sizeof(*t));
+}
+
 int
 main(void)
 {
@@ -566,6 +630,7 @@ main(void)
         TC_TEST_NOOPEN(test_expired_dropped),
         TC_TEST_NOOPEN(test_torn_dropped),
         TC_TEST_NOOPEN(test_cold_starts),
+        TC_TEST_NOOPEN(test_parallel_scan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
