@@ -506,7 +506,15 @@ swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
     struct item_plan plan = {.head_size = item_flash_size(hdr->klen)};
     int cls = slab_class_for(c->slab, plan.head_size);
     uint64_t off;
+    /* The new header keeps the old item's store sequence, as a page move's
+     * copy does: a set of this key that took its sequence before this swap
+     * and publishes after it must win over the copy after a crash
+     * (item_layout.h). 0: the old item is already invalidated. */
+    uint32_t seq = item_commit_seq(
+        __atomic_load_n(&item_at(c->base, old)->commit, __ATOMIC_RELAXED));
 
+    if (seq == 0)
+        return -EAGAIN;
     if (cls < 0)
         return -ENOSPC;
     int rc = may_evict ? reclaim_alloc_item(t, &plan, &off, NULL)
@@ -520,7 +528,7 @@ swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
         return -ENOSPC;
     }
     /* PMEM: the header is written before it is visible, no lock held */
-    item_write_flash(c->base, off, hdr, key, nl, cache_seq_next(c));
+    item_write_flash(c->base, off, hdr, key, nl, seq);
     pm_fence();
     slab_reset_bits(c->slab, off);
     cache_account(t, off, 1);
