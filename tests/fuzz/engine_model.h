@@ -46,8 +46,15 @@ struct fz {
     uint32_t now;
     uint32_t flush_at; /* a pending delayed flush, 0 = none */
     uint64_t cas_max;  /* largest CAS seen: a new one is larger */
-    uint64_t cas_hi;   /* bound on the engine's CAS counter */
-    uint64_t flush_hi; /* cas_hi when the last flush took effect */
+    /* Bound on the engine's CAS counter: what the operations' own writes
+     * could have used, raised to the counter after each operation. The
+     * counter gives the commit word's store sequence to every item written
+     * (src/engine/item_layout.h), the engine's own writes too: a page
+     * move's copy, a flash header, a value copied back from flash, a hot
+     * item demoted. They keep the item's CAS but move the counter, by as
+     * many as the engine wrote, which no operation of the model tells. */
+    uint64_t cas_hi;
+    uint64_t flush_hi; /* the engine's flush watermark: CAS <= it flushed */
     uint64_t losses;   /* the loss counters after the last operation */
     uint64_t losses0;  /* ... and before this one */
     uint64_t forgotten;
@@ -111,8 +118,16 @@ void fz_flush_check(struct fz *f);
  * never more often than it lost things. */
 void fz_lost(struct fz *f, unsigned k, const char *what);
 
-/* A CAS the engine handed out for a new item. */
+/* A CAS the engine handed out for a new item: above every CAS seen and
+ * at most the engine's counter (E: exactly the client's). */
 void fz_new_cas(struct fz *f, uint64_t cas, uint64_t explicit_cas);
+
+/* After an operation: the engine's CAS counter is at least every CAS
+ * handed out (an E above it lifted it); cas_hi rises to it. */
+void fz_cas_sync(struct fz *f);
+
+/* After a flush took effect in the engine: flush_hi is its watermark. */
+void fz_flush_watermark(struct fz *f);
 
 /* Key k now holds this item. */
 void fz_put(struct fz *f, unsigned k, const uint8_t *val, uint32_t vlen,

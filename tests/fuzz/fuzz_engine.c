@@ -28,7 +28,12 @@
  *     value plus or minus the delta); -ENOMEM is always allowed for an
  *     operation that allocates (and a set that fails drops the old value);
  *   - a new CAS is larger than every CAS seen before (E gives exactly the
- *     client's), and never above what the operations could have used;
+ *     client's) and never above the engine's CAS counter, which stays at
+ *     or above every CAS handed out (an E above it lifts it). The counter
+ *     is read from the engine: besides the operations' stores it moves
+ *     once per item the engine writes on its own (a page move's copy, a
+ *     flash header, a value copied back from flash: the commit word's
+ *     store sequence), which keeps the item's CAS (the reads check it);
  *   - a miss on a key the model holds is allowed only as an eviction:
  *     the cache's loss counters (evictions, flash records lost or dropped
  *     by compaction) must have moved since the model last saw the item (a
@@ -220,13 +225,19 @@ fz_run_store(struct fz *f, struct fz_store *s)
             live = false;
         }
         fz_apply_concat(f, s, live, cas);
-        return;
+    } else {
+        bool mark = stale && s->o.cas_in < f->m[k].cas;
+        /* memcached: a value stored stale keeps the old item's TTL */
+        uint32_t exptime =
+            mark ? f->m[k].exptime : fz_abs_exptime(s->exptime, f->now);
+        fz_put(f, k, s->val, s->vlen, s->flags, exptime, cas, mark);
     }
-    bool mark = stale && s->o.cas_in < f->m[k].cas;
-    /* memcached: a value stored stale keeps the old item's TTL */
-    uint32_t exptime =
-        mark ? f->m[k].exptime : fz_abs_exptime(s->exptime, f->now);
-    fz_put(f, k, s->val, s->vlen, s->flags, exptime, cas, mark);
+    /* an E chosen above the counter while a delayed flush was due: the
+     * flush took effect in this store, after the engine's own writes for
+     * its memory (a spill, a move) had moved the counter, and its
+     * watermark may cover the E */
+    if (s->o.cas_new && s->o.cas_new <= f->flush_hi)
+        f->m[k].present = false;
 }
 
 /* tc_set / tc_store with every mode. */
@@ -651,7 +662,7 @@ fz_op_flush(struct fz *f)
     f->flush_at = 0;
     for (unsigned k = 0; k < FZ_NKEYS; k++)
         f->m[k].present = false;
-    f->flush_hi = f->cas_hi;
+    fz_flush_watermark(f);
 }
 
 static void
@@ -776,11 +787,8 @@ static const char *const fz_op_names[FZ_NOPS] = {
 };
 
 static void
-fz_step(struct fz *f, enum fz_opcode op)
+fz_step_op(struct fz *f, enum fz_opcode op)
 {
-    /* a bound on the CAS values one operation can use */
-    f->cas_hi += 4;
-    f->losses0 = f->losses;
     switch (op) {
     case FZ_STORE:
         fz_op_store(f);
@@ -830,6 +838,17 @@ fz_step(struct fz *f, enum fz_opcode op)
     case FZ_NOPS:
         break;
     }
+}
+
+static void
+fz_step(struct fz *f, enum fz_opcode op)
+{
+    /* a bound on the CAS values one operation's own writes can use (the
+     * engine's own writes are added from its counter afterwards) */
+    f->cas_hi += 4;
+    f->losses0 = f->losses;
+    fz_step_op(f, op);
+    fz_cas_sync(f);
 }
 
 /* Every key read back once more: hits as the model says, misses only as
