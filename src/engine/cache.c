@@ -9,7 +9,7 @@
  * Concurrency (this file):
  *   registry_lock   guards the list of live caches (ids), so that a thread
  *                   exiting after a cache closed does not touch it.
- *   tls[]           the calling thread's (cache id -> context) table; owner
+ *   cache_tls[]     the calling thread's (cache id -> context) table; owner
  *                   thread only.
  *   c->threads_lock guards c->threads, c->retired*, c->reset_base and
  *                   c->reset_cls_cmd.
@@ -40,13 +40,8 @@
 /* Caches open at once in a process (the registry of live ids). */
 #define CACHE_MAX_OPEN 64
 
-struct tls_slot {
-    uint64_t id;
-    struct cache *cache;
-    struct cache_thread *ctx;
-};
-
-static __thread struct tls_slot tls[TLS_SLOTS];
+/* cache_tls[0] is read inline by cache.h's cache_thread_get. */
+__thread struct cache_tls_slot cache_tls[TLS_SLOTS];
 static __thread unsigned tls_count;
 static __thread bool tls_rcu_registered;
 
@@ -166,8 +161,8 @@ ctx_create(struct cache *c)
 static void
 tls_remove(unsigned i)
 {
-    tls[i] = tls[--tls_count];
-    memset(&tls[tls_count], 0, sizeof(tls[0]));
+    cache_tls[i] = cache_tls[--tls_count];
+    memset(&cache_tls[tls_count], 0, sizeof(cache_tls[0]));
     if (tls_count == 0 && tls_rcu_registered) {
         urcu_memb_unregister_thread();
         tls_rcu_registered = false;
@@ -179,7 +174,7 @@ static void
 tls_prune_locked(void)
 {
     for (unsigned i = 0; i < tls_count;) {
-        if (!id_is_live(tls[i].id))
+        if (!id_is_live(cache_tls[i].id))
             tls_remove(i);
         else
             i++;
@@ -192,7 +187,7 @@ thread_exit(void *unused)
     (void)unused;
     pthread_mutex_lock(&registry_lock);
     while (tls_count) {
-        struct tls_slot s = tls[0];
+        struct cache_tls_slot s = cache_tls[0];
         if (id_is_live(s.id))
             ctx_destroy(s.cache, s.ctx);
         tls_remove(0);
@@ -201,11 +196,11 @@ thread_exit(void *unused)
 }
 
 struct cache_thread *
-cache_thread_get(struct cache *c)
+cache_thread_get_slow(struct cache *c)
 {
     for (unsigned i = 0; i < tls_count; i++) {
-        if (tls[i].cache == c && tls[i].id == c->id) {
-            struct cache_thread *t = tls[i].ctx;
+        if (cache_tls[i].cache == c && cache_tls[i].id == c->id) {
+            struct cache_thread *t = cache_tls[i].ctx;
             if (unlikely(
                     t->quota_gen !=
                     atomic_load_explicit(&c->quota_gen, memory_order_relaxed)))
@@ -228,7 +223,7 @@ cache_thread_get(struct cache *c)
             urcu_memb_register_thread();
             tls_rcu_registered = true;
         }
-        tls[tls_count++] = (struct tls_slot){id, c, t};
+        cache_tls[tls_count++] = (struct cache_tls_slot){id, c, t};
         pthread_setspecific(exit_key, (void *)1);
     }
     pthread_mutex_unlock(&registry_lock);
@@ -259,8 +254,8 @@ cache_thread_put(struct cache *c)
 {
     pthread_mutex_lock(&registry_lock);
     for (unsigned i = 0; i < tls_count; i++) {
-        if (tls[i].cache == c && id_is_live(tls[i].id)) {
-            ctx_destroy(c, tls[i].ctx);
+        if (cache_tls[i].cache == c && id_is_live(cache_tls[i].id)) {
+            ctx_destroy(c, cache_tls[i].ctx);
             tls_remove(i);
             break;
         }

@@ -67,6 +67,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <urcu/urcu-memb.h>
+/* The read-side lock and unlock inline (_urcu_memb_read_lock/unlock):
+ * liburcu keeps each under ten lines so that code of any license may
+ * inline them. As calls into the shared library they cost a get some 75
+ * instructions (two calls, each with its own thread-local lookup). */
+#include <urcu/static/urcu-memb.h>
 
 #include "alloc/pool.h"
 #include "alloc/quota.h"
@@ -268,14 +273,14 @@ extern char cache_rcu_token;
 static inline void
 cache_read_lock(void)
 {
-    urcu_memb_read_lock();
+    _urcu_memb_read_lock();
 }
 
 static inline void
 cache_read_unlock(void)
 {
     TSAN_RELEASE(&cache_rcu_token);
-    urcu_memb_read_unlock();
+    _urcu_memb_read_unlock();
 }
 
 /* Call after a grace period ended (after synchronize_rcu, before freeing
@@ -315,7 +320,27 @@ bool cache_match_key_warm(void *arg, uint64_t loc);
 
 /* The calling thread's context for c, registering it on first use; NULL
  * only when DRAM runs out (err_msg says so). */
-struct cache_thread *cache_thread_get(struct cache *c);
+struct cache_thread *cache_thread_get_slow(struct cache *c);
+/* The calling thread's (cache id -> context) table, owned by cache.c: most
+ * threads use one cache, so slot 0 is checked here without a call. */
+struct cache_tls_slot {
+    uint64_t id;
+    struct cache *cache;
+    struct cache_thread *ctx;
+};
+extern __thread struct cache_tls_slot cache_tls[];
+static inline struct cache_thread *
+cache_thread_get(struct cache *c)
+{
+    const struct cache_tls_slot *s = &cache_tls[0];
+    if (likely(s->cache == c && s->id == c->id)) {
+        struct cache_thread *t = s->ctx;
+        if (likely(t->quota_gen ==
+                   atomic_load_explicit(&c->quota_gen, memory_order_relaxed)))
+            return t;
+    }
+    return cache_thread_get_slow(c);
+}
 /* Give back the calling thread's stash and deferred frees (tc_thread_quiesce
  * and a drain's request). */
 void cache_thread_quiesce(struct cache_thread *t);
