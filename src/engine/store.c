@@ -276,7 +276,7 @@ static void
 prefetch_old(struct cache *c, uint64_t hash)
 {
     uint64_t locs[HTAB_SLOTS];
-    unsigned n = htab_peek(c->htab, hash, locs, HTAB_SLOTS);
+    unsigned n = htab_peek(c->htab, hash, locs);
     for (unsigned i = 0; i < n; i++)
         __builtin_prefetch(cache_item_at(c, cache_off(locs[i])), 0, 3);
 }
