@@ -89,6 +89,7 @@ struct be_opts {
     uint64_t seed;
     unsigned batch; /* keys per tc_get_many in BATCH */
     bool limit;     /* measure the random-copy limits */
+    bool split;     /* time the batch path's parts (be_split) */
 };
 
 struct be_shared {
@@ -289,6 +290,74 @@ be_run_batch(struct be_worker *w)
     }
     w->nsec = clock_nsec() - t0;
     w->ops = done;
+}
+
+/*
+ * Where a batched get's time goes, without hardware counters (--split):
+ * rounds of --batch fresh random keys, each timed three ways on the main
+ * thread after the phases. prefetch: tc_prefetch of fresh keys (hashing,
+ * the bucket reads the item prefetches wait on, the prefetches issued);
+ * cold: tc_get_many of other fresh keys, each hit copied out; hot: the same
+ * call again at once, every line it needs now in cache (the path's own
+ * work). cold - hot is the time spent waiting for memory. The single get
+ * likewise (get_cold, get_hot: one fresh key, then that key again). Means
+ * per key in ns, clock_nsec() included once per timed call.
+ */
+#define BE_SPLIT_ROUNDS 20000
+
+static void
+be_split(const struct be_opts *o, struct tc_cache *c, struct be_worker *w)
+{
+    char keys[BE_BATCH_MAX][BE_KEY_LEN];
+    struct tc_key tk[BE_BATCH_MAX];
+    int rcs[BE_BATCH_MAX];
+    uint64_t rng = o->seed ^ 0x5851F42D4C957F2Dull;
+    uint64_t pre = 0, cold = 0, hot = 0, gcold = 0, ghot = 0, errs = 0;
+    unsigned b = o->batch;
+
+    if (rng == 0)
+        rng = 1;
+    for (unsigned r = 0; r < BE_SPLIT_ROUNDS; r++) {
+        for (unsigned j = 0; j < b; j++) {
+            be_key(keys[j], be_pick(&rng, o->keys));
+            tk[j] = (struct tc_key){keys[j], BE_KEY_LEN};
+        }
+        uint64_t t0 = clock_nsec();
+        tc_prefetch(c, tk, b);
+        pre += clock_nsec() - t0;
+
+        for (unsigned j = 0; j < b; j++)
+            be_key(keys[j], be_pick(&rng, o->keys));
+        t0 = clock_nsec();
+        int n1 = tc_get_many(c, tk, b, NULL, be_copy_many, w, rcs);
+        uint64_t t1 = clock_nsec();
+        int n2 = tc_get_many(c, tk, b, NULL, be_copy_many, w, rcs);
+        uint64_t t2 = clock_nsec();
+        cold += t1 - t0;
+        hot += t2 - t1;
+        errs += (n1 != (int)b) + (n2 != (int)b);
+
+        be_key(keys[0], be_pick(&rng, o->keys));
+        t0 = clock_nsec();
+        int g1 = tc_get_copy(c, keys[0], BE_KEY_LEN, w->getbuf, o->vsize, NULL);
+        t1 = clock_nsec();
+        int g2 = tc_get_copy(c, keys[0], BE_KEY_LEN, w->getbuf, o->vsize, NULL);
+        t2 = clock_nsec();
+        gcold += t1 - t0;
+        ghot += t2 - t1;
+        errs += (g1 < 0) + (g2 < 0);
+    }
+    double keys_n = (double)BE_SPLIT_ROUNDS * b, rounds = BE_SPLIT_ROUNDS;
+    printf("# split: batches of %u, %u rounds; ns per key: prefetch %.1f, "
+           "cold %.1f, hot %.1f (memory %.1f); single get cold %.1f, hot "
+           "%.1f\n",
+           b, BE_SPLIT_ROUNDS, (double)pre / keys_n, (double)cold / keys_n,
+           (double)hot / keys_n, (double)(cold - hot) / keys_n,
+           (double)gcold / rounds, (double)ghot / rounds);
+    printf("RESULT bench=split batch=%u prefetch_ns=%.1f cold_ns=%.1f "
+           "hot_ns=%.1f get_cold_ns=%.1f get_hot_ns=%.1f errors=%" PRIu64 "\n",
+           b, (double)pre / keys_n, (double)cold / keys_n, (double)hot / keys_n,
+           (double)gcold / rounds, (double)ghot / rounds, errs);
 }
 
 /*
@@ -667,7 +736,10 @@ be_usage(FILE *f)
             "  --seed N            random seed (default: time based)\n"
             "  --batch N           keys per tc_get_many in BATCH (default "
             "16)\n"
-            "  --no-limit          skip the random-copy limit measurement\n");
+            "  --no-limit          skip the random-copy limit measurement\n"
+            "  --split             after the phases, time batched and single "
+            "gets\n"
+            "                      cold and hot, and tc_prefetch alone\n");
 }
 
 static int
@@ -690,6 +762,7 @@ be_parse(int argc, char **argv, struct be_opts *o)
         {"seed", required_argument, NULL, 'r'},
         {"batch", required_argument, NULL, 'b'},
         {"no-limit", no_argument, NULL, 'N'},
+        {"split", no_argument, NULL, 'Z'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -791,6 +864,9 @@ be_parse(int argc, char **argv, struct be_opts *o)
             o->batch = (unsigned)strtoul(optarg, &end, 10);
             if (*end || o->batch == 0 || o->batch > BE_BATCH_MAX)
                 goto bad;
+            break;
+        case 'Z':
+            o->split = true;
             break;
         case 'N':
             o->limit = false;
@@ -949,6 +1025,8 @@ main(int argc, char **argv)
             be_print_header();
         }
     }
+    if (o.split)
+        be_split(&o, sh.cache, &w[0]);
     sh.phase = BE_EXIT;
     pthread_barrier_wait(&sh.barrier);
     for (unsigned t = 0; t < o.threads; t++) {
