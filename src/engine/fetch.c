@@ -54,6 +54,10 @@ win_state(struct cache *c, const struct item_hdr *it, uint64_t off,
           const struct tc_get_opts *o, uint32_t now, bool claimed,
           uint32_t exp_before)
 {
+    if (claimed)
+        return TC_WIN_TAKEN;
+    if (o->no_win) /* a plain get: decided without reading the item */
+        return TC_WIN_NONE;
     uint32_t exp = o->recache_before_touch
                        ? exp_before
                        : __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
@@ -61,9 +65,7 @@ win_state(struct cache *c, const struct item_hdr *it, uint64_t off,
     bool due = (it->iflags & ITEM_STALE) ||
                (o->recache_below && exp != 0 &&
                 (exp <= now || exp - now < o->recache_below));
-    if (claimed)
-        return TC_WIN_TAKEN;
-    if (!due || o->no_win)
+    if (!due)
         return TC_WIN_NONE;
     return cache_bit_claim(c, off) ? TC_WIN_YOU : TC_WIN_TAKEN;
 }
