@@ -300,10 +300,22 @@ be_run_batch(struct be_worker *w)
  * cold: tc_get_many of other fresh keys, each hit copied out; hot: the same
  * call again at once, every line it needs now in cache (the path's own
  * work). cold - hot is the time spent waiting for memory. The single get
- * likewise (get_cold, get_hot: one fresh key, then that key again). Means
- * per key in ns, clock_nsec() included once per timed call.
+ * likewise (get_cold, get_hot: one fresh key, then that key again).
+ * Medians over the rounds (a round another process preempted does not
+ * move them), per key in ns, clock_nsec() included once per timed call.
  */
 #define BE_SPLIT_ROUNDS 20000
+
+enum { BE_SP_PRE, BE_SP_COLD, BE_SP_HOT, BE_SP_GCOLD, BE_SP_GHOT, BE_SP_N };
+
+static int be_cmp_u32(const void *a, const void *b);
+
+static double
+be_split_median(uint32_t *v, unsigned n, unsigned per)
+{
+    qsort(v, n, sizeof(*v), be_cmp_u32);
+    return (double)v[n / 2] / per;
+}
 
 static void
 be_split(const struct be_opts *o, struct tc_cache *c, struct be_worker *w)
@@ -311,20 +323,26 @@ be_split(const struct be_opts *o, struct tc_cache *c, struct be_worker *w)
     char keys[BE_BATCH_MAX][BE_KEY_LEN];
     struct tc_key tk[BE_BATCH_MAX];
     int rcs[BE_BATCH_MAX];
-    uint64_t rng = o->seed ^ 0x5851F42D4C957F2Dull;
-    uint64_t pre = 0, cold = 0, hot = 0, gcold = 0, ghot = 0, errs = 0;
+    uint64_t rng = o->seed ^ 0x5851F42D4C957F2Dull, errs = 0;
     unsigned b = o->batch;
+    uint32_t *t = malloc(sizeof(uint32_t) * BE_SPLIT_ROUNDS * BE_SP_N);
+    double med[BE_SP_N];
 
+    if (t == NULL) {
+        printf("# split: out of memory\n");
+        return;
+    }
     if (rng == 0)
         rng = 1;
     for (unsigned r = 0; r < BE_SPLIT_ROUNDS; r++) {
+        uint32_t *row = t + (size_t)r * BE_SP_N;
         for (unsigned j = 0; j < b; j++) {
             be_key(keys[j], be_pick(&rng, o->keys));
             tk[j] = (struct tc_key){keys[j], BE_KEY_LEN};
         }
         uint64_t t0 = clock_nsec();
         tc_prefetch(c, tk, b);
-        pre += clock_nsec() - t0;
+        row[BE_SP_PRE] = (uint32_t)(clock_nsec() - t0);
 
         for (unsigned j = 0; j < b; j++)
             be_key(keys[j], be_pick(&rng, o->keys));
@@ -333,8 +351,8 @@ be_split(const struct be_opts *o, struct tc_cache *c, struct be_worker *w)
         uint64_t t1 = clock_nsec();
         int n2 = tc_get_many(c, tk, b, NULL, be_copy_many, w, rcs);
         uint64_t t2 = clock_nsec();
-        cold += t1 - t0;
-        hot += t2 - t1;
+        row[BE_SP_COLD] = (uint32_t)(t1 - t0);
+        row[BE_SP_HOT] = (uint32_t)(t2 - t1);
         errs += (n1 != (int)b) + (n2 != (int)b);
 
         be_key(keys[0], be_pick(&rng, o->keys));
@@ -343,21 +361,34 @@ be_split(const struct be_opts *o, struct tc_cache *c, struct be_worker *w)
         t1 = clock_nsec();
         int g2 = tc_get_copy(c, keys[0], BE_KEY_LEN, w->getbuf, o->vsize, NULL);
         t2 = clock_nsec();
-        gcold += t1 - t0;
-        ghot += t2 - t1;
+        row[BE_SP_GCOLD] = (uint32_t)(t1 - t0);
+        row[BE_SP_GHOT] = (uint32_t)(t2 - t1);
         errs += (g1 < 0) + (g2 < 0);
     }
-    double keys_n = (double)BE_SPLIT_ROUNDS * b, rounds = BE_SPLIT_ROUNDS;
-    printf("# split: batches of %u, %u rounds; ns per key: prefetch %.1f, "
-           "cold %.1f, hot %.1f (memory %.1f); single get cold %.1f, hot "
-           "%.1f\n",
-           b, BE_SPLIT_ROUNDS, (double)pre / keys_n, (double)cold / keys_n,
-           (double)hot / keys_n, (double)(cold - hot) / keys_n,
-           (double)gcold / rounds, (double)ghot / rounds);
+    /* columns to rows: each measure's rounds together, then medians */
+    uint32_t *col = malloc(sizeof(uint32_t) * BE_SPLIT_ROUNDS);
+    if (col == NULL) {
+        free(t);
+        printf("# split: out of memory\n");
+        return;
+    }
+    for (unsigned k = 0; k < BE_SP_N; k++) {
+        for (unsigned r = 0; r < BE_SPLIT_ROUNDS; r++)
+            col[r] = t[(size_t)r * BE_SP_N + k];
+        med[k] =
+            be_split_median(col, BE_SPLIT_ROUNDS, k >= BE_SP_GCOLD ? 1 : b);
+    }
+    free(col);
+    free(t);
+    printf("# split: batches of %u, %u rounds, medians; ns per key: "
+           "prefetch %.1f, cold %.1f, hot %.1f (memory %.1f); single get "
+           "cold %.1f, hot %.1f\n",
+           b, BE_SPLIT_ROUNDS, med[BE_SP_PRE], med[BE_SP_COLD], med[BE_SP_HOT],
+           med[BE_SP_COLD] - med[BE_SP_HOT], med[BE_SP_GCOLD], med[BE_SP_GHOT]);
     printf("RESULT bench=split batch=%u prefetch_ns=%.1f cold_ns=%.1f "
            "hot_ns=%.1f get_cold_ns=%.1f get_hot_ns=%.1f errors=%" PRIu64 "\n",
-           b, (double)pre / keys_n, (double)cold / keys_n, (double)hot / keys_n,
-           (double)gcold / rounds, (double)ghot / rounds, errs);
+           b, med[BE_SP_PRE], med[BE_SP_COLD], med[BE_SP_HOT], med[BE_SP_GCOLD],
+           med[BE_SP_GHOT], errs);
 }
 
 /*
