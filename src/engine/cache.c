@@ -471,6 +471,10 @@ cache_item_bytes(const struct cache *c, const struct item_hdr *it)
     struct item_plan plan;
     if (it->kind == ITEM_KIND_FLASH)
         return item_flash_size(it->klen);
+    /* one chunk (most items): item_plan's total without the call */
+    uint64_t plain = sizeof(struct item_hdr) + it->klen + (uint64_t)it->vlen;
+    if (plain <= c->chunk_max)
+        return plain;
     item_plan(it->klen, it->vlen, c->chunk_max, &plan);
     return plan.total;
 }
