@@ -449,18 +449,11 @@ cache_flush_check(struct cache *c, uint32_t now)
 }
 
 enum cache_dead
-cache_item_dead(const struct cache *c, const struct item_hdr *it, uint32_t now)
+cache_flash_dead(const struct cache *c, const struct item_hdr *it)
 {
-    uint32_t exp = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
-    if (exp != 0 && exp <= now)
-        return CACHE_EXPIRED;
-    /* acquire pairs with the release store in cache_flush_check/flush_all */
-    if (it->cas <= atomic_load_explicit(&c->flush_cas, memory_order_acquire))
-        return CACHE_FLUSHED;
     /* a DRAM check in the store, no I/O (it is a PMEM header, never a
      * copy: every caller passes item_at()) */
-    if (it->kind == ITEM_KIND_FLASH && c->nvs &&
-        !nvs_loc_live(c->nvs, item_flash_loc(it)))
+    if (c->nvs && !nvs_loc_live(c->nvs, item_flash_loc(it)))
         return CACHE_LOST;
     return CACHE_LIVE;
 }

@@ -563,9 +563,25 @@ enum cache_dead {
     CACHE_FLUSHED = 2,
     CACHE_LOST = 3, /* a flash item whose segment was reused */
 };
-/* Whether an item is still visible at now. */
-enum cache_dead cache_item_dead(const struct cache *c,
-                                const struct item_hdr *it, uint32_t now);
+/* A flash item's part of cache_item_dead: CACHE_LOST when the store
+ * reused its segment, else CACHE_LIVE. */
+enum cache_dead cache_flash_dead(const struct cache *c,
+                                 const struct item_hdr *it);
+/* Whether an item is still visible at now. Inline: every get and store
+ * asks. */
+static inline enum cache_dead
+cache_item_dead(const struct cache *c, const struct item_hdr *it, uint32_t now)
+{
+    uint32_t exp = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+    if (exp != 0 && exp <= now)
+        return CACHE_EXPIRED;
+    /* acquire pairs with the release store in cache_flush_check/flush_all */
+    if (it->cas <= atomic_load_explicit(&c->flush_cas, memory_order_acquire))
+        return CACHE_FLUSHED;
+    if (unlikely(it->kind == ITEM_KIND_FLASH))
+        return cache_flash_dead(c, it);
+    return CACHE_LIVE;
+}
 
 /* The next store sequence (item_layout.h's commit word): one per item
  * written, whatever CAS it carries. */
