@@ -70,8 +70,18 @@
 /* The read-side lock and unlock inline (_urcu_memb_read_lock/unlock):
  * liburcu keeps each under ten lines so that code of any license may
  * inline them. As calls into the shared library they cost a get some 75
- * instructions (two calls, each with its own thread-local lookup). */
+ * instructions (two calls, each with its own thread-local lookup). Under
+ * TSan they stay calls: inline, TSan would see liburcu's own lock-free
+ * words (the grace-period futex) without the library's synchronisation,
+ * which it does not instrument. */
 #include <urcu/static/urcu-memb.h>
+#if defined(__SANITIZE_THREAD__)
+#define CACHE_RCU_LOCK urcu_memb_read_lock
+#define CACHE_RCU_UNLOCK urcu_memb_read_unlock
+#else
+#define CACHE_RCU_LOCK _urcu_memb_read_lock
+#define CACHE_RCU_UNLOCK _urcu_memb_read_unlock
+#endif
 
 #include "alloc/pool.h"
 #include "alloc/quota.h"
@@ -273,14 +283,14 @@ extern char cache_rcu_token;
 static inline void
 cache_read_lock(void)
 {
-    _urcu_memb_read_lock();
+    CACHE_RCU_LOCK();
 }
 
 static inline void
 cache_read_unlock(void)
 {
     TSAN_RELEASE(&cache_rcu_token);
-    _urcu_memb_read_unlock();
+    CACHE_RCU_UNLOCK();
 }
 
 /* Call after a grace period ended (after synchronize_rcu, before freeing
