@@ -90,6 +90,7 @@ struct be_opts {
     unsigned batch; /* keys per tc_get_many in BATCH */
     bool limit;     /* measure the random-copy limits */
     bool power;     /* --durability power */
+    bool split;     /* time the batch path's parts (be_split) */
 };
 
 struct be_shared {
@@ -290,6 +291,105 @@ be_run_batch(struct be_worker *w)
     }
     w->nsec = clock_nsec() - t0;
     w->ops = done;
+}
+
+/*
+ * Where a batched get's time goes, without hardware counters (--split):
+ * rounds of --batch fresh random keys, each timed three ways on the main
+ * thread after the phases. prefetch: tc_prefetch of fresh keys (hashing,
+ * the bucket reads the item prefetches wait on, the prefetches issued);
+ * cold: tc_get_many of other fresh keys, each hit copied out; hot: the same
+ * call again at once, every line it needs now in cache (the path's own
+ * work). cold - hot is the time spent waiting for memory. The single get
+ * likewise (get_cold, get_hot: one fresh key, then that key again).
+ * Medians over the rounds (a round another process preempted does not
+ * move them), per key in ns, clock_nsec() included once per timed call.
+ */
+#define BE_SPLIT_ROUNDS 20000
+
+enum { BE_SP_PRE, BE_SP_COLD, BE_SP_HOT, BE_SP_GCOLD, BE_SP_GHOT, BE_SP_N };
+
+static int be_cmp_u32(const void *a, const void *b);
+
+static double
+be_split_median(uint32_t *v, unsigned n, unsigned per)
+{
+    qsort(v, n, sizeof(*v), be_cmp_u32);
+    return (double)v[n / 2] / per;
+}
+
+static void
+be_split(const struct be_opts *o, struct tc_cache *c, struct be_worker *w)
+{
+    char keys[BE_BATCH_MAX][BE_KEY_LEN];
+    struct tc_key tk[BE_BATCH_MAX];
+    int rcs[BE_BATCH_MAX];
+    uint64_t rng = o->seed ^ 0x5851F42D4C957F2Dull, errs = 0;
+    unsigned b = o->batch;
+    uint32_t *t = malloc(sizeof(uint32_t) * BE_SPLIT_ROUNDS * BE_SP_N);
+    double med[BE_SP_N];
+
+    if (t == NULL) {
+        printf("# split: out of memory\n");
+        return;
+    }
+    if (rng == 0)
+        rng = 1;
+    for (unsigned r = 0; r < BE_SPLIT_ROUNDS; r++) {
+        uint32_t *row = t + (size_t)r * BE_SP_N;
+        for (unsigned j = 0; j < b; j++) {
+            be_key(keys[j], be_pick(&rng, o->keys));
+            tk[j] = (struct tc_key){keys[j], BE_KEY_LEN};
+        }
+        uint64_t t0 = clock_nsec();
+        tc_prefetch(c, tk, b);
+        row[BE_SP_PRE] = (uint32_t)(clock_nsec() - t0);
+
+        for (unsigned j = 0; j < b; j++)
+            be_key(keys[j], be_pick(&rng, o->keys));
+        t0 = clock_nsec();
+        int n1 = tc_get_many(c, tk, b, NULL, be_copy_many, w, rcs);
+        uint64_t t1 = clock_nsec();
+        int n2 = tc_get_many(c, tk, b, NULL, be_copy_many, w, rcs);
+        uint64_t t2 = clock_nsec();
+        row[BE_SP_COLD] = (uint32_t)(t1 - t0);
+        row[BE_SP_HOT] = (uint32_t)(t2 - t1);
+        errs += (n1 != (int)b) + (n2 != (int)b);
+
+        be_key(keys[0], be_pick(&rng, o->keys));
+        t0 = clock_nsec();
+        int g1 = tc_get_copy(c, keys[0], BE_KEY_LEN, w->getbuf, o->vsize, NULL);
+        t1 = clock_nsec();
+        int g2 = tc_get_copy(c, keys[0], BE_KEY_LEN, w->getbuf, o->vsize, NULL);
+        t2 = clock_nsec();
+        row[BE_SP_GCOLD] = (uint32_t)(t1 - t0);
+        row[BE_SP_GHOT] = (uint32_t)(t2 - t1);
+        errs += (g1 < 0) + (g2 < 0);
+    }
+    /* columns to rows: each measure's rounds together, then medians */
+    uint32_t *col = malloc(sizeof(uint32_t) * BE_SPLIT_ROUNDS);
+    if (col == NULL) {
+        free(t);
+        printf("# split: out of memory\n");
+        return;
+    }
+    for (unsigned k = 0; k < BE_SP_N; k++) {
+        for (unsigned r = 0; r < BE_SPLIT_ROUNDS; r++)
+            col[r] = t[(size_t)r * BE_SP_N + k];
+        med[k] =
+            be_split_median(col, BE_SPLIT_ROUNDS, k >= BE_SP_GCOLD ? 1 : b);
+    }
+    free(col);
+    free(t);
+    printf("# split: batches of %u, %u rounds, medians; ns per key: "
+           "prefetch %.1f, cold %.1f, hot %.1f (memory %.1f); single get "
+           "cold %.1f, hot %.1f\n",
+           b, BE_SPLIT_ROUNDS, med[BE_SP_PRE], med[BE_SP_COLD], med[BE_SP_HOT],
+           med[BE_SP_COLD] - med[BE_SP_HOT], med[BE_SP_GCOLD], med[BE_SP_GHOT]);
+    printf("RESULT bench=split batch=%u prefetch_ns=%.1f cold_ns=%.1f "
+           "hot_ns=%.1f get_cold_ns=%.1f get_hot_ns=%.1f errors=%" PRIu64 "\n",
+           b, med[BE_SP_PRE], med[BE_SP_COLD], med[BE_SP_HOT], med[BE_SP_GCOLD],
+           med[BE_SP_GHOT], errs);
 }
 
 /*
@@ -671,7 +771,11 @@ be_usage(FILE *f)
             "  --no-limit          skip the random-copy limit measurement\n"
             "  --durability LEVEL  process (default) or power (flushes only "
             "on real PMEM,\n"
-            "                      or with PMEM_IS_PMEM_FORCE=1)\n");
+            "                      or with PMEM_IS_PMEM_FORCE=1)\n"
+
+            "  --split             after the phases, time batched and single "
+            "gets\n"
+            "                      cold and hot, and tc_prefetch alone\n");
 }
 
 static int
@@ -695,6 +799,7 @@ be_parse(int argc, char **argv, struct be_opts *o)
         {"batch", required_argument, NULL, 'b'},
         {"no-limit", no_argument, NULL, 'N'},
         {"durability", required_argument, NULL, 'D'},
+        {"split", no_argument, NULL, 'Z'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -802,6 +907,9 @@ be_parse(int argc, char **argv, struct be_opts *o)
                 o->power = true;
             else if (strcmp(optarg, "process") != 0)
                 goto bad;
+            break;
+        case 'Z':
+            o->split = true;
             break;
         case 'N':
             o->limit = false;
@@ -961,6 +1069,8 @@ main(int argc, char **argv)
             be_print_header();
         }
     }
+    if (o.split)
+        be_split(&o, sh.cache, &w[0]);
     sh.phase = BE_EXIT;
     pthread_barrier_wait(&sh.barrier);
     for (unsigned t = 0; t < o.threads; t++) {

@@ -9,7 +9,7 @@
  * Concurrency (this file):
  *   registry_lock   guards the list of live caches (ids), so that a thread
  *                   exiting after a cache closed does not touch it.
- *   tls[]           the calling thread's (cache id -> context) table; owner
+ *   cache_tls[]     the calling thread's (cache id -> context) table; owner
  *                   thread only.
  *   c->threads_lock guards c->threads, c->retired*, c->reset_base and
  *                   c->reset_cls_cmd.
@@ -41,13 +41,8 @@
 /* Caches open at once in a process (the registry of live ids). */
 #define CACHE_MAX_OPEN 64
 
-struct tls_slot {
-    uint64_t id;
-    struct cache *cache;
-    struct cache_thread *ctx;
-};
-
-static __thread struct tls_slot tls[TLS_SLOTS];
+/* cache_tls[0] is read inline by cache.h's cache_thread_get. */
+__thread struct cache_tls_slot cache_tls[TLS_SLOTS];
 static __thread unsigned tls_count;
 static __thread bool tls_rcu_registered;
 
@@ -167,8 +162,8 @@ ctx_create(struct cache *c)
 static void
 tls_remove(unsigned i)
 {
-    tls[i] = tls[--tls_count];
-    memset(&tls[tls_count], 0, sizeof(tls[0]));
+    cache_tls[i] = cache_tls[--tls_count];
+    memset(&cache_tls[tls_count], 0, sizeof(cache_tls[0]));
     if (tls_count == 0 && tls_rcu_registered) {
         urcu_memb_unregister_thread();
         tls_rcu_registered = false;
@@ -180,7 +175,7 @@ static void
 tls_prune_locked(void)
 {
     for (unsigned i = 0; i < tls_count;) {
-        if (!id_is_live(tls[i].id))
+        if (!id_is_live(cache_tls[i].id))
             tls_remove(i);
         else
             i++;
@@ -193,7 +188,7 @@ thread_exit(void *unused)
     (void)unused;
     pthread_mutex_lock(&registry_lock);
     while (tls_count) {
-        struct tls_slot s = tls[0];
+        struct cache_tls_slot s = cache_tls[0];
         if (id_is_live(s.id))
             ctx_destroy(s.cache, s.ctx);
         tls_remove(0);
@@ -202,11 +197,11 @@ thread_exit(void *unused)
 }
 
 struct cache_thread *
-cache_thread_get(struct cache *c)
+cache_thread_get_slow(struct cache *c)
 {
     for (unsigned i = 0; i < tls_count; i++) {
-        if (tls[i].cache == c && tls[i].id == c->id) {
-            struct cache_thread *t = tls[i].ctx;
+        if (cache_tls[i].cache == c && cache_tls[i].id == c->id) {
+            struct cache_thread *t = cache_tls[i].ctx;
             if (unlikely(
                     t->quota_gen !=
                     atomic_load_explicit(&c->quota_gen, memory_order_relaxed)))
@@ -229,7 +224,7 @@ cache_thread_get(struct cache *c)
             urcu_memb_register_thread();
             tls_rcu_registered = true;
         }
-        tls[tls_count++] = (struct tls_slot){id, c, t};
+        cache_tls[tls_count++] = (struct cache_tls_slot){id, c, t};
         pthread_setspecific(exit_key, (void *)1);
     }
     pthread_mutex_unlock(&registry_lock);
@@ -260,8 +255,8 @@ cache_thread_put(struct cache *c)
 {
     pthread_mutex_lock(&registry_lock);
     for (unsigned i = 0; i < tls_count; i++) {
-        if (tls[i].cache == c && id_is_live(tls[i].id)) {
-            ctx_destroy(c, tls[i].ctx);
+        if (cache_tls[i].cache == c && id_is_live(cache_tls[i].id)) {
+            ctx_destroy(c, cache_tls[i].ctx);
             tls_remove(i);
             break;
         }
@@ -455,18 +450,11 @@ cache_flush_check(struct cache *c, uint32_t now)
 }
 
 enum cache_dead
-cache_item_dead(const struct cache *c, const struct item_hdr *it, uint32_t now)
+cache_flash_dead(const struct cache *c, const struct item_hdr *it)
 {
-    uint32_t exp = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
-    if (exp != 0 && exp <= now)
-        return CACHE_EXPIRED;
-    /* acquire pairs with the release store in cache_flush_check/flush_all */
-    if (it->cas <= atomic_load_explicit(&c->flush_cas, memory_order_acquire))
-        return CACHE_FLUSHED;
     /* a DRAM check in the store, no I/O (it is a PMEM header, never a
      * copy: every caller passes item_at()) */
-    if (it->kind == ITEM_KIND_FLASH && c->nvs &&
-        !nvs_loc_live(c->nvs, item_flash_loc(it)))
+    if (c->nvs && !nvs_loc_live(c->nvs, item_flash_loc(it)))
         return CACHE_LOST;
     return CACHE_LIVE;
 }
@@ -477,6 +465,10 @@ cache_item_bytes(const struct cache *c, const struct item_hdr *it)
     struct item_plan plan;
     if (it->kind == ITEM_KIND_FLASH)
         return item_flash_size(it->klen);
+    /* one chunk (most items): item_plan's total without the call */
+    uint64_t plain = sizeof(struct item_hdr) + it->klen + (uint64_t)it->vlen;
+    if (plain <= c->chunk_max)
+        return plain;
     item_plan(it->klen, it->vlen, c->chunk_max, &plan);
     return plan.total;
 }

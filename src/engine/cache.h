@@ -69,6 +69,21 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <urcu/urcu-memb.h>
+/* The read-side lock and unlock inline (_urcu_memb_read_lock/unlock):
+ * liburcu keeps each under ten lines so that code of any license may
+ * inline them. As calls into the shared library they cost a get some 75
+ * instructions (two calls, each with its own thread-local lookup). Under
+ * TSan they stay calls: inline, TSan would see liburcu's own lock-free
+ * words (the grace-period futex) without the library's synchronisation,
+ * which it does not instrument. */
+#include <urcu/static/urcu-memb.h>
+#if defined(__SANITIZE_THREAD__)
+#define CACHE_RCU_LOCK urcu_memb_read_lock
+#define CACHE_RCU_UNLOCK urcu_memb_read_unlock
+#else
+#define CACHE_RCU_LOCK _urcu_memb_read_lock
+#define CACHE_RCU_UNLOCK _urcu_memb_read_unlock
+#endif
 
 #include "alloc/pool.h"
 #include "alloc/quota.h"
@@ -271,14 +286,14 @@ extern char cache_rcu_token;
 static inline void
 cache_read_lock(void)
 {
-    urcu_memb_read_lock();
+    CACHE_RCU_LOCK();
 }
 
 static inline void
 cache_read_unlock(void)
 {
     TSAN_RELEASE(&cache_rcu_token);
-    urcu_memb_read_unlock();
+    CACHE_RCU_UNLOCK();
 }
 
 /* Call after a grace period ended (after synchronize_rcu, before freeing
@@ -318,7 +333,27 @@ bool cache_match_key_warm(void *arg, uint64_t loc);
 
 /* The calling thread's context for c, registering it on first use; NULL
  * only when DRAM runs out (err_msg says so). */
-struct cache_thread *cache_thread_get(struct cache *c);
+struct cache_thread *cache_thread_get_slow(struct cache *c);
+/* The calling thread's (cache id -> context) table, owned by cache.c: most
+ * threads use one cache, so slot 0 is checked here without a call. */
+struct cache_tls_slot {
+    uint64_t id;
+    struct cache *cache;
+    struct cache_thread *ctx;
+};
+extern __thread struct cache_tls_slot cache_tls[];
+static inline struct cache_thread *
+cache_thread_get(struct cache *c)
+{
+    const struct cache_tls_slot *s = &cache_tls[0];
+    if (likely(s->cache == c && s->id == c->id)) {
+        struct cache_thread *t = s->ctx;
+        if (likely(t->quota_gen ==
+                   atomic_load_explicit(&c->quota_gen, memory_order_relaxed)))
+            return t;
+    }
+    return cache_thread_get_slow(c);
+}
 /* Give back the calling thread's stash and deferred frees (tc_thread_quiesce
  * and a drain's request). */
 void cache_thread_quiesce(struct cache_thread *t);
@@ -541,9 +576,25 @@ enum cache_dead {
     CACHE_FLUSHED = 2,
     CACHE_LOST = 3, /* a flash item whose segment was reused */
 };
-/* Whether an item is still visible at now. */
-enum cache_dead cache_item_dead(const struct cache *c,
-                                const struct item_hdr *it, uint32_t now);
+/* A flash item's part of cache_item_dead: CACHE_LOST when the store
+ * reused its segment, else CACHE_LIVE. */
+enum cache_dead cache_flash_dead(const struct cache *c,
+                                 const struct item_hdr *it);
+/* Whether an item is still visible at now. Inline: every get and store
+ * asks. */
+static inline enum cache_dead
+cache_item_dead(const struct cache *c, const struct item_hdr *it, uint32_t now)
+{
+    uint32_t exp = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+    if (exp != 0 && exp <= now)
+        return CACHE_EXPIRED;
+    /* acquire pairs with the release store in cache_flush_check/flush_all */
+    if (it->cas <= atomic_load_explicit(&c->flush_cas, memory_order_acquire))
+        return CACHE_FLUSHED;
+    if (unlikely(it->kind == ITEM_KIND_FLASH))
+        return cache_flash_dead(c, it);
+    return CACHE_LIVE;
+}
 
 /* The next store sequence (item_layout.h's commit word): one per item
  * written, whatever CAS it carries. */

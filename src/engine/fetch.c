@@ -54,6 +54,10 @@ win_state(struct cache *c, const struct item_hdr *it, uint64_t off,
           const struct tc_get_opts *o, uint32_t now, bool claimed,
           uint32_t exp_before)
 {
+    if (claimed)
+        return TC_WIN_TAKEN;
+    if (o->no_win) /* a plain get: decided without reading the item */
+        return TC_WIN_NONE;
     uint32_t exp = o->recache_before_touch
                        ? exp_before
                        : __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
@@ -61,9 +65,7 @@ win_state(struct cache *c, const struct item_hdr *it, uint64_t off,
     bool due = (it->iflags & ITEM_STALE) ||
                (o->recache_below && exp != 0 &&
                 (exp <= now || exp - now < o->recache_below));
-    if (claimed)
-        return TC_WIN_TAKEN;
-    if (!due || o->no_win)
+    if (!due)
         return TC_WIN_NONE;
     return cache_bit_claim(c, off) ? TC_WIN_YOU : TC_WIN_TAKEN;
 }
@@ -149,17 +151,16 @@ struct fetch_res {
     struct ext_hit h; /* a live flash item: its locator and description */
 };
 
-/* Look a key up and serve a live plain item. Context: inside the read
- * section. Inlined into both callers: as a call, it and fetch_after cost
- * a single get some 60 instructions (cachegrind). */
+/* Serve what the index holds for a key at loc (0: nothing), a live plain
+ * item in place. Context: inside the read section that found loc. */
 static inline __attribute__((always_inline)) void
-fetch_rcu(struct cache *c, struct cache_key *k, uint64_t hash,
-          htab_match_fn *match, const struct tc_get_opts *o, uint32_t now,
-          tc_value_fn *fn, void *arg, struct fetch_res *r)
+fetch_rcu_loc(struct cache *c, uint64_t loc, uint64_t hash,
+              const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn,
+              void *arg, struct fetch_res *r)
 {
     r->dead = CACHE_LIVE;
     r->flash = false;
-    r->loc = htab_lookup_rcu(c->htab, hash, match, k);
+    r->loc = loc;
     if (!r->loc)
         return;
     struct item_hdr *it =
@@ -172,6 +173,18 @@ fetch_rcu(struct cache *c, struct cache_key *k, uint64_t hash,
     } else if (r->dead == CACHE_LIVE) {
         r->cls = serve_rcu(c, it, cache_off(r->loc), o, now, fn, arg);
     }
+}
+
+/* Look a key up and serve a live plain item. Context: inside the read
+ * section. Inlined into both callers: as a call, it and fetch_after cost
+ * a single get some 60 instructions (cachegrind). */
+static inline __attribute__((always_inline)) void
+fetch_rcu(struct cache *c, struct cache_key *k, uint64_t hash,
+          htab_match_fn *match, const struct tc_get_opts *o, uint32_t now,
+          tc_value_fn *fn, void *arg, struct fetch_res *r)
+{
+    fetch_rcu_loc(c, htab_lookup_rcu(c->htab, hash, match, k), hash, o, now, fn,
+                  arg, r);
 }
 
 /* Does fetch_after have more to do than count (read flash, unlink)? */
@@ -251,14 +264,17 @@ fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
  * Batched gets. A group of up to FETCH_GROUP keys goes through three passes
  * so that the DRAM misses of different keys overlap: hash every key and
  * prefetch its home bucket; then, inside the read section, read each bucket
- * (by now arriving) and prefetch the items whose tag matches, and their
- * chunks' DRAM words; then look each key up for real, in order, and serve
- * it as fetch_get does. The passes before the last only load: a location
- * they see is a hint, never dereferenced, so a concurrent writer changes
- * nothing but what is warm. A key whose work needs the section closed (a
- * flash read, the unlink of a dead item) closes it, does that work, and
- * opens a new one; the hot-key samples of a group's hits are taken after
- * its section.
+ * (by now arriving), keep the location its tag matches and prefetch that
+ * item and its chunk's DRAM word; then serve each key in order as fetch_get
+ * does. A key with one tag match in its home bucket is served from that
+ * location once the key compares equal: the location was read (with
+ * acquire) in this same read section, so the item cannot be freed under
+ * it, and the get takes effect when the bucket was read. Any other key (no
+ * match, several, a key that differs) is looked up in full, as are all the
+ * keys after the section was closed. A key whose work needs the section
+ * closed (a flash read, the unlink of a dead item) closes it, does that
+ * work, and opens a new one; the hot-key samples of a group's hits are
+ * taken after its section.
  */
 #define FETCH_GROUP 16
 /* Item lines prefetched per tag match: the header, key and the start of
@@ -287,12 +303,13 @@ key_ok(const struct tc_key *k)
     return k->klen != 0 && k->klen <= TC_KEY_MAX;
 }
 
-/* Prefetch the items the home bucket's tag matches point at. */
-static void
+/* Prefetch the items the home bucket's tag matches point at. Returns the
+ * location when there is exactly one match, else 0. */
+static uint64_t
 prefetch_items(struct cache *c, uint64_t hash)
 {
     uint64_t locs[HTAB_SLOTS];
-    unsigned n = htab_peek(c->htab, hash, locs, HTAB_SLOTS);
+    unsigned n = htab_peek(c->htab, hash, locs);
     for (unsigned j = 0; j < n; j++) {
         uint64_t off = cache_off(locs[j]);
         const char *it = (const char *)cache_item_at(c, off);
@@ -301,6 +318,7 @@ prefetch_items(struct cache *c, uint64_t hash)
         if (likely(!cache_off_dram(off)))
             slab_prefetch(c->slab, off);
     }
+    return n == 1 ? locs[0] : 0;
 }
 
 /* One group: the number of keys done (m unless the callback stopped). */
@@ -311,6 +329,8 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
 {
     struct cache *c = t->cache;
     uint64_t hash[FETCH_GROUP];
+    uint64_t hint[FETCH_GROUP]; /* the one tag match seen, or 0 */
+    bool fresh = true; /* still in the section the hints were read in */
     uint32_t note = 0; /* keys whose hits the hot-key tracker samples */
     uint32_t now = clock_now();
     tc_value_fn *vfn = call->fn ? many_value : NULL;
@@ -327,7 +347,7 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
     cache_read_lock();
     for (i = 0; i < m; i++)
         if (key_ok(&keys[i]))
-            prefetch_items(c, hash[i]);
+            hint[i] = prefetch_items(c, hash[i]);
     for (i = 0; i < m && !call->stop; i++) {
         const void *key = keys[i].key;
         uint32_t klen = (uint32_t)keys[i].klen;
@@ -337,14 +357,18 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
         if (key_ok(&keys[i])) {
             struct cache_key k = {c, key, klen};
             fetch_count(t, o);
-            fetch_rcu(c, &k, hash[i], cache_match_key_warm, o, now, vfn, call,
-                      &r);
+            if (fresh && hint[i] && cache_match_key_warm(&k, hint[i]))
+                fetch_rcu_loc(c, hint[i], hash[i], o, now, vfn, call, &r);
+            else
+                fetch_rcu(c, &k, hash[i], cache_match_key_warm, o, now, vfn,
+                          call, &r);
             if (c->hot && r.loc && r.dead == CACHE_LIVE)
                 note |= 1u << i;
             if (fetch_after_heavy(&r)) {
                 cache_read_unlock();
                 rc = fetch_after(t, key, klen, hash[i], o, vfn, call, &r);
                 cache_read_lock();
+                fresh = false;
             } else {
                 rc = fetch_after(t, key, klen, hash[i], o, vfn, call, &r);
             }
@@ -394,7 +418,7 @@ fetch_prefetch(struct cache_thread *t, const struct tc_key *keys, size_t n)
         cache_read_lock();
         for (size_t i = 0; i < m; i++)
             if (key_ok(&k[i]))
-                prefetch_items(c, hash[i]);
+                (void)prefetch_items(c, hash[i]);
         cache_read_unlock();
         done += m;
     }

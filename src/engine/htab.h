@@ -73,10 +73,12 @@ void htab_prefetch(struct htab *h, uint64_t hash);
  * DRAM misses overlap). */
 void htab_prefetch_read(struct htab *h, uint64_t hash);
 /* Locations in the home bucket (not the overflow chain) whose tag
- * matches: a hint, read without the lock and never dereferenced here, for
- * prefetching the items a writer (or a batched get) will compare keys
- * with. */
-unsigned htab_peek(struct htab *h, uint64_t hash, uint64_t *locs, unsigned max);
+ * matches, read without the lock and never dereferenced here: for a writer,
+ * a hint for prefetching the items it will compare keys with; for a reader
+ * inside an RCU read-side section, locations it may use there as
+ * htab_lookup_rcu's (slots read with acquire), once it compared the key
+ * (a miss among them still needs the overflow chain: htab_lookup_rcu). */
+unsigned htab_peek(struct htab *h, uint64_t hash, uint64_t locs[HTAB_SLOTS]);
 
 /* Writers. htab_lock() returns the home bucket, locked. */
 struct htab_bucket *htab_lock(struct htab *h, uint64_t hash);

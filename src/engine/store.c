@@ -63,6 +63,10 @@ struct store_req {
     struct nvs_loc xloc; /* snapshot of a flash item: its locator */
     unsigned cls;        /* the new item's class once it has a chunk, for
                             the per-class counters; else SLAB_NO_CLASS */
+    uint32_t now;        /* the clock when the request began: one read for
+                            its expiry, flush check, freshness and the
+                            replaced item's books (the clock counts
+                            seconds; a store takes microseconds) */
 };
 
 /* Decide under the bucket lock whether the new item may replace what the
@@ -213,7 +217,7 @@ commit(struct cache_thread *t, struct store_req *r,
        uint64_t *old, uint64_t *cas_out)
 {
     struct cache *c = t->cache;
-    uint32_t now = clock_now();
+    uint32_t now = r->now;
 
     /* a delayed flush whose time has come takes effect before this item
      * gets its CAS: its watermark must not cover an item stored after it */
@@ -264,13 +268,12 @@ commit(struct cache_thread *t, struct store_req *r,
 
 /* Account for and free (after a grace period) the item a store replaced. */
 static void
-retire_old(struct cache_thread *t, uint64_t old)
+retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
 {
     struct cache *c = t->cache;
     if (!old)
         return;
-    int dead =
-        cache_item_dead(c, cache_item_at(c, cache_off(old)), clock_now());
+    int dead = cache_item_dead(c, cache_item_at(c, cache_off(old)), now);
     cache_account_unlink(t, cache_off(old), dead, UNLINK_REPLACED);
     cache_defer_free(t, cache_off(old));
 }
@@ -282,7 +285,7 @@ static void
 prefetch_old(struct cache *c, uint64_t hash)
 {
     uint64_t locs[HTAB_SLOTS];
-    unsigned n = htab_peek(c->htab, hash, locs, HTAB_SLOTS);
+    unsigned n = htab_peek(c->htab, hash, locs);
     for (unsigned i = 0; i < n; i++)
         __builtin_prefetch(cache_item_at(c, cache_off(locs[i])), 0, 3);
 }
@@ -301,7 +304,7 @@ store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     prefetch_old(t->cache, r->hash);
     rc = commit(t, r, &plan, head, tails, &old, cas_out);
     TC_CRASH_POINT("set.published");
-    retire_old(t, old);
+    retire_old(t, old, r->now);
     return rc;
 }
 
@@ -329,6 +332,7 @@ req_init(struct store_req *r, struct cache_thread *t, int mode, const void *key,
     r->hash = cache_hash(t->cache, key, klen);
     r->hdr.klen = (uint8_t)klen;
     r->cls = SLAB_NO_CLASS;
+    r->now = clock_now();
 }
 
 static bool snapshot(struct cache *c, struct store_req *r, struct item_hdr *hdr,
@@ -367,7 +371,7 @@ store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
     req_init(&r, t, mode, key, klen);
     r.hdr.vlen = (uint32_t)vlen;
     r.hdr.flags = flags;
-    r.hdr.exptime = cache_exptime(exptime, clock_now());
+    r.hdr.exptime = cache_exptime(exptime, r.now);
     r.val = (struct item_src){&iov, 1};
     if (o) {
         r.cas_in = o->cas_in;
@@ -393,7 +397,7 @@ snapshot(struct cache *c, struct store_req *r, struct item_hdr *hdr,
          uint64_t *loc)
 {
     struct cache_key k = {c, r->key, r->klen};
-    uint32_t now = clock_now();
+    uint32_t now = r->now;
 
     cache_flush_check(c, now);
     cache_read_lock();
@@ -475,7 +479,7 @@ rewrite(struct cache_thread *t, struct store_req *r, const struct item_hdr *old,
     }
     cache_read_unlock();
     free(fbuf);
-    retire_old(t, oldloc);
+    retire_old(t, oldloc, r->now);
     return rc;
 }
 
@@ -688,7 +692,7 @@ store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
     struct store_req r;
 
     req_init(&r, t, TC_ADD, key, klen);
-    r.hdr.exptime = cache_exptime(exptime, clock_now());
+    r.hdr.exptime = cache_exptime(exptime, r.now);
     r.val = (struct item_src){&iov, 1};
     r.claim_win = true;
     r.cas_new = cas_new;

@@ -5,7 +5,43 @@
 
 #include "tests/unit/engine_fx.h"
 
+#include "src/engine/item.h"
+
 /* ------------------------------------------------------------- set / get */
+
+/* The key compare of a lookup (item_key_equals) at every key length up to
+ * 40, across its short compares (8-byte loads from both ends): the same
+ * key matches; a key differing in any one byte, or one byte shorter, or a
+ * chunk that is no head item, does not. */
+static void
+test_key_compare(void **state)
+{
+    (void)state;
+    union {
+        struct item_hdr h;
+        char bytes[sizeof(struct item_hdr) + 64];
+    } u;
+    char key[64];
+
+    for (uint32_t n = 1; n <= 40; n++) {
+        memset(&u, 0, sizeof(u));
+        u.h.kind = ITEM_KIND_HEAD;
+        u.h.klen = (uint8_t)n;
+        for (uint32_t i = 0; i < n; i++)
+            key[i] = (char)('a' + (i * 7 + n) % 26);
+        memcpy(u.bytes + sizeof(struct item_hdr), key, n);
+        assert_true(item_key_equals(&u.h, key, n));
+        for (uint32_t i = 0; i < n; i++) {
+            key[i] ^= 0x20;
+            assert_false(item_key_equals(&u.h, key, n));
+            key[i] ^= 0x20;
+        }
+        if (n > 1)
+            assert_false(item_key_equals(&u.h, key, n - 1));
+        u.h.kind = ITEM_KIND_TAIL;
+        assert_false(item_key_equals(&u.h, key, n));
+    }
+}
 
 static void
 test_set_get_sizes(void **state)
@@ -739,6 +775,7 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_key_compare),
         TC_TEST(test_set_get_sizes),
         TC_TEST(test_set_get_chained),
         TC_TEST(test_item_size_max),

@@ -155,6 +155,29 @@ test_pipelined_reads(void **state)
     expect(f, in, want);
 }
 
+/* Pipelined gat and gats lines (hinted by the key after their exptime),
+ * mixed with gets and with gat lines the hint cannot read: every reply as
+ * if each came alone. */
+static void
+test_pipelined_gat(void **state)
+{
+    struct fx *f = *state;
+    expect(f, "set ga 1 100 1\r\na\r\nset gb 2 0 2\r\nbb\r\n",
+           "STORED\r\nSTORED\r\n");
+    expect(f,
+           "gat 0 ga\r\ngat 0\r\nget gb\r\ngat 0 nope gb\r\ngat\r\n"
+           "gats 0 nope\r\ngat 5\r\n",
+           "VALUE ga 1 1\r\na\r\nEND\r\n"
+           "END\r\n"
+           "VALUE gb 2 2\r\nbb\r\nEND\r\n"
+           "VALUE gb 2 2\r\nbb\r\nEND\r\n"
+           "ERROR\r\n"
+           "END\r\n"
+           "END\r\n");
+    tc_clock_advance(200); /* the first gat made ga never expire */
+    expect(f, "get ga\r\n", "VALUE ga 1 1\r\na\r\nEND\r\n");
+}
+
 static void
 test_gat_gats(void **state)
 {
@@ -772,6 +795,7 @@ main(void)
         T(test_get_many_keys),
         T(test_multiget_batches),
         T(test_pipelined_reads),
+        T(test_pipelined_gat),
         T(test_gat_gats),
         T(test_store_modes),
         T(test_store_expiry),

@@ -957,17 +957,28 @@ bin_one(struct proto_sess *s, const char *in, size_t len, struct obuf *out)
 #define BIN_PREFETCH_MAX 16
 
 static bool
-bin_is_get(uint8_t opcode)
+bin_is_read(uint8_t opcode)
 {
-    return opcode == BIN_GET || opcode == BIN_GETQ || opcode == BIN_GETK ||
-           opcode == BIN_GETKQ;
+    switch (opcode) {
+    case BIN_GET:
+    case BIN_GETQ:
+    case BIN_GETK:
+    case BIN_GETKQ:
+    case BIN_GAT:
+    case BIN_GATQ:
+    case BIN_GATK:
+    case BIN_GATKQ:
+        return true;
+    default:
+        return false;
+    }
 }
 
 /* Pipelined reads: when the buffer holds two or more complete GET, GETQ,
- * GETK or GETKQ requests in a row, hand their keys to tc_prefetch before
- * running them, so their index and item misses overlap (as the text
- * parser does for its get lines). A hint only: each request still runs on
- * its own, checked as ever. Returns how far the run reaches. */
+ * GETK, GETKQ or GAT (GATQ, GATK, GATKQ) requests in a row, hand their keys to
+ * tc_prefetch before running them, so their index and item misses overlap (as
+ * the text parser does for its get lines). A hint only: each request still runs
+ * on its own, checked as ever. Returns how far the run reaches. */
 static size_t
 bin_prefetch_reads(struct proto_sess *s, const char *in, size_t len)
 {
@@ -978,7 +989,7 @@ bin_prefetch_reads(struct proto_sess *s, const char *in, size_t len)
         uint16_t klen = (uint16_t)(h[2] << 8 | h[3]);
         uint8_t extlen = h[4];
         uint32_t body = get32(h + 8);
-        if (h[0] != BIN_REQ_MAGIC || !bin_is_get(h[1]) || klen == 0 ||
+        if (h[0] != BIN_REQ_MAGIC || !bin_is_read(h[1]) || klen == 0 ||
             klen > TC_KEY_MAX || (uint32_t)klen + extlen > body ||
             body > len - pos - BIN_HDR_LEN)
             break;

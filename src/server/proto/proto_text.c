@@ -1155,24 +1155,38 @@ text_one(struct proto_sess *s, const char *in, size_t len, struct obuf *out)
 /* Keys of a run of pipelined reads hinted to the engine at once. */
 #define TEXT_PREFETCH_MAX 16
 
-/* The key a read line starts with ("get k", "gets k", "mg k ..."), or
- * false. A hint only: a line the parser later refuses costs nothing but
- * its prefetch. */
+/* The (first) key of a read line ("get k", "gets k", "mg k ...", "gat
+ * exptime k", "gats exptime k"), or false. A hint only: a line the parser later
+ * refuses costs nothing but its prefetch. */
 static bool
 read_line_key(const char *line, size_t n, struct tc_key *k)
 {
     size_t skip;
-    if (n > 4 && memcmp(line, "get ", 4) == 0)
+    bool touch = false; /* gat, gats: the key follows the exptime */
+    if (n > 4 && memcmp(line, "get ", 4) == 0) {
         skip = 4;
-    else if (n > 5 && memcmp(line, "gets ", 5) == 0)
+    } else if (n > 5 && memcmp(line, "gets ", 5) == 0) {
         skip = 5;
-    else if (n > 3 && memcmp(line, "mg ", 3) == 0)
+    } else if (n > 3 && memcmp(line, "mg ", 3) == 0) {
         skip = 3;
-    else
+    } else if (n > 4 && memcmp(line, "gat ", 4) == 0) {
+        skip = 4;
+        touch = true;
+    } else if (n > 5 && memcmp(line, "gats ", 5) == 0) {
+        skip = 5;
+        touch = true;
+    } else {
         return false;
+    }
     const char *p = line + skip, *e = line + n;
     if (e > p && e[-1] == '\r')
         e--;
+    if (touch) {
+        const char *ex = memchr(p, ' ', (size_t)(e - p));
+        if (!ex)
+            return false;
+        p = ex + 1;
+    }
     const char *sp = memchr(p, ' ', (size_t)(e - p));
     size_t kl = (size_t)((sp ? sp : e) - p);
     if (kl == 0 || kl > TC_KEY_MAX)
@@ -1181,8 +1195,8 @@ read_line_key(const char *line, size_t n, struct tc_key *k)
     return true;
 }
 
-/* Pipelined reads: when the buffer holds two or more complete get, gets
- * or mg lines in a row, hand their (first) keys to tc_prefetch before
+/* Pipelined reads: when the buffer holds two or more complete get, gets,
+ * gat, gats or mg lines in a row, hand their (first) keys to tc_prefetch before
  * running them, so their index and item misses overlap instead of coming
  * one request at a time. The replies are untouched: each request still
  * runs on its own. Returns how far the run reaches (0: no read line). */
