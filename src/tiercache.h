@@ -195,6 +195,11 @@ struct tc_config {
      * compatible pool file brings its items back (tc_open_info says what
      * happened). */
     bool no_restart; /* format the pool whatever it holds; default false */
+    /* Where tc_close saves the index, so that the next open after a clean
+     * close reattaches without scanning the pool; the open removes it.
+     * NULL (default): not saved (that open scans). tiercached: the pool
+     * file's path + ".meta". */
+    const char *restart_file;
 };
 
 enum tc_win {
@@ -491,7 +496,9 @@ struct tc_open_info {
     uint64_t dropped_flash;   /* on the NVMe tier: not reattached yet */
     uint64_t dropped_no_room; /* the index had no room left */
     double seconds;           /* time the scan took */
-    char reason[120];         /* a cold start's reason ("" otherwise) */
+    char reason[120];         /* a cold start's reason; a warm start's
+                                 "from the saved index", or "scanned: "
+                                 and why not; "" after a crash */
 };
 
 /* Fill cfg with the defaults above. */
