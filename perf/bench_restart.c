@@ -2,11 +2,13 @@
  * Restart time: a child process opens a pool, stores N items of V bytes
  * ("key:%u") and either _exits without closing (a crash) or closes
  * cleanly; the parent opens the same pool file and prints what
- * tc_open_info() says: kind, items restored, dropped, the scan's seconds
- * and items per second.
+ * tc_open_info() says: kind, items restored, dropped, the restore's seconds
+ * and items per second. --clean closes through the saved index
+ * (FILE.meta, tc_config.restart_file); --clean --scan without it (the warm
+ * start scans).
  *
  * Usage: bench_restart [--items N] [--value-size V] [--pool-mib M]
- *                      [--clean] [--path FILE]
+ *                      [--clean [--scan]] [--path FILE]
  * Prints figures; asserts no speed. The pool file is removed at the end.
  */
 #include "src/tiercache.h"
@@ -23,6 +25,7 @@ struct bench_args {
     uint32_t vsize;
     uint64_t pool_mib;
     int clean;
+    int scan;
     const char *path;
 };
 
@@ -33,6 +36,8 @@ parse(int argc, char **argv, struct bench_args *a)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--clean")) {
             a->clean = 1;
+        } else if (!strcmp(argv[i], "--scan")) {
+            a->scan = 1;
         } else if (v && !strcmp(argv[i], "--items")) {
             a->items = strtoull(v, NULL, 10);
             i++;
@@ -77,7 +82,9 @@ fill(const struct tc_config *cfg, const struct bench_args *a)
 int
 main(int argc, char **argv)
 {
-    struct bench_args a = {1000000, 100, 0, 0, "/dev/shm/bench_restart.pool"};
+    struct bench_args a = {1000000, 100, 0,
+                           0,       0,   "/dev/shm/bench_restart.pool"};
+    char meta[4096];
     if (parse(argc, argv, &a) != 0)
         return 64;
     if (!a.pool_mib) /* room for the items and their headers, doubled */
@@ -89,6 +96,9 @@ main(int argc, char **argv)
     cfg.pool_size = a.pool_mib << 20;
     cfg.background = false;
     cfg.expected_items = a.items;
+    snprintf(meta, sizeof(meta), "%s.meta", a.path);
+    if (a.clean && !a.scan)
+        cfg.restart_file = meta;
     unlink(a.path);
 
     pid_t pid = fork();
@@ -119,5 +129,6 @@ main(int argc, char **argv)
            a.vsize);
     tc_close(c);
     unlink(a.path);
+    unlink(meta);
     return 0;
 }

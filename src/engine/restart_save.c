@@ -281,6 +281,9 @@ struct load {
     uint32_t npages;
     uint32_t limit; /* pages the memory limit allows */
     uint32_t words; /* bitmap words per page */
+    unsigned nclasses;
+    uint32_t cs[SLAB_MAX_CLASSES];  /* chunk size per class */
+    uint64_t mul[SLAB_MAX_CLASSES]; /* ceil(2^40 / chunk size) */
     struct restart_saved_hdr h;
     uint64_t *body;  /* h.body_words */
     uint64_t **head; /* per page: the heads the entries name, or NULL */
@@ -352,59 +355,66 @@ load_read(struct load *l, int fd)
     return 1;
 }
 
-/* The chunk size of the page holding off, when it is in the pool and the
- * memory limit, has a class, and off is a chunk boundary of it; else 0. */
-static uint32_t
-chunk_at(const struct load *l, uint64_t off)
+/* A chunk: its page, its index in the page, its size. */
+struct chunk {
+    uint32_t pg;
+    uint32_t idx;
+    uint32_t cs;
+};
+
+/* The chunk at off, when its page is in the pool and the memory limit and
+ * has a class, and off is a chunk boundary of it; else false. The index
+ * by a multiply (exact: offsets and sizes are below 2^20). */
+static bool
+chunk_at(const struct load *l, uint64_t off, struct chunk *ch)
 {
     uint64_t pg = off >> POOL_PAGE_SHIFT;
     if (pg >= l->npages || pg >= l->limit ||
-        l->table[pg] == RESTART_PAGE_NONE ||
-        l->table[pg] > slab_nclasses(l->c->slab))
-        return 0;
-    uint32_t cs = slab_chunk_size(l->c->slab, l->table[pg] - 1u);
+        l->table[pg] == RESTART_PAGE_NONE || l->table[pg] > l->nclasses)
+        return false;
+    unsigned cls = l->table[pg] - 1u;
     uint64_t in = off & (POOL_PAGE_SIZE - 1);
-    return in % cs == 0 && in + cs <= POOL_PAGE_SIZE ? cs : 0;
+    uint32_t q = (uint32_t)((in * l->mul[cls]) >> 40);
+    ch->pg = (uint32_t)pg;
+    ch->idx = q;
+    ch->cs = l->cs[cls];
+    return in == (uint64_t)q * ch->cs && in + ch->cs <= POOL_PAGE_SIZE;
 }
 
-/* Set the bit of the chunk at off (chunk size cs) in map; false when it
- * was set already or there is no DRAM (then l->why or -ENOMEM). */
+/* Set the chunk's bit in map: 1, 0 when it was set already (l->why), or
+ * -ENOMEM. */
 static int
-bit_set(struct load *l, uint64_t **map, uint64_t off, uint32_t cs)
+bit_set(struct load *l, uint64_t **map, const struct chunk *ch)
 {
-    uint64_t pg = off >> POOL_PAGE_SHIFT;
-    if (!map[pg]) {
-        map[pg] = calloc(l->words, sizeof(uint64_t));
-        if (!map[pg]) {
+    uint64_t *m = map[ch->pg];
+    if (!m) {
+        m = map[ch->pg] = calloc(l->words, sizeof(uint64_t));
+        if (!m) {
             err_set("no DRAM for the saved index's chunk maps");
             return -ENOMEM;
         }
     }
-    uint32_t i = (uint32_t)((off & (POOL_PAGE_SIZE - 1)) / cs);
-    uint64_t bit = 1ull << (i % 64);
-    if (map[pg][i / 64] & bit) {
+    uint64_t bit = 1ull << (ch->idx % 64);
+    if (m[ch->idx / 64] & bit) {
         l->why = "two entries name one chunk";
         return 0;
     }
-    map[pg][i / 64] |= bit;
+    m[ch->idx / 64] |= bit;
     return 1;
 }
 
 static bool
-bit_test(uint64_t *const *map, uint64_t off, uint32_t cs)
+bit_test(uint64_t *const *map, const struct chunk *ch)
 {
-    uint64_t pg = off >> POOL_PAGE_SHIFT;
-    uint32_t i = (uint32_t)((off & (POOL_PAGE_SIZE - 1)) / cs);
-    return map[pg] && (map[pg][i / 64] >> (i % 64) & 1);
+    const uint64_t *m = map[ch->pg];
+    return m && (m[ch->idx / 64] >> (ch->idx % 64) & 1);
 }
 
 static void
-bit_clear(uint64_t **map, uint64_t off, uint32_t cs)
+bit_clear(uint64_t **map, const struct chunk *ch)
 {
-    uint64_t pg = off >> POOL_PAGE_SHIFT;
-    uint32_t i = (uint32_t)((off & (POOL_PAGE_SIZE - 1)) / cs);
-    if (map[pg])
-        map[pg][i / 64] &= ~(1ull << (i % 64));
+    if (map[ch->pg])
+        map[ch->pg][ch->idx / 64] &= ~(1ull << (ch->idx % 64));
 }
 
 /* Pass 1: every record in bounds, every entry a chunk of a page with a
@@ -424,12 +434,12 @@ load_entries(struct load *l)
         for (unsigned k = 1; k <= n; k++) {
             uint64_t loc = htab_slot_loc(w[k]);
             uint64_t off = loc ? cache_off(loc) : 0;
-            uint32_t cs = loc && !cache_off_dram(off) ? chunk_at(l, off) : 0;
-            if (!cs) {
+            struct chunk ch;
+            if (!loc || cache_off_dram(off) || !chunk_at(l, off, &ch)) {
                 l->why = "an entry is not a chunk of this pool's pages";
                 return 0;
             }
-            int rc = bit_set(l, l->head, off, cs);
+            int rc = bit_set(l, l->head, &ch);
             if (rc <= 0)
                 return rc;
         }
@@ -451,17 +461,21 @@ load_tails(struct load *l, const struct item_hdr *it, uint64_t head)
     const uint64_t *tails = item_tails(it);
     for (unsigned i = 0; i < it->nchain; i++) {
         uint64_t t = tails[i];
-        uint32_t cs =
-            t < region_data_size(l->c->region) && !(t & 7) ? chunk_at(l, t) : 0;
-        const struct item_tail *tl = (const void *)(l->c->base + t);
-        if (!cs || tl->kind != ITEM_KIND_TAIL || tl->head != head ||
-            bit_test(l->head, t, cs)) {
+        struct chunk ch;
+        if (t >= region_data_size(l->c->region) || (t & 7) ||
+            !chunk_at(l, t, &ch) ||
+            ((const struct item_tail *)(l->c->base + t))->kind !=
+                ITEM_KIND_TAIL ||
+            ((const struct item_tail *)(l->c->base + t))->head != head ||
+            bit_test(l->head, &ch)) {
             l->why = "an entry's item has a tail that is not there";
             return 0;
         }
     }
     for (unsigned i = 0; i < it->nchain; i++) {
-        int rc = bit_set(l, l->used, tails[i], chunk_at(l, tails[i]));
+        struct chunk ch;
+        chunk_at(l, tails[i], &ch);
+        int rc = bit_set(l, l->used, &ch);
         if (rc <= 0)
             return rc;
     }
@@ -504,7 +518,8 @@ load_items(struct load *l)
                     l->head[pg][wi] &= ~(1ull << (i % 64));
                     continue;
                 }
-                int rc = bit_set(l, l->used, off, cs);
+                struct chunk ch = {pg, i, cs};
+                int rc = bit_set(l, l->used, &ch);
                 if (rc > 0 && it->nchain)
                     rc = load_tails(l, it, off);
                 if (rc <= 0)
@@ -518,13 +533,16 @@ load_items(struct load *l)
 /* An item that cannot go into the index after all: its chunks free, its
  * commit word cleared. */
 static void
-load_drop(struct load *l, uint64_t off, uint32_t cs)
+load_drop(struct load *l, uint64_t off, const struct chunk *head)
 {
     const struct item_hdr *it = item_at(l->c->base, off);
-    for (unsigned i = 0; i < it->nchain; i++)
-        bit_clear(l->used, item_tails(it)[i], chunk_at(l, item_tails(it)[i]));
-    bit_clear(l->used, off, cs);
-    bit_clear(l->head, off, cs);
+    for (unsigned i = 0; i < it->nchain; i++) {
+        struct chunk ch;
+        chunk_at(l, item_tails(it)[i], &ch);
+        bit_clear(l->used, &ch);
+    }
+    bit_clear(l->used, head);
+    bit_clear(l->head, head);
     item_invalidate(l->c->base, off);
 }
 
@@ -541,8 +559,9 @@ load_index(struct load *l)
         for (unsigned k = 1; k <= n; k++) {
             uint64_t loc = htab_slot_loc(w[k]);
             uint64_t off = cache_off(loc);
-            uint32_t cs = chunk_at(l, off);
-            if (!bit_test(l->head, off, cs)) {
+            struct chunk ch;
+            chunk_at(l, off, &ch);
+            if (!bit_test(l->head, &ch)) {
                 item_invalidate(c->base, off); /* dropped in pass 2 */
                 continue;
             }
@@ -554,7 +573,7 @@ load_index(struct load *l)
             htab_unlock(b);
             if (rc) {
                 l->info->dropped_no_room++;
-                load_drop(l, off, cs);
+                load_drop(l, off, &ch);
             }
         }
         w += 1 + n;
@@ -693,6 +712,11 @@ restart_save_load(struct cache *c, struct tc_open_info *info, uint32_t now)
         .words = (POOL_PAGE_SIZE / slab_chunk_size(c->slab, 0) + 63) / 64,
     };
     l.table = region_page_table(c->region, &l.npages);
+    l.nclasses = slab_nclasses(c->slab);
+    for (unsigned k = 0; k < l.nclasses; k++) {
+        l.cs[k] = slab_chunk_size(c->slab, k);
+        l.mul[k] = ((1ull << 40) + l.cs[k] - 1) / l.cs[k];
+    }
     int rc = load_check(&l, fd);
     close(fd);
     /* used once: whatever happens next, a later start must not see it */
@@ -710,9 +734,12 @@ restart_save_load(struct cache *c, struct tc_open_info *info, uint32_t now)
         load_free(&l);
         return rc;
     }
+    uint64_t t1 = clock_nsec();
     c->hash_seed = l.h.hash_seed; /* before any hash: the saved tags */
     load_index(&l);
+    uint64_t t2 = clock_nsec();
     rc = load_slabs(&l);
+    uint64_t t3 = clock_nsec();
     load_free(&l);
     if (rc)
         return rc;
@@ -722,11 +749,13 @@ restart_save_load(struct cache *c, struct tc_open_info *info, uint32_t now)
     info->seconds = (double)(clock_nsec() - t0) / 1e9;
     snprintf(info->reason, sizeof(info->reason), "from the saved index");
     log_info("pool %s: warm start from the saved index %s: %llu items "
-             "(%llu bytes) restored in %.3f s; dropped %llu (expired %llu, "
-             "flushed %llu, on flash %llu, no index room %llu)",
+             "(%llu bytes) restored in %.3f s (checks %.3f, index %.3f, "
+             "pages %.3f); dropped %llu (expired %llu, flushed %llu, on "
+             "flash %llu, no index room %llu)",
              region_path(c->region), path, (unsigned long long)info->items,
              (unsigned long long)info->bytes, info->seconds,
-             (unsigned long long)info->dropped,
+             (double)(t1 - t0) / 1e9, (double)(t2 - t1) / 1e9,
+             (double)(t3 - t2) / 1e9, (unsigned long long)info->dropped,
              (unsigned long long)info->dropped_expired,
              (unsigned long long)info->dropped_flushed,
              (unsigned long long)info->dropped_flash,
