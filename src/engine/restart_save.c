@@ -556,24 +556,35 @@ load_index(struct load *l)
     while (w < end) {
         uint64_t bucket = *w >> 8;
         unsigned n = (unsigned)(*w & 0xff);
+        /* entries not inserted: 2k (dropped in pass 2) or 2k + 1 (no room
+         * in the index), invalidated once the lock is dropped */
+        unsigned out[RESTART_SAVED_RUN], nout = 0;
+        /* a record's entries share their home bucket: one lock for all */
+        struct htab_bucket *b = htab_lock(c->htab, bucket);
         for (unsigned k = 1; k <= n; k++) {
             uint64_t loc = htab_slot_loc(w[k]);
-            uint64_t off = cache_off(loc);
             struct chunk ch;
-            chunk_at(l, off, &ch);
+            chunk_at(l, cache_off(loc), &ch);
             if (!bit_test(l->head, &ch)) {
-                item_invalidate(c->base, off); /* dropped in pass 2 */
+                out[nout++] = 2 * k;
                 continue;
             }
-            /* the saved tag over the home bucket's index: the hash bits
+            /* the saved tag over the home bucket's number: the hash bits
              * the index looks at */
             uint64_t hash = (w[k] & ~HTAB_LOC_MASK) | bucket;
-            struct htab_bucket *b = htab_lock(c->htab, hash);
-            int rc = htab_insert_locked(c->htab, b, hash, loc);
-            htab_unlock(b);
-            if (rc) {
+            if (htab_insert_locked(c->htab, b, hash, loc) != 0)
+                out[nout++] = 2 * k + 1;
+        }
+        htab_unlock(b);
+        for (unsigned i = 0; i < nout; i++) {
+            uint64_t off = cache_off(htab_slot_loc(w[out[i] / 2]));
+            struct chunk ch;
+            chunk_at(l, off, &ch);
+            if (out[i] & 1) {
                 l->info->dropped_no_room++;
                 load_drop(l, off, &ch);
+            } else {
+                item_invalidate(c->base, off);
             }
         }
         w += 1 + n;
