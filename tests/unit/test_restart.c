@@ -756,6 +756,40 @@ test_saved_index_settings(void **state)
     munmap(t, sizeof(*t));
 }
 
+/* The hot pool at a clean close: its DRAM items are not saved, and the
+ * older PMEM copy of a key held there does not come back either. */
+static void
+test_saved_index_hot_pool(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+    char meta[224];
+
+    meta_path(f, meta, sizeof(meta));
+    f->cfg.hot_pool_size = 1 * MIB;
+    f->cfg.hot_write_rate = 10;
+    f->cfg.hotkey_window = 1;
+    f->cfg.hotkey_sample = 1;
+    f->cfg.hotkey_k = 16;
+    f->cfg.restart_file = meta;
+    assert_int_equal(fx_open(f), 0);
+    hot_work(f, t);
+    tc_close(f->c);
+    f->c = NULL;
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_string_equal(info.reason, "from the saved index");
+    check_str(f->c, "hot", "last");
+    check_str(f->c, "warm", "dram");
+    check_miss(f->c, "again");
+    assert_int_equal(tc_check(f->c), 0);
+    tc_close(f->c);
+    f->c = NULL;
+    unlink(meta);
+    munmap(t, sizeof(*t));
+}
+
 int
 main(void)
 {
@@ -772,6 +806,7 @@ main(void)
         TC_TEST_NOOPEN(test_saved_index_damaged),
         TC_TEST_NOOPEN(test_saved_index_consumed),
         TC_TEST_NOOPEN(test_saved_index_settings),
+        TC_TEST_NOOPEN(test_saved_index_hot_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
