@@ -10,8 +10,9 @@
 #               stopped in (it refuses to restore within it), start again
 #
 # A restart's time: from the exec to the first "stats" answered, with
-# curr_items as before. Prints one line per run and a table; asserts no
-# speed.
+# curr_items as before; and the server's CPU time (user + system) by then,
+# which a machine shared with other work stretches less than wall time.
+# Prints one line per run and a table; asserts no speed.
 #
 # Usage: perf/compare_restart.sh [GiB ...]          (default: 1 4)
 # Env:   TIERCACHED (build/release/tiercached), MEMCACHED (/usr/bin/memcached),
@@ -70,12 +71,15 @@ while time.time() < deadline:
             break
         buf += d
     t1 = time.time_ns()
+    with open("/proc/%d/stat" % pid) as f:
+        st = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
     items = [l.split()[2] for l in buf.decode().splitlines()
              if l.startswith("STAT curr_items ")]
     kind = [l.split()[2] for l in buf.decode().splitlines()
             if l.startswith("STAT restart_kind ")]
-    print("%.3f %s %s" % ((t1 - t0) / 1e9, items[0] if items else "?",
-                          kind[0] if kind else "-"))
+    print("%.3f %s %s %.2f" % ((t1 - t0) / 1e9, items[0] if items else "?",
+                               kind[0] if kind else "-", cpu))
     sys.exit(0)
 sys.exit("no answer")
 EOF
@@ -125,15 +129,15 @@ for g in "${SIZES[@]}"; do
     stop_wait "$pid" TERM
     read -r pid t0 < <(start "$log" "$p" "${argv[@]}")
     PIDS+=("$pid")
-    read -r secs items kind < <(wait_up "$p" "$t0" "$pid")
-    echo "tiercached ${g} GiB clean: $items of $before items ($kind) in $secs s"
-    RES[tc_clean_$g]="$secs $items"
+    read -r secs items kind cpu < <(wait_up "$p" "$t0" "$pid")
+    echo "tiercached ${g} GiB clean: $items of $before items ($kind) in $secs s, $cpu s CPU"
+    RES[tc_clean_$g]="$secs $items $cpu"
     stop_wait "$pid" KILL
     read -r pid t0 < <(start "$log" "$p" "${argv[@]}")
     PIDS+=("$pid")
-    read -r secs items kind < <(wait_up "$p" "$t0" "$pid")
-    echo "tiercached ${g} GiB kill -9: $items of $before items ($kind) in $secs s"
-    RES[tc_crash_$g]="$secs $items"
+    read -r secs items kind cpu < <(wait_up "$p" "$t0" "$pid")
+    echo "tiercached ${g} GiB kill -9: $items of $before items ($kind) in $secs s, $cpu s CPU"
+    RES[tc_crash_$g]="$secs $items $cpu"
     stop_wait "$pid" KILL
     grep -E "start from the saved index|recovered start" "$log" | tail -2 |
         sed 's/^/    /'
@@ -156,28 +160,32 @@ for g in "${SIZES[@]}"; do
     sleep 1.2 # memcached refuses to restore within the second it stopped
     read -r pid t0 < <(start "$mlog" "$p" "${margv[@]}")
     PIDS+=("$pid")
-    read -r secs items kind < <(wait_up "$p" "$t0" "$pid")
-    echo "memcached ${g} GiB SIGUSR1: $items of $before items in $secs s"
-    RES[mc_$g]="$secs $items"
+    read -r secs items kind cpu < <(wait_up "$p" "$t0" "$pid")
+    echo "memcached ${g} GiB SIGUSR1: $items of $before items in $secs s, $cpu s CPU"
+    RES[mc_$g]="$secs $items $cpu"
     stop_wait "$pid" KILL
     rm -f "$mfile" "$mfile.meta" "$mlog"
 done
 
 echo
-echo "| -m | items | memcached -e restart | tiercached clean | ratio | tiercached kill -9 | ratio |"
+echo "| -m | items | memcached -e restart | tiercached clean | vs memcached | tiercached kill -9 | vs memcached |"
 echo "|---|---|---|---|---|---|---|"
 for g in "${SIZES[@]}"; do
-    read -r ms mi <<<"${RES[mc_$g]}"
-    read -r cs ci <<<"${RES[tc_clean_$g]}"
-    read -r ks ki <<<"${RES[tc_crash_$g]}"
-    $PY - "$g" "$ms" "$mi" "$cs" "$ci" "$ks" "$ki" <<'EOF'
+    # shellcheck disable=SC2086
+    $PY - "$g" ${RES[mc_$g]} ${RES[tc_clean_$g]} ${RES[tc_crash_$g]} <<'EOF'
 import sys
-g, ms, mi, cs, ci, ks, ki = sys.argv[1:]
-ms, cs, ks = float(ms), float(cs), float(ks)
-mi, ci, ki = int(mi), int(ci), int(ki)
-r = lambda s, i: "%.2f s, %.1f M items/s" % (s, i / s / 1e6)
-print("| %s GiB | %d / %d / %d | %s | %s | %.2fx | %s | %.2fx |" % (
-    g, mi, ci, ki, r(ms, mi), r(cs, ci), (ci / cs) / (mi / ms),
-    r(ks, ki), (ki / ks) / (mi / ms)))
+g = sys.argv[1]
+(ms, mi, mc), (cs, ci, cc), (ks, ki, kc) = [
+    (float(a), int(b), float(c)) for a, b, c in
+    zip(sys.argv[2::3], sys.argv[3::3], sys.argv[4::3])]
+def r(s, i, c):
+    return "%.2f s (%.1f M/s), CPU %.2f s (%.1f M/s)" % (
+        s, i / s / 1e6, c, i / max(c, 0.01) / 1e6)
+def x(s, i, c):
+    return "%.2fx wall, %.2fx CPU" % ((i / s) / (mi / ms),
+                                     (i / max(c, 0.01)) / (mi / max(mc, 0.01)))
+print("| %s GiB | %d | %s | %s | %s | %s | %s |" % (
+    g, mi, r(ms, mi, mc), r(cs, ci, cc), x(cs, ci, cc), r(ks, ki, kc),
+    x(ks, ki, kc)))
 EOF
 done

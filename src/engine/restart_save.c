@@ -285,10 +285,11 @@ struct load {
     uint32_t cs[SLAB_MAX_CLASSES];  /* chunk size per class */
     uint64_t mul[SLAB_MAX_CLASSES]; /* ceil(2^40 / chunk size) */
     struct restart_saved_hdr h;
-    uint64_t *body;  /* h.body_words */
-    uint64_t **head; /* per page: the heads the entries name, or NULL */
-    uint64_t **used; /* per page: the chunks restored items hold, or NULL */
-    const char *why; /* why the file is not used */
+    uint64_t *body;    /* h.body_words */
+    uint64_t **head;   /* per page: the heads the entries name, or NULL */
+    uint64_t **used;   /* per page: the chunks restored items hold, or NULL */
+    const char *why;   /* why the file is not used */
+    uint64_t ndropped; /* entries pass 2 dropped */
 };
 
 /* Read the whole file and check it against this pool and cache. */
@@ -515,6 +516,7 @@ load_items(struct load *l)
                     drop = &l->info->dropped_flushed;
                 if (drop) {
                     (*drop)++;
+                    l->ndropped++;
                     l->head[pg][wi] &= ~(1ull << (i % 64));
                     continue;
                 }
@@ -564,8 +566,9 @@ load_index(struct load *l)
         for (unsigned k = 1; k <= n; k++) {
             uint64_t loc = htab_slot_loc(w[k]);
             struct chunk ch;
-            chunk_at(l, cache_off(loc), &ch);
-            if (!bit_test(l->head, &ch)) {
+            /* the usual case drops nothing: no look at the chunk maps */
+            if (l->ndropped && chunk_at(l, cache_off(loc), &ch) &&
+                !bit_test(l->head, &ch)) {
                 out[nout++] = 2 * k;
                 continue;
             }
