@@ -25,6 +25,7 @@
 #include "src/base/err.h"
 #include "src/base/log.h"
 #include "src/engine/restart_layout.h"
+#include "src/engine/restart_save.h"
 #include "tier/pm.h"
 
 #include <errno.h>
@@ -606,6 +607,7 @@ restart_attach(struct cache *c)
         info->kind = TC_START_COLD;
         snprintf(info->reason, sizeof(info->reason), "%s", why);
         format_cold(c);
+        restart_save_discard(c);
         /* a pool that was there but does not fit is worth a warning; a new
          * file or no_restart is what was asked for */
         if (c->cfg.no_restart || !region_reattached(c->region))
@@ -613,7 +615,7 @@ restart_attach(struct cache *c)
         else
             log_warn("pool %s: cold start, items not restored: %s",
                      region_path(c->region), why);
-        return 0;
+        return restart_save_register(c);
     }
     uint64_t t0 = clock_nsec();
     const struct restart_meta *m = meta_of(c);
@@ -626,8 +628,16 @@ restart_attach(struct cache *c)
     s.all_flushed = m->flush_at != 0 && m->flush_at <= s.now;
     info->kind =
         region_was_clean(c->region) ? TC_START_WARM : TC_START_RECOVERED;
+    /* after a clean close, the index saved then (restart_save.h) */
+    int rc = 0;
+    if (info->kind == TC_START_WARM)
+        rc = restart_save_load(c, info, s.now);
+    else
+        restart_save_discard(c);
+    if (rc)
+        return rc < 0 ? rc : restart_save_register(c);
     struct scan_part sum;
-    int rc = scan_pool(c, &s, &sum);
+    rc = scan_pool(c, &s, &sum);
     if (rc)
         return rc;
     resume_counters(c, &s, &sum);
@@ -658,5 +668,5 @@ restart_attach(struct cache *c)
              (unsigned long long)info->dropped_torn,
              (unsigned long long)info->dropped_flash,
              (unsigned long long)info->dropped_no_room);
-    return 0;
+    return restart_save_register(c);
 }

@@ -14,8 +14,11 @@
  * copies of a key the newer sequence wins), every other committed item is
  * invalidated; the pages that hold restored items join their classes with
  * those chunks in use, the others go back to the pool; the CAS counter
- * resumes above every CAS and sequence seen. Any other pool is formatted
- * (a cold start, one log line). c->start says what happened.
+ * resumes above every CAS and sequence seen. A pool closed clean is first
+ * reattached from the index saved at that close, when it passes its
+ * checks (src/engine/restart_save.h), and scanned only when not. Any
+ * other pool is formatted (a cold start, one log line). c->start says
+ * what happened.
  *
  * Concurrency: at open, before the cache is shared; the scan itself runs
  * on the caller and up to cfg.restart_threads - 1 threads it starts and

@@ -3,7 +3,7 @@
  *
  * Threads
  *   acceptor   the thread in server_run(): one epoll over the listening
- *              sockets, a signalfd (SIGINT, SIGTERM) and stop_fd (the
+ *              sockets, a signalfd (SIGINT, SIGTERM, SIGUSR1) and stop_fd (the
  *              shutdown command). It accepts, refuses connections over -c
  *              with memcached's "ERROR Too many open connections", builds
  *              the struct conn and hands it round-robin to a worker: a push
@@ -22,8 +22,8 @@
  * cache, not the I/O layer. io_uring can be measured later behind the same
  * conn_event() interface.
  *
- * Shutdown: SIGINT/SIGTERM (through the signalfd) or the shutdown command
- * (server_stop() writes stop_fd) end the acceptor's loop; it closes the
+ * Shutdown: SIGINT/SIGTERM/SIGUSR1 (through the signalfd) or the shutdown
+ * command (server_stop() writes stop_fd) end the acceptor's loop; it closes the
  * listeners, sets each worker's stop flag and wakes it; each worker
  * destroys its queued and live connections, waits until all the others
  * have too (no worker is then inside the engine), unregisters and exits;
@@ -982,6 +982,7 @@ setup_acceptor(struct server *srv)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1); /* memcached's graceful stop: the same stop */
     sigaddset(&set, SIGHUP);
     srv->epfd = epoll_create1(EPOLL_CLOEXEC);
     srv->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -1,7 +1,8 @@
 /*
  * tiercached: the memcached-compatible server. Parses the settings, opens
- * the cache on the PMEM pool, runs the server until SIGINT, SIGTERM or the
- * shutdown command, closes the cache (marking the pool clean) and exits 0.
+ * the cache on the PMEM pool, runs the server until SIGINT, SIGTERM, SIGUSR1
+ * or the shutdown command, closes the cache (saving the index beside the
+ * pool, then marking the pool clean) and exits 0.
  *
  * Exit status: 0 after a clean shutdown (and after -h, -V); 64 for a bad
  * flag or value (one line on stderr naming it); 1 when the cache or the
@@ -15,8 +16,8 @@
  * is written once the server listens. A clean exit removes it.
  *
  * Concurrency: main() runs before and after every other thread; it blocks
- * SIGINT and SIGTERM before the first one starts, so every thread inherits
- * the mask and the signals reach only the acceptor's signalfd.
+ * SIGINT, SIGTERM and SIGUSR1 before the first one starts, so every thread
+ * inherits the mask and the signals reach only the acceptor's signalfd.
  */
 
 #include "src/base/err.h"
@@ -73,7 +74,8 @@ setup_signals(void)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP); /* the acceptor's signalfd: reload -Y's file */
+    sigaddset(&set, SIGUSR1); /* memcached's graceful stop */
+    sigaddset(&set, SIGHUP);  /* the acceptor's signalfd: reload -Y's file */
     return -pthread_sigmask(SIG_BLOCK, &set, NULL);
 }
 
@@ -215,8 +217,15 @@ names_a_file(const struct settings *st, const char *why)
 static int
 open_cache(const struct settings *st, struct tc_cache **out)
 {
+    /* the saved index beside the pool: a clean stop writes it, the next
+     * start reads it (doc/operating.md, "Restarts"); not for a scratch
+     * pool */
+    static char saved[4096 + 8];
     struct tc_config cfg;
     settings_to_config(st, &cfg);
+    if (!st->pool_default && snprintf(saved, sizeof(saved), "%s.meta",
+                                      st->pool_path) < (int)sizeof(saved))
+        cfg.restart_file = saved;
     if (tc_open(&cfg, out) != 0) {
         const char *why = tc_errmsg();
         if (names_a_file(st, why))

@@ -186,7 +186,9 @@ class Server(tuple):
             self.cleanup()
 
     def cleanup(self):
-        for p in (self.pool, self.stderr_path, self.stdout_path):
+        # the pool and the index a clean stop saves beside it
+        meta = self.pool + ".meta" if self.pool else None
+        for p in (self.pool, meta, self.stderr_path, self.stdout_path):
             if p:
                 try:
                     os.unlink(p)

@@ -84,8 +84,9 @@ def pool():
             s.proc.kill()
             s.proc.wait(10)
         s.cleanup()
-    if os.path.exists(path):
-        os.unlink(path)
+    for p in (path, path + ".meta"):
+        if os.path.exists(p):
+            os.unlink(p)
 
 
 def _value(i, gen):
@@ -359,3 +360,178 @@ def test_durability_option(pool):
     c.close()
     log = _stop(srv2)
     assert "durability=power" in log, log
+
+
+# --- clean stop: the saved index (doc/operating.md, "Restarts") ---
+
+def _mg(c, k):
+    """(value, flags, ttl, cas) of k through mg, or None on a miss."""
+    c.send(b"mg %s f t c v\r\n" % k)
+    head = c.readline()
+    if head.startswith(b"EN"):
+        return None
+    toks = head.split()
+    assert toks[0] == b"VA", head
+    fields = {t[:1]: t[1:] for t in toks[2:]}
+    value = c.recv_exact(int(toks[1]) + 2)[:-2]
+    return value, int(fields[b"f"]), int(fields[b"t"]), int(fields[b"c"])
+
+
+def _load_ttl(c, n):
+    """n items, every third with a TTL; returns key -> (value, flags, ttl,
+    cas) as mg saw them."""
+    got = {}
+    for i in range(n):
+        k = b"wk%05d" % i
+        v = _value(i, 3)
+        ttl = 3600 + i if i % 3 == 0 else 0
+        c.cmd(b"set %s %d %d %d\r\n%s\r\n" % (k, i * 7, ttl, len(v), v),
+              b"STORED\r\n")
+    for i in range(n):
+        k = b"wk%05d" % i
+        got[k] = _mg(c, k)
+    return got
+
+
+def _judge_ttl(c, before):
+    for k, (v, flags, ttl, cas) in before.items():
+        now = _mg(c, k)
+        assert now is not None, f"{k!r} missing after a clean stop"
+        assert now[0] == v and now[1] == flags and now[3] == cas, (k, now)
+        if ttl < 0:
+            assert now[2] == -1, (k, now)
+        else:
+            # the same absolute expiry; the clock moved on by the restart
+            assert ttl - 60 <= now[2] <= ttl, (k, ttl, now)
+
+
+def _stop_by(srv, how):
+    """Stop the PID this test started by a signal or by shutdown graceful;
+    exit status 0 asserted; returns its -v log."""
+    srv.stopped = True
+    if how == "shutdown":
+        c = Conn(HOST, srv.port)
+        c.send(b"shutdown graceful\r\n")
+        assert c.closed_by_peer()
+        c.close()
+    else:
+        srv.proc.send_signal(how)
+    assert srv.wait_exit() == 0
+    log = srv.stderr_text()
+    srv.check_stderr()
+    srv.cleanup()
+    return log
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGUSR1, "shutdown"],
+                         ids=["sigterm", "sigusr1", "shutdown_graceful"])
+def test_clean_stop_restores_everything(pool, how):
+    path, servers = pool
+    n = 1500
+    srv = _start(path, ("-A",))
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    before = _load_ttl(c, n)
+    c.close()
+    log = _stop_by(srv, how)
+    assert "index saved to %s.meta: %d entries" % (path, n) in log, log
+    assert os.path.exists(path + ".meta")
+
+    srv2 = _start(path)
+    servers.append(srv2)
+    assert not os.path.exists(path + ".meta"), "the saved index is used once"
+    c = Conn(HOST, srv2.port)
+    _judge_ttl(c, before)
+    st = c.stats()
+    assert st["restart_kind"] == "warm"
+    assert int(st["restart_items"]) == n
+    assert int(st["restart_dropped"]) == 0
+    assert int(st["curr_items"]) == n
+    # the CAS counter goes on above the restored ones
+    c.cmd(b"set fresh 0 0 1\r\nx\r\n", b"STORED\r\n")
+    assert _mg(c, b"fresh")[3] > max(x[3] for x in before.values())
+    c.close()
+    log = _stop(srv2)
+    assert "warm start from the saved index" in log, log
+    assert "scanning" not in log, log
+
+
+def test_clean_mark_consumed(pool):
+    """A warm start consumes the clean mark: a kill -9 after it is a crash
+    start (scanned, "recovered"), never a second warm one."""
+    path, servers = pool
+    srv = _start(path)
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    before = _load_ttl(c, 300)
+    c.close()
+    _stop(srv)
+    srv2 = _start(path)
+    servers.append(srv2)
+    c = Conn(HOST, srv2.port)
+    assert c.stats()["restart_kind"] == "warm"
+    c.set(b"late", b"after the warm start")
+    c.close()
+    _kill9(srv2)
+    srv3 = _start(path)
+    servers.append(srv3)
+    c = Conn(HOST, srv3.port)
+    st = c.stats()
+    assert st["restart_kind"] == "recovered"
+    assert int(st["restart_items"]) == 301
+    _judge_ttl(c, before)
+    assert c.get_value(b"late") == b"after the warm start"
+    c.close()
+    log = _stop(srv3)
+    assert "recovered start" in log and "saved index" not in log, log
+
+
+def _flip(path):
+    with open(path, "r+b") as f:
+        size = os.path.getsize(path)
+        for at in (size // 2, size - 3):
+            f.seek(at)
+            b = f.read(1)
+            f.seek(at)
+            f.write(bytes([b[0] ^ 0x5a]))
+
+
+def _truncate(path):
+    os.truncate(path, os.path.getsize(path) - 24)
+
+
+def _flip_header(path):
+    with open(path, "r+b") as f:
+        f.seek(40)  # hash_seed
+        b = f.read(1)
+        f.seek(40)
+        f.write(bytes([b[0] ^ 1]))
+
+
+@pytest.mark.parametrize("damage", [_flip, _truncate, _flip_header],
+                         ids=["flipped", "truncated", "header"])
+def test_damaged_saved_index_scans(pool, damage):
+    """A saved index that fails its check is not used: one log line, the
+    pool is scanned, every value as it was."""
+    path, servers = pool
+    n = 800
+    srv = _start(path)
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    before = _load_ttl(c, n)
+    c.close()
+    _stop(srv)
+    damage(path + ".meta")
+    srv2 = _start(path)
+    servers.append(srv2)
+    c = Conn(HOST, srv2.port)
+    _judge_ttl(c, before)
+    st = c.stats()
+    assert st["restart_kind"] == "warm"
+    assert int(st["restart_items"]) == n
+    c.close()
+    log = _stop(srv2)
+    lines = [x for x in log.splitlines() if "saved index" in x]
+    assert len(lines) == 1 and "not used" in lines[0], log
+    assert "warm start: %d items" % n in log, log
+    assert not os.path.exists(path + ".meta") or "index saved" in log

@@ -618,6 +618,280 @@ test_parallel_scan(void **state)
     munmap(t, sizeof(*t));
 }
 
+/* --- the saved index (src/engine/restart_save.h) --- */
+
+static void
+meta_path(const struct fx *f, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s.meta", f->path);
+}
+
+/* The workload in this process, then a clean close that saves the
+ * index. */
+static void
+close_saved(struct fx *f, struct truth *t, const char *meta)
+{
+    f->cfg.pool_size = 64 * MIB;
+    f->cfg.restart_file = meta;
+    assert_int_equal(fx_open(f), 0);
+    workload(f, t);
+    tc_close(f->c);
+    f->c = NULL;
+    assert_int_equal(access(meta, F_OK), 0);
+}
+
+static void
+test_saved_index_warm(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+    char meta[224];
+    unsigned nlive;
+
+    meta_path(f, meta, sizeof(meta));
+    close_saved(f, t, meta);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_WARM);
+    assert_string_equal(info.reason, "from the saved index");
+    assert_int_equal(access(meta, F_OK), -1); /* used once */
+    judge(f->c, t, &nlive);
+    assert_int_equal(nlive, NKEYS - NKEYS / 5);
+    assert_int_equal(info.items, nlive);
+    assert_int_equal(info.dropped, 0);
+    assert_int_equal(stats(f->c).curr_items, nlive);
+    assert_int_equal(tc_check(f->c), 0);
+    uint64_t cas = 0;
+    assert_int_equal(tc_store(f->c, TC_SET, "new", 3, "x", 1, 0, 0, 0, &cas),
+                     TC_OK);
+    assert_true(cas > t->max_cas);
+    /* the slab state is usable: replace, delete, store chained items */
+    set_rec(f->c, t, 0, 9);
+    set_rec(f->c, t, 7, 9);
+    del_rec(f->c, t, 3);
+    judge(f->c, t, &nlive);
+    assert_int_equal(tc_check(f->c), 0);
+
+    /* and a second clean cycle the same */
+    tc_close(f->c);
+    f->c = NULL;
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_string_equal(info.reason, "from the saved index");
+    judge(f->c, t, &nlive);
+    assert_int_equal(info.items, nlive + 1);
+    tc_close(f->c);
+    f->c = NULL;
+    unlink(meta);
+    munmap(t, sizeof(*t));
+}
+
+/* Damage to the saved file: the open scans instead, every value right. */
+static void
+damage_flip(const char *meta)
+{
+    int fd = open(meta, O_RDWR);
+    assert_true(fd >= 0);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    unsigned char b;
+    off_t at = st.st_size / 2;
+    assert_int_equal(pread(fd, &b, 1, at), 1);
+    b ^= 0x10;
+    assert_int_equal(pwrite(fd, &b, 1, at), 1);
+    close(fd);
+}
+
+static void
+damage_truncate(const char *meta)
+{
+    struct stat st;
+    assert_int_equal(stat(meta, &st), 0);
+    assert_int_equal(truncate(meta, st.st_size - 8), 0);
+}
+
+static void
+damage_header(const char *meta)
+{
+    int fd = open(meta, O_RDWR);
+    assert_true(fd >= 0);
+    uint64_t v;
+    assert_int_equal(pread(fd, &v, 8, 48), 8); /* cas_seq */
+    v += 1;
+    assert_int_equal(pwrite(fd, &v, 8, 48), 8);
+    close(fd);
+}
+
+static void
+damage_short(const char *meta)
+{
+    assert_int_equal(truncate(meta, 10), 0);
+}
+
+static void
+test_saved_index_damaged(void **state)
+{
+    struct fx *f = *state;
+    void (*damage[])(const char *) = {damage_flip, damage_truncate,
+                                      damage_header, damage_short};
+    char meta[224];
+
+    meta_path(f, meta, sizeof(meta));
+    for (unsigned d = 0; d < sizeof(damage) / sizeof(damage[0]); d++) {
+        struct truth *t = truth_new();
+        struct tc_open_info info;
+        unsigned nlive;
+        close_saved(f, t, meta);
+        damage[d](meta);
+        assert_int_equal(open_existing(f), 0);
+        tc_open_info(f->c, &info);
+        assert_int_equal(info.kind, TC_START_WARM);
+        assert_non_null(strstr(info.reason, "scanned"));
+        assert_int_equal(access(meta, F_OK), -1);
+        judge(f->c, t, &nlive);
+        assert_int_equal(info.items, nlive);
+        assert_int_equal(stats(f->c).curr_items, nlive);
+        assert_int_equal(tc_check(f->c), 0);
+        tc_close(f->c);
+        f->c = NULL;
+        unlink(meta);
+        munmap(t, sizeof(*t));
+    }
+}
+
+/* A warm start consumes the clean mark: a crash after it scans
+ * (recovered), and a saved file from an older close is not taken. */
+static void
+test_saved_index_consumed(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+    char meta[224], old[240];
+    unsigned nlive;
+
+    meta_path(f, meta, sizeof(meta));
+    snprintf(old, sizeof(old), "%s.old", meta);
+    close_saved(f, t, meta);
+    assert_int_equal(link(meta, old), 0); /* keep a copy */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (open_existing(f) != 0)
+            _exit(2);
+        tc_open_info(f->c, &info);
+        if (info.kind != TC_START_WARM)
+            _exit(3);
+        _exit(0); /* a crash after the warm start */
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    /* the old close's file put back: the pool is not clean, it scans */
+    assert_int_equal(rename(old, meta), 0);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_RECOVERED);
+    assert_int_equal(access(meta, F_OK), -1); /* discarded */
+    judge(f->c, t, &nlive);
+    assert_int_equal(info.items, nlive);
+    tc_close(f->c);
+    f->c = NULL;
+
+    /* an older close's file beside a pool closed clean since: not this
+     * close's, so scanned */
+    close_saved(f, t, meta);
+    assert_int_equal(link(meta, old), 0);
+    assert_int_equal(open_existing(f), 0);
+    tc_close(f->c); /* saves a newer file */
+    f->c = NULL;
+    assert_int_equal(rename(old, meta), 0);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_WARM);
+    assert_non_null(strstr(info.reason, "scanned"));
+    judge(f->c, t, &nlive);
+    tc_close(f->c);
+    f->c = NULL;
+    unlink(meta);
+    munmap(t, sizeof(*t));
+}
+
+/* Another index size (expected_items): scanned; a delayed flush that came
+ * due while stopped: everything dropped as flushed. */
+static void
+test_saved_index_settings(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+    char meta[224];
+    unsigned nlive;
+
+    meta_path(f, meta, sizeof(meta));
+    close_saved(f, t, meta);
+    f->cfg.expected_items = 1u << 20;
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_WARM);
+    assert_non_null(strstr(info.reason, "scanned"));
+    judge(f->c, t, &nlive);
+    assert_int_equal(info.items, nlive);
+    /* a flush_all 100 s ahead, then a start 200 s later */
+    assert_int_equal(tc_flush_all(f->c, 100), 0);
+    tc_close(f->c);
+    f->c = NULL;
+    tc_clock_set(T0 + 200);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_string_equal(info.reason, "from the saved index");
+    assert_int_equal(info.items, 0);
+    assert_int_equal(info.dropped_flushed, nlive);
+    memset(t->live, 0, sizeof(t->live));
+    judge(f->c, t, &nlive);
+    assert_int_equal(stats(f->c).curr_items, 0);
+    tc_close(f->c);
+    f->c = NULL;
+    unlink(meta);
+    munmap(t, sizeof(*t));
+}
+
+/* The hot pool at a clean close: its DRAM items are not saved, and the
+ * older PMEM copy of a key held there does not come back either. */
+static void
+test_saved_index_hot_pool(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+    char meta[224];
+
+    meta_path(f, meta, sizeof(meta));
+    f->cfg.hot_pool_size = 1 * MIB;
+    f->cfg.hot_write_rate = 10;
+    f->cfg.hotkey_window = 1;
+    f->cfg.hotkey_sample = 1;
+    f->cfg.hotkey_k = 16;
+    f->cfg.restart_file = meta;
+    assert_int_equal(fx_open(f), 0);
+    hot_work(f, t);
+    tc_close(f->c);
+    f->c = NULL;
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_string_equal(info.reason, "from the saved index");
+    check_str(f->c, "hot", "last");
+    check_str(f->c, "warm", "dram");
+    check_miss(f->c, "again");
+    assert_int_equal(tc_check(f->c), 0);
+    tc_close(f->c);
+    f->c = NULL;
+    unlink(meta);
+    munmap(t, sizeof(*t));
+}
+
 int
 main(void)
 {
@@ -631,6 +905,11 @@ main(void)
         TC_TEST_NOOPEN(test_torn_dropped),
         TC_TEST_NOOPEN(test_cold_starts),
         TC_TEST_NOOPEN(test_parallel_scan),
+        TC_TEST_NOOPEN(test_saved_index_warm),
+        TC_TEST_NOOPEN(test_saved_index_damaged),
+        TC_TEST_NOOPEN(test_saved_index_consumed),
+        TC_TEST_NOOPEN(test_saved_index_settings),
+        TC_TEST_NOOPEN(test_saved_index_hot_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

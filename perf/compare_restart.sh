@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Restart time, tiercached against memcached's own -e restart, on the same
+# data: KEYS_PER_GIB items of 100-byte values per GiB of -m, filled by
+# bench_loadgen (every key set once).
+#
+#   tiercached  clean: SIGTERM (the index saved beside the pool), start
+#               again on the same -e file; crash: kill -9, start again
+#               (the pool scanned)
+#   memcached   SIGUSR1 (its .meta written), wait past the second it
+#               stopped in (it refuses to restore within it), start again
+#
+# A restart's time: from the exec to the first "stats" answered, with
+# curr_items as before; and the server's CPU time (user + system) by then,
+# which a machine shared with other work stretches less than wall time.
+# Prints one line per run and a table; asserts no speed.
+#
+# Usage: perf/compare_restart.sh [GiB ...]          (default: 1 4)
+# Env:   TIERCACHED (build/release/tiercached), MEMCACHED (/usr/bin/memcached),
+#        LOADGEN (build/release/perf/bench_loadgen), KEYS_PER_GIB (5000000),
+#        THREADS (2)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+TIERCACHED=${TIERCACHED:-build/release/tiercached}
+MEMCACHED=${MEMCACHED:-/usr/bin/memcached}
+LOADGEN=${LOADGEN:-build/release/perf/bench_loadgen}
+KEYS_PER_GIB=${KEYS_PER_GIB:-5000000}
+THREADS=${THREADS:-2}
+SIZES=("$@")
+[ ${#SIZES[@]} -gt 0 ] || SIZES=(1 4)
+PY=/usr/bin/python3
+USER_ARGS=()
+[ "$(id -u)" = 0 ] && USER_ARGS=(-u root)
+
+for b in "$TIERCACHED" "$MEMCACHED" "$LOADGEN"; do
+    [ -x "$b" ] || { echo "compare_restart: $b is missing (make release)" >&2; exit 1; }
+done
+
+PIDS=()
+FILES=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    for f in "${FILES[@]}"; do rm -f "$f"; done
+}
+trap cleanup EXIT
+
+port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# wait_up PORT START_NS PID: seconds from START_NS until "stats" answers,
+# then curr_items; both on one line.
+wait_up() {
+    $PY - "$@" <<'EOF'
+import os, socket, sys, time
+port, t0, pid = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+deadline = time.time() + 600
+while time.time() < deadline:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        sys.exit("server exited")
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    except OSError:
+        time.sleep(0.002)
+        continue
+    s.sendall(b"stats\r\n")
+    buf = b""
+    while not buf.endswith(b"END\r\n"):
+        d = s.recv(65536)
+        if not d:
+            break
+        buf += d
+    t1 = time.time_ns()
+    with open("/proc/%d/stat" % pid) as f:
+        st = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+    items = [l.split()[2] for l in buf.decode().splitlines()
+             if l.startswith("STAT curr_items ")]
+    kind = [l.split()[2] for l in buf.decode().splitlines()
+            if l.startswith("STAT restart_kind ")]
+    print("%.3f %s %s %.2f" % ((t1 - t0) / 1e9, items[0] if items else "?",
+                               kind[0] if kind else "-", cpu))
+    sys.exit(0)
+sys.exit("no answer")
+EOF
+}
+
+# start NAME PORT ARGS...: exec the server in the background; echoes
+# "PID START_NS".
+start() {
+    local log=$1 p=$2
+    shift 2
+    local t0
+    t0=$(date +%s%N)
+    "$@" 2>>"$log" >/dev/null &
+    echo "$! $t0"
+}
+
+stop_wait() { # PID SIGNAL
+    kill -"$2" "$1"
+    while kill -0 "$1" 2>/dev/null; do sleep 0.05; done
+    wait "$1" 2>/dev/null || true
+}
+
+fill() { # PORT KEYS
+    "$LOADGEN" --port "$1" --keys "$2" --value-size 100 --conns 8 \
+        --threads 2 --pipeline 32 --ratio 1:0 --duration 0.01 \
+        --warmup 600 >/dev/null
+}
+
+declare -A RES
+for g in "${SIZES[@]}"; do
+    mib=$((g * 1024))
+    keys=$((g * KEYS_PER_GIB))
+
+    # --- tiercached ---
+    pool=/dev/shm/compare-restart-$$.pool
+    log=/tmp/compare-restart-$$.tc.log
+    FILES+=("$pool" "$pool.meta" "$log")
+    rm -f "$pool" "$pool.meta"
+    p=$(port)
+    argv=("$TIERCACHED" "${USER_ARGS[@]}" -p "$p" -U 0 -l 127.0.0.1
+          -m "$mib" -e "$pool" -t "$THREADS" -v)
+    read -r pid t0 < <(start "$log" "$p" "${argv[@]}")
+    PIDS+=("$pid")
+    wait_up "$p" "$t0" "$pid" >/dev/null
+    fill "$p" "$keys"
+    before=$(wait_up "$p" "$(date +%s%N)" "$pid" | cut -d' ' -f2)
+    stop_wait "$pid" TERM
+    read -r pid t0 < <(start "$log" "$p" "${argv[@]}")
+    PIDS+=("$pid")
+    read -r secs items kind cpu < <(wait_up "$p" "$t0" "$pid")
+    echo "tiercached ${g} GiB clean: $items of $before items ($kind) in $secs s, $cpu s CPU"
+    RES[tc_clean_$g]="$secs $items $cpu"
+    stop_wait "$pid" KILL
+    read -r pid t0 < <(start "$log" "$p" "${argv[@]}")
+    PIDS+=("$pid")
+    read -r secs items kind cpu < <(wait_up "$p" "$t0" "$pid")
+    echo "tiercached ${g} GiB kill -9: $items of $before items ($kind) in $secs s, $cpu s CPU"
+    RES[tc_crash_$g]="$secs $items $cpu"
+    stop_wait "$pid" KILL
+    grep -E "start from the saved index|recovered start" "$log" | tail -2 |
+        sed 's/^/    /'
+    rm -f "$pool" "$pool.meta" "$log"
+
+    # --- memcached ---
+    mfile=/dev/shm/compare-restart-$$.mc
+    mlog=/tmp/compare-restart-$$.mc.log
+    FILES+=("$mfile" "$mfile.meta" "$mlog")
+    rm -f "$mfile" "$mfile.meta"
+    p=$(port)
+    margv=("$MEMCACHED" "${USER_ARGS[@]}" -p "$p" -U 0 -l 127.0.0.1
+           -m "$mib" -e "$mfile" -t "$THREADS")
+    read -r pid t0 < <(start "$mlog" "$p" "${margv[@]}")
+    PIDS+=("$pid")
+    wait_up "$p" "$t0" "$pid" >/dev/null
+    fill "$p" "$keys"
+    before=$(wait_up "$p" "$(date +%s%N)" "$pid" | cut -d' ' -f2)
+    stop_wait "$pid" USR1
+    sleep 1.2 # memcached refuses to restore within the second it stopped
+    read -r pid t0 < <(start "$mlog" "$p" "${margv[@]}")
+    PIDS+=("$pid")
+    read -r secs items kind cpu < <(wait_up "$p" "$t0" "$pid")
+    echo "memcached ${g} GiB SIGUSR1: $items of $before items in $secs s, $cpu s CPU"
+    RES[mc_$g]="$secs $items $cpu"
+    stop_wait "$pid" KILL
+    rm -f "$mfile" "$mfile.meta" "$mlog"
+done
+
+echo
+echo "| -m | items | memcached -e restart | tiercached clean | vs memcached | tiercached kill -9 | vs memcached |"
+echo "|---|---|---|---|---|---|---|"
+for g in "${SIZES[@]}"; do
+    # shellcheck disable=SC2086
+    $PY - "$g" ${RES[mc_$g]} ${RES[tc_clean_$g]} ${RES[tc_crash_$g]} <<'EOF'
+import sys
+g = sys.argv[1]
+(ms, mi, mc), (cs, ci, cc), (ks, ki, kc) = [
+    (float(a), int(b), float(c)) for a, b, c in
+    zip(sys.argv[2::3], sys.argv[3::3], sys.argv[4::3])]
+def r(s, i, c):
+    return "%.2f s (%.1f M/s), CPU %.2f s (%.1f M/s)" % (
+        s, i / s / 1e6, c, i / max(c, 0.01) / 1e6)
+def x(s, i, c):
+    return "%.2fx wall, %.2fx CPU" % ((i / s) / (mi / ms),
+                                     (i / max(c, 0.01)) / (mi / max(mc, 0.01)))
+print("| %s GiB | %d | %s | %s | %s | %s | %s |" % (
+    g, mi, r(ms, mi, mc), r(cs, ci, cc), x(cs, ci, cc), r(ks, ki, kc),
+    x(ks, ki, kc)))
+EOF
+done
