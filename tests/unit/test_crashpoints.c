@@ -380,7 +380,9 @@ test_delete(void **state)
     SKIP_WITHOUT_POINTS();
     struct fx *f = *state;
     f->cfg.pool_size = 64 * MIB;
-    crash_rounds(f, mixed_work, "delete.unlinked", 5000, 4);
+    /* about 5,000 deletes (a quarter of 20,000 operations, sd ~60): a hit
+     * drawn up to 4,000 always comes */
+    crash_rounds(f, mixed_work, "delete.unlinked", 4000, 4);
 }
 
 static void
