@@ -535,3 +535,66 @@ def test_damaged_saved_index_scans(pool, damage):
     assert len(lines) == 1 and "not used" in lines[0], log
     assert "warm start: %d items" % n in log, log
     assert not os.path.exists(path + ".meta") or "index saved" in log
+
+
+def test_flash_clean_stop_restores_everything(pool):
+    """The flash tier holding most of the data, then a clean stop: the
+    warm start (from the saved index) brings back every key that read
+    before the stop, those on flash too, with their flags, and none that
+    did not."""
+    from conftest import flash_file
+    path, servers = pool
+    ext = flash_file("tc-restart-ext", ".nvs")
+    extra = ("-m", "16", "-o", "ext_page_size=4", "-o", "ext_wbuf_size=1",
+             "-o", "ext_recache_rate=0", "-o", "ext_read_timeout_ms=0",
+             "-o", f"ext_path={ext}:192m")
+    try:
+        srv = _start(path, extra)
+        servers.append(srv)
+        c = Conn(HOST, srv.port)
+        n = 0
+        for _ in range(40):  # bounded: at most 40 batches of 1,000
+            for i in range(n, n + 1000):
+                v = _fx_value(i)
+                c.cmd(b"set fx%05d %d 0 %d\r\n%s\r\n" % (i, i, len(v), v),
+                      b"STORED\r\n")
+            n += 1000
+            fl = int(c.stats("tiers")["nvme:items"])
+            if fl > 2 * (int(c.stats()["curr_items"]) - fl):
+                break
+        on_flash = int(c.stats("tiers")["nvme:items"])
+        assert on_flash > 0
+        before = set()
+        for i in range(n):
+            got = c.get_value(b"fx%05d" % i)
+            assert got is None or got == _fx_value(i), i
+            if got is not None:
+                before.add(i)
+        c.close()
+        _stop(srv)
+
+        srv2 = _start(path, extra)
+        servers.append(srv2)
+        c = Conn(HOST, srv2.port)
+        st = c.stats()
+        assert st["restart_kind"] == "warm"
+        for i in range(n):
+            c.send(b"get fx%05d\r\n" % i)
+            line = c.readline()
+            if i not in before:  # evicted before the stop: stays gone
+                assert line == b"END\r\n", (i, line)
+                continue
+            v = _fx_value(i)
+            assert line == b"VALUE fx%05d %d %d\r\n" % (i, i, len(v)), \
+                (i, line)
+            assert c.recv_exact(len(v) + 2) == v + b"\r\n"
+            assert c.readline() == b"END\r\n"
+        tiers = c.stats("tiers")
+        # (the writer may have spilled more before the stop finished)
+        assert int(tiers["nvme:items"]) >= on_flash, (tiers, on_flash)
+        c.close()
+        log = _stop(srv2)
+        assert "warm start from the saved index" in log, log
+    finally:
+        if os.path.exists(ext):
+            os.unlink(ext)
