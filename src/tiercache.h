@@ -535,7 +535,8 @@ TC_API void tc_config_init(struct tc_config *cfg);
 TC_API int tc_open(const struct tc_config *cfg, struct tc_cache **out);
 /* What the open found and did. */
 TC_API void tc_open_info(struct tc_cache *c, struct tc_open_info *out);
-/* Stop the maintenance thread, save the index to cfg->restart_file (when
+/* Stop the maintenance thread, move the DRAM hot pool's items to the pool
+ * (those it has room for), save the index to cfg->restart_file (when
  * set), free every DRAM structure, mark the pool file clean and unmap it.
  * NULL is a no-op. */
 TC_API void tc_close(struct tc_cache *c);

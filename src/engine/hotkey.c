@@ -36,7 +36,9 @@
  *   The tick's walk runs under the pool's list locks (tier/dpool.c) and
  *   only copies keys out; demotions and removals happen after it, with the
  *   engine's usual rules: PMEM copy outside any lock, index switch under
- *   the bucket lock only if it still holds the DRAM item.
+ *   the bucket lock only if it still holds the DRAM item. At a clean close
+ *   hotkey_write_back() walks and demotes the same way, every item, with
+ *   no other thread left.
  */
 #include "src/engine/hotkey.h"
 
@@ -47,7 +49,9 @@
 #include "src/base/crashpoint.h"
 #include "src/base/clock.h"
 #include "src/base/err.h"
+#include "src/base/log.h"
 #include "tier/dpool.h"
+#include "tier/region.h"
 #include "tier/pm.h"
 
 #include <errno.h>
@@ -634,6 +638,105 @@ hotkey_tick(struct cache_thread *t)
     rebuild_set_locked(h);
     pthread_mutex_unlock(&h->lock);
     walk_pool(t);
+}
+
+/* --- at a clean close --- */
+
+/* Under a pool list lock: collect every written DRAM item, live or dead
+ * (the tick's walk_visit, without the hot-set test). Reads DRAM only. */
+static int
+close_visit(void *arg, void *p)
+{
+    struct walk *w = arg;
+    /* acquire pairs with the release in hotkey_write() */
+    if (!(atomic_load_explicit(dpool_flags(p), memory_order_acquire) &
+          HOT_WRITTEN))
+        return 0;
+    if (w->skip) {
+        w->skip--;
+        return 0;
+    }
+    const struct item_hdr *it = p;
+    struct cand *cd = &w->cand[w->n++];
+    cd->off = CACHE_DRAM_OFF | (uintptr_t)p;
+    cd->hash = cache_hash(w->c, item_key(it), it->klen);
+    cd->dead = cache_item_dead(w->c, it, w->now) != CACHE_LIVE;
+    cd->klen = it->klen;
+    memcpy(cd->key, item_key(it), it->klen);
+    return w->n == WALK_BATCH;
+}
+
+/* Whether the index names the candidate's DRAM item. */
+static bool
+cand_held(struct cache *c, const struct cand *cd)
+{
+    struct cache_key k = {c, cd->key, cd->klen};
+    cache_read_lock();
+    bool held = htab_lookup_rcu(c->htab, cd->hash, cache_match_key, &k) ==
+                cache_loc(cd->off);
+    cache_read_unlock();
+    return held;
+}
+
+void
+hotkey_write_back(struct cache *c)
+{
+    if (!c->hot)
+        return;
+    struct cache_thread *t = cache_thread_get(c);
+    struct walk *w = malloc(sizeof(*w));
+    if (!t || !w) {
+        free(w);
+        log_warn("pool %s: no DRAM to write the hot pool back at close; its "
+                 "items miss after the restart",
+                 region_path(c->region));
+        return;
+    }
+    uint64_t moved = 0, lost = 0;
+    unsigned skip = 0;
+    for (;;) {
+        /* free what is unlinked now (no reader runs at close): the blocks
+         * the last round moved, so that this walk meets only the ones it
+         * passed over, and PMEM chunks awaiting their grace period, so
+         * that the copies find them */
+        cache_reclaim_limbo(t);
+        w->c = c;
+        w->h = c->hot;
+        w->now = clock_now();
+        w->skip = skip;
+        w->n = 0;
+        dpool_walk(c->hot->pool, close_visit, w);
+        for (unsigned i = 0; i < w->n; i++) {
+            const struct cand *cd = &w->cand[i];
+            if (!cand_held(c, cd)) {
+                skip++; /* not the index's: not ours to move or free */
+                continue;
+            }
+            if (cd->dead) {
+                drop_dead(t, cd);
+                continue;
+            }
+            demote(t, cd);
+            if (cand_held(c, cd)) {
+                lost++; /* no PMEM for its copy: it stays */
+                skip++;
+            } else {
+                moved++;
+            }
+        }
+        if (w->n < WALK_BATCH)
+            break;
+    }
+    free(w);
+    if (moved)
+        log_info("pool %s: %llu items of the DRAM hot pool written back at "
+                 "close",
+                 region_path(c->region), (unsigned long long)moved);
+    if (lost)
+        log_warn("pool %s: %llu items of the DRAM hot pool not written back "
+                 "at close (no room in the pool); they miss after the "
+                 "restart",
+                 region_path(c->region), (unsigned long long)lost);
 }
 
 /* --- the operator's view --- */

@@ -61,6 +61,15 @@ void hotkey_note_read(struct cache_thread *t, uint64_t hash, const void *key,
  * items. Context: no lock, no RCU section. */
 void hotkey_tick(struct cache_thread *t);
 
+/* At a clean close (tc_close, after the maintenance thread stopped and
+ * before cache_close runs the flash writer's drain and saves the index):
+ * move every live item of the DRAM hot pool to PMEM (the tick's demotion:
+ * a committed PMEM copy, then the index switched to it), so that the
+ * saved index, or a scan, finds it at the next start. An item the pool
+ * has no room for (full, evictions off) stays in DRAM and is lost: one
+ * log line counts them. Context: no other thread uses the cache. */
+void hotkey_write_back(struct cache *c);
+
 /* tc_hotkeys(): the current top keys by write (by_reads false) or read
  * rate. */
 int hotkey_list(struct cache *c, bool by_reads, struct tc_hotkey *out, int max);

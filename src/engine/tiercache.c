@@ -126,6 +126,10 @@ tc_close(struct tc_cache *tc)
     if (!tc)
         return;
     maint_stop(engine(tc));
+    /* the hot pool's items go to PMEM while the flash writer still runs
+     * (an eviction they cause may spill to it) and before cache_close
+     * drains it and saves the index */
+    hotkey_write_back(engine(tc));
     cache_close(engine(tc));
 }
 

@@ -598,3 +598,80 @@ def test_flash_clean_stop_restores_everything(pool):
     finally:
         if os.path.exists(ext):
             os.unlink(ext)
+
+
+# --- clean stop: the DRAM hot pool is written back first ---
+
+# hotkey_window=60: a key stays hot for tens of seconds after its last
+# burst, so the maintenance tick does not move it back to PMEM between the
+# check below and the stop (whatever it does, every value must come back)
+HOT_OPTS = ("-o", "hot_pool_size=1m,hot_write_rate=20,hotkey_window=60,"
+            "hotkey_sample=1")
+HOT_KEYS = [b"hot%d" % i for i in range(4)]
+
+
+def _hot_burst(c, k, count, tag):
+    """count pipelined sets of k, one write, every reply read."""
+    vals = [b"%s-%s-%d" % (k, tag, j) for j in range(count)]
+    c.send(b"".join(b"set %s 0 0 %d\r\n%s\r\n" % (k, len(v), v)
+                    for v in vals))
+    for _ in vals:
+        c.expect(b"STORED\r\n")
+
+
+def _hot_in_dram(c):
+    """The keys of the write view that live in the DRAM hot pool."""
+    rows = {}
+    for name, val in c.stats("hotkeys").items():
+        by, rank, field = name.split(":")
+        rows.setdefault((by, int(rank)), {})[field] = val
+    return {r["key"].encode() for (by, _), r in rows.items()
+            if by == "write" and r["in_dram"] == "yes"}
+
+
+def test_clean_stop_writes_hot_pool_back(pool):
+    """Keys held in the DRAM hot pool at a SIGTERM are written back to the
+    pool before the index is saved: after the restart every key, hot or
+    not, is back with its latest value, flags, TTL and CAS."""
+    path, servers = pool
+    n = 300
+    srv = _start(path, HOT_OPTS)
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    before = _load_ttl(c, n)
+    # bursts until a tick has seen every hot key hot and a later write
+    # moved it into DRAM (bounded)
+    end = time.monotonic() + 60
+    rounds = 0
+    while not set(HOT_KEYS) <= _hot_in_dram(c):
+        assert time.monotonic() < end, "hot keys never reached DRAM"
+        for k in HOT_KEYS:
+            _hot_burst(c, k, 500, b"b%d" % rounds)
+        rounds += 1
+    # their last values, written while they are held in DRAM
+    for i, k in enumerate(HOT_KEYS):
+        v = b"latest-%d" % i
+        c.cmd(b"set %s %d %d %d\r\n%s\r\n" % (k, 40 + i, 3600 + i, len(v), v),
+              b"STORED\r\n")
+        before[k] = _mg(c, k)
+    assert int(c.stats()["hot_pool_bytes"]) > 0
+    c.close()
+    log = _stop(srv)
+    total = n + len(HOT_KEYS)
+    assert "index saved to %s.meta: %d entries" % (path, total) in log, log
+    assert "not written back" not in log, log
+    assert "of the DRAM hot pool written back at close" in log, log
+
+    srv2 = _start(path, HOT_OPTS)
+    servers.append(srv2)
+    c = Conn(HOST, srv2.port)
+    _judge_ttl(c, before)
+    for i, k in enumerate(HOT_KEYS):
+        assert _mg(c, k)[0] == b"latest-%d" % i
+    st = c.stats()
+    assert st["restart_kind"] == "warm"
+    assert int(st["restart_items"]) == total
+    assert int(st["curr_items"]) == total
+    c.close()
+    log = _stop(srv2)
+    assert "warm start from the saved index" in log, log
