@@ -19,8 +19,10 @@
  * Why epoll, one loop per worker, level-triggered: it is memcached's model
  * (libevent over epoll, a dispatcher thread handing sockets to worker
  * threads through a pipe), so a benchmark against memcached compares the
- * cache, not the I/O layer. io_uring can be measured later behind the same
- * conn_event() interface.
+ * cache, not the I/O layer. With -o net_engine=uring each worker runs its
+ * loop on an io_uring instead (src/server/netring.c) under the same
+ * connection code; a worker whose ring cannot be set up says so once and
+ * runs the epoll loop (the epoll set is built for every worker anyway).
  *
  * Shutdown: SIGINT/SIGTERM (through the signalfd) or the shutdown command
  * (server_stop() writes stop_fd) end the acceptor's loop; it closes the
@@ -70,6 +72,7 @@
 #include "src/base/log.h"
 #include "src/server/auth.h"
 #include "src/server/conn.h"
+#include "src/server/netring.h"
 #include "src/server/proto/proto_util.h"
 #include "src/server/stats.h"
 #include "src/server/udp.h"
@@ -596,6 +599,55 @@ worker_sched(struct worker *w)
                  (unsigned long long)us, strerror(rc));
 }
 
+/* netring_fn hooks: the worker's descriptors other than connections. */
+static void
+ring_adopt(void *arg, int fd)
+{
+    (void)fd;
+    worker_adopt(arg);
+}
+
+static void
+ring_reap(void *arg, int fd)
+{
+    (void)fd;
+    conn_async_reap(arg);
+}
+
+static void
+ring_udp(void *arg, int fd)
+{
+    udp_event(arg, fd);
+}
+
+/* w's loop on an io_uring (net_engine=uring), watching what the epoll
+ * loop watches: NULL when it cannot be set up (logged; the worker runs the
+ * epoll loop instead). */
+static struct netring *
+worker_ring(struct worker *w, int afd)
+{
+    struct netring *nr;
+    unsigned idx = (unsigned)(w - w->srv->workers);
+    if (netring_create(&w->cw, &nr) != 0) {
+        log_warn("worker %u: %s; it uses epoll", idx, err_msg());
+        return NULL;
+    }
+    int rc = netring_watch(nr, w->wake_fd, ring_adopt, w);
+    if (!rc && w->cw.async)
+        rc = netring_watch(nr, afd, ring_reap, &w->cw);
+    for (unsigned i = 0; !rc && w->uw && i < w->srv->nls; i++)
+        if (w->srv->ls[i].is_udp)
+            rc = netring_watch(nr, w->srv->ls[i].fd, ring_udp, w->uw);
+    if (rc) {
+        log_warn("worker %u: io_uring: cannot watch its descriptors (%s); "
+                 "it uses epoll",
+                 idx, strerror(-rc));
+        netring_destroy(nr);
+        return NULL;
+    }
+    return nr;
+}
+
 static void *
 worker_main(void *arg)
 {
@@ -615,13 +667,20 @@ worker_main(void *arg)
     else if (afd >= 0)
         w->cw.async = true;
     w->cw.now = conn_now(&w->srv->sh);
-    worker_loop(w);
+    struct netring *nr = NULL;
+    if (strcmp(w->srv->st->net_engine, "uring") == 0)
+        nr = worker_ring(w, afd);
+    if (nr)
+        netring_run(nr, &w->stop);
+    else
+        worker_loop(w);
     /* shutdown: connections still queued, then the live ones */
     pthread_mutex_lock(&w->qlock);
     while (w->qn)
         conn_destroy(w->q[--w->qn]);
     pthread_mutex_unlock(&w->qlock);
     conn_close_all(&w->cw);
+    netring_destroy(nr); /* after its connections: they detach from it */
     worker_quiesce(w->srv);
     tc_thread_unregister(w->srv->cache);
     return NULL;

@@ -825,6 +825,10 @@ finish(struct settings *s)
                 "was given, so there is nothing to listen on");
         return -EINVAL;
     }
+    if (strcmp(s->net_engine, "epoll") && strcmp(s->net_engine, "uring")) {
+        err_set("-o net_engine: %s is neither epoll nor uring", s->net_engine);
+        return -EINVAL;
+    }
     if (s->worker_slice_us && s->worker_slice_us < 100) {
         err_set("-o worker_slice_us: %llu is below the kernel's floor of "
                 "100 (0 = the kernel's default slice)",

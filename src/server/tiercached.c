@@ -21,6 +21,7 @@
 
 #include "src/base/err.h"
 #include "src/base/log.h"
+#include "src/server/netring.h"
 #include "src/server/server.h"
 #include "src/server/settings.h"
 #include "src/tiercache.h"
@@ -273,6 +274,11 @@ main(int argc, char **argv)
     if (open_cache(&st, &cache) != 0)
         return 1;
     settings_in_use(&st, cache);
+    if (strcmp(st.net_engine, "uring") == 0 && netring_probe() != 0) {
+        /* stats settings then shows what runs */
+        log_warn("net_engine=uring: %s; using epoll", err_msg());
+        st.net_engine = "epoll";
+    }
     struct server *srv;
     if (server_create(&st, cache, &srv) != 0) {
         fprintf(stderr, "tiercached: %s\n", err_msg());
