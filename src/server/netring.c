@@ -573,6 +573,156 @@ netring_destroy(struct netring *nr)
     free(nr);
 }
 
+/* --- the acceptor's ring --- */
+
+#define ACC_MAX 64 /* listeners and watched descriptors */
+
+struct netring_acc {
+    struct io_uring ring;
+    struct {
+        int fd;
+        uint32_t tag;
+        bool accept; /* a listener (else a watched descriptor) */
+    } d[ACC_MAX];
+    int n;
+};
+
+static int
+acc_arm(struct netring_acc *a, int k)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&a->ring);
+    if (!sqe) {
+        io_uring_submit(&a->ring);
+        sqe = io_uring_get_sqe(&a->ring);
+        if (!sqe)
+            return -EBUSY;
+    }
+    if (a->d[k].accept)
+        io_uring_prep_multishot_accept(sqe, a->d[k].fd, NULL, NULL,
+                                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    else
+        io_uring_prep_poll_add(sqe, a->d[k].fd, POLLIN);
+    io_uring_sqe_set_data64(sqe, (uint64_t)k);
+    return 0;
+}
+
+static int
+acc_add(struct netring_acc *a, int fd, uint32_t tag, bool accept)
+{
+    for (int k = 0; k < a->n; k++)
+        if (a->d[k].fd == fd && a->d[k].accept == accept)
+            return acc_arm(a, k); /* armed again after a pause */
+    if (a->n == ACC_MAX)
+        return -ENOSPC;
+    int k = a->n++;
+    a->d[k].fd = fd;
+    a->d[k].tag = tag;
+    a->d[k].accept = accept;
+    return acc_arm(a, k);
+}
+
+int
+netring_acc_create(struct netring_acc **out)
+{
+    struct netring_acc *a = calloc(1, sizeof(*a));
+    if (!a) {
+        err_set("no memory for the acceptor's io_uring");
+        return -ENOMEM;
+    }
+    int rc = ring_init(&a->ring, 64, 1024);
+    if (rc) {
+        err_set("cannot set up the acceptor's io_uring: %s", strerror(-rc));
+        free(a);
+        return rc;
+    }
+    *out = a;
+    return 0;
+}
+
+int
+netring_acc_listen(struct netring_acc *a, int fd, uint32_t tag)
+{
+    return acc_add(a, fd, tag, true);
+}
+
+int
+netring_acc_watch(struct netring_acc *a, int fd, uint32_t tag)
+{
+    return acc_add(a, fd, tag, false);
+}
+
+static bool
+acc_pause_errno(int res)
+{
+    return res == -EMFILE || res == -ENFILE || res == -ENOBUFS ||
+           res == -ENOMEM;
+}
+
+int
+netring_acc_wait(struct netring_acc *a, struct netring_ev *ev, int max,
+                 int timeout_ms)
+{
+    struct io_uring_cqe *cqe;
+    int rc;
+    if (timeout_ms < 0) {
+        rc = io_uring_submit_and_wait(&a->ring, 1);
+    } else {
+        struct __kernel_timespec ts = {
+            .tv_sec = timeout_ms / 1000,
+            .tv_nsec = (long long)(timeout_ms % 1000) * 1000000};
+        rc = io_uring_submit_and_wait_timeout(&a->ring, &cqe, 1, &ts, NULL);
+    }
+    if (rc == -ETIME || rc == -EINTR)
+        rc = 0;
+    if (rc < 0)
+        return rc;
+    int n = 0;
+    while (n < max && io_uring_peek_cqe(&a->ring, &cqe) == 0) {
+        int k = (int)io_uring_cqe_get_data64(cqe);
+        int res = cqe->res;
+        bool more = cqe->flags & IORING_CQE_F_MORE;
+        io_uring_cqe_seen(&a->ring, cqe);
+        if (k < 0 || k >= a->n)
+            continue;
+        if (a->d[k].accept && res == -ECANCELED)
+            continue;
+        ev[n++] = (struct netring_ev){.tag = a->d[k].tag, .res = res};
+        /* a poll is one-shot, submitted again with the next wait (after
+         * the caller read what it reported); an accept that ended is too,
+         * unless the caller pauses on its error */
+        if (!more && !(a->d[k].accept && acc_pause_errno(res)))
+            acc_arm(a, k);
+    }
+    return n;
+}
+
+void
+netring_acc_destroy(struct netring_acc *a)
+{
+    if (!a)
+        return;
+    /* the ring's exit cancels the accepts; a socket accepted meanwhile
+     * sits in a completion: close it */
+    struct io_uring_cqe *cqe;
+    for (int k = 0; k < a->n; k++) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&a->ring);
+        if (sqe && a->d[k].accept) {
+            io_uring_prep_cancel_fd(sqe, a->d[k].fd, IORING_ASYNC_CANCEL_ALL);
+            io_uring_sqe_set_data64(sqe, (uint64_t)ACC_MAX);
+        }
+    }
+    io_uring_submit(&a->ring);
+    struct __kernel_timespec ts = {.tv_nsec = 100000000};
+    while (io_uring_wait_cqe_timeout(&a->ring, &cqe, &ts) == 0) {
+        int k = (int)io_uring_cqe_get_data64(cqe);
+        if (k < a->n && a->d[k].accept && cqe->res >= 0)
+            close(cqe->res);
+        io_uring_cqe_seen(&a->ring, cqe);
+    }
+    io_uring_queue_exit(&a->ring);
+    free(a);
+}
+
 /* --- the probe --- */
 
 /* Arm a multishot recv over a socket pair, send it a byte: the completion

@@ -9,12 +9,17 @@
  * sockets). The connections' parsing, replies and state stay in
  * src/server/conn.c, which sees this file only as a struct conn_io.
  *
+ * The acceptor may use a ring too (struct netring_acc): multishot accepts
+ * on the listening sockets.
+ *
  * Concurrency: a struct netring belongs to the worker thread that created
- * it (the ring is set up for a single issuer); nothing in it is shared.
+ * it (the ring is set up for a single issuer), a struct netring_acc to the
+ * acceptor; nothing in either is shared.
  */
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 struct conn_worker;
 struct netring;
@@ -46,3 +51,32 @@ void netring_run(struct netring *nr, _Atomic bool *stop);
 /* Free the ring; its connections must be gone (conn_close_all). NULL is a
  * no-op. Context: the ring's worker. */
 void netring_destroy(struct netring *nr);
+
+/*
+ * The acceptor's ring (net_engine=uring): a multishot accept on each
+ * listening socket and one-shot polls on other descriptors, reported as
+ * events the caller handles (server.c, the acceptor). One thread only.
+ */
+struct netring_acc;
+
+struct netring_ev {
+    uint32_t tag; /* as given to netring_acc_listen / _watch */
+    int res;      /* accept: the new socket (non-blocking, close-on-exec)
+                     or a negative errno; watch: 0, readable */
+};
+
+/* 0, or a negative errno with a sentence in err_msg(). */
+int netring_acc_create(struct netring_acc **out);
+/* Accept on listening socket fd until an error that netring_acc_wait()
+ * reports and does not re-arm: EMFILE, ENFILE, ENOBUFS, ENOMEM (the caller
+ * pauses, then calls this again). 0 or a negative errno. */
+int netring_acc_listen(struct netring_acc *a, int fd, uint32_t tag);
+/* Report fd each time netring_acc_wait() finds it readable. */
+int netring_acc_watch(struct netring_acc *a, int fd, uint32_t tag);
+/* Submit, wait up to timeout_ms (-1: no limit) for events, store up to
+ * max: their number (0 on timeout), or a negative errno. */
+int netring_acc_wait(struct netring_acc *a, struct netring_ev *ev, int max,
+                     int timeout_ms);
+/* Stop accepting and free; sockets accepted and not yet reported are
+ * closed. NULL is a no-op. */
+void netring_acc_destroy(struct netring_acc *a);

@@ -8,6 +8,8 @@
  *              with memcached's "ERROR Too many open connections", builds
  *              the struct conn and hands it round-robin to a worker: a push
  *              on the worker's locked queue and a write to its eventfd.
+ *              With net_engine=uring it waits on an io_uring instead, a
+ *              multishot accept per listener (src/server/netring.c).
  *   workers    N threads, each an epoll loop over its own non-blocking
  *              connections (src/server/conn.c), with a 1 s timeout for the idle
  *              sweep. With -U, every worker's loop also watches the UDP
@@ -916,6 +918,86 @@ acceptor_loop(struct server *srv)
     }
 }
 
+/* An accept through the ring failed (the socket it reports is res). */
+static void
+ring_accept_failed(struct server *srv, struct listener *l, int err)
+{
+    if (err == EINTR || err == ECONNABORTED || err == EAGAIN)
+        return;
+    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        /* the ring did not arm it again: acceptor_ring_loop() does after
+         * the pause */
+        log_warn("accept: %s; pausing for %d ms", strerror(err),
+                 SERVER_ACCEPT_PAUSE_MS);
+        stats_ctr_add(&srv->actr, STATS_LISTEN_DISABLED, 1);
+        srv->paused = true;
+        atomic_store_explicit(&srv->accepting, false, memory_order_relaxed);
+        srv->resume_ns = clock_nsec() + SERVER_ACCEPT_PAUSE_MS * 1000000ull;
+        return;
+    }
+    log_warn("accept on %s: %s", l->name, strerror(err));
+}
+
+/* The acceptor on a ring (net_engine=uring): multishot accepts instead of
+ * epoll and accept4, the same hand-off, signals and stop. */
+static void
+acceptor_ring_loop(struct server *srv, struct netring_acc *a)
+{
+    struct netring_ev ev[16];
+    for (;;) {
+        int timeout = srv->paused ? SERVER_ACCEPT_PAUSE_MS : -1;
+        int n = netring_acc_wait(a, ev, 16, timeout);
+        if (n < 0) {
+            log_error("acceptor io_uring wait: %s", strerror(-n));
+            return;
+        }
+        if (srv->paused && clock_nsec() >= srv->resume_ns) {
+            for (unsigned i = 0; i < srv->nls; i++)
+                if (!srv->ls[i].is_udp)
+                    netring_acc_listen(a, srv->ls[i].fd, i);
+            srv->paused = false;
+            atomic_store_explicit(&srv->accepting, true, memory_order_relaxed);
+        }
+        for (int i = 0; i < n; i++) {
+            if (ev[i].tag == TAG_STOP || ev[i].tag == TAG_SIGNAL) {
+                struct epoll_event e = {.events = EPOLLIN,
+                                        .data.u32 = ev[i].tag};
+                if (!acceptor_event(srv, &e))
+                    return;
+            } else if (ev[i].res >= 0) {
+                hand_off(srv, &srv->ls[ev[i].tag], ev[i].res);
+            } else {
+                ring_accept_failed(srv, &srv->ls[ev[i].tag], -ev[i].res);
+            }
+        }
+    }
+}
+
+/* The acceptor's ring with everything it watches: NULL when it cannot be
+ * set up (logged; the epoll acceptor runs). */
+static struct netring_acc *
+acceptor_ring(struct server *srv)
+{
+    struct netring_acc *a;
+    if (netring_acc_create(&a) != 0) {
+        log_warn("%s; the acceptor uses epoll", err_msg());
+        return NULL;
+    }
+    int rc = netring_acc_watch(a, srv->stop_fd, TAG_STOP);
+    if (!rc)
+        rc = netring_acc_watch(a, srv->sig_fd, TAG_SIGNAL);
+    for (unsigned i = 0; !rc && i < srv->nls; i++)
+        if (!srv->ls[i].is_udp)
+            rc = netring_acc_listen(a, srv->ls[i].fd, i);
+    if (rc) {
+        log_warn("acceptor io_uring: %s; it uses epoll", strerror(-rc));
+        netring_acc_destroy(a);
+        return NULL;
+    }
+    atomic_store_explicit(&srv->accepting, true, memory_order_relaxed);
+    return a;
+}
+
 /* pin_workers: worker i gets the i-th CPU (round robin) of those the
  * process may run on, read before any worker narrows its own. */
 static void
@@ -982,7 +1064,13 @@ int
 server_run(struct server *srv)
 {
     int rc = start_workers(srv);
-    if (rc == 0) {
+    struct netring_acc *a = NULL;
+    if (rc == 0 && strcmp(srv->st->net_engine, "uring") == 0)
+        a = acceptor_ring(srv);
+    if (rc == 0 && a) {
+        acceptor_ring_loop(srv, a);
+        netring_acc_destroy(a); /* stops accepting */
+    } else if (rc == 0) {
         set_listening(srv, true);
         acceptor_loop(srv);
     }

@@ -825,8 +825,10 @@ finish(struct settings *s)
                 "was given, so there is nothing to listen on");
         return -EINVAL;
     }
-    if (strcmp(s->net_engine, "epoll") && strcmp(s->net_engine, "uring")) {
-        err_set("-o net_engine: %s is neither epoll nor uring", s->net_engine);
+    if (strcmp(s->net_engine, "epoll") && strcmp(s->net_engine, "uring") &&
+        strcmp(s->net_engine, "auto")) {
+        err_set("-o net_engine: %s is none of auto, uring, epoll",
+                s->net_engine);
         return -EINVAL;
     }
     if (s->worker_slice_us && s->worker_slice_us < 100) {

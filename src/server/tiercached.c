@@ -274,10 +274,15 @@ main(int argc, char **argv)
     if (open_cache(&st, &cache) != 0)
         return 1;
     settings_in_use(&st, cache);
-    if (strcmp(st.net_engine, "uring") == 0 && netring_probe() != 0) {
-        /* stats settings then shows what runs */
-        log_warn("net_engine=uring: %s; using epoll", err_msg());
-        st.net_engine = "epoll";
+    if (strcmp(st.net_engine, "epoll") != 0) {
+        /* auto or uring; stats settings then shows what runs */
+        if (netring_probe() == 0) {
+            st.net_engine = "uring";
+        } else {
+            log_msg(strcmp(st.net_engine, "uring") ? LOG_INFO : LOG_WARN,
+                    "net_engine=%s: %s; using epoll", st.net_engine, err_msg());
+            st.net_engine = "epoll";
+        }
     }
     struct server *srv;
     if (server_create(&st, cache, &srv) != 0) {

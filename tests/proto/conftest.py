@@ -121,7 +121,9 @@ def server_argv(port, extra=(), mem=MEM_MIB, pool=None, threads=4):
     if not IS_MEMCACHED and pool is not None:
         argv += ["-e", pool]
     if not IS_MEMCACHED and NET_ENGINE:
-        # TC_NET_ENGINE=uring runs the whole suite on the io_uring loop
+        # TC_NET_ENGINE=epoll (or uring) runs the whole suite on that
+        # network loop; the server's default, auto, is uring where the
+        # kernel allows it
         argv += ["-o", f"net_engine={NET_ENGINE}"]
     return argv + [str(a) for a in extra]
 

@@ -1,13 +1,15 @@
-"""-o net_engine: the workers' network loop, epoll or io_uring
-(src/server/netring.c), and the fallback to epoll where io_uring is refused.
+"""-o net_engine: the network loop, epoll or io_uring (src/server/netring.c),
+and the fallback to epoll where io_uring is refused.
 
-The whole suite runs on the io_uring loop with TC_NET_ENGINE=uring
-(conftest.py); these tests check what only this option does: the choice
-shows in "stats settings", both loops serve the same bytes (values larger
-than one receive buffer, pipelines, a client that reads its replies late),
-a bad value stops the start with one line, and a refused io_uring (forced
-with an LD_PRELOAD that makes liburing's set-up fail) leaves one log line
-and a server on epoll.
+The whole suite runs on one loop or the other with TC_NET_ENGINE=epoll or
+uring (conftest.py; the default, auto, is uring where the kernel allows
+it); these tests check what only this option does: the choice shows in
+"stats settings", both loops serve the same bytes (values larger than one
+receive buffer, pipelines, a client that reads its replies late, accepts
+and closes in bursts), a bad value stops the start with one line, and a
+refused io_uring (forced with an LD_PRELOAD that makes liburing's set-up
+fail) leaves one log line (a warning only when uring was asked for) and a
+server on epoll.
 """
 
 import os
@@ -121,6 +123,13 @@ def test_uring_quit_and_idle_close(spawn):
     idle.close()
 
 
+def test_default_is_uring_where_allowed(spawn):
+    asked = spawn("-o", "net_engine=uring", threads=1)
+    default = spawn("-o", "net_engine=auto", threads=1)
+    assert engine_of(default) == engine_of(asked)
+    assert "warning" not in default.stderr_text()
+
+
 def test_bad_engine(run_server):
     status, err = run_server(["-o", "net_engine=kqueue"])
     assert status != 0
@@ -179,6 +188,19 @@ def test_refused_at_start_falls_back(spawn, tmp_path):
     lines = [l for l in err.splitlines() if "net_engine=uring" in l]
     assert len(lines) == 1, err
     assert "io_uring refused" in lines[0] and "using epoll" in lines[0]
+    exercise(srv)
+
+
+def test_refused_default_is_quiet(spawn, tmp_path):
+    """auto: a refusal is said at -v only, and the server runs epoll."""
+    srv = spawn("-o", "net_engine=auto", env=preload(tmp_path, 1))
+    assert engine_of(srv) == "epoll"
+    assert "net_engine" not in srv.stderr_text()
+    loud = spawn("-o", "net_engine=auto", "-v", env=preload(tmp_path, 1))
+    assert engine_of(loud) == "epoll"
+    lines = [l for l in loud.stderr_text().splitlines()
+             if "net_engine=auto" in l]
+    assert len(lines) == 1 and "using epoll" in lines[0]
     exercise(srv)
 
 
