@@ -663,7 +663,8 @@ in_append(struct conn *c, const void *p, size_t n)
 void
 conn_input(struct conn *c, const void *p, size_t n, bool err)
 {
-    conn_turn(c);
+    if (c->dead)
+        return;
     if (err)
         c->dead = true;
     else if (n == 0)
@@ -671,7 +672,13 @@ conn_input(struct conn *c, const void *p, size_t n, bool err)
     else
         in_append(c, p, n);
     if (parked(c) && n)
-        c->in_parked = true;     /* stop receiving till resumed, as epoll */
+        c->in_parked = true; /* stop receiving till resumed, as epoll */
+}
+
+void
+conn_input_done(struct conn *c)
+{
+    conn_turn(c);
     if (!c->dead && !c->yielded) /* a yielded one runs at its turn */
         process(c);
     if (!c->held && c->in_len - c->in_off >= c->sh->in_max) {

@@ -132,9 +132,12 @@ void conn_fold_counters(struct proto_counters *p, struct stats_ctr *ctr);
 void conn_event(struct conn *c, uint32_t events);
 
 /* With a conn_io engine: n bytes of c's input arrived (n == 0: the peer
- * closed; err: the socket failed). Runs what is complete and writes the
- * replies out; may destroy c. Context: c's worker. */
+ * closed; err: the socket failed); they are kept until conn_input_done(),
+ * which runs what is complete and writes the replies out (once for all
+ * the input one wake-up brought), and may destroy c. Context: c's
+ * worker. */
 void conn_input(struct conn *c, const void *p, size_t n, bool err);
+void conn_input_done(struct conn *c);
 /* With a conn_io engine: the send queued through io->send ended with res
  * (bytes sent, or a negative errno). Sends what follows, runs held
  * requests; may destroy c. Context: c's worker. */

@@ -90,6 +90,7 @@ struct slot {
     bool want_in;     /* the connection wants input */
     bool sending;     /* a send is in flight */
     bool turn_queued; /* on nr->turns */
+    bool got_input;   /* on nr->inputs */
     bool used;        /* taken by attach, until freed */
     int next_free;
 };
@@ -111,6 +112,8 @@ struct netring {
     int nslots, free_head;
     int *turns; /* slots asking for a turn (-R yield) */
     int nturns, turns_cap;
+    int *inputs; /* slots that received input in this batch */
+    int ninputs, inputs_cap;
     struct watch watch[NETRING_WATCH_MAX];
     int nwatch;
     bool ring_up;
@@ -218,7 +221,7 @@ slot_maybe_free(struct netring *nr, int i)
     free(s->orphan);
     s->orphan = NULL;
     s->gen++;
-    s->turn_queued = false;
+    s->turn_queued = s->got_input = false;
     s->next_free = nr->free_head;
     nr->free_head = i;
 }
@@ -254,6 +257,26 @@ recv_cancel(struct netring *nr, int i)
     s->cancelling = true;
 }
 
+/* Add slot i to list *l (of *n, room *cap) unless *flag says it is on it:
+ * false when there is no memory for it. */
+static bool
+list_push(int **l, int *n, int *cap, int i, bool *flag)
+{
+    if (*flag)
+        return true;
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 64;
+        int *t = realloc(*l, (size_t)c * sizeof(*t));
+        if (!t)
+            return false;
+        *l = t;
+        *cap = c;
+    }
+    (*l)[(*n)++] = i;
+    *flag = true;
+    return true;
+}
+
 /* --- struct conn_io hooks --- */
 
 static int
@@ -269,6 +292,7 @@ hook_attach(void *arg, struct conn *c, int fd)
     s->fd = fd;
     s->want_in = true;
     s->recv_on = s->cancelling = s->sending = s->turn_queued = false;
+    s->got_input = false;
     recv_arm(nr, i);
     return i;
 }
@@ -297,18 +321,8 @@ hook_watch(void *arg, int i, bool in, bool turn)
         recv_arm(nr, i);
     else if (!in)
         recv_cancel(nr, i);
-    if (turn && !s->turn_queued) {
-        if (nr->nturns == nr->turns_cap) {
-            int cap = nr->turns_cap ? nr->turns_cap * 2 : 64;
-            int *t = realloc(nr->turns, (size_t)cap * sizeof(*t));
-            if (!t)
-                return; /* its next input or send gives it a turn */
-            nr->turns = t;
-            nr->turns_cap = cap;
-        }
-        nr->turns[nr->nturns++] = i;
-        s->turn_queued = true;
-    }
+    if (turn) /* without memory for it, its next input or send is */
+        list_push(&nr->turns, &nr->nturns, &nr->turns_cap, i, &s->turn_queued);
 }
 
 static void
@@ -318,7 +332,7 @@ hook_detach(void *arg, int i, void *sendbuf)
     struct slot *s = &nr->slots[i];
     s->c = NULL;
     s->want_in = false;
-    s->turn_queued = false;
+    s->turn_queued = s->got_input = false;
     s->orphan = sendbuf;
     recv_cancel(nr, i);
     slot_maybe_free(nr, i);
@@ -333,20 +347,29 @@ on_recv(struct netring *nr, uint32_t i, const struct io_uring_cqe *cqe)
     bool more = cqe->flags & IORING_CQE_F_MORE;
     if (!more)
         s->recv_on = s->cancelling = false;
+    bool got = false;
     if (cqe->flags & IORING_CQE_F_BUFFER) {
         unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
-        if (s->c && cqe->res > 0)
+        if (s->c && cqe->res > 0) {
             conn_input(s->c, nr->bufs + (size_t)bid * NETRING_BUF_SIZE,
                        (size_t)cqe->res, false);
+            got = true;
+        }
         buf_return(nr, bid);
     } else if (s->c && cqe->res == 0) {
         conn_input(s->c, NULL, 0, false); /* the peer closed */
+        got = true;
     } else if (s->c && cqe->res < 0 && cqe->res != -ENOBUFS &&
                cqe->res != -ECANCELED) {
         conn_input(s->c, NULL, 0, true);
+        got = true;
     }
-    /* the connection may be gone now; the slot stays until freed here */
-    s = &nr->slots[i];
+    /* the input runs after the batch (run_inputs): requests split over
+     * several buffers get one pass of the parser and one send */
+    if (got && !list_push(&nr->inputs, &nr->ninputs, &nr->inputs_cap, (int)i,
+                          &s->got_input))
+        conn_input_done(s->c); /* no memory for the list: now */
+    s = &nr->slots[i];         /* the connection may be gone */
     if (!s->recv_on && s->c && s->want_in && cqe->res != 0)
         recv_arm(nr, (int)i); /* out of buffers, or cancelled and wanted */
     slot_maybe_free(nr, (int)i);
@@ -405,6 +428,20 @@ on_cqe(struct netring *nr, const struct io_uring_cqe *cqe)
     case OP_CANCEL:
         break; /* found, or already ended: the recv's own cqe says which */
     }
+}
+
+/* The connections that received input in this batch run it. */
+static void
+run_inputs(struct netring *nr)
+{
+    for (int k = 0; k < nr->ninputs; k++) {
+        struct slot *s = &nr->slots[nr->inputs[k]];
+        if (!s->c || !s->got_input)
+            continue;
+        s->got_input = false;
+        conn_input_done(s->c);
+    }
+    nr->ninputs = 0;
 }
 
 /* The connections that yielded under -R get their turn, after the others
@@ -488,6 +525,7 @@ netring_run(struct netring *nr, _Atomic bool *stop)
             seen++;
         }
         io_uring_cq_advance(&nr->ring, seen);
+        run_inputs(nr);
         run_turns(nr);
         if (w->inflight && n == 0)
             conn_async_reap(w); /* deadlines of flash reads */
@@ -580,6 +618,7 @@ netring_destroy(struct netring *nr)
         free(nr->slots[i].orphan);
     free(nr->slots);
     free(nr->turns);
+    free(nr->inputs);
     free(nr->bufs);
     if (nr->br)
         munmap(nr->br, NETRING_BUFS * sizeof(struct io_uring_buf));
