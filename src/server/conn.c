@@ -92,8 +92,8 @@
 
 #define CONN_IN_START 2048
 #define CONN_IN_FAST (16 * 1024)
-/* conn_io: while a send is in flight (requests wait), receive no more once
- * this much input is buffered. */
+/* conn_io: while requests wait (a send in flight, a -R yield), receive no
+ * more once this much input is buffered. */
 #define CONN_IO_IN_HIGH (256 * 1024)
 /* Reads per wake-up before the worker turns to its other connections. */
 #define CONN_READS_PER_EVENT 16
@@ -567,8 +567,10 @@ settle(struct conn *c)
     uint32_t ev = 0;
     if (!parked(c))
         c->in_parked = false;
+    /* conn_io: input waits behind a send or a -R yield: receive no more
+     * past the mark (epoll reads nothing then) */
     bool in_full =
-        c->sending && c->in_len - c->in_off >= CONN_IO_IN_HIGH; /* conn_io */
+        (c->sending || c->yielded) && c->in_len - c->in_off >= CONN_IO_IN_HIGH;
     if (!c->eof && !c->closing && !backlogged(c) && !c->in_parked && !in_full &&
         (!parked(c) || (c->events & EPOLLIN)))
         ev |= EPOLLIN;
@@ -681,7 +683,9 @@ conn_input_done(struct conn *c)
     conn_turn(c);
     if (!c->dead && !c->yielded) /* a yielded one runs at its turn */
         process(c);
-    if (!c->held && c->in_len - c->in_off >= c->sh->in_max) {
+    /* what is left is one request still incomplete, unless requests
+     * wait (held, or a -R yield): too large when it fills in_max */
+    if (!c->held && !c->yielded && c->in_len - c->in_off >= c->sh->in_max) {
         log_warn("connection %s: request larger than -I allows; closing",
                  c->addr);
         c->dead = true;

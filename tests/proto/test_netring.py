@@ -87,6 +87,25 @@ def test_uring_serves(spawn):
     assert "error" not in srv.stderr_text().lower()
 
 
+def test_uring_flood_with_yields(spawn):
+    """Megabytes of small requests in one write under -R 5: input that
+    waits for the connection's next turn is not a request too large for
+    -I (the connection stays), and every request runs."""
+    srv = spawn_uring(spawn, "-R", "5", "-I", "1m", threads=1)
+    c = Conn(srv.host, srv.port)
+    value = b"w" * 1000
+    n = 3000  # about 3 MB, past the 1 MiB input limit of one request
+    c.send(b"".join(b"set f%d 0 0 %d noreply\r\n%s\r\n" % (i, len(value),
+                                                               value)
+                    for i in range(n)))
+    c.send(b"mn\r\n")
+    c.expect(b"MN\r\n", timeout=60)
+    c.cmd(b"get f%d\r\n" % (n - 1),
+          b"VALUE f%d 0 %d\r\n%s\r\nEND\r\n" % (n - 1, len(value), value))
+    assert int(c.stats()["conn_yields"]) > 0
+    c.close()
+
+
 def test_uring_many_connections_close(spawn):
     """Connections opened and closed in bursts (some with a request in
     flight): slots are reused, the server keeps serving and counts them."""
