@@ -569,8 +569,8 @@ settle(struct conn *c)
         c->in_parked = false;
     /* conn_io: input waits behind a send or a -R yield: receive no more
      * past the mark (epoll reads nothing then) */
-    bool in_full =
-        (c->sending || c->yielded) && c->in_len - c->in_off >= CONN_IO_IN_HIGH;
+    bool in_full = c->w->io && (c->sending || c->yielded) &&
+                   c->in_len - c->in_off >= CONN_IO_IN_HIGH;
     if (!c->eof && !c->closing && !backlogged(c) && !c->in_parked && !in_full &&
         (!parked(c) || (c->events & EPOLLIN)))
         ev |= EPOLLIN;
