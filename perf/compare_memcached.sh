@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Network benchmark: Debian's memcached against tiercached, same load, same
-# flags, one after the other. Figures only: nothing here checks speed.
+# flags, one after the other; tiercached once per network loop (epoll, and
+# io_uring: -o net_engine=uring). Figures only: nothing here checks speed.
 #
 #   perf/compare_memcached.sh            # ~6 minutes with both servers
 #   perf/compare_memcached.sh --quick    # ~1 minute
@@ -13,7 +14,8 @@
 #   100B-p1  100B-p16  100B-mget10  4K-p1  4K-p16  4K-mget10
 # (value size - pipeline depth per connection, or gets of 10 keys).
 #
-# For each workload, memcached then tiercached: start the server on a free
+# For each workload, memcached, tiercached (epoll), tc-uring (tiercached
+# with -o net_engine=uring): start the server on a free
 # port of PORT_BASE.. (127.0.0.1 only, -t 2 -m 1024 -c 1024), run
 # bench_loadgen against it, stop it by PID. bench_loadgen reads the
 # server's /proc/PID/stat utime+stime at the start and end of the measured
@@ -28,6 +30,7 @@
 #   MEMCACHED      memcached binary [/usr/bin/memcached]
 #   TIERCACHED     tiercached binary [build/release/tiercached]; skipped with
 #                  a message when it is not there
+#   URING          1 also runs tiercached on io_uring (tc-uring) [1]
 #   LOADGEN        bench_loadgen binary [built into perf/out/bin]
 #   DURATION       measured seconds per run [10; --quick 2]
 #   REPEAT         runs per server and workload, alternating memcached and
@@ -136,6 +139,7 @@ if [ ! -x "$MEMCACHED" ]; then
 fi
 if [ -x "$TIERCACHED" ]; then
     servers="memcached tiercached"
+    [ "${URING:-1}" = 1 ] && servers="$servers tc-uring"
 fi
 
 srv_pid=""
@@ -191,10 +195,15 @@ start_server() {
         # memcached refuses to run as root without -u
         [ "$(id -u)" = 0 ] && cmd+=(-u nobody)
         ;;
-    tiercached)
+    tiercached | tc-uring)
         rm -f "$pool_file"
         cmd=("$TIERCACHED" -p "$port" -l 127.0.0.1 -t "$SERVER_THREADS"
             -m "$MEM_MB" -c 1024 -e "$pool_file")
+        if [ "$name" = tc-uring ]; then
+            cmd+=(-o net_engine=uring)
+        else
+            cmd+=(-o net_engine=epoll)
+        fi
         # tiercached, like memcached, refuses root without -u
         [ "$(id -u)" = 0 ] && cmd+=(-u root)
         ;;
@@ -293,11 +302,12 @@ run_one() { # workload server vsize pipeline multiget
 }
 
 table() { # workload
-    local wl=$1 mc tc row m a b
+    local wl=$1 mc tc tu row m a b c
     mc=${R[$wl,memcached]:-}
     tc=${R[$wl,tiercached]:-}
+    tu=${R[$wl,tc-uring]:-}
     log ""
-    log "  $(printf '%-22s %14s %14s %8s' metric memcached tiercached tc/mc)"
+    log "  $(printf '%-22s %14s %14s %8s %14s %8s' metric memcached tiercached tc/mc tc-uring tu/mc)"
     for row in "ops/s:ops" "requests/s:reqs" "p50 us:p50_us" "p99 us:p99_us" \
         "p99.9 us:p999_us" "server CPU us/req:srv_cpu_us_per_req" \
         "  user us/req:srv_user_us_per_req" \
@@ -308,7 +318,8 @@ table() { # workload
         m=${row%%:*}
         a=$( [ -n "$mc" ] && kv "$mc" "${row#*:}" || echo -)
         b=$( [ -n "$tc" ] && kv "$tc" "${row#*:}" || echo -)
-        log "  $(printf '%-22s %14s %14s %8s' "$m" "$a" "$b" "$(ratio "$a" "$b")")"
+        c=$( [ -n "$tu" ] && kv "$tu" "${row#*:}" || echo -)
+        log "  $(printf '%-22s %14s %14s %8s %14s %8s' "$m" "$a" "$b" "$(ratio "$a" "$b")" "$c" "$(ratio "$a" "$c")")"
     done
 }
 
@@ -354,21 +365,21 @@ done <<<"$WORKLOADS"
 
 # ---- summary ------------------------------------------------------------------
 log ""
-log "## summary (markdown; ratio = tiercached / memcached)"
+log "## summary (markdown; mc = memcached, tc = tiercached on epoll, tu = tiercached on io_uring; ratios to memcached)"
 log ""
-log "| workload | mc ops/s | tc ops/s | ratio | mc p99 us | tc p99 us | ratio | mc CPU us/req | tc CPU us/req | ratio | mc user us/req | tc user us/req | ratio | mc kernel us/req | tc kernel us/req | ratio |"
-log "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+log "| workload | metric | mc | tc | tc/mc | tu | tu/mc |"
+log "| --- | --- | --- | --- | --- | --- | --- |"
 for wl in $ran; do
     mc=${R[$wl,memcached]:-}
     tc=${R[$wl,tiercached]:-}
-    line="| $wl"
+    tu=${R[$wl,tc-uring]:-}
     for k in ops p99_us srv_cpu_us_per_req srv_user_us_per_req \
         srv_sys_us_per_req; do
         a=$( [ -n "$mc" ] && kv "$mc" "$k" || echo -)
         b=$( [ -n "$tc" ] && kv "$tc" "$k" || echo -)
-        line="$line | $a | $b | $(ratio "$a" "$b")"
+        c=$( [ -n "$tu" ] && kv "$tu" "$k" || echo -)
+        log "| $wl | $k | $a | $b | $(ratio "$a" "$b") | $c | $(ratio "$a" "$c") |"
     done
-    log "$line |"
 done
 log ""
 log "# $(grep -c '^RESULT' "$out") RESULT lines above; total $((SECONDS - t0)) s; output in $out"

@@ -53,6 +53,16 @@
  * checked value (or puts the protocol's miss in place of the reply) and resumes
  * the connection: replies leave in request order.
  *
+ * Under io_uring (sh's worker has a conn_io, src/server/netring.c) the same
+ * code runs with the bytes moved by the ring: input arrives through
+ * conn_input() instead of recv(), a send is queued instead of made, and
+ * while it is in flight (c->sending) nothing is appended to the obuf (the
+ * kernel reads it): requests wait, as behind a full socket, and past
+ * CONN_IO_IN_HIGH bytes of waiting input it stops receiving. A connection
+ * with holes sends with send() itself, since filling a hole may move the
+ * block. settle() tells the engine whether to receive (the EPOLLIN bit)
+ * and asks for a turn instead of EPOLLOUT after a -R yield.
+ *
  * Concurrency:
  *   struct conn        owner worker only (the acceptor before the hand-off,
  *                      through the worker's locked queue), except:
@@ -90,6 +100,9 @@
 
 #define CONN_IN_START 2048
 #define CONN_IN_FAST (16 * 1024)
+/* conn_io: while requests wait (a send in flight, a -R yield), receive no
+ * more once this much input is buffered. */
+#define CONN_IO_IN_HIGH (256 * 1024)
 /* Reads per wake-up before the worker turns to its other connections. */
 #define CONN_READS_PER_EVENT 16
 
@@ -134,6 +147,8 @@ struct conn {
     bool reaped;     /* on the worker's list of connections a reap filled */
     bool in_parked;  /* input arrived while parked: EPOLLIN off until resumed */
     bool yielded;    /* -R: budget used up with requests still buffered */
+    bool sending;    /* conn_io: a send of the obuf is in flight */
+    int io_slot;     /* conn_io: the engine's number for it */
     struct conn *reap_next;
     struct tls_conn *tls; /* NULL: plain TCP or UNIX socket */
     size_t in_room;       /* room every read gets: 0, or with TLS a whole
@@ -265,8 +280,11 @@ conn_attach(struct conn *c, struct conn_worker *w)
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
     c->w = w;
     touch(c);
-    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
-        int rc = -errno;
+    if (w->io)
+        c->io_slot = w->io->attach(w->io->arg, c, c->fd);
+    if (w->io ? c->io_slot < 0
+              : epoll_ctl(w->epfd, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+        int rc = w->io ? c->io_slot : -errno;
         log_warn("cannot watch connection %s: %s", c->addr, strerror(-rc));
         c->w = NULL;
         return rc;
@@ -289,6 +307,13 @@ conn_destroy(struct conn *c)
         tc_async_cancel(c->sh->cache, c);
     if (c->tls)
         tls_conn_destroy(c->tls);
+    if (c->w && c->w->io) {
+        /* a send in flight keeps reading its block: the engine frees it */
+        c->w->io->detach(c->w->io->arg, c->io_slot,
+                         c->sending ? c->out.buf : NULL);
+        if (c->sending)
+            c->out.buf = NULL;
+    }
     close(c->fd); /* also removes it from the epoll set */
     proto_sess_fini(&c->sess);
     obuf_fini(&c->out);
@@ -391,7 +416,7 @@ process(struct conn *c)
     if (c->w->async)
         tc_async_owner(c->sh->cache, c);
     while (c->in_off < c->in_len && !c->closing && !backlogged(c) &&
-           !parked(c) && c->sess.budget > 0) {
+           !parked(c) && !c->sending && c->sess.budget > 0) {
         set_state(c, CS_PARSE);
         ssize_t r = proto_process(&c->sess, c->in + c->in_off,
                                   c->in_len - c->in_off, &c->out);
@@ -410,8 +435,8 @@ process(struct conn *c)
         tc_async_owner(c->sh->cache, NULL);
     if (c->out.nholes > holes)
         c->w->submit_due = true; /* conn_async_submit, after the wake-up */
-    c->held =
-        c->in_off < c->in_len && !c->closing && (backlogged(c) || parked(c));
+    c->held = c->in_off < c->in_len && !c->closing &&
+              (backlogged(c) || parked(c) || c->sending);
     if (c->sess.budget == 0 && !c->held && c->in_off < c->in_len &&
         !c->closing && !c->yielded) {
         c->yielded = true;
@@ -498,6 +523,17 @@ read_and_process(struct conn *c)
 static bool
 flush(struct conn *c)
 {
+    const struct conn_io *io = c->w->io;
+    if (io && c->sending)
+        return false;
+    if (io && !c->out.nholes && obuf_sendable(&c->out)) {
+        /* queued: conn_sent() carries on */
+        if (io->send(io->arg, c->io_slot, c->out.buf + c->out.head,
+                     obuf_sendable(&c->out)) != 0)
+            c->dead = true;
+        c->sending = !c->dead;
+        return false;
+    }
     while (obuf_sendable(&c->out)) {
         size_t len = obuf_sendable(&c->out);
         ssize_t n =
@@ -530,7 +566,7 @@ write_out(struct conn *c)
 {
     while (!c->dead) {
         bool drained = flush(c);
-        if (c->dead || !c->held || backlogged(c) || parked(c))
+        if (c->dead || !c->held || backlogged(c) || parked(c) || c->sending)
             return;
         process(c);
         if (!drained)
@@ -562,14 +598,25 @@ settle(struct conn *c)
     uint32_t ev = 0;
     if (!parked(c))
         c->in_parked = false;
-    if (!c->eof && !c->closing && !backlogged(c) && !c->in_parked &&
+    /* conn_io: input waits behind a send or a -R yield: receive no more
+     * past the mark (epoll reads nothing then) */
+    bool in_full = c->w->io && (c->sending || c->yielded) &&
+                   c->in_len - c->in_off >= CONN_IO_IN_HIGH;
+    if (!c->eof && !c->closing && !backlogged(c) && !c->in_parked && !in_full &&
         (!parked(c) || (c->events & EPOLLIN)))
         ev |= EPOLLIN;
     if (obuf_sendable(&c->out) || c->yielded)
         ev |= EPOLLOUT; /* yielded: the next turn comes with EPOLLOUT */
     if (c->tls)
         ev = tls_want_mask(c->tls, ev);
-    if (ev != c->events) {
+    if (c->w->io) {
+        /* the engine's sends complete by themselves: EPOLLOUT only asks
+         * for a turn */
+        if ((ev & EPOLLIN) != (c->events & EPOLLIN) || c->yielded)
+            c->w->io->watch(c->w->io->arg, c->io_slot, ev & EPOLLIN,
+                            c->yielded);
+        c->events = ev;
+    } else if (ev != c->events) {
         struct epoll_event e = {.events = ev, .data.ptr = c};
         if (epoll_ctl(c->w->epfd, EPOLL_CTL_MOD, c->fd, &e) != 0) {
             log_warn("connection %s: epoll_ctl: %s", c->addr, strerror(errno));
@@ -617,6 +664,83 @@ conn_event(struct conn *c, uint32_t events)
     }
     write_out(c);
     settle(c);
+}
+
+/* --- input and output through a conn_io engine --- */
+
+/* Append n bytes of input. The epoll path reads at most the room it made
+ * (in_prepare), here the engine hands over what came; a request still
+ * incomplete in sh->in_max bytes closes the connection, as there. */
+static void
+in_append(struct conn *c, const void *p, size_t n)
+{
+    size_t keep = c->in_len - c->in_off;
+    if (c->in_off) {
+        memmove(c->in, c->in + c->in_off, keep);
+        c->in_off = 0;
+        c->in_len = keep;
+    }
+    if (c->in_len + n > c->in_cap) {
+        size_t want = MAX(c->in_cap * 2, c->in_len + n);
+        char *q = realloc(c->in, want);
+        if (!q) {
+            log_warn("connection %s: out of memory for input; closing",
+                     c->addr);
+            c->dead = true;
+            return;
+        }
+        c->in = q;
+        c->in_cap = want;
+    }
+    memcpy(c->in + c->in_len, p, n);
+    c->in_len += n;
+    stats_ctr_add(c->w->ctr, STATS_BYTES_READ, (uint64_t)n);
+}
+
+void
+conn_input(struct conn *c, const void *p, size_t n, bool err)
+{
+    if (c->dead)
+        return;
+    if (err)
+        c->dead = true;
+    else if (n == 0)
+        c->eof = true;
+    else
+        in_append(c, p, n);
+    if (parked(c) && n)
+        c->in_parked = true; /* stop receiving till resumed, as epoll */
+}
+
+void
+conn_input_done(struct conn *c)
+{
+    conn_turn(c);
+    if (!c->dead && !c->yielded) /* a yielded one runs at its turn */
+        process(c);
+    /* what is left is one request still incomplete, unless requests
+     * wait (held, or a -R yield): too large when it fills in_max */
+    if (!c->held && !c->yielded && c->in_len - c->in_off >= c->sh->in_max) {
+        log_warn("connection %s: request larger than -I allows; closing",
+                 c->addr);
+        c->dead = true;
+    }
+    write_out(c);
+    settle(c);
+}
+
+void
+conn_sent(struct conn *c, int res)
+{
+    c->sending = false;
+    if (res > 0) {
+        obuf_consume(&c->out, (size_t)res);
+        stats_ctr_add(c->w->ctr, STATS_BYTES_WRITTEN, (uint64_t)res);
+        touch(c);
+    } else if (res != -EAGAIN && res != -EINTR) {
+        c->dead = true; /* EPIPE, ECONNRESET, ... (0: nothing taken) */
+    }
+    conn_event(c, EPOLLOUT);
 }
 
 /* --- flash reads --- */
@@ -683,7 +807,8 @@ conn_sweep_idle(struct conn_worker *w)
         struct conn *next = c->next;
         if (c->sess.watch) {
             /* a "watch" stream: its lines since the last sweep */
-            proto_watch_flush(&c->sess, &c->out);
+            if (!c->sending) /* else at the next sweep */
+                proto_watch_flush(&c->sess, &c->out);
             write_out(c);
             settle(c);
             c = next;

@@ -60,9 +60,38 @@ struct conn_list {
     unsigned n;
 };
 
+/*
+ * The socket I/O under a worker's connections when it is not epoll's
+ * (src/server/netring.c, io_uring): the connection layer keeps parsing,
+ * replies, back-pressure and state, and hands the engine only the moving
+ * of bytes. Set on the worker before any connection attaches. Every hook
+ * runs on the worker's thread; arg is the engine's.
+ *
+ *   attach  start receiving c's input: a slot number (>= 0) the other hooks
+ *           get back, or a negative errno (the connection is destroyed).
+ *           Input arrives through conn_input().
+ *   send    queue a send of len bytes at buf: the bytes stay put (nothing
+ *           is appended to the obuf) until conn_sent() reports it done.
+ *           0 or a negative errno.
+ *   watch   in: the connection wants input now (false: stop receiving,
+ *           as epoll's EPOLLIN off); turn: give it another turn soon
+ *           (conn_event(c, EPOLLOUT)), as a yield under -R asks.
+ *   detach  the connection is ending (its fd closes after this returns);
+ *           sendbuf, when not NULL, is the block a send in flight reads:
+ *           the engine frees it once that send is over.
+ */
+struct conn_io {
+    int (*attach)(void *arg, struct conn *c, int fd);
+    int (*send)(void *arg, int slot, const void *buf, size_t len);
+    void (*watch)(void *arg, int slot, bool in, bool turn);
+    void (*detach)(void *arg, int slot, void *sendbuf);
+    void *arg;
+};
+
 /* Per-worker context, owned by the worker thread. */
 struct conn_worker {
     int epfd;
+    const struct conn_io *io; /* NULL: epoll (conn_event) */
     struct conn_list list;
     struct stats_ctr *ctr; /* this worker's counters */
     const struct conn_shared *sh;
@@ -105,6 +134,18 @@ void conn_fold_counters(struct proto_counters *p, struct stats_ctr *ctr);
 
 /* Handle epoll events; may destroy c. Context: c's worker. */
 void conn_event(struct conn *c, uint32_t events);
+
+/* With a conn_io engine: n bytes of c's input arrived (n == 0: the peer
+ * closed; err: the socket failed); they are kept until conn_input_done(),
+ * which runs what is complete and writes the replies out (once for all
+ * the input one wake-up brought), and may destroy c. Context: c's
+ * worker. */
+void conn_input(struct conn *c, const void *p, size_t n, bool err);
+void conn_input_done(struct conn *c);
+/* With a conn_io engine: the send queued through io->send ended with res
+ * (bytes sent, or a negative errno). Sends what follows, runs held
+ * requests; may destroy c. Context: c's worker. */
+void conn_sent(struct conn *c, int res);
 
 /* Submit the flash reads the connections queued since the last call: one
  * io_uring_submit for everything one epoll wake-up ran. Context: w's

@@ -8,6 +8,8 @@
  *              with memcached's "ERROR Too many open connections", builds
  *              the struct conn and hands it round-robin to a worker: a push
  *              on the worker's locked queue and a write to its eventfd.
+ *              With net_engine=uring it waits on an io_uring instead, a
+ *              multishot accept per listener (src/server/netring.c).
  *   workers    N threads, each an epoll loop over its own non-blocking
  *              connections (src/server/conn.c), with a 1 s timeout for the idle
  *              sweep. With -U, every worker's loop also watches the UDP
@@ -19,8 +21,10 @@
  * Why epoll, one loop per worker, level-triggered: it is memcached's model
  * (libevent over epoll, a dispatcher thread handing sockets to worker
  * threads through a pipe), so a benchmark against memcached compares the
- * cache, not the I/O layer. io_uring can be measured later behind the same
- * conn_event() interface.
+ * cache, not the I/O layer. With -o net_engine=uring each worker runs its
+ * loop on an io_uring instead (src/server/netring.c) under the same
+ * connection code; a worker whose ring cannot be set up says so once and
+ * runs the epoll loop (the epoll set is built for every worker anyway).
  *
  * Shutdown: SIGINT/SIGTERM/SIGUSR1 (through the signalfd) or the shutdown
  * command (server_stop() writes stop_fd) end the acceptor's loop; it closes the
@@ -72,6 +76,7 @@
 #include "src/base/log.h"
 #include "src/server/auth.h"
 #include "src/server/conn.h"
+#include "src/server/netring.h"
 #include "src/server/proto/proto_util.h"
 #include "src/server/stats.h"
 #include "src/server/udp.h"
@@ -622,6 +627,55 @@ worker_sched(struct worker *w)
                  (unsigned long long)us, strerror(rc));
 }
 
+/* netring_fn hooks: the worker's descriptors other than connections. */
+static void
+ring_adopt(void *arg, int fd)
+{
+    (void)fd;
+    worker_adopt(arg);
+}
+
+static void
+ring_reap(void *arg, int fd)
+{
+    (void)fd;
+    conn_async_reap(arg);
+}
+
+static void
+ring_udp(void *arg, int fd)
+{
+    udp_event(arg, fd);
+}
+
+/* w's loop on an io_uring (net_engine=uring), watching what the epoll
+ * loop watches: NULL when it cannot be set up (logged; the worker runs the
+ * epoll loop instead). */
+static struct netring *
+worker_ring(struct worker *w, int afd)
+{
+    struct netring *nr;
+    unsigned idx = (unsigned)(w - w->srv->workers);
+    if (netring_create(&w->cw, &nr) != 0) {
+        log_warn("worker %u: %s; it uses epoll", idx, err_msg());
+        return NULL;
+    }
+    int rc = netring_watch(nr, w->wake_fd, ring_adopt, w);
+    if (!rc && w->cw.async)
+        rc = netring_watch(nr, afd, ring_reap, &w->cw);
+    for (unsigned i = 0; !rc && w->uw && i < w->srv->nls; i++)
+        if (w->srv->ls[i].is_udp)
+            rc = netring_watch(nr, w->srv->ls[i].fd, ring_udp, w->uw);
+    if (rc) {
+        log_warn("worker %u: io_uring: cannot watch its descriptors (%s); "
+                 "it uses epoll",
+                 idx, strerror(-rc));
+        netring_destroy(nr);
+        return NULL;
+    }
+    return nr;
+}
+
 static void *
 worker_main(void *arg)
 {
@@ -641,13 +695,20 @@ worker_main(void *arg)
     else if (afd >= 0)
         w->cw.async = true;
     w->cw.now = conn_now(&w->srv->sh);
-    worker_loop(w);
+    struct netring *nr = NULL;
+    if (strcmp(w->srv->st->net_engine, "uring") == 0)
+        nr = worker_ring(w, afd);
+    if (nr)
+        netring_run(nr, &w->stop);
+    else
+        worker_loop(w);
     /* shutdown: connections still queued, then the live ones */
     pthread_mutex_lock(&w->qlock);
     while (w->qn)
         conn_destroy(w->q[--w->qn]);
     pthread_mutex_unlock(&w->qlock);
     conn_close_all(&w->cw);
+    netring_destroy(nr); /* after its connections: they detach from it */
     worker_quiesce(w->srv);
     tc_thread_unregister(w->srv->cache);
     return NULL;
@@ -888,6 +949,86 @@ acceptor_loop(struct server *srv)
     }
 }
 
+/* An accept through the ring failed (the socket it reports is res). */
+static void
+ring_accept_failed(struct server *srv, struct listener *l, int err)
+{
+    if (err == EINTR || err == ECONNABORTED || err == EAGAIN)
+        return;
+    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        /* the ring did not arm it again: acceptor_ring_loop() does after
+         * the pause */
+        log_warn("accept: %s; pausing for %d ms", strerror(err),
+                 SERVER_ACCEPT_PAUSE_MS);
+        stats_ctr_add(&srv->actr, STATS_LISTEN_DISABLED, 1);
+        srv->paused = true;
+        atomic_store_explicit(&srv->accepting, false, memory_order_relaxed);
+        srv->resume_ns = clock_nsec() + SERVER_ACCEPT_PAUSE_MS * 1000000ull;
+        return;
+    }
+    log_warn("accept on %s: %s", l->name, strerror(err));
+}
+
+/* The acceptor on a ring (net_engine=uring): multishot accepts instead of
+ * epoll and accept4, the same hand-off, signals and stop. */
+static void
+acceptor_ring_loop(struct server *srv, struct netring_acc *a)
+{
+    struct netring_ev ev[16];
+    for (;;) {
+        int timeout = srv->paused ? SERVER_ACCEPT_PAUSE_MS : -1;
+        int n = netring_acc_wait(a, ev, 16, timeout);
+        if (n < 0) {
+            log_error("acceptor io_uring wait: %s", strerror(-n));
+            return;
+        }
+        if (srv->paused && clock_nsec() >= srv->resume_ns) {
+            for (unsigned i = 0; i < srv->nls; i++)
+                if (!srv->ls[i].is_udp)
+                    netring_acc_listen(a, srv->ls[i].fd, i);
+            srv->paused = false;
+            atomic_store_explicit(&srv->accepting, true, memory_order_relaxed);
+        }
+        for (int i = 0; i < n; i++) {
+            if (ev[i].tag == TAG_STOP || ev[i].tag == TAG_SIGNAL) {
+                struct epoll_event e = {.events = EPOLLIN,
+                                        .data.u32 = ev[i].tag};
+                if (!acceptor_event(srv, &e))
+                    return;
+            } else if (ev[i].res >= 0) {
+                hand_off(srv, &srv->ls[ev[i].tag], ev[i].res);
+            } else {
+                ring_accept_failed(srv, &srv->ls[ev[i].tag], -ev[i].res);
+            }
+        }
+    }
+}
+
+/* The acceptor's ring with everything it watches: NULL when it cannot be
+ * set up (logged; the epoll acceptor runs). */
+static struct netring_acc *
+acceptor_ring(struct server *srv)
+{
+    struct netring_acc *a;
+    if (netring_acc_create(&a) != 0) {
+        log_warn("%s; the acceptor uses epoll", err_msg());
+        return NULL;
+    }
+    int rc = netring_acc_watch(a, srv->stop_fd, TAG_STOP);
+    if (!rc)
+        rc = netring_acc_watch(a, srv->sig_fd, TAG_SIGNAL);
+    for (unsigned i = 0; !rc && i < srv->nls; i++)
+        if (!srv->ls[i].is_udp)
+            rc = netring_acc_listen(a, srv->ls[i].fd, i);
+    if (rc) {
+        log_warn("acceptor io_uring: %s; it uses epoll", strerror(-rc));
+        netring_acc_destroy(a);
+        return NULL;
+    }
+    atomic_store_explicit(&srv->accepting, true, memory_order_relaxed);
+    return a;
+}
+
 /* pin_workers: worker i gets the i-th CPU (round robin) of those the
  * process may run on, read before any worker narrows its own. */
 static void
@@ -954,7 +1095,13 @@ int
 server_run(struct server *srv)
 {
     int rc = start_workers(srv);
-    if (rc == 0) {
+    struct netring_acc *a = NULL;
+    if (rc == 0 && strcmp(srv->st->net_engine, "uring") == 0)
+        a = acceptor_ring(srv);
+    if (rc == 0 && a) {
+        acceptor_ring_loop(srv, a);
+        netring_acc_destroy(a); /* stops accepting */
+    } else if (rc == 0) {
         set_listening(srv, true);
         acceptor_loop(srv);
     }

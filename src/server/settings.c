@@ -858,6 +858,12 @@ finish(struct settings *s)
     rc = check_tls(s);
     if (rc)
         return rc;
+    if (strcmp(s->net_engine, "epoll") && strcmp(s->net_engine, "uring") &&
+        strcmp(s->net_engine, "auto")) {
+        err_set("-o net_engine: %s is none of auto, uring, epoll",
+                s->net_engine);
+        return -EINVAL;
+    }
     if (s->worker_slice_us && s->worker_slice_us < 100) {
         err_set("-o worker_slice_us: %llu is below the kernel's floor of "
                 "100 (0 = the kernel's default slice)",

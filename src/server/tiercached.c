@@ -22,6 +22,7 @@
 
 #include "src/base/err.h"
 #include "src/base/log.h"
+#include "src/server/netring.h"
 #include "src/server/server.h"
 #include "src/server/settings.h"
 #include "src/tiercache.h"
@@ -287,6 +288,23 @@ main(int argc, char **argv)
                  "removed at a clean stop (-e <file> keeps the items "
                  "across restarts)",
                  st.pool_path);
+    if (st.tls && strcmp(st.net_engine, "epoll") != 0) {
+        /* TLS reads and writes through OpenSSL on the socket itself */
+        log_msg(strcmp(st.net_engine, "uring") ? LOG_INFO : LOG_WARN,
+                "net_engine=%s: TLS (-Z) runs on the epoll loop; using epoll",
+                st.net_engine);
+        st.net_engine = "epoll";
+    }
+    if (strcmp(st.net_engine, "epoll") != 0) {
+        /* auto or uring; stats settings then shows what runs */
+        if (netring_probe() == 0) {
+            st.net_engine = "uring";
+        } else {
+            log_msg(strcmp(st.net_engine, "uring") ? LOG_INFO : LOG_WARN,
+                    "net_engine=%s: %s; using epoll", st.net_engine, err_msg());
+            st.net_engine = "epoll";
+        }
+    }
     struct server *srv;
     if (server_create(&st, cache, &srv) != 0) {
         fprintf(stderr, "tiercached: %s\n", err_msg());

@@ -37,6 +37,7 @@ sys.dont_write_bytecode = True
 
 ROOT = Path(__file__).resolve().parents[2]
 KIND = os.environ.get("TC_SERVER_KIND", "tiercache")
+NET_ENGINE = os.environ.get("TC_NET_ENGINE", "")
 IS_MEMCACHED = KIND == "memcached"
 _default_bin = "/usr/bin/memcached" if IS_MEMCACHED else "build/debug/tiercached"
 SERVER_BIN = Path(os.environ.get("TC_SERVER") or _default_bin)
@@ -84,7 +85,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_report_header(config):
-    return [f"server: {SERVER_BIN} (kind={KIND}, asan={IS_ASAN})"]
+    return [f"server: {SERVER_BIN} (kind={KIND}, asan={IS_ASAN}, "
+            f"net_engine={NET_ENGINE or 'default'})"]
 
 
 def flash_dir():
@@ -118,6 +120,11 @@ def server_argv(port, extra=(), mem=MEM_MIB, pool=None, threads=4):
         argv += ["-u", "root"]
     if not IS_MEMCACHED and pool is not None:
         argv += ["-e", pool]
+    if not IS_MEMCACHED and NET_ENGINE:
+        # TC_NET_ENGINE=epoll (or uring) runs the whole suite on that
+        # network loop; the server's default, auto, is uring where the
+        # kernel allows it
+        argv += ["-o", f"net_engine={NET_ENGINE}"]
     return argv + [str(a) for a in extra]
 
 

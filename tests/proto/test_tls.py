@@ -588,3 +588,20 @@ def test_auth_file_over_tls(tls_server, pki, tmp_path):
         assert c.readline() == b"END\r\n"
     finally:
         c.close()
+
+
+@pytest.mark.tiercache_only
+def test_tls_runs_on_epoll(tls_server, pki):
+    """-Z with -o net_engine=uring: one line says TLS runs on the epoll
+    loop, and TLS is served."""
+    srv = tls_server(extra="net_engine=uring")
+    mc = tls_client(srv.port, client_ctx(pki))
+    try:
+        assert mc.set("loop-k", b"v")
+        assert mc.get("loop-k") == b"v"
+        st = mc.stats("settings")
+        engine = st.get(b"tc_net_engine", st.get("tc_net_engine"))
+        assert engine in (b"epoll", "epoll"), st
+    finally:
+        mc.close()
+    assert "TLS (-Z) runs on the epoll loop" in srv.stderr_text()
