@@ -793,6 +793,74 @@ test_recache_against_set(void **state)
     unlink(ext);
 }
 
+/* A delete of key 0 against a recache of its flash value: the recache's
+ * copy written (not published), the delete unlinks the flash item and
+ * answers, the process dies before the recache finds its copy stale. The
+ * deleted key must not come back. */
+static void
+race_recache_delete_hook(const char *name)
+{
+    if (role == 2 && strcmp(name, "set.written") == 0) {
+        sem_post(&mover_copied);
+        sem_wait(&client_acked);
+        pthread_join(client_th, NULL);
+        _exit(CRASHED);
+    }
+}
+
+static void *
+race_delete_client(void *arg)
+{
+    struct fx *f = arg;
+    sem_wait(&mover_copied);
+    del_key(f->c, 0);
+    sem_post(&client_acked);
+    return NULL;
+}
+
+static void
+race_recache_delete_work(struct fx *f, uint64_t *rng)
+{
+    (void)rng;
+    static unsigned char buf[VMAX];
+    assert_int_equal(fx_open(f), 0);
+    for (int round = 0; round < 8 && key0_where(f->c) != 1; round++) {
+        assert_int_equal(set_gen(f->c, 0, 4000), TC_OK);
+        for (unsigned i = 1; i < NK; i++)
+            assert_int_equal(set_gen(f->c, i, 4000), TC_OK);
+    }
+    if (key0_where(f->c) != 1)
+        fail_msg("key 0 never went to flash");
+    char k[16];
+    struct got g;
+    key_of(k, 0);
+    sem_init(&mover_copied, 0, 0);
+    sem_init(&client_acked, 0, 0);
+    __atomic_store_n(&crashpoint_hook, race_recache_delete_hook,
+                     __ATOMIC_RELAXED);
+    assert_int_equal(pthread_create(&client_th, NULL, race_delete_client, f),
+                     0);
+    role = 2;
+    int rc = get_cb(f->c, k, &g, buf, VMAX);
+    print_message("get: %d, flash %d: no recache\n", rc, g.info.flash);
+    _exit(3);
+}
+
+static void
+test_recache_against_delete(void **state)
+{
+    SKIP_WITHOUT_POINTS();
+    struct fx *f = *state;
+    char ext[192];
+    flash_cfg(f, ext, 1);
+    truth_reset();
+    unlink(ext);
+    int st = run_child(f, race_recache_delete_work, NULL, 0, 1);
+    assert_int_equal(st, CRASHED);
+    reopen_judge(f, "recache-vs-del");
+    unlink(ext);
+}
+
 static void
 test_move_against_set(void **state)
 {
@@ -855,6 +923,7 @@ main(void)
         TC_TEST_NOOPEN(test_demote_published_against_set),
         TC_TEST_NOOPEN(test_move_against_promotion),
         TC_TEST_NOOPEN(test_recache_against_set),
+        TC_TEST_NOOPEN(test_recache_against_delete),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
