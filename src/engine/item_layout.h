@@ -55,7 +55,7 @@
  *   Copies in the DRAM hot pool have no commit word; the PMEM copy they
  *   replaced was invalidated like any replaced item.
  * - A copy of an item a writer may replace or remove meanwhile (a demotion
- *   from the DRAM hot pool, a page move, a recache) is written with commit word
+ *   from the DRAM hot pool, a page move) is written with commit word
  *   ITEM_COMMIT_PENDING (a scan keeps nothing of it), published (the index
  *   switched to it under the bucket lock), and only then committed, by a
  *   compare-and-swap from ITEM_COMMIT_PENDING, in the RCU read section of

@@ -56,10 +56,8 @@ struct store_req {
                            unchanged (a touch meanwhile must not be lost) */
     uint32_t expect_exptime;
     bool recache;        /* a flash value copied back: not a new item */
-    uint64_t src_seq;    /* recache: the flash header's store sequence,
-                            which the copy keeps, with ITEM_SEQ_PENDING:
-                            a copy, committed once published
-                            (item_layout.h) */
+    uint32_t src_seq;    /* recache: the flash header's store sequence,
+                            which the copy keeps (item_layout.h) */
     bool in_place;       /* what memcached rewrites in place (an incr that
                             fits): not counted in total_items */
     struct nvs_loc xloc; /* snapshot of a flash item: its locator */
@@ -194,18 +192,16 @@ prepare(struct cache_thread *t, const struct store_req *r,
 /* EXPERIMENT ONLY (ablate_init_in_lock): the item written with its
  * head chunk's slab class lock held, as Tair MDB initialised items inside
  * its slab lock. Breaks DESIGN rule 2 on purpose. Locks: slab class. */
-static uint64_t
+static void
 write_in_lock(struct cache *c, uint64_t head, const struct item_plan *plan,
               const uint64_t *tails, struct store_req *r, uint64_t seq)
 {
     unsigned cls = slab_class_of(c->slab, head);
     slab_ablate_lock(c->slab, cls);
     pm_unchecked_begin();
-    uint64_t word =
-        item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val, seq);
+    item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val, seq);
     pm_unchecked_end();
     slab_ablate_unlock(c->slab, cls);
-    return word;
 }
 
 /* Write the prepared item and publish it; on failure its chunks go back.
@@ -227,18 +223,16 @@ commit(struct cache_thread *t, struct store_req *r,
     /* A copy keeps its source's sequence: a set that took its sequence
      * before this copy and answers before the copy's publication fails
      * must outrank it after a crash. */
-    if (unlikely(r->src_seq))
-        seq = (uint32_t)r->src_seq ? r->src_seq : seq | r->src_seq;
-    uint64_t word = 0;
+    if (r->src_seq)
+        seq = r->src_seq;
     /* PMEM: the item is written here, before it is visible, with no lock
      * held (DESIGN rule 2); a hot key's item goes to its DRAM block */
     if (cache_off_dram(head))
         hotkey_write(head, plan, &r->hdr, r->key, &r->val);
     else if (likely(!c->cfg.ablate_init_in_lock))
-        word = item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val,
-                          seq);
+        item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val, seq);
     else
-        word = write_in_lock(c, head, plan, tails, r, seq);
+        write_in_lock(c, head, plan, tails, r, seq);
     pm_fence(); /* the bytes are in place before the index points at them */
     TC_CRASH_POINT("set.written");
     /* DRAM, before anyone can read it: a reused chunk starts unreferenced,
@@ -253,21 +247,7 @@ commit(struct cache_thread *t, struct store_req *r,
     r->cls = cache_account(t, head, 1);
     if (unlikely(r->cls == SLAB_NO_CLASS)) /* DRAM: the class of its size */
         r->cls = cache_class_of(c, head);
-    /* a copy (a recache) is committed once published, in the read section
-     * of its publication (the chunk is not reused under it): a delete or a
-     * DRAM set that replaces it meanwhile invalidates it before answering,
-     * and the commit then fails (item_layout.h) */
-    bool copy = unlikely(r->src_seq != 0) && word;
-    if (copy)
-        cache_read_lock();
     int rc = publish(t, r, head, now, old);
-    if (copy) {
-        if (rc == TC_OK) {
-            TC_CRASH_POINT("recache.published");
-            (void)item_commit_copy(c->base, head, word);
-        }
-        cache_read_unlock();
-    }
     if (rc != TC_OK) {
         cache_account(t, head, -1);
         cache_free_unpublished(t, plan, head, tails);
@@ -682,9 +662,7 @@ store_recache(struct cache_thread *t, const void *key, uint32_t klen,
     r.recache = true;
     cache_read_lock();
     r.src_seq = item_commit_seq(__atomic_load_n(
-                    &cache_item_at(t->cache, cache_off(expect))->commit,
-                    __ATOMIC_RELAXED)) |
-                ITEM_SEQ_PENDING;
+        &cache_item_at(t->cache, cache_off(expect))->commit, __ATOMIC_RELAXED));
     cache_read_unlock();
     return store_one(t, &r, NULL);
 }
