@@ -137,6 +137,18 @@ pm_store64(uint64_t *pmem_dst, uint64_t v)
     pm_note_write(pmem_dst, sizeof(v));
 }
 
+bool
+pm_cas64(uint64_t *pmem_dst, uint64_t expect, uint64_t v)
+{
+    pm_check_unlocked();
+    assert(((uintptr_t)pmem_dst & (sizeof(v) - 1)) == 0);
+    /* Relaxed: as in pm_store32(); the caller orders what it guards. */
+    bool ok = __atomic_compare_exchange_n(pmem_dst, &expect, v, false,
+                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    pm_note_write(pmem_dst, sizeof(v));
+    return ok;
+}
+
 /*
  * pmem_drain() is libpmem's store fence (sfence on x86): it orders
  * non-temporal stores, which a release store alone does not (today's

@@ -549,9 +549,14 @@ demote(struct cache_thread *t, const struct cand *cd)
         struct item_src src = {iov,
                                item_value_iov(c->base, it, c->chunk_max, iov)};
         hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
-        /* PMEM: the copy, before publication, no lock held */
-        item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src,
-                   cache_seq_next(c));
+        /* PMEM: the copy, before publication, no lock held; committed only
+         * once published (item_layout.h): a set of the key that replaces
+         * the DRAM item first makes the switch below fail, one that
+         * replaces the copy after it invalidates the copy before it
+         * answers, and the commit then fails */
+        uint64_t word =
+            item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src,
+                       cache_seq_next(c) | ITEM_SEQ_PENDING);
         pm_fence();
         TC_CRASH_POINT("hot.demote");
         slab_reset_bits(c->slab, head);
@@ -565,8 +570,13 @@ demote(struct cache_thread *t, const struct cand *cd)
             moved = true;
         }
         htab_unlock(b);
-        if (!moved)
+        if (!moved) {
             cache_account(t, head, -1);
+        } else {
+            TC_CRASH_POINT("hot.demote.published");
+            /* failed: a writer replaced the copy and retires it */
+            (void)item_commit_copy(c->base, head, word);
+        }
     }
     cache_read_unlock();
     if (!moved) {

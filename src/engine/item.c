@@ -84,7 +84,8 @@ staged_word(char *staged, const void *extra, size_t extra_len, uint64_t seq)
     if (extra_len)
         crc = nvs_crc32c(crc, extra, extra_len);
     uint64_t w = (uint64_t)(uint32_t)seq << 32 | crc;
-    return w ? w : 1ull << 32; /* 0 means "not an item" */
+    /* 0 means "not an item", ITEM_COMMIT_PENDING "not yet" */
+    return w && w != ITEM_COMMIT_PENDING ? w : 1ull << 32;
 }
 
 uint64_t
@@ -101,12 +102,23 @@ item_commit_word(const struct item_hdr *hdr, const void *key, const void *extra,
     return staged_word(u.b, extra, extra_len, seq);
 }
 
-/* PMEM: the bytes before it are fenced, then one 8-byte store. */
-static void
-commit_store(char *head, uint64_t word)
+/* PMEM: the bytes before it are fenced, then one 8-byte store: the word,
+ * or ITEM_COMMIT_PENDING for a copy (seq with ITEM_SEQ_PENDING), which
+ * item_commit_copy() turns into the word. */
+static uint64_t
+commit_store(char *head, uint64_t word, uint64_t seq)
 {
     pm_fence();
-    pm_store64((uint64_t *)(head + ITEM_COMMIT_OFFSET), word);
+    pm_store64((uint64_t *)(head + ITEM_COMMIT_OFFSET),
+               seq & ITEM_SEQ_PENDING ? ITEM_COMMIT_PENDING : word);
+    return word;
+}
+
+bool
+item_commit_copy(char *base, uint64_t off, uint64_t word)
+{
+    return pm_cas64((uint64_t *)(base + off + ITEM_COMMIT_OFFSET),
+                    ITEM_COMMIT_PENDING, word);
 }
 
 void
@@ -146,7 +158,7 @@ item_check(const struct item_hdr *it, uint32_t chunk_size)
     return want == commit;
 }
 
-void
+uint64_t
 item_write(char *base, uint64_t off, const struct item_plan *plan,
            const uint64_t *tails, const struct item_hdr *hdr, const void *key,
            const struct item_src *val, uint64_t seq)
@@ -173,8 +185,7 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
             at += val->iov[i].iov_len;
         }
         pm_copy(head, stage, at);
-        commit_store(head, word);
-        return;
+        return commit_store(head, word, seq);
     }
     char hk[sizeof(h) + UINT8_MAX]; /* klen is a uint8_t */
     memcpy(hk, &h, sizeof(h));
@@ -183,8 +194,7 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
     pm_copy(head, hk, sizeof(h) + h.klen);
     if (!plan->nchain) {
         stream_copy(head + sizeof(h) + h.klen, &s, h.vlen);
-        commit_store(head, word);
-        return;
+        return commit_store(head, word, seq);
     }
     pm_copy((char *)item_tails((const struct item_hdr *)head), tails,
             8u * plan->nchain);
@@ -196,10 +206,10 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
         stream_copy(base + tails[i] + sizeof(t), &s, n);
         left -= n;
     }
-    commit_store(head, word);
+    return commit_store(head, word, seq);
 }
 
-void
+uint64_t
 item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
                  const void *key, const struct nvs_loc *loc, uint64_t seq)
 {
@@ -216,7 +226,7 @@ item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
     memcpy(stage + sizeof(h), key, h.klen);
     memcpy(stage + at, loc, sizeof(*loc));
     pm_copy(base + off, stage, at + sizeof(*loc));
-    commit_store(base + off, word);
+    return commit_store(base + off, word, seq);
 }
 
 int

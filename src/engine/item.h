@@ -86,22 +86,37 @@ item_flash_loc(const struct item_hdr *it)
 }
 
 /* Write a flash item's header chunk at off: hdr (kind set here), key and
- * locator. PMEM: one pm_copy; no lock may be held. */
-void item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
-                      const void *key, const struct nvs_loc *loc, uint64_t seq);
+ * locator, then its commit word (returned; seq as for item_write). PMEM:
+ * one pm_copy; no lock may be held. */
+uint64_t item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
+                          const void *key, const struct nvs_loc *loc,
+                          uint64_t seq);
 
 /* Write header, key and value into the head chunk at off (and the tails
  * listed in tails[] for a chained item), then, after a fence, the commit
- * word for store sequence seq. PMEM: writes through pm_copy; no lock may be
- * held. The value is given as up to three pieces (append and
- * prepend join old and new without a DRAM copy). */
+ * word for store sequence seq, which is returned. With ITEM_SEQ_PENDING
+ * or'ed into seq (a copy: a demotion, a page move), ITEM_COMMIT_PENDING is
+ * stored instead and item_commit_copy() commits the copy once it is
+ * published. PMEM: writes through pm_copy; no lock may be held. The value
+ * is given as up to three pieces (append and prepend join old and new
+ * without a DRAM copy). */
 struct item_src {
     const struct iovec *iov;
     int niov;
 };
-void item_write(char *base, uint64_t off, const struct item_plan *plan,
-                const uint64_t *tails, const struct item_hdr *hdr,
-                const void *key, const struct item_src *val, uint64_t seq);
+#define ITEM_SEQ_PENDING (1ull << 63)
+uint64_t item_write(char *base, uint64_t off, const struct item_plan *plan,
+                    const uint64_t *tails, const struct item_hdr *hdr,
+                    const void *key, const struct item_src *val, uint64_t seq);
+
+/* Commit a copy written with ITEM_SEQ_PENDING and published since: its
+ * commit word goes from ITEM_COMMIT_PENDING to word (what item_write
+ * returned) in one 8-byte compare-and-swap, which fails, leaving it 0, when
+ * a writer that replaced or removed the copy in the index meanwhile has
+ * invalidated it (item_layout.h). Whether it committed. Call inside the
+ * RCU read section the publication was done in (the chunk is not reused
+ * under it). PMEM: one pm_cas64; no lock may be held. */
+bool item_commit_copy(char *base, uint64_t off, uint64_t word);
 
 /* The commit word an item with this header, key and extra bytes (tail list
  * or flash locator, NULL/0 for a plain item) gets for store sequence seq:

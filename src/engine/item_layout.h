@@ -54,6 +54,18 @@
  *   reaped one, an unpublished one (a failed add), the source of a move.
  *   Copies in the DRAM hot pool have no commit word; the PMEM copy they
  *   replaced was invalidated like any replaced item.
+ * - A copy of an item a writer may replace or remove meanwhile (a demotion
+ *   from the DRAM hot pool, a page move) is written with commit word
+ *   ITEM_COMMIT_PENDING (a scan keeps nothing of it), published (the index
+ *   switched to it under the bucket lock), and only then committed, by a
+ *   compare-and-swap from ITEM_COMMIT_PENDING, in the RCU read section of
+ *   its publication. A writer that replaces or removes it invalidates it
+ *   before answering like any item, so the swap fails, or its 0 comes after:
+ *   after the writer's answer the copy is never valid, even when the writer
+ *   left no newer copy in PMEM (a DRAM hot-pool item, a delete). A page
+ *   move also invalidates its source before the publication: after it, a
+ *   writer replaces the copy, never the source. A crash in between loses
+ *   the key (a miss), never brings back an older value.
  *
  * The kind byte and bounds are checked wherever a chunk is read without
  * the index vouching for it (eviction scans, the recovery scan).
@@ -84,6 +96,10 @@ struct item_hdr {
 };
 
 #define ITEM_COMMIT_OFFSET 24
+
+/* The commit word of a copy written and not yet committed (seq 0: no
+ * commit word takes it, item.c) */
+#define ITEM_COMMIT_PENDING 0xffffffffull
 
 struct item_tail {
     uint8_t kind; /* ITEM_KIND_TAIL */

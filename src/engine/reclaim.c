@@ -482,7 +482,12 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
     }
 
     /* PMEM: copy with no lock held; the old item cannot be freed while we
-     * are in the read section, and the swap below checks it is current. */
+     * are in the read section, and the swap below checks it is current.
+     * The copy is committed only once published (item_layout.h): a writer
+     * that replaces or removes it after the swap invalidates it before it
+     * answers, and the commit then fails; the source is invalidated before
+     * the swap, so that writer never leaves it valid behind (a crash
+     * between the two loses the key, a miss). */
     cache_read_lock();
     const struct item_hdr *it = item_at(c->base, v->head);
     /* The copy keeps the source's store sequence, not a new one: a set of
@@ -494,28 +499,37 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
         item_commit_seq(__atomic_load_n(&it->commit, __ATOMIC_RELAXED));
     bool same = it->cas == hdr.cas && it->kind == hdr.kind &&
                 item_kind_is_head(hdr.kind) && seq != 0;
+    uint64_t word = 0;
     if (same && hdr.kind == ITEM_KIND_FLASH) {
         hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
-        item_write_flash(c->base, head, &hdr, item_key(it), item_flash_loc(it),
-                         seq);
+        word = item_write_flash(c->base, head, &hdr, item_key(it),
+                                item_flash_loc(it), seq | ITEM_SEQ_PENDING);
         pm_fence();
     } else if (same) {
         struct iovec iov[ITEM_MAX_TAILS + 1];
         int n = item_value_iov(c->base, it, c->chunk_max, iov);
         struct item_src src = {iov, n};
         hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
-        item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src, seq);
+        word = item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src,
+                          seq | ITEM_SEQ_PENDING);
         pm_fence();
         slab_atime_copy(c->slab, head, v->head); /* meta l survives a move */
     }
-    cache_read_unlock();
     TC_CRASH_POINT("move.copied");
+    if (same)
+        item_invalidate(c->base, v->head);
 
     struct htab_bucket *b = htab_lock(c->htab, v->hash);
     _Atomic uint64_t *slot = same ? htab_find_loc_locked(b, old) : NULL;
     if (slot)
         htab_replace_locked(slot, v->hash, cache_loc(head));
     htab_unlock(b);
+    if (slot) {
+        TC_CRASH_POINT("move.published");
+        /* failed: a writer replaced the copy and retires it */
+        (void)item_commit_copy(c->base, head, word);
+    }
+    cache_read_unlock();
     if (slot)
         cache_defer_free(t, v->head); /* CAS kept: clients see no change */
     else

@@ -281,6 +281,12 @@ scan_page(struct scan_part *p, uint32_t pg, unsigned cls)
         const struct item_hdr *it = item_at(c->base, off);
         if (!item_kind_is_head(it->kind) || !it->commit)
             continue; /* empty, a tail, or not (or no longer) an item */
+        if (it->commit == ITEM_COMMIT_PENDING) {
+            /* a copy never committed: its source or a writer's item is
+             * what counts (item_layout.h) */
+            item_invalidate(c->base, off);
+            continue;
+        }
         uint64_t *count = NULL;
         if (!item_check(it, cs) || (it->nchain && !tails_ok(s, it, off))) {
             count = &p->dropped_torn;

@@ -231,6 +231,44 @@ test_torn_item(void **state)
     assert_false(item_check(it, sizeof(chunk)));
 }
 
+/* A copy written pending (a demotion, a page move) does not check until
+ * committed; a commit after an invalidation (a writer replaced the copy
+ * meanwhile) fails and leaves it invalid. */
+static void
+test_pending_copy(void **state)
+{
+    (void)state;
+    _Alignas(8) char chunk[256];
+    struct item_hdr h = {.klen = 3, .vlen = 5, .flags = 7, .cas = 99};
+    struct iovec iov = {"value", 5};
+    struct item_src src = {&iov, 1};
+    struct item_plan plan;
+    const struct item_hdr *it = (const void *)chunk;
+
+    memset(chunk, 0, sizeof(chunk));
+    item_plan(3, 5, sizeof(chunk), &plan);
+    uint64_t word = item_write(chunk, 0, &plan, NULL, &h, "key", &src,
+                               77 | ITEM_SEQ_PENDING);
+    assert_int_equal(it->commit, ITEM_COMMIT_PENDING);
+    assert_int_equal(item_commit_seq(it->commit), 0);
+    assert_false(item_check(it, sizeof(chunk)));
+    assert_true(item_commit_copy(chunk, 0, word));
+    assert_true(item_check(it, sizeof(chunk)));
+    assert_int_equal(item_commit_seq(it->commit), 77);
+    /* once committed, a second commit is refused and changes nothing */
+    assert_false(item_commit_copy(chunk, 0, word));
+    assert_int_equal(it->commit, word);
+
+    /* invalidated before its commit: stays invalid */
+    memset(chunk, 0, sizeof(chunk));
+    word = item_write(chunk, 0, &plan, NULL, &h, "key", &src,
+                      78 | ITEM_SEQ_PENDING);
+    item_invalidate(chunk, 0);
+    assert_false(item_commit_copy(chunk, 0, word));
+    assert_int_equal(it->commit, 0);
+    assert_false(item_check(it, sizeof(chunk)));
+}
+
 /* What a scan needs besides the items: every committed item sits on a page
  * whose page-table byte names its class, at a multiple of that class's
  * chunk size; flush_all's watermark and a delayed flush's time are in the
@@ -304,7 +342,8 @@ main(void)
     const struct CMUnitTest tests[] = {
         TC_TEST(test_committed_copies),    TC_TEST(test_chained_and_sequence),
         TC_TEST(test_evicted_invalidated), TC_TEST(test_page_table_and_flush),
-        cmocka_unit_test(test_torn_item),  cmocka_unit_test(test_seq_order),
+        cmocka_unit_test(test_torn_item),  cmocka_unit_test(test_pending_copy),
+        cmocka_unit_test(test_seq_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
