@@ -73,7 +73,7 @@ stop_server() {
         wait "$srv_pid" 2>/dev/null
         srv_pid=""
     fi
-    rm -f "$pool"
+    rm -f "$pool" "$pool.meta"
 }
 trap stop_server EXIT
 
@@ -82,7 +82,7 @@ start_server() { # binary durability
     local -a cmd=("$bin" -p "$PORT" -l 127.0.0.1 -t "$SERVER_THREADS"
         -m 1024 -c 1024 -e "$pool" -o "no_restart,durability=$dur")
     [ "$(id -u)" = 0 ] && cmd+=(-u root)
-    rm -f "$pool"
+    rm -f "$pool" "$pool.meta"
     PMEM_IS_PMEM_FORCE=1 "${cmd[@]}" >/dev/null 2>&1 &
     srv_pid=$!
     for _ in $(seq 1 100); do
