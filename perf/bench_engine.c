@@ -6,6 +6,10 @@
  *   GET    uniformly random keys, tc_get_copy() into a per-thread buffer
  *   SET    uniformly random keys overwritten
  *   MIXED  9 GETs : 1 SET, uniformly random keys
+ *   DELETE every key at most once, in a fixed pseudo-random order (key
+ *          number op * stride mod keys, stride coprime with keys): each
+ *          delete finds its key while a thread's ops stay below
+ *          keys / threads
  *   BATCH  like GET, but --batch random keys a call (tc_get_many), each hit
  *          copied into the buffer; ops count keys, latencies are per call
  * Each phase prints total ops/s and the p50/p99 latency of sampled
@@ -62,12 +66,13 @@ enum be_phase {
     BE_BATCH = 2,
     BE_SET = 3,
     BE_MIXED = 4,
-    BE_NPHASES = 5,
-    BE_EXIT = 6,
+    BE_DELETE = 5,
+    BE_NPHASES = 6,
+    BE_EXIT = 7,
 };
 
-static const char *const be_phase_names[BE_NPHASES] = {"LOAD", "GET", "BATCH",
-                                                       "SET", "MIXED"};
+static const char *const be_phase_names[BE_NPHASES] = {
+    "LOAD", "GET", "BATCH", "SET", "MIXED", "DELETE"};
 /* Largest --batch. */
 #define BE_BATCH_MAX 256
 
@@ -193,13 +198,15 @@ be_note(struct be_worker *w, int rc)
 /* One operation of the phase on key number k; op is the per-thread count. */
 static inline __attribute__((always_inline)) void
 be_op(struct be_worker *w, struct tc_cache *c, uint32_t vsize, bool set,
-      uint64_t k, uint64_t op)
+      uint64_t k, uint64_t op, bool del)
 {
     char key[BE_KEY_LEN];
     int rc;
 
     be_key(key, k);
-    if (set) {
+    if (del) {
+        rc = tc_delete(c, key, BE_KEY_LEN, 0);
+    } else if (set) {
         /* a different value each time, like a real overwrite */
         memcpy(w->val, &op, sizeof(op) < vsize ? sizeof(op) : vsize);
         rc = tc_set(c, key, BE_KEY_LEN, w->val, vsize, 0, 0);
@@ -221,6 +228,30 @@ be_is_set(enum be_phase ph, uint64_t *rng)
     default:
         return false;
     }
+}
+
+static uint64_t
+be_gcd(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* The key a DELETE phase's op of thread id removes: threads take turns
+ * along one walk of stride BE_DELETE_STRIDE (1 when it shares a factor
+ * with the key count), which visits every key once. */
+#define BE_DELETE_STRIDE 1000003u
+static inline uint64_t
+be_delete_key(const struct be_opts *o, unsigned id, uint64_t op)
+{
+    uint64_t stride =
+        be_gcd(o->keys, BE_DELETE_STRIDE) == 1 ? BE_DELETE_STRIDE : 1;
+    uint64_t i = op * o->threads + id;
+    return (uint64_t)(((unsigned __int128)i * stride) % o->keys);
 }
 
 static bool
@@ -487,19 +518,21 @@ be_run_phase(struct be_worker *w, enum be_phase ph)
         for (uint64_t i = 0; i < n; i++) {
             uint64_t op = done + i;
             uint64_t k = ph == BE_LOAD ? lo + op : be_pick(&w->rng, o->keys);
-            bool set = be_is_set(ph, &w->rng);
+            bool set = be_is_set(ph, &w->rng), del = ph == BE_DELETE;
+            if (del)
+                k = be_delete_key(o, w->id, op);
 
             if (--countdown == 0) {
                 uint64_t a, b;
                 countdown = every;
                 a = clock_nsec();
-                be_op(w, c, o->vsize, set, k, op);
+                be_op(w, c, o->vsize, set, k, op, del);
                 b = clock_nsec();
                 if (w->nsamples < BE_MAX_SAMPLES)
                     w->samples[w->nsamples++] =
                         b - a > UINT32_MAX ? UINT32_MAX : (uint32_t)(b - a);
             } else {
-                be_op(w, c, o->vsize, set, k, op);
+                be_op(w, c, o->vsize, set, k, op, del);
             }
         }
         done += n;
@@ -742,40 +775,42 @@ be_prefault(const char *path, uint64_t size)
 static void
 be_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: bench_engine [options]\n"
-            "  --keys N            keys (default 1000000)\n"
-            "  --value-size N      value bytes (default 100)\n"
-            "  --threads N         worker threads (default 1)\n"
-            "  --seconds S         per timed phase (default 5)\n"
-            "  --load-seconds S    bound on the LOAD phase (default 300)\n"
-            "  --max-ops N         per thread per phase (default 1000000000)\n"
-            "  --pool-size BYTES   default max(64 MiB, "
-            "keys*(value+key+64)*1.3)\n"
-            "  --pool-path PATH    default /dev/shm/tc-bench-<pid>.pool "
-            "(removed at exit)\n"
-            "  --expected-items N  index sizing (default: keys; 0 = the "
-            "engine's own rule)\n"
-            "  --sample-every N    time every Nth op (default 64)\n"
-            "  --phases LIST       of get,batch,set,mixed (default all; LOAD "
-            "always runs)\n"
-            "  --no-background     no maintenance thread\n"
-            "  --prefault          write the new pool file full of zeros "
-            "before\n"
-            "                      tc_open, so LOAD does not pay tmpfs's "
-            "first-touch\n"
-            "                      page clearing\n"
-            "  --seed N            random seed (default: time based)\n"
-            "  --batch N           keys per tc_get_many in BATCH (default "
-            "16)\n"
-            "  --no-limit          skip the random-copy limit measurement\n"
-            "  --durability LEVEL  process (default) or power (flushes only "
-            "on real PMEM,\n"
-            "                      or with PMEM_IS_PMEM_FORCE=1)\n"
+    fprintf(
+        f,
+        "usage: bench_engine [options]\n"
+        "  --keys N            keys (default 1000000)\n"
+        "  --value-size N      value bytes (default 100)\n"
+        "  --threads N         worker threads (default 1)\n"
+        "  --seconds S         per timed phase (default 5)\n"
+        "  --load-seconds S    bound on the LOAD phase (default 300)\n"
+        "  --max-ops N         per thread per phase (default 1000000000)\n"
+        "  --pool-size BYTES   default max(64 MiB, "
+        "keys*(value+key+64)*1.3)\n"
+        "  --pool-path PATH    default /dev/shm/tc-bench-<pid>.pool "
+        "(removed at exit)\n"
+        "  --expected-items N  index sizing (default: keys; 0 = the "
+        "engine's own rule)\n"
+        "  --sample-every N    time every Nth op (default 64)\n"
+        "  --phases LIST       of get,batch,set,mixed,delete (default all but "
+        "delete; LOAD "
+        "always runs)\n"
+        "  --no-background     no maintenance thread\n"
+        "  --prefault          write the new pool file full of zeros "
+        "before\n"
+        "                      tc_open, so LOAD does not pay tmpfs's "
+        "first-touch\n"
+        "                      page clearing\n"
+        "  --seed N            random seed (default: time based)\n"
+        "  --batch N           keys per tc_get_many in BATCH (default "
+        "16)\n"
+        "  --no-limit          skip the random-copy limit measurement\n"
+        "  --durability LEVEL  process (default) or power (flushes only "
+        "on real PMEM,\n"
+        "                      or with PMEM_IS_PMEM_FORCE=1)\n"
 
-            "  --split             after the phases, time batched and single "
-            "gets\n"
-            "                      cold and hot, and tc_prefetch alone\n");
+        "  --split             after the phases, time batched and single "
+        "gets\n"
+        "                      cold and hot, and tc_prefetch alone\n");
 }
 
 static int
@@ -817,6 +852,7 @@ be_parse(int argc, char **argv, struct be_opts *o)
     o->background = true;
     for (int i = 0; i < BE_NPHASES; i++)
         o->run[i] = true;
+    o->run[BE_DELETE] = false; /* empties the cache: asked for by name */
     o->seed = clock_nsec() | 1;
     o->batch = 16;
     o->limit = true;
@@ -878,7 +914,7 @@ be_parse(int argc, char **argv, struct be_opts *o)
         case 'f': {
             char *copy = strdup(optarg), *save = NULL, *tok;
             o->run[BE_GET] = o->run[BE_SET] = o->run[BE_MIXED] = false;
-            o->run[BE_BATCH] = false;
+            o->run[BE_BATCH] = o->run[BE_DELETE] = false;
             for (tok = strtok_r(copy, ",", &save); tok != NULL;
                  tok = strtok_r(NULL, ",", &save)) {
                 if (strcasecmp(tok, "get") == 0)
@@ -889,6 +925,8 @@ be_parse(int argc, char **argv, struct be_opts *o)
                     o->run[BE_MIXED] = true;
                 else if (strcasecmp(tok, "batch") == 0)
                     o->run[BE_BATCH] = true;
+                else if (strcasecmp(tok, "delete") == 0)
+                    o->run[BE_DELETE] = true;
                 else if (strcasecmp(tok, "load") != 0) {
                     free(copy);
                     goto bad;

@@ -4,7 +4,9 @@
  * __builtin_cpu_supports), a byte-wise table otherwise.
  *
  * Concurrency:
- *   crc_table, crc_hw  written once under pthread_once, read-only after
+ *   crc_table, crc_hw  written once under pthread_once, read-only after;
+ *                      crc_ready (release after them, acquire before use)
+ *                      lets a call skip pthread_once once they are set
  *   crc_force_table    tests only, set before the threads that use it
  */
 #include "tier/nvs.h"
@@ -19,6 +21,7 @@
 static uint32_t crc_table[256];
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 static bool crc_hw;
+static bool crc_ready;
 
 static void
 crc_init(void)
@@ -33,13 +36,14 @@ crc_init(void)
     __builtin_cpu_init();
     crc_hw = __builtin_cpu_supports("sse4.2");
 #endif
+    __atomic_store_n(&crc_ready, true, __ATOMIC_RELEASE);
 }
 
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) static uint32_t
-crc_sse42(uint32_t c, const unsigned char *p, uint64_t n)
+crc_sse42(uint32_t crc, const unsigned char *p, uint64_t n)
 {
-    uint64_t c64 = c;
+    uint64_t c64 = ~crc;
 
     while (n > 0 && ((uintptr_t)p & 7) != 0) {
         c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
@@ -56,16 +60,18 @@ crc_sse42(uint32_t c, const unsigned char *p, uint64_t n)
         c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
         n--;
     }
-    return (uint32_t)c64;
+    return ~(uint32_t)c64;
 }
 #endif
 
 static uint32_t
-crc_table_run(uint32_t c, const unsigned char *p, uint64_t n)
+crc_table_run(uint32_t crc, const unsigned char *p, uint64_t n)
 {
+    uint32_t c = ~crc;
+
     while (n-- > 0)
         c = crc_table[(c ^ *p++) & 0xff] ^ (c >> 8);
-    return c;
+    return ~c;
 }
 
 static bool crc_force_table;
@@ -77,15 +83,30 @@ nvs_crc32c_force_table(bool on)
     crc_force_table = on;
 }
 
+static inline uint32_t
+crc_run(uint32_t crc, const void *p, uint64_t n)
+{
+#if defined(__x86_64__)
+    if (crc_hw && !crc_force_table)
+        return crc_sse42(crc, p, n);
+#endif
+    return crc_table_run(crc, p, n);
+}
+
+/* The first call sets up; out of line, so that the common call saves no
+ * registers and ends in a jump. */
+__attribute__((noinline, cold)) static uint32_t
+crc_first(uint32_t crc, const void *p, uint64_t n)
+{
+    pthread_once(&crc_once, crc_init);
+    return crc_run(crc, p, n);
+}
+
 uint32_t
 nvs_crc32c(uint32_t crc, const void *p, uint64_t n)
 {
-    uint32_t c = ~crc;
-
-    pthread_once(&crc_once, crc_init);
-#if defined(__x86_64__)
-    if (crc_hw && !crc_force_table)
-        return ~crc_sse42(c, p, n);
-#endif
-    return ~crc_table_run(c, p, n);
+    /* a call per item written: the library call only until set up */
+    if (__builtin_expect(!__atomic_load_n(&crc_ready, __ATOMIC_ACQUIRE), 0))
+        return crc_first(crc, p, n);
+    return crc_run(crc, p, n);
 }

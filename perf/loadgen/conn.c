@@ -159,26 +159,29 @@ lg_put_bin_hdr(char *p, uint8_t op, uint16_t klen, uint8_t extlen,
 /* Append one request to c's output buffer and its slot to the ring. A key
  * of -1 in WARMUP means "the next key to load". */
 static int
-lg_issue(struct lg_conn *c, bool set, uint64_t warm_key)
+lg_issue(struct lg_conn *c, bool set, bool del, uint64_t warm_key)
 {
     struct lg_thread *th = c->th;
     const struct lg_opts *o = th->o;
     unsigned slot = (c->head + c->count) % c->cap;
     struct lg_req *r = &c->ring[slot];
     uint64_t *keys = &c->ring_keys[(uint64_t)slot * o->multiget];
-    unsigned n = set ? 1 : o->multiget;
+    unsigned n = set || del ? 1 : o->multiget;
     size_t need;
     char *p;
 
     r->opaque = c->next_opaque++;
-    r->nkeys = set ? 0 : (uint16_t)n;
+    r->nkeys = set || del ? 0 : (uint16_t)n;
+    r->del = del;
     r->matched = 0;
     r->hits = 0;
     r->first = (uint64_t)slot * o->multiget;
     for (unsigned i = 0; i < n; i++)
         keys[i] = th->mode == LG_WARM ? warm_key : lg_pick_key(th);
 
-    if (set)
+    if (del)
+        need = 16 + LG_KEY_LEN;
+    else if (set)
         need = 64 + LG_KEY_LEN + o->vsize + LG_BIN_HDR + 8;
     else
         need = 8 + (size_t)n * (LG_KEY_LEN + 1 + LG_BIN_HDR) + LG_BIN_HDR;
@@ -186,7 +189,13 @@ lg_issue(struct lg_conn *c, bool set, uint64_t warm_key)
         return -ENOMEM;
     p = c->wbuf + c->wlen;
 
-    if (set) {
+    if (del) {
+        memcpy(p, "delete ", 7);
+        lg_key(p + 7, keys[0]);
+        p += 7 + LG_KEY_LEN;
+        memcpy(p, "\r\n", 2);
+        p += 2;
+    } else if (set) {
         /* the value starts with its key (th->value has room for one) */
         lg_key(th->value, keys[0]);
         if (o->binary) {
@@ -269,7 +278,7 @@ lg_fill(struct lg_conn *c)
         while (c->count < depth && c->count < c->cap &&
                th->warm_next < o->keys && th->now < lg_warm_deadline_ns &&
                lg_warm_allowed(th)) {
-            if (lg_issue(c, true, th->warm_next) != 0)
+            if (lg_issue(c, true, false, th->warm_next) != 0)
                 break;
             th->warm_next += o->threads;
             th->warm_pending++;
@@ -281,9 +290,11 @@ lg_fill(struct lg_conn *c)
         return;
     while (c->count < o->pipeline && th->now < lg_deadline_ns &&
            th->issued < o->max_requests) {
-        bool set =
-            lg_below(&th->rng, o->ratio_get + o->ratio_set) < o->ratio_set;
-        if (lg_issue(c, set, 0) != 0)
+        uint64_t pick = lg_below(&th->rng, o->ratio_get + o->ratio_set +
+                                               (uint64_t)o->ratio_del);
+        bool set = pick < o->ratio_set;
+        bool del = !set && pick < o->ratio_set + (uint64_t)o->ratio_del;
+        if (lg_issue(c, set, del, 0) != 0)
             break;
     }
 }
@@ -323,7 +334,9 @@ lg_complete(struct lg_conn *c, unsigned hits)
         uint64_t lat = th->now > r->t_send ? th->now - r->t_send : 0;
         th->hist[lg_hist_index(lat)]++;
         th->reqs++;
-        if (r->nkeys == 0) {
+        if (r->del) {
+            th->dels++;
+        } else if (r->nkeys == 0) {
             th->sets++;
         } else {
             th->gets++;
@@ -402,6 +415,19 @@ lg_parse_text(struct lg_conn *c)
             return -1;
         len = (size_t)(nl - s) - 1;
 
+        if (r->del) {
+            if ((len == 7 && memcmp(s, "DELETED", 7) == 0) ||
+                (len == 9 && memcmp(s, "NOT_FOUND", 9) == 0)) {
+                /* both are answers */
+            } else if (lg_line_is(s, len, "SERVER_ERROR")) {
+                th->err_server++;
+            } else {
+                return -1;
+            }
+            c->rpos += len + 2;
+            lg_complete(c, 0);
+            return 1;
+        }
         if (r->nkeys == 0) { /* set */
             if (len == 6 && memcmp(s, "STORED", 6) == 0) {
                 if (th->mode == LG_RUN)

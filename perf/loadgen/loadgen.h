@@ -13,7 +13,8 @@
  * connection keeps --pipeline requests in flight: a reply completes the
  * oldest request and a new one is written at once. A request is a get of
  * --multiget keys ("get k1 k2 ..."; binary: GET, or GETKQ x M + NOOP) or a
- * set of one key; --ratio G:S picks between them at random.
+ * set of one key, or a delete of one key (text only); --ratio G:S[:D]
+ * picks between them at random.
  *
  * Phases: connect; WARMUP (every key set once, keys split between threads,
  * up to 32 sets in flight per connection, at most --warmup-rate sets/s;
@@ -23,6 +24,7 @@
  *
  * Figures (RUN only):
  *   ops/s   gets counted per key (a multiget of M keys is M ops) plus sets
+ *           and deletes
  *   req/s   requests (a multiget is one request)
  *   latency per request, from the moment it is written into the connection's
  *           output buffer to the moment its whole reply is parsed; log
@@ -111,6 +113,7 @@ struct lg_opts {
     unsigned vsize;
     unsigned ratio_get;
     unsigned ratio_set;
+    unsigned ratio_del; /* text protocol only */
     unsigned pipeline;
     unsigned multiget;
     double duration;
@@ -129,7 +132,8 @@ struct lg_opts {
 struct lg_req {
     uint64_t t_send;
     uint32_t opaque;
-    uint16_t nkeys;   /* 0 = set */
+    uint16_t nkeys;   /* 0 = set or delete */
+    bool del;         /* a delete (nkeys 0) */
     uint16_t matched; /* get: index of the next key a VALUE may match */
     uint16_t hits;    /* get: VALUE blocks consumed so far */
     uint64_t first;   /* index into the connection's key slots */
@@ -174,7 +178,7 @@ struct lg_thread {
     char *value;       /* vsize bytes, the key is copied in front */
     /* RUN counters */
     uint64_t issued;
-    uint64_t reqs, gets, get_keys, hits, sets, stored;
+    uint64_t reqs, gets, get_keys, hits, sets, stored, dels;
     uint64_t err_proto, err_data, err_server, err_conn;
     uint64_t last_done;
     uint64_t hist[LG_HIST_N];
@@ -182,7 +186,7 @@ struct lg_thread {
 
 /* Everything the threads counted, summed by main after pthread_join. */
 struct lg_total {
-    uint64_t reqs, get_keys, hits, sets;
+    uint64_t reqs, get_keys, hits, sets, dels;
     uint64_t err_proto, err_data, err_server, err_conn;
     uint64_t warm_resets, connects, dead, t_end;
     bool warm_incomplete;

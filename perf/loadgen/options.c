@@ -35,7 +35,7 @@ static const struct lg_optdef lg_optdefs[] = {
     {"keys", "K", "key space [100000]", LG_K_U64, LG_OFF(keys), 1, 1e12},
     {"value-size", "V", "bytes per value [100]", LG_K_UINT, LG_OFF(vsize), 1,
      LG_MAX_VALUE},
-    {"ratio", "G:S", "gets : sets [9:1]", LG_K_FN, 0, 0, 0},
+    {"ratio", "G:S[:D]", "gets : sets [: deletes] [9:1]", LG_K_FN, 0, 0, 0},
     {"pipeline", "D", "requests in flight per connection [1]", LG_K_UINT,
      LG_OFF(pipeline), 1, LG_MAX_PIPELINE},
     {"multiget", "M", "keys per get [1]", LG_K_UINT, LG_OFF(multiget), 1,
@@ -85,15 +85,19 @@ lg_parse_special(const char *name, const char *arg, struct lg_opts *o)
     char *end;
 
     if (strcmp(name, "ratio") == 0) {
-        unsigned long g = strtoul(arg, &end, 10), s;
+        unsigned long g = strtoul(arg, &end, 10), s, d = 0;
 
         if (end == arg || *end != ':')
             return -1;
         s = strtoul(end + 1, &end, 10);
-        if (*end != '\0' || g + s == 0 || g > 1000000 || s > 1000000)
+        if (*end == ':')
+            d = strtoul(end + 1, &end, 10);
+        if (*end != '\0' || g + s + d == 0 || g > 1000000 || s > 1000000 ||
+            d > 1000000)
             return -1;
         o->ratio_get = (unsigned)g;
         o->ratio_set = (unsigned)s;
+        o->ratio_del = (unsigned)d;
     } else if (strcmp(name, "warmup") == 0) {
         if (strcmp(arg, "on") == 0) {
             o->warm_seconds = 120;
@@ -205,6 +209,10 @@ lg_parse_args(int argc, char **argv, struct lg_opts *o)
     }
     if (o->multiget > o->keys) {
         fprintf(stderr, "bench_loadgen: --multiget is larger than --keys\n");
+        return -1;
+    }
+    if (o->binary && o->ratio_del) {
+        fprintf(stderr, "bench_loadgen: deletes are text protocol only\n");
         return -1;
     }
     if (o->label[0] == '\0')

@@ -112,6 +112,7 @@ lg_sum(const struct lg_thread *ths, struct lg_total *s)
         s->get_keys += th->get_keys;
         s->hits += th->hits;
         s->sets += th->sets;
+        s->dels += th->dels;
         s->err_proto += th->err_proto;
         s->err_data += th->err_data;
         s->err_server += th->err_server;
@@ -131,7 +132,7 @@ lg_sum(const struct lg_thread *ths, struct lg_total *s)
 void
 lg_report(const struct lg_opts *o, const struct lg_total *s)
 {
-    uint64_t ops = s->get_keys + s->sets;
+    uint64_t ops = s->get_keys + s->sets + s->dels;
     uint64_t errors = s->err_proto + s->err_data + s->err_conn;
     double p50 = lg_hist_pct(s->hist, s->reqs, 0.50) / 1e3;
     double p99 = lg_hist_pct(s->hist, s->reqs, 0.99) / 1e3;
@@ -140,7 +141,10 @@ lg_report(const struct lg_opts *o, const struct lg_total *s)
     double hit = s->get_keys ? (double)s->hits / (double)s->get_keys : 0;
     const char *proto = o->binary ? "binary" : "text";
     const char *dist = o->dist == LG_ZIPF ? "zipf" : "uniform";
-    char srv[200] = "", srvr[240] = "";
+    char srv[200] = "", srvr[240] = "", del[16] = "";
+
+    if (o->ratio_del)
+        snprintf(del, sizeof(del), ":%u", o->ratio_del);
 
     if (s->srv_cpu >= 0 && s->reqs > 0) {
         double per_req = s->srv_cpu * 1e6 / (double)s->reqs;
@@ -159,10 +163,10 @@ lg_report(const struct lg_opts *o, const struct lg_total *s)
                  per_req, user_req, sys_req, per_op, s->srv_cpu / s->secs);
     }
     printf("net %s %s: %u conns %u thr, %" PRIu64 " keys %s, %u B values, "
-           "get:set %u:%u, pipeline %u, multiget %u%s\n",
+           "get:set%s %u:%u%s, pipeline %u, multiget %u%s\n",
            o->label, proto, o->conns, o->threads, o->keys, dist, o->vsize,
-           o->ratio_get, o->ratio_set, o->pipeline, o->multiget,
-           o->warm_seconds > 0 ? "" : ", no warmup");
+           o->ratio_del ? ":delete" : "", o->ratio_get, o->ratio_set, del,
+           o->pipeline, o->multiget, o->warm_seconds > 0 ? "" : ", no warmup");
     if (o->warm_seconds > 0)
         printf("  warmup: %" PRIu64 " keys in %.2f s, %" PRIu64
                " connection resets%s\n",
@@ -180,14 +184,14 @@ lg_report(const struct lg_opts *o, const struct lg_total *s)
            errors, s->err_proto, s->err_data, s->err_conn, s->err_server,
            s->cli_cpu / s->secs, srv);
     printf("RESULT bench=net server=%s proto=%s conns=%u threads=%u "
-           "keys=%" PRIu64 " dist=%s value=%u ratio=%u:%u pipeline=%u "
+           "keys=%" PRIu64 " dist=%s value=%u ratio=%u:%u%s pipeline=%u "
            "multiget=%u secs=%.2f ops=%.0f reqs=%.0f p50_us=%.1f "
            "p99_us=%.1f p999_us=%.1f max_us=%.1f hit=%.4f errors=%" PRIu64
            " proto_errors=%" PRIu64 " data_errors=%" PRIu64
            " conn_errors=%" PRIu64 " server_errors=%" PRIu64
            " dead_conns=%" PRIu64 " warm_s=%.3f cli_cores=%.3f%s\n",
            o->label, proto, o->conns, o->threads, o->keys, dist, o->vsize,
-           o->ratio_get, o->ratio_set, o->pipeline, o->multiget, s->secs,
+           o->ratio_get, o->ratio_set, del, o->pipeline, o->multiget, s->secs,
            (double)ops / s->secs, (double)s->reqs / s->secs, p50, p99, p999,
            pmax, hit, errors, s->err_proto, s->err_data, s->err_conn,
            s->err_server, s->dead, s->warm_secs, s->cli_cpu / s->secs, srvr);
