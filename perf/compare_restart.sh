@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Restart time, tiercached against memcached's own -e restart, on the same
-# data: KEYS_PER_GIB items of 100-byte values per GiB of -m, filled by
-# bench_loadgen (every key set once).
+# data: KEYS_PER_GIB items of VALUE_SIZE-byte values per GiB of -m, filled
+# by bench_loadgen (every key set once).
 #
 #   tiercached  clean: SIGTERM (the index saved beside the pool), start
 #               again on the same -e file; crash: kill -9, start again
@@ -16,15 +16,17 @@
 #
 # Usage: perf/compare_restart.sh [GiB ...]          (default: 1 4)
 # Env:   TIERCACHED (build/release/tiercached), MEMCACHED (/usr/bin/memcached),
-#        LOADGEN (build/release/perf/bench_loadgen), KEYS_PER_GIB (5000000),
-#        THREADS (2)
+#        LOADGEN (build/release/perf/bench_loadgen), VALUE_SIZE (100),
+#        KEYS_PER_GIB (5000000 at 100 bytes: 500 MB of values per GiB, so
+#        122070 at 4096), THREADS (2)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 TIERCACHED=${TIERCACHED:-build/release/tiercached}
 MEMCACHED=${MEMCACHED:-/usr/bin/memcached}
 LOADGEN=${LOADGEN:-build/release/perf/bench_loadgen}
-KEYS_PER_GIB=${KEYS_PER_GIB:-5000000}
+VALUE_SIZE=${VALUE_SIZE:-100}
+KEYS_PER_GIB=${KEYS_PER_GIB:-$((500000000 / VALUE_SIZE))}
 THREADS=${THREADS:-2}
 SIZES=("$@")
 [ ${#SIZES[@]} -gt 0 ] || SIZES=(1 4)
@@ -103,7 +105,7 @@ stop_wait() { # PID SIGNAL
 }
 
 fill() { # PORT KEYS
-    "$LOADGEN" --port "$1" --keys "$2" --value-size 100 --conns 8 \
+    "$LOADGEN" --port "$1" --keys "$2" --value-size "$VALUE_SIZE" --conns 8 \
         --threads 2 --pipeline 32 --ratio 1:0 --duration 0.01 \
         --warmup 600 >/dev/null
 }
@@ -168,6 +170,7 @@ for g in "${SIZES[@]}"; do
 done
 
 echo
+echo "values of $VALUE_SIZE bytes"
 echo "| -m | items | memcached -e restart | tiercached clean | vs memcached | tiercached kill -9 | vs memcached |"
 echo "|---|---|---|---|---|---|---|"
 for g in "${SIZES[@]}"; do

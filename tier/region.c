@@ -147,6 +147,19 @@ region_invalidate_header(const char *path, const struct region_file *f)
     return 0;
 }
 
+/* Whether the file's size bytes all have blocks: as many blocks as bytes.
+ * A compressing file system may count fewer (then it is allocated again);
+ * the blocks of a file system's own metadata counted in could hide a hole
+ * smaller than them, but the pool's holes are whole 1 MiB pages
+ * (region_discard). Not SEEK_HOLE: tmpfs reports a hole at every page
+ * allocated but not yet written. */
+static bool
+region_file_allocated(int fd, uint64_t size)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 && (uint64_t)st.st_blocks * 512 >= size;
+}
+
 static int
 region_resize_file(const char *path, uint64_t size, struct region_file *f)
 {
@@ -165,7 +178,11 @@ region_resize_file(const char *path, uint64_t size, struct region_file *f)
         f->resized = true;
     }
     /* Allocate every block now, so that a full disk fails here and not
-     * with a SIGBUS on a later store. */
+     * with a SIGBUS on a later store; not again when the file has every
+     * block already (on tmpfs, allocating an allocated file still walks
+     * every page: seconds for a many-GB pool at each start). */
+    if (!f->resized && region_file_allocated(f->fd, size))
+        return 0;
     rc = posix_fallocate(f->fd, 0, (off_t)size);
     if (rc == ENOSPC) {
         err_set("not enough space for pool file %s of %" PRIu64 " bytes", path,

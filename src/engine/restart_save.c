@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -285,12 +286,45 @@ struct load {
     uint32_t cs[SLAB_MAX_CLASSES];  /* chunk size per class */
     uint64_t mul[SLAB_MAX_CLASSES]; /* ceil(2^40 / chunk size) */
     struct restart_saved_hdr h;
-    uint64_t *body;    /* h.body_words */
+    const uint64_t *body; /* h.body_words, in the file's mapping or read */
+    void *map;            /* the file's mapping, map_len bytes, or NULL */
+    size_t map_len;
     uint64_t **head;   /* per page: the heads the entries name, or NULL */
     uint64_t **used;   /* per page: the chunks restored items hold, or NULL */
     const char *why;   /* why the file is not used */
     uint64_t ndropped; /* entries pass 2 dropped */
 };
+
+/* The body read into DRAM: 0 with l->body set, or NULL when the file
+ * cannot be read; -ENOMEM. */
+static int
+load_body_read(struct load *l, int fd)
+{
+    const struct restart_saved_hdr *h = &l->h;
+    uint64_t *body = malloc(h->body_words ? h->body_words * 8 : 8);
+    if (!body) {
+        err_set("no DRAM for the saved index (%llu bytes)",
+                (unsigned long long)h->body_words * 8);
+        return -ENOMEM;
+    }
+    char *p = (char *)body;
+    uint64_t left = h->body_words * 8, at = sizeof(*h);
+    while (left) {
+        ssize_t k =
+            pread(fd, p, left > (1u << 30) ? (1u << 30) : left, (off_t)at);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            free(body);
+            return 0;
+        }
+        p += k;
+        at += (uint64_t)k;
+        left -= (uint64_t)k;
+    }
+    l->body = body;
+    return 0;
+}
 
 /* Read the whole file and check it against this pool and cache. */
 static int
@@ -326,26 +360,23 @@ load_read(struct load *l, int fd)
         l->why = "the index is sized differently (-o expected_items, -m)";
         return 0;
     }
-    l->body = malloc(h->body_words ? h->body_words * 8 : 8);
-    if (!l->body) {
-        err_set("no DRAM for the saved index (%llu bytes)",
-                (unsigned long long)h->body_words * 8);
-        return -ENOMEM;
-    }
-    char *p = (char *)l->body;
-    uint64_t left = h->body_words * 8, at = sizeof(*h);
-    while (left) {
-        ssize_t k =
-            pread(fd, p, left > (1u << 30) ? (1u << 30) : left, (off_t)at);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
+    /* Mapped: on tmpfs the file's own pages, neither copied nor zeroed
+     * first (a read into fresh memory costs both, hundreds of MB at tens
+     * of millions of items); read when it cannot be mapped. */
+    l->map = mmap(NULL, (size_t)st.st_size, PROT_READ,
+                  MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (l->map != MAP_FAILED) {
+        l->map_len = (size_t)st.st_size;
+        l->body = (const uint64_t *)((const char *)l->map + sizeof(*h));
+        (void)madvise(l->map, l->map_len, MADV_SEQUENTIAL);
+    } else {
+        l->map = NULL;
+        if (load_body_read(l, fd) != 0)
+            return -ENOMEM;
+        if (!l->body) {
             l->why = "it cannot be read";
             return 0;
         }
-        p += k;
-        at += (uint64_t)k;
-        left -= (uint64_t)k;
     }
     struct sum s = {{0}, 0};
     sum_words(&s, l->body, h->body_words);
@@ -418,6 +449,29 @@ bit_clear(uint64_t **map, const struct chunk *ch)
         map[ch->pg][ch->idx / 64] &= ~(1ull << (ch->idx % 64));
 }
 
+/* How many words ahead pass 1 fetches the chunk map word an entry will
+ * set: the entries are in bucket order, so their pages are random, and
+ * the maps of a large pool (8 GiB: 8,192 maps of up to 2.7 KB) are far
+ * bigger than the caches. */
+#define MARK_AHEAD 16
+
+/* Fetch the head map word the entry in word w would set, when it names a
+ * page whose map exists (w may be a record's first word: then it fetches
+ * some word, harmlessly). */
+static inline void
+mark_prefetch(const struct load *l, uint64_t w)
+{
+    uint64_t off = cache_off(htab_slot_loc(w));
+    uint64_t pg = off >> POOL_PAGE_SHIFT;
+    if (pg >= l->npages || !l->head[pg] || l->table[pg] == RESTART_PAGE_NONE ||
+        l->table[pg] > l->nclasses)
+        return;
+    uint64_t in = off & (POOL_PAGE_SIZE - 1);
+    uint32_t q = (uint32_t)((in * l->mul[l->table[pg] - 1u]) >> 40);
+    if (q / 64 < l->words)
+        __builtin_prefetch(&l->head[pg][q / 64], 1);
+}
+
 /* Pass 1: every record in bounds, every entry a chunk of a page with a
  * class, no chunk named twice. Marks the heads. No side effects. */
 static int
@@ -425,6 +479,8 @@ load_entries(struct load *l)
 {
     const uint64_t *w = l->body, *end = l->body + l->h.body_words;
     uint64_t entries = 0;
+    for (const uint64_t *a = w; a < end && a < w + MARK_AHEAD; a++)
+        mark_prefetch(l, *a);
     while (w < end) {
         uint64_t bucket = *w >> 8;
         unsigned n = (unsigned)(*w & 0xff);
@@ -433,6 +489,8 @@ load_entries(struct load *l)
             return 0;
         }
         for (unsigned k = 1; k <= n; k++) {
+            if (end - (w + k) > MARK_AHEAD)
+                mark_prefetch(l, w[k + MARK_AHEAD]);
             uint64_t loc = htab_slot_loc(w[k]);
             uint64_t off = loc ? cache_off(loc) : 0;
             struct chunk ch;
@@ -677,7 +735,10 @@ load_free(struct load *l)
     }
     free(l->head);
     free(l->used);
-    free(l->body);
+    if (l->map)
+        munmap(l->map, l->map_len);
+    else
+        free((void *)l->body);
 }
 
 /* Passes 1 and 2: 1 when the file can be used, 0 when not (l->why), or a

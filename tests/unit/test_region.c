@@ -5,6 +5,7 @@
  * Seams (tests/unit/test_region.wrap): pmem_map_file and posix_fallocate are
  * wrapped; by default they pass through, a flag makes them fail.
  */
+#define _GNU_SOURCE 1 /* fallocate(), FALLOC_FL_* */
 #include "tier/region.h"
 
 #include "src/base/err.h"
@@ -34,8 +35,9 @@
 
 /* ---- seams ------------------------------------------------------------ */
 
-static int fail_map;       /* pmem_map_file() fails with ENOMEM */
-static int fail_fallocate; /* posix_fallocate() returns this errno */
+static int fail_map;        /* pmem_map_file() fails with ENOMEM */
+static int fail_fallocate;  /* posix_fallocate() returns this errno */
+static int fallocate_calls; /* posix_fallocate() calls so far */
 
 void *__real_pmem_map_file(const char *path, size_t len, int flags, mode_t mode,
                            size_t *mapped_lenp, int *is_pmemp);
@@ -60,6 +62,7 @@ __wrap_pmem_map_file(const char *path, size_t len, int flags, mode_t mode,
 int
 __wrap_posix_fallocate(int fd, off_t off, off_t len)
 {
+    fallocate_calls++;
     return fail_fallocate ? fail_fallocate
                           : __real_posix_fallocate(fd, off, len);
 }
@@ -68,6 +71,7 @@ __wrap_posix_fallocate(int fd, off_t off, off_t len)
 int
 __wrap_posix_fallocate64(int fd, off_t off, off_t len)
 {
+    fallocate_calls++;
     return fail_fallocate ? fail_fallocate
                           : __real_posix_fallocate64(fd, off, len);
 }
@@ -596,6 +600,36 @@ test_fallocate_no_space(void **state)
     region_close(r);
 }
 
+/* An existing file of the pool's size with every block allocated is not
+ * allocated again (on tmpfs that walks every page of a many-GB file);
+ * one with a hole is. */
+static void
+test_fallocate_only_when_needed(void **state)
+{
+    struct fx *fx = *state;
+
+    fallocate_calls = 0;
+    region_close(open_ok(fx->path, POOL_SIZE));
+    assert_int_equal(fallocate_calls, 1);
+    region_close(open_ok(fx->path, POOL_SIZE));
+    assert_int_equal(fallocate_calls, 1);
+
+    int fd = open(fx->path, O_RDWR);
+    assert_true(fd >= 0);
+    int rc = fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                       (off_t)(POOL_SIZE - MIB_), (off_t)MIB_);
+    close(fd);
+    if (rc != 0)
+        skip(); /* the file system cannot punch holes */
+    region_close(open_ok(fx->path, POOL_SIZE));
+    assert_int_equal(fallocate_calls, 2);
+    struct stat st;
+    assert_int_equal(stat(fx->path, &st), 0);
+    assert_true((uint64_t)st.st_blocks * 512 >= POOL_SIZE);
+    region_close(open_ok(fx->path, POOL_SIZE));
+    assert_int_equal(fallocate_calls, 2);
+}
+
 static void
 test_pool_in_use(void **state)
 {
@@ -634,6 +668,7 @@ main(void)
         T(test_map_failure_new_file),
         T(test_map_failure_keeps_existing_pool),
         T(test_fallocate_no_space),
+        T(test_fallocate_only_when_needed),
         T(test_pool_in_use),
     };
 #undef T
