@@ -710,7 +710,7 @@ test_demote_published_against_set(void **state)
 }
 
 /* The same race with a recache: a read of a flash item copies its value
- * back into the pool (a new item, committed before its publication) while
+ * back into the pool (a copy, committed after its publication) while
  * a set of the key, which took its sequence first, publishes and answers;
  * a crash before the recache finds its copy stale must keep the set. */
 static void
