@@ -496,6 +496,16 @@ loc_equal(const struct nvs_loc *a, const struct nvs_loc *b)
  * still hdr->exptime (a touch meanwhile must not be lost). The new chunk in
  * *out. 0, -ENOSPC (no free chunk) or -EAGAIN (the item changed). Context: no
  * lock, no RCU section.
+ *
+ * The header is a copy and commits after its publication (item_layout.h):
+ * written with ITEM_COMMIT_PENDING, the source checked and invalidated just
+ * before the switch (no PMEM write under the bucket lock), then committed by
+ * a compare-and-swap in the read section of the switch. A delete (or a set into
+ * the DRAM hot pool) that removes the header after the switch invalidates it
+ * before it answers, and leaves no valid source behind; a crash between the
+ * source's invalidation and the commit loses the key, a miss, as does one
+ * after a touch that lands between the check and the switch (the switch
+ * then fails and the invalidated source stays in the index until replaced).
  */
 static int
 swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
@@ -528,23 +538,41 @@ swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
         return -ENOSPC;
     }
     /* PMEM: the header is written before it is visible, no lock held */
-    item_write_flash(c->base, off, hdr, key, nl, seq);
+    uint64_t word =
+        item_write_flash(c->base, off, hdr, key, nl, seq | ITEM_SEQ_PENDING);
     pm_fence();
     slab_reset_bits(c->slab, off);
     cache_account(t, off, 1);
 
-    struct htab_bucket *b = htab_lock(c->htab, hash);
-    _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(old));
+    /* The read section keeps the new chunk from reuse until the commit,
+     * and old from reuse once the index is seen holding it. Checked, then
+     * invalidated with no lock held, then switched if still held. */
+    cache_read_lock();
     const struct item_hdr *it = item_at(c->base, old);
-    bool ok = slot &&
+    struct htab_bucket *b = htab_lock(c->htab, hash);
+    bool ok = htab_find_loc_locked(b, cache_loc(old)) &&
               __atomic_load_n(&it->exptime, __ATOMIC_RELAXED) == hdr->exptime &&
               cache_item_dead(c, it, clock_now()) == CACHE_LIVE;
+    htab_unlock(b);
+    if (ok)
+        item_invalidate(c->base, old);
+    b = htab_lock(c->htab, hash);
+    _Atomic uint64_t *slot =
+        ok ? htab_find_loc_locked(b, cache_loc(old)) : NULL;
+    ok =
+        slot && __atomic_load_n(&it->exptime, __ATOMIC_RELAXED) == hdr->exptime;
     if (ok)
         htab_replace_locked(slot, hash, cache_loc(off));
     htab_unlock(b);
+    if (ok) {
+        TC_CRASH_POINT(may_evict ? "compact.published" : "spill.published");
+        /* failed: a writer replaced the header and retires it */
+        (void)item_commit_copy(c->base, off, word);
+    }
+    cache_read_unlock();
     if (!ok) {
         cache_account(t, off, -1);
-        item_invalidate(c->base, off); /* committed, never published */
+        item_invalidate(c->base, off); /* never published nor committed */
         quota_free(t->quota, (unsigned)cls, off);
         return -EAGAIN;
     }

@@ -56,8 +56,6 @@ struct store_req {
                            unchanged (a touch meanwhile must not be lost) */
     uint32_t expect_exptime;
     bool recache;        /* a flash value copied back: not a new item */
-    uint32_t src_seq;    /* recache: the flash header's store sequence,
-                            which the copy keeps (item_layout.h) */
     bool in_place;       /* what memcached rewrites in place (an incr that
                             fits): not counted in total_items */
     struct nvs_loc xloc; /* snapshot of a flash item: its locator */
@@ -70,8 +68,9 @@ struct store_req {
 };
 
 /* Decide under the bucket lock whether the new item may replace what the
- * index holds. Reads PMEM headers only. Returns TC_OK or a tc_result. */
-static int
+ * index holds. Reads PMEM headers only. Returns TC_OK or a tc_result.
+ * Inlined into publish(), as publish() into commit(). */
+static inline __attribute__((always_inline)) int
 decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
               uint32_t now)
 {
@@ -122,8 +121,11 @@ count_outcome(struct cache_thread *t, unsigned cls, int mode, int rc)
         cache_stat_inc(t, ST_CAS_MISSES);
 }
 
-/* Switch the index to the new item. Locks: one bucket. */
-static int
+/* Switch the index to the new item. Locks: one bucket. Inlined into
+ * commit(), every set's path, though recache_one() calls it too (out of
+ * line, it and decide_locked() cost a set some 17-19 instructions more,
+ * cachegrind). */
+static inline __attribute__((always_inline)) int
 publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
         uint32_t now, uint64_t *old_out)
 {
@@ -224,11 +226,6 @@ commit(struct cache_thread *t, struct store_req *r,
     cache_flush_check(c, now);
     uint64_t seq;
     r->hdr.cas = next_cas(c, r->cas_new, &seq);
-    /* A copy keeps its source's sequence: a set that took its sequence
-     * before this copy and answers before the copy's publication fails
-     * must outrank it after a crash. */
-    if (r->src_seq)
-        seq = r->src_seq;
     /* PMEM: the item is written here, before it is visible, with no lock
      * held (DESIGN rule 2); a hot key's item goes to its DRAM block */
     if (cache_off_dram(head))
@@ -659,6 +656,79 @@ store_ex(struct cache_thread *t, enum tc_store_mode mode, const void *key,
     return -EINVAL;
 }
 
+/*
+ * A recache's own store: its item is a copy of the flash value and commits
+ * after its publication, as a page move's copy does (item_layout.h), on a
+ * path of its own so that commit(), every set's, keeps its instructions.
+ * The copy keeps its source's store sequence (a set that took its sequence
+ * before the copy and publishes after it must outrank it after a crash),
+ * is written with ITEM_COMMIT_PENDING, the source (the flash header) is
+ * invalidated once the index is seen holding it, and the copy is
+ * committed by a compare-and-swap in the read section of the switch. A
+ * delete (or a set into the DRAM hot pool) answering before the switch
+ * makes it fail (the copy is freed, never committed); one answering after
+ * it invalidates the copy, and leaves no valid source behind. A crash
+ * between the source's invalidation and the commit loses the key, a miss.
+ */
+static int
+recache_one(struct cache_thread *t, struct store_req *r, uint32_t src_seq)
+{
+    struct cache *c = t->cache;
+    struct item_plan plan;
+    uint64_t head, tails[ITEM_MAX_TAILS], old = 0, seq, word = 0;
+    uint32_t now = r->now;
+
+    int rc = prepare(t, r, &plan, &head, tails);
+    if (rc)
+        return rc;
+    cache_flush_check(c, now);
+    r->hdr.cas = next_cas(c, r->cas_new, &seq);
+    /* PMEM: the copy, before publication, no lock held */
+    if (cache_off_dram(head))
+        hotkey_write(head, &plan, &r->hdr, r->key, &r->val);
+    else
+        word = item_write(c->base, head, &plan, tails, &r->hdr, r->key, &r->val,
+                          src_seq | ITEM_SEQ_PENDING);
+    pm_fence();
+    TC_CRASH_POINT("set.written");
+    cache_fresh(c, head, now,
+                (r->claim_win ? SLAB_FRESH_WIN : 0) |
+                    (r->keep_fetched ? SLAB_FRESH_FETCHED : 0));
+    r->cls = cache_account(t, head, 1);
+    if (unlikely(r->cls == SLAB_NO_CLASS))
+        r->cls = cache_class_of(c, head);
+
+    /* the read section keeps the source from reuse once the index is seen
+     * holding it, and the copy until its commit */
+    cache_read_lock();
+    struct cache_key k = {c, r->key, r->klen};
+    struct htab_bucket *b = htab_lock(c->htab, r->hash);
+    _Atomic uint64_t *slot = htab_find_locked(b, r->hash, cache_match_key, &k);
+    bool held = slot && htab_slot_loc(atomic_load_explicit(
+                            slot, memory_order_relaxed)) == r->expect;
+    htab_unlock(b);
+    rc = held ? TC_OK : -EAGAIN;
+    if (held) {
+        cache_invalidate(c, cache_off(r->expect));
+        rc = publish(t, r, head, now, &old);
+    }
+    if (rc == TC_OK && word) {
+        TC_CRASH_POINT("recache.published");
+        /* failed: a writer replaced the copy and retires it */
+        (void)item_commit_copy(c->base, head, word);
+    }
+    cache_read_unlock();
+    if (rc != TC_OK) {
+        cache_account(t, head, -1);
+        cache_free_unpublished(t, &plan, head, tails);
+        return rc;
+    }
+    if (c->hot)
+        hotkey_count_store(t, old ? cache_off(old) : 0, head, r->hdr.vlen);
+    retire_old(t, old, now);
+    return TC_OK;
+}
+
 int
 store_recache(struct cache_thread *t, const void *key, uint32_t klen,
               const struct item_hdr *hdr, uint64_t expect, const void *val)
@@ -676,10 +746,13 @@ store_recache(struct cache_thread *t, const void *key, uint32_t klen,
     r.expect_exptime = hdr->exptime;
     r.recache = true;
     cache_read_lock();
-    r.src_seq = item_commit_seq(__atomic_load_n(
+    uint32_t src_seq = item_commit_seq(__atomic_load_n(
         &cache_item_at(t->cache, cache_off(expect))->commit, __ATOMIC_RELAXED));
     cache_read_unlock();
-    return store_one(t, &r, NULL);
+    if (!src_seq)
+        return -EAGAIN; /* already replaced or removed */
+    htab_prefetch(t->cache->htab, r.hash);
+    return recache_one(t, &r, src_seq);
 }
 
 /* meta mg N: an empty placeholder whose storer holds the recache win.
