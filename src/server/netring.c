@@ -450,6 +450,8 @@ static void
 run_turns(struct netring *nr)
 {
     int take = nr->nturns;
+    if (take == 0)
+        return; /* nr->turns may still be NULL: no memmove from it */
     for (int k = 0; k < take; k++) {
         struct slot *s = &nr->slots[nr->turns[k]];
         if (!s->c || !s->turn_queued)
