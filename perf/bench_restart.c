@@ -89,8 +89,8 @@ fill(const struct tc_config *cfg, const struct bench_args *a)
 int
 main(int argc, char **argv)
 {
-    struct bench_args a = {1000000, 100, 0,
-                           0,       0,   "/dev/shm/bench_restart.pool"};
+    struct bench_args a = {
+        .items = 1000000, .vsize = 100, .path = "/dev/shm/bench_restart.pool"};
     char meta[4096];
     if (parse(argc, argv, &a) != 0)
         return 64;
