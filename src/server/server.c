@@ -77,6 +77,7 @@
 #include "src/server/auth.h"
 #include "src/server/conn.h"
 #include "src/server/netring.h"
+#include "src/server/proto/proto_admin.h"
 #include "src/server/proto/proto_util.h"
 #include "src/server/stats.h"
 #include "src/server/udp.h"
@@ -1221,6 +1222,7 @@ server_create(const struct settings *st, struct tc_cache *cache,
     }
     memset(srv, 0, sizeof(*srv));
     srv->st = st;
+    proto_admin_init(st);
     srv->cache = cache;
     srv->epfd = srv->stop_fd = srv->sig_fd = -1;
     srv->started_unix = (uint32_t)time(NULL);
@@ -1287,6 +1289,7 @@ hook_info(struct server *srv, struct stats_info *out)
         (uint64_t)atomic_load_explicit(&srv->verbosity, memory_order_relaxed);
     out->settings.maxbytes_mib =
         atomic_load_explicit(&srv->maxbytes_mib, memory_order_relaxed);
+    proto_admin_live(&out->settings);
     out->uptime = conn_now(&srv->sh);
     out->started_unix = srv->started_unix;
     out->curr_conns =

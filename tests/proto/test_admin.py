@@ -148,16 +148,85 @@ def test_fixed_reply(conns, cmd):
     assert tc == mc, f"{cmd!r}: memcached {mc!r}, tiercached {tc!r}"
 
 
+def crawler_stopped(c):
+    """memcached's `lru_crawler disable` only asks its crawler thread to
+    stop; until the thread has gone, `stats settings` still says yes and
+    crawl/enable answer as if it ran. Wait (bounded) for it."""
+    deadline = time.monotonic() + IO_TIMEOUT
+    while b"STAT lru_crawler no\r\n" not in c.listing(b"stats settings"):
+        assert time.monotonic() < deadline, "crawler thread never stopped"
+        time.sleep(0.05)
+
+
 def test_crawler_disable_enable(conns):
     """Disabled, crawl and metadump are refused; enable twice is an error
     the second time."""
-    seq = [b"lru_crawler disable", b"lru_crawler crawl all",
-           b"lru_crawler metadump all", b"lru_crawler enable",
-           b"lru_crawler enable"]
-    for cmd in seq:
-        mc, tc = both(conns, lambda c: c.line(cmd))
-        assert tc == mc, f"{cmd!r}: memcached {mc!r}, tiercached {tc!r}"
-    assert mc == b"ERROR failed to start lru crawler thread\r\n"
+    seq = [b"lru_crawler crawl all", b"lru_crawler metadump all",
+           b"lru_crawler enable", b"lru_crawler enable"]
+    try:
+        mc, tc = both(conns, lambda c: c.line(b"lru_crawler disable"))
+        assert tc == mc == b"OK\r\n"
+        both(conns, crawler_stopped)
+        for cmd in seq:
+            mc, tc = both(conns, lambda c: c.line(cmd))
+            assert tc == mc, f"{cmd!r}: memcached {mc!r}, tiercached {tc!r}"
+        assert mc == b"ERROR failed to start lru crawler thread\r\n"
+    finally:
+        # the servers are shared by the module: never leave them disabled
+        both(conns, lambda c: c.line(b"lru_crawler enable"))
+
+
+def setting(c, name):
+    for line in c.listing(b"stats settings").split(b"\r\n"):
+        if line.startswith(b"STAT %s " % name):
+            return line.split(b" ", 2)[2]
+    raise AssertionError(f"no {name!r} in stats settings")
+
+
+def test_crawler_settings_live(conns):
+    """"stats settings" shows what lru_crawler sleep/tocrawl and slabs
+    automove last set, as memcached's does."""
+    try:
+        for cmd in (b"lru_crawler sleep 250", b"lru_crawler tocrawl 7",
+                    b"slabs automove 0"):
+            mc, tc = both(conns, lambda c: c.line(cmd))
+            assert tc == mc == b"OK\r\n", cmd
+        for name, want in ((b"lru_crawler_sleep", b"250"),
+                           (b"lru_crawler_tocrawl", b"7"),
+                           (b"slab_automove", b"0")):
+            mc, tc = both(conns, lambda c: setting(c, name))
+            assert tc == mc == want, name
+    finally:
+        both(conns, lambda c: c.line(b"lru_crawler sleep 100"))
+        both(conns, lambda c: c.line(b"lru_crawler tocrawl 0"))
+        both(conns, lambda c: c.line(b"slabs automove 1"))
+
+
+def test_no_lru_crawler_flag():
+    """-o no_lru_crawler: the crawler starts disabled, crawl is refused and
+    enable starts it, on both servers."""
+    if not MEMCACHED.exists():
+        pytest.skip(f"{MEMCACHED} not installed (Debian package memcached)")
+    mc = conftest.start_memcached(extra=("-o", "no_lru_crawler"), mem=64,
+                                  prefix="tc-admin-")
+    tc = start_server(extra=("-o", "no_lru_crawler"), mem=64)
+    cs = [Conn(mc), Conn(tc)]
+    try:
+        for cmd, want in ((None, b"no"),
+                          (b"lru_crawler crawl all",
+                           b"CLIENT_ERROR lru crawler disabled\r\n"),
+                          (b"lru_crawler enable", b"OK\r\n"),
+                          (None, b"yes")):
+            if cmd is None:
+                got = both(cs, lambda c: setting(c, b"lru_crawler"))
+            else:
+                got = both(cs, lambda c: c.line(cmd))
+            assert got == [want, want], (cmd, got)
+    finally:
+        for c in cs:
+            c.close()
+        tc.stop()
+        mc.stop(expect_status=None)
 
 
 def test_stats_conns_shape(conns):

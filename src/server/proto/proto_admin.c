@@ -40,12 +40,14 @@
  * Concurrency: a session belongs to one worker thread; the crawler and
  * automove settings are process-wide atomics (relaxed: each is read and
  * written whole, nothing is published through them), as memcached's are
- * global settings.
+ * global settings; they start from the command line's values and "stats
+ * settings" shows the ones in effect (proto_admin_live).
  */
 
 #include "src/server/proto/proto_admin.h"
 
 #include "src/base/clock.h"
+#include "src/server/settings.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -78,6 +80,29 @@ bool
 proto_admin_crawler_enabled(void)
 {
     return !atomic_load_explicit(&crawler_off, memory_order_relaxed);
+}
+
+void
+proto_admin_init(const struct settings *st)
+{
+    atomic_store_explicit(&crawler_off, !st->lru_crawler, memory_order_relaxed);
+    atomic_store_explicit(&crawler_sleep, (uint32_t)st->lru_crawler_sleep,
+                          memory_order_relaxed);
+    atomic_store_explicit(&crawler_tocrawl, (uint32_t)st->lru_crawler_tocrawl,
+                          memory_order_relaxed);
+    atomic_store_explicit(&automove, (int)st->slab_automove,
+                          memory_order_relaxed);
+}
+
+void
+proto_admin_live(struct settings *st)
+{
+    st->lru_crawler = proto_admin_crawler_enabled();
+    st->lru_crawler_sleep =
+        atomic_load_explicit(&crawler_sleep, memory_order_relaxed);
+    st->lru_crawler_tocrawl =
+        atomic_load_explicit(&crawler_tocrawl, memory_order_relaxed);
+    st->slab_automove = (uint64_t)proto_admin_automove();
 }
 
 static void

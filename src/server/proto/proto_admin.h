@@ -15,6 +15,8 @@
 #include "src/server/proto/proto.h"
 #include "src/server/proto/proto_util.h"
 
+struct settings;
+
 /* "slabs reassign <src> <dst>", "slabs automove <0|1|2>". */
 void proto_admin_slabs(struct proto_sess *s, struct obuf *out,
                        const struct proto_token *tok, int ntok);
@@ -40,3 +42,10 @@ void proto_admin_sizes(struct proto_sess *s, struct obuf *out,
 int proto_admin_automove(void);
 /* Whether "lru_crawler disable" is in effect. */
 bool proto_admin_crawler_enabled(void);
+/* The crawler and automove settings from the command line (-o
+ * lru_crawler, no_lru_crawler, lru_crawler_sleep, lru_crawler_tocrawl,
+ * slab_automove). Context: the server's start, before any worker. */
+void proto_admin_init(const struct settings *st);
+/* Overwrite st's crawler and automove fields with the values in effect, as
+ * memcached's "stats settings" shows what the commands last set. */
+void proto_admin_live(struct settings *st);
