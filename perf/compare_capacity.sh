@@ -106,7 +106,7 @@ pool_file=$POOL_DIR/tiercache-cap-$$.pool
 
 stop_server() {
     srv_stop 50
-    rm -f "$pool_file"
+    rm -f "$pool_file" "$pool_file.meta"
 }
 trap 'stop_server; exit 130' INT TERM
 trap 'stop_server' EXIT
@@ -123,7 +123,7 @@ start_server() {
         [ "$(id -u)" = 0 ] && cmd+=(-u nobody)
         ;;
     tiercached)
-        rm -f "$pool_file"
+        rm -f "$pool_file" "$pool_file.meta"
         # shellcheck disable=SC2206
         cmd=("$TIERCACHED" -p "$port" -U 0 -l 127.0.0.1 -t 2 -m "$MEM_MB"
             -e "$pool_file" $TC_ARGS)

@@ -149,7 +149,7 @@ pool_file=/dev/shm/tc-ext-bench-$$.pool
 
 stop_server() {
     srv_stop 100
-    rm -f "$ext_file" "$pool_file"
+    rm -f "$ext_file" "$pool_file" "$pool_file.meta"
     # the pool file's tmpfs pages and the flash file's page cache stay
     # charged to the cgroup until they are gone: drop them between runs
     if [ -n "$cg_dir" ]; then
@@ -187,7 +187,7 @@ if libc.syscall(314, int(sys.argv[1]), a, 0) != 0:  # SYS_sched_setattr
 start_server() { # name port
     local name=$1 port=$2
     local -a cmd
-    rm -f "$ext_file" "$pool_file"
+    rm -f "$ext_file" "$pool_file" "$pool_file.meta"
     case $name in
     memcached)
         # memcached wants ext_page_size before ext_path

@@ -153,7 +153,7 @@ stop_server() {
     perf_pids=""
     [ -n "$srv_pid" ] || return 0
     srv_stop 50
-    rm -f "$pool_file"
+    rm -f "$pool_file" "$pool_file.meta"
 }
 trap 'stop_server; exit 130' INT TERM
 trap 'stop_server' EXIT
@@ -172,7 +172,7 @@ start_server() {
         [ "$(id -u)" = 0 ] && cmd+=(-u nobody)
         ;;
     tiercached | tc-uring)
-        rm -f "$pool_file"
+        rm -f "$pool_file" "$pool_file.meta"
         cmd=("$TIERCACHED" -p "$port" -l 127.0.0.1 -t "$SERVER_THREADS"
             -m "$MEM_MB" -c 1024 -e "$pool_file")
         if [ "$name" = tc-uring ]; then
