@@ -50,6 +50,7 @@ set -u -o pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root" || exit 1
+. perf/lib.sh
 
 quick=0
 while [ $# -gt 0 ]; do
@@ -99,47 +100,22 @@ out_dir=$root/perf/out
 mkdir -p "$out_dir"
 stamp=$(date -u +%Y%m%d-%H%M%S)
 out=$out_dir/capacity-$stamp.txt
-log() { printf '%s\n' "$*" | tee -a "$out"; }
 
 srv_pid=""
 pool_file=$POOL_DIR/tiercache-cap-$$.pool
 
 stop_server() {
-    local _
-    [ -n "$srv_pid" ] || return 0
-    kill -TERM "$srv_pid" 2>/dev/null
-    for _ in $(seq 1 50); do
-        kill -0 "$srv_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$srv_pid" 2>/dev/null; then
-        log "# server $srv_pid did not stop on SIGTERM in 5 s: SIGKILL"
-        kill -KILL "$srv_pid" 2>/dev/null
-    fi
-    wait "$srv_pid" 2>/dev/null
-    srv_pid=""
-    rm -f "$pool_file"
+    srv_stop 50
+    rm -f "$pool_file" "$pool_file.meta"
 }
 trap 'stop_server; exit 130' INT TERM
 trap 'stop_server' EXIT
 
-port_busy() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
-
 next_port=$PORT_BASE
-pick_port() { # -> port on stdout, or nothing
-    local p
-    for p in $(seq "$next_port" $((PORT_BASE + 99))); do
-        if ! port_busy "$p"; then
-            echo "$p"
-            return 0
-        fi
-    done
-    return 1
-}
 
 # start_server name port: sets srv_pid; 0 when it accepts connections.
 start_server() {
-    local name=$1 port=$2 _
+    local name=$1 port=$2
     local -a cmd
     case $name in
     memcached)
@@ -147,7 +123,7 @@ start_server() {
         [ "$(id -u)" = 0 ] && cmd+=(-u nobody)
         ;;
     tiercached)
-        rm -f "$pool_file"
+        rm -f "$pool_file" "$pool_file.meta"
         # shellcheck disable=SC2206
         cmd=("$TIERCACHED" -p "$port" -U 0 -l 127.0.0.1 -t 2 -m "$MEM_MB"
             -e "$pool_file" $TC_ARGS)
@@ -157,17 +133,7 @@ start_server() {
     echo "# start: ${cmd[*]}" >>"$out"
     "${cmd[@]}" >>"$out_dir/capacity-$stamp.server.log" 2>&1 &
     srv_pid=$!
-    for _ in $(seq 1 100); do
-        if ! kill -0 "$srv_pid" 2>/dev/null; then
-            wait "$srv_pid" 2>/dev/null
-            srv_pid=""
-            return 1
-        fi
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.1
-    done
+    srv_wait_ready "$port" && return 0
     stop_server
     return 1
 }
@@ -238,12 +204,6 @@ print("RESULT sent=%d items=%s evictions=%s bytes=%s hash_bytes=%s "
        st.get("tc_dram_index_bytes", "0"), st.get("tc_dram_meta_bytes", "0"),
        chunk))
 EOF
-}
-
-kv() { # RESULT line, key -> value or "-"
-    local v
-    v=$(printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1)
-    printf '%s\n' "${v:--}"
 }
 
 log "# compare_capacity.sh $(date -u '+%Y-%m-%d %H:%M') UTC, -m $MEM_MB," \

@@ -69,6 +69,7 @@ set -u -o pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root" || exit 1
+. perf/lib.sh
 
 only=""
 while [ $# -gt 0 ]; do
@@ -127,11 +128,9 @@ mkdir -p "$out_dir/bin"
 stamp=$(date -u +%Y%m%d-%H%M%S)
 out=$out_dir/ext-$stamp.txt
 : >"$out"
-log() { printf '%s\n' "$*" | tee -a "$out"; }
 
 LOADGEN=$out_dir/bin/bench_loadgen
-if ! gcc -std=c11 -D_GNU_SOURCE -I. -O2 -g -Wall -Wextra perf/loadgen/*.c \
-    -o "$LOADGEN" -lpthread -lm >>"$out_dir/build.log" 2>&1; then
+if ! build_loadgen "$LOADGEN"; then
     echo "compare_extstore.sh: bench_loadgen did not build" >&2
     exit 1
 fi
@@ -149,18 +148,8 @@ ext_file=$EXT_DIR/tc-ext-bench-$$.nvs
 pool_file=/dev/shm/tc-ext-bench-$$.pool
 
 stop_server() {
-    local _
-    if [ -n "$srv_pid" ]; then
-        kill -TERM "$srv_pid" 2>/dev/null
-        for _ in $(seq 1 100); do
-            kill -0 "$srv_pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$srv_pid" 2>/dev/null
-        wait "$srv_pid" 2>/dev/null
-        srv_pid=""
-    fi
-    rm -f "$ext_file" "$pool_file"
+    srv_stop 100
+    rm -f "$ext_file" "$pool_file" "$pool_file.meta"
     # the pool file's tmpfs pages and the flash file's page cache stay
     # charged to the cgroup until they are gone: drop them between runs
     if [ -n "$cg_dir" ]; then
@@ -171,15 +160,6 @@ stop_server() {
 }
 trap 'stop_server; exit 130' INT TERM
 trap 'stop_server; [ -n "$cg_dir" ] && rmdir "$cg_dir" 2>/dev/null' EXIT
-
-port_busy() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
-pick_port() {
-    local p
-    for p in $(seq "$PORT_BASE" $((PORT_BASE + 99))); do
-        port_busy "$p" || { echo "$p"; return 0; }
-    done
-    return 1
-}
 
 # WORKER_SCHED for memcached, from outside: what tiercached's
 # -o pin_workers,worker_slice_us do to its own workers (src/server/server.c).
@@ -205,9 +185,9 @@ if libc.syscall(314, int(sys.argv[1]), a, 0) != 0:  # SYS_sched_setattr
 }
 
 start_server() { # name port
-    local name=$1 port=$2 _
+    local name=$1 port=$2
     local -a cmd
-    rm -f "$ext_file" "$pool_file"
+    rm -f "$ext_file" "$pool_file" "$pool_file.meta"
     case $name in
     memcached)
         # memcached wants ext_page_size before ext_path
@@ -235,46 +215,13 @@ start_server() { # name port
     fi
     "${cmd[@]}" >>"$out_dir/ext-$stamp.server.log" 2>&1 &
     srv_pid=$!
-    for _ in $(seq 1 100); do
-        kill -0 "$srv_pid" 2>/dev/null || { srv_pid=""; return 1; }
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            [ "$WORKER_SCHED" = 1 ] && [ "$name" = memcached ] &&
-                sched_mc_workers "$srv_pid"
-            return 0
-        fi
-        sleep 0.1
-    done
+    if srv_wait_ready "$port"; then
+        [ "$WORKER_SCHED" = 1 ] && [ "$name" = memcached ] &&
+            sched_mc_workers "$srv_pid"
+        return 0
+    fi
     stop_server
     return 1
-}
-
-kv() {
-    local v
-    v=$(printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1)
-    printf '%s\n' "${v:--}"
-}
-
-ratio() {
-    awk -v a="$1" -v b="$2" 'BEGIN {
-        if (a == "-" || b == "-" || a + 0 == 0) print "-";
-        else printf "%.2f\n", b / a }'
-}
-
-# "stats" figures of the running server: name... -> "name=value ..."
-server_stats() {
-    local port=$1
-    shift
-    exec 3<>"/dev/tcp/127.0.0.1/$port" || return
-    printf 'stats\r\n' >&3
-    local line names=" $* " res=""
-    while IFS= read -r -t 5 line <&3; do
-        line=${line%$'\r'}
-        [ "$line" = END ] && break
-        set -- $line
-        case $names in *" $2 "*) res="$res $2=$3" ;; esac
-    done
-    exec 3<&-
-    printf '%s\n' "$res"
 }
 
 declare -A R S MIX

@@ -52,6 +52,7 @@ set -u -o pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root" || exit 1
+. perf/lib.sh
 
 quick=0
 use_perf=0
@@ -107,7 +108,6 @@ mkdir -p "$out_dir/bin"
 stamp=$(date -u +%Y%m%d-%H%M%S)
 out=$out_dir/net-$stamp.txt
 : >"$out"
-log() { printf '%s\n' "$*" | tee -a "$out"; }
 
 # name|value size|pipeline|multiget
 WORKLOADS="100B-p1|100|1|1
@@ -121,9 +121,7 @@ WORKLOADS="100B-p1|100|1|1
 if [ -z "${LOADGEN:-}" ]; then
     # Self-contained: built alone, so a half-edited library cannot stop it.
     LOADGEN=$out_dir/bin/bench_loadgen
-    if ! gcc -std=c11 -D_GNU_SOURCE -I. -O2 -g -Wall -Wextra \
-        perf/loadgen/*.c -o "$LOADGEN" -lpthread -lm \
-        >>"$out_dir/build.log" 2>&1; then
+    if ! build_loadgen "$LOADGEN"; then
         echo "compare_memcached.sh: bench_loadgen did not build" \
             "(see $out_dir/build.log)" >&2
         exit 1
@@ -147,46 +145,24 @@ pool_file=$POOL_DIR/tiercache-net-$$.pool
 perf_pids=""
 
 stop_server() {
-    local _
+    local p
     for p in $perf_pids; do
         kill -INT "$p" 2>/dev/null
         wait "$p" 2>/dev/null
     done
     perf_pids=""
     [ -n "$srv_pid" ] || return 0
-    kill -TERM "$srv_pid" 2>/dev/null
-    for _ in $(seq 1 50); do
-        kill -0 "$srv_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$srv_pid" 2>/dev/null; then
-        log "# server $srv_pid did not stop on SIGTERM in 5 s: SIGKILL"
-        kill -KILL "$srv_pid" 2>/dev/null
-    fi
-    wait "$srv_pid" 2>/dev/null
-    srv_pid=""
-    rm -f "$pool_file"
+    srv_stop 50
+    rm -f "$pool_file" "$pool_file.meta"
 }
 trap 'stop_server; exit 130' INT TERM
 trap 'stop_server' EXIT
 
-port_busy() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
-
 next_port=$PORT_BASE
-pick_port() { # -> port on stdout, or nothing
-    local p
-    for p in $(seq "$next_port" $((PORT_BASE + 99))); do
-        if ! port_busy "$p"; then
-            echo "$p"
-            return 0
-        fi
-    done
-    return 1
-}
 
 # start_server name port: sets srv_pid; 0 when it accepts connections.
 start_server() {
-    local name=$1 port=$2 _
+    local name=$1 port=$2
     local -a cmd
     case $name in
     memcached)
@@ -196,7 +172,7 @@ start_server() {
         [ "$(id -u)" = 0 ] && cmd+=(-u nobody)
         ;;
     tiercached | tc-uring)
-        rm -f "$pool_file"
+        rm -f "$pool_file" "$pool_file.meta"
         cmd=("$TIERCACHED" -p "$port" -l 127.0.0.1 -t "$SERVER_THREADS"
             -m "$MEM_MB" -c 1024 -e "$pool_file")
         if [ "$name" = tc-uring ]; then
@@ -211,31 +187,9 @@ start_server() {
     echo "# start: ${cmd[*]}" >>"$out"
     "${cmd[@]}" >>"$out_dir/net-$stamp.server.log" 2>&1 &
     srv_pid=$!
-    for _ in $(seq 1 100); do
-        if ! kill -0 "$srv_pid" 2>/dev/null; then
-            wait "$srv_pid" 2>/dev/null
-            srv_pid=""
-            return 1
-        fi
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.1
-    done
+    srv_wait_ready "$port" && return 0
     stop_server
     return 1
-}
-
-kv() { # RESULT line, key -> value or "-"
-    local v
-    v=$(printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1)
-    printf '%s\n' "${v:--}"
-}
-
-ratio() { # a b -> b/a to 2 decimals, or "-"
-    awk -v a="$1" -v b="$2" 'BEGIN {
-        if (a == "-" || b == "-" || a + 0 == 0) print "-";
-        else printf "%.2f\n", b / a }'
 }
 
 declare -A R # R[workload,server] = RESULT line

@@ -3,7 +3,7 @@
  * Seeded randomness for the unit tests: rng_next (xorshift64*) for all of
  * them (engine_fx.h and test_stress include it too, with their own
  * TC_TEST_SEED seeds); the allocator tests' seed (test_pool, test_quota,
- * test_slab: TC_SEED fixes it, CHECK_SEED prints it on a failure).
+ * test_slab_take: TC_SEED fixes it, CHECK_SEED prints it on a failure).
  * Include after <cmocka.h>.
  */
 #include <stdint.h>

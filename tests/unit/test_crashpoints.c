@@ -242,6 +242,16 @@ crash_rounds(struct fx *f, work_fn *work, const char *point, unsigned max,
     }
 }
 
+/* A race's child, which ends at its own crash point (the work's hooks);
+ * the caller judges the pool it left. */
+static void
+race_run(struct fx *f, work_fn *work)
+{
+    truth_reset();
+    int st = run_child(f, work, NULL, 0, 1);
+    assert_int_equal(st, CRASHED);
+}
+
 /* ------------------------------------------------------------- the work */
 
 static unsigned
@@ -364,6 +374,20 @@ static const bool points_compiled = false;
 crashpoint_fn crashpoint_hook; /* unused: the points are compiled out */
 #endif
 
+/* A 16 MiB pool with a 1 MiB DRAM hot pool that takes a key written ten
+ * times a second, the write tracker sampling every write over one-second
+ * windows and keeping hotkey_k keys. */
+static void
+hot_cfg(struct fx *f, uint32_t hotkey_k)
+{
+    f->cfg.pool_size = 16 * MIB;
+    f->cfg.hot_pool_size = 1 * MIB;
+    f->cfg.hot_write_rate = 10;
+    f->cfg.hotkey_window = 1;
+    f->cfg.hotkey_sample = 1;
+    f->cfg.hotkey_k = hotkey_k;
+}
+
 static void
 test_set(void **state)
 {
@@ -423,12 +447,7 @@ test_hot_pool(void **state)
 {
     SKIP_WITHOUT_POINTS();
     struct fx *f = *state;
-    f->cfg.pool_size = 16 * MIB;
-    f->cfg.hot_pool_size = 1 * MIB;
-    f->cfg.hot_write_rate = 10;
-    f->cfg.hotkey_window = 1;
-    f->cfg.hotkey_sample = 1;
-    f->cfg.hotkey_k = 16;
+    hot_cfg(f, 16);
     crash_rounds(f, hot_work, "set.published", 1500, 6);
     crash_rounds(f, hot_work, "hot.demote", 8, 4);
     crash_rounds(f, hot_work, "hot.demote.published", 8, 2);
@@ -464,6 +483,21 @@ flash_cfg(struct fx *f, char *ext, uint32_t recache_rate)
     unlink(ext);
 }
 
+/* Every key set with a 16,000-byte value, all of it on flash. The writer
+ * is drained now and then: a spill finding it busy evicts, and a loaded
+ * machine would leave too little on flash to compact. Then every buffer
+ * goes to flash: full segments, whatever the writer's pace. */
+static void
+fill_flash(struct fx *f)
+{
+    for (unsigned i = 0; i < NK; i++) {
+        assert_int_equal(set_gen(f->c, i, 16000), TC_OK);
+        if (i % 32 == 31)
+            assert_int_equal(nvs_flush(((struct cache *)f->c)->nvs), 0);
+    }
+    assert_int_equal(nvs_flush(((struct cache *)f->c)->nvs), 0);
+}
+
 /* Flash segments mostly deleted, a few values read (compaction keeps the
  * read ones, writing each a new header in the pool before the old one
  * goes). */
@@ -472,15 +506,7 @@ compact_work(struct fx *f, uint64_t *rng)
 {
     static unsigned char buf[VMAX];
     assert_int_equal(fx_open(f), 0);
-    /* the writer drained now and then: a spill finding it busy evicts, and
-     * a loaded machine would leave too little on flash to compact */
-    for (unsigned i = 0; i < NK; i++) {
-        assert_int_equal(set_gen(f->c, i, 16000), TC_OK);
-        if (i % 32 == 31)
-            assert_int_equal(nvs_flush(((struct cache *)f->c)->nvs), 0);
-    }
-    /* every buffer on flash: full segments, whatever the writer's pace */
-    assert_int_equal(nvs_flush(((struct cache *)f->c)->nvs), 0);
+    fill_flash(f);
     for (unsigned i = 0; i < NK * 3 / 4; i++) {
         char k[16];
         struct got g;
@@ -519,16 +545,40 @@ static _Thread_local int role; /* 1: the client, 2: the mover */
 static sem_t client_written, mover_copied, client_acked;
 static pthread_t client_th; /* joined before the crash (TSan: no leak) */
 
+/* The client, at its point, lets the mover go and waits until the mover
+ * reached its own; the mover, there, waits until the client answered and
+ * joins it. */
+static void
+client_meets_mover(void)
+{
+    sem_post(&client_written);
+    sem_wait(&mover_copied);
+}
+
+static void
+mover_meets_client(void)
+{
+    sem_post(&mover_copied);
+    sem_wait(&client_acked);
+    pthread_join(client_th, NULL);
+}
+
+/* The semaphores of one race, in the child. */
+static void
+race_sems_init(void)
+{
+    sem_init(&client_written, 0, 0);
+    sem_init(&mover_copied, 0, 0);
+    sem_init(&client_acked, 0, 0);
+}
+
 static void
 race_hook(const char *name)
 {
     if (role == 1 && strcmp(name, "set.written") == 0) {
-        sem_post(&client_written);
-        sem_wait(&mover_copied);
+        client_meets_mover();
     } else if (role == 2 && strcmp(name, "move.copied") == 0) {
-        sem_post(&mover_copied);
-        sem_wait(&client_acked);
-        pthread_join(client_th, NULL);
+        mover_meets_client();
         _exit(CRASHED);
     }
 }
@@ -595,9 +645,7 @@ race_work(struct fx *f, uint64_t *rng)
         assert_true(hk[0].klen == 7 && memcmp(hk[0].key, "cp00000", 7) == 0);
         assert_true(hk[0].write_rate >= 10 && !hk[0].in_dram);
     }
-    sem_init(&client_written, 0, 0);
-    sem_init(&mover_copied, 0, 0);
-    sem_init(&client_acked, 0, 0);
+    race_sems_init();
     __atomic_store_n(&crashpoint_hook, race_hook, __ATOMIC_RELAXED);
     assert_int_equal(pthread_create(&client_th, NULL, race_client, f), 0);
     sem_wait(&client_written);
@@ -612,12 +660,9 @@ static void
 race_hot_hook(const char *name)
 {
     if (role == 1 && strcmp(name, "set.written") == 0) {
-        sem_post(&client_written);
-        sem_wait(&mover_copied);
+        client_meets_mover();
     } else if (role == 2 && strcmp(name, "hot.demote") == 0) {
-        sem_post(&mover_copied);
-        sem_wait(&client_acked);
-        pthread_join(client_th, NULL);
+        mover_meets_client();
         _exit(CRASHED);
     }
 }
@@ -631,12 +676,9 @@ static void
 race_hot_published_hook(const char *name)
 {
     if (role == 1 && strcmp(name, "set.written") == 0) {
-        sem_post(&client_written);
-        sem_wait(&mover_copied);
+        client_meets_mover();
     } else if (role == 2 && strcmp(name, "hot.demote.published") == 0) {
-        sem_post(&mover_copied);
-        sem_wait(&client_acked);
-        pthread_join(client_th, NULL);
+        mover_meets_client();
         hot_published_met = true;
     }
 }
@@ -655,9 +697,7 @@ race_hot_work(struct fx *f, uint64_t *rng)
     assert_int_equal(set_gen(f->c, 0, 0), TC_OK); /* in DRAM */
     assert_true(stats(f->c).hotkey_current == 1);
     tc_set_hot_write_rate(f->c, 1000000000);
-    sem_init(&client_written, 0, 0);
-    sem_init(&mover_copied, 0, 0);
-    sem_init(&client_acked, 0, 0);
+    race_sems_init();
     __atomic_store_n(&crashpoint_hook, race_hot_fn, __ATOMIC_RELAXED);
     assert_int_equal(pthread_create(&client_th, NULL, race_client_any, f), 0);
     sem_wait(&client_written);
@@ -680,16 +720,9 @@ test_demote_against_set(void **state)
 {
     SKIP_WITHOUT_POINTS();
     struct fx *f = *state;
-    f->cfg.pool_size = 16 * MIB;
-    f->cfg.hot_pool_size = 1 * MIB;
-    f->cfg.hot_write_rate = 10;
-    f->cfg.hotkey_window = 1;
-    f->cfg.hotkey_sample = 1;
-    f->cfg.hotkey_k = 16;
-    truth_reset();
+    hot_cfg(f, 16);
     race_hot_fn = race_hot_hook;
-    int st = run_child(f, race_hot_work, NULL, 0, 1);
-    assert_int_equal(st, CRASHED);
+    race_run(f, race_hot_work);
     reopen_judge(f, "demote-vs-set");
 }
 
@@ -700,16 +733,9 @@ test_demote_published_against_set(void **state)
 {
     SKIP_WITHOUT_POINTS();
     struct fx *f = *state;
-    f->cfg.pool_size = 16 * MIB;
-    f->cfg.hot_pool_size = 1 * MIB;
-    f->cfg.hot_write_rate = 10;
-    f->cfg.hotkey_window = 1;
-    f->cfg.hotkey_sample = 1;
-    f->cfg.hotkey_k = 16;
-    truth_reset();
+    hot_cfg(f, 16);
     race_hot_fn = race_hot_published_hook;
-    int st = run_child(f, race_hot_work, NULL, 0, 1);
-    assert_int_equal(st, CRASHED);
+    race_run(f, race_hot_work);
     struct verdict v = reopen_judge(f, "demote-published");
     assert_int_equal(v.live, 0); /* key 0's value was in DRAM */
 }
@@ -724,12 +750,9 @@ race_recache_hook(const char *name)
     if (strcmp(name, "set.written") != 0)
         return;
     if (role == 1) {
-        sem_post(&client_written);
-        sem_wait(&mover_copied);
+        client_meets_mover();
     } else if (role == 2) {
-        sem_post(&mover_copied);
-        sem_wait(&client_acked);
-        pthread_join(client_th, NULL);
+        mover_meets_client();
         _exit(CRASHED);
     }
 }
@@ -755,14 +778,11 @@ key0_where(struct tc_cache *c)
     return where;
 }
 
+/* Key 0 first, then more than the pool holds: key 0 spills to flash
+ * (unless the writer was busy and it was evicted: again). */
 static void
-race_recache_work(struct fx *f, uint64_t *rng)
+key0_to_flash(struct fx *f)
 {
-    (void)rng;
-    static unsigned char buf[VMAX];
-    assert_int_equal(fx_open(f), 0);
-    /* key 0 first, then more than the pool holds: key 0 spills to flash
-     * (unless the writer was busy and it was evicted: again) */
     for (int round = 0; round < 8 && key0_where(f->c) != 1; round++) {
         assert_int_equal(set_gen(f->c, 0, 4000), TC_OK);
         for (unsigned i = 1; i < NK; i++)
@@ -770,12 +790,19 @@ race_recache_work(struct fx *f, uint64_t *rng)
     }
     if (key0_where(f->c) != 1)
         fail_msg("key 0 never went to flash");
+}
+
+static void
+race_recache_work(struct fx *f, uint64_t *rng)
+{
+    (void)rng;
+    static unsigned char buf[VMAX];
+    assert_int_equal(fx_open(f), 0);
+    key0_to_flash(f);
     char k[16];
     struct got g;
     key_of(k, 0);
-    sem_init(&client_written, 0, 0);
-    sem_init(&mover_copied, 0, 0);
-    sem_init(&client_acked, 0, 0);
+    race_sems_init();
     __atomic_store_n(&crashpoint_hook, race_recache_hook, __ATOMIC_RELAXED);
     assert_int_equal(pthread_create(&client_th, NULL, race_client_any, f), 0);
     sem_wait(&client_written);
@@ -792,10 +819,8 @@ test_recache_against_set(void **state)
     struct fx *f = *state;
     char ext[192];
     flash_cfg(f, ext, 1);
-    truth_reset();
     unlink(ext);
-    int st = run_child(f, race_recache_work, NULL, 0, 1);
-    assert_int_equal(st, CRASHED);
+    race_run(f, race_recache_work);
     f->cfg.ext_recache_rate = 0; /* the judge's reads evict nothing */
     reopen_judge(f, "recache-vs-set");
     unlink(ext);
@@ -811,9 +836,7 @@ static void
 race_recache_delete_hook(const char *name)
 {
     if (role == 2 && strcmp(name, "set.written") == 0) {
-        sem_post(&mover_copied);
-        sem_wait(&client_acked);
-        pthread_join(client_th, NULL);
+        mover_meets_client();
         _exit(CRASHED);
     }
 }
@@ -834,18 +857,11 @@ race_recache_delete_work(struct fx *f, uint64_t *rng)
     (void)rng;
     static unsigned char buf[VMAX];
     assert_int_equal(fx_open(f), 0);
-    for (int round = 0; round < 8 && key0_where(f->c) != 1; round++) {
-        assert_int_equal(set_gen(f->c, 0, 4000), TC_OK);
-        for (unsigned i = 1; i < NK; i++)
-            assert_int_equal(set_gen(f->c, i, 4000), TC_OK);
-    }
-    if (key0_where(f->c) != 1)
-        fail_msg("key 0 never went to flash");
+    key0_to_flash(f);
     char k[16];
     struct got g;
     key_of(k, 0);
-    sem_init(&mover_copied, 0, 0);
-    sem_init(&client_acked, 0, 0);
+    race_sems_init();
     __atomic_store_n(&crashpoint_hook, race_recache_delete_hook,
                      __ATOMIC_RELAXED);
     assert_int_equal(pthread_create(&client_th, NULL, race_delete_client, f),
@@ -863,10 +879,8 @@ test_recache_against_delete(void **state)
     struct fx *f = *state;
     char ext[192];
     flash_cfg(f, ext, 1);
-    truth_reset();
     unlink(ext);
-    int st = run_child(f, race_recache_delete_work, NULL, 0, 1);
-    assert_int_equal(st, CRASHED);
+    race_run(f, race_recache_delete_work);
     f->cfg.ext_recache_rate = 0; /* the judge's reads evict nothing */
     reopen_judge(f, "recache-vs-del");
     unlink(ext);
@@ -886,9 +900,7 @@ static void
 race_swap_hook(const char *name)
 {
     if (role == 2 && strcmp(name, swap_point) == 0) {
-        sem_post(&mover_copied);
-        sem_wait(&client_acked);
-        pthread_join(client_th, NULL);
+        mover_meets_client();
         _exit(CRASHED);
     }
 }
@@ -908,8 +920,7 @@ static void
 race_swap_start(struct fx *f, const char *point)
 {
     swap_point = point;
-    sem_init(&mover_copied, 0, 0);
-    sem_init(&client_acked, 0, 0);
+    race_sems_init();
     __atomic_store_n(&crashpoint_hook, race_swap_hook, __ATOMIC_RELAXED);
     assert_int_equal(pthread_create(&client_th, NULL, race_swap_client, f), 0);
     role = 2;
@@ -938,13 +949,7 @@ race_compact_work(struct fx *f, uint64_t *rng)
     (void)rng;
     static unsigned char buf[VMAX];
     assert_int_equal(fx_open(f), 0);
-    /* the writer drained now and then: a spill finding it busy evicts */
-    for (unsigned i = 0; i < NK; i++) {
-        assert_int_equal(set_gen(f->c, i, 16000), TC_OK);
-        if (i % 32 == 31)
-            assert_int_equal(nvs_flush(((struct cache *)f->c)->nvs), 0);
-    }
-    assert_int_equal(nvs_flush(((struct cache *)f->c)->nvs), 0);
+    fill_flash(f);
     unsigned n = 0;
     for (unsigned i = 0; i < NK * 3 / 4; i++) {
         char k[16];
@@ -976,10 +981,8 @@ test_spill_against_delete(void **state)
     struct fx *f = *state;
     char ext[192];
     flash_cfg(f, ext, 0);
-    truth_reset();
     unlink(ext);
-    int st = run_child(f, race_spill_work, NULL, 0, 1);
-    assert_int_equal(st, CRASHED);
+    race_run(f, race_spill_work);
     reopen_judge(f, "spill-vs-del");
     unlink(ext);
 }
@@ -991,10 +994,8 @@ test_compaction_against_delete(void **state)
     struct fx *f = *state;
     char ext[192];
     flash_cfg(f, ext, 0);
-    truth_reset();
     unlink(ext);
-    int st = run_child(f, race_compact_work, NULL, 0, 1);
-    assert_int_equal(st, CRASHED);
+    race_run(f, race_compact_work);
     reopen_judge(f, "compact-vs-del");
     unlink(ext);
 }
@@ -1005,10 +1006,8 @@ test_move_against_set(void **state)
     SKIP_WITHOUT_POINTS();
     struct fx *f = *state;
     f->cfg.pool_size = 16 * MIB;
-    truth_reset();
     race_promote = false;
-    int st = run_child(f, race_work, NULL, 0, 1);
-    assert_int_equal(st, CRASHED);
+    race_run(f, race_work);
     assert_int_equal(T->acked[0] > 1, true);
     reopen_judge(f, "move-vs-set");
 }
@@ -1021,17 +1020,10 @@ test_move_against_promotion(void **state)
 {
     SKIP_WITHOUT_POINTS();
     struct fx *f = *state;
-    f->cfg.pool_size = 16 * MIB;
-    f->cfg.hot_pool_size = 1 * MIB;
-    f->cfg.hot_write_rate = 10;
-    f->cfg.hotkey_window = 1;
-    f->cfg.hotkey_sample = 1;
-    f->cfg.hotkey_k = 1024; /* key 0 stays among the setup's keys */
-    truth_reset();
+    hot_cfg(f, 1024); /* key 0 stays among the setup's keys */
     race_promote = true;
-    int st = run_child(f, race_work, NULL, 0, 1);
+    race_run(f, race_work);
     race_promote = false;
-    assert_int_equal(st, CRASHED);
     struct verdict v = reopen_judge(f, "move-vs-promote");
     assert_true(v.live > 0);
 }

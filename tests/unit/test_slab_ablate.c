@@ -5,7 +5,7 @@
  * through the hook, which here stores into the malloc'd "pool" and counts),
  * the header's chunks are never handed out, and the mirror agrees with the
  * slab's own counts; with format_in_lock, the format hook runs with the class
- * lock held. (A separate file: test_slab.c is near the size limit.)
+ * lock held.
  *
  * Randomised tests take their seed from TC_SEED if set, else from the clock,
  * and print it when they fail.

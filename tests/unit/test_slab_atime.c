@@ -6,7 +6,7 @@
  * other, also under concurrency), and slab_touch / slab_fresh (the engine's
  * one-call read hit and store). The threaded tests run under TSan with the
  * rest of the unit suite. Split from test_slab.c, which tests the allocator
- * itself.
+ * itself, and shares their fixture (slab_fx.h).
  */
 #include "alloc/slab.h"
 
@@ -23,57 +23,7 @@
 
 #include <cmocka.h>
 
-struct fixture {
-    char *mem;
-    struct pool *pool;
-    struct slab *slab;
-};
-
-/* npages pages, classes 64 << i (factor 2). */
-static struct fixture *
-fixture_new(uint32_t npages)
-{
-    struct fixture *f = calloc(1, sizeof(*f));
-    struct slab_config cfg = {
-        .min_chunk = 64,
-        .growth_factor = 2.0,
-        .chunk_max = POOL_PAGE_SIZE,
-    };
-    uint64_t len = (uint64_t)npages * POOL_PAGE_SIZE;
-
-    assert_non_null(f);
-    f->mem = aligned_alloc(POOL_PAGE_SIZE, len);
-    assert_non_null(f->mem);
-    assert_int_equal(pool_create(f->mem, len, 0, &f->pool), 0);
-    assert_int_equal(slab_create(&cfg, f->pool, &f->slab), 0);
-    return f;
-}
-
-static int
-teardown(void **state)
-{
-    struct fixture *f = *state;
-
-    if (f != NULL) {
-        slab_destroy(f->slab);
-        pool_destroy(f->pool);
-        free(f->mem);
-        free(f);
-    }
-    *state = NULL;
-    return 0;
-}
-
-/* Take one chunk of class cls. */
-static uint64_t
-take1(struct fixture *f, unsigned cls)
-{
-    uint64_t off = UINT64_MAX;
-
-    assert_int_equal(slab_take(f->slab, cls, &off, 1), 1);
-    assert_int_equal(slab_class_of(f->slab, off), cls);
-    return off;
-}
+#include "slab_fx.h"
 
 static void
 test_atime(void **state)
