@@ -257,14 +257,17 @@ struct result {
     double dev_avg_us, dev_p99_us; /* submit -> completion */
     uint64_t errors;
     double usr_us, sys_us; /* the reading thread's CPU per read */
+    double ctx;            /* its context switches per read */
 };
 
-/* The calling thread's user and system CPU time, ns. */
+/* The calling thread's user and system CPU time, ns, and its context
+ * switches (voluntary: it slept; involuntary: it was preempted). */
 static void
-thread_cpu(uint64_t *usr, uint64_t *sys)
+thread_cpu(uint64_t *usr, uint64_t *sys, uint64_t *ctx)
 {
     struct rusage ru;
     getrusage(RUSAGE_THREAD, &ru);
+    *ctx = (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
     *usr = (uint64_t)ru.ru_utime.tv_sec * 1000000000ull +
            (uint64_t)ru.ru_utime.tv_usec * 1000ull;
     *sys = (uint64_t)ru.ru_stime.tv_sec * 1000000000ull +
@@ -293,8 +296,8 @@ run_reads(struct bench *b, unsigned depth, unsigned batch)
     }
     struct devstat d0, d1;
     bool have_dev = dev_stat(b->o.path, &d0);
-    uint64_t cu0, cs0, cu1, cs1;
-    thread_cpu(&cu0, &cs0);
+    uint64_t cu0, cs0, cx0, cu1, cs1, cx1;
+    thread_cpu(&cu0, &cs0, &cx0);
     uint64_t t0 = clock_nsec(), end = t0 + (uint64_t)(b->o.seconds * 1e9);
     for (unsigned i = 0; i < depth; i++)
         freeq[nfree++] = &q[i];
@@ -332,12 +335,13 @@ run_reads(struct bench *b, unsigned depth, unsigned batch)
         }
     }
     double secs = (double)(now - t0) / 1e9;
-    thread_cpu(&cu1, &cs1);
+    thread_cpu(&cu1, &cs1, &cx1);
     nvs_ring_destroy(r);
     res.iops = (double)n / secs;
     if (n > 0) {
         res.usr_us = (double)(cu1 - cu0) / 1e3 / (double)n;
         res.sys_us = (double)(cs1 - cs0) / 1e3 / (double)n;
+        res.ctx = (double)(cx1 - cx0) / (double)n;
     }
     res.dev = (struct devside){-1, -1, -1};
     if (have_dev && dev_stat(b->o.path, &d1))
@@ -393,7 +397,8 @@ run_fio(struct bench *b, unsigned depth)
             if (*f == ';')
                 runtime_ms = strtod(f + 1, NULL);
         }
-        /* terse v3: fields 88 and 89 are usr_cpu and sys_cpu (%) */
+        /* terse v3: fields 88, 89 and 90 are usr_cpu and sys_cpu (%) and
+         * the job's context switches */
         for (int i = 8; i < 88 && f != NULL; i++) {
             f = strchr(f, ';');
             if (f != NULL)
@@ -402,8 +407,12 @@ run_fio(struct bench *b, unsigned depth)
         if (f != NULL && res.iops > 0) {
             res.usr_us = strtod(f, &f) / 100.0 / res.iops * 1e6;
             f = strchr(f, ';');
-            if (f != NULL)
-                res.sys_us = strtod(f + 1, NULL) / 100.0 / res.iops * 1e6;
+            if (f != NULL) {
+                res.sys_us = strtod(f + 1, &f) / 100.0 / res.iops * 1e6;
+                f = strchr(f, ';'); /* past the '%' */
+            }
+            if (f != NULL && runtime_ms > 0)
+                res.ctx = strtod(f + 1, NULL) / (res.iops * runtime_ms / 1e3);
         }
     }
     if (pclose(p) != 0) {
@@ -574,15 +583,16 @@ main(int argc, char **argv)
         printf("  rounds (IOPS, store/fio):");
         for (unsigned k = 0; k < o->rounds; k++)
             printf(" %.0f/%.0f", xs[k], fs[k]);
-        printf("\n");
+        printf("; context switches per read %.3f/%.3f\n", x.ctx, y.ctx);
         printf("RESULT bench=nvs vlen=%u depth=%u store_iops=%.0f "
                "fio_iops=%.0f ratio=%.3f dev_bytes_per_read=%.0f "
                "store_usr_us=%.2f store_sys_us=%.2f fio_usr_us=%.2f "
                "fio_sys_us=%.2f store_dev_reads_per_op=%.3f "
-               "fio_dev_reads_per_op=%.3f store_aqu=%.1f fio_aqu=%.1f\n",
+               "fio_dev_reads_per_op=%.3f store_aqu=%.1f fio_aqu=%.1f "
+               "store_ctx_per_read=%.3f fio_ctx_per_read=%.3f\n",
                o->vlen, d, x.iops, f, f > 0 ? x.iops / f : 0, x.dev.bytes,
                x_usr, x_sys, f_usr, f_sys, x.dev.rd_per_op, y.dev.rd_per_op,
-               x.dev.aqu, y.dev.aqu);
+               x.dev.aqu, y.dev.aqu, x.ctx, y.ctx);
         fflush(stdout);
     }
 
