@@ -10,9 +10,14 @@
  *            reap in a loop: every completion is refilled at once), with
  *            the device's bytes per read (from /sys/dev/block/M:m/stat of
  *            the file's device: other I/O on it counts too), and,
- *            with --fio, fio on the same file and the same byte range
- *            right before it (ioengine=io_uring, direct=1, randread, 4k);
- *            IOPS for both and the ratio, and CPU per read for both, user
+ *            with --fio, fio on the same file right before it
+ *            (ioengine=io_uring, direct=1, randread, 4k) over the bytes
+ *            the records were written to (--fio-whole: all segments, the
+ *            never-written rest included, whose reads the file system
+ *            answers with zeros without any device I/O);
+ *            IOPS for both and the ratio, device reads per read and the
+ *            device's average queue depth (iostat's aqu-sz) for both,
+ *            and CPU per read for both, user
  *            and system (the reading thread's getrusage(RUSAGE_THREAD);
  *            fio's usr/sys percent over its IOPS), medians of the rounds
  *   batch    with --batch-depth reads kept in flight, new reads submitted
@@ -29,11 +34,13 @@
  * Usage: bench_nvs [--path FILE] [--size BYTES] [--seconds S] [--fio]
  *                  [--depths 1,8,32,128] [--rounds 3] [--batch-depth 32]
  *                  [--no-batch] [--vlen 4096]
- *                  [--no-uring] [--store-first]
+ *                  [--no-uring] [--store-first] [--fio-whole]
  *   defaults: $NVS_BENCH_PATH or /tmp/tc_bench_nvs.dat, 2 GiB, 3 s
  * The file is left in place (for fio) and removed with --cleanup.
  */
 #include "tier/nvs.h"
+#include "tier/nvs_int.h"    /* nvs_loc_foff(): the records' extent, for fio */
+#include "tier/nvs_layout.h" /* NVS_BLOCK */
 
 #include "src/base/clock.h"
 #include "src/base/err.h"
@@ -60,6 +67,7 @@ struct opts {
     double seconds;
     bool fio, batch, no_uring, cleanup;
     bool store_first; /* each round: the store, then fio */
+    bool fio_whole;   /* fio over all segments, as before */
     unsigned depths[8], ndepths;
     unsigned batch_depth;
     unsigned rounds;
@@ -71,7 +79,9 @@ struct bench {
     struct nvs *s;
     struct nvs_loc *loc;
     uint64_t nrec;
-    uint64_t span; /* bytes of the file the records cover */
+    uint64_t span;     /* bytes of the file's segments */
+    uint64_t fio_span; /* bytes from the file's start to the last record's
+                        * end: what fio reads (the rest was never written) */
     uint64_t rng;
 };
 
@@ -99,13 +109,21 @@ key_of(char *key, uint64_t i)
              (unsigned long long)(i % 1000000000000000ull));
 }
 
-/* Reads completed and bytes read by the device holding path, or false. */
+/* The block device's counters (/sys/dev/block/M:m/stat of the device
+ * holding the file; other I/O on it counts too): reads completed, bytes
+ * read, and the time_in_queue field (ms summed over the requests in
+ * flight: its growth over a stretch of time is iostat's aqu-sz, the queue
+ * depth the kernel saw at the device). */
+struct devstat {
+    uint64_t ios, bytes, queue_ms;
+};
+
 static bool
-dev_reads(const char *path, uint64_t *ios, uint64_t *bytes)
+dev_stat(const char *path, struct devstat *d)
 {
     struct stat st;
     char f[96];
-    unsigned long long r, rm, sec;
+    unsigned long long v[11];
 
     if (stat(path, &st) < 0)
         return false;
@@ -114,11 +132,33 @@ dev_reads(const char *path, uint64_t *ios, uint64_t *bytes)
     FILE *p = fopen(f, "r");
     if (p == NULL)
         return false;
-    bool ok = fscanf(p, "%llu %llu %llu", &r, &rm, &sec) == 3;
+    bool ok = true;
+    for (int i = 0; i < 11 && ok; i++)
+        ok = fscanf(p, "%llu", &v[i]) == 1;
     fclose(p);
-    *ios = r;
-    *bytes = sec * 512;
+    d->ios = v[0];
+    d->bytes = v[2] * 512;
+    d->queue_ms = v[10];
     return ok;
+}
+
+/* The device's side of a run of ops reads over secs seconds: device reads
+ * per op, bytes per device read, average queue depth (-1: unknown). */
+struct devside {
+    double rd_per_op, bytes, aqu;
+};
+
+static struct devside
+dev_side(const struct devstat *a, const struct devstat *z, double ops,
+         double secs)
+{
+    struct devside r = {-1, -1, -1};
+    if (z->ios <= a->ios || ops <= 0 || secs <= 0)
+        return r;
+    r.rd_per_op = (double)(z->ios - a->ios) / ops;
+    r.bytes = (double)(z->bytes - a->bytes) / (double)(z->ios - a->ios);
+    r.aqu = (double)(z->queue_ms - a->queue_ms) / 1e3 / secs;
+    return r;
 }
 
 static int
@@ -166,6 +206,15 @@ fill(struct bench *b)
         }
     }
     nvs_flush(b->s);
+    /* fio reads only blocks the records were written to: the file was
+     * fallocated whole, and a read of its never-written rest (unwritten
+     * extents) is answered with zeros by the file system without reaching
+     * the device, which made fio's reads look cheaper and faster than
+     * the store's by that fraction of the file */
+    uint64_t last = 0;
+    for (uint64_t i = 0; i < b->nrec; i++)
+        last = MAX(last, nvs_loc_foff(b->s, &b->loc[i]) + b->loc[i].vlen);
+    b->fio_span = ALIGN_UP(last, NVS_BLOCK);
     double secs = (double)(clock_nsec() - t0) / 1e9;
     struct nvs_stats st;
     nvs_get_stats(b->s, &st);
@@ -203,19 +252,22 @@ cmp_u64(const void *a, const void *b)
 
 struct result {
     double iops;
-    double dev_bytes;              /* device bytes per read, -1 unknown */
+    struct devside dev;            /* the device's side of the run */
     double avg_us, p99_us;         /* slot free -> completion */
     double dev_avg_us, dev_p99_us; /* submit -> completion */
     uint64_t errors;
     double usr_us, sys_us; /* the reading thread's CPU per read */
+    double ctx;            /* its context switches per read */
 };
 
-/* The calling thread's user and system CPU time, ns. */
+/* The calling thread's user and system CPU time, ns, and its context
+ * switches (voluntary: it slept; involuntary: it was preempted). */
 static void
-thread_cpu(uint64_t *usr, uint64_t *sys)
+thread_cpu(uint64_t *usr, uint64_t *sys, uint64_t *ctx)
 {
     struct rusage ru;
     getrusage(RUSAGE_THREAD, &ru);
+    *ctx = (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
     *usr = (uint64_t)ru.ru_utime.tv_sec * 1000000000ull +
            (uint64_t)ru.ru_utime.tv_usec * 1000ull;
     *sys = (uint64_t)ru.ru_stime.tv_sec * 1000000000ull +
@@ -242,10 +294,10 @@ run_reads(struct bench *b, unsigned depth, unsigned batch)
         fprintf(stderr, "bench_nvs: %s\n", err_msg());
         return res;
     }
-    uint64_t dio0, db0, dio1, db1;
-    bool have_dev = dev_reads(b->o.path, &dio0, &db0);
-    uint64_t cu0, cs0, cu1, cs1;
-    thread_cpu(&cu0, &cs0);
+    struct devstat d0, d1;
+    bool have_dev = dev_stat(b->o.path, &d0);
+    uint64_t cu0, cs0, cx0, cu1, cs1, cx1;
+    thread_cpu(&cu0, &cs0, &cx0);
     uint64_t t0 = clock_nsec(), end = t0 + (uint64_t)(b->o.seconds * 1e9);
     for (unsigned i = 0; i < depth; i++)
         freeq[nfree++] = &q[i];
@@ -283,16 +335,17 @@ run_reads(struct bench *b, unsigned depth, unsigned batch)
         }
     }
     double secs = (double)(now - t0) / 1e9;
-    thread_cpu(&cu1, &cs1);
+    thread_cpu(&cu1, &cs1, &cx1);
     nvs_ring_destroy(r);
     res.iops = (double)n / secs;
     if (n > 0) {
         res.usr_us = (double)(cu1 - cu0) / 1e3 / (double)n;
         res.sys_us = (double)(cs1 - cs0) / 1e3 / (double)n;
+        res.ctx = (double)(cx1 - cx0) / (double)n;
     }
-    res.dev_bytes = -1;
-    if (have_dev && dev_reads(b->o.path, &dio1, &db1) && dio1 > dio0)
-        res.dev_bytes = (double)(db1 - db0) / (double)(dio1 - dio0);
+    res.dev = (struct devside){-1, -1, -1};
+    if (have_dev && dev_stat(b->o.path, &d1))
+        res.dev = dev_side(&d0, &d1, (double)n, secs);
     if (ns > 0) {
         double sl = 0, sd = 0;
         for (uint64_t i = 0; i < ns; i++) {
@@ -309,49 +362,69 @@ run_reads(struct bench *b, unsigned depth, unsigned batch)
     return res;
 }
 
-/* fio's read IOPS on the same file and range (-1: fio failed), and its
- * job's user and system CPU per read (from its usr/sys percentages). */
-static double
-run_fio(struct bench *b, unsigned depth, double *usr_us, double *sys_us)
+/* fio on the same file and the records' byte range: its read IOPS (-1:
+ * fio failed), its job's user and system CPU per read (from its usr/sys
+ * percentages) and the device's side over its runtime. */
+static struct result
+run_fio(struct bench *b, unsigned depth)
 {
     char cmd[1024], line[8192];
-    double iops = -1;
+    struct result res = {.iops = -1, .dev = {-1, -1, -1}};
+    double runtime_ms = 0;
 
     snprintf(cmd, sizeof(cmd),
              "fio --name=nvs --filename=%s --ioengine=io_uring --direct=1 "
              "--rw=randread --bs=4k --iodepth=%u --size=%" PRIu64
              " --time_based --runtime=%.0f --readonly --invalidate=0 "
              "--randrepeat=0 --norandommap --minimal 2>/dev/null",
-             b->o.path, depth, b->span, b->o.seconds < 1 ? 1 : b->o.seconds);
+             b->o.path, depth, b->fio_span,
+             b->o.seconds < 1 ? 1 : b->o.seconds);
+    struct devstat d0, d1;
+    bool have_dev = dev_stat(b->o.path, &d0);
     FILE *p = popen(cmd, "r");
     if (p == NULL)
-        return -1;
+        return res;
     while (fgets(line, sizeof(line), p) != NULL) {
-        /* terse v3: field 8 is the read IOPS */
+        /* terse v3: field 8 is the read IOPS, 9 the read runtime (ms) */
         char *f = line;
         for (int i = 1; i < 8 && f != NULL; i++) {
             f = strchr(f, ';');
             if (f != NULL)
                 f++;
         }
-        if (f != NULL)
-            iops = strtod(f, NULL);
-        /* terse v3: fields 88 and 89 are usr_cpu and sys_cpu (%) */
+        if (f != NULL) {
+            res.iops = strtod(f, &f);
+            if (*f == ';')
+                runtime_ms = strtod(f + 1, NULL);
+        }
+        /* terse v3: fields 88, 89 and 90 are usr_cpu and sys_cpu (%) and
+         * the job's context switches */
         for (int i = 8; i < 88 && f != NULL; i++) {
             f = strchr(f, ';');
             if (f != NULL)
                 f++;
         }
-        if (f != NULL && iops > 0) {
-            *usr_us = strtod(f, &f) / 100.0 / iops * 1e6;
+        if (f != NULL && res.iops > 0) {
+            res.usr_us = strtod(f, &f) / 100.0 / res.iops * 1e6;
             f = strchr(f, ';');
-            if (f != NULL)
-                *sys_us = strtod(f + 1, NULL) / 100.0 / iops * 1e6;
+            if (f != NULL) {
+                res.sys_us = strtod(f + 1, &f) / 100.0 / res.iops * 1e6;
+                f = strchr(f, ';'); /* past the '%' */
+            }
+            if (f != NULL && runtime_ms > 0)
+                res.ctx = strtod(f + 1, NULL) / (res.iops * runtime_ms / 1e3);
         }
     }
-    if (pclose(p) != 0)
-        return -1;
-    return iops;
+    if (pclose(p) != 0) {
+        res.iops = -1;
+        return res;
+    }
+    /* fio's start and exit do no I/O on the file (--readonly
+     * --invalidate=0): its runtime is the stretch the device worked */
+    if (have_dev && dev_stat(b->o.path, &d1) && res.iops > 0)
+        res.dev =
+            dev_side(&d0, &d1, res.iops * runtime_ms / 1e3, runtime_ms / 1e3);
+    return res;
 }
 
 static double
@@ -420,6 +493,8 @@ main(int argc, char **argv)
             o->no_uring = true;
         else if (!strcmp(a, "--store-first"))
             o->store_first = true;
+        else if (!strcmp(a, "--fio-whole"))
+            o->fio_whole = true;
         else if (!strcmp(a, "--cleanup"))
             o->cleanup = true;
         else {
@@ -427,7 +502,8 @@ main(int argc, char **argv)
                     "usage: %s [--path FILE] [--size BYTES] "
                     "[--seconds S] [--fio] [--depths 1,8,32,128] "
                     "[--rounds N] [--batch-depth N] [--no-batch] [--vlen N] "
-                    "[--no-uring] [--store-first] [--cleanup]\n",
+                    "[--no-uring] [--store-first] [--fio-whole] "
+                    "[--cleanup]\n",
                     argv[0]);
             return 2;
         }
@@ -444,22 +520,32 @@ main(int argc, char **argv)
     if (fill(&b) < 0)
         return 1;
 
-    printf("\n%-6s %12s %12s %7s %9s %9s %9s %7s %15s %15s\n", "depth",
-           "store IOPS", "fio IOPS", "ratio", "dev avg", "dev p99", "B/read",
-           "errors", "store usr+sys", "fio usr+sys");
+    if (o->fio_whole)
+        b.fio_span = b.span; /* the old range, never-written rest included */
+    if (o->fio)
+        printf("fio reads bytes 0-%" PRIu64 " of the file (%s)\n", b.fio_span,
+               o->fio_whole ? "all segments, never-written ones included"
+                            : "up to the last record's end");
+    printf("\n%-6s %10s %10s %6s %9s %9s %7s %11s %11s %7s %15s %15s\n",
+           "depth", "store IOPS", "fio IOPS", "ratio", "dev avg", "dev p99",
+           "B/read", "devrd/op", "aqu-sz", "errors", "store usr+sys",
+           "fio usr+sys");
     for (unsigned i = 0; i < o->ndepths; i++) {
         unsigned d = o->depths[i];
         /* rounds of fio then store (--store-first: store then fio),
          * alternating; the medians are kept */
         double fs[16], xs[16], fu[16], fsy[16], xu[16], xsy[16];
-        struct result rs[16], x;
+        struct result rs[16], rf[16], x, y;
         for (unsigned k = 0; k < o->rounds; k++) {
-            fu[k] = fsy[k] = 0;
             if (o->store_first)
                 rs[k] = run_reads(&b, d, 1);
-            fs[k] = o->fio ? run_fio(&b, d, &fu[k], &fsy[k]) : -1;
+            rf[k] = o->fio ? run_fio(&b, d)
+                           : (struct result){.iops = -1, .dev = {-1, -1, -1}};
             if (!o->store_first)
                 rs[k] = run_reads(&b, d, 1);
+            fs[k] = rf[k].iops;
+            fu[k] = rf[k].usr_us;
+            fsy[k] = rf[k].sys_us;
             xs[k] = rs[k].iops;
             xu[k] = rs[k].usr_us;
             xsy[k] = rs[k].sys_us;
@@ -469,29 +555,44 @@ main(int argc, char **argv)
         /* CPU per read: medians of the rounds, user and system apart */
         double f_usr = median(fu, o->rounds), f_sys = median(fsy, o->rounds);
         double x_usr = median(xu, o->rounds), x_sys = median(xsy, o->rounds);
-        char xcpu[32], fcpu[32];
+        char xcpu[32], fcpu[32], rdop[32], aqu[32];
         snprintf(xcpu, sizeof(xcpu), "%.2f+%.2fus", x_usr, x_sys);
         snprintf(fcpu, sizeof(fcpu), "%.2f+%.2fus", f_usr, f_sys);
+        /* the device's side: of the median rounds (store, fio) */
         x = rs[0];
-        for (unsigned k = 0; k < o->rounds; k++)
+        y = rf[0];
+        for (unsigned k = 0; k < o->rounds; k++) {
             if (rs[k].iops == xm)
                 x = rs[k];
+            if (rf[k].iops == f)
+                y = rf[k];
+        }
+        snprintf(rdop, sizeof(rdop), "%.2f/%.2f", x.dev.rd_per_op,
+                 y.dev.rd_per_op);
+        snprintf(aqu, sizeof(aqu), "%.1f/%.1f", x.dev.aqu, y.dev.aqu);
         if (f > 0)
-            printf("%-6u %12.0f %12.0f %7.2f %7.1fus %7.1fus %9.0f %7" PRIu64
-                   " %15s %15s\n",
+            printf("%-6u %10.0f %10.0f %6.2f %7.1fus %7.1fus %7.0f %11s %11s "
+                   "%7" PRIu64 " %15s %15s\n",
                    d, x.iops, f, x.iops / f, x.dev_avg_us, x.dev_p99_us,
-                   x.dev_bytes, x.errors, xcpu, fcpu);
+                   x.dev.bytes, rdop, aqu, x.errors, xcpu, fcpu);
         else
-            printf("%-6u %12.0f %12s %7s %7.1fus %7.1fus %9.0f %7" PRIu64
-                   " %15s %15s\n",
-                   d, x.iops, "-", "-", x.dev_avg_us, x.dev_p99_us, x.dev_bytes,
-                   x.errors, xcpu, "-");
+            printf("%-6u %10.0f %10s %6s %7.1fus %7.1fus %7.0f %11.2f %11.1f "
+                   "%7" PRIu64 " %15s %15s\n",
+                   d, x.iops, "-", "-", x.dev_avg_us, x.dev_p99_us, x.dev.bytes,
+                   x.dev.rd_per_op, x.dev.aqu, x.errors, xcpu, "-");
+        printf("  rounds (IOPS, store/fio):");
+        for (unsigned k = 0; k < o->rounds; k++)
+            printf(" %.0f/%.0f", xs[k], fs[k]);
+        printf("; context switches per read %.3f/%.3f\n", x.ctx, y.ctx);
         printf("RESULT bench=nvs vlen=%u depth=%u store_iops=%.0f "
                "fio_iops=%.0f ratio=%.3f dev_bytes_per_read=%.0f "
                "store_usr_us=%.2f store_sys_us=%.2f fio_usr_us=%.2f "
-               "fio_sys_us=%.2f\n",
-               o->vlen, d, x.iops, f, f > 0 ? x.iops / f : 0, x.dev_bytes,
-               x_usr, x_sys, f_usr, f_sys);
+               "fio_sys_us=%.2f store_dev_reads_per_op=%.3f "
+               "fio_dev_reads_per_op=%.3f store_aqu=%.1f fio_aqu=%.1f "
+               "store_ctx_per_read=%.3f fio_ctx_per_read=%.3f\n",
+               o->vlen, d, x.iops, f, f > 0 ? x.iops / f : 0, x.dev.bytes,
+               x_usr, x_sys, f_usr, f_sys, x.dev.rd_per_op, y.dev.rd_per_op,
+               x.dev.aqu, y.dev.aqu, x.ctx, y.ctx);
         fflush(stdout);
     }
 

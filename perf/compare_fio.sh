@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The NVMe store's read path against fio on the same file: 4 KiB random
 # reads at iodepth 1, 8, 32, 128 (fio: ioengine=io_uring, direct=1; the
-# store: nvs_read_prep/submit/reap through one ring), alternating rounds,
-# median IOPS and the ratio store/fio, and CPU per read for both (user +
+# store: nvs_read_prep/submit/reap through one ring; fio over the bytes
+# the records were written to, never the fallocated rest that reads as
+# zeros without device I/O), alternating rounds,
+# median IOPS and the ratio store/fio, device reads per read and the
+# device queue depth (aqu-sz) for both, and CPU per read for both (user +
 # system: the store's reading thread by getrusage, fio's job from its
 # usr/sys percent); then the submission-batching knob.
 # Figures only, never assertions. See perf/bench_nvs.c for what is timed.

@@ -117,6 +117,45 @@ test_crc32c(void **state)
     nvs_crc32c_force_table(false);
 }
 
+/* Long runs (a value of a block or more, a write buffer at compaction) go
+ * through several interleaved streams combined at the end: the result
+ * equals the byte-wise table's at every length around the streams'
+ * boundaries, at every misalignment and from any starting CRC. */
+static void
+test_crc32c_long(void **state)
+{
+    (void)state;
+    enum { BIG = 3 * 65536 + 64 };
+    unsigned char *buf = malloc(BIG);
+    assert_non_null(buf);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < BIG; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[i] = (unsigned char)x;
+    }
+    static const uint32_t lens[] = {
+        0,    1,    7,    8,     63,    64,    1000,  1023,  1024,     1025,
+        3071, 3072, 3073, 4079,  4080,  4081,  4095,  4096,  4097,     4112,
+        8160, 8191, 8192, 12240, 12241, 16384, 65535, 65536, 3 * 65536};
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+        for (unsigned off = 0; off < 9; off++)
+            for (unsigned seed = 0; seed < 2; seed++) {
+                uint32_t c0 = seed ? 0xdeadbeefu : 0;
+                nvs_crc32c_force_table(true);
+                uint32_t want = nvs_crc32c(c0, buf + off, lens[i]);
+                nvs_crc32c_force_table(false);
+                assert_int_equal(nvs_crc32c(c0, buf + off, lens[i]), want);
+            }
+    /* and every length in a stretch across one and two blocks */
+    for (uint32_t n = 3000; n < 8300; n += 13) {
+        nvs_crc32c_force_table(true);
+        uint32_t want = nvs_crc32c(7, buf + 3, n);
+        nvs_crc32c_force_table(false);
+        assert_int_equal(nvs_crc32c(7, buf + 3, n), want);
+    }
+    free(buf);
+}
+
 /* ---- open ---------------------------------------------------------------- */
 
 static void
@@ -984,7 +1023,8 @@ test_media_errors_logged_once(void **state)
 int
 main(void)
 {
-    const struct CMUnitTest crc[] = {cmocka_unit_test(test_crc32c)};
+    const struct CMUnitTest crc[] = {cmocka_unit_test(test_crc32c),
+                                     cmocka_unit_test(test_crc32c_long)};
     const struct CMUnitTest store[] = {STORE_TESTS};
     int rc = cmocka_run_group_tests_name("nvs crc32c", crc, NULL, NULL);
 
