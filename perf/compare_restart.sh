@@ -112,7 +112,13 @@ fill() { # PORT KEYS
         --warmup 600 >/dev/null
 }
 
-# fill_and_stop NAME PORT STOP_SIGNAL ARGV...: start the server, fill it
+# scratch FILE LOG: both (and FILE.meta) removed now and at exit.
+scratch() {
+    FILES+=("$1" "$1.meta" "$2")
+    rm -f "$1" "$1.meta" "$2"
+}
+
+# fill_and_stop LOG PORT STOP_SIGNAL ARGV...: start the server, fill it
 # with KEYS items, stop it by STOP_SIGNAL; sets BEFORE (curr_items then).
 fill_and_stop() {
     local log=$1 p=$2 sig=$3 pid t0
@@ -148,8 +154,7 @@ for g in "${SIZES[@]}"; do
     # started again
     pool=/dev/shm/compare-restart-$$.pool
     log=/tmp/compare-restart-$$.tc.log
-    FILES+=("$pool" "$pool.meta" "$log")
-    rm -f "$pool" "$pool.meta"
+    scratch "$pool" "$log"
     p=$(port)
     argv=("$TIERCACHED" "${USER_ARGS[@]}" -p "$p" -U 0 -l 127.0.0.1
           -m "$mib" -e "$pool" -t "$THREADS" -v "${TC_ARGS[@]}")
@@ -159,13 +164,12 @@ for g in "${SIZES[@]}"; do
     restart "tiercached ${g} GiB kill -9" "tc_crash_$g" "$log" "$p" KILL \
         "${argv[@]}"
     grep -E "warm start|recovered start" "$log" | tail -2 | sed 's/^/    /'
-    rm -f "$pool" "$pool.meta" "$log"
+    scratch "$pool" "$log"
 
     # memcached: SIGUSR1 (its .meta written), started again
     mfile=/dev/shm/compare-restart-$$.mc
     mlog=/tmp/compare-restart-$$.mc.log
-    FILES+=("$mfile" "$mfile.meta" "$mlog")
-    rm -f "$mfile" "$mfile.meta"
+    scratch "$mfile" "$mlog"
     p=$(port)
     margv=("$MEMCACHED" "${USER_ARGS[@]}" -p "$p" -U 0 -l 127.0.0.1
            -m "$mib" -e "$mfile" -t "$THREADS")
@@ -173,7 +177,7 @@ for g in "${SIZES[@]}"; do
     sleep 1.2 # memcached refuses to restore within the second it stopped
     restart "memcached ${g} GiB SIGUSR1" "mc_$g" "$mlog" "$p" KILL \
         "${margv[@]}"
-    rm -f "$mfile" "$mfile.meta" "$mlog"
+    scratch "$mfile" "$mlog"
 done
 
 echo

@@ -174,6 +174,15 @@ class Server(tuple):
                 f"server {self.pid} did not exit within {timeout} s; "
                 f"killed. stderr:\n{self.stderr_text()[-4000:]}")
 
+    def kill(self):
+        """SIGKILL this PID if it still runs, wait, clean up (teardown of
+        servers a test may have left running)."""
+        self.stopped = True
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.cleanup()
+
     def stop(self, expect_status=0):
         """SIGTERM this PID only, wait, assert a clean exit. Idempotent."""
         if self.stopped:

@@ -297,11 +297,7 @@ def _crash_loop(pool, extra, big, label, mem=64):
             assert int(st["curr_items"]) == live
     finally:
         for s in servers:
-            if s.alive():
-                s.stopped = True
-                s.proc.kill()
-                s.proc.wait(10)
-            s.cleanup()
+            s.kill()
     print(f"{label} total: {totals}")
     return totals
 

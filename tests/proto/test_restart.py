@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from conftest import HOST, IS_MEMCACHED, Conn, start_server
+from conftest import HOST, IS_MEMCACHED, Conn, flash_file, start_server
 
 pytestmark = pytest.mark.skipif(IS_MEMCACHED,
                                 reason="tiercache's restart from its pool")
@@ -53,11 +53,7 @@ def pool():
     servers = []
     yield path, servers
     for s in servers:
-        if s.alive():
-            s.stopped = True
-            s.proc.kill()
-            s.proc.wait(10)
-        s.cleanup()
+        s.kill()
     for p in (path, path + ".meta"):
         if os.path.exists(p):
             os.unlink(p)
@@ -220,8 +216,32 @@ def test_without_e_is_cold_and_scratch(pool):
             os.unlink(default)
 
 
+@pytest.fixture
+def flash():
+    """The flags of a small pool whose data is mostly on a flash file of
+    the test's own (removed afterwards)."""
+    ext = flash_file("tc-restart-ext", ".nvs")
+    yield ("-m", "16", "-o", "ext_page_size=4", "-o", "ext_wbuf_size=1",
+           "-o", "ext_recache_rate=0", "-o", "ext_read_timeout_ms=0",
+           "-o", f"ext_path={ext}:192m")
+    if os.path.exists(ext):
+        os.unlink(ext)
+
+
 def _fx_value(i):
     return (b"%05d" % i) * 819 + b"x"  # 4096 bytes
+
+
+def _again(pool, extra, kind):
+    """tiercached started again on the fixture's pool, its restart_kind
+    asserted; returns (server, connection, stats)."""
+    path, servers = pool
+    srv = _start(path, extra)
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    st = c.stats()
+    assert st["restart_kind"] == kind, st["restart_kind"]
+    return srv, c, st
 
 
 def _fill_flash(c):
@@ -252,61 +272,49 @@ def _fill_flash(c):
     return n, on_flash
 
 
-def test_flash_kill9_then_restart(pool):
+def test_flash_kill9_then_restart(pool, flash):
     """The flash tier holding most of the data (-m 16, 4 KiB values, an
     ext_path file): kill -9 with the flash writer at work, restart on the
     same pool and flash files: every key reads its value or misses, and
     most of what read back before the kill comes back, from flash too.
     Values still in the flash write buffers at the kill are lost (misses),
     never read as something else (the keys stored by _fill_flash)."""
-    from conftest import flash_file
     path, servers = pool
-    ext = flash_file("tc-restart-ext", ".nvs")
-    extra = ("-m", "16", "-o", "ext_page_size=4", "-o", "ext_wbuf_size=1",
-             "-o", "ext_recache_rate=0", "-o", "ext_read_timeout_ms=0",
-             "-o", f"ext_path={ext}:192m")
-    try:
-        srv = _start(path, extra)
-        servers.append(srv)
-        c = Conn(HOST, srv.port)
-        n, on_flash = _fill_flash(c)
-        before = 0
-        for i in range(n):
-            got = c.get_value(b"fx%05d" % i)
-            assert got is None or got == _fx_value(i), i
-            before += got is not None
-        c.close()
-        _kill9(srv)
+    extra = flash
+    srv = _start(path, extra)
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    n, on_flash = _fill_flash(c)
+    before = 0
+    for i in range(n):
+        got = c.get_value(b"fx%05d" % i)
+        assert got is None or got == _fx_value(i), i
+        before += got is not None
+    c.close()
+    _kill9(srv)
 
-        srv2 = _start(path, extra)
-        servers.append(srv2)
-        c = Conn(HOST, srv2.port)
-        st = c.stats()
-        assert st["restart_kind"] == "recovered"
-        back = 0
-        for i in range(n):
-            got = c.get_value(b"fx%05d" % i)
-            assert got is None or got == _fx_value(i), \
-                f"fx{i:05d}: got {got[:40]!r}..."
-            back += got is not None
-        tiers = c.stats("tiers")
-        print(f"flash restart: {back} of {before} readable keys back "
-              f"({n} stored), {tiers['nvme:items']} of {on_flash} on flash, "
-              f"dropped {st['restart_dropped']}")
-        assert back > before // 2, (back, before)
-        assert int(tiers["nvme:items"]) > on_flash // 2, (tiers, on_flash)
-        # the store goes on: new values spill and read back
-        for i in range(n, n + 2000):
-            v = _fx_value(i)
-            c.cmd(b"set fx%05d %d 0 %d\r\n%s\r\n" % (i, i, len(v), v),
-                  b"STORED\r\n")
-        assert c.get_value(b"fx%05d" % (n + 1999)) == _fx_value(n + 1999)
-        c.close()
-        log = _stop(srv2)
-        assert "flash tier:" in log and "reattached" in log, log
-    finally:
-        if os.path.exists(ext):
-            os.unlink(ext)
+    srv2, c, st = _again(pool, extra, "recovered")
+    back = 0
+    for i in range(n):
+        got = c.get_value(b"fx%05d" % i)
+        assert got is None or got == _fx_value(i), \
+            f"fx{i:05d}: got {got[:40]!r}..."
+        back += got is not None
+    tiers = c.stats("tiers")
+    print(f"flash restart: {back} of {before} readable keys back "
+          f"({n} stored), {tiers['nvme:items']} of {on_flash} on flash, "
+          f"dropped {st['restart_dropped']}")
+    assert back > before // 2, (back, before)
+    assert int(tiers["nvme:items"]) > on_flash // 2, (tiers, on_flash)
+    # the store goes on: new values spill and read back
+    for i in range(n, n + 2000):
+        v = _fx_value(i)
+        c.cmd(b"set fx%05d %d 0 %d\r\n%s\r\n" % (i, i, len(v), v),
+              b"STORED\r\n")
+    assert c.get_value(b"fx%05d" % (n + 1999)) == _fx_value(n + 1999)
+    c.close()
+    log = _stop(srv2)
+    assert "flash tier:" in log and "reattached" in log, log
 
 
 def test_durability_option(pool, run_server):
@@ -517,56 +525,44 @@ def test_damaged_saved_state(pool, damage):
     assert not os.path.exists(path + ".meta") or "state saved" in log
 
 
-def test_flash_clean_stop_restores_everything(pool):
+def test_flash_clean_stop_restores_everything(pool, flash):
     """The flash tier holding most of the data, then a clean stop: the
     warm start brings back every key that read
     before the stop, those on flash too, with their flags, and none that
     did not."""
-    from conftest import flash_file
     path, servers = pool
-    ext = flash_file("tc-restart-ext", ".nvs")
-    extra = ("-m", "16", "-o", "ext_page_size=4", "-o", "ext_wbuf_size=1",
-             "-o", "ext_recache_rate=0", "-o", "ext_read_timeout_ms=0",
-             "-o", f"ext_path={ext}:192m")
-    try:
-        srv = _start(path, extra)
-        servers.append(srv)
-        c = Conn(HOST, srv.port)
-        n, on_flash = _fill_flash(c)
-        before = set()
-        for i in range(n):
-            got = c.get_value(b"fx%05d" % i)
-            assert got is None or got == _fx_value(i), i
-            if got is not None:
-                before.add(i)
-        c.close()
-        _stop(srv)
+    extra = flash
+    srv = _start(path, extra)
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    n, on_flash = _fill_flash(c)
+    before = set()
+    for i in range(n):
+        got = c.get_value(b"fx%05d" % i)
+        assert got is None or got == _fx_value(i), i
+        if got is not None:
+            before.add(i)
+    c.close()
+    _stop(srv)
 
-        srv2 = _start(path, extra)
-        servers.append(srv2)
-        c = Conn(HOST, srv2.port)
-        st = c.stats()
-        assert st["restart_kind"] == "warm"
-        for i in range(n):
-            c.send(b"get fx%05d\r\n" % i)
-            line = c.readline()
-            if i not in before:  # evicted before the stop: stays gone
-                assert line == b"END\r\n", (i, line)
-                continue
-            v = _fx_value(i)
-            assert line == b"VALUE fx%05d %d %d\r\n" % (i, i, len(v)), \
-                (i, line)
-            assert c.recv_exact(len(v) + 2) == v + b"\r\n"
-            assert c.readline() == b"END\r\n"
-        tiers = c.stats("tiers")
-        # (the writer may have spilled more before the stop finished)
-        assert int(tiers["nvme:items"]) >= on_flash, (tiers, on_flash)
-        c.close()
-        log = _stop(srv2)
-        assert "warm start (with the saved state)" in log, log
-    finally:
-        if os.path.exists(ext):
-            os.unlink(ext)
+    srv2, c, st = _again(pool, extra, "warm")
+    for i in range(n):
+        c.send(b"get fx%05d\r\n" % i)
+        line = c.readline()
+        if i not in before:  # evicted before the stop: stays gone
+            assert line == b"END\r\n", (i, line)
+            continue
+        v = _fx_value(i)
+        assert line == b"VALUE fx%05d %d %d\r\n" % (i, i, len(v)), \
+            (i, line)
+        assert c.recv_exact(len(v) + 2) == v + b"\r\n"
+        assert c.readline() == b"END\r\n"
+    tiers = c.stats("tiers")
+    # (the writer may have spilled more before the stop finished)
+    assert int(tiers["nvme:items"]) >= on_flash, (tiers, on_flash)
+    c.close()
+    log = _stop(srv2)
+    assert "warm start (with the saved state)" in log, log
 
 
 # --- clean stop: the DRAM hot pool is written back first ---
