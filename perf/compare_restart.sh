@@ -3,9 +3,9 @@
 # data: KEYS_PER_GIB items of VALUE_SIZE-byte values per GiB of -m, filled
 # by bench_loadgen (every key set once).
 #
-#   tiercached  clean: SIGTERM (the index saved beside the pool), start
-#               again on the same -e file; crash: kill -9, start again
-#               (the pool scanned)
+#   tiercached  clean: SIGTERM (the CAS counter saved beside the pool),
+#               start again on the same -e file; crash: kill -9, start
+#               again (both starts scan the pool)
 #   memcached   SIGUSR1 (its .meta written), wait past the second it
 #               stopped in (it refuses to restore within it), start again
 #
