@@ -3,9 +3,9 @@
  * ("key:%u") and either _exits without closing (a crash) or closes
  * cleanly; the parent opens the same pool file and prints what
  * tc_open_info() says: kind, items restored, dropped, the restore's seconds
- * and items per second. --clean closes through the saved index
- * (FILE.meta, tc_config.restart_file); --clean --scan without it (the warm
- * start scans).
+ * and items per second. --clean closes with the saved state (FILE.meta,
+ * tc_config.restart_file: the CAS counter); --clean --scan without it.
+ * Every start scans the pool.
  *
  * Usage: bench_restart [--items N] [--value-size V] [--pool-mib M]
  *                      [--clean [--scan]] [--path FILE] [--threads T]

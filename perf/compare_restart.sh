@@ -3,9 +3,9 @@
 # data: KEYS_PER_GIB items of VALUE_SIZE-byte values per GiB of -m, filled
 # by bench_loadgen (every key set once).
 #
-#   tiercached  clean: SIGTERM (the index saved beside the pool), start
-#               again on the same -e file; crash: kill -9, start again
-#               (the pool scanned)
+#   tiercached  clean: SIGTERM (the CAS counter saved beside the pool),
+#               start again on the same -e file; crash: kill -9, start
+#               again (both starts scan the pool)
 #   memcached   SIGUSR1 (its .meta written), wait past the second it
 #               stopped in (it refuses to restore within it), start again
 #
@@ -18,7 +18,8 @@
 # Env:   TIERCACHED (build/release/tiercached), MEMCACHED (/usr/bin/memcached),
 #        LOADGEN (build/release/perf/bench_loadgen), VALUE_SIZE (100),
 #        KEYS_PER_GIB (5000000 at 100 bytes: 500 MB of values per GiB, so
-#        122070 at 4096), THREADS (2)
+#        122070 at 4096), THREADS (2), TC_ARGS (more tiercached flags, one
+#        word each: TC_ARGS="-o hash_items=600000")
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -28,6 +29,7 @@ LOADGEN=${LOADGEN:-build/release/perf/bench_loadgen}
 VALUE_SIZE=${VALUE_SIZE:-100}
 KEYS_PER_GIB=${KEYS_PER_GIB:-$((500000000 / VALUE_SIZE))}
 THREADS=${THREADS:-2}
+read -r -a TC_ARGS <<<"${TC_ARGS:-}"
 SIZES=("$@")
 [ ${#SIZES[@]} -gt 0 ] || SIZES=(1 4)
 PY=/usr/bin/python3
@@ -110,63 +112,72 @@ fill() { # PORT KEYS
         --warmup 600 >/dev/null
 }
 
+# scratch FILE LOG: both (and FILE.meta) removed now and at exit.
+scratch() {
+    FILES+=("$1" "$1.meta" "$2")
+    rm -f "$1" "$1.meta" "$2"
+}
+
+# fill_and_stop LOG PORT STOP_SIGNAL ARGV...: start the server, fill it
+# with KEYS items, stop it by STOP_SIGNAL; sets BEFORE (curr_items then).
+fill_and_stop() {
+    local log=$1 p=$2 sig=$3 pid t0
+    shift 3
+    read -r pid t0 < <(start "$log" "$p" "$@")
+    PIDS+=("$pid")
+    wait_up "$p" "$t0" "$pid" >/dev/null
+    fill "$p" "$keys"
+    BEFORE=$(wait_up "$p" "$(date +%s%N)" "$pid" | cut -d' ' -f2)
+    stop_wait "$pid" "$sig"
+}
+
+# restart LABEL RESULT_KEY LOG PORT STOP_SIGNAL ARGV...: start the server
+# again, time it to its first answer, record it under RESULT_KEY, stop it
+# by STOP_SIGNAL.
+restart() {
+    local label=$1 key=$2 log=$3 p=$4 sig=$5 pid t0 secs items kind cpu
+    shift 5
+    read -r pid t0 < <(start "$log" "$p" "$@")
+    PIDS+=("$pid")
+    read -r secs items kind cpu < <(wait_up "$p" "$t0" "$pid")
+    echo "$label: $items of $BEFORE items ($kind) in $secs s, $cpu s CPU"
+    RES[$key]="$secs $items $cpu"
+    stop_wait "$pid" "$sig"
+}
+
 declare -A RES
 for g in "${SIZES[@]}"; do
     mib=$((g * 1024))
     keys=$((g * KEYS_PER_GIB))
 
-    # --- tiercached ---
+    # tiercached: a clean stop (SIGTERM), started again, then kill -9 and
+    # started again
     pool=/dev/shm/compare-restart-$$.pool
     log=/tmp/compare-restart-$$.tc.log
-    FILES+=("$pool" "$pool.meta" "$log")
-    rm -f "$pool" "$pool.meta"
+    scratch "$pool" "$log"
     p=$(port)
     argv=("$TIERCACHED" "${USER_ARGS[@]}" -p "$p" -U 0 -l 127.0.0.1
-          -m "$mib" -e "$pool" -t "$THREADS" -v)
-    read -r pid t0 < <(start "$log" "$p" "${argv[@]}")
-    PIDS+=("$pid")
-    wait_up "$p" "$t0" "$pid" >/dev/null
-    fill "$p" "$keys"
-    before=$(wait_up "$p" "$(date +%s%N)" "$pid" | cut -d' ' -f2)
-    stop_wait "$pid" TERM
-    read -r pid t0 < <(start "$log" "$p" "${argv[@]}")
-    PIDS+=("$pid")
-    read -r secs items kind cpu < <(wait_up "$p" "$t0" "$pid")
-    echo "tiercached ${g} GiB clean: $items of $before items ($kind) in $secs s, $cpu s CPU"
-    RES[tc_clean_$g]="$secs $items $cpu"
-    stop_wait "$pid" KILL
-    read -r pid t0 < <(start "$log" "$p" "${argv[@]}")
-    PIDS+=("$pid")
-    read -r secs items kind cpu < <(wait_up "$p" "$t0" "$pid")
-    echo "tiercached ${g} GiB kill -9: $items of $before items ($kind) in $secs s, $cpu s CPU"
-    RES[tc_crash_$g]="$secs $items $cpu"
-    stop_wait "$pid" KILL
-    grep -E "start from the saved index|recovered start" "$log" | tail -2 |
-        sed 's/^/    /'
-    rm -f "$pool" "$pool.meta" "$log"
+          -m "$mib" -e "$pool" -t "$THREADS" -v "${TC_ARGS[@]}")
+    fill_and_stop "$log" "$p" TERM "${argv[@]}"
+    restart "tiercached ${g} GiB clean" "tc_clean_$g" "$log" "$p" KILL \
+        "${argv[@]}"
+    restart "tiercached ${g} GiB kill -9" "tc_crash_$g" "$log" "$p" KILL \
+        "${argv[@]}"
+    grep -E "warm start|recovered start" "$log" | tail -2 | sed 's/^/    /'
+    scratch "$pool" "$log"
 
-    # --- memcached ---
+    # memcached: SIGUSR1 (its .meta written), started again
     mfile=/dev/shm/compare-restart-$$.mc
     mlog=/tmp/compare-restart-$$.mc.log
-    FILES+=("$mfile" "$mfile.meta" "$mlog")
-    rm -f "$mfile" "$mfile.meta"
+    scratch "$mfile" "$mlog"
     p=$(port)
     margv=("$MEMCACHED" "${USER_ARGS[@]}" -p "$p" -U 0 -l 127.0.0.1
            -m "$mib" -e "$mfile" -t "$THREADS")
-    read -r pid t0 < <(start "$mlog" "$p" "${margv[@]}")
-    PIDS+=("$pid")
-    wait_up "$p" "$t0" "$pid" >/dev/null
-    fill "$p" "$keys"
-    before=$(wait_up "$p" "$(date +%s%N)" "$pid" | cut -d' ' -f2)
-    stop_wait "$pid" USR1
+    fill_and_stop "$mlog" "$p" USR1 "${margv[@]}"
     sleep 1.2 # memcached refuses to restore within the second it stopped
-    read -r pid t0 < <(start "$mlog" "$p" "${margv[@]}")
-    PIDS+=("$pid")
-    read -r secs items kind cpu < <(wait_up "$p" "$t0" "$pid")
-    echo "memcached ${g} GiB SIGUSR1: $items of $before items in $secs s, $cpu s CPU"
-    RES[mc_$g]="$secs $items $cpu"
-    stop_wait "$pid" KILL
-    rm -f "$mfile" "$mfile.meta" "$mlog"
+    restart "memcached ${g} GiB SIGUSR1" "mc_$g" "$mlog" "$p" KILL \
+        "${margv[@]}"
+    scratch "$mfile" "$mlog"
 done
 
 echo

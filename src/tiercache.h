@@ -212,10 +212,11 @@ struct tc_config {
      * PMEM write flushed and drained; elsewhere the same as process, one
      * log line says so). */
     enum tc_durability durability;
-    /* Where tc_close saves the index, so that the next open after a clean
-     * close reattaches without scanning the pool; the open removes it.
-     * NULL (default): not saved (that open scans). tiercached: the pool
-     * file's path + ".meta". */
+    /* Where tc_close saves what the next open's scan of the pool cannot
+     * find there (the CAS counter at the close); the open removes it.
+     * NULL (default): not saved (the counter then resumes above the
+     * restored items' CAS values). tiercached: the pool file's path +
+     * ".meta". */
     const char *restart_file;
 };
 
@@ -513,11 +514,11 @@ struct tc_open_info {
     uint64_t dropped_flash;   /* on the NVMe tier: none configured now, or
                                  its record is not on the flash any more */
     uint64_t dropped_no_room; /* the index had no room left */
-    double seconds;           /* time the restore (load or scan) took */
-    unsigned scan_threads;    /* threads the scan ran on (0: loaded) */
+    double seconds;           /* time the restore (the scan) took */
+    unsigned scan_threads;    /* threads the scan ran on */
     char reason[120];         /* a cold start's reason; a warm start's
-                                 "from the saved index", or "scanned: "
-                                 and why not; "" after a crash */
+                                 "with the saved state", or "without saved
+                                 state: " and why not; "" after a crash */
 };
 
 /* Fill cfg with the defaults above. */
@@ -526,17 +527,18 @@ TC_API void tc_config_init(struct tc_config *cfg);
 /* Open (create or reuse) the pool file and build the cache. 0, or a negative
  * errno with one sentence in tc_errmsg(). An existing pool file of the
  * same size, format version, item_size_max and slab classes has its items
- * brought back: after a clean close, from the index saved to
- * cfg->restart_file when it passes its checks; else scanned back (after a
- * clean close or a crash alike: only committed items
- * with a good checksum, the newest copy of a key, none expired or flushed,
- * none on the NVMe tier); any other file, or cfg->no_restart, is formatted
- * (a cold start, one log line saying why). */
+ * brought back by a scan of the pool (after a clean close or a crash
+ * alike: only committed items with a good checksum, the newest copy of a
+ * key, none expired or flushed, none on the NVMe tier unless one is
+ * configured), and after a clean close the CAS counter resumes where it
+ * was, from cfg->restart_file when that passes its checks; any other file,
+ * or cfg->no_restart, is formatted (a cold start, one log line saying
+ * why). */
 TC_API int tc_open(const struct tc_config *cfg, struct tc_cache **out);
 /* What the open found and did. */
 TC_API void tc_open_info(struct tc_cache *c, struct tc_open_info *out);
 /* Stop the maintenance thread, move the DRAM hot pool's items to the pool
- * (those it has room for), save the index to cfg->restart_file (when
+ * (those it has room for), save the CAS counter to cfg->restart_file (when
  * set), free every DRAM structure, mark the pool file clean and unmap it.
  * NULL is a no-op. */
 TC_API void tc_close(struct tc_cache *c);

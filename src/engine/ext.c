@@ -503,9 +503,10 @@ loc_equal(const struct nvs_loc *a, const struct nvs_loc *b)
  * a compare-and-swap in the read section of the switch. A delete (or a set into
  * the DRAM hot pool) that removes the header after the switch invalidates it
  * before it answers, and leaves no valid source behind; a crash between the
- * source's invalidation and the commit loses the key, a miss, as does one
- * after a touch that lands between the check and the switch (the switch
- * then fails and the invalidated source stays in the index until replaced).
+ * source's invalidation and the commit loses the key, a miss. A touch that
+ * lands between the check and the switch changes the source's expiry: the
+ * header takes the new one at the switch (a touch after the switch, on the
+ * source it looked up before, is lost, as against any copy's switch).
  */
 static int
 swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
@@ -554,16 +555,33 @@ swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
               __atomic_load_n(&it->exptime, __ATOMIC_RELAXED) == hdr->exptime &&
               cache_item_dead(c, it, clock_now()) == CACHE_LIVE;
     htab_unlock(b);
-    if (ok)
+    if (ok) {
         item_invalidate(c->base, old);
-    b = htab_lock(c->htab, hash);
-    _Atomic uint64_t *slot =
-        ok ? htab_find_loc_locked(b, cache_loc(old)) : NULL;
-    ok =
-        slot && __atomic_load_n(&it->exptime, __ATOMIC_RELAXED) == hdr->exptime;
-    if (ok)
-        htab_replace_locked(slot, hash, cache_loc(off));
-    htab_unlock(b);
+        TC_CRASH_POINT(may_evict ? "compact.checked" : "spill.checked");
+    }
+    /* A touch since the check (a lockless store into the source's expiry)
+     * must reach the header: the source is invalidated already, so the
+     * switch must happen while the index holds it. The new expiry is put
+     * into the header outside the lock (it is not visible yet), then the
+     * switch is tried again; each round needs yet another touch of this
+     * key inside that window. */
+    uint32_t want = hdr->exptime;
+    while (ok) {
+        b = htab_lock(c->htab, hash);
+        _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(old));
+        uint32_t exp = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+        if (slot && exp == want)
+            htab_replace_locked(slot, hash, cache_loc(off));
+        htab_unlock(b);
+        if (!slot)
+            ok = false; /* a writer replaced or removed it */
+        if (!slot || exp == want)
+            break;
+        want = exp;
+        pm_store32(
+            (uint32_t *)(c->base + off + offsetof(struct item_hdr, exptime)),
+            exp);
+    }
     if (ok) {
         TC_CRASH_POINT(may_evict ? "compact.published" : "spill.published");
         /* failed: a writer replaced the header and retires it */

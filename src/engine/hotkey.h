@@ -62,10 +62,10 @@ void hotkey_note_read(struct cache_thread *t, uint64_t hash, const void *key,
 void hotkey_tick(struct cache_thread *t);
 
 /* At a clean close (tc_close, after the maintenance thread stopped and
- * before cache_close runs the flash writer's drain and saves the index):
+ * before cache_close runs the flash writer's drain and saves the state):
  * move every live item of the DRAM hot pool to PMEM (the tick's demotion:
  * a committed PMEM copy, then the index switched to it), so that the
- * saved index, or a scan, finds it at the next start. An item the pool
+ * next start's scan finds it. An item the pool
  * has no room for (full, evictions off) stays in DRAM and is lost: one
  * log line counts them. Context: no other thread uses the cache. */
 void hotkey_write_back(struct cache *c);

@@ -544,10 +544,11 @@ out:
 }
 
 /* The CAS counter above every CAS and sequence seen and the flush
- * watermark, and the flush state carried over. */
+ * watermark, and at least where a clean close left it (saved_cas, 0 when
+ * not known); the flush state carried over. */
 static void
 resume_counters(struct cache *c, const struct scan *s,
-                const struct scan_part *sum)
+                const struct scan_part *sum, uint64_t saved_cas)
 {
     struct restart_meta *m = meta_of(c);
     uint64_t next = sum->max_cas > s->flush_cas ? sum->max_cas : s->flush_cas;
@@ -556,6 +557,8 @@ resume_counters(struct cache *c, const struct scan *s,
         if (ahead > 0)
             next += (uint64_t)ahead;
     }
+    if (saved_cas > next)
+        next = saved_cas;
     atomic_store_explicit(&c->cas_seq, next, memory_order_relaxed);
     if (s->all_flushed) {
         atomic_store_explicit(&c->flush_cas, next, memory_order_relaxed);
@@ -634,19 +637,18 @@ restart_attach(struct cache *c)
     s.all_flushed = m->flush_at != 0 && m->flush_at <= s.now;
     info->kind =
         region_was_clean(c->region) ? TC_START_WARM : TC_START_RECOVERED;
-    /* after a clean close, the index saved then (restart_save.h) */
-    int rc = 0;
+    /* after a clean close, what the close saved (restart_save.h); the
+     * items themselves are scanned as after a crash */
+    uint64_t saved_cas = 0;
     if (info->kind == TC_START_WARM)
-        rc = restart_save_load(c, info, s.now);
+        (void)restart_save_load(c, info, &saved_cas);
     else
         restart_save_discard(c);
-    if (rc)
-        return rc < 0 ? rc : restart_save_register(c);
     struct scan_part sum;
-    rc = scan_pool(c, &s, &sum);
+    int rc = scan_pool(c, &s, &sum);
     if (rc)
         return rc;
-    resume_counters(c, &s, &sum);
+    resume_counters(c, &s, &sum, saved_cas);
     info->items = sum.items;
     info->bytes = sum.bytes;
     info->dropped_expired = sum.dropped_expired;
@@ -660,13 +662,14 @@ restart_attach(struct cache *c)
                     info->dropped_older + info->dropped_torn +
                     info->dropped_flash + info->dropped_no_room;
     info->seconds = (double)(clock_nsec() - t0) / 1e9;
-    log_info("pool %s: %s start: %llu items (%llu bytes) restored in %.3f s "
-             "(%u scan threads); "
+    log_info("pool %s: %s start%s%s%s: %llu items (%llu bytes) restored in "
+             "%.3f s (%u scan threads); "
              "dropped %llu (expired %llu, flushed %llu, older copies %llu, "
              "torn %llu, on flash %llu, no index room %llu)",
              region_path(c->region), kind_name(info->kind),
-             (unsigned long long)info->items, (unsigned long long)info->bytes,
-             info->seconds, info->scan_threads,
+             info->reason[0] ? " (" : "", info->reason,
+             info->reason[0] ? ")" : "", (unsigned long long)info->items,
+             (unsigned long long)info->bytes, info->seconds, info->scan_threads,
              (unsigned long long)info->dropped,
              (unsigned long long)info->dropped_expired,
              (unsigned long long)info->dropped_flushed,

@@ -14,9 +14,10 @@
  * copies of a key the newer sequence wins), every other committed item is
  * invalidated; the pages that hold restored items join their classes with
  * those chunks in use, the others go back to the pool; the CAS counter
- * resumes above every CAS and sequence seen. A pool closed clean is first
- * reattached from the index saved at that close, when it passes its
- * checks (src/engine/restart_save.h), and scanned only when not. Any
+ * resumes above every CAS and sequence seen. A pool closed clean is
+ * scanned the same way (the scan needs nothing the close could save), and
+ * its CAS counter resumes at least where the close left it, when the state
+ * saved then passes its checks (src/engine/restart_save.h). Any
  * other pool is formatted (a cold start, one log line). c->start says
  * what happened.
  *

@@ -1,38 +1,36 @@
 #pragma once
 /*
- * The saved index (layout: src/engine/restart_save_layout.h): a clean close
- * writes the DRAM index, the CAS counter and the hash seed to
- * c->cfg.restart_file, after the modules above (flash writer, hot keys)
- * have closed and before the region marks the pool clean; the next open of
- * that pool, finding it clean, reattaches from the file instead of scanning
- * the pool: the index entries go back into their buckets, the pages back
- * to their classes with the chunks the entries name (and their tails) in
- * use, and every restored item is accounted. The file is used once: it is
- * removed at the next open, whatever that open does with it.
+ * The saved state (layout: src/engine/restart_save_layout.h): a clean close
+ * writes the CAS counter to c->cfg.restart_file, after the modules above
+ * (flash writer, hot keys) have closed and before the region marks the pool
+ * clean; the next open of that pool, finding it clean, scans the pool as
+ * after a crash (src/engine/restart.h: the scan needs nothing else) and
+ * resumes the CAS counter where the close left it, which the scan alone
+ * cannot know. The file is used once: it is removed at the next open,
+ * whatever that open does with it.
  *
- * A file that fails any check (size, checksums, pool identity and settings,
- * index sizing, an entry that names no committed item of this pool) is not
- * used, with one log line; the caller then scans. The checks run before
- * anything is changed, so a rejected file leaves the cache as it found it.
+ * A file that fails a check (size, checksum, pool identity and settings)
+ * is not used, with one log line: the counter then resumes above every CAS
+ * the scan saw, as after a crash.
  *
  * Concurrency: both run single-threaded (the load at open before the cache
- * is shared, the save at close after every thread context is gone). PMEM:
- * the load invalidates the items it drops (expired, flushed, on flash) and
- * writes the page table, with no lock held.
+ * is shared, the save at close after every thread context is gone). No
+ * PMEM write.
  */
 
 #include "src/engine/cache.h"
 
-/* Register the close hook that saves the index (a no-op without
+/* Register the close hook that saves the state (a no-op without
  * c->cfg.restart_file). Call once the items are attached, so a cache whose
  * attach failed never saves. 0 or -ENOSPC. */
 int restart_save_register(struct cache *c);
 
-/* Reattach a clean pool from the saved index: 1 when done (info filled),
- * 0 when there is no usable file (info->reason says why, one log line for
- * a rejected file; nothing changed: the caller scans), or a negative errno
- * (-ENOMEM) with err_msg set. Removes the file. */
-int restart_save_load(struct cache *c, struct tc_open_info *info, uint32_t now);
+/* Read the state a clean close saved: 1 with *cas_seq set and
+ * info->reason "with the saved state", or 0 when there is no usable file
+ * (info->reason says why; one log line for a rejected file). Removes the
+ * file. */
+int restart_save_load(struct cache *c, struct tc_open_info *info,
+                      uint64_t *cas_seq);
 
-/* Remove a saved index the start cannot use (a cold or crash start). */
+/* Remove a saved state the start cannot use (a cold or crash start). */
 void restart_save_discard(const struct cache *c);

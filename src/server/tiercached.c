@@ -218,7 +218,7 @@ names_a_file(const struct settings *st, const char *why)
 static int
 open_cache(const struct settings *st, struct tc_cache **out)
 {
-    /* the saved index beside the pool: a clean stop writes it, the next
+    /* the saved state beside the pool: a clean stop writes it, the next
      * start reads it (doc/operating.md, "Restarts"); not for a scratch
      * pool */
     static char saved[4096 + 8];

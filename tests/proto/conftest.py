@@ -174,6 +174,15 @@ class Server(tuple):
                 f"server {self.pid} did not exit within {timeout} s; "
                 f"killed. stderr:\n{self.stderr_text()[-4000:]}")
 
+    def kill(self):
+        """SIGKILL this PID if it still runs, wait, clean up (teardown of
+        servers a test may have left running)."""
+        self.stopped = True
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.cleanup()
+
     def stop(self, expect_status=0):
         """SIGTERM this PID only, wait, assert a clean exit. Idempotent."""
         if self.stopped:
@@ -261,20 +270,25 @@ def start_memcached(extra=(), mem=MEM_MIB, prefix="tc-memcached-"):
 
 
 def start_server(extra=(), mem=MEM_MIB, threads=4, env=None, wait=True,
-                 port=None):
+                 port=None, pool=True):
     """Start a server on a free port; returns a Server once it accepts.
     Retries on a new port when the chosen one was taken meanwhile. With
     port, on that port only (a server coming back where clients expect
-    it), once."""
+    it), once. pool (tiercache): True, a pool file of its own, removed by
+    Server.cleanup; a path, that file, which the caller keeps (restarts);
+    None, no -e (the server's scratch file)."""
     fixed = port
     for attempt in range(1 if fixed else 3):
         port = fixed or free_port()
-        pool = None
-        if not IS_MEMCACHED:
-            pool = f"/dev/shm/tc-proto-{os.getpid()}-{uuid.uuid4().hex}.pool"
+        own = pool_arg = None
+        if not IS_MEMCACHED and pool is True:
+            own = f"/dev/shm/tc-proto-{os.getpid()}-{uuid.uuid4().hex}.pool"
+            pool_arg = own
+        elif not IS_MEMCACHED:
+            pool_arg = pool
         fd_err, err_path = tempfile.mkstemp(prefix="tc-proto-", suffix=".err")
         fd_out, out_path = tempfile.mkstemp(prefix="tc-proto-", suffix=".out")
-        argv = server_argv(port, extra, mem, pool, threads)
+        argv = server_argv(port, extra, mem, pool_arg, threads)
         run_env = dict(os.environ)
         if env:
             run_env.update(env)
@@ -283,7 +297,7 @@ def start_server(extra=(), mem=MEM_MIB, threads=4, env=None, wait=True,
                                 preexec_fn=_die_with_parent)
         os.close(fd_err)
         os.close(fd_out)
-        srv = Server(HOST, port, proc, pool=pool, stderr_path=err_path,
+        srv = Server(HOST, port, proc, pool=own, stderr_path=err_path,
                      stdout_path=out_path, argv=argv)
         if not wait:
             return srv

@@ -27,22 +27,18 @@ import os
 import random
 import signal
 import socket
-import subprocess
-import tempfile
 import threading
 import time
 import uuid
 
 import pytest
 
-from conftest import (HOST, IS_MEMCACHED, ROOT, Server, _die_with_parent,
-                      _wait_accepting, flash_file, free_port, server_argv)
+from conftest import HOST, IS_MEMCACHED, flash_file, start_server
 
 pytestmark = [pytest.mark.tiercache_only,
               pytest.mark.skipif(IS_MEMCACHED,
                                  reason="tiercache's restart after a crash")]
 
-START_TIMEOUT = 60
 IO_TIMEOUT = 30
 CLIENTS = 4
 KEYS_PER_CLIENT = 1500
@@ -54,39 +50,12 @@ RUN_LIMIT = 150  # seconds: a run stops starting cycles after this
 def _start(pool, extra, mem=64):
     """tiercached -v on pool with extra flags; the pool is not removed by
     Server.cleanup (the caller owns it)."""
-    for _ in range(3):
-        port = free_port()
-        fd_err, err_path = tempfile.mkstemp(prefix="tc-crashloop-",
-                                            suffix=".err")
-        argv = server_argv(port, ("-v",) + tuple(extra), mem, pool)
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=fd_err,
-                                cwd=str(ROOT), preexec_fn=_die_with_parent)
-        os.close(fd_err)
-        srv = Server(HOST, port, proc, pool=None, stderr_path=err_path,
-                     stdout_path=None, argv=argv)
-        if _wait_accepting(proc, port, START_TIMEOUT):
-            return srv
-        err = srv.stderr_text()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        srv.cleanup()
-        if "in use" not in err.lower():
-            raise AssertionError(f"{argv} did not start: {err}")
-    raise AssertionError("no free port")
+    return start_server(("-v",) + tuple(extra), mem=mem, pool=pool)
 
 
 def _start_nowait(pool, extra, mem):
     """tiercached on pool, not waited for (to be killed while it starts)."""
-    fd_err, err_path = tempfile.mkstemp(prefix="tc-crashloop-", suffix=".err")
-    argv = server_argv(free_port(), tuple(extra), mem, pool)
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=fd_err,
-                            cwd=str(ROOT), preexec_fn=_die_with_parent)
-    os.close(fd_err)
-    return Server(HOST, int(argv[2]), proc, pool=None, stderr_path=err_path,
-                  stdout_path=None, argv=argv)
+    return start_server(tuple(extra), mem=mem, pool=pool, wait=False)
 
 
 class Link:
@@ -328,11 +297,7 @@ def _crash_loop(pool, extra, big, label, mem=64):
             assert int(st["curr_items"]) == live
     finally:
         for s in servers:
-            if s.alive():
-                s.stopped = True
-                s.proc.kill()
-                s.proc.wait(10)
-            s.cleanup()
+            s.kill()
     print(f"{label} total: {totals}")
     return totals
 

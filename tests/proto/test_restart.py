@@ -11,46 +11,20 @@ the kill.
 
 import os
 import signal
-import subprocess
-import tempfile
 import time
 import uuid
 
 import pytest
 
-from conftest import (HOST, IS_MEMCACHED, ROOT, Conn, Server, _die_with_parent,
-                      _wait_accepting, free_port, server_argv)
+from conftest import HOST, IS_MEMCACHED, Conn, flash_file, start_server
 
 pytestmark = pytest.mark.skipif(IS_MEMCACHED,
                                 reason="tiercache's restart from its pool")
 
-START_TIMEOUT = 60
-
-
 def _start(pool, extra=()):
-    """tiercached on pool (not removed by Server.cleanup)."""
-    for _ in range(3):
-        port = free_port()
-        fd_err, err_path = tempfile.mkstemp(prefix="tc-restart-",
-                                            suffix=".err")
-        argv = server_argv(port, ("-v",) + tuple(extra), 64,
-                           pool if pool else None)
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=fd_err,
-                                cwd=str(ROOT), preexec_fn=_die_with_parent)
-        os.close(fd_err)
-        srv = Server(HOST, port, proc, pool=None, stderr_path=err_path,
-                     stdout_path=None, argv=argv)
-        if _wait_accepting(proc, port, START_TIMEOUT):
-            return srv
-        err = srv.stderr_text()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        srv.cleanup()
-        if "in use" not in err.lower():
-            raise AssertionError(f"{argv} did not start: {err}")
-    raise AssertionError("no free port")
+    """tiercached -v on pool (kept by Server.cleanup: the fixture owns it;
+    None: no -e)."""
+    return start_server(("-v",) + tuple(extra), pool=pool)
 
 
 def _kill9(srv):
@@ -79,11 +53,7 @@ def pool():
     servers = []
     yield path, servers
     for s in servers:
-        if s.alive():
-            s.stopped = True
-            s.proc.kill()
-            s.proc.wait(10)
-        s.cleanup()
+        s.kill()
     for p in (path, path + ".meta"):
         if os.path.exists(p):
             os.unlink(p)
@@ -246,102 +216,116 @@ def test_without_e_is_cold_and_scratch(pool):
             os.unlink(default)
 
 
+@pytest.fixture
+def flash():
+    """The flags of a small pool whose data is mostly on a flash file of
+    the test's own (removed afterwards)."""
+    ext = flash_file("tc-restart-ext", ".nvs")
+    yield ("-m", "16", "-o", "ext_page_size=4", "-o", "ext_wbuf_size=1",
+           "-o", "ext_recache_rate=0", "-o", "ext_read_timeout_ms=0",
+           "-o", f"ext_path={ext}:192m")
+    if os.path.exists(ext):
+        os.unlink(ext)
+
+
 def _fx_value(i):
     return (b"%05d" % i) * 819 + b"x"  # 4096 bytes
 
 
-def test_flash_kill9_then_restart(pool):
+def _again(pool, extra, kind):
+    """tiercached started again on the fixture's pool, its restart_kind
+    asserted; returns (server, connection, stats)."""
+    path, servers = pool
+    srv = _start(path, extra)
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    st = c.stats()
+    assert st["restart_kind"] == kind, st["restart_kind"]
+    return srv, c, st
+
+
+def _fill_flash(c):
+    """fx00000.. stored in batches of 1,000 until flash holds two thirds of
+    the items (at most 40 batches), each batch followed by a bounded wait
+    (3 s) for a writer that fell behind, so that the next batch spills
+    rather than evicts. Returns (keys stored, items on flash), the latter
+    asserted above 0."""
+    n = 0
+    for _ in range(40):
+        for i in range(n, n + 1000):
+            v = _fx_value(i)
+            c.cmd(b"set fx%05d %d 0 %d\r\n%s\r\n" % (i, i, len(v), v),
+                  b"STORED\r\n")
+        n += 1000
+        written = -1
+        for _ in range(30):
+            now = int(c.stats()["extstore_bytes_written"])
+            if now == written:
+                break
+            written = now
+            time.sleep(0.1)
+        fl = int(c.stats("tiers")["nvme:items"])
+        if fl > 2 * (int(c.stats()["curr_items"]) - fl):
+            break
+    on_flash = int(c.stats("tiers")["nvme:items"])
+    assert on_flash > 0
+    return n, on_flash
+
+
+def test_flash_kill9_then_restart(pool, flash):
     """The flash tier holding most of the data (-m 16, 4 KiB values, an
     ext_path file): kill -9 with the flash writer at work, restart on the
     same pool and flash files: every key reads its value or misses, and
     most of what read back before the kill comes back, from flash too.
     Values still in the flash write buffers at the kill are lost (misses),
-    never read as something else. The keys are stored in batches until
-    flash holds two thirds of the items, each batch followed by a bounded
-    wait for the writer to catch up (one that stays behind makes evictions
-    instead of spills), at most 40 batches."""
-    from conftest import flash_file
+    never read as something else (the keys stored by _fill_flash)."""
     path, servers = pool
-    ext = flash_file("tc-restart-ext", ".nvs")
-    extra = ("-m", "16", "-o", "ext_page_size=4", "-o", "ext_wbuf_size=1",
-             "-o", "ext_recache_rate=0", "-o", "ext_read_timeout_ms=0",
-             "-o", f"ext_path={ext}:192m")
-    try:
-        srv = _start(path, extra)
-        servers.append(srv)
-        c = Conn(HOST, srv.port)
-        n = 0
-        for _ in range(40):
-            for i in range(n, n + 1000):
-                v = _fx_value(i)
-                c.cmd(b"set fx%05d %d 0 %d\r\n%s\r\n" % (i, i, len(v), v),
-                      b"STORED\r\n")
-            n += 1000
-            # let a writer that fell behind catch up (bounded: 3 s), so
-            # that the next batch spills rather than evicts
-            written = -1
-            for _ in range(30):
-                now = int(c.stats()["extstore_bytes_written"])
-                if now == written:
-                    break
-                written = now
-                time.sleep(0.1)
-            fl = int(c.stats("tiers")["nvme:items"])
-            if fl > 2 * (int(c.stats()["curr_items"]) - fl):
-                break  # two thirds of the items on flash
-        on_flash = int(c.stats("tiers")["nvme:items"])
-        assert on_flash > 0
-        before = 0
-        for i in range(n):
-            got = c.get_value(b"fx%05d" % i)
-            assert got is None or got == _fx_value(i), i
-            before += got is not None
-        c.close()
-        _kill9(srv)
+    extra = flash
+    srv = _start(path, extra)
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    n, on_flash = _fill_flash(c)
+    before = 0
+    for i in range(n):
+        got = c.get_value(b"fx%05d" % i)
+        assert got is None or got == _fx_value(i), i
+        before += got is not None
+    c.close()
+    _kill9(srv)
 
-        srv2 = _start(path, extra)
-        servers.append(srv2)
-        c = Conn(HOST, srv2.port)
-        st = c.stats()
-        assert st["restart_kind"] == "recovered"
-        back = 0
-        for i in range(n):
-            got = c.get_value(b"fx%05d" % i)
-            assert got is None or got == _fx_value(i), \
-                f"fx{i:05d}: got {got[:40]!r}..."
-            back += got is not None
-        tiers = c.stats("tiers")
-        print(f"flash restart: {back} of {before} readable keys back "
-              f"({n} stored), {tiers['nvme:items']} of {on_flash} on flash, "
-              f"dropped {st['restart_dropped']}")
-        assert back > before // 2, (back, before)
-        assert int(tiers["nvme:items"]) > on_flash // 2, (tiers, on_flash)
-        # the store goes on: new values spill and read back
-        for i in range(n, n + 2000):
-            v = _fx_value(i)
-            c.cmd(b"set fx%05d %d 0 %d\r\n%s\r\n" % (i, i, len(v), v),
-                  b"STORED\r\n")
-        assert c.get_value(b"fx%05d" % (n + 1999)) == _fx_value(n + 1999)
-        c.close()
-        log = _stop(srv2)
-        assert "flash tier:" in log and "reattached" in log, log
-    finally:
-        if os.path.exists(ext):
-            os.unlink(ext)
+    srv2, c, st = _again(pool, extra, "recovered")
+    back = 0
+    for i in range(n):
+        got = c.get_value(b"fx%05d" % i)
+        assert got is None or got == _fx_value(i), \
+            f"fx{i:05d}: got {got[:40]!r}..."
+        back += got is not None
+    tiers = c.stats("tiers")
+    print(f"flash restart: {back} of {before} readable keys back "
+          f"({n} stored), {tiers['nvme:items']} of {on_flash} on flash, "
+          f"dropped {st['restart_dropped']}")
+    assert back > before // 2, (back, before)
+    assert int(tiers["nvme:items"]) > on_flash // 2, (tiers, on_flash)
+    # the store goes on: new values spill and read back
+    for i in range(n, n + 2000):
+        v = _fx_value(i)
+        c.cmd(b"set fx%05d %d 0 %d\r\n%s\r\n" % (i, i, len(v), v),
+              b"STORED\r\n")
+    assert c.get_value(b"fx%05d" % (n + 1999)) == _fx_value(n + 1999)
+    c.close()
+    log = _stop(srv2)
+    assert "flash tier:" in log and "reattached" in log, log
 
 
-def test_durability_option(pool):
+def test_durability_option(pool, run_server):
     """-o durability: a bad level exits with one line; power starts, says
     in one line what it does on this mapping (on /dev/shm: the same as
     process), shows in stats settings, and its items come back after
     kill -9 like process's."""
     path, servers = pool
-    port = free_port()
-    argv = server_argv(port, ("-o", "durability=disk"), 64, path)
-    res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                         timeout=START_TIMEOUT, cwd=str(ROOT))
-    assert res.returncode != 0
-    err = res.stderr.decode().strip().splitlines()
+    status, stderr = run_server(("-o", "durability=disk"))
+    assert status != 0
+    err = stderr.strip().splitlines()
     assert len(err) == 1 and "durability" in err[0] and "disk" in err[0], err
 
     srv = _start(path, ("-o", "durability=power"))
@@ -362,7 +346,7 @@ def test_durability_option(pool):
     assert "durability=power" in log, log
 
 
-# --- clean stop: the saved index (doc/operating.md, "Restarts") ---
+# --- clean stop: the saved state (doc/operating.md, "Restarts") ---
 
 def _mg(c, k):
     """(value, flags, ttl, cas) of k through mg, or None on a miss."""
@@ -434,12 +418,12 @@ def test_clean_stop_restores_everything(pool, how):
     before = _load_ttl(c, n)
     c.close()
     log = _stop_by(srv, how)
-    assert "index saved to %s.meta: %d entries" % (path, n) in log, log
+    assert "state saved to %s.meta" % path in log, log
     assert os.path.exists(path + ".meta")
 
     srv2 = _start(path)
     servers.append(srv2)
-    assert not os.path.exists(path + ".meta"), "the saved index is used once"
+    assert not os.path.exists(path + ".meta"), "the saved state is used once"
     c = Conn(HOST, srv2.port)
     _judge_ttl(c, before)
     st = c.stats()
@@ -452,8 +436,8 @@ def test_clean_stop_restores_everything(pool, how):
     assert _mg(c, b"fresh")[3] > max(x[3] for x in before.values())
     c.close()
     log = _stop(srv2)
-    assert "warm start from the saved index" in log, log
-    assert "scanning" not in log, log
+    assert "warm start (with the saved state): %d items" % n in log, log
+    assert "not used" not in log, log
 
 
 def test_clean_mark_consumed(pool):
@@ -483,7 +467,7 @@ def test_clean_mark_consumed(pool):
     assert c.get_value(b"late") == b"after the warm start"
     c.close()
     log = _stop(srv3)
-    assert "recovered start" in log and "saved index" not in log, log
+    assert "recovered start" in log and "saved state" not in log, log
 
 
 def _flip(path):
@@ -502,17 +486,18 @@ def _truncate(path):
 
 def _flip_header(path):
     with open(path, "r+b") as f:
-        f.seek(40)  # hash_seed
+        f.seek(16)  # the CAS counter
         b = f.read(1)
-        f.seek(40)
+        f.seek(16)
         f.write(bytes([b[0] ^ 1]))
 
 
 @pytest.mark.parametrize("damage", [_flip, _truncate, _flip_header],
                          ids=["flipped", "truncated", "header"])
-def test_damaged_saved_index_scans(pool, damage):
-    """A saved index that fails its check is not used: one log line, the
-    pool is scanned, every value as it was."""
+def test_damaged_saved_state(pool, damage):
+    """A saved state that fails its check is not used: one log line, every
+    item back as it was (the scan needs nothing saved), the CAS counter
+    above every restored CAS."""
     path, servers = pool
     n = 800
     srv = _start(path)
@@ -529,75 +514,55 @@ def test_damaged_saved_index_scans(pool, damage):
     st = c.stats()
     assert st["restart_kind"] == "warm"
     assert int(st["restart_items"]) == n
+    c.cmd(b"set fresh 0 0 1\r\nx\r\n", b"STORED\r\n")
+    assert _mg(c, b"fresh")[3] > max(x[3] for x in before.values())
     c.close()
     log = _stop(srv2)
-    lines = [x for x in log.splitlines() if "saved index" in x]
-    assert len(lines) == 1 and "not used" in lines[0], log
-    assert "warm start: %d items" % n in log, log
-    assert not os.path.exists(path + ".meta") or "index saved" in log
+    lines = [x for x in log.splitlines() if "saved state" in x]
+    assert len(lines) == 2 and "not used" in lines[0], log
+    assert "warm start (without saved state: it failed a check): %d items" \
+        % n in log, log
+    assert not os.path.exists(path + ".meta") or "state saved" in log
 
 
-def test_flash_clean_stop_restores_everything(pool):
+def test_flash_clean_stop_restores_everything(pool, flash):
     """The flash tier holding most of the data, then a clean stop: the
-    warm start (from the saved index) brings back every key that read
+    warm start brings back every key that read
     before the stop, those on flash too, with their flags, and none that
     did not."""
-    from conftest import flash_file
     path, servers = pool
-    ext = flash_file("tc-restart-ext", ".nvs")
-    extra = ("-m", "16", "-o", "ext_page_size=4", "-o", "ext_wbuf_size=1",
-             "-o", "ext_recache_rate=0", "-o", "ext_read_timeout_ms=0",
-             "-o", f"ext_path={ext}:192m")
-    try:
-        srv = _start(path, extra)
-        servers.append(srv)
-        c = Conn(HOST, srv.port)
-        n = 0
-        for _ in range(40):  # bounded: at most 40 batches of 1,000
-            for i in range(n, n + 1000):
-                v = _fx_value(i)
-                c.cmd(b"set fx%05d %d 0 %d\r\n%s\r\n" % (i, i, len(v), v),
-                      b"STORED\r\n")
-            n += 1000
-            fl = int(c.stats("tiers")["nvme:items"])
-            if fl > 2 * (int(c.stats()["curr_items"]) - fl):
-                break
-        on_flash = int(c.stats("tiers")["nvme:items"])
-        assert on_flash > 0
-        before = set()
-        for i in range(n):
-            got = c.get_value(b"fx%05d" % i)
-            assert got is None or got == _fx_value(i), i
-            if got is not None:
-                before.add(i)
-        c.close()
-        _stop(srv)
+    extra = flash
+    srv = _start(path, extra)
+    servers.append(srv)
+    c = Conn(HOST, srv.port)
+    n, on_flash = _fill_flash(c)
+    before = set()
+    for i in range(n):
+        got = c.get_value(b"fx%05d" % i)
+        assert got is None or got == _fx_value(i), i
+        if got is not None:
+            before.add(i)
+    c.close()
+    _stop(srv)
 
-        srv2 = _start(path, extra)
-        servers.append(srv2)
-        c = Conn(HOST, srv2.port)
-        st = c.stats()
-        assert st["restart_kind"] == "warm"
-        for i in range(n):
-            c.send(b"get fx%05d\r\n" % i)
-            line = c.readline()
-            if i not in before:  # evicted before the stop: stays gone
-                assert line == b"END\r\n", (i, line)
-                continue
-            v = _fx_value(i)
-            assert line == b"VALUE fx%05d %d %d\r\n" % (i, i, len(v)), \
-                (i, line)
-            assert c.recv_exact(len(v) + 2) == v + b"\r\n"
-            assert c.readline() == b"END\r\n"
-        tiers = c.stats("tiers")
-        # (the writer may have spilled more before the stop finished)
-        assert int(tiers["nvme:items"]) >= on_flash, (tiers, on_flash)
-        c.close()
-        log = _stop(srv2)
-        assert "warm start from the saved index" in log, log
-    finally:
-        if os.path.exists(ext):
-            os.unlink(ext)
+    srv2, c, st = _again(pool, extra, "warm")
+    for i in range(n):
+        c.send(b"get fx%05d\r\n" % i)
+        line = c.readline()
+        if i not in before:  # evicted before the stop: stays gone
+            assert line == b"END\r\n", (i, line)
+            continue
+        v = _fx_value(i)
+        assert line == b"VALUE fx%05d %d %d\r\n" % (i, i, len(v)), \
+            (i, line)
+        assert c.recv_exact(len(v) + 2) == v + b"\r\n"
+        assert c.readline() == b"END\r\n"
+    tiers = c.stats("tiers")
+    # (the writer may have spilled more before the stop finished)
+    assert int(tiers["nvme:items"]) >= on_flash, (tiers, on_flash)
+    c.close()
+    log = _stop(srv2)
+    assert "warm start (with the saved state)" in log, log
 
 
 # --- clean stop: the DRAM hot pool is written back first ---
@@ -631,7 +596,7 @@ def _hot_in_dram(c):
 
 def test_clean_stop_writes_hot_pool_back(pool):
     """Keys held in the DRAM hot pool at a SIGTERM are written back to the
-    pool before the index is saved: after the restart every key, hot or
+    pool before the state is saved: after the restart every key, hot or
     not, is back with its latest value, flags, TTL and CAS."""
     path, servers = pool
     n = 300
@@ -658,7 +623,7 @@ def test_clean_stop_writes_hot_pool_back(pool):
     c.close()
     log = _stop(srv)
     total = n + len(HOT_KEYS)
-    assert "index saved to %s.meta: %d entries" % (path, total) in log, log
+    assert "state saved to %s.meta" % path in log, log
     assert "not written back" not in log, log
     assert "of the DRAM hot pool written back at close" in log, log
 
@@ -674,4 +639,4 @@ def test_clean_stop_writes_hot_pool_back(pool):
     assert int(st["curr_items"]) == total
     c.close()
     log = _stop(srv2)
-    assert "warm start from the saved index" in log, log
+    assert "warm start (with the saved state): %d items" % total in log, log

@@ -1028,6 +1028,100 @@ test_move_against_promotion(void **state)
     assert_true(v.live > 0);
 }
 
+/* A touch against a spill's switch: the spill has checked key 0 and
+ * invalidated it (its value already on flash), a touch then gives it an
+ * expiry, then the switch. The flash header must take the touch's expiry
+ * and the key must stay; the process then dies (the flash writer drained
+ * first). Key 0 is the only value of at least ext_item_size bytes, so the
+ * only one that spills; the others, of its class, are evicted. */
+#define TOUCH_VLEN 4000
+#define TOUCH_TTL 3600
+static sem_t touch_go, touch_done;
+static bool touch_raced;
+static int touch_rc;
+
+static void
+race_touch_hook(const char *name)
+{
+    if (role == 2 && !touch_raced && strcmp(name, "spill.checked") == 0) {
+        touch_raced = true;
+        sem_post(&touch_go);
+        sem_wait(&touch_done);
+    }
+}
+
+static void *
+race_touch_client(void *arg)
+{
+    struct fx *f = arg;
+    char k[16];
+    sem_wait(&touch_go);
+    key_of(k, 0);
+    touch_rc = tc_touch(f->c, k, strlen(k), TOUCH_TTL);
+    sem_post(&touch_done);
+    return NULL;
+}
+
+static void
+race_touch_work(struct fx *f, uint64_t *rng)
+{
+    (void)rng;
+    assert_int_equal(fx_open(f), 0);
+    int cls = store_find_class(f->c, "probe-a", TOUCH_VLEN);
+    assert_int_equal(store_find_class(f->c, "probe-b", TOUCH_VLEN - 100), cls);
+    tc_delete(f->c, "probe-a", 7, 0);
+    tc_delete(f->c, "probe-b", 7, 0);
+    assert_int_equal(set_gen(f->c, 0, TOUCH_VLEN), TC_OK);
+    sem_init(&touch_go, 0, 0);
+    sem_init(&touch_done, 0, 0);
+    touch_raced = false;
+    touch_rc = -1;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, race_touch_client, f), 0);
+    role = 2;
+    __atomic_store_n(&crashpoint_hook, race_touch_hook, __ATOMIC_RELAXED);
+    for (unsigned i = 1; i < NK && !touch_raced; i++)
+        assert_int_equal(set_gen(f->c, i, TOUCH_VLEN - 100), TC_OK);
+    role = 0;
+    if (!touch_raced) {
+        print_message("no spill\n");
+        _exit(3);
+    }
+    pthread_join(th, NULL);
+    if (touch_rc != TC_OK) {
+        print_message("the touch missed: %d\n", touch_rc);
+        _exit(4);
+    }
+    assert_int_equal(nvs_flush(((struct cache *)f->c)->nvs), 0);
+    _exit(CRASHED);
+}
+
+static void
+test_touch_against_spill(void **state)
+{
+    SKIP_WITHOUT_POINTS();
+    struct fx *f = *state;
+    static unsigned char buf[VMAX];
+    char ext[192], k[16];
+    struct got g;
+    flash_cfg(f, ext, 0);
+    f->cfg.ext_item_size = TOUCH_VLEN - 50;
+    truth_reset();
+    unlink(ext);
+    int st = run_child(f, race_touch_work, NULL, 0, 1);
+    assert_int_equal(st, CRASHED);
+    assert_int_equal(tc_open(&f->cfg, &f->c), 0);
+    key_of(k, 0);
+    assert_int_equal(get_cb(f->c, k, &g, buf, VMAX), TC_OK);
+    assert_true(g.info.flash);
+    assert_int_not_equal(g.info.exptime, 0); /* the touch's */
+    judge(f->c); /* and every other key by the rules */
+    assert_int_equal(tc_check(f->c), 0);
+    tc_close(f->c);
+    f->c = NULL;
+    unlink(ext);
+}
+
 #define TC_TEST_NOOPEN(fn)                                                     \
     cmocka_unit_test_prestate_setup_teardown(fn, setup_noopen, teardown, #fn)
 
@@ -1055,6 +1149,7 @@ main(void)
         TC_TEST_NOOPEN(test_recache_against_set),
         TC_TEST_NOOPEN(test_recache_against_delete),
         TC_TEST_NOOPEN(test_spill_against_delete),
+        TC_TEST_NOOPEN(test_touch_against_spill),
         TC_TEST_NOOPEN(test_compaction_against_delete),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,6 +13,7 @@
 
 #include "src/engine/item_layout.h"
 #include "src/engine/restart_layout.h"
+#include "src/engine/restart_save_layout.h"
 
 #include <fcntl.h>
 #include <stddef.h>
@@ -618,7 +619,7 @@ test_parallel_scan(void **state)
     munmap(t, sizeof(*t));
 }
 
-/* --- the saved index (src/engine/restart_save.h) --- */
+/* --- the saved state (src/engine/restart_save.h) --- */
 
 static void
 meta_path(const struct fx *f, char *buf, size_t n)
@@ -627,7 +628,7 @@ meta_path(const struct fx *f, char *buf, size_t n)
 }
 
 /* The workload in this process, then a clean close that saves the
- * index. */
+ * state. */
 static void
 close_saved(struct fx *f, struct truth *t, const char *meta)
 {
@@ -654,7 +655,7 @@ test_saved_index_warm(void **state)
     assert_int_equal(open_existing(f), 0);
     tc_open_info(f->c, &info);
     assert_int_equal(info.kind, TC_START_WARM);
-    assert_string_equal(info.reason, "from the saved index");
+    assert_string_equal(info.reason, "with the saved state");
     assert_int_equal(access(meta, F_OK), -1); /* used once */
     judge(f->c, t, &nlive);
     assert_int_equal(nlive, NKEYS - NKEYS / 5);
@@ -678,13 +679,51 @@ test_saved_index_warm(void **state)
     f->c = NULL;
     assert_int_equal(open_existing(f), 0);
     tc_open_info(f->c, &info);
-    assert_string_equal(info.reason, "from the saved index");
+    assert_string_equal(info.reason, "with the saved state");
     judge(f->c, t, &nlive);
     assert_int_equal(info.items, nlive + 1);
     tc_close(f->c);
     f->c = NULL;
     unlink(meta);
     munmap(t, sizeof(*t));
+}
+
+/* What only the saved state knows: the CAS counter where the close left
+ * it. The item with the highest CAS deleted before the close, the scan
+ * sees only lower ones; a client may still hold that CAS, so no new item
+ * may get it again. */
+static void
+test_saved_state_cas(void **state)
+{
+    struct fx *f = *state;
+    char meta[224];
+    uint64_t top = 0, cas = 0;
+
+    meta_path(f, meta, sizeof(meta));
+    f->cfg.pool_size = 64 * MIB;
+    f->cfg.restart_file = meta;
+    assert_int_equal(fx_open(f), 0);
+    for (unsigned i = 0; i < 100; i++)
+        puts_(f->c, "k", "v");
+    assert_int_equal(tc_store(f->c, TC_SET, "top", 3, "x", 1, 0, 0, 0, &top),
+                     TC_OK);
+    for (unsigned i = 0; i < 50; i++)
+        assert_int_equal(
+            tc_store(f->c, TC_SET, "top", 3, "x", 1, 0, 0, 0, &top), TC_OK);
+    assert_int_equal(tc_delete(f->c, "top", 3, 0), TC_OK);
+    tc_close(f->c);
+    f->c = NULL;
+    assert_int_equal(open_existing(f), 0);
+    struct tc_open_info info;
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_WARM);
+    assert_string_equal(info.reason, "with the saved state");
+    assert_int_equal(tc_store(f->c, TC_SET, "new", 3, "x", 1, 0, 0, 0, &cas),
+                     TC_OK);
+    assert_true(cas > top);
+    tc_close(f->c);
+    f->c = NULL;
+    unlink(meta);
 }
 
 /* Damage to the saved file: the open scans instead, every value right. */
@@ -717,9 +756,10 @@ damage_header(const char *meta)
     int fd = open(meta, O_RDWR);
     assert_true(fd >= 0);
     uint64_t v;
-    assert_int_equal(pread(fd, &v, 8, 48), 8); /* cas_seq */
+    off_t at = offsetof(struct restart_saved_hdr, cas_seq);
+    assert_int_equal(pread(fd, &v, 8, at), 8);
     v += 1;
-    assert_int_equal(pwrite(fd, &v, 8, 48), 8);
+    assert_int_equal(pwrite(fd, &v, 8, at), 8);
     close(fd);
 }
 
@@ -747,7 +787,7 @@ test_saved_index_damaged(void **state)
         assert_int_equal(open_existing(f), 0);
         tc_open_info(f->c, &info);
         assert_int_equal(info.kind, TC_START_WARM);
-        assert_non_null(strstr(info.reason, "scanned"));
+        assert_non_null(strstr(info.reason, "without saved state"));
         assert_int_equal(access(meta, F_OK), -1);
         judge(f->c, t, &nlive);
         assert_int_equal(info.items, nlive);
@@ -811,7 +851,7 @@ test_saved_index_consumed(void **state)
     assert_int_equal(open_existing(f), 0);
     tc_open_info(f->c, &info);
     assert_int_equal(info.kind, TC_START_WARM);
-    assert_non_null(strstr(info.reason, "scanned"));
+    assert_non_null(strstr(info.reason, "without saved state"));
     judge(f->c, t, &nlive);
     tc_close(f->c);
     f->c = NULL;
@@ -819,7 +859,8 @@ test_saved_index_consumed(void **state)
     munmap(t, sizeof(*t));
 }
 
-/* Another index size (expected_items): scanned; a delayed flush that came
+/* Another index size (expected_items): the saved state is still this
+ * pool's (the scan fills an index of any size); a delayed flush that came
  * due while stopped: everything dropped as flushed. */
 static void
 test_saved_index_settings(void **state)
@@ -836,7 +877,7 @@ test_saved_index_settings(void **state)
     assert_int_equal(open_existing(f), 0);
     tc_open_info(f->c, &info);
     assert_int_equal(info.kind, TC_START_WARM);
-    assert_non_null(strstr(info.reason, "scanned"));
+    assert_string_equal(info.reason, "with the saved state");
     judge(f->c, t, &nlive);
     assert_int_equal(info.items, nlive);
     /* a flush_all 100 s ahead, then a start 200 s later */
@@ -846,7 +887,7 @@ test_saved_index_settings(void **state)
     tc_clock_set(T0 + 200);
     assert_int_equal(open_existing(f), 0);
     tc_open_info(f->c, &info);
-    assert_string_equal(info.reason, "from the saved index");
+    assert_string_equal(info.reason, "with the saved state");
     assert_int_equal(info.items, 0);
     assert_int_equal(info.dropped_flushed, nlive);
     memset(t->live, 0, sizeof(t->live));
@@ -918,7 +959,7 @@ hot_keys_check(struct fx *f, const uint64_t cas[HOT_KEYS])
 }
 
 /* The hot pool at a clean close: every item held there is written back to
- * the pool first, so the saved index names it and it comes back with its
+ * the pool first, so the scan finds it and it comes back with its
  * latest value, flags, expiry and CAS, never an older PMEM copy. */
 static void
 test_saved_index_hot_pool(void **state)
@@ -940,7 +981,7 @@ test_saved_index_hot_pool(void **state)
     assert_int_equal(open_existing(f), 0);
     tc_open_info(f->c, &info);
     assert_int_equal(info.kind, TC_START_WARM);
-    assert_string_equal(info.reason, "from the saved index");
+    assert_string_equal(info.reason, "with the saved state");
     assert_int_equal(info.dropped, 0);
     check_str(f->c, "hot", "last");
     check_str(f->c, "warm", "dram");
@@ -948,7 +989,7 @@ test_saved_index_hot_pool(void **state)
     hot_keys_check(f, cas);
     assert_int_equal(stats(f->c).hot_pool_bytes, 0);
     assert_int_equal(tc_check(f->c), 0);
-    /* and a scan finds them the same (no saved index this time) */
+    /* and a scan finds them the same (no saved state this time) */
     tc_close(f->c);
     f->c = NULL;
     unlink(meta);
@@ -956,7 +997,7 @@ test_saved_index_hot_pool(void **state)
     assert_int_equal(open_existing(f), 0);
     tc_open_info(f->c, &info);
     assert_int_equal(info.kind, TC_START_WARM);
-    assert_null(strstr(info.reason, "from the saved index"));
+    assert_null(strstr(info.reason, "with the saved state"));
     check_str(f->c, "again", "in-dram");
     hot_keys_check(f, cas);
     assert_int_equal(tc_check(f->c), 0);
@@ -1008,7 +1049,7 @@ test_saved_index_hot_pool_full(void **state)
     f->c = NULL;
     assert_int_equal(open_existing(f), 0);
     tc_open_info(f->c, &info);
-    assert_string_equal(info.reason, "from the saved index");
+    assert_string_equal(info.reason, "with the saved state");
     check_miss(f->c, "short");
     for (unsigned i = 0; i < HOT_KEYS; i++) {
         snprintf(k, sizeof(k), "hkey%06u", i);
@@ -1038,6 +1079,7 @@ main(void)
         TC_TEST_NOOPEN(test_cold_starts),
         TC_TEST_NOOPEN(test_parallel_scan),
         TC_TEST_NOOPEN(test_saved_index_warm),
+        TC_TEST_NOOPEN(test_saved_state_cas),
         TC_TEST_NOOPEN(test_saved_index_damaged),
         TC_TEST_NOOPEN(test_saved_index_consumed),
         TC_TEST_NOOPEN(test_saved_index_settings),
