@@ -106,9 +106,6 @@ def test_uring_flood_with_yields(spawn):
     c.close()
 
 
-@pytest.mark.skip(reason="known bug: under ASan a burst of closes with "
-                  "replies unread once left another connection without its "
-                  "reply (30 s); io_uring is opt-in until it is found")
 def test_uring_many_connections_close(spawn):
     """Connections opened and closed in bursts (some with a request in
     flight): slots are reused, the server keeps serving and counts them."""
