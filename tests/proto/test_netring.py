@@ -2,8 +2,8 @@
 and the fallback to epoll where io_uring is refused.
 
 The whole suite runs on one loop or the other with TC_NET_ENGINE=epoll or
-uring (conftest.py; the default is epoll, auto is uring where the kernel
-allows it); these tests check what only this option does: the choice shows in
+uring (conftest.py; the default, auto, is uring where the kernel allows
+it); these tests check what only this option does: the choice shows in
 "stats settings", both loops serve the same bytes (values larger than one
 receive buffer, pipelines, a client that reads its replies late, accepts
 and closes in bursts), a bad value stops the start with one line, and a
