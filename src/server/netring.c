@@ -14,7 +14,9 @@
  * detach) cancels its recv, leaves its send running (the block it reads is
  * handed over and freed here), and its slot is reused only once neither
  * is in flight, so a late completion never reaches freed memory. A
- * completion names its slot and the slot's generation in user_data.
+ * completion names its slot and the slot's generation in user_data. What
+ * a connection has queued is submitted before its descriptor closes, since
+ * the kernel looks the number up at submission (hook_detach).
  *
  * Back-pressure and parking: when the connection layer stops wanting input
  * (watch, in = false), the recv is cancelled; what arrives before the
@@ -335,6 +337,14 @@ hook_detach(void *arg, int i, void *sendbuf)
     s->turn_queued = s->got_input = false;
     s->orphan = sendbuf;
     recv_cancel(nr, i);
+    /* The caller closes the descriptor next, and another thread (the
+     * acceptor) may get its number at once for a new connection. An SQE
+     * names the socket by number, looked up when submitted: a recv or send
+     * of this connection still queued would run on the new socket (a recv
+     * there eats the new client's request, and its end). Submitting now
+     * binds them to this socket while the number is still its own. */
+    if (io_uring_sq_ready(&nr->ring))
+        io_uring_submit(&nr->ring);
     slot_maybe_free(nr, i);
 }
 
@@ -370,8 +380,13 @@ on_recv(struct netring *nr, uint32_t i, const struct io_uring_cqe *cqe)
                           &s->got_input))
         conn_input_done(s->c); /* no memory for the list: now */
     s = &nr->slots[i];         /* the connection may be gone */
-    if (!s->recv_on && s->c && s->want_in && cqe->res != 0)
-        recv_arm(nr, (int)i); /* out of buffers, or cancelled and wanted */
+    /* armed again only where the socket may have more to give: the
+     * multishot ended with data, out of buffers, or cancelled and wanted
+     * again; never after an error or the end (the connection is ending,
+     * and a recv queued now could outlive its descriptor: hook_detach) */
+    bool rearm = cqe->res > 0 || cqe->res == -ENOBUFS || cqe->res == -ECANCELED;
+    if (!s->recv_on && s->c && s->want_in && rearm)
+        recv_arm(nr, (int)i);
     slot_maybe_free(nr, (int)i);
 }
 

@@ -288,11 +288,17 @@ main(int argc, char **argv)
                  "removed at a clean stop (-e <file> keeps the items "
                  "across restarts)",
                  st.pool_path);
+    /* the network loop is chosen now, its log line comes once the server
+     * is set up: a start that fails (a TLS file that does not load) prints
+     * its one line only */
+    char engine_note[320] = "";
+    int engine_level =
+        strcmp(st.net_engine, "uring") == 0 ? LOG_WARN : LOG_INFO;
     if (st.tls && strcmp(st.net_engine, "epoll") != 0) {
         /* TLS reads and writes through OpenSSL on the socket itself */
-        log_msg(strcmp(st.net_engine, "uring") ? LOG_INFO : LOG_WARN,
-                "net_engine=%s: TLS (-Z) runs on the epoll loop; using epoll",
-                st.net_engine);
+        snprintf(engine_note, sizeof(engine_note),
+                 "net_engine=%s: TLS (-Z) runs on the epoll loop; using epoll",
+                 st.net_engine);
         st.net_engine = "epoll";
     }
     if (strcmp(st.net_engine, "epoll") != 0) {
@@ -300,8 +306,9 @@ main(int argc, char **argv)
         if (netring_probe() == 0) {
             st.net_engine = "uring";
         } else {
-            log_msg(strcmp(st.net_engine, "uring") ? LOG_INFO : LOG_WARN,
-                    "net_engine=%s: %s; using epoll", st.net_engine, err_msg());
+            snprintf(engine_note, sizeof(engine_note),
+                     "net_engine=%s: %s; using epoll", st.net_engine,
+                     err_msg());
             st.net_engine = "epoll";
         }
     }
@@ -311,6 +318,8 @@ main(int argc, char **argv)
         tc_close(cache);
         return 1;
     }
+    if (engine_note[0])
+        log_msg(engine_level, "%s", engine_note);
     log_info("%llu worker threads, at most %llu connections",
              (unsigned long long)st.threads, (unsigned long long)st.maxconns);
     /* once started: a start that fails prints its one line only */

@@ -2,8 +2,8 @@
 and the fallback to epoll where io_uring is refused.
 
 The whole suite runs on one loop or the other with TC_NET_ENGINE=epoll or
-uring (conftest.py; the default is epoll, auto is uring where the kernel
-allows it); these tests check what only this option does: the choice shows in
+uring (conftest.py; the default, auto, is uring where the kernel allows
+it); these tests check what only this option does: the choice shows in
 "stats settings", both loops serve the same bytes (values larger than one
 receive buffer, pipelines, a client that reads its replies late, accepts
 and closes in bursts), a bad value stops the start with one line, and a
@@ -106,9 +106,6 @@ def test_uring_flood_with_yields(spawn):
     c.close()
 
 
-@pytest.mark.skip(reason="known bug: under ASan a burst of closes with "
-                  "replies unread once left another connection without its "
-                  "reply (30 s); io_uring is opt-in until it is found")
 def test_uring_many_connections_close(spawn):
     """Connections opened and closed in bursts (some with a request in
     flight): slots are reused, the server keeps serving and counts them."""

@@ -16,6 +16,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -73,6 +76,110 @@ __wrap_io_uring_register_buf_ring(struct io_uring *ring,
     if (fail_bufring)
         return fail_bufring;
     return __real_io_uring_register_buf_ring(ring, reg, flags);
+}
+
+/* The connection layer, as netring.c calls it: each connection is one of
+ * two fakes, whose input is recorded. */
+struct fake_conn {
+    int fd;
+    int slot;
+    char in[64];
+    size_t in_len;
+    bool err, eof;
+};
+static struct fake_conn fake[2];
+static struct conn_worker *fake_w;
+static _Atomic bool fake_stop;
+static struct timespec fake_start;
+static int fake_next_fd; /* the new connection's socket, for the hand-off */
+
+void __wrap_conn_input(struct conn *c, const void *p, size_t n, bool err);
+void __wrap_conn_input_done(struct conn *c);
+void __wrap_conn_sent(struct conn *c, int res);
+uint32_t __wrap_conn_now(const struct conn_shared *sh);
+void __wrap_conn_sweep_idle(struct conn_worker *w);
+void __wrap_tc_thread_poll(struct tc_cache *c);
+void __wrap_tc_thread_quiesce(struct tc_cache *c);
+
+void
+__wrap_conn_input(struct conn *c, const void *p, size_t n, bool err)
+{
+    struct fake_conn *f = (struct fake_conn *)c;
+    if (err)
+        f->err = true;
+    else if (n == 0)
+        f->eof = true;
+    else if (f->in_len + n <= sizeof(f->in)) {
+        memcpy(f->in + f->in_len, p, n);
+        f->in_len += n;
+    }
+}
+
+/* Connection 0 failing ends as conn_destroy() ends it: detach, close; and
+ * the acceptor's next socket gets the number at once (dup2 stands for the
+ * race, whose window is the rest of this loop turn), with a request
+ * already in it, and is attached as connection 1. */
+void
+__wrap_conn_input_done(struct conn *c)
+{
+    struct fake_conn *f = (struct fake_conn *)c;
+    const struct conn_io *io = fake_w->io;
+    if (f == &fake[0] && f->err && fake[1].fd < 0) {
+        io->detach(io->arg, f->slot, NULL);
+        int num = f->fd;
+        close(num);
+        assert_int_equal(dup2(fake_next_fd, num), num);
+        close(fake_next_fd);
+        fake[1].fd = num;
+        fake[1].slot = io->attach(io->arg, (struct conn *)&fake[1], num);
+        assert_true(fake[1].slot >= 0);
+    }
+    if (f == &fake[1] && f->in_len == 4)
+        atomic_store(&fake_stop, true);
+}
+
+void
+__wrap_conn_sent(struct conn *c, int res)
+{
+    (void)c;
+    (void)res;
+}
+
+static double
+fake_elapsed(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - fake_start.tv_sec) +
+           (double)(t.tv_nsec - fake_start.tv_nsec) / 1e9;
+}
+
+uint32_t
+__wrap_conn_now(const struct conn_shared *sh)
+{
+    (void)sh;
+    return (uint32_t)(fake_elapsed() * 4); /* a sweep each 250 ms */
+}
+
+/* The bound of the test: a lost request ends the loop after 3 s. */
+void
+__wrap_conn_sweep_idle(struct conn_worker *w)
+{
+    (void)w;
+    if (fake_elapsed() > 3)
+        atomic_store(&fake_stop, true);
+}
+
+void
+__wrap_tc_thread_poll(struct tc_cache *c)
+{
+    (void)c;
+}
+
+void
+__wrap_tc_thread_quiesce(struct tc_cache *c)
+{
+    (void)c;
 }
 
 static int
@@ -189,6 +296,49 @@ test_create_and_destroy(void **state)
     netring_destroy(NULL); /* a no-op */
 }
 
+/* A connection fails (its peer closed with a reply unread: ECONNRESET)
+ * and ends in the same loop turn; its number goes to a new connection
+ * whose request is already there. The new connection gets the request:
+ * nothing of the old one (a recv armed again after the error, queued but
+ * not yet submitted) runs on the new socket. */
+static void
+test_reused_number_keeps_its_input(void **state)
+{
+    (void)state;
+    need_uring();
+    struct conn_shared sh = {0};
+    struct conn_worker w = {.sh = &sh};
+    struct netring *nr = NULL;
+    int a[2], b[2];
+    assert_int_equal(netring_create(&w, &nr), 0);
+    fake_w = &w;
+    memset(fake, 0, sizeof(fake));
+    fake[1].fd = -1;
+    atomic_store(&fake_stop, false);
+    clock_gettime(CLOCK_MONOTONIC, &fake_start);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b), 0);
+    fake[0].fd = a[0];
+    fake[0].slot = w.io->attach(w.io->arg, (struct conn *)&fake[0], a[0]);
+    assert_true(fake[0].slot >= 0);
+    /* the reply the client never reads, then its close: a reset */
+    assert_int_equal(write(a[0], "OK\r\n", 4), 4);
+    close(a[1]);
+    /* the next client's request, waiting in its socket */
+    fake_next_fd = b[0];
+    assert_int_equal(write(b[1], "get\n", 4), 4);
+    netring_run(nr, &fake_stop);
+    assert_true(fake[0].err);
+    assert_true(fake[1].fd >= 0);
+    assert_int_equal(fake[1].in_len, 4);
+    assert_memory_equal(fake[1].in, "get\n", 4);
+    assert_false(fake[1].err);
+    w.io->detach(w.io->arg, fake[1].slot, NULL);
+    close(fake[1].fd);
+    close(b[1]);
+    netring_destroy(nr);
+}
+
 int
 main(void)
 {
@@ -200,6 +350,7 @@ main(void)
         cmocka_unit_test_setup(test_create_bufring_refused, reset),
         cmocka_unit_test_setup(test_create_without_single_issuer, reset),
         cmocka_unit_test_setup(test_create_and_destroy, reset),
+        cmocka_unit_test_setup(test_reused_number_keeps_its_input, reset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
