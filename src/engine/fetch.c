@@ -81,8 +81,10 @@ store_exptime(struct item_hdr *it, uint64_t off, uint32_t exptime)
         pm_store32(&it->exptime, exptime);
 }
 
-/* A live item inside the read section: touch, mark used, describe. */
-static void
+/* A live item inside the read section: touch, mark used, describe.
+ * Inlined, as serve_rcu: the description is then built where the caller
+ * keeps it, not copied (some 30 instructions a get). */
+static inline __attribute__((always_inline)) void
 describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
              const struct tc_get_opts *o, uint32_t now,
              struct tc_item_info *out)
@@ -113,7 +115,7 @@ describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
 
 /* Serve a live item in PMEM inside the read section: describe, call fn.
  * Returns its slab class (which the description already looked up). */
-static unsigned
+static inline __attribute__((always_inline)) unsigned
 serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
           const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn, void *arg)
 {

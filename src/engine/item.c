@@ -244,14 +244,9 @@ item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
 }
 
 int
-item_value_iov(const char *base, const struct item_hdr *it, uint32_t chunk_max,
-               struct iovec *iov)
+item_value_iov_chained(const char *base, const struct item_hdr *it,
+                       uint32_t chunk_max, struct iovec *iov)
 {
-    if (!it->nchain) {
-        iov[0].iov_base = (void *)(item_key(it) + it->klen);
-        iov[0].iov_len = it->vlen;
-        return 1;
-    }
     const uint64_t *tails = item_tails(it);
     uint32_t room = chunk_max - (uint32_t)sizeof(struct item_tail);
     uint64_t left = it->vlen;
@@ -263,34 +258,4 @@ item_value_iov(const char *base, const struct item_hdr *it, uint32_t chunk_max,
         n++;
     }
     return n;
-}
-
-static inline uint64_t
-load8(const unsigned char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-/* n bytes equal: a key of 8 to 32 bytes (most keys) in overlapping 8-byte
- * loads within [0, n), no call; others through memcmp. */
-static inline bool
-key_bytes_equal(const unsigned char *a, const unsigned char *b, uint32_t n)
-{
-    if (n >= 8 && n <= 16)
-        return ((load8(a) ^ load8(b)) |
-                (load8(a + n - 8) ^ load8(b + n - 8))) == 0;
-    if (n > 16 && n <= 32)
-        return ((load8(a) ^ load8(b)) | (load8(a + 8) ^ load8(b + 8)) |
-                (load8(a + n - 16) ^ load8(b + n - 16)) |
-                (load8(a + n - 8) ^ load8(b + n - 8))) == 0;
-    return memcmp(a, b, n) == 0;
-}
-
-bool
-item_key_equals(const struct item_hdr *it, const void *key, uint32_t klen)
-{
-    return it->klen == klen && item_kind_is_head(it->kind) &&
-           key_bytes_equal((const unsigned char *)item_key(it), key, klen);
 }
