@@ -221,6 +221,8 @@ class_sizes(uint32_t min, uint32_t max, double factor, uint32_t step,
     return n;
 }
 
+static unsigned class_search(const struct slab *s, uint32_t size);
+
 static int
 setup_classes(struct slab *s, const struct slab_config *cfg)
 {
@@ -265,6 +267,11 @@ setup_classes(struct slab *s, const struct slab_config *cfg)
     for (unsigned i = 0; i < n; i++)
         s->cls[i].size = sizes[i];
     s->nclasses = n;
+    for (uint32_t i = 1; i <= SLAB_CLASS_LUT_MAX / 8; i++) {
+        uint32_t least = 8 * i - 7;
+        s->class_by8[i] =
+            (uint8_t)(least > sizes[n - 1] ? n - 1 : class_search(s, least));
+    }
     for (unsigned i = 0; i < n; i++) {
         struct slab_class *c = &s->cls[i];
         c->perpage = POOL_PAGE_SIZE / c->size;
@@ -352,12 +359,11 @@ slab_chunk_size(const struct slab *s, unsigned cls)
     return s->cls[cls].size;
 }
 
-int
-slab_class_for(const struct slab *s, uint32_t size)
+/* The first class with size >= wanted, by binary search. */
+static unsigned
+class_search(const struct slab *s, uint32_t size)
 {
     unsigned lo = 0, hi = s->nclasses;
-    if (size > s->cls[s->nclasses - 1].size)
-        return -1;
     while (lo < hi) { /* first class with size >= wanted */
         unsigned mid = (lo + hi) / 2;
         if (s->cls[mid].size >= size)
@@ -365,7 +371,21 @@ slab_class_for(const struct slab *s, uint32_t size)
         else
             lo = mid + 1;
     }
-    return (int)lo;
+    return lo;
+}
+
+int
+slab_class_for(const struct slab *s, uint32_t size)
+{
+    if (size > s->cls[s->nclasses - 1].size)
+        return -1;
+    if (size > SLAB_CLASS_LUT_MAX)
+        return (int)class_search(s, size);
+    /* class sizes are multiples of 8 (min_chunk rounded up, chunk_max
+     * refused otherwise), so the step's entry is the class; the test keeps
+     * it right should a size ever fall inside a step */
+    unsigned c = s->class_by8[(size + 7) / 8];
+    return (int)(s->cls[c].size < size ? c + 1 : c);
 }
 
 /* --- partial list (class lock held) --- */

@@ -33,6 +33,9 @@ _Static_assert(TIME_SHIFT + SLAB_ATIME_BITS == 16, "one 16-bit word a chunk");
 /* 64-bit words of one page's DRAM tables per free-bit word (64 chunks):
  * free bits 1, chunk words 16 (2 bytes a chunk) */
 #define TABLE_WORDS 17
+/* Sizes up to this find their class in a table (slab_class_for). */
+#define SLAB_CLASS_LUT_MAX 16384u
+_Static_assert(SLAB_MAX_CLASSES <= 255, "a class number fits a byte");
 
 enum page_state {
     PAGE_FREE = 0,     /* in the pool */
@@ -95,6 +98,10 @@ struct slab {
      * engine frees them after a grace period (slab_retired_take) */
     _Atomic(uint64_t *) retired;
     uint32_t *page_lists; /* class->pages storage */
+    /* slab_class_for without a search: entry i is the first class holding
+     * the smallest size of its 8-byte step (8 * i - 7); set up with the
+     * classes, read only after */
+    uint8_t class_by8[SLAB_CLASS_LUT_MAX / 8 + 1];
     struct slab_class cls[SLAB_MAX_CLASSES];
 };
 
