@@ -440,7 +440,7 @@ test_config_invalid(void **state)
          .chunk_max = POOL_PAGE_SIZE + 8},
         {.min_chunk = 4096, .growth_factor = 1.25, .chunk_max = 1024},
         /* a last class that is not 8-aligned */
-        {.min_chunk = 64, .growth_factor = 1.25, .chunk_max = 100000},
+        {.min_chunk = 64, .growth_factor = 1.25, .chunk_max = 100001},
         /* a step that is not a multiple of 8, or spans past a page */
         {.min_chunk = 64, .growth_factor = 1.25, .chunk_step = 12},
         {.min_chunk = 64,
