@@ -293,6 +293,10 @@ copy_value(void *arg, const struct tc_item_info *info, const struct iovec *iov,
 {
     struct copy_arg *a = arg;
     size_t at = 0;
+    if (likely(niov == 1)) { /* a value in one chunk: most */
+        memcpy(a->buf, iov[0].iov_base, MIN(iov[0].iov_len, a->cap));
+        niov = 0;
+    }
     for (int i = 0; i < niov && at < a->cap; i++) {
         size_t n = MIN(iov[i].iov_len, a->cap - at);
         memcpy((char *)a->buf + at, iov[i].iov_base, n);
