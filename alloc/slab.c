@@ -54,6 +54,7 @@
 #include "src/base/err.h"
 #include "src/base/lock.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -276,6 +277,7 @@ setup_classes(struct slab *s, const struct slab_config *cfg)
         struct slab_class *c = &s->cls[i];
         c->perpage = POOL_PAGE_SIZE / c->size;
         c->nwords = (c->perpage + 63) / 64;
+        assert(c->nwords <= PAGE_MAX_WORDS); /* min_chunk >= 16 */
         c->recip = ((1ull << RECIP_SHIFT) + c->size - 1) / c->size;
         c->partial = NO_PAGE;
         if (cfg->meta_write) {
@@ -445,18 +447,28 @@ take_locked(struct slab *s, struct slab_class *c, uint64_t *offs, unsigned want)
         uint32_t pg = c->partial;
         struct slab_page *p = &s->page[pg];
         unsigned first = n;
-        for (uint32_t w = p->scan_word; w < c->nwords && n < want; w++) {
-            uint64_t bits = p->free_bits[w];
-            while (bits && n < want) {
-                unsigned bit = (unsigned)__builtin_ctzll(bits);
-                bits &= bits - 1;
-                offs[n++] = chunk_offset(c, pg, w * 64 + bit);
-            }
-            p->free_bits[w] = bits;
-            if (pmeta)
-                pmeta_free_word(s, pg, w);
-            if (!bits)
+        /* the summary's words in order: the words visited are the lowest
+         * nonempty ones, so scan_word may move past each one emptied */
+        for (uint32_t sw = p->scan_word / 64; sw * 64 < c->nwords && n < want;
+             sw++) {
+            uint64_t sum = p->nonempty[sw];
+            while (sum && n < want) {
+                uint32_t w = sw * 64 + (uint32_t)__builtin_ctzll(sum);
+                uint64_t bits = p->free_bits[w];
+                while (bits && n < want) {
+                    unsigned bit = (unsigned)__builtin_ctzll(bits);
+                    bits &= bits - 1;
+                    offs[n++] = chunk_offset(c, pg, w * 64 + bit);
+                }
+                p->free_bits[w] = bits;
+                if (pmeta)
+                    pmeta_free_word(s, pg, w);
+                if (bits)
+                    break;
+                sum &= sum - 1;
                 p->scan_word = w + 1;
+            }
+            p->nonempty[sw] = sum;
         }
         p->nfree -= n - first;
         if (pmeta)
@@ -466,6 +478,16 @@ take_locked(struct slab *s, struct slab_class *c, uint64_t *offs, unsigned want)
     }
     c->nfree -= n;
     return n;
+}
+
+/* Rebuild a page's summary of its free-bit words. Locks: class. */
+static void
+summarize_locked(struct slab_page *p, uint32_t nwords)
+{
+    memset(p->nonempty, 0, sizeof(p->nonempty));
+    for (uint32_t w = 0; w < nwords; w++)
+        if (p->free_bits[w])
+            p->nonempty[w / 64] |= 1ull << (w % 64);
 }
 
 /* A fresh page joins class c with every chunk free. Locks: class. */
@@ -485,6 +507,7 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
         p->free_bits[c->perpage / 64] = (1ull << (c->perpage % 64)) - 1;
     for (uint32_t i = 0; i < c->reserved; i++) /* ablation: the header */
         p->free_bits[i / 64] &= ~(1ull << (i % 64));
+    summarize_locked(p, c->nwords);
     for (uint32_t i = 0; i < 64 * c->nwords; i++)
         atomic_store_explicit(&words[i], 0, memory_order_relaxed);
     p->nfree = c->perpage - c->reserved;
@@ -615,6 +638,7 @@ slab_adopt_page(struct slab *s, uint32_t pg, unsigned cls, const uint64_t *used)
         p->free_bits[w] &= ~take;
         n += (uint32_t)__builtin_popcountll(take);
     }
+    summarize_locked(p, c->nwords);
     p->nfree -= n;
     c->nfree -= n;
     if (p->nfree == 0)
@@ -678,6 +702,7 @@ slab_give(struct slab *s, unsigned cls, const uint64_t *offs, unsigned n)
             abort();
         }
         p->free_bits[idx / 64] |= bit;
+        p->nonempty[idx / 64 / 64] |= 1ull << (idx / 64 % 64);
         atomic_fetch_and_explicit(&page_words(p)[idx], (uint16_t)~BITS_ALL,
                                   memory_order_relaxed);
         if (idx / 64 < p->scan_word)

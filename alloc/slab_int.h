@@ -33,6 +33,10 @@ _Static_assert(TIME_SHIFT + SLAB_ATIME_BITS == 16, "one 16-bit word a chunk");
 /* 64-bit words of one page's DRAM tables per free-bit word (64 chunks):
  * free bits 1, chunk words 16 (2 bytes a chunk) */
 #define TABLE_WORDS 17
+/* Free-bit words of a page at most (chunks of 16 bytes, the least
+ * min_chunk), and the words of its summary of them (slab_page.nonempty). */
+#define PAGE_MAX_WORDS (POOL_PAGE_SIZE / 16 / 64)
+#define PAGE_SUMMARY_WORDS ((PAGE_MAX_WORDS + 63) / 64)
 /* Sizes up to this find their class in a table (slab_class_for). */
 #define SLAB_CLASS_LUT_MAX 16384u
 _Static_assert(SLAB_MAX_CLASSES <= 255, "a class number fits a byte");
@@ -63,6 +67,10 @@ struct slab_page {
      * atomic: lock-free readers load it (page_words) while a page leaving
      * the pool is given new tables. */
     _Atomic(_Atomic uint16_t *) chunk_word;
+    /* bit w set: free_bits[w] may be nonzero (clear: it is 0), so that a
+     * take finds a sparse page's free chunks without reading its empty
+     * words (class lock, as free_bits) */
+    uint64_t nonempty[PAGE_SUMMARY_WORDS];
 };
 
 struct slab_class {
