@@ -314,7 +314,9 @@ slab_create(const struct slab_config *cfg, struct pool *pool, struct slab **out)
     rc = -ENOMEM;
     s->page = calloc(s->npages, sizeof(*s->page));
     s->page_lists = malloc((size_t)s->npages * s->nclasses * sizeof(uint32_t));
-    if (!s->page || !s->page_lists)
+    s->summary =
+        calloc((size_t)s->npages * PAGE_SUMMARY_WORDS, sizeof(uint64_t));
+    if (!s->page || !s->page_lists || !s->summary)
         goto err_free_tables;
     for (uint32_t p = 0; p < s->npages; p++)
         atomic_init(&s->page[p].cls, SLAB_NO_CLASS);
@@ -329,6 +331,7 @@ err_free_tables:
     err_set("no DRAM for slab tables of %u pages", s->npages);
     free(s->page);
     free(s->page_lists);
+    free(s->summary);
 err_free:
     free(s);
     return rc;
@@ -346,6 +349,7 @@ slab_destroy(struct slab *s)
     slab_retired_free(slab_retired_take(s));
     free(s->page);
     free(s->page_lists);
+    free(s->summary);
     free(s);
 }
 
@@ -447,11 +451,12 @@ take_locked(struct slab *s, struct slab_class *c, uint64_t *offs, unsigned want)
         uint32_t pg = c->partial;
         struct slab_page *p = &s->page[pg];
         unsigned first = n;
+        uint64_t *summary = page_summary(s, pg);
         /* the summary's words in order: the words visited are the lowest
          * nonempty ones, so scan_word may move past each one emptied */
         for (uint32_t sw = p->scan_word / 64; sw * 64 < c->nwords && n < want;
              sw++) {
-            uint64_t sum = p->nonempty[sw];
+            uint64_t sum = summary[sw];
             while (sum && n < want) {
                 uint32_t w = sw * 64 + (uint32_t)__builtin_ctzll(sum);
                 uint64_t bits = p->free_bits[w];
@@ -468,7 +473,7 @@ take_locked(struct slab *s, struct slab_class *c, uint64_t *offs, unsigned want)
                 sum &= sum - 1;
                 p->scan_word = w + 1;
             }
-            p->nonempty[sw] = sum;
+            summary[sw] = sum;
         }
         p->nfree -= n - first;
         if (pmeta)
@@ -482,12 +487,14 @@ take_locked(struct slab *s, struct slab_class *c, uint64_t *offs, unsigned want)
 
 /* Rebuild a page's summary of its free-bit words. Locks: class. */
 static void
-summarize_locked(struct slab_page *p, uint32_t nwords)
+summarize_locked(struct slab *s, uint32_t pg, uint32_t nwords)
 {
-    memset(p->nonempty, 0, sizeof(p->nonempty));
+    const struct slab_page *p = &s->page[pg];
+    uint64_t *sum = page_summary(s, pg);
+    memset(sum, 0, PAGE_SUMMARY_WORDS * sizeof(uint64_t));
     for (uint32_t w = 0; w < nwords; w++)
         if (p->free_bits[w])
-            p->nonempty[w / 64] |= 1ull << (w % 64);
+            sum[w / 64] |= 1ull << (w % 64);
 }
 
 /* A fresh page joins class c with every chunk free. Locks: class. */
@@ -507,7 +514,7 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
         p->free_bits[c->perpage / 64] = (1ull << (c->perpage % 64)) - 1;
     for (uint32_t i = 0; i < c->reserved; i++) /* ablation: the header */
         p->free_bits[i / 64] &= ~(1ull << (i % 64));
-    summarize_locked(p, c->nwords);
+    summarize_locked(s, pg, c->nwords);
     for (uint32_t i = 0; i < 64 * c->nwords; i++)
         atomic_store_explicit(&words[i], 0, memory_order_relaxed);
     p->nfree = c->perpage - c->reserved;
@@ -638,7 +645,7 @@ slab_adopt_page(struct slab *s, uint32_t pg, unsigned cls, const uint64_t *used)
         p->free_bits[w] &= ~take;
         n += (uint32_t)__builtin_popcountll(take);
     }
-    summarize_locked(p, c->nwords);
+    summarize_locked(s, pg, c->nwords);
     p->nfree -= n;
     c->nfree -= n;
     if (p->nfree == 0)
@@ -702,7 +709,7 @@ slab_give(struct slab *s, unsigned cls, const uint64_t *offs, unsigned n)
             abort();
         }
         p->free_bits[idx / 64] |= bit;
-        p->nonempty[idx / 64 / 64] |= 1ull << (idx / 64 % 64);
+        page_summary(s, pg)[idx / 64 / 64] |= 1ull << (idx / 64 % 64);
         atomic_fetch_and_explicit(&page_words(p)[idx], (uint16_t)~BITS_ALL,
                                   memory_order_relaxed);
         if (idx / 64 < p->scan_word)

@@ -34,7 +34,7 @@ _Static_assert(TIME_SHIFT + SLAB_ATIME_BITS == 16, "one 16-bit word a chunk");
  * free bits 1, chunk words 16 (2 bytes a chunk) */
 #define TABLE_WORDS 17
 /* Free-bit words of a page at most (chunks of 16 bytes, the least
- * min_chunk), and the words of its summary of them (slab_page.nonempty). */
+ * min_chunk), and the words of its summary of them (page_summary). */
 #define PAGE_MAX_WORDS (POOL_PAGE_SIZE / 16 / 64)
 #define PAGE_SUMMARY_WORDS ((PAGE_MAX_WORDS + 63) / 64)
 /* Sizes up to this find their class in a table (slab_class_for). */
@@ -67,10 +67,6 @@ struct slab_page {
      * atomic: lock-free readers load it (page_words) while a page leaving
      * the pool is given new tables. */
     _Atomic(_Atomic uint16_t *) chunk_word;
-    /* bit w set: free_bits[w] may be nonzero (clear: it is 0), so that a
-     * take finds a sparse page's free chunks without reading its empty
-     * words (class lock, as free_bits) */
-    uint64_t nonempty[PAGE_SUMMARY_WORDS];
 };
 
 struct slab_class {
@@ -106,6 +102,12 @@ struct slab {
      * engine frees them after a grace period (slab_retired_take) */
     _Atomic(uint64_t *) retired;
     uint32_t *page_lists; /* class->pages storage */
+    /* per page, PAGE_SUMMARY_WORDS words: bit w set when the page's
+     * free_bits[w] may be nonzero (clear: it is 0), so that a take finds
+     * a sparse page's free chunks without reading its empty words (class
+     * lock, as free_bits). Apart from struct slab_page, whose lines every
+     * get reads, so that those stay as few. */
+    uint64_t *summary;
     /* slab_class_for without a search: entry i is the first class holding
      * the smallest size of its 8-byte step (8 * i - 7); set up with the
      * classes, read only after */
@@ -123,6 +125,13 @@ static inline uint64_t
 chunk_offset(const struct slab_class *c, uint32_t page, uint32_t idx)
 {
     return ((uint64_t)page << POOL_PAGE_SHIFT) + (uint64_t)idx * c->size;
+}
+
+/* The summary words of page pg (struct slab.summary). */
+static inline uint64_t *
+page_summary(const struct slab *s, uint32_t pg)
+{
+    return s->summary + (size_t)pg * PAGE_SUMMARY_WORDS;
 }
 
 /* EXPERIMENT ONLY: whether the page metadata is mirrored into PMEM */
