@@ -170,8 +170,9 @@ next_cas(struct cache *c, uint64_t explicit_cas, uint64_t *store_seq)
 }
 
 /* Memory for the item r describes. 0, -E2BIG or -ENOMEM. Context: no lock
- * and no RCU read section (allocation may wait for a grace period). */
-static int
+ * and no RCU read section (allocation may wait for a grace period).
+ * Inlined, as commit(), into store_one and its two other callers. */
+static inline __attribute__((always_inline)) int
 prepare(struct cache_thread *t, const struct store_req *r,
         struct item_plan *plan, uint64_t *head, uint64_t *tails)
 {
@@ -213,7 +214,7 @@ write_in_lock(struct cache *c, uint64_t head, const struct item_plan *plan,
 /* Write the prepared item and publish it; on failure its chunks go back.
  * *old receives the replaced item's location (0 if none), which the caller
  * retires with retire_old() once outside any RCU read section. */
-static int
+static inline __attribute__((always_inline)) int
 commit(struct cache_thread *t, struct store_req *r,
        const struct item_plan *plan, uint64_t head, const uint64_t *tails,
        uint64_t *old, uint64_t *cas_out)
