@@ -49,7 +49,7 @@ reap_dead(struct cache_thread *t, uint64_t hash, uint64_t loc,
 /* Whether this reader should recache (meta W), someone already got that
  * (Z), or neither; claimed: the win bit as cache_touch saw it. The claim is
  * a DRAM bit of the chunk: a read never writes PMEM. */
-static uint8_t
+static inline __attribute__((always_inline)) uint8_t
 win_state(struct cache *c, const struct item_hdr *it, uint64_t off,
           const struct tc_get_opts *o, uint32_t now, bool claimed,
           uint32_t exp_before)
