@@ -107,7 +107,7 @@ decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
 
 /* A store's counters: cmd_set and the CAS outcome, in the class of its
  * item (cls, SLAB_NO_CLASS for none). */
-static void
+static inline __attribute__((always_inline)) void
 count_outcome(struct cache_thread *t, unsigned cls, int mode, int rc)
 {
     cache_cls_inc(t, cls, CLS_CMD_SET);
@@ -265,7 +265,7 @@ commit(struct cache_thread *t, struct store_req *r,
 }
 
 /* Account for and free (after a grace period) the item a store replaced. */
-static void
+static inline __attribute__((always_inline)) void
 retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
 {
     struct cache *c = t->cache;
@@ -288,9 +288,10 @@ prefetch_old(struct cache *c, uint64_t hash)
         __builtin_prefetch(cache_item_at(c, cache_off(locs[i])), 0, 3);
 }
 
-/* Prepare, commit and retire: one whole store. */
-static int
-store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
+/* Prepare, commit and retire: one whole store. Inlined into store_plain
+ * (every set's path); the other callers share store_one's copy. */
+static inline __attribute__((always_inline)) int
+store_one_inline(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
 {
     struct item_plan plan;
     uint64_t head, tails[ITEM_MAX_TAILS], old = 0;
@@ -304,6 +305,12 @@ store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     TC_CRASH_POINT("set.published");
     retire_old(t, old, r->now);
     return rc;
+}
+
+static int
+store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
+{
+    return store_one_inline(t, r, cas_out);
 }
 
 /* The class a request's item has, or would have had if it was refused
@@ -379,7 +386,7 @@ store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
     }
     int rc = vlen > UINT32_MAX ? -E2BIG : precheck(t, &r);
     if (rc == TC_OK)
-        rc = store_one(t, &r, cas_out);
+        rc = store_one_inline(t, &r, cas_out);
     count_outcome(t, rc == -E2BIG ? SLAB_NO_CLASS : req_class(t->cache, &r),
                   r.cas_check ? TC_CAS : mode, rc);
     /* memcached: a set that cannot be stored removes the old value rather
