@@ -292,7 +292,9 @@ copy_value(void *arg, const struct tc_item_info *info, const struct iovec *iov,
     struct copy_arg *a = arg;
     size_t at = 0;
     if (likely(niov == 1)) { /* a value in one chunk: most */
-        memcpy(a->buf, iov[0].iov_base, MIN(iov[0].iov_len, a->cap));
+        size_t n = MIN(iov[0].iov_len, a->cap);
+        if (n) /* buf may be NULL with cap 0: only the description */
+            memcpy(a->buf, iov[0].iov_base, n);
         niov = 0;
     }
     for (int i = 0; i < niov && at < a->cap; i++) {
