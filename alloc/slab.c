@@ -54,6 +54,7 @@
 #include "src/base/err.h"
 #include "src/base/lock.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -221,6 +222,8 @@ class_sizes(uint32_t min, uint32_t max, double factor, uint32_t step,
     return n;
 }
 
+static unsigned class_search(const struct slab *s, uint32_t size);
+
 static int
 setup_classes(struct slab *s, const struct slab_config *cfg)
 {
@@ -265,10 +268,16 @@ setup_classes(struct slab *s, const struct slab_config *cfg)
     for (unsigned i = 0; i < n; i++)
         s->cls[i].size = sizes[i];
     s->nclasses = n;
+    for (uint32_t i = 1; i <= SLAB_CLASS_LUT_MAX / 8; i++) {
+        uint32_t least = 8 * i - 7;
+        s->class_by8[i] =
+            (uint8_t)(least > sizes[n - 1] ? n - 1 : class_search(s, least));
+    }
     for (unsigned i = 0; i < n; i++) {
         struct slab_class *c = &s->cls[i];
         c->perpage = POOL_PAGE_SIZE / c->size;
         c->nwords = (c->perpage + 63) / 64;
+        assert(c->nwords <= PAGE_MAX_WORDS); /* min_chunk >= 16 */
         c->recip = ((1ull << RECIP_SHIFT) + c->size - 1) / c->size;
         c->partial = NO_PAGE;
         if (cfg->meta_write) {
@@ -305,7 +314,9 @@ slab_create(const struct slab_config *cfg, struct pool *pool, struct slab **out)
     rc = -ENOMEM;
     s->page = calloc(s->npages, sizeof(*s->page));
     s->page_lists = malloc((size_t)s->npages * s->nclasses * sizeof(uint32_t));
-    if (!s->page || !s->page_lists)
+    s->summary =
+        calloc((size_t)s->npages * PAGE_SUMMARY_WORDS, sizeof(uint64_t));
+    if (!s->page || !s->page_lists || !s->summary)
         goto err_free_tables;
     for (uint32_t p = 0; p < s->npages; p++)
         atomic_init(&s->page[p].cls, SLAB_NO_CLASS);
@@ -320,6 +331,7 @@ err_free_tables:
     err_set("no DRAM for slab tables of %u pages", s->npages);
     free(s->page);
     free(s->page_lists);
+    free(s->summary);
 err_free:
     free(s);
     return rc;
@@ -337,6 +349,7 @@ slab_destroy(struct slab *s)
     slab_retired_free(slab_retired_take(s));
     free(s->page);
     free(s->page_lists);
+    free(s->summary);
     free(s);
 }
 
@@ -352,12 +365,11 @@ slab_chunk_size(const struct slab *s, unsigned cls)
     return s->cls[cls].size;
 }
 
-int
-slab_class_for(const struct slab *s, uint32_t size)
+/* The first class with size >= wanted, by binary search. */
+static unsigned
+class_search(const struct slab *s, uint32_t size)
 {
     unsigned lo = 0, hi = s->nclasses;
-    if (size > s->cls[s->nclasses - 1].size)
-        return -1;
     while (lo < hi) { /* first class with size >= wanted */
         unsigned mid = (lo + hi) / 2;
         if (s->cls[mid].size >= size)
@@ -365,7 +377,21 @@ slab_class_for(const struct slab *s, uint32_t size)
         else
             lo = mid + 1;
     }
-    return (int)lo;
+    return lo;
+}
+
+int
+slab_class_for(const struct slab *s, uint32_t size)
+{
+    if (size > s->cls[s->nclasses - 1].size)
+        return -1;
+    if (size > SLAB_CLASS_LUT_MAX)
+        return (int)class_search(s, size);
+    /* class sizes are multiples of 8 (min_chunk rounded up, chunk_max
+     * refused otherwise), so the step's entry is the class; the test keeps
+     * it right should a size ever fall inside a step */
+    unsigned c = s->class_by8[(size + 7) / 8];
+    return (int)(s->cls[c].size < size ? c + 1 : c);
 }
 
 /* --- partial list (class lock held) --- */
@@ -425,18 +451,29 @@ take_locked(struct slab *s, struct slab_class *c, uint64_t *offs, unsigned want)
         uint32_t pg = c->partial;
         struct slab_page *p = &s->page[pg];
         unsigned first = n;
-        for (uint32_t w = p->scan_word; w < c->nwords && n < want; w++) {
-            uint64_t bits = p->free_bits[w];
-            while (bits && n < want) {
-                unsigned bit = (unsigned)__builtin_ctzll(bits);
-                bits &= bits - 1;
-                offs[n++] = chunk_offset(c, pg, w * 64 + bit);
-            }
-            p->free_bits[w] = bits;
-            if (pmeta)
-                pmeta_free_word(s, pg, w);
-            if (!bits)
+        uint64_t *summary = page_summary(s, pg);
+        /* the summary's words in order: the words visited are the lowest
+         * nonempty ones, so scan_word may move past each one emptied */
+        for (uint32_t sw = p->scan_word / 64; sw * 64 < c->nwords && n < want;
+             sw++) {
+            uint64_t sum = summary[sw];
+            while (sum && n < want) {
+                uint32_t w = sw * 64 + (uint32_t)__builtin_ctzll(sum);
+                uint64_t bits = p->free_bits[w];
+                while (bits && n < want) {
+                    unsigned bit = (unsigned)__builtin_ctzll(bits);
+                    bits &= bits - 1;
+                    offs[n++] = chunk_offset(c, pg, w * 64 + bit);
+                }
+                p->free_bits[w] = bits;
+                if (pmeta)
+                    pmeta_free_word(s, pg, w);
+                if (bits)
+                    break;
+                sum &= sum - 1;
                 p->scan_word = w + 1;
+            }
+            summary[sw] = sum;
         }
         p->nfree -= n - first;
         if (pmeta)
@@ -446,6 +483,18 @@ take_locked(struct slab *s, struct slab_class *c, uint64_t *offs, unsigned want)
     }
     c->nfree -= n;
     return n;
+}
+
+/* Rebuild a page's summary of its free-bit words. Locks: class. */
+static void
+summarize_locked(struct slab *s, uint32_t pg, uint32_t nwords)
+{
+    const struct slab_page *p = &s->page[pg];
+    uint64_t *sum = page_summary(s, pg);
+    memset(sum, 0, PAGE_SUMMARY_WORDS * sizeof(uint64_t));
+    for (uint32_t w = 0; w < nwords; w++)
+        if (p->free_bits[w])
+            sum[w / 64] |= 1ull << (w % 64);
 }
 
 /* A fresh page joins class c with every chunk free. Locks: class. */
@@ -465,6 +514,7 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
         p->free_bits[c->perpage / 64] = (1ull << (c->perpage % 64)) - 1;
     for (uint32_t i = 0; i < c->reserved; i++) /* ablation: the header */
         p->free_bits[i / 64] &= ~(1ull << (i % 64));
+    summarize_locked(s, pg, c->nwords);
     for (uint32_t i = 0; i < 64 * c->nwords; i++)
         atomic_store_explicit(&words[i], 0, memory_order_relaxed);
     p->nfree = c->perpage - c->reserved;
@@ -595,6 +645,7 @@ slab_adopt_page(struct slab *s, uint32_t pg, unsigned cls, const uint64_t *used)
         p->free_bits[w] &= ~take;
         n += (uint32_t)__builtin_popcountll(take);
     }
+    summarize_locked(s, pg, c->nwords);
     p->nfree -= n;
     c->nfree -= n;
     if (p->nfree == 0)
@@ -658,6 +709,7 @@ slab_give(struct slab *s, unsigned cls, const uint64_t *offs, unsigned n)
             abort();
         }
         p->free_bits[idx / 64] |= bit;
+        page_summary(s, pg)[idx / 64 / 64] |= 1ull << (idx / 64 % 64);
         atomic_fetch_and_explicit(&page_words(p)[idx], (uint16_t)~BITS_ALL,
                                   memory_order_relaxed);
         if (idx / 64 < p->scan_word)

@@ -33,6 +33,13 @@ _Static_assert(TIME_SHIFT + SLAB_ATIME_BITS == 16, "one 16-bit word a chunk");
 /* 64-bit words of one page's DRAM tables per free-bit word (64 chunks):
  * free bits 1, chunk words 16 (2 bytes a chunk) */
 #define TABLE_WORDS 17
+/* Free-bit words of a page at most (chunks of 16 bytes, the least
+ * min_chunk), and the words of its summary of them (page_summary). */
+#define PAGE_MAX_WORDS (POOL_PAGE_SIZE / 16 / 64)
+#define PAGE_SUMMARY_WORDS ((PAGE_MAX_WORDS + 63) / 64)
+/* Sizes up to this find their class in a table (slab_class_for). */
+#define SLAB_CLASS_LUT_MAX 16384u
+_Static_assert(SLAB_MAX_CLASSES <= 255, "a class number fits a byte");
 
 enum page_state {
     PAGE_FREE = 0,     /* in the pool */
@@ -95,6 +102,16 @@ struct slab {
      * engine frees them after a grace period (slab_retired_take) */
     _Atomic(uint64_t *) retired;
     uint32_t *page_lists; /* class->pages storage */
+    /* per page, PAGE_SUMMARY_WORDS words: bit w set when the page's
+     * free_bits[w] may be nonzero (clear: it is 0), so that a take finds
+     * a sparse page's free chunks without reading its empty words (class
+     * lock, as free_bits). Apart from struct slab_page, whose lines every
+     * get reads, so that those stay as few. */
+    uint64_t *summary;
+    /* slab_class_for without a search: entry i is the first class holding
+     * the smallest size of its 8-byte step (8 * i - 7); set up with the
+     * classes, read only after */
+    uint8_t class_by8[SLAB_CLASS_LUT_MAX / 8 + 1];
     struct slab_class cls[SLAB_MAX_CLASSES];
 };
 
@@ -108,6 +125,13 @@ static inline uint64_t
 chunk_offset(const struct slab_class *c, uint32_t page, uint32_t idx)
 {
     return ((uint64_t)page << POOL_PAGE_SHIFT) + (uint64_t)idx * c->size;
+}
+
+/* The summary words of page pg (struct slab.summary). */
+static inline uint64_t *
+page_summary(const struct slab *s, uint32_t pg)
+{
+    return s->summary + (size_t)pg * PAGE_SUMMARY_WORDS;
 }
 
 /* EXPERIMENT ONLY: whether the page metadata is mirrored into PMEM */

@@ -410,12 +410,6 @@ cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
 
 /* --- rules --- */
 
-uint64_t
-cache_hash(const struct cache *c, const void *key, uint32_t klen)
-{
-    return hash_bytes(key, klen, c->hash_seed);
-}
-
 uint32_t
 cache_exptime(int64_t exptime, uint32_t now)
 {
@@ -436,7 +430,7 @@ cache_exptime(int64_t exptime, uint32_t now)
  * arriving a moment later.
  */
 void
-cache_flush_check(struct cache *c, uint32_t now)
+cache_flush_apply(struct cache *c, uint32_t now)
 {
     uint32_t at = atomic_load_explicit(&c->flush_at, memory_order_acquire);
     if (likely(at == 0) || now < at)

@@ -89,6 +89,7 @@
 #include "alloc/quota.h"
 #include "alloc/slab.h"
 #include "src/base/compiler.h"
+#include "src/base/hash.h"
 #include "src/base/lock.h"
 #include "src/engine/htab.h"
 #include "src/engine/item.h"
@@ -407,7 +408,12 @@ cache_off(uint64_t loc)
     return (loc - 1) << 3;
 }
 
-uint64_t cache_hash(const struct cache *c, const void *key, uint32_t klen);
+/* The index hash of a key, inline on the get and set paths. */
+static inline __attribute__((always_inline)) uint64_t
+cache_hash(const struct cache *c, const void *key, uint32_t klen)
+{
+    return hash_bytes_inline(key, klen, c->hash_seed);
+}
 
 /*
  * Item offsets. A PMEM item is named by its head chunk's offset from the
@@ -564,7 +570,15 @@ uint32_t cache_exptime(int64_t exptime, uint32_t now);
 
 /* Applies a delayed flush whose time has come. Call before any decision
  * that depends on flush state, with no lock held. */
-void cache_flush_check(struct cache *c, uint32_t now);
+void cache_flush_apply(struct cache *c, uint32_t now);
+static inline __attribute__((always_inline)) void
+cache_flush_check(struct cache *c, uint32_t now)
+{
+    /* inline: no flush pending is one load and a test */
+    uint32_t at = atomic_load_explicit(&c->flush_at, memory_order_acquire);
+    if (unlikely(at != 0) && now >= at)
+        cache_flush_apply(c, now);
+}
 /* Store flush_cas and flush_at in the pool's restart metadata
  * (src/engine/restart_layout.h), before a flush answers. PMEM: two stores
  * in the region header; no lock may be held. */

@@ -17,8 +17,11 @@ struct cache_thread;
  * caller (tiercache.c) on a TC_NOT_FOUND. */
 int fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
               const struct tc_get_opts *o, tc_value_fn *fn, void *arg);
-/* tc_get_many (see src/tiercache.h), opts->vivify excluded: the number of
- * keys done. */
+/* fetch_get with the options of tc_get (only no_win set). */
+int fetch_get_plain(struct cache_thread *t, const void *key, uint32_t klen,
+                    tc_value_fn *fn, void *arg);
+/* tc_get_many (see src/tiercache.h), opts->vivify excluded (o NULL: a
+ * plain get's options): the number of keys done. */
 size_t fetch_get_many(struct cache_thread *t, const struct tc_key *keys,
                       size_t n, const struct tc_get_opts *o, tc_many_fn *fn,
                       void *arg, int *rcs);

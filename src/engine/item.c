@@ -63,6 +63,49 @@ stream_copy(char *dst, struct stream *s, size_t n)
     }
 }
 
+#if defined(__x86_64__)
+/* The header's 8-byte words, and the one exptime sits in. */
+#define HDR_WORDS (sizeof(struct item_hdr) / 8)
+#define HDR_EXP_WORD (offsetof(struct item_hdr, exptime) / 8)
+#define HDR_EXP_SHIFT (offsetof(struct item_hdr, exptime) % 8 * 8)
+_Static_assert(sizeof(struct item_hdr) % 8 == 0, "header in whole words");
+_Static_assert(offsetof(struct item_hdr, exptime) % 8 <= 4,
+               "exptime inside one word");
+
+/* CRC32C (the value nvs_crc32c gives) of a staged header, its exptime
+ * read as 0, and its key, with the SSE4.2 instruction inline: the header
+ * in whole words, no call, no alignment loop and no exptime store and
+ * restore (some 40 instructions a set against nvs_crc32c, cachegrind). */
+__attribute__((target("sse4.2"))) static uint32_t
+staged_crc_hw(const char *staged, uint8_t klen)
+{
+    uint64_t c = 0xffffffffu, w;
+    for (unsigned i = 0; i < HDR_WORDS; i++) {
+        memcpy(&w, staged + 8 * i, sizeof(w));
+        if (i == HDR_EXP_WORD)
+            w &= ~(0xffffffffull << HDR_EXP_SHIFT);
+        c = __builtin_ia32_crc32di(c, w);
+    }
+    const char *p = staged + sizeof(struct item_hdr);
+    unsigned n = klen;
+    for (; n >= 8; n -= 8, p += 8) {
+        memcpy(&w, p, sizeof(w));
+        c = __builtin_ia32_crc32di(c, w);
+    }
+    uint32_t c32 = (uint32_t)c;
+    if (n >= 4) {
+        uint32_t v;
+        memcpy(&v, p, sizeof(v));
+        c32 = __builtin_ia32_crc32si(c32, v);
+        p += 4;
+        n -= 4;
+    }
+    while (n-- > 0)
+        c32 = __builtin_ia32_crc32qi(c32, (unsigned char)*p++);
+    return ~c32;
+}
+#endif
+
 /*
  * The CRC runs over the whole header as staged for writing (exptime and the
  * commit word read as 0), then the key right after it, then the extra
@@ -70,7 +113,7 @@ stream_copy(char *dst, struct stream *s, size_t n)
  * in DRAM anyway, so a set checksums its own staging buffer in one pass.
  * exptime is zeroed for the pass and put back.
  */
-static uint64_t
+static inline __attribute__((always_inline)) uint64_t
 staged_word(char *staged, const void *extra, size_t extra_len, uint64_t seq)
 {
 #ifdef TC_BENCH_NO_RECOVERY
@@ -79,14 +122,21 @@ staged_word(char *staged, const void *extra, size_t extra_len, uint64_t seq)
     (void)staged, (void)extra, (void)extra_len, (void)seq;
     return 1;
 #endif
-    uint32_t exp, zero = 0;
-    size_t at = offsetof(struct item_hdr, exptime);
     uint8_t klen = (uint8_t)staged[offsetof(struct item_hdr, klen)];
-
-    memcpy(&exp, staged + at, sizeof(exp));
-    memcpy(staged + at, &zero, sizeof(zero)); /* touch changes it in place */
-    uint32_t crc = nvs_crc32c(0, staged, sizeof(struct item_hdr) + klen);
-    memcpy(staged + at, &exp, sizeof(exp));
+    uint32_t crc;
+#if defined(__x86_64__)
+    if (likely(__builtin_cpu_supports("sse4.2"))) {
+        crc = staged_crc_hw(staged, klen);
+    } else
+#endif
+    {
+        uint32_t exp, zero = 0;
+        size_t at = offsetof(struct item_hdr, exptime);
+        memcpy(&exp, staged + at, sizeof(exp));
+        memcpy(staged + at, &zero, sizeof(zero)); /* touch changes it */
+        crc = nvs_crc32c(0, staged, sizeof(struct item_hdr) + klen);
+        memcpy(staged + at, &exp, sizeof(exp));
+    }
     if (extra_len)
         crc = nvs_crc32c(crc, extra, extra_len);
     uint64_t w = (uint64_t)(uint32_t)seq << 32 | crc;
@@ -244,14 +294,9 @@ item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
 }
 
 int
-item_value_iov(const char *base, const struct item_hdr *it, uint32_t chunk_max,
-               struct iovec *iov)
+item_value_iov_chained(const char *base, const struct item_hdr *it,
+                       uint32_t chunk_max, struct iovec *iov)
 {
-    if (!it->nchain) {
-        iov[0].iov_base = (void *)(item_key(it) + it->klen);
-        iov[0].iov_len = it->vlen;
-        return 1;
-    }
     const uint64_t *tails = item_tails(it);
     uint32_t room = chunk_max - (uint32_t)sizeof(struct item_tail);
     uint64_t left = it->vlen;
@@ -263,34 +308,4 @@ item_value_iov(const char *base, const struct item_hdr *it, uint32_t chunk_max,
         n++;
     }
     return n;
-}
-
-static inline uint64_t
-load8(const unsigned char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-/* n bytes equal: a key of 8 to 32 bytes (most keys) in overlapping 8-byte
- * loads within [0, n), no call; others through memcmp. */
-static inline bool
-key_bytes_equal(const unsigned char *a, const unsigned char *b, uint32_t n)
-{
-    if (n >= 8 && n <= 16)
-        return ((load8(a) ^ load8(b)) |
-                (load8(a + n - 8) ^ load8(b + n - 8))) == 0;
-    if (n > 16 && n <= 32)
-        return ((load8(a) ^ load8(b)) | (load8(a + 8) ^ load8(b + 8)) |
-                (load8(a + n - 16) ^ load8(b + n - 16)) |
-                (load8(a + n - 8) ^ load8(b + n - 8))) == 0;
-    return memcmp(a, b, n) == 0;
-}
-
-bool
-item_key_equals(const struct item_hdr *it, const void *key, uint32_t klen)
-{
-    return it->klen == klen && item_kind_is_head(it->kind) &&
-           key_bytes_equal((const unsigned char *)item_key(it), key, klen);
 }

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/uio.h>
 
 #include "src/engine/item_layout.h"
@@ -151,9 +152,49 @@ item_commit_seq(uint64_t commit)
 void item_invalidate(char *base, uint64_t off);
 
 /* Value as iovecs into PMEM: returns the count (<= ITEM_MAX_TAILS + 1). */
-int item_value_iov(const char *base, const struct item_hdr *it,
-                   uint32_t chunk_max, struct iovec *iov);
+int item_value_iov_chained(const char *base, const struct item_hdr *it,
+                           uint32_t chunk_max, struct iovec *iov);
+static inline __attribute__((always_inline)) int
+item_value_iov(const char *base, const struct item_hdr *it, uint32_t chunk_max,
+               struct iovec *iov)
+{
+    if (__builtin_expect(it->nchain != 0, 0))
+        return item_value_iov_chained(base, it, chunk_max, iov);
+    iov[0].iov_base = (void *)(item_key(it) + it->klen);
+    iov[0].iov_len = it->vlen;
+    return 1;
+}
+
+static inline uint64_t
+item_load8(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* n bytes equal: a key of 8 to 32 bytes (most keys) in overlapping 8-byte
+ * loads within [0, n), no call; others through memcmp. */
+static inline __attribute__((always_inline)) bool
+item_key_bytes_equal(const unsigned char *a, const unsigned char *b, uint32_t n)
+{
+    if (n >= 8 && n <= 16)
+        return ((item_load8(a) ^ item_load8(b)) |
+                (item_load8(a + n - 8) ^ item_load8(b + n - 8))) == 0;
+    if (n > 16 && n <= 32)
+        return ((item_load8(a) ^ item_load8(b)) |
+                (item_load8(a + 8) ^ item_load8(b + 8)) |
+                (item_load8(a + n - 16) ^ item_load8(b + n - 16)) |
+                (item_load8(a + n - 8) ^ item_load8(b + n - 8))) == 0;
+    return memcmp(a, b, n) == 0;
+}
 
 /* Does the chunk hold a head whose key equals key? Bounds-checked against
- * chunk_size so that a stale or half-written chunk is safe to look at. */
-bool item_key_equals(const struct item_hdr *it, const void *key, uint32_t klen);
+ * chunk_size so that a stale or half-written chunk is safe to look at.
+ * Inline: every lookup's tag match compares a key. */
+static inline __attribute__((always_inline)) bool
+item_key_equals(const struct item_hdr *it, const void *key, uint32_t klen)
+{
+    return it->klen == klen && item_kind_is_head(it->kind) &&
+           item_key_bytes_equal((const unsigned char *)item_key(it), key, klen);
+}

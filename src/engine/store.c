@@ -107,7 +107,7 @@ decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
 
 /* A store's counters: cmd_set and the CAS outcome, in the class of its
  * item (cls, SLAB_NO_CLASS for none). */
-static void
+static inline __attribute__((always_inline)) void
 count_outcome(struct cache_thread *t, unsigned cls, int mode, int rc)
 {
     cache_cls_inc(t, cls, CLS_CMD_SET);
@@ -170,8 +170,9 @@ next_cas(struct cache *c, uint64_t explicit_cas, uint64_t *store_seq)
 }
 
 /* Memory for the item r describes. 0, -E2BIG or -ENOMEM. Context: no lock
- * and no RCU read section (allocation may wait for a grace period). */
-static int
+ * and no RCU read section (allocation may wait for a grace period).
+ * Inlined, as commit(), into store_one and its two other callers. */
+static inline __attribute__((always_inline)) int
 prepare(struct cache_thread *t, const struct store_req *r,
         struct item_plan *plan, uint64_t *head, uint64_t *tails)
 {
@@ -213,7 +214,7 @@ write_in_lock(struct cache *c, uint64_t head, const struct item_plan *plan,
 /* Write the prepared item and publish it; on failure its chunks go back.
  * *old receives the replaced item's location (0 if none), which the caller
  * retires with retire_old() once outside any RCU read section. */
-static int
+static inline __attribute__((always_inline)) int
 commit(struct cache_thread *t, struct store_req *r,
        const struct item_plan *plan, uint64_t head, const uint64_t *tails,
        uint64_t *old, uint64_t *cas_out)
@@ -264,7 +265,7 @@ commit(struct cache_thread *t, struct store_req *r,
 }
 
 /* Account for and free (after a grace period) the item a store replaced. */
-static void
+static inline __attribute__((always_inline)) void
 retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
 {
     struct cache *c = t->cache;
@@ -287,9 +288,10 @@ prefetch_old(struct cache *c, uint64_t hash)
         __builtin_prefetch(cache_item_at(c, cache_off(locs[i])), 0, 3);
 }
 
-/* Prepare, commit and retire: one whole store. */
-static int
-store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
+/* Prepare, commit and retire: one whole store. Inlined into store_plain
+ * (every set's path); the other callers share store_one's copy. */
+static inline __attribute__((always_inline)) int
+store_one_inline(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
 {
     struct item_plan plan;
     uint64_t head, tails[ITEM_MAX_TAILS], old = 0;
@@ -305,6 +307,12 @@ store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     return rc;
 }
 
+static int
+store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
+{
+    return store_one_inline(t, r, cas_out);
+}
+
 /* The class a request's item has, or would have had if it was refused
  * before allocating (as memcached, which allocates first, counts it);
  * SLAB_NO_CLASS if too large for any. */
@@ -318,7 +326,8 @@ req_class(struct cache *c, const struct store_req *r)
     return cls < 0 ? SLAB_NO_CLASS : (unsigned)cls;
 }
 
-static void
+/* Inline: the hash and the clock read are then the caller's own code. */
+static inline __attribute__((always_inline)) void
 req_init(struct store_req *r, struct cache_thread *t, int mode, const void *key,
          uint32_t klen)
 {
@@ -377,7 +386,7 @@ store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
     }
     int rc = vlen > UINT32_MAX ? -E2BIG : precheck(t, &r);
     if (rc == TC_OK)
-        rc = store_one(t, &r, cas_out);
+        rc = store_one_inline(t, &r, cas_out);
     count_outcome(t, rc == -E2BIG ? SLAB_NO_CLASS : req_class(t->cache, &r),
                   r.cas_check ? TC_CAS : mode, rc);
     /* memcached: a set that cannot be stored removes the old value rather

@@ -203,17 +203,15 @@ TC_API int
 tc_get(struct tc_cache *tc, const void *key, size_t klen, tc_value_fn *fn,
        void *arg)
 {
-    static const struct tc_get_opts plain = {.no_win = true};
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
-    return t ? fetch_get(t, key, (uint32_t)klen, &plain, fn, arg) : rc;
+    return t ? fetch_get_plain(t, key, (uint32_t)klen, fn, arg) : rc;
 }
 
 TC_API int
 tc_get_many(struct tc_cache *tc, const struct tc_key *keys, size_t n,
             const struct tc_get_opts *opts, tc_many_fn *fn, void *arg, int *rcs)
 {
-    static const struct tc_get_opts plain = {.no_win = true};
     if (n > INT_MAX || (opts && opts->vivify) || (n && !keys))
         return -EINVAL;
     if (n == 0)
@@ -221,7 +219,7 @@ tc_get_many(struct tc_cache *tc, const struct tc_key *keys, size_t n,
     struct cache_thread *t = cache_thread_get(engine(tc));
     if (!t)
         return -ENOMEM;
-    return (int)fetch_get_many(t, keys, n, opts ? opts : &plain, fn, arg, rcs);
+    return (int)fetch_get_many(t, keys, n, opts, fn, arg, rcs);
 }
 
 TC_API void
@@ -293,6 +291,12 @@ copy_value(void *arg, const struct tc_item_info *info, const struct iovec *iov,
 {
     struct copy_arg *a = arg;
     size_t at = 0;
+    if (likely(niov == 1)) { /* a value in one chunk: most */
+        size_t n = MIN(iov[0].iov_len, a->cap);
+        if (n) /* buf may be NULL with cap 0: only the description */
+            memcpy(a->buf, iov[0].iov_base, n);
+        niov = 0;
+    }
     for (int i = 0; i < niov && at < a->cap; i++) {
         size_t n = MIN(iov[i].iov_len, a->cap - at);
         memcpy((char *)a->buf + at, iov[i].iov_base, n);
@@ -329,8 +333,19 @@ tc_store(struct tc_cache *tc, enum tc_store_mode mode, const void *key,
          int64_t exptime, uint64_t cas_in, uint64_t *cas_out)
 {
     struct tc_store_opts o = {.cas_in = cas_in};
-    return tc_store_ex(tc, mode, key, klen, val, vlen, flags, exptime, &o,
-                       cas_out);
+    /* where store_ex would reach store_plain (no meta options), go there
+     * directly: a layer fewer on every set (cachegrind: some 50
+     * instructions) */
+    bool plain = mode == TC_SET || mode == TC_ADD || mode == TC_REPLACE ||
+                 mode == TC_CAS;
+    if (!plain || vlen > UINT32_MAX)
+        return tc_store_ex(tc, mode, key, klen, val, vlen, flags, exptime, &o,
+                           cas_out);
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? store_plain(t, mode, key, (uint32_t)klen, val, vlen, flags,
+                           exptime, &o, cas_out)
+             : rc;
 }
 
 TC_API int

@@ -290,6 +290,44 @@ test_class_for(void **state)
     assert_int_equal(slab_class_for(s, UINT32_MAX), -1);
 }
 
+/* Every size up to past the class table's end (and past chunk_max) finds
+ * the class a linear walk finds: the first one at least that big, or -1.
+ * Settings with fine steps, an unaligned min_chunk, and
+ * classes past the table (1 MiB chunks). */
+static void
+test_class_for_every_size(void **state)
+{
+    const struct slab_config cfgs[] = {
+        {0},
+        {.min_chunk = 72, .chunk_step = 16, .chunk_max = 100000},
+        {.min_chunk = 100, .growth_factor = 1.15, .chunk_max = 20000},
+        {.min_chunk = 64, .growth_factor = 2.0, .chunk_max = POOL_PAGE_SIZE},
+        {.min_chunk = 48, .chunk_step = 8, .chunk_max = 1000},
+    };
+
+    for (unsigned i = 0; i < ARRAY_SIZE(cfgs); i++) {
+        struct fixture *f = fixture_new_cfg(1, &cfgs[i]);
+        const struct slab *s = f->slab;
+        unsigned n = slab_nclasses(s);
+        uint32_t top = slab_chunk_size(s, n - 1);
+        uint32_t end = top + 64 < 40000 ? top + 64 : 40000;
+
+        *state = f;
+        for (uint32_t size = 0; size <= end; size++) {
+            int want = -1;
+            for (unsigned c = 0; c < n; c++)
+                if (slab_chunk_size(s, c) >= size) {
+                    want = (int)c;
+                    break;
+                }
+            if (slab_class_for(s, size) != want)
+                fail_msg("config %u, size %u: class %d, not %d", i, size,
+                         slab_class_for(s, size), want);
+        }
+        teardown(state);
+    }
+}
+
 static void
 test_class_of_bounds(void **state)
 {
@@ -323,6 +361,7 @@ main(void)
         cmocka_unit_test_teardown(test_geometry_top_edge, teardown),
         cmocka_unit_test_teardown(test_config_invalid, teardown),
         cmocka_unit_test_teardown(test_class_for, teardown),
+        cmocka_unit_test_teardown(test_class_for_every_size, teardown),
         cmocka_unit_test_teardown(test_class_of_bounds, teardown),
     };
 
