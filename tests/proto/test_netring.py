@@ -230,7 +230,14 @@ def test_refused_in_worker_falls_back(spawn, tmp_path):
                 env=preload(tmp_path, 1024))
     if "net_engine=uring" in srv.stderr_text():
         pytest.skip("io_uring refused here at the probe already")
-    err = srv.stderr_text()
-    lines = [l for l in err.splitlines() if "it uses epoll" in l]
-    assert len(lines) == 2, err
+    # each worker logs as its loop starts, which may be after the server
+    # answers: wait (bounded) for both lines, then check none repeats
+    def fallbacks():
+        err = srv.stderr_text()
+        return err, [l for l in err.splitlines() if "it uses epoll" in l]
+    deadline = time.monotonic() + 10
+    while len(fallbacks()[1]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     exercise(srv)
+    err, lines = fallbacks()
+    assert len(lines) == 2, err
