@@ -5,7 +5,7 @@
  * embedding API, asynchronous for the server), recache, compaction from
  * the maintenance step, and the tier's figures. Its state is opaque
  * (c->ext, t->ext); eviction reaches it through the spill hook it
- * registers. See ext.c.
+ * registers. See ext.c (spill, compaction) and ext_read.c (reads).
  */
 
 #include <stdbool.h>

@@ -1,5 +1,5 @@
 /*
- * The engine's NVMe tier, the read path (src/engine/ext.c) through the
+ * The engine's NVMe tier, the read path (src/engine/ext_read.c) through the
  * public API: values spilled at eviction read back (one by one and
  * through tc_get_many), recache to PMEM (by rate and by the re-read
  * filter), injected I/O errors and delays, blocking reads bounded without

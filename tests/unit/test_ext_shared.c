@@ -1,6 +1,6 @@
 /*
- * Shared flash reads (src/engine/ext.c, the asynchronous path): gets of one
- * flash item queued on a thread before its read completes share that one
+ * Shared flash reads (src/engine/ext_read.c, the asynchronous path): gets of
+ * one flash item queued on a thread before its read completes share that one
  * device read. Each get is answered with its own id and owner, with the
  * checked value, or, when the shared read fails, with a miss; cancelling
  * one owner leaves the others' answers alone. tc_ext_reads_shared counts
