@@ -76,6 +76,7 @@
 #include "src/base/log.h"
 #include "src/server/auth.h"
 #include "src/server/conn.h"
+#include "src/server/listen.h"
 #include "src/server/netring.h"
 #include "src/server/proto/proto_admin.h"
 #include "src/server/proto/proto_util.h"
@@ -83,9 +84,7 @@
 #include "src/server/udp.h"
 #include "src/server/tls.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -97,13 +96,10 @@
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
-#define SERVER_MAX_LISTENERS 32
 /* Stop reading a connection while this much output is pending. */
 #define SERVER_OUT_HIGH (4u << 20)
 /* Accepts per listener wake-up, and the pause when out of descriptors. */
@@ -112,21 +108,9 @@
 /* A worker with no event for this long gives back its chunk stash. */
 #define WORKER_IDLE_MS 20
 
-/* Asked for as each UDP socket's receive and send buffer. */
-#define SERVER_UDP_BUF (4 << 20)
-
 /* epoll tags of the acceptor (listeners use their index) */
 #define TAG_STOP 1000u
 #define TAG_SIGNAL 1001u
-
-struct listener {
-    int fd;
-    bool is_unix;
-    bool is_udp;              /* served by the workers, not accepted */
-    bool tls;                 /* -Z, and not named notls: in -l */
-    char name[CONN_ADDR_MAX]; /* "tcp:127.0.0.1:11211", "udp:...",
-                                 "unix:/path" */
-};
 
 struct worker {
     struct server *srv;
@@ -148,7 +132,7 @@ struct server {
     struct tc_cache *cache;
     struct conn_shared sh;
     struct tls *tls; /* -Z; NULL without */
-    struct listener ls[SERVER_MAX_LISTENERS];
+    struct listener ls[LISTEN_MAX];
     unsigned nls;
     int epfd;
     int stop_fd;
@@ -230,223 +214,6 @@ static const struct proto_server_ops server_ops = {
     .memlimit = op_memlimit,
     .refresh_certs = op_refresh_certs,
 };
-
-/* --- listeners --- */
-
-/* Bind, and for a stream socket (backlog > 0) listen. A UDP socket
- * (backlog 0) goes without SO_REUSEADDR: it has no TIME_WAIT to step over,
- * and with it a second server on the same -U port would bind too and take
- * the first one's datagrams. */
-static int
-listen_fd(int fd, const struct sockaddr *sa, socklen_t len, int backlog)
-{
-    int one = 1;
-    if (backlog > 0)
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (sa->sa_family == AF_INET6)
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (bind(fd, sa, len) != 0 || (backlog > 0 && listen(fd, backlog) != 0))
-        return -errno;
-    return 0;
-}
-
-static void
-sockaddr_name(const struct sockaddr *sa, bool udp, char *buf, size_t n)
-{
-    char host[INET6_ADDRSTRLEN] = "?";
-    const char *proto = udp ? "udp" : "tcp";
-    if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
-        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-        snprintf(buf, n, "%s6:[%s]:%u", proto, host, ntohs(a->sin6_port));
-    } else {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
-        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-        snprintf(buf, n, "%s:%s:%u", proto, host, ntohs(a->sin_port));
-    }
-}
-
-static struct listener *
-listener_new(struct server *srv, const char *what)
-{
-    if (srv->nls == SERVER_MAX_LISTENERS) {
-        err_set("-l: too many addresses to listen on at %s (at most %d "
-                "sockets)",
-                what, SERVER_MAX_LISTENERS);
-        return NULL;
-    }
-    struct listener *l = &srv->ls[srv->nls];
-    l->fd = -1;
-    l->is_unix = false;
-    l->is_udp = false;
-    l->tls = false;
-    return l;
-}
-
-/* A UDP socket's buffers: one socket takes every client's datagrams, and
- * a burst (a client's noreply sets, many multi-datagram replies) beyond
- * the default buffer is lost without a trace, so ask for SERVER_UDP_BUF
- * each way; the kernel caps it at net.core.rmem_max / wmem_max (memcached
- * likewise raises its UDP send buffer as far as it goes). */
-static void
-udp_buffers(int fd)
-{
-    int want = SERVER_UDP_BUF;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &want, sizeof(want));
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want));
-}
-
-/* Bind every address getaddrinfo() gives for host and port: TCP
- * listeners, or UDP sockets (udp). */
-static int
-listen_host(struct server *srv, const char *host, const char *port, bool udp,
-            bool tls)
-{
-    struct addrinfo hints = {.ai_flags = AI_PASSIVE,
-                             .ai_family = AF_UNSPEC,
-                             .ai_socktype = udp ? SOCK_DGRAM : SOCK_STREAM};
-    struct addrinfo *res;
-    int g = getaddrinfo(host, port, &hints, &res);
-    if (g != 0) {
-        err_set("-l: cannot resolve '%s': %s", host, gai_strerror(g));
-        return -EINVAL;
-    }
-    int rc = 0;
-    for (struct addrinfo *a = res; a && rc == 0; a = a->ai_next) {
-        struct listener *l = listener_new(srv, host);
-        if (!l) {
-            rc = -ENOSPC;
-            break;
-        }
-        sockaddr_name(a->ai_addr, udp, l->name, sizeof(l->name));
-        l->is_udp = udp;
-        l->fd =
-            socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                   a->ai_protocol);
-        if (udp && l->fd >= 0)
-            udp_buffers(l->fd);
-        rc = l->fd < 0 ? -errno
-                       : listen_fd(l->fd, a->ai_addr, a->ai_addrlen,
-                                   udp ? 0 : (int)srv->st->backlog); /* -b */
-        if (rc) {
-            err_set("cannot listen on %s: %s", l->name, strerror(-rc));
-            if (l->fd >= 0)
-                close(l->fd);
-            break;
-        }
-        l->tls = tls;
-        srv->nls++;
-        log_info("listening on %s%s", l->name, tls ? " (TLS)" : "");
-    }
-    freeaddrinfo(res);
-    return rc;
-}
-
-/* One -l element: "host", "host:port", "[v6]", "[v6]:port", "v6". A port
- * in it is used for TCP and, with -U, for UDP too, as memcached does;
- * without one, -p and -U give the ports. With -Z, "notls:" in front
- * makes it a plain listener (memcached's prefix); UDP is never TLS. */
-static int
-listen_one(struct server *srv, const char *item, bool udp)
-{
-    char host[256], port[16];
-    bool tls = srv->tls != NULL;
-    if (!strncmp(item, "notls:", 6)) {
-        item += 6;
-        tls = false;
-    }
-    const char *colon = strrchr(item, ':');
-    snprintf(port, sizeof(port), "%llu",
-             (unsigned long long)(udp ? srv->st->udp_port : srv->st->port));
-    if (item[0] == '[') {
-        const char *close_br = strchr(item, ']');
-        if (!close_br || (close_br[1] && close_br[1] != ':')) {
-            err_set("-l: bad address '%s'", item);
-            return -EINVAL;
-        }
-        snprintf(host, sizeof(host), "%.*s", (int)(close_br - item - 1),
-                 item + 1);
-        if (close_br[1] == ':')
-            snprintf(port, sizeof(port), "%s", close_br + 2);
-    } else if (colon && strchr(item, ':') == colon) {
-        snprintf(host, sizeof(host), "%.*s", (int)(colon - item), item);
-        snprintf(port, sizeof(port), "%s", colon + 1);
-    } else {
-        snprintf(host, sizeof(host), "%s", item);
-    }
-    return listen_host(srv, host, port, udp, tls && !udp);
-}
-
-/* Every -l address: TCP listeners, or UDP sockets (udp). */
-static int
-listen_net(struct server *srv, bool udp)
-{
-    char item[256];
-    const char *p = srv->st->listen;
-    while (*p) {
-        size_t n = strcspn(p, ",");
-        if (n && n < sizeof(item)) {
-            memcpy(item, p, n);
-            item[n] = '\0';
-            int rc = listen_one(srv, item, udp);
-            if (rc)
-                return rc;
-        } else if (n) {
-            err_set("-l: address '%.40s...' is too long", p);
-            return -EINVAL;
-        }
-        p += n + (p[n] == ',');
-    }
-    return 0;
-}
-
-static int
-listen_unix(struct server *srv)
-{
-    const char *path = srv->st->unix_path;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    struct stat sb;
-    struct listener *l = listener_new(srv, path);
-    if (!l)
-        return -ENOSPC;
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-    snprintf(l->name, sizeof(l->name), "unix:%s", path);
-    /* a stale socket from an earlier run, as memcached does */
-    if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
-        unlink(path);
-    l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (l->fd < 0) {
-        err_set("cannot listen on %s: %s", l->name, strerror(errno));
-        return -errno;
-    }
-    /* -a: the socket file's mode comes from the umask at bind time */
-    mode_t old = umask((mode_t)(~srv->st->unix_mask & 0777));
-    int rc = listen_fd(l->fd, (struct sockaddr *)&sa, sizeof(sa),
-                       (int)srv->st->backlog);
-    umask(old);
-    if (rc) {
-        err_set("cannot listen on %s: %s", l->name, strerror(-rc));
-        close(l->fd);
-        return rc;
-    }
-    l->is_unix = true;
-    srv->nls++;
-    log_info("listening on %s", l->name);
-    return 0;
-}
-
-static void
-close_listeners(struct server *srv)
-{
-    for (unsigned i = 0; i < srv->nls; i++) {
-        if (srv->ls[i].fd < 0)
-            continue;
-        close(srv->ls[i].fd);
-        srv->ls[i].fd = -1;
-        if (srv->ls[i].is_unix)
-            unlink(srv->st->unix_path);
-    }
-}
 
 /* --- workers --- */
 
@@ -1111,7 +878,7 @@ server_run(struct server *srv)
      * "stats conns" (connections arriving meanwhile are reset) */
     set_listening(srv, false);
     stop_workers(srv);
-    close_listeners(srv);
+    listen_close(srv->ls, srv->nls, srv->st->unix_path);
     return rc;
 }
 
@@ -1240,11 +1007,11 @@ server_create(const struct settings *st, struct tc_cache *cache,
     if (!rc)
         rc = setup_acceptor(srv);
     if (!rc && st->port)
-        rc = listen_net(srv, false);
+        rc = listen_net(srv->ls, &srv->nls, srv->st, srv->tls != NULL, false);
     if (!rc && st->udp_port)
-        rc = listen_net(srv, true);
+        rc = listen_net(srv->ls, &srv->nls, srv->st, srv->tls != NULL, true);
     if (!rc && st->unix_path)
-        rc = listen_unix(srv);
+        rc = listen_unix(srv->ls, &srv->nls, srv->st);
     if (!rc)
         rc = setup_workers(srv);
     if (rc) {
@@ -1260,7 +1027,7 @@ server_destroy(struct server *srv)
 {
     if (!srv)
         return;
-    close_listeners(srv);
+    listen_close(srv->ls, srv->nls, srv->st->unix_path);
     for (unsigned i = 0; srv->workers && i < srv->nworkers; i++)
         worker_fini(&srv->workers[i]);
     free(srv->workers);

@@ -8,9 +8,10 @@
  * bytes with the request's id, sequence numbers 0..n-1 and the count n.
  * See udp.c for what is dropped and counted.
  *
- * The sockets themselves are the server's (src/server/server.c binds one
- * per -l address and puts it in every worker's epoll set); each worker
- * answers the datagrams it receives with its own struct udp_worker.
+ * The sockets themselves are the server's (src/server/listen.c binds one
+ * per -l address, src/server/server.c puts it in every worker's epoll set);
+ * each worker answers the datagrams it receives with its own struct
+ * udp_worker.
  *
  * Concurrency: a struct udp_worker belongs to one worker thread. The
  * socket is shared by the workers: recvfrom and sendmmsg on it are atomic
