@@ -5,7 +5,11 @@
  * shutdown, cache_memlimit, refresh_certs, hotspot (tiercache's write-hotspot
  * dump and reset), quit; slabs, lru_crawler and stats cachedump are in
  * proto_admin.c. Lines whose command is mg ms md ma mn me go to the meta parser
- * (proto_meta_process).
+ * (proto_meta_process). This file holds the lines, the dispatch, the key
+ * commands and the -Y login; the server commands (flush_all, version, quit,
+ * verbosity, cache_memlimit, shutdown, refresh_certs, stats, watch, slabs,
+ * lru_crawler, hotspot) are in proto_text_server.c, and what both share in
+ * proto_text_int.h.
  *
  * The replies follow memcached 1.6 byte for byte, including its quirks:
  *   - a command line ends at "\n"; one "\r" before it is dropped; tokens are
@@ -59,21 +63,18 @@
  */
 
 #include "src/server/proto/proto.h"
+#include "src/server/proto/proto_text_int.h"
 
 #include "src/base/compiler.h"
 #include "src/server/auth.h"
-#include "src/server/proto/proto_admin.h"
 #include "src/server/proto/proto_util.h"
 #include "src/server/proto/proto_watch.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* A multi-key get line may grow past PROTO_LINE_MAX (memcached: unbounded). */
 #define TEXT_MULTIGET_LINE_MAX (1u << 20)
@@ -81,59 +82,8 @@
  * that the connection's back-pressure applies between requests (the caller
  * calls again unless its output is backlogged). */
 #define TEXT_OUT_YIELD (256u * 1024)
-/* memcached's cache_memlimit bounds, in MiB. */
-#define TEXT_MEMLIMIT_MIN 8
-#define TEXT_MEMLIMIT_MAX 1000000000u
-#define TEXT_GROUP_MAX 64
-
-/* The prefix of hotspot dump's file error (the path and the reason follow;
- * the fixed replies are in proto_util.c's table). */
-#define TEXT_HOTSPOT_CANNOT_FMT "SERVER_ERROR cannot write %s: %s"
 
 enum { LINE_INCOMPLETE = -1, LINE_TOO_LONG = -2 };
-
-/* One command line being executed. */
-struct text_cmd {
-    struct proto_sess *s;
-    struct obuf *out;
-    const char *line; /* without "\r\n" */
-    size_t len;
-    size_t line_bytes; /* with its line end */
-    const char *rest;  /* what follows the line (a data block) */
-    size_t rest_len;
-    struct proto_token tok[PROTO_MAX_TOKENS];
-    int ntok; /* PROTO_MAX_TOKENS + 1 when there are more */
-    bool noreply;
-    size_t resume; /* s->resume as the call found it: a get's next key */
-};
-
-typedef ssize_t text_cmd_fn(struct text_cmd *c, int arg);
-
-/* ---- replies ------------------------------------------------------------ */
-
-static void
-reply(struct text_cmd *c, const char *text)
-{
-    if (c->noreply)
-        return;
-    obuf_add_str(c->out, text);
-    obuf_add(c->out, "\r\n", 2);
-}
-
-static void
-reply_err(struct text_cmd *c, enum proto_err e)
-{
-    if (!c->noreply)
-        proto_reply_err(c->s, c->out, e);
-}
-
-/* memcached's set_noreply_maybe: the last token. */
-static void
-take_noreply(struct text_cmd *c)
-{
-    c->noreply = c->ntok > 0 && c->ntok <= PROTO_MAX_TOKENS &&
-                 proto_tok_is(&c->tok[c->ntok - 1], "noreply");
-}
 
 /* ---- retrieval ---------------------------------------------------------- */
 
@@ -591,343 +541,6 @@ cmd_touch(struct text_cmd *c, int arg)
     return (ssize_t)c->line_bytes;
 }
 
-/* ---- server commands ---------------------------------------------------- */
-
-/* "flush_all [delay] [noreply]"; a delay follows the exptime rules. */
-static ssize_t
-cmd_flush_all(struct text_cmd *c, int arg)
-{
-    int64_t delay = 0;
-    (void)arg;
-
-    take_noreply(c);
-    if (c->s->no_flush) { /* -F; noreply still silences it, as memcached */
-        reply_err(c, PERR_FLUSH_DISABLED);
-        return (ssize_t)c->line_bytes;
-    }
-    if (c->ntok != (c->noreply ? 2 : 1) &&
-        !proto_parse_i64(&c->tok[1], &delay)) {
-        reply_err(c, PERR_INVALID_EXPTIME);
-        return (ssize_t)c->line_bytes;
-    }
-    tc_flush_all(c->s->cache, delay);
-    reply(c, "OK");
-    return (ssize_t)c->line_bytes;
-}
-
-static ssize_t
-cmd_version(struct text_cmd *c, int arg)
-{
-    (void)arg;
-    reply(c, "VERSION " TC_VERSION);
-    return (ssize_t)c->line_bytes;
-}
-
-static ssize_t
-cmd_quit(struct text_cmd *c, int arg)
-{
-    (void)c;
-    (void)arg;
-    return PROTO_CLOSE;
-}
-
-static ssize_t
-cmd_verbosity(struct text_cmd *c, int arg)
-{
-    uint32_t level;
-    (void)arg;
-
-    take_noreply(c);
-    if (!proto_parse_u32(&c->tok[1], &level)) {
-        reply_err(c, PERR_BAD_FORMAT);
-        return (ssize_t)c->line_bytes;
-    }
-    if (c->s->ops && c->s->ops->verbosity)
-        c->s->ops->verbosity(c->s->srv, (int)(level > 2 ? 2 : level));
-    reply(c, "OK");
-    return (ssize_t)c->line_bytes;
-}
-
-/* The server's op, or with no server the engine directly. -EBUSY is a
- * shrink that could not empty every page above the new limit at once: the
- * limit already holds for allocations and the maintenance step finishes
- * the shrink, so it is accepted (memcached too replies OK at once). */
-static int
-set_memlimit(struct proto_sess *s, uint64_t mib)
-{
-    int rc;
-    if (s->ops && s->ops->memlimit)
-        rc = s->ops->memlimit(s->srv, mib);
-    else
-        rc = tc_set_mem_limit(s->cache, mib << 20);
-    return rc == -EBUSY ? 0 : rc;
-}
-
-static ssize_t
-cmd_memlimit(struct text_cmd *c, int arg)
-{
-    uint32_t mib;
-    (void)arg;
-
-    take_noreply(c);
-    if (!proto_parse_u32(&c->tok[1], &mib))
-        reply_err(c, PERR_ERROR);
-    else if (mib < TEXT_MEMLIMIT_MIN)
-        reply_err(c, PERR_MEMLIMIT_SMALL);
-    else if (mib > TEXT_MEMLIMIT_MAX)
-        reply_err(c, PERR_MEMLIMIT_UNITS);
-    else if (set_memlimit(c->s, mib) != 0)
-        reply_err(c, PERR_MEMLIMIT_FAILED);
-    else
-        reply(c, "OK");
-    return (ssize_t)c->line_bytes;
-}
-
-/* "shutdown [graceful]". The server op cannot be asked whether shutdown is
- * enabled without shutting down, so a bad mode is refused first (memcached
- * says "not enabled" first). Success closes without a reply, as
- * memcached's does. */
-static ssize_t
-cmd_shutdown(struct text_cmd *c, int arg)
-{
-    (void)arg;
-    if (c->ntok > 2 ||
-        (c->ntok == 2 && !proto_tok_is(&c->tok[1], "graceful"))) {
-        reply_err(c, PERR_SHUTDOWN_MODE);
-        return (ssize_t)c->line_bytes;
-    }
-    if (c->s->ops && c->s->ops->shutdown && c->s->ops->shutdown(c->s->srv) == 0)
-        return PROTO_CLOSE;
-    reply_err(c, PERR_NO_SHUTDOWN);
-    return (ssize_t)c->line_bytes;
-}
-
-/* "refresh_certs [noreply]": the TLS certificates loaded again (any
- * further tokens are ignored, as memcached does). */
-static ssize_t
-cmd_refresh_certs(struct text_cmd *c, int arg)
-{
-    char msg[1024];
-    (void)arg;
-
-    take_noreply(c);
-    snprintf(msg, sizeof(msg), "Error TLS not enabled"); /* no server */
-    if (!c->s->ops || !c->s->ops->refresh_certs ||
-        c->s->ops->refresh_certs(c->s->srv, msg, sizeof(msg)) != 0)
-        reply(c, msg);
-    else
-        reply(c, "OK");
-    return (ssize_t)c->line_bytes;
-}
-
-/* "stats detail on|off|dump": tiercache keeps no per-prefix stats, so it
- * answers as memcached does with detail off (an empty dump). */
-static void
-stats_detail(struct text_cmd *c)
-{
-    if (c->ntok >= 3 &&
-        (proto_tok_is(&c->tok[2], "on") || proto_tok_is(&c->tok[2], "off")))
-        reply(c, "OK");
-    else if (c->ntok >= 3 && proto_tok_is(&c->tok[2], "dump"))
-        reply(c, "END");
-    else
-        reply_err(c, PERR_DETAIL_USAGE);
-}
-
-/* A stats group from the server's op, then "END"; an unknown group is
- * "ERROR" with whatever the op appended taken back. */
-static void
-stats_group(struct text_cmd *c, const struct proto_token *t)
-{
-    char group[TEXT_GROUP_MAX];
-    size_t mark = obuf_pending(c->out);
-    int rc = -ENOENT;
-
-    if (t->n < sizeof(group)) {
-        memcpy(group, t->p, t->n);
-        group[t->n] = '\0';
-        if (c->s->ops && c->s->ops->stats)
-            rc = c->s->ops->stats(c->s->srv, c->s, group, c->out);
-    }
-    if (c->out->err)
-        return;
-    if (rc == 0) {
-        obuf_add(c->out, "END\r\n", 5);
-        return;
-    }
-    c->out->len = c->out->head + mark; /* obuf may have compacted */
-    proto_reply_err(c->s, c->out, PERR_ERROR);
-}
-
-/* A dump (stats cachedump, lru_crawler metadump) that stopped after a
- * slice of output is called again on the same line, as a get of many keys
- * is: resume marks it, the cursor is in the session. */
-static ssize_t
-admin_walk_done(struct text_cmd *c, bool done)
-{
-    if (done)
-        return (ssize_t)c->line_bytes;
-    c->s->resume = 1;
-    return 0;
-}
-
-/* "watch [kinds]": the connection becomes a log stream; what it sends
- * afterwards is read and ignored, as memcached does. */
-static ssize_t
-cmd_watch(struct text_cmd *c, int arg)
-{
-    (void)arg;
-    if (c->s->no_watch) {
-        proto_reply_err(c->s, c->out, PERR_NO_WATCH);
-        return (ssize_t)c->line_bytes;
-    }
-    proto_watch_start(c->s, c->out, c->tok, c->ntok);
-    return (ssize_t)c->line_bytes;
-}
-
-static ssize_t
-cmd_slabs(struct text_cmd *c, int arg)
-{
-    (void)arg;
-    proto_admin_slabs(c->s, c->out, c->tok, c->ntok);
-    return (ssize_t)c->line_bytes;
-}
-
-static ssize_t
-cmd_lru_crawler(struct text_cmd *c, int arg)
-{
-    (void)arg;
-    return admin_walk_done(
-        c, proto_admin_lru_crawler(c->s, c->out, c->tok, c->ntok, c->resume));
-}
-
-static ssize_t
-cmd_stats(struct text_cmd *c, int arg)
-{
-    static const struct proto_token general = {"", 0};
-    (void)arg;
-
-    if (c->ntok == 1) {
-        stats_group(c, &general);
-    } else if (proto_tok_is(&c->tok[1], "reset")) {
-        if (c->s->ops && c->s->ops->stats_reset)
-            c->s->ops->stats_reset(c->s->srv);
-        else
-            tc_stats_reset(c->s->cache);
-        reply(c, "RESET");
-    } else if (proto_tok_is(&c->tok[1], "detail")) {
-        stats_detail(c);
-    } else if (proto_tok_is(&c->tok[1], "sizes") ||
-               proto_tok_is(&c->tok[1], "sizes_enable") ||
-               proto_tok_is(&c->tok[1], "sizes_disable")) {
-        proto_admin_sizes(c->s, c->out, &c->tok[1]);
-    } else if (proto_tok_is(&c->tok[1], "cachedump")) {
-        return admin_walk_done(
-            c, proto_admin_cachedump(c->s, c->out, c->tok, c->ntok, c->resume));
-    } else {
-        stats_group(c, &c->tok[1]);
-    }
-    return (ssize_t)c->line_bytes;
-}
-
-/* ---- hotspot (write-hotspot tracker; doc/hotspots.md) ------------------ */
-
-/* The CSV over the connection, each line ended by "\r\n", then "END". */
-static void
-hotspot_dump_inline(struct text_cmd *c)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    int rc = f ? tc_hotspot_dump(c->s->cache, f) : -ENOMEM;
-
-    if (f && fclose(f) != 0 && rc == 0)
-        rc = -ENOMEM;
-    if (rc == -ENOTSUP) {
-        reply_err(c, PERR_HOTSPOT_OFF);
-    } else if (rc != 0) {
-        reply_err(c, PERR_NOMEM);
-    } else {
-        for (size_t at = 0; at < len;) {
-            const char *nl = memchr(buf + at, '\n', len - at);
-            size_t n = nl ? (size_t)(nl - (buf + at)) : len - at;
-            obuf_add(c->out, buf + at, n);
-            obuf_add(c->out, "\r\n", 2);
-            at += n + 1;
-        }
-        reply(c, "END");
-    }
-    free(buf);
-}
-
-/* The CSV into a new file (never an existing one: any client may send this,
- * so it must not be able to overwrite what the server's user can write):
- * "OK" or "SERVER_ERROR <reason>". */
-static void
-hotspot_dump_file(struct text_cmd *c, const struct proto_token *t)
-{
-    char path[PATH_MAX];
-    char msg[PATH_MAX + 128];
-    struct tc_hotspot h;
-
-    tc_hotspot_get(c->s->cache, &h);
-    if (h.dimms == 0) {
-        reply_err(c, PERR_HOTSPOT_OFF);
-        return;
-    }
-    if (t->n >= sizeof(path)) {
-        reply_err(c, PERR_PATH_TOO_LONG);
-        return;
-    }
-    memcpy(path, t->p, t->n);
-    path[t->n] = '\0';
-    int fd =
-        open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (f == NULL) {
-        int open_err = errno;
-        if (fd >= 0)
-            close(fd);
-        snprintf(msg, sizeof(msg), TEXT_HOTSPOT_CANNOT_FMT, path,
-                 strerror(open_err));
-        reply(c, msg);
-        return;
-    }
-    int rc = tc_hotspot_dump(c->s->cache, f);
-    int err = errno;
-    if (fclose(f) != 0 && rc == 0) {
-        rc = -EIO;
-        err = errno;
-    }
-    if (rc != 0) {
-        snprintf(msg, sizeof(msg), TEXT_HOTSPOT_CANNOT_FMT, path,
-                 strerror(err));
-        reply(c, msg);
-        return;
-    }
-    reply(c, "OK");
-}
-
-/* "hotspot dump [path]", "hotspot reset". */
-static ssize_t
-cmd_hotspot(struct text_cmd *c, int arg)
-{
-    (void)arg;
-    if (proto_tok_is(&c->tok[1], "dump") && c->ntok == 2) {
-        hotspot_dump_inline(c);
-    } else if (proto_tok_is(&c->tok[1], "dump") && c->ntok == 3) {
-        hotspot_dump_file(c, &c->tok[2]);
-    } else if (proto_tok_is(&c->tok[1], "reset") && c->ntok == 2) {
-        if (tc_hotspot_reset(c->s->cache) == 0)
-            reply(c, "RESET");
-        else
-            reply_err(c, PERR_HOTSPOT_OFF);
-    } else {
-        reply_err(c, PERR_HOTSPOT_USAGE);
-    }
-    return (ssize_t)c->line_bytes;
-}
-
 /* ---- dispatch ----------------------------------------------------------- */
 
 #define ANY_TOKENS (PROTO_MAX_TOKENS + 1)
@@ -955,18 +568,18 @@ static const struct text_cmd_def {
     {"decr", 3, 4, cmd_arith, 0},
     {"delete", 2, 4, cmd_delete, 0},
     {"touch", 3, 4, cmd_touch, 0},
-    {"flush_all", 1, 3, cmd_flush_all, 0},
-    {"version", 1, ANY_TOKENS, cmd_version, 0},
-    {"verbosity", 2, 3, cmd_verbosity, 0},
-    {"stats", 1, ANY_TOKENS, cmd_stats, 0},
-    {"shutdown", 1, ANY_TOKENS, cmd_shutdown, 0},
-    {"cache_memlimit", 2, 3, cmd_memlimit, 0},
-    {"refresh_certs", 1, ANY_TOKENS, cmd_refresh_certs, 0},
-    {"hotspot", 2, 3, cmd_hotspot, 0},
-    {"slabs", 3, 4, cmd_slabs, 0},
-    {"watch", 1, ANY_TOKENS, cmd_watch, 0},
-    {"lru_crawler", 2, 3, cmd_lru_crawler, 0},
-    {"quit", 1, ANY_TOKENS, cmd_quit, 0},
+    {"flush_all", 1, 3, proto_text_flush_all, 0},
+    {"version", 1, ANY_TOKENS, proto_text_version, 0},
+    {"verbosity", 2, 3, proto_text_verbosity, 0},
+    {"stats", 1, ANY_TOKENS, proto_text_stats, 0},
+    {"shutdown", 1, ANY_TOKENS, proto_text_shutdown, 0},
+    {"cache_memlimit", 2, 3, proto_text_memlimit, 0},
+    {"refresh_certs", 1, ANY_TOKENS, proto_text_refresh_certs, 0},
+    {"hotspot", 2, 3, proto_text_hotspot, 0},
+    {"slabs", 3, 4, proto_text_slabs, 0},
+    {"watch", 1, ANY_TOKENS, proto_text_watch, 0},
+    {"lru_crawler", 2, 3, proto_text_lru_crawler, 0},
+    {"quit", 1, ANY_TOKENS, proto_text_quit, 0},
 };
 
 static const struct text_cmd_def *
