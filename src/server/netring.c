@@ -23,7 +23,7 @@
  * cancel lands is still handed over (conn_input appends it), and the recv
  * is armed again when input is wanted.
  *
- * Idle: as the epoll loop (server.c, worker_wait): a non-blocking look
+ * Idle: as the epoll loop (worker.c, worker_wait): a non-blocking look
  * first, then tc_thread_poll() and a wait of NETRING_IDLE_MS, then
  * tc_thread_quiesce() once and a long wait.
  *
@@ -76,7 +76,7 @@
 #define NETRING_BUF_SIZE 8192
 #define NETRING_BGID 7
 #define NETRING_WATCH_MAX 48
-/* Same idle policy as the epoll loop (server.c). */
+/* Same idle policy as the epoll loop (worker.c). */
 #define NETRING_IDLE_MS 20
 #define NETRING_REAP_MS 50
 

@@ -1,7 +1,7 @@
 #pragma once
 /*
  * A worker's event loop on io_uring (-o net_engine=uring), beside the epoll
- * loop of src/server/server.c: one ring per worker, a multishot recv per
+ * loop of src/server/worker.c: one ring per worker, a multishot recv per
  * connection into a ring of provided buffers, the sends of one loop turn
  * submitted together with the wait for the next completions (one
  * io_uring_enter), and one-shot polls for the worker's other descriptors

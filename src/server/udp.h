@@ -9,7 +9,7 @@
  * See udp.c for what is dropped and counted.
  *
  * The sockets themselves are the server's (src/server/listen.c binds one
- * per -l address, src/server/server.c puts it in every worker's epoll set);
+ * per -l address, src/server/worker.c puts it in every worker's epoll set);
  * each worker answers the datagrams it receives with its own struct
  * udp_worker.
  *
