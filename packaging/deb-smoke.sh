@@ -72,12 +72,12 @@ for f in /usr/bin/tiercached /etc/tiercached.conf \
     /usr/include/tiercache.h /usr/share/man/man1/tiercached.1.gz; do
     [ -e "$f" ] || fail "$f is not installed"
 done
-dpkg-query -W -f='${Conffiles}\n' tiercached | grep -q /etc/tiercached.conf ||
+dpkg-query -W -f='${Conffiles}\n' tiercached | grep /etc/tiercached.conf >/dev/null ||
     fail "/etc/tiercached.conf is not a conffile"
 getent passwd memcache >/dev/null || fail "no memcache user"
 [ "$(stat -c %U /run/tiercached)" = memcache ] ||
     fail "/run/tiercached is not memcache's (tmpfiles.d)"
-pkg-config --modversion tiercache | grep -qx 0.1.0 ||
+[ "$(pkg-config --modversion tiercache)" = 0.1.0 ] ||
     fail "pkg-config does not find tiercache"
 
 # `version` on PORT answers tiercached's
