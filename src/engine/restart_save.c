@@ -143,6 +143,8 @@ static uint64_t
 save_entries(struct cache *c, struct wbuf *w)
 {
     uint64_t rec[1 + RESTART_SAVED_RUN];
+    /* bucket numbers are of one table: end a doubling under way */
+    htab_grow_finish(c->htab);
     uint64_t nb = htab_nbuckets(c->htab), entries = 0;
     for (uint64_t i = 0; i < nb; i++) {
         /* a hash of i has home bucket i */
@@ -356,8 +358,10 @@ load_read(struct load *l, int fd)
         l->why = "it was not written by this pool's last clean close";
         return 0;
     }
-    if (h->nbuckets != htab_nbuckets(c->htab)) {
-        l->why = "the index is sized differently (-o expected_items, -m)";
+    /* the index takes the saved size: entries go back into the buckets
+     * they came from (it is still empty here) */
+    if (htab_resize_empty(c->htab, h->nbuckets) != 0) {
+        l->why = "the index cannot take its saved size";
         return 0;
     }
     /* Mapped: on tmpfs the file's own pages, neither copied nor zeroed

@@ -282,7 +282,11 @@ static void
 prefetch_old(struct cache *c, uint64_t hash)
 {
     uint64_t locs[HTAB_SLOTS];
+    /* the section keeps an old table of the index from being freed under
+     * the peek */
+    cache_read_lock();
     unsigned n = htab_peek(c->htab, hash, locs);
+    cache_read_unlock();
     for (unsigned i = 0; i < n; i++)
         __builtin_prefetch(cache_item_at(c, cache_off(locs[i])), 0, 3);
 }
