@@ -89,11 +89,18 @@
  * bucket and a malloc under the bucket lock. Measured overflow is about 9% of
  * the home buckets at 64% fill; past the reserve, aligned_alloc. */
 #define HTAB_RESERVE_DIV 4
-/* A table doubles once its overflow buckets pass nbuckets / GROW_DIV: with
- * keys spread evenly (Poisson, 6 slots a bucket) about 68% full. The
- * reserve (a quarter) still has room for the growth past that while the
- * move runs. */
+/* A table is looked at once its overflow buckets pass nbuckets / GROW_DIV
+ * (with keys spread evenly, 6 slots a bucket, about 68% full), and again
+ * after every nbuckets / RECHECK_DIV more: it doubles if a sample of
+ * SAMPLE home buckets (and their chains) is more than 70% full
+ * (HTAB_FILL_NUM / HTAB_FILL_DEN). Overflow alone is no measure under
+ * churn: chains are never unlinked, so a table at a steady fill keeps
+ * adding the overflow buckets of whichever buckets crowd for a moment.
+ * The reserve (a quarter) still has room for the growth past that while
+ * the move runs. */
 #define HTAB_GROW_DIV 8
+#define HTAB_RECHECK_DIV 16
+#define HTAB_SAMPLE 1024ull
 /* A failed start (no memory) tries again after this many more overflow
  * buckets (nbuckets / RETRY_DIV). */
 #define HTAB_RETRY_DIV 32
@@ -129,6 +136,7 @@ struct htab {
     unsigned help; /* home buckets a writer moves in htab_lock */
     pthread_mutex_t grow_lock CACHE_ALIGNED;
     uint64_t cursor;            /* next old bucket to move */
+    uint64_t sample_at;         /* where the next fill sample starts */
     struct htab_table *retired; /* buckets waiting for a grace period */
     struct htab_table *tables;  /* every descriptor, for htab_destroy */
     _Atomic uint64_t grows;
@@ -504,6 +512,31 @@ htab_grow_end_locked(struct htab *h, struct htab_table *t,
     atomic_fetch_add_explicit(&h->grows, 1, memory_order_relaxed);
 }
 
+/* Is t more than 70% full? A sample of HTAB_SAMPLE home buckets (all of a
+ * smaller table) and their chains, at a window that moves on each time
+ * (keys are spread evenly by the hash: any window is a fair sample). Slots
+ * are read as a reader does; t cannot be retired meanwhile.
+ * Locks: h->grow_lock. */
+static bool
+htab_fill_high(struct htab *h, struct htab_table *t)
+{
+    uint64_t n = MIN(t->nbuckets, HTAB_SAMPLE), entries = 0;
+
+    for (uint64_t i = 0; i < n; i++) {
+        struct htab_bucket *b = &t->buckets[(h->sample_at + i) & t->mask];
+
+        do {
+            for (int j = 0; j < HTAB_SLOTS; j++)
+                entries += atomic_load_explicit(&b->slot[j],
+                                                memory_order_relaxed) != 0;
+            /* Acquire: as in htab_lookup_rcu. */
+            b = atomic_load_explicit(&b->next, memory_order_acquire);
+        } while (b != NULL);
+    }
+    h->sample_at += n;
+    return entries * HTAB_FILL_DEN > n * HTAB_SLOTS * HTAB_FILL_NUM;
+}
+
 /* Start a doubling that is due, then move up to budget buckets: 1 while
  * one is left under way, 0 when none is, -errno. Locks: h->grow_lock. */
 static int
@@ -517,6 +550,16 @@ htab_grow_work_locked(struct htab *h, uint64_t budget)
     case HTAB_IDLE:
         return 0;
     case HTAB_WANT:
+        if (!htab_fill_high(h, t)) {
+            /* crowded chains, not a full table: look again later */
+            atomic_store_explicit(
+                &t->grow_at,
+                atomic_load_explicit(&t->noverflow, memory_order_relaxed) +
+                    MAX(t->nbuckets / HTAB_RECHECK_DIV, 1ull),
+                memory_order_relaxed);
+            atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_relaxed);
+            return 0;
+        }
         rc = htab_grow_begin_locked(h, t);
         if (rc != 0)
             return rc;

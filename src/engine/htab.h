@@ -16,8 +16,9 @@
  *               time, so a reader sees the old or the new entry.
  *   overflow    buckets are allocated under the home bucket's lock and
  *               linked with a release store; they are never unlinked while
- *               the table lives (freed at htab_destroy), so readers need no
- *               grace period for them.
+ *               the table lives (freed with their table: at htab_destroy, or
+ *               after a grace period once a doubling retired it), so
+ *               readers need no grace period for them.
  *   No PMEM writes happen here; the lock is held for DRAM work only.
  *
  * Growth: expected_items sizes the first table (about 70% full at that

@@ -844,6 +844,53 @@ test_grow_by_writers(void **state)
     free(live);
 }
 
+/* Churn at a steady half-full table piles up overflow buckets (chains are
+ * never unlinked) but is no reason to double; filling it past 70% is. */
+static void
+test_grow_not_on_churn(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    const uint64_t nkeys = 4096;
+    uint64_t *live = calloc(nkeys, sizeof(*live));
+    uint64_t s = test_seed, nlive = 0, peak_overflow = 0;
+
+    assert_non_null(live);
+    assert_int_equal(htab_create(0, &f->h), 0); /* 64 buckets, 384 slots */
+    htab_set_grow(f->h, fake_rehash, st, 1);
+    while (nlive < 192) { /* half full */
+        uint64_t k = rng_next(&s) % nkeys;
+        if (live[k] == 0) {
+            live[k] = fake_put(st, k);
+            assert_int_equal(insert(f->h, key_hash(k), live[k]), 0);
+            nlive++;
+        }
+    }
+    /* one out, one in, until the store's locations run out */
+    while (st->next + 1 < st->nitems) {
+        uint64_t k = rng_next(&s) % nkeys;
+        if (live[k] == 0)
+            continue;
+        assert_true(remove_key(f->h, st, key_hash(k), k));
+        live[k] = 0;
+        do
+            k = rng_next(&s) % nkeys;
+        while (live[k] != 0);
+        live[k] = fake_put(st, k);
+        assert_int_equal(insert(f->h, key_hash(k), live[k]), 0);
+        if (htab_noverflow(f->h) > peak_overflow)
+            peak_overflow = htab_noverflow(f->h);
+    }
+    print_message("churn: %llu overflow buckets on 64, %llu doublings\n",
+                  (unsigned long long)peak_overflow,
+                  (unsigned long long)htab_grows(f->h));
+    assert_true(peak_overflow > 64 / 8); /* the fill was looked at */
+    assert_int_equal(htab_grows(f->h), 0);
+    assert_int_equal(htab_nbuckets(f->h), 64);
+    check_all(f->h, st, live, nkeys, "after churn");
+    free(live);
+}
+
 /* A writer holds an old bucket while the mover wants it: the mover waits
  * for the lock, and what the writer put there moves with the rest. */
 struct hold_mover {
@@ -1157,6 +1204,8 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_grow_stepwise, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grow_by_writers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grow_not_on_churn, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_grow_writer_holds_bucket, setup,
                                         teardown),
         cmocka_unit_test(test_grow_concurrent_driven),
