@@ -781,14 +781,11 @@ static void __attribute__((noinline)) htab_help(struct htab *h)
 }
 
 struct htab_bucket *
-htab_lock(struct htab *h, uint64_t hash)
+htab_lock_rcu(struct htab *h, uint64_t hash)
 {
-    struct htab_table *t;
+    struct htab_table *t = htab_cur(h);
     struct htab_bucket *b;
 
-    /* Keeps the table of the bucket we lock from being freed. */
-    HTAB_RCU_LOCK();
-    t = htab_cur(h);
     if (unlikely(atomic_load_explicit(&t->state, memory_order_relaxed) !=
                  HTAB_IDLE)) {
         htab_help(h);
@@ -808,6 +805,20 @@ htab_lock(struct htab *h, uint64_t hash)
         spin_acquire(&b->lock, LOCK_RANK_BUCKET);
     }
     return b;
+}
+
+struct htab_bucket *
+htab_lock(struct htab *h, uint64_t hash)
+{
+    /* Keeps the table of the bucket we lock from being freed. */
+    HTAB_RCU_LOCK();
+    return htab_lock_rcu(h, hash);
+}
+
+void
+htab_unlock_rcu(struct htab_bucket *b)
+{
+    spin_release(&b->lock, LOCK_RANK_BUCKET);
 }
 
 void

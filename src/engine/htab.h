@@ -135,6 +135,11 @@ unsigned htab_peek(struct htab *h, uint64_t hash, uint64_t locs[HTAB_SLOTS]);
  * that to hold; an unregistered one must not run beside a table's free). */
 struct htab_bucket *htab_lock(struct htab *h, uint64_t hash);
 void htab_unlock(struct htab_bucket *b);
+/* The same for a caller inside an RCU read-side section already, which
+ * keeps the table: no section of their own (a set's path saves the two
+ * thread-local lookups of one). */
+struct htab_bucket *htab_lock_rcu(struct htab *h, uint64_t hash);
+void htab_unlock_rcu(struct htab_bucket *b);
 
 /* The slot holding the matching entry in b's chain, or NULL. Locks: b. */
 _Atomic uint64_t *htab_find_locked(struct htab_bucket *b, uint64_t hash,

@@ -121,7 +121,8 @@ count_outcome(struct cache_thread *t, unsigned cls, int mode, int rc)
         cache_stat_inc(t, ST_CAS_MISSES);
 }
 
-/* Switch the index to the new item. Locks: one bucket. Inlined into
+/* Switch the index to the new item. Locks: one bucket. Context: inside a
+ * read section (the caller's keeps the index's table). Inlined into
  * commit(), every set's path, though recache_one() calls it too (out of
  * line, it and decide_locked() cost a set some 17-19 instructions more,
  * cachegrind). */
@@ -133,7 +134,7 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
     struct cache_key k = {c, r->key, r->klen};
     uint64_t loc = cache_loc(head);
 
-    struct htab_bucket *b = htab_lock(c->htab, r->hash);
+    struct htab_bucket *b = htab_lock_rcu(c->htab, r->hash);
     _Atomic uint64_t *slot = htab_find_locked(b, r->hash, cache_match_key, &k);
     uint64_t old =
         slot ? htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed))
@@ -145,7 +146,7 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
         else if (htab_insert_locked(c->htab, b, r->hash, loc) != 0)
             rc = -ENOMEM;
     }
-    htab_unlock(b);
+    htab_unlock_rcu(b);
     *old_out = rc == TC_OK ? old : 0;
     return rc;
 }
@@ -277,16 +278,13 @@ retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
 
 /* Start loading the items the publish step will compare keys with: their
  * misses then overlap the item copy instead of stalling under the bucket
- * lock. */
+ * lock. Context: inside a read section (an old table of the index is
+ * freed after a grace period). */
 static void
 prefetch_old(struct cache *c, uint64_t hash)
 {
     uint64_t locs[HTAB_SLOTS];
-    /* the section keeps an old table of the index from being freed under
-     * the peek */
-    cache_read_lock();
     unsigned n = htab_peek(c->htab, hash, locs);
-    cache_read_unlock();
     for (unsigned i = 0; i < n; i++)
         __builtin_prefetch(cache_item_at(c, cache_off(locs[i])), 0, 3);
 }
@@ -302,8 +300,12 @@ store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     int rc = prepare(t, r, &plan, &head, tails);
     if (rc)
         return rc;
+    /* one section for the peek and the publish, which need the index's
+     * table kept (nothing in between waits for a grace period) */
+    cache_read_lock();
     prefetch_old(t->cache, r->hash);
     rc = commit(t, r, &plan, head, tails, &old, cas_out);
+    cache_read_unlock();
     TC_CRASH_POINT("set.published");
     retire_old(t, old, r->now);
     return rc;

@@ -987,6 +987,15 @@ gc_item(struct fake_store *st, uint64_t loc, uint64_t k)
     st->items[loc].payload = mix64(loc) ^ k;
 }
 
+/* Reads items with plain loads: race-free only if the index publishes. */
+static bool
+gc_match(void *arg, uint64_t loc)
+{
+    struct probe *p = arg;
+
+    return p->st->items[loc].key == p->key;
+}
+
 static void *
 gc_writer_run(void *arg)
 {
@@ -1007,7 +1016,7 @@ gc_writer_run(void *arg)
 
         gc_item(&gs->st, loc, k);
         b = htab_lock(gs->h, hash);
-        slot = htab_find_locked(b, hash, fake_match, &p);
+        slot = htab_find_locked(b, hash, gc_match, &p);
         if (slot == NULL) {
             if (htab_insert_locked(gs->h, b, hash, loc) != 0)
                 w->err = 1;
@@ -1027,15 +1036,6 @@ gc_writer_run(void *arg)
     }
     atomic_fetch_add_explicit(&gs->writers_done, 1, memory_order_release);
     return NULL;
-}
-
-/* Reads items with plain loads: race-free only if the index publishes. */
-static bool
-gc_match(void *arg, uint64_t loc)
-{
-    struct probe *p = arg;
-
-    return p->st->items[loc].key == p->key;
 }
 
 static void *
