@@ -23,8 +23,9 @@
  *
  * Growth: expected_items sizes the first table (about 70% full at that
  * count). Once a rehash function is set (htab_set_grow), the table doubles
- * when its overflow buckets pass an eighth of its home buckets (about 68%
- * full, or a crowd of chains), and the entries move to the doubled table
+ * when a sample of it is more than 70% full (looked at once its overflow
+ * buckets pass an eighth of its home buckets, and after every sixteenth
+ * more: see htab.c), and the entries move to the doubled table
  * a few home buckets at a time: by writers in htab_lock (before they take
  * their own bucket's lock) and by htab_grow_step (the maintenance thread,
  * tests). A moved bucket keeps its entries (frozen: readers that looked
