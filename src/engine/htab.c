@@ -44,8 +44,11 @@
  *                    time), h->retired, h->tables
  *   table memory     htab_lock runs an RCU read-side section (memb) until
  *                    htab_unlock; lookups run inside the caller's. An old
- *                    table's buckets are freed by htab_retired_free, which
- *                    the caller runs after a grace period
+ *                    table's pages are given back by htab_retired_free,
+ *                    which the caller runs after a grace period; its range
+ *                    stays mapped (reading zero) until htab_destroy, so a
+ *                    peek outside any section reads stale or zero slots,
+ *                    never unmapped memory
  *   lock order       index bucket -> slab class -> page pool (lock.h);
  *                    only aligned_alloc (past the overflow reserve) is
  *                    called under a bucket lock; h->grow_lock -> one index
@@ -210,29 +213,24 @@ htab_table_create(uint64_t nbuckets, struct htab_table **out)
     t->nreserve = nbuckets / HTAB_RESERVE_DIV;
     bytes = (t->nbuckets + t->nreserve) * sizeof(struct htab_bucket);
 
-    if (bytes >= HTAB_MMAP_BYTES) {
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) {
-            int rc = -errno;
-            free(t);
-            return rc;
-        }
+    /* Always mmap: zero pages (empty slots, no next, unlocked spins, not
+     * moved), backed as they are written, and a retired table's range
+     * stays mapped (zero) once its pages are given back, so a writer's
+     * peek outside a read section never faults (htab_peek). */
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        int rc = -errno;
+        free(t);
+        return rc;
+    }
 #ifdef MADV_HUGEPAGE
-        /* Lookups land on random buckets: fewer TLB misses. Advice only. */
+    /* Lookups land on random buckets: fewer TLB misses. Advice only. */
+    if (bytes >= HTAB_MMAP_BYTES)
         (void)madvise(p, bytes, MADV_HUGEPAGE);
 #endif
-        t->buckets = p;
-        t->map_bytes = bytes;
-    } else {
-        t->buckets = aligned_alloc(CACHE_LINE, bytes);
-        if (t->buckets == NULL) {
-            free(t);
-            return -ENOMEM;
-        }
-        /* Zero words: empty slots, no next, unlocked spins, not moved. */
-        memset(t->buckets, 0, bytes);
-    }
+    t->buckets = p;
+    t->map_bytes = bytes;
     atomic_init(&t->state, HTAB_IDLE);
     atomic_init(&t->next, NULL);
     atomic_init(&t->grow_at, MAX(nbuckets / HTAB_GROW_DIV, 1ull));
@@ -259,9 +257,11 @@ htab_in_reserve(const struct htab_table *t, const struct htab_bucket *b)
     return b >= r && b < r + t->nreserve;
 }
 
-/* Free a table's buckets and overflow buckets (not its descriptor). */
+/* Free a table's overflow buckets and give back its pages: unmapped
+ * (htab_destroy) or left mapped, reading zero (a retired table: see
+ * htab_peek). Not its descriptor. */
 static void
-htab_table_free_buckets(struct htab_table *t)
+htab_table_free_buckets(struct htab_table *t, bool unmap)
 {
     /* Nothing to free if every overflow bucket came from the reserve:
      * spares walking (and faulting in) a big mmap'd table. */
@@ -281,10 +281,10 @@ htab_table_free_buckets(struct htab_table *t)
             }
         }
     }
-    if (t->map_bytes != 0)
+    if (unmap)
         munmap(t->buckets, t->map_bytes);
     else
-        free(t->buckets);
+        (void)madvise(t->buckets, t->map_bytes, MADV_DONTNEED);
     /* t->buckets stays as it was: a stale reader of the descriptor may
      * still read it, to prefetch; the caller sets t->freed */
 }
@@ -315,7 +315,7 @@ htab_create(uint64_t expected_items, struct htab **out)
     rc = pthread_mutex_init(&h->grow_lock, NULL);
     if (rc != 0) {
         rc = -rc;
-        htab_table_free_buckets(t);
+        htab_table_free_buckets(t, true);
         free(t);
         goto err_free;
     }
@@ -344,7 +344,9 @@ htab_destroy(struct htab *h)
 
         h->tables = t->all_next;
         if (!t->freed)
-            htab_table_free_buckets(t);
+            htab_table_free_buckets(t, true);
+        else
+            munmap(t->buckets, t->map_bytes);
         free(t);
     }
     pthread_mutex_destroy(&h->grow_lock);
@@ -662,7 +664,7 @@ htab_resize_empty(struct htab *h, uint64_t nbuckets)
     h->tables = nt;
     atomic_store_explicit(&h->tab, nt, memory_order_release);
     /* no other thread uses h: the old buckets go at once */
-    htab_table_free_buckets(t);
+    htab_table_free_buckets(t, false);
     t->freed = true;
     pthread_mutex_unlock(&h->grow_lock);
     return 0;
@@ -693,7 +695,7 @@ htab_retired_free(struct htab *h, struct htab_table *list)
         /* Only the buckets: the descriptor stays on h->tables, so a
          * reader holding a stale h->tab still reads a mask and a
          * pointer (it prefetches, it does not load, through them). */
-        htab_table_free_buckets(t);
+        htab_table_free_buckets(t, false);
         pthread_mutex_lock(&h->grow_lock);
         t->freed = true;
         pthread_mutex_unlock(&h->grow_lock);
@@ -780,8 +782,9 @@ static void __attribute__((noinline)) htab_help(struct htab *h)
     pthread_mutex_unlock(&h->grow_lock);
 }
 
-struct htab_bucket *
-htab_lock_rcu(struct htab *h, uint64_t hash)
+/* htab_lock inside its read section. */
+static inline struct htab_bucket *
+htab_lock_in(struct htab *h, uint64_t hash)
 {
     struct htab_table *t = htab_cur(h);
     struct htab_bucket *b;
@@ -812,13 +815,7 @@ htab_lock(struct htab *h, uint64_t hash)
 {
     /* Keeps the table of the bucket we lock from being freed. */
     HTAB_RCU_LOCK();
-    return htab_lock_rcu(h, hash);
-}
-
-void
-htab_unlock_rcu(struct htab_bucket *b)
-{
-    spin_release(&b->lock, LOCK_RANK_BUCKET);
+    return htab_lock_in(h, hash);
 }
 
 void
@@ -1052,7 +1049,7 @@ htab_table_bytes(const struct htab_table *t)
                  atomic_load_explicit(&t->noverflow, memory_order_relaxed) -
                  used;
 
-    n += t->map_bytes != 0 ? used : t->nreserve;
+    n += used; /* the reserve is backed as it is handed out */
     return n * sizeof(struct htab_bucket);
 }
 

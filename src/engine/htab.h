@@ -125,8 +125,8 @@ void htab_prefetch_read(struct htab *h, uint64_t hash);
  * inside an RCU read-side section, locations it may use there as
  * htab_lookup_rcu's (slots read with acquire), once it compared the key
  * (a miss among them still needs the overflow chain: htab_lookup_rcu).
- * Context: inside an RCU read-side section (an old table is freed after
- * a grace period). */
+ * Outside a read section (a writer's hint) it may read a retired table,
+ * whose range stays mapped and reads zero once freed: no locations. */
 unsigned htab_peek(struct htab *h, uint64_t hash, uint64_t locs[HTAB_SLOTS]);
 
 /* Writers. htab_lock() returns the home bucket, locked (in the doubled
@@ -136,11 +136,6 @@ unsigned htab_peek(struct htab *h, uint64_t hash, uint64_t locs[HTAB_SLOTS]);
  * that to hold; an unregistered one must not run beside a table's free). */
 struct htab_bucket *htab_lock(struct htab *h, uint64_t hash);
 void htab_unlock(struct htab_bucket *b);
-/* The same for a caller inside an RCU read-side section already, which
- * keeps the table: no section of their own (a set's path saves the two
- * thread-local lookups of one). */
-struct htab_bucket *htab_lock_rcu(struct htab *h, uint64_t hash);
-void htab_unlock_rcu(struct htab_bucket *b);
 
 /* The slot holding the matching entry in b's chain, or NULL. Locks: b. */
 _Atomic uint64_t *htab_find_locked(struct htab_bucket *b, uint64_t hash,

@@ -121,8 +121,7 @@ count_outcome(struct cache_thread *t, unsigned cls, int mode, int rc)
         cache_stat_inc(t, ST_CAS_MISSES);
 }
 
-/* Switch the index to the new item. Locks: one bucket. Context: inside a
- * read section (the caller's keeps the index's table). Inlined into
+/* Switch the index to the new item. Locks: one bucket. Inlined into
  * commit(), every set's path, though recache_one() calls it too (out of
  * line, it and decide_locked() cost a set some 17-19 instructions more,
  * cachegrind). */
@@ -134,7 +133,7 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
     struct cache_key k = {c, r->key, r->klen};
     uint64_t loc = cache_loc(head);
 
-    struct htab_bucket *b = htab_lock_rcu(c->htab, r->hash);
+    struct htab_bucket *b = htab_lock(c->htab, r->hash);
     _Atomic uint64_t *slot = htab_find_locked(b, r->hash, cache_match_key, &k);
     uint64_t old =
         slot ? htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed))
@@ -146,7 +145,7 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
         else if (htab_insert_locked(c->htab, b, r->hash, loc) != 0)
             rc = -ENOMEM;
     }
-    htab_unlock_rcu(b);
+    htab_unlock(b);
     *old_out = rc == TC_OK ? old : 0;
     return rc;
 }
@@ -278,8 +277,7 @@ retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
 
 /* Start loading the items the publish step will compare keys with: their
  * misses then overlap the item copy instead of stalling under the bucket
- * lock. Context: inside a read section (an old table of the index is
- * freed after a grace period). */
+ * lock. */
 static void
 prefetch_old(struct cache *c, uint64_t hash)
 {
@@ -300,12 +298,8 @@ store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     int rc = prepare(t, r, &plan, &head, tails);
     if (rc)
         return rc;
-    /* one section for the peek and the publish, which need the index's
-     * table kept (nothing in between waits for a grace period) */
-    cache_read_lock();
     prefetch_old(t->cache, r->hash);
     rc = commit(t, r, &plan, head, tails, &old, cas_out);
-    cache_read_unlock();
     TC_CRASH_POINT("set.published");
     retire_old(t, old, r->now);
     return rc;
