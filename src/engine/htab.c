@@ -642,6 +642,12 @@ htab_grows(const struct htab *h)
                                 memory_order_relaxed);
 }
 
+uint64_t
+htab_buckets_for(uint64_t items)
+{
+    return htab_size(items < HTAB_MAX_ITEMS ? items : HTAB_MAX_ITEMS);
+}
+
 int
 htab_resize_empty(struct htab *h, uint64_t nbuckets)
 {

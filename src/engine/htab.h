@@ -93,6 +93,9 @@ uint64_t htab_grows(const struct htab *h);
  * using h, by one of nbuckets (a power of two) home buckets: a restart
  * that loads a saved index of that size. 0, -EINVAL, -ENOMEM. */
 int htab_resize_empty(struct htab *h, uint64_t nbuckets);
+/* Home buckets a table is made with for items entries (about 70% full
+ * then): htab_create's rule, for htab_resize_empty. */
+uint64_t htab_buckets_for(uint64_t items);
 
 /* Old tables: take them before a grace period, free them after it. */
 struct htab_table;
