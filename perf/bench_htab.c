@@ -10,8 +10,12 @@
  * It also prints the average probe chain (buckets touched, match() calls)
  * and the index's DRAM bytes per key at the measured fill.
  *
- * Two table sizes: sized for the key count (about 60% full), and sized for
- * half of it (overfull, so overflow chains carry the excess).
+ * Three tables: sized for the key count (about 60% full), sized for half
+ * of it (overfull, so overflow chains carry the excess), and started for
+ * 65,536 keys and left to double as the inserts fill it (the engine's
+ * default: writers move 8 buckets each while a doubling runs, rehashing
+ * each moved key from the item; the old tables are freed once the inserts
+ * are done, where the engine frees them after a grace period).
  *
  * Usage: bench_htab [nkeys]   Prints figures; asserts no speed.
  */
@@ -21,6 +25,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,8 +187,17 @@ chain_len(struct htab *h, uint64_t hash)
     return n;
 }
 
+/* htab_rehash_fn: the key of the item at loc, hashed again. */
+static uint64_t
+bench_rehash(void *arg, uint64_t loc)
+{
+    const struct bench *b = arg;
+
+    return hash_bytes(b->items[loc].key, b->items[loc].klen, 0);
+}
+
 static int
-bench_run(struct bench *b, uint64_t expected)
+bench_run(struct bench *b, uint64_t expected, bool grow)
 {
     const uint64_t n = b->nkeys;
     struct htab *h;
@@ -196,6 +210,8 @@ bench_run(struct bench *b, uint64_t expected)
         rc = htab_create(expected, &h);
         if (rc != 0)
             return rc;
+        if (grow)
+            htab_set_grow(h, bench_rehash, b, 8);
         t = now_sec();
         for (uint64_t i = 0; i < n; i++) {
             uint64_t loc = b->order[i];
@@ -208,7 +224,11 @@ bench_run(struct bench *b, uint64_t expected)
                 return rc;
             }
         }
+        if (grow)
+            htab_grow_finish(h);
         t = now_sec() - t;
+        if (grow)
+            htab_retired_free(h, htab_retired_take(h));
         best_ins = t < best_ins ? t : best_ins;
         if (r != BENCH_ROUNDS - 1)
             htab_destroy(h);
@@ -260,9 +280,10 @@ bench_run(struct bench *b, uint64_t expected)
         (void)htab_lookup_rcu(h, b->absent_hash[k], bench_match, &p);
     }
 
-    printf("expected_items %" PRIu64 ": %" PRIu64 " buckets + %" PRIu64
+    printf("expected_items %" PRIu64 "%s: %" PRIu64 " buckets + %" PRIu64
            " overflow, fill %.1f%% of home slots\n",
-           expected, htab_nbuckets(h), htab_noverflow(h),
+           expected, grow ? ", growing" : "", htab_nbuckets(h),
+           htab_noverflow(h),
            100.0 * (double)n / (double)(htab_nbuckets(h) * HTAB_SLOTS));
     printf("  insert       %7.2f M/s  %6.1f ns/op\n",
            (double)n / best_ins / 1e6, best_ins / (double)n * 1e9);
@@ -301,10 +322,12 @@ main(int argc, char **argv)
         printf("bench_htab: %" PRIu64 " keys, 1 thread, best of %d, "
                "random order, hashing excluded\n",
                nkeys, BENCH_ROUNDS);
-        rc = bench_run(&b, nkeys);
+        rc = bench_run(&b, nkeys, false);
     }
     if (rc == 0)
-        rc = bench_run(&b, nkeys / 2);
+        rc = bench_run(&b, nkeys / 2, false);
+    if (rc == 0)
+        rc = bench_run(&b, 65536, true);
     bench_teardown(&b);
     if (rc != 0) {
         fprintf(stderr, "bench_htab: failed: %s\n", strerror(-rc));

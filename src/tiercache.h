@@ -114,8 +114,8 @@ struct tc_config {
                                 items above chunk_max are chained over
                                 several chunks */
     bool evict;              /* default true; false = memcached's -M */
-    uint64_t expected_items; /* sizes the hash index; 0 = derive from the
-                                pool size (one entry per 128 pool bytes) */
+    uint64_t expected_items; /* sizes the hash index's first table; it
+                                doubles as it fills; 0 = 65536 */
     uint32_t quota_batch;    /* chunks a thread takes from a class at once;
                                 default 32 */
     bool background;         /* run the maintenance thread (expiry sweep, page
@@ -303,8 +303,9 @@ struct tc_stats {
     uint64_t dram_index_bytes; /* hash index (buckets + overflow) */
     uint64_t dram_meta_bytes;  /* page info, bitmaps, class tables */
     uint64_t quota_refills;    /* batches taken by thread quotas */
-    uint64_t index_buckets;
+    uint64_t index_buckets;    /* home buckets of the index now */
     uint64_t index_overflow_buckets;
+    bool index_growing;       /* the index is doubling */
     uint64_t sweep_reclaimed; /* expired items freed by the sweep */
     /* hot keys (zero when the hot pool is off) */
     uint64_t hotkey_current;          /* items in the DRAM hot pool now */

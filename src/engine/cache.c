@@ -559,7 +559,9 @@ cache_reclaim_limbo(struct cache_thread *t)
     /* the slab's outgrown page tables ride along: a multiget's location
      * hints may still prefetch through them (alloc/slab.h) */
     struct slab_retired *tables = slab_retired_take(c->slab);
-    if (!list && !tables)
+    /* and the index's old tables, once a doubling ended */
+    struct htab_table *index = htab_retired_take(c->htab);
+    if (!list && !tables && !index)
         return 0;
     /* every item on the list was unlinked before it was queued, and every
      * table retired before it was taken, so one grace period from here
@@ -567,6 +569,7 @@ cache_reclaim_limbo(struct cache_thread *t)
     urcu_memb_synchronize_rcu();
     cache_rcu_synced();
     slab_retired_free(tables);
+    htab_retired_free(c->htab, index);
     while (list) {
         struct limbo_batch *b = list;
         list = b->next;
@@ -638,6 +641,17 @@ cache_match_key_warm(void *arg, uint64_t loc)
     const struct cache_key *k = arg;
     return item_key_equals(cache_item_at(k->c, cache_off(loc)), k->key,
                            k->klen);
+}
+
+/* The index's rehash function (htab_set_grow): the full hash of the key of
+ * the item at loc, which its home bucket's lock keeps indexed (so not
+ * freed). PMEM: reads the key. */
+uint64_t
+cache_rehash(void *arg, uint64_t loc)
+{
+    const struct cache *c = arg;
+    const struct item_hdr *it = cache_item_at(c, cache_off(loc));
+    return cache_hash(c, item_key(it), it->klen);
 }
 
 bool
@@ -775,12 +789,15 @@ open_memory(struct cache *c)
         return rcode;
     c->chunk_max = slab_chunk_size(c->slab, slab_nclasses(c->slab) - 1);
 
+    /* The index starts small and doubles as it fills (src/engine/htab.h):
+     * expected_items only sizes its first table. */
     uint64_t expected = c->cfg.expected_items;
     if (!expected)
-        expected = MAX(len / 128, 1024ull);
+        expected = CACHE_INDEX_ITEMS;
     rcode = htab_create(expected, &c->htab);
     if (rcode)
         return rcode;
+    htab_set_grow(c->htab, cache_rehash, c, CACHE_INDEX_HELP);
     return cache_hotspot_open(c);
 }
 

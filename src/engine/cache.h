@@ -328,6 +328,13 @@ struct cache_key {
     uint32_t klen;
 };
 bool cache_match_key(void *arg, uint64_t loc);
+/* htab_rehash_fn: the hash of the key of the item at loc. */
+uint64_t cache_rehash(void *arg, uint64_t loc);
+/* The index's first table when tc_config.expected_items is 0 (about 68K
+ * items before it first doubles: 1.25 MiB), and the home buckets a writer
+ * moves while it doubles (htab_set_grow). */
+#define CACHE_INDEX_ITEMS 65536
+#define CACHE_INDEX_HELP 8
 /* The same, for a caller that prefetched the chunk's DRAM word already (a
  * batched get). */
 bool cache_match_key_warm(void *arg, uint64_t loc);

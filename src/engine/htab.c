@@ -2,26 +2,59 @@
  * The DRAM hash index (see htab.h for the slot format and the rules).
  *
  * Concurrency:
- *   h->buckets, h->mask, h->nbuckets, h->map_bytes
- *                    set in htab_create, read-only until htab_destroy
+ *   h->tab           the table lookups start from: release store when a
+ *                    doubling ends (under h->grow_lock), acquire loads
+ *   table fields     buckets, mask, nbuckets, nreserve, map_bytes, grow_at:
+ *                    set before the table is published, read-only after;
+ *                    a table's descriptor lives until htab_destroy (its
+ *                    buckets are freed after a grace period once retired),
+ *                    so a stale descriptor is always readable
+ *   t->next          the doubled table: release store under h->grow_lock
+ *                    before any of t's buckets is marked moved; acquire
+ *   t->state         IDLE, WANT (a writer saw overflow pass grow_at:
+ *                    CAS from IDLE), GROWING (under h->grow_lock); relaxed,
+ *                    a hint for htab_lock to help
  *   bucket->slot[i]  written only under the home bucket's spin lock
  *                    (LOCK_RANK_BUCKET), with release stores; read by
  *                    lock-free readers with acquire loads, by lock holders
  *                    with relaxed loads (the lock orders writers)
+ *   bucket->moved    set once, by the mover, under the old home bucket's
+ *                    lock, with a release store after the bucket's entries
+ *                    are in the doubled table's two buckets (which nobody
+ *                    else reaches before: they are reached only through
+ *                    this flag); read with acquire by readers and by
+ *                    htab_lock after it took the lock. A moved bucket's
+ *                    chain is never written again, so a reader that read
+ *                    the flag as 0 and walks the chain sees the entries as
+ *                    they were when the move took them (as if its lookup
+ *                    ran just before the move)
  *   bucket->next     written once per bucket, under the home bucket's lock,
  *                    with a release store after the new bucket is filled;
- *                    read with acquire loads; never unlinked or freed until
- *                    htab_destroy, so readers need no grace period for it
+ *                    read with acquire loads; never unlinked while its
+ *                    table lives, so readers need no grace period for it
  *   overflow ->lock  unused: every chain is guarded by its home bucket's lock
- *   h->reserve_next  relaxed fetch_add: hands each reserve bucket to exactly
+ *   t->reserve_next  relaxed fetch_add: hands each reserve bucket to exactly
  *                    one writer (whatever home lock it holds); the bucket's
- *                    words are zero from htab_create and published by the
- *                    release store of next
- *   h->noverflow     relaxed counter, for stats only
+ *                    words are zero from the table's creation and published
+ *                    by the release store of next
+ *   t->noverflow     relaxed counter: stats, and the trigger of a doubling
+ *   h->grow_lock     a mutex, only ever tried (htab_lock's help) or taken
+ *                    with no bucket lock held: starts and ends a doubling,
+ *                    h->cursor (the next old bucket to move; one mover at a
+ *                    time), h->retired, h->tables
+ *   table memory     htab_lock runs an RCU read-side section (memb) until
+ *                    htab_unlock; lookups run inside the caller's. An old
+ *                    table's pages are given back by htab_retired_free,
+ *                    which the caller runs after a grace period; its range
+ *                    stays mapped (reading zero) until htab_destroy, so a
+ *                    peek outside any section reads stale or zero slots,
+ *                    never unmapped memory
  *   lock order       index bucket -> slab class -> page pool (lock.h);
  *                    only aligned_alloc (past the overflow reserve) is
- *                    called under a bucket lock
- *   No PMEM access here except through the caller's match function.
+ *                    called under a bucket lock; h->grow_lock -> one index
+ *                    bucket at a time (the mover)
+ *   No PMEM access here except through the caller's match and rehash
+ *   functions.
  */
 #include "src/engine/htab.h"
 
@@ -29,9 +62,21 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <urcu/urcu-memb.h>
+/* Inline read-side lock and unlock, as the engine's (src/engine/cache.h):
+ * calls under TSan, which does not see liburcu's own synchronisation. */
+#include <urcu/static/urcu-memb.h>
+#if defined(__SANITIZE_THREAD__)
+#define HTAB_RCU_LOCK urcu_memb_read_lock
+#define HTAB_RCU_UNLOCK urcu_memb_read_unlock
+#else
+#define HTAB_RCU_LOCK _urcu_memb_read_lock
+#define HTAB_RCU_UNLOCK _urcu_memb_read_unlock
+#endif
 
 /* Sizing: HTAB_SLOTS * 0.7 entries a bucket at expected_items. */
 #define HTAB_FILL_NUM 7
@@ -39,6 +84,7 @@
 #define HTAB_MIN_BUCKETS 64ull
 /* Past this the index would need more than 2^42 buckets (256 TiB). */
 #define HTAB_MAX_ITEMS (1ull << 44)
+#define HTAB_MAX_BUCKETS (1ull << 42)
 /* Tables at least this big come from mmap: zero pages, backed lazily. */
 #define HTAB_MMAP_BYTES (2 * MIB)
 /* Overflow buckets are carved from a reserve after the home buckets, one
@@ -46,16 +92,57 @@
  * bucket and a malloc under the bucket lock. Measured overflow is about 9% of
  * the home buckets at 64% fill; past the reserve, aligned_alloc. */
 #define HTAB_RESERVE_DIV 4
+/* A table is looked at once its overflow buckets pass nbuckets / GROW_DIV
+ * (with keys spread evenly, 6 slots a bucket, about 68% full), and again
+ * after every nbuckets / RECHECK_DIV more: it doubles if a sample of
+ * SAMPLE home buckets (and their chains) is more than 70% full
+ * (HTAB_FILL_NUM / HTAB_FILL_DEN). Overflow alone is no measure under
+ * churn: chains are never unlinked, so a table at a steady fill keeps
+ * adding the overflow buckets of whichever buckets crowd for a moment.
+ * The reserve (a quarter) still has room for the growth past that while
+ * the move runs. */
+#define HTAB_GROW_DIV 8
+#define HTAB_RECHECK_DIV 16
+#define HTAB_SAMPLE 1024ull
+/* A failed start (no memory) tries again after this many more overflow
+ * buckets (nbuckets / RETRY_DIV). */
+#define HTAB_RETRY_DIV 32
 
-struct htab {
+enum { HTAB_IDLE, HTAB_WANT, HTAB_GROWING };
+
+/* Under TSan: each htab_lock section's end releases this and
+ * htab_retired_free (after a grace period) acquires it, so TSan sees what
+ * the grace period guarantees. */
+static char htab_rcu_token __attribute__((unused));
+
+struct htab_table {
     struct htab_bucket *buckets; /* nbuckets home, then nreserve spare */
     uint64_t mask;               /* nbuckets - 1 */
+    _Atomic uint32_t state;      /* HTAB_IDLE, HTAB_WANT, HTAB_GROWING */
     uint64_t nbuckets;           /* a power of two */
     uint64_t nreserve;
     size_t map_bytes; /* non-zero: buckets came from mmap, this long */
+    struct htab_table *_Atomic next; /* the doubled table, once started */
+    struct htab_table *retired_next; /* h->retired; h->grow_lock */
+    struct htab_table *all_next;     /* h->tables; h->grow_lock */
+    bool freed; /* buckets freed (htab_retired_free, htab_resize_empty) */
+    _Atomic uint64_t grow_at; /* noverflow that asks for a doubling */
     /* Apart from the read-only fields above, which every lookup reads. */
     _Atomic uint64_t reserve_next CACHE_ALIGNED;
     _Atomic uint64_t noverflow;
+};
+
+struct htab {
+    struct htab_table *_Atomic tab; /* lookups start here */
+    htab_rehash_fn *rehash;         /* NULL: the table never grows */
+    void *rehash_arg;
+    unsigned help; /* home buckets a writer moves in htab_lock */
+    pthread_mutex_t grow_lock CACHE_ALIGNED;
+    uint64_t cursor;            /* next old bucket to move */
+    uint64_t sample_at;         /* where the next fill sample starts */
+    struct htab_table *retired; /* buckets waiting for a grace period */
+    struct htab_table *tables;  /* every descriptor, for htab_destroy */
+    _Atomic uint64_t grows;
 };
 
 static inline uint64_t
@@ -64,10 +151,30 @@ htab_word(uint64_t hash, uint64_t loc)
     return (uint64_t)htab_tag(hash) << HTAB_LOC_BITS | loc;
 }
 
-static inline struct htab_bucket *
-htab_home(struct htab *h, uint64_t hash)
+static inline struct htab_table *
+htab_cur(const struct htab *h)
 {
-    return &h->buckets[hash & h->mask];
+    /* Acquire: pairs with the release store at the end of a doubling, so
+     * the doubled table's buckets are visible. */
+    return atomic_load_explicit(&((struct htab *)h)->tab, memory_order_acquire);
+}
+
+/* The home bucket where a reader finds hash: the current table's, or, once
+ * that one moved, the doubled table's (and so on). */
+static inline struct htab_bucket *
+htab_home_rcu(const struct htab *h, uint64_t hash)
+{
+    const struct htab_table *t = htab_cur(h);
+    struct htab_bucket *b = &t->buckets[hash & t->mask];
+
+    /* Acquire: pairs with the mover's release store of moved, so the
+     * doubled table's buckets hold what the move put there. */
+    while (unlikely(atomic_load_explicit(&b->moved, memory_order_acquire))) {
+        t = atomic_load_explicit(&((struct htab_table *)t)->next,
+                                 memory_order_acquire);
+        b = &t->buckets[hash & t->mask];
+    }
+    return b;
 }
 
 #ifndef NDEBUG
@@ -91,11 +198,102 @@ htab_size(uint64_t expected_items)
     return n;
 }
 
+/* A table of nbuckets home buckets, all words zero: 0 or -errno. */
+static int
+htab_table_create(uint64_t nbuckets, struct htab_table **out)
+{
+    struct htab_table *t = aligned_alloc(CACHE_LINE, sizeof(*t));
+    size_t bytes;
+
+    if (t == NULL)
+        return -ENOMEM;
+    memset(t, 0, sizeof(*t));
+    t->nbuckets = nbuckets;
+    t->mask = nbuckets - 1;
+    t->nreserve = nbuckets / HTAB_RESERVE_DIV;
+    bytes = (t->nbuckets + t->nreserve) * sizeof(struct htab_bucket);
+
+    /* Always mmap: zero pages (empty slots, no next, unlocked spins, not
+     * moved), backed as they are written, and a retired table's range
+     * stays mapped (zero) once its pages are given back, so a writer's
+     * peek outside a read section never faults (htab_peek). */
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        int rc = -errno;
+        free(t);
+        return rc;
+    }
+#ifdef MADV_HUGEPAGE
+    /* Lookups land on random buckets: fewer TLB misses. Advice only. */
+    if (bytes >= HTAB_MMAP_BYTES)
+        (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    t->buckets = p;
+    t->map_bytes = bytes;
+    atomic_init(&t->state, HTAB_IDLE);
+    atomic_init(&t->next, NULL);
+    atomic_init(&t->grow_at, MAX(nbuckets / HTAB_GROW_DIV, 1ull));
+    atomic_init(&t->reserve_next, 0);
+    atomic_init(&t->noverflow, 0);
+    *out = t;
+    return 0;
+}
+
+/* Reserve buckets handed out (reserve_next may run past the end). */
+static uint64_t
+htab_reserve_used(const struct htab_table *t)
+{
+    uint64_t n = atomic_load_explicit(&t->reserve_next, memory_order_relaxed);
+
+    return MIN(n, t->nreserve);
+}
+
+static bool
+htab_in_reserve(const struct htab_table *t, const struct htab_bucket *b)
+{
+    const struct htab_bucket *r = t->buckets + t->nbuckets;
+
+    return b >= r && b < r + t->nreserve;
+}
+
+/* Free a table's overflow buckets and give back its pages: unmapped
+ * (htab_destroy) or left mapped, reading zero (a retired table: see
+ * htab_peek). Not its descriptor. */
+static void
+htab_table_free_buckets(struct htab_table *t, bool unmap)
+{
+    /* Nothing to free if every overflow bucket came from the reserve:
+     * spares walking (and faulting in) a big mmap'd table. */
+    if (atomic_load_explicit(&t->noverflow, memory_order_relaxed) >
+        htab_reserve_used(t)) {
+        for (uint64_t i = 0; i < t->nbuckets; i++) {
+            struct htab_bucket *b =
+                atomic_load_explicit(&t->buckets[i].next, memory_order_relaxed);
+
+            while (b != NULL) {
+                struct htab_bucket *next =
+                    atomic_load_explicit(&b->next, memory_order_relaxed);
+
+                if (!htab_in_reserve(t, b))
+                    free(b);
+                b = next;
+            }
+        }
+    }
+    if (unmap)
+        munmap(t->buckets, t->map_bytes);
+    else
+        (void)madvise(t->buckets, t->map_bytes, MADV_DONTNEED);
+    /* t->buckets stays as it was: a stale reader of the descriptor may
+     * still read it, to prefetch; the caller sets t->freed */
+}
+
 int
 htab_create(uint64_t expected_items, struct htab **out)
 {
+    struct htab_table *t;
     struct htab *h;
-    size_t bytes;
     int rc;
 
     if (expected_items > HTAB_MAX_ITEMS) {
@@ -111,35 +309,19 @@ htab_create(uint64_t expected_items, struct htab **out)
         goto err_msg;
     }
     memset(h, 0, sizeof(*h));
-    h->nbuckets = htab_size(expected_items);
-    h->mask = h->nbuckets - 1;
-    h->nreserve = h->nbuckets / HTAB_RESERVE_DIV;
-    bytes = (h->nbuckets + h->nreserve) * sizeof(struct htab_bucket);
-
-    if (bytes >= HTAB_MMAP_BYTES) {
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) {
-            rc = -errno;
-            goto err_free;
-        }
-#ifdef MADV_HUGEPAGE
-        /* Lookups land on random buckets: fewer TLB misses. Advice only. */
-        (void)madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-        h->buckets = p;
-        h->map_bytes = bytes;
-    } else {
-        h->buckets = aligned_alloc(CACHE_LINE, bytes);
-        if (h->buckets == NULL) {
-            rc = -ENOMEM;
-            goto err_free;
-        }
-        /* Zero words: empty slots, no next, unlocked spins. */
-        memset(h->buckets, 0, bytes);
+    rc = htab_table_create(htab_size(expected_items), &t);
+    if (rc != 0)
+        goto err_free;
+    rc = pthread_mutex_init(&h->grow_lock, NULL);
+    if (rc != 0) {
+        rc = -rc;
+        htab_table_free_buckets(t, true);
+        free(t);
+        goto err_free;
     }
-    atomic_init(&h->reserve_next, 0);
-    atomic_init(&h->noverflow, 0);
+    h->tables = t;
+    atomic_init(&h->tab, t);
+    atomic_init(&h->grows, 0);
     *out = h;
     return 0;
 
@@ -152,57 +334,385 @@ err_msg:
     return rc;
 }
 
-/* Reserve buckets handed out (reserve_next may run past the end). */
-static uint64_t
-htab_reserve_used(const struct htab *h)
-{
-    uint64_t n = atomic_load_explicit(&h->reserve_next, memory_order_relaxed);
-
-    return MIN(n, h->nreserve);
-}
-
-static bool
-htab_in_reserve(const struct htab *h, const struct htab_bucket *b)
-{
-    const struct htab_bucket *r = h->buckets + h->nbuckets;
-
-    return b >= r && b < r + h->nreserve;
-}
-
 void
 htab_destroy(struct htab *h)
 {
     if (h == NULL)
         return;
-    /* Nothing to free if every overflow bucket came from the reserve:
-     * spares walking (and faulting in) a big mmap'd table. */
-    if (htab_noverflow(h) > htab_reserve_used(h)) {
-        for (uint64_t i = 0; i < h->nbuckets; i++) {
-            struct htab_bucket *b =
-                atomic_load_explicit(&h->buckets[i].next, memory_order_relaxed);
+    while (h->tables != NULL) {
+        struct htab_table *t = h->tables;
 
-            while (b != NULL) {
-                struct htab_bucket *next =
-                    atomic_load_explicit(&b->next, memory_order_relaxed);
+        h->tables = t->all_next;
+        if (!t->freed)
+            htab_table_free_buckets(t, true);
+        else
+            munmap(t->buckets, t->map_bytes);
+        free(t);
+    }
+    pthread_mutex_destroy(&h->grow_lock);
+    free(h);
+}
 
-                if (!htab_in_reserve(h, b))
-                    free(b);
-                b = next;
+void
+htab_set_grow(struct htab *h, htab_rehash_fn *fn, void *arg, unsigned help)
+{
+    h->rehash = fn;
+    h->rehash_arg = arg;
+    h->help = help;
+}
+
+/* The table whose home bucket b is: the current one or the doubled one (a
+ * bucket a writer holds locked and unmoved is in one of these two).
+ * Locks: b. */
+static struct htab_table *
+htab_table_of(struct htab *h, const struct htab_bucket *b)
+{
+    struct htab_table *t = htab_cur(h);
+
+    while (b < t->buckets || b >= t->buckets + t->nbuckets) {
+        t = atomic_load_explicit(&t->next, memory_order_acquire);
+        assert(t != NULL);
+    }
+    return t;
+}
+
+/* --- growth --- */
+
+/* Begin doubling t, the current table. Locks: h->grow_lock. */
+static int
+htab_grow_begin_locked(struct htab *h, struct htab_table *t)
+{
+    struct htab_table *nt;
+    int rc;
+
+    if (t->nbuckets >= HTAB_MAX_BUCKETS) {
+        atomic_store_explicit(&t->grow_at, UINT64_MAX, memory_order_relaxed);
+        atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_relaxed);
+        return -ENOSPC;
+    }
+    rc = htab_table_create(t->nbuckets * 2, &nt);
+    if (rc != 0) {
+        /* ask again after some more overflow, not at every write */
+        atomic_fetch_add_explicit(&t->grow_at,
+                                  MAX(t->nbuckets / HTAB_RETRY_DIV, 1ull),
+                                  memory_order_relaxed);
+        atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_relaxed);
+        return rc;
+    }
+    nt->all_next = h->tables;
+    h->tables = nt;
+    h->cursor = 0;
+    /* Release: pairs with the acquire load of next by whoever sees a
+     * moved bucket of t; nt's zeroed words come before. */
+    atomic_store_explicit(&t->next, nt, memory_order_release);
+    atomic_store_explicit(&t->state, HTAB_GROWING, memory_order_relaxed);
+    return 0;
+}
+
+/* Append word to the chain of b, a home bucket of nt nobody else reaches
+ * yet: 0 or -ENOMEM. */
+static int
+htab_put_private(struct htab_table *nt, struct htab_bucket *b, uint64_t word)
+{
+    struct htab_bucket *last;
+
+    do {
+        for (int i = 0; i < HTAB_SLOTS; i++) {
+            if (atomic_load_explicit(&b->slot[i], memory_order_relaxed) == 0) {
+                /* Relaxed: published by the release store of moved. */
+                atomic_store_explicit(&b->slot[i], word, memory_order_relaxed);
+                return 0;
             }
         }
+        last = b;
+        b = atomic_load_explicit(&b->next, memory_order_relaxed);
+    } while (b != NULL);
+
+    struct htab_bucket *nb = NULL;
+    if (atomic_load_explicit(&nt->reserve_next, memory_order_relaxed) <
+        nt->nreserve) {
+        uint64_t i = atomic_fetch_add_explicit(&nt->reserve_next, 1,
+                                               memory_order_relaxed);
+        if (i < nt->nreserve)
+            nb = &nt->buckets[nt->nbuckets + i];
     }
-    if (h->map_bytes != 0)
-        munmap(h->buckets, h->map_bytes);
+    if (nb == NULL) {
+        nb = aligned_alloc(CACHE_LINE, sizeof(*nb));
+        if (nb == NULL)
+            return -ENOMEM;
+        memset(nb, 0, sizeof(*nb));
+    }
+    atomic_store_explicit(&nb->slot[0], word, memory_order_relaxed);
+    atomic_store_explicit(&last->next, nb, memory_order_relaxed);
+    atomic_fetch_add_explicit(&nt->noverflow, 1, memory_order_relaxed);
+    return 0;
+}
+
+/* Empty the chain of a private bucket again (a move that ran out of
+ * memory); its overflow buckets stay linked, empty, for the retry. */
+static void
+htab_clear_private(struct htab_bucket *b)
+{
+    for (; b != NULL; b = atomic_load_explicit(&b->next, memory_order_relaxed))
+        for (int i = 0; i < HTAB_SLOTS; i++)
+            atomic_store_explicit(&b->slot[i], 0, memory_order_relaxed);
+}
+
+/* Move old bucket i of t into nt's buckets i and i + t->nbuckets: 0 or
+ * -ENOMEM (nothing moved). Locks: takes and drops bucket i's lock. PMEM:
+ * the rehash function reads each entry's key. */
+static int
+htab_move_bucket(struct htab *h, struct htab_table *t, struct htab_table *nt,
+                 uint64_t i)
+{
+    struct htab_bucket *ob = &t->buckets[i];
+    struct htab_bucket *lo = &nt->buckets[i];
+    struct htab_bucket *hi = &nt->buckets[i + t->nbuckets];
+    int rc = 0;
+
+    spin_acquire(&ob->lock, LOCK_RANK_BUCKET);
+    assert(!atomic_load_explicit(&ob->moved, memory_order_relaxed));
+    for (struct htab_bucket *b = ob; b != NULL && rc == 0;
+         b = atomic_load_explicit(&b->next, memory_order_relaxed)) {
+        for (int s = 0; s < HTAB_SLOTS; s++) {
+            uint64_t w =
+                atomic_load_explicit(&b->slot[s], memory_order_relaxed);
+            uint64_t hash;
+
+            if (w == 0)
+                continue;
+            hash = h->rehash(h->rehash_arg, w & HTAB_LOC_MASK);
+            assert((hash & t->mask) == i);
+            assert(htab_word(hash, w & HTAB_LOC_MASK) == w);
+            rc = htab_put_private(nt, (hash & nt->mask) == i ? lo : hi, w);
+            if (rc != 0)
+                break;
+        }
+    }
+    if (rc != 0) {
+        htab_clear_private(lo);
+        htab_clear_private(hi);
+    } else {
+        /* Release: pairs with the acquire loads of moved (readers,
+         * htab_lock): lo's and hi's chains are complete before. */
+        atomic_store_explicit(&ob->moved, 1, memory_order_release);
+    }
+    spin_release(&ob->lock, LOCK_RANK_BUCKET);
+    return rc;
+}
+
+/* The last bucket moved: nt becomes the table, t is retired.
+ * Locks: h->grow_lock. */
+static void
+htab_grow_end_locked(struct htab *h, struct htab_table *t,
+                     struct htab_table *nt)
+{
+    /* Release: pairs with htab_cur's acquire. */
+    atomic_store_explicit(&h->tab, nt, memory_order_release);
+    t->retired_next = h->retired;
+    h->retired = t;
+    atomic_fetch_add_explicit(&h->grows, 1, memory_order_relaxed);
+}
+
+/* Is t more than 70% full? A sample of HTAB_SAMPLE home buckets (all of a
+ * smaller table) and their chains, at a window that moves on each time
+ * (keys are spread evenly by the hash: any window is a fair sample). Slots
+ * are read as a reader does; t cannot be retired meanwhile.
+ * Locks: h->grow_lock. */
+static bool
+htab_fill_high(struct htab *h, struct htab_table *t)
+{
+    uint64_t n = MIN(t->nbuckets, HTAB_SAMPLE), entries = 0;
+
+    for (uint64_t i = 0; i < n; i++) {
+        struct htab_bucket *b = &t->buckets[(h->sample_at + i) & t->mask];
+
+        do {
+            for (int j = 0; j < HTAB_SLOTS; j++)
+                entries += atomic_load_explicit(&b->slot[j],
+                                                memory_order_relaxed) != 0;
+            /* Acquire: as in htab_lookup_rcu. */
+            b = atomic_load_explicit(&b->next, memory_order_acquire);
+        } while (b != NULL);
+    }
+    h->sample_at += n;
+    return entries * HTAB_FILL_DEN > n * HTAB_SLOTS * HTAB_FILL_NUM;
+}
+
+/* Start a doubling that is due, then move up to budget buckets: 1 while
+ * one is left under way, 0 when none is, -errno. Locks: h->grow_lock. */
+static int
+htab_grow_work_locked(struct htab *h, uint64_t budget)
+{
+    struct htab_table *t = atomic_load_explicit(&h->tab, memory_order_relaxed);
+    struct htab_table *nt;
+    int rc;
+
+    switch (atomic_load_explicit(&t->state, memory_order_relaxed)) {
+    case HTAB_IDLE:
+        return 0;
+    case HTAB_WANT:
+        if (!htab_fill_high(h, t)) {
+            /* crowded chains, not a full table: look again later */
+            atomic_store_explicit(
+                &t->grow_at,
+                atomic_load_explicit(&t->noverflow, memory_order_relaxed) +
+                    MAX(t->nbuckets / HTAB_RECHECK_DIV, 1ull),
+                memory_order_relaxed);
+            atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_relaxed);
+            return 0;
+        }
+        rc = htab_grow_begin_locked(h, t);
+        if (rc != 0)
+            return rc;
+        break;
+    default:
+        break;
+    }
+    nt = atomic_load_explicit(&t->next, memory_order_relaxed);
+    while (budget > 0 && h->cursor < t->nbuckets) {
+        rc = htab_move_bucket(h, t, nt, h->cursor);
+        if (rc != 0)
+            return rc;
+        h->cursor++;
+        budget--;
+    }
+    if (h->cursor < t->nbuckets)
+        return 1;
+    htab_grow_end_locked(h, t, nt);
+    return 0;
+}
+
+int
+htab_grow_start(struct htab *h)
+{
+    struct htab_table *t;
+    int rc;
+
+    if (h->rehash == NULL)
+        return -EINVAL;
+    pthread_mutex_lock(&h->grow_lock);
+    t = atomic_load_explicit(&h->tab, memory_order_relaxed);
+    if (atomic_load_explicit(&t->state, memory_order_relaxed) == HTAB_GROWING)
+        rc = -EALREADY;
     else
-        free(h->buckets);
-    free(h);
+        rc = htab_grow_begin_locked(h, t);
+    pthread_mutex_unlock(&h->grow_lock);
+    return rc;
+}
+
+int
+htab_grow_step(struct htab *h, uint64_t nbuckets)
+{
+    int rc;
+
+    if (h->rehash == NULL)
+        return 0;
+    pthread_mutex_lock(&h->grow_lock);
+    rc = htab_grow_work_locked(h, nbuckets);
+    pthread_mutex_unlock(&h->grow_lock);
+    return rc;
+}
+
+void
+htab_grow_finish(struct htab *h)
+{
+    struct htab_table *t;
+
+    if (h->rehash == NULL)
+        return;
+    pthread_mutex_lock(&h->grow_lock);
+    t = atomic_load_explicit(&h->tab, memory_order_relaxed);
+    if (atomic_load_explicit(&t->state, memory_order_relaxed) == HTAB_GROWING)
+        (void)htab_grow_work_locked(h, UINT64_MAX);
+    pthread_mutex_unlock(&h->grow_lock);
+}
+
+bool
+htab_growing(const struct htab *h)
+{
+    return atomic_load_explicit(&htab_cur(h)->state, memory_order_relaxed) ==
+           HTAB_GROWING;
+}
+
+uint64_t
+htab_grows(const struct htab *h)
+{
+    return atomic_load_explicit(&((struct htab *)h)->grows,
+                                memory_order_relaxed);
+}
+
+uint64_t
+htab_buckets_for(uint64_t items)
+{
+    return htab_size(items < HTAB_MAX_ITEMS ? items : HTAB_MAX_ITEMS);
+}
+
+int
+htab_resize_empty(struct htab *h, uint64_t nbuckets)
+{
+    struct htab_table *t = atomic_load_explicit(&h->tab, memory_order_relaxed);
+    struct htab_table *nt;
+    int rc;
+
+    if (nbuckets == t->nbuckets)
+        return 0;
+    if (nbuckets < HTAB_MIN_BUCKETS || nbuckets > HTAB_MAX_BUCKETS ||
+        (nbuckets & (nbuckets - 1)) != 0 ||
+        atomic_load_explicit(&t->state, memory_order_relaxed) == HTAB_GROWING)
+        return -EINVAL;
+    /* empty by contract: a walk would touch every page of a big table */
+    rc = htab_table_create(nbuckets, &nt);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&h->grow_lock);
+    nt->all_next = h->tables;
+    h->tables = nt;
+    atomic_store_explicit(&h->tab, nt, memory_order_release);
+    /* no other thread uses h: the old buckets go at once */
+    htab_table_free_buckets(t, false);
+    t->freed = true;
+    pthread_mutex_unlock(&h->grow_lock);
+    return 0;
+}
+
+struct htab_table *
+htab_retired_take(struct htab *h)
+{
+    struct htab_table *list;
+
+    pthread_mutex_lock(&h->grow_lock);
+    list = h->retired;
+    h->retired = NULL;
+    pthread_mutex_unlock(&h->grow_lock);
+    return list;
+}
+
+void
+htab_retired_free(struct htab *h, struct htab_table *list)
+{
+    /* the grace period has ended: every htab_lock section that could see
+     * these tables is over (TSan is told so) */
+    TSAN_ACQUIRE(&htab_rcu_token);
+    while (list != NULL) {
+        struct htab_table *t = list;
+
+        list = t->retired_next;
+        /* Only the buckets: the descriptor stays on h->tables, so a
+         * reader holding a stale h->tab still reads a mask and a
+         * pointer (it prefetches, it does not load, through them). */
+        htab_table_free_buckets(t, false);
+        pthread_mutex_lock(&h->grow_lock);
+        t->freed = true;
+        pthread_mutex_unlock(&h->grow_lock);
+    }
 }
 
 uint64_t
 htab_lookup_rcu(struct htab *h, uint64_t hash, htab_match_fn *match, void *arg)
 {
     const uint64_t tag = (uint64_t)htab_tag(hash) << HTAB_LOC_BITS;
-    struct htab_bucket *b = htab_home(h, hash);
+    struct htab_bucket *b = htab_home_rcu(h, hash);
 
     do {
 #pragma GCC unroll 8 /* every slot (HTAB_SLOTS): no loop counter */
@@ -225,23 +735,33 @@ htab_lookup_rcu(struct htab *h, uint64_t hash, htab_match_fn *match, void *arg)
     return 0;
 }
 
+/* The current table's home bucket, not looked at (a doubling may have
+ * moved it): for prefetching only. */
+static inline const struct htab_bucket *
+htab_home_hint(const struct htab *h, uint64_t hash)
+{
+    const struct htab_table *t = htab_cur(h);
+
+    return &t->buckets[hash & t->mask];
+}
+
 void
 htab_prefetch(struct htab *h, uint64_t hash)
 {
-    __builtin_prefetch(htab_home(h, hash), 1, 3);
+    __builtin_prefetch(htab_home_hint(h, hash), 1, 3);
 }
 
 void
 htab_prefetch_read(struct htab *h, uint64_t hash)
 {
-    __builtin_prefetch(htab_home(h, hash), 0, 3);
+    __builtin_prefetch(htab_home_hint(h, hash), 0, 3);
 }
 
 unsigned
 htab_peek(struct htab *h, uint64_t hash, uint64_t locs[HTAB_SLOTS])
 {
     const uint64_t tag = (uint64_t)htab_tag(hash) << HTAB_LOC_BITS;
-    struct htab_bucket *b = htab_home(h, hash);
+    struct htab_bucket *b = htab_home_rcu(h, hash);
     unsigned n = 0;
 
     /* Acquire, as htab_lookup_rcu: a reader inside its read section may
@@ -258,19 +778,58 @@ htab_peek(struct htab *h, uint64_t hash, uint64_t locs[HTAB_SLOTS])
     return n;
 }
 
+/* A writer's share of a doubling that is due or under way. Locks: none
+ * held; tries h->grow_lock (a writer never waits for another's move). */
+static void __attribute__((noinline)) htab_help(struct htab *h)
+{
+    if (h->help == 0 || pthread_mutex_trylock(&h->grow_lock) != 0)
+        return;
+    (void)htab_grow_work_locked(h, h->help);
+    pthread_mutex_unlock(&h->grow_lock);
+}
+
+/* htab_lock inside its read section. */
+static inline struct htab_bucket *
+htab_lock_in(struct htab *h, uint64_t hash)
+{
+    struct htab_table *t = htab_cur(h);
+    struct htab_bucket *b;
+
+    if (unlikely(atomic_load_explicit(&t->state, memory_order_relaxed) !=
+                 HTAB_IDLE)) {
+        htab_help(h);
+        t = htab_cur(h);
+    }
+    b = &t->buckets[hash & t->mask];
+    spin_acquire(&b->lock, LOCK_RANK_BUCKET);
+    /* Acquire: pairs with the mover's release store of moved (the lock
+     * orders it too: the mover set it under this lock). */
+    while (unlikely(atomic_load_explicit(&b->moved, memory_order_acquire))) {
+        struct htab_bucket *old = b;
+
+        t = atomic_load_explicit(&t->next, memory_order_acquire);
+        b = &t->buckets[hash & t->mask];
+        /* one bucket lock at a time: the moved one never changes again */
+        spin_release(&old->lock, LOCK_RANK_BUCKET);
+        spin_acquire(&b->lock, LOCK_RANK_BUCKET);
+    }
+    return b;
+}
+
 struct htab_bucket *
 htab_lock(struct htab *h, uint64_t hash)
 {
-    struct htab_bucket *b = htab_home(h, hash);
-
-    spin_acquire(&b->lock, LOCK_RANK_BUCKET);
-    return b;
+    /* Keeps the table of the bucket we lock from being freed. */
+    HTAB_RCU_LOCK();
+    return htab_lock_in(h, hash);
 }
 
 void
 htab_unlock(struct htab_bucket *b)
 {
     spin_release(&b->lock, LOCK_RANK_BUCKET);
+    TSAN_RELEASE(&htab_rcu_token);
+    HTAB_RCU_UNLOCK();
 }
 
 _Atomic uint64_t *
@@ -313,19 +872,20 @@ htab_find_loc_locked(struct htab_bucket *b, uint64_t loc)
     return NULL;
 }
 
-/* A zeroed bucket, not yet reachable by anyone; NULL if out of memory. */
+/* A zeroed bucket of t, not yet reachable by anyone; NULL if out of
+ * memory. */
 static struct htab_bucket *
-htab_overflow_alloc(struct htab *h)
+htab_overflow_alloc(struct htab_table *t)
 {
     struct htab_bucket *nb;
     uint64_t i;
 
-    if (atomic_load_explicit(&h->reserve_next, memory_order_relaxed) <
-        h->nreserve) {
-        i = atomic_fetch_add_explicit(&h->reserve_next, 1,
+    if (atomic_load_explicit(&t->reserve_next, memory_order_relaxed) <
+        t->nreserve) {
+        i = atomic_fetch_add_explicit(&t->reserve_next, 1,
                                       memory_order_relaxed);
-        if (i < h->nreserve)
-            return &h->buckets[h->nbuckets + i];
+        if (i < t->nreserve)
+            return &t->buckets[t->nbuckets + i];
     }
     nb = aligned_alloc(CACHE_LINE, sizeof(*nb));
     if (nb != NULL)
@@ -338,12 +898,15 @@ htab_insert_locked(struct htab *h, struct htab_bucket *b, uint64_t hash,
                    uint64_t loc)
 {
     const uint64_t word = htab_word(hash, loc);
+    struct htab_bucket *home = b;
     struct htab_bucket *last;
     struct htab_bucket *nb;
+    struct htab_table *t;
+    uint64_t n;
 
     assert(loc != 0 && loc <= HTAB_LOC_MASK);
-    assert(b == htab_home(h, hash));
     assert(htab_is_locked(b));
+    assert(!atomic_load_explicit(&b->moved, memory_order_relaxed));
     do {
         for (int i = 0; i < HTAB_SLOTS; i++) {
             if (atomic_load_explicit(&b->slot[i], memory_order_relaxed) == 0) {
@@ -357,14 +920,26 @@ htab_insert_locked(struct htab *h, struct htab_bucket *b, uint64_t hash,
         b = atomic_load_explicit(&b->next, memory_order_relaxed);
     } while (b != NULL);
 
-    nb = htab_overflow_alloc(h);
+    t = htab_table_of(h, home);
+    assert(home == &t->buckets[hash & t->mask]);
+    nb = htab_overflow_alloc(t);
     if (nb == NULL)
         return -ENOMEM;
     /* Relaxed: published by the release store of last->next below. */
     atomic_store_explicit(&nb->slot[0], word, memory_order_relaxed);
     /* Release: pairs with the acquire load of next in htab_lookup_rcu. */
     atomic_store_explicit(&last->next, nb, memory_order_release);
-    atomic_fetch_add_explicit(&h->noverflow, 1, memory_order_relaxed);
+    n = atomic_fetch_add_explicit(&t->noverflow, 1, memory_order_relaxed);
+    /* Crowded: ask for a doubling (htab_lock's help or htab_grow_step
+     * starts it; not here, under a bucket lock). */
+    if (unlikely(n + 1 >=
+                 atomic_load_explicit(&t->grow_at, memory_order_relaxed)) &&
+        h->rehash != NULL) {
+        uint32_t idle = HTAB_IDLE;
+        atomic_compare_exchange_strong_explicit(&t->state, &idle, HTAB_WANT,
+                                                memory_order_relaxed,
+                                                memory_order_relaxed);
+    }
     return 0;
 }
 
@@ -388,17 +963,28 @@ htab_remove_locked(_Atomic uint64_t *slot)
     atomic_store_explicit(slot, 0, memory_order_release);
 }
 
-int
-htab_bucket_visit_rcu(struct htab *h, uint64_t i, htab_visit_fn *fn, void *arg)
+/* Visit home bucket i of t and its chain, or, once it moved, the two
+ * buckets of the doubled table it moved to. */
+static int
+htab_visit_home_rcu(struct htab_table *t, uint64_t i, htab_visit_fn *fn,
+                    void *arg)
 {
-    struct htab_bucket *b = &h->buckets[i];
+    struct htab_bucket *b = &t->buckets[i];
+    int rc;
 
+    /* Acquire: as in htab_home_rcu. */
+    if (atomic_load_explicit(&b->moved, memory_order_acquire)) {
+        struct htab_table *nt =
+            atomic_load_explicit(&t->next, memory_order_acquire);
+
+        rc = htab_visit_home_rcu(nt, i, fn, arg);
+        return rc != 0 ? rc : htab_visit_home_rcu(nt, i + t->nbuckets, fn, arg);
+    }
     do {
         for (int j = 0; j < HTAB_SLOTS; j++) {
             /* Acquire: as in htab_lookup_rcu. */
             uint64_t w =
                 atomic_load_explicit(&b->slot[j], memory_order_acquire);
-            int rc;
 
             if (w == 0)
                 continue;
@@ -412,11 +998,27 @@ htab_bucket_visit_rcu(struct htab *h, uint64_t i, htab_visit_fn *fn, void *arg)
     return 0;
 }
 
+/* Numbers i are of the current table; should a doubling end between two
+ * calls, bucket i of the doubled table holds only half of what old bucket
+ * i held (a walk over a table that grows may miss entries, as it may miss
+ * entries written while it runs). */
+int
+htab_bucket_visit_rcu(struct htab *h, uint64_t i, htab_visit_fn *fn, void *arg)
+{
+    struct htab_table *t = htab_cur(h);
+
+    if (i >= t->nbuckets)
+        return 0;
+    return htab_visit_home_rcu(t, i, fn, arg);
+}
+
 int
 htab_foreach(struct htab *h, htab_visit_fn *fn, void *arg)
 {
-    for (uint64_t i = 0; i < h->nbuckets; i++) {
-        int rc = htab_bucket_visit_rcu(h, i, fn, arg);
+    struct htab_table *t = htab_cur(h);
+
+    for (uint64_t i = 0; i < t->nbuckets; i++) {
+        int rc = htab_visit_home_rcu(t, i, fn, arg);
         if (rc != 0)
             return rc;
     }
@@ -426,24 +1028,48 @@ htab_foreach(struct htab *h, htab_visit_fn *fn, void *arg)
 uint64_t
 htab_nbuckets(const struct htab *h)
 {
-    return h->nbuckets;
+    return htab_cur(h)->nbuckets;
 }
 
+/* The current table and the doubled one, if any. */
 uint64_t
 htab_noverflow(const struct htab *h)
 {
-    return atomic_load_explicit(&h->noverflow, memory_order_relaxed);
+    uint64_t n = 0;
+
+    for (const struct htab_table *t = htab_cur(h); t != NULL;
+         t = atomic_load_explicit(&((struct htab_table *)t)->next,
+                                  memory_order_acquire))
+        n += atomic_load_explicit(&t->noverflow, memory_order_relaxed);
+    return n;
 }
 
 /* Home buckets, the reserve as far as it is backed (all of it when zeroed
  * by memset, the used part when mmap'd), and overflow buckets past it (not
  * counting malloc's own overhead for those). */
+static uint64_t
+htab_table_bytes(const struct htab_table *t)
+{
+    uint64_t used = htab_reserve_used(t);
+    uint64_t n = t->nbuckets +
+                 atomic_load_explicit(&t->noverflow, memory_order_relaxed) -
+                 used;
+
+    n += used; /* the reserve is backed as it is handed out */
+    return n * sizeof(struct htab_bucket);
+}
+
+/* The current table, the doubled one while a doubling runs, and old
+ * tables waiting for their grace period. */
 uint64_t
 htab_dram_bytes(const struct htab *h)
 {
-    uint64_t used = htab_reserve_used(h);
-    uint64_t n = h->nbuckets + htab_noverflow(h) - used;
+    struct htab *m = (struct htab *)h;
+    uint64_t n = sizeof(*h);
 
-    n += h->map_bytes != 0 ? used : h->nreserve;
-    return sizeof(*h) + n * sizeof(struct htab_bucket);
+    pthread_mutex_lock(&m->grow_lock);
+    for (const struct htab_table *t = m->tables; t != NULL; t = t->all_next)
+        n += sizeof(*t) + (t->freed ? 0 : htab_table_bytes(t));
+    pthread_mutex_unlock(&m->grow_lock);
+    return n;
 }

@@ -16,11 +16,24 @@
  *               time, so a reader sees the old or the new entry.
  *   overflow    buckets are allocated under the home bucket's lock and
  *               linked with a release store; they are never unlinked while
- *               the table lives (freed at htab_destroy), so readers need no
- *               grace period for them.
+ *               the table lives (freed with their table: at htab_destroy, or
+ *               after a grace period once a doubling retired it), so
+ *               readers need no grace period for them.
  *   No PMEM writes happen here; the lock is held for DRAM work only.
- *   The table does not grow: expected_items sizes it (about 70% full at
- *   that count) and overflow buckets absorb the excess.
+ *
+ * Growth: expected_items sizes the first table (about 70% full at that
+ * count). Once a rehash function is set (htab_set_grow), the table doubles
+ * when a sample of it is more than 70% full (looked at once its overflow
+ * buckets pass an eighth of its home buckets, and after every sixteenth
+ * more: see htab.c), and the entries move to the doubled table
+ * a few home buckets at a time: by writers in htab_lock (before they take
+ * their own bucket's lock) and by htab_grow_step (the maintenance thread,
+ * tests). A moved bucket keeps its entries (frozen: readers that looked
+ * at it before the move see them) and has its moved flag set; lookups and
+ * writers that land on a moved bucket go on to the doubled table. When the
+ * last bucket moved, the doubled table becomes the table and the old one
+ * is retired: htab_retired_take() before a grace period,
+ * htab_retired_free() after it. See htab.c for the rules.
  */
 
 #include <stdatomic.h>
@@ -36,7 +49,9 @@
 
 struct htab_bucket {
     struct spin lock;
-    uint32_t pad;
+    /* home buckets of a table being doubled: non-zero once this bucket's
+     * entries are in the doubled table (set under lock, release store) */
+    _Atomic uint32_t moved;
     struct htab_bucket *_Atomic next;
     _Atomic uint64_t slot[HTAB_SLOTS];
 } CACHE_ALIGNED;
@@ -51,6 +66,41 @@ typedef bool htab_match_fn(void *arg, uint64_t loc);
 
 int htab_create(uint64_t expected_items, struct htab **out);
 void htab_destroy(struct htab *h);
+
+/* The full hash of the entry at loc (the key's; the index keeps only the
+ * tag). Called by the mover with that entry's home bucket locked, so the
+ * item it names is still indexed. */
+typedef uint64_t htab_rehash_fn(void *arg, uint64_t loc);
+/* Let the table grow: fn rehashes entries; each htab_lock moves up to
+ * help home buckets while a doubling is under way (0: only
+ * htab_grow_step moves them). Call before other threads use h. */
+void htab_set_grow(struct htab *h, htab_rehash_fn *fn, void *arg,
+                   unsigned help);
+/* Start a doubling now (a test, or a caller that knows better): 0,
+ * -EALREADY when one is under way, -EINVAL without a rehash function,
+ * -ENOMEM. */
+int htab_grow_start(struct htab *h);
+/* Start a doubling that is due and move up to nbuckets home buckets of
+ * it: 1 while a doubling is left under way, 0 when none is, -ENOMEM.
+ * Context: any thread holding no bucket lock. */
+int htab_grow_step(struct htab *h, uint64_t nbuckets);
+/* Move whatever is left of a doubling under way (restart's save). */
+void htab_grow_finish(struct htab *h);
+bool htab_growing(const struct htab *h);
+/* Doublings since create. */
+uint64_t htab_grows(const struct htab *h);
+/* Replace an empty table, with no doubling under way and no other thread
+ * using h, by one of nbuckets (a power of two) home buckets: a restart
+ * that loads a saved index of that size. 0, -EINVAL, -ENOMEM. */
+int htab_resize_empty(struct htab *h, uint64_t nbuckets);
+/* Home buckets a table is made with for items entries (about 70% full
+ * then): htab_create's rule, for htab_resize_empty. */
+uint64_t htab_buckets_for(uint64_t items);
+
+/* Old tables: take them before a grace period, free them after it. */
+struct htab_table;
+struct htab_table *htab_retired_take(struct htab *h);
+void htab_retired_free(struct htab *h, struct htab_table *list);
 
 static inline uint16_t
 htab_tag(uint64_t hash)
@@ -77,10 +127,16 @@ void htab_prefetch_read(struct htab *h, uint64_t hash);
  * a hint for prefetching the items it will compare keys with; for a reader
  * inside an RCU read-side section, locations it may use there as
  * htab_lookup_rcu's (slots read with acquire), once it compared the key
- * (a miss among them still needs the overflow chain: htab_lookup_rcu). */
+ * (a miss among them still needs the overflow chain: htab_lookup_rcu).
+ * Outside a read section (a writer's hint) it may read a retired table,
+ * whose range stays mapped and reads zero once freed: no locations. */
 unsigned htab_peek(struct htab *h, uint64_t hash, uint64_t locs[HTAB_SLOTS]);
 
-/* Writers. htab_lock() returns the home bucket, locked. */
+/* Writers. htab_lock() returns the home bucket, locked (in the doubled
+ * table once the key's old bucket moved); it holds an RCU read-side
+ * section of its own until htab_unlock, which keeps the bucket's table
+ * from being freed (the thread registers with liburcu's memb flavour for
+ * that to hold; an unregistered one must not run beside a table's free). */
 struct htab_bucket *htab_lock(struct htab *h, uint64_t hash);
 void htab_unlock(struct htab_bucket *b);
 
@@ -116,6 +172,8 @@ int htab_foreach(struct htab *h, htab_visit_fn *fn, void *arg);
 int htab_bucket_visit_rcu(struct htab *h, uint64_t i, htab_visit_fn *fn,
                           void *arg);
 
+/* Home buckets of the table lookups start from (the old one while a
+ * doubling is under way; htab_bucket_visit_rcu takes numbers below it). */
 uint64_t htab_nbuckets(const struct htab *h);
 uint64_t htab_noverflow(const struct htab *h); /* overflow buckets */
 uint64_t htab_dram_bytes(const struct htab *h);

@@ -33,6 +33,9 @@
 #include <string.h>
 #include <time.h>
 
+/* Home buckets of an index doubling moved a step: a few ms. */
+#define MAINT_INDEX_MOVE 65536
+
 int
 maint_step(struct cache_thread *t)
 {
@@ -40,6 +43,9 @@ maint_step(struct cache_thread *t)
     int n = reclaim_sweep(t, c->cfg.sweep_budget);
     hotkey_tick(t);
     ext_maintain(t);
+    /* a doubling of the index that writers left unfinished (they move a
+     * few buckets each; with no writes, this finishes it) */
+    (void)htab_grow_step(c->htab, MAINT_INDEX_MOVE);
     cache_reclaim_limbo(t);
     if (atomic_load_explicit(&c->shrink_target, memory_order_relaxed))
         reclaim_shrink(t);

@@ -17,6 +17,14 @@
  * accounting after the pages are adopted runs the same way, each thread
  * with a thread context of its own that it gives back when done (the
  * modules that register after the scan expect no thread context).
+ *
+ * The index is sized before the threads start (presize_index) so the scan
+ * rarely doubles it. The scan threads are not RCU-registered; their
+ * htab_lock read sections protect nothing, and need not: a doubling the
+ * scan starts retires the old table, and only cache_reclaim_limbo frees a
+ * retired table, which no thread runs before the open returns (the
+ * accounting threads, which do hold contexts, neither reclaim nor touch
+ * the index; the maintenance thread starts after this).
  */
 #include "src/engine/restart.h"
 
@@ -121,6 +129,8 @@ struct scan {
                         allocated before the threads start */
     _Atomic uint32_t next_page; /* the next range of pages to take */
     struct tc_open_info *info;
+    bool saved;           /* saved_items is the count at a clean close */
+    uint64_t saved_items; /* what sizes the index then */
 };
 
 /* One scan thread's part: its own figures, summed after the join. */
@@ -142,6 +152,10 @@ struct scan_part {
 /* At least this many pages with a class per scan thread. */
 #define SCAN_MIN_PAGES 4u
 #define SCAN_MAX_THREADS 16u
+/* After a crash the index is sized from the committed heads of up to this
+ * many pages of each class, spread over its pages (all of them when it has
+ * no more), scaled to the class's pages. */
+#define SCAN_SAMPLE_PAGES 32u
 
 static uint32_t
 page_chunk_size(const struct scan *s, uint64_t off, unsigned *cls)
@@ -467,6 +481,87 @@ sum_parts(struct scan_part *parts, unsigned nparts, struct scan_part *sum)
     }
 }
 
+/* Committed heads in page pg (chunk size cs): the scan's first test, on
+ * the header only. */
+static uint64_t
+count_heads(const struct cache *c, uint32_t pg, uint32_t cs)
+{
+    uint32_t per = POOL_PAGE_SIZE / cs;
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < per; i++) {
+        const struct item_hdr *it = item_at(
+            c->base, ((uint64_t)pg << POOL_PAGE_SHIFT) + (uint64_t)i * cs);
+        n += item_kind_is_head(it->kind) && it->commit &&
+             it->commit != ITEM_COMMIT_PENDING;
+    }
+    return n;
+}
+
+/* Items the scan will likely insert: the count a clean close saved, or
+ * after a crash an estimate from a sample of each class's pages (exact for
+ * a class of at most SCAN_SAMPLE_PAGES pages; the pages of a class fill one
+ * after another, so a spread sample is close). Expired, flushed and older
+ * copies are counted too: the index comes out a little big, never much too
+ * small. */
+static uint64_t
+scan_estimate(const struct cache *c, const struct scan *s)
+{
+    if (s->saved && !s->all_flushed)
+        return s->saved_items;
+    unsigned ncls = slab_nclasses(c->slab);
+    uint32_t pages[SLAB_MAX_CLASSES] = {0}, seen[SLAB_MAX_CLASSES] = {0};
+    uint32_t taken[SLAB_MAX_CLASSES] = {0};
+    uint64_t heads[SLAB_MAX_CLASSES] = {0}, est = 0;
+    if (s->all_flushed)
+        return 0; /* the scan drops every item */
+    for (uint32_t pg = 0; pg < s->npages; pg++)
+        if (s->used[pg])
+            pages[s->table[pg] - 1u]++;
+    for (uint32_t pg = 0; pg < s->npages; pg++) {
+        if (!s->used[pg])
+            continue;
+        unsigned cls = s->table[pg] - 1u;
+        /* every stride-th page of the class's */
+        uint32_t stride =
+            (pages[cls] + SCAN_SAMPLE_PAGES - 1) / SCAN_SAMPLE_PAGES;
+        if (seen[cls]++ % stride == 0) {
+            taken[cls]++;
+            heads[cls] += count_heads(c, pg, slab_chunk_size(c->slab, cls));
+        }
+    }
+    for (unsigned i = 0; i < ncls; i++)
+        if (taken[i])
+            est += (heads[i] * pages[i] + taken[i] - 1) / taken[i];
+    return est;
+}
+
+/* Give the empty index the size of what the scan will insert, with an
+ * eighth more (the sampled fill that starts a doubling stays under its
+ * 70% then): without it the index would double from its first size some
+ * ten times during a big scan, each doubling reading every key it moves
+ * from the pool again. A doubling that still starts is safe (nothing
+ * frees a retired table before the cache's thread contexts reclaim one,
+ * after the open), only slower. */
+static void
+presize_index(struct cache *c, const struct scan *s)
+{
+    uint64_t est = scan_estimate(c, s);
+    uint64_t nb = htab_buckets_for(est + est / 8);
+    if (nb <= htab_nbuckets(c->htab))
+        return;
+    int rc = htab_resize_empty(c->htab, nb);
+    if (rc)
+        log_warn("pool %s: the index cannot take %llu buckets for %llu "
+                 "items (%s): it doubles as the scan fills it",
+                 region_path(c->region), (unsigned long long)nb,
+                 (unsigned long long)est, strerror(-rc));
+    else
+        log_info("pool %s: index sized for %llu items (%s): %llu buckets",
+                 region_path(c->region), (unsigned long long)est,
+                 s->saved ? "at the clean close" : "estimated from the pages",
+                 (unsigned long long)nb);
+}
+
 /* Scan (in parallel over ranges of pages), then hand the pages to their
  * classes and account the items (in parallel again); *sum gets the
  * figures. */
@@ -505,6 +600,7 @@ scan_pool(struct cache *c, struct scan *s, struct scan_part *sum)
         uint8_t none = RESTART_PAGE_NONE;
         pm_copy(&table[pg], &none, 1);
     }
+    presize_index(c, s);
     unsigned nparts = scan_threads(c, nclassed);
     s->info->scan_threads = nparts;
     parts = calloc(nparts, sizeof(*parts));
@@ -641,7 +737,7 @@ restart_attach(struct cache *c)
      * items themselves are scanned as after a crash */
     uint64_t saved_cas = 0;
     if (info->kind == TC_START_WARM)
-        (void)restart_save_load(c, info, &saved_cas);
+        s.saved = restart_save_load(c, info, &saved_cas, &s.saved_items) == 1;
     else
         restart_save_discard(c);
     struct scan_part sum;

@@ -57,6 +57,9 @@ save_fill(struct cache *c, struct restart_saved_hdr *h)
     h->pool_opens = rh->open_count;
     h->pool_bytes = rh->file_size;
     memcpy(&h->meta, region_user(c->region), sizeof(h->meta));
+    int64_t s[ST_COUNT];
+    cache_stats_sum(c, s);
+    h->items = s[ST_CURR_ITEMS] > 0 ? (uint64_t)s[ST_CURR_ITEMS] : 0;
     h->hdr_sum = hdr_sum(h);
 }
 
@@ -96,8 +99,9 @@ save_close(struct cache *c)
                  region_path(c->region), path, strerror(err));
         unlink(tmp);
     } else {
-        log_info("pool %s: state saved to %s (CAS counter %llu)",
-                 region_path(c->region), path, (unsigned long long)h.cas_seq);
+        log_info("pool %s: state saved to %s (CAS counter %llu, %llu items)",
+                 region_path(c->region), path, (unsigned long long)h.cas_seq,
+                 (unsigned long long)h.items);
     }
 }
 
@@ -134,7 +138,8 @@ load_check(struct cache *c, int fd, struct restart_saved_hdr *h)
 }
 
 int
-restart_save_load(struct cache *c, struct tc_open_info *info, uint64_t *cas_seq)
+restart_save_load(struct cache *c, struct tc_open_info *info, uint64_t *cas_seq,
+                  uint64_t *items)
 {
     const char *path = c->cfg.restart_file;
     if (!path) {
@@ -165,6 +170,7 @@ restart_save_load(struct cache *c, struct tc_open_info *info, uint64_t *cas_seq)
         return 0;
     }
     *cas_seq = h.cas_seq;
+    *items = h.items;
     snprintf(info->reason, sizeof(info->reason), "with the saved state");
     return 1;
 }

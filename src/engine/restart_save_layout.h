@@ -15,7 +15,8 @@
  * every CAS the scan saw, as after a crash).
  *
  * Version 1 (an index of every entry, loaded instead of a scan) is no
- * longer read: its magic differs, and such a file is not used.
+ * longer read: its magic differs, and such a file is not used. Version 2
+ * (no item count) fails the version check the same way.
  */
 
 #include <stdint.h>
@@ -23,7 +24,7 @@
 #include "src/engine/restart_layout.h"
 
 #define RESTART_SAVED_MAGIC 0x3254415453435454ull /* "TTCSTAT2" */
-#define RESTART_SAVED_VERSION 2u
+#define RESTART_SAVED_VERSION 3u
 
 struct restart_saved_hdr {
     uint64_t magic;           /* RESTART_SAVED_MAGIC */
@@ -34,6 +35,8 @@ struct restart_saved_hdr {
     uint64_t pool_opens;      /* its open_count at the close */
     uint64_t pool_bytes;      /* its file_size */
     struct restart_meta meta; /* the pool's restart metadata at the close */
+    uint64_t items;           /* curr_items at the close: the next start
+                                 sizes its empty index for them */
     uint64_t hdr_sum;
 };
 

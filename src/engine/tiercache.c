@@ -587,6 +587,7 @@ tc_stats(struct tc_cache *tc, struct tc_stats *out)
     out->dram_meta_bytes = slab_dram_bytes(c->slab);
     out->index_buckets = htab_nbuckets(c->htab);
     out->index_overflow_buckets = htab_noverflow(c->htab);
+    out->index_growing = htab_growing(c->htab);
     pthread_mutex_lock(&c->threads_lock);
     out->quota_refills = c->retired_refills;
     for (struct cache_thread *t = c->threads; t; t = t->next)

@@ -112,7 +112,7 @@ general_server(struct obuf *out, const struct stats_info *in,
     stat_u64(out, "idle_kicks", ctr[STATS_IDLE_KICKS]);
     stat_u64(out, "hash_power_level", log2_floor(t->index_buckets));
     stat_u64(out, "hash_bytes", t->dram_index_bytes);
-    stat_u64(out, "hash_is_expanding", 0);
+    stat_u64(out, "hash_is_expanding", t->index_growing);
     stat_u64(out, "slab_reassign_running", t->slab_reassign_running);
     TC_STATS_SLAB(ENGINE_LINE)
 }

@@ -611,3 +611,35 @@ def test_stats_sizes_enable(loaded):
         for c in loaded:
             assert c.line(b"stats sizes_disable") == \
                 b"STAT sizes_status disabled\r\n"
+
+
+def test_hash_table_grows(spawn, connect):
+    """hash_power_level, hash_bytes and hash_is_expanding are the index's
+    own: a table started small (-o hashpower=13: memcached's least with
+    4 threads) has grown after 20,000 sets, and its doubling ends by
+    itself (hash_is_expanding back to 0; waited for, bounded)."""
+    srv = spawn("-o", "hashpower=13")
+    c = connect(srv)
+    st = c.stats()
+    level0, bytes0 = int(st["hash_power_level"]), int(st["hash_bytes"])
+    assert st["hash_is_expanding"] in ("0", "1")
+    batch = []
+    for i in range(20000):
+        batch.append(b"set grow:%d 0 0 1 noreply\r\nx\r\n" % i)
+        if len(batch) == 500:
+            c.send(b"".join(batch))
+            batch = []
+    assert c.stats()["curr_items"] == "20000"
+    # memcached starts its expansion from a thread of its own: wait
+    # (bounded) for a bigger table that is done expanding
+    deadline = time.monotonic() + 30
+    while True:
+        st = c.stats()
+        if (int(st["hash_power_level"]) > level0
+                and st["hash_is_expanding"] == "0"):
+            break
+        assert time.monotonic() < deadline, (level0, st)
+        time.sleep(0.1)
+    assert int(st["hash_bytes"]) > bytes0, (bytes0, st)
+    for i in (0, 9999, 19999):
+        assert c.get_value(b"grow:%d" % i) == b"x"

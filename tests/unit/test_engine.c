@@ -7,6 +7,8 @@
 
 #include "src/engine/item.h"
 
+#include <pthread.h>
+
 /* ------------------------------------------------------------- set / get */
 
 /* The key compare of a lookup (item_key_equals) at every key length up to
@@ -771,6 +773,126 @@ test_gat(void **state)
     check_str(f->c, "h", "v");
 }
 
+/* The index starts at expected_items and doubles as sets fill it: every
+ * key stays readable while it grows (writers move buckets as they go),
+ * and the maintenance step ends a doubling writes left unfinished. */
+#define GROW_KEYS 30000
+
+static void
+test_index_grows(void **state)
+{
+    struct fx *f = *state;
+    char key[32], val[32];
+
+    f->cfg.expected_items = 1000; /* 256 buckets */
+    assert_int_equal(fx_open(f), 0);
+    struct tc_stats st = stats(f->c);
+    uint64_t first = st.index_buckets;
+    assert_int_equal(first, 256);
+    for (unsigned i = 0; i < GROW_KEYS; i++) {
+        snprintf(key, sizeof(key), "grow:%u", i);
+        snprintf(val, sizeof(val), "v%u", i * 7);
+        puts_(f->c, key, val);
+        /* an earlier key, while a doubling may be under way */
+        if (i % 97 == 0) {
+            unsigned j = i / 2;
+            snprintf(key, sizeof(key), "grow:%u", j);
+            snprintf(val, sizeof(val), "v%u", j * 7);
+            check_str(f->c, key, val);
+        }
+    }
+    /* bounded: each step moves up to 65,536 buckets */
+    for (int i = 0; i < 100 && stats(f->c).index_growing; i++)
+        tc_maintain(f->c);
+    tc_maintain(f->c); /* frees the old tables after a grace period */
+    st = stats(f->c);
+    print_message(
+        "index: %" PRIu64 " buckets, %" PRIu64 " overflow, %" PRIu64 " bytes\n",
+        st.index_buckets, st.index_overflow_buckets, st.dram_index_bytes);
+    assert_false(st.index_growing);
+    assert_int_equal(st.curr_items, GROW_KEYS);
+    /* ~68% full at most: 30,000 keys need 30,000 / 4.1 buckets */
+    assert_true(st.index_buckets >= 4096);
+    assert_true(st.index_buckets <= 16384);
+    /* the old tables are gone after tc_maintain's grace period: about
+     * one table and its quarter reserve */
+    assert_true(st.dram_index_bytes <= st.index_buckets * 64 * 5 / 4 +
+                                           st.index_overflow_buckets * 64 +
+                                           64 * 1024);
+    for (unsigned i = 0; i < GROW_KEYS; i++) {
+        snprintf(key, sizeof(key), "grow:%u", i);
+        snprintf(val, sizeof(val), "v%u", i * 7);
+        check_str(f->c, key, val);
+    }
+    check_miss(f->c, "grow:never");
+    check_ok(f->c);
+}
+
+/* Writers on two threads grow the index while this one reads keys they
+ * stored before (TSan: the mover's key reads against the writers). */
+struct grow_writer {
+    struct tc_cache *c;
+    unsigned id;
+    int err;
+};
+
+static void *
+grow_writer_run(void *arg)
+{
+    struct grow_writer *w = arg;
+    char key[32], val[32];
+
+    for (unsigned i = 0; i < GROW_KEYS / 2; i++) {
+        snprintf(key, sizeof(key), "gw%u:%u", w->id, i);
+        snprintf(val, sizeof(val), "%u.%u", w->id, i);
+        if (tc_set(w->c, key, strlen(key), val, strlen(val), 0, 0) != TC_OK)
+            w->err = 1;
+    }
+    tc_thread_unregister(w->c);
+    return NULL;
+}
+
+static void
+test_index_grows_threads(void **state)
+{
+    struct fx *f = *state;
+    struct grow_writer w[2];
+    pthread_t th[2];
+    char key[32], val[32];
+
+    f->cfg.expected_items = 1000;
+    assert_int_equal(fx_open(f), 0);
+    for (unsigned i = 0; i < 2000; i++) {
+        snprintf(key, sizeof(key), "base:%u", i);
+        puts_(f->c, key, key);
+    }
+    for (unsigned i = 0; i < 2; i++) {
+        w[i] = (struct grow_writer){f->c, i, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, grow_writer_run, &w[i]),
+                         0);
+    }
+    /* the base keys are never rewritten: every read finds them */
+    for (unsigned r = 0; r < 20; r++)
+        for (unsigned i = 0; i < 2000; i += 3) {
+            snprintf(key, sizeof(key), "base:%u", i);
+            check_str(f->c, key, key);
+        }
+    for (unsigned i = 0; i < 2; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(w[i].err, 0);
+    }
+    for (int i = 0; i < 100 && stats(f->c).index_growing; i++)
+        tc_maintain(f->c);
+    assert_true(stats(f->c).index_buckets >= 4096);
+    for (unsigned id = 0; id < 2; id++)
+        for (unsigned i = 0; i < GROW_KEYS / 2; i++) {
+            snprintf(key, sizeof(key), "gw%u:%u", id, i);
+            snprintf(val, sizeof(val), "%u.%u", id, i);
+            check_str(f->c, key, val);
+        }
+    check_ok(f->c);
+}
+
 int
 main(void)
 {
@@ -793,6 +915,11 @@ main(void)
         TC_TEST(test_delete),
         TC_TEST(test_touch),
         TC_TEST(test_gat),
+        cmocka_unit_test_prestate_setup_teardown(test_index_grows, setup_noopen,
+                                                 teardown, "test_index_grows"),
+        cmocka_unit_test_prestate_setup_teardown(test_index_grows_threads,
+                                                 setup_noopen, teardown,
+                                                 "test_index_grows_threads"),
     };
     /* TC_TEST_FILTER=<glob> runs only the matching tests */
     const char *filter = getenv("TC_TEST_FILTER");

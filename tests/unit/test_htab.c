@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -685,6 +686,508 @@ test_concurrent_reader_writer(void **state)
     (void)f;
 }
 
+/* --- growth --- */
+
+/* htab_rehash_fn over the fake store: the item's key, hashed again. */
+static uint64_t
+fake_rehash(void *arg, uint64_t loc)
+{
+    struct fake_store *st = arg;
+
+    return key_hash(st->items[loc].key);
+}
+
+/* Every live key is found at its location, every other key is missed, and
+ * a walk sees each live entry once. */
+static void
+check_all(struct htab *h, struct fake_store *st, const uint64_t *live,
+          uint64_t nkeys, const char *when)
+{
+    uint8_t *seen = calloc(st->nitems, 1);
+    struct visit v = {seen, 0, 0, 0};
+    uint64_t nlive = 0;
+
+    assert_non_null(seen);
+    for (uint64_t k = 0; k < nkeys; k++) {
+        uint64_t got = lookup(h, st, key_hash(k), k);
+
+        if (got != live[k])
+            fail_msg("seed %llu, %s: key %llu at %llu, want %llu",
+                     (unsigned long long)test_seed, when, (unsigned long long)k,
+                     (unsigned long long)got, (unsigned long long)live[k]);
+        nlive += live[k] != 0;
+    }
+    assert_int_equal(htab_foreach(h, visit_fn, &v), 0);
+    if (v.nseen != nlive || v.bad != 0)
+        fail_msg("seed %llu, %s: walk saw %llu (%llu twice), live %llu",
+                 (unsigned long long)test_seed, when,
+                 (unsigned long long)v.nseen, (unsigned long long)v.bad,
+                 (unsigned long long)nlive);
+    for (uint64_t k = 0; k < nkeys; k++)
+        if (live[k] != 0 && seen[live[k]] != 1)
+            fail_msg("seed %llu, %s: key %llu not walked",
+                     (unsigned long long)test_seed, when,
+                     (unsigned long long)k);
+    free(seen);
+}
+
+/* One random write: insert, replace or remove key k. */
+static void
+write_one(struct htab *h, struct fake_store *st, uint64_t *live, uint64_t k,
+          uint64_t r)
+{
+    struct probe p = {st, k};
+    uint64_t hash = key_hash(k);
+    struct htab_bucket *b = htab_lock(h, hash);
+    _Atomic uint64_t *slot = htab_find_locked(b, hash, fake_match, &p);
+
+    if (slot == NULL) {
+        live[k] = fake_put(st, k);
+        assert_int_equal(htab_insert_locked(h, b, hash, live[k]), 0);
+    } else if (r % 3 == 0) {
+        htab_remove_locked(slot);
+        live[k] = 0;
+    } else {
+        live[k] = fake_put(st, k);
+        htab_replace_locked(slot, hash, live[k]);
+    }
+    htab_unlock(b);
+}
+
+/* A doubling driven one bucket at a time: after every step each key is
+ * where it was written, writes between the steps land, and the table is
+ * twice as big at the end; the old table goes with retired_take/free. */
+static void
+test_grow_stepwise(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    const uint64_t nkeys = 1500;
+    uint64_t *live = calloc(nkeys, sizeof(*live));
+    uint64_t s = test_seed, nb, steps = 0;
+    char when[64];
+
+    assert_non_null(live);
+    assert_int_equal(htab_create(0, &f->h), 0); /* 64 buckets */
+    nb = htab_nbuckets(f->h);
+    assert_int_equal(htab_grow_start(f->h), -EINVAL); /* no rehash yet */
+    htab_set_grow(f->h, fake_rehash, st, 0);
+    for (uint64_t k = 0; k < 400; k++) {
+        live[k] = fake_put(st, k);
+        assert_int_equal(insert(f->h, key_hash(k), live[k]), 0);
+    }
+    assert_false(htab_growing(f->h));
+    assert_int_equal(htab_grow_start(f->h), 0);
+    assert_true(htab_growing(f->h));
+    assert_int_equal(htab_grow_start(f->h), -EALREADY);
+    /* lookups still start from the old table */
+    assert_int_equal(htab_nbuckets(f->h), nb);
+    check_all(f->h, st, live, nkeys, "started");
+    while (htab_grow_step(f->h, 1) == 1) {
+        steps++;
+        for (int i = 0; i < 8; i++)
+            write_one(f->h, st, live, rng_next(&s) % nkeys, rng_next(&s));
+        snprintf(when, sizeof(when), "after step %llu",
+                 (unsigned long long)steps);
+        check_all(f->h, st, live, nkeys, when);
+        assert_true(steps < nb);
+    }
+    assert_int_equal(steps, nb - 1); /* the last step ended the doubling */
+    assert_false(htab_growing(f->h));
+    assert_int_equal(htab_nbuckets(f->h), 2 * nb);
+    assert_int_equal(htab_grows(f->h), 1);
+    check_all(f->h, st, live, nkeys, "doubled");
+
+    /* the old table is retired once: freed after "a grace period" */
+    uint64_t before = htab_dram_bytes(f->h);
+    struct htab_table *old = htab_retired_take(f->h);
+    assert_non_null(old);
+    assert_null(htab_retired_take(f->h));
+    htab_retired_free(f->h, old);
+    assert_true(htab_dram_bytes(f->h) < before);
+    check_all(f->h, st, live, nkeys, "old table freed");
+    free(live);
+}
+
+/* Inserts alone make the table double (overflow past its threshold), and
+ * writers' help (htab_lock) moves it with no step from outside. */
+static void
+test_grow_by_writers(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    const uint64_t nkeys = 20000;
+    uint64_t *live = calloc(nkeys, sizeof(*live));
+
+    assert_non_null(live);
+    assert_int_equal(htab_create(0, &f->h), 0);
+    htab_set_grow(f->h, fake_rehash, st, 4);
+    for (uint64_t k = 0; k < nkeys; k++) {
+        live[k] = fake_put(st, k);
+        assert_int_equal(insert(f->h, key_hash(k), live[k]), 0);
+    }
+    /* 20000 keys at ~68% of 6 slots: at least 4096 buckets, from 64 */
+    print_message("by writers: %llu buckets after %llu doublings, %s\n",
+                  (unsigned long long)htab_nbuckets(f->h),
+                  (unsigned long long)htab_grows(f->h),
+                  htab_growing(f->h) ? "growing" : "idle");
+    assert_true(htab_grows(f->h) >= 5);
+    check_all(f->h, st, live, nkeys, "grown by writers");
+    htab_grow_finish(f->h);
+    assert_false(htab_growing(f->h));
+    assert_true(htab_nbuckets(f->h) >= 4096);
+    /* not much overflow left after the doublings */
+    assert_true(htab_noverflow(f->h) <= htab_nbuckets(f->h) / 4);
+    check_all(f->h, st, live, nkeys, "finished");
+    htab_retired_free(f->h, htab_retired_take(f->h));
+    check_all(f->h, st, live, nkeys, "freed");
+    free(live);
+}
+
+/* Churn at a steady half-full table piles up overflow buckets (chains are
+ * never unlinked) but is no reason to double; filling it past 70% is. */
+static void
+test_grow_not_on_churn(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    const uint64_t nkeys = 4096;
+    uint64_t *live = calloc(nkeys, sizeof(*live));
+    uint64_t s = test_seed, nlive = 0, peak_overflow = 0;
+
+    assert_non_null(live);
+    assert_int_equal(htab_create(0, &f->h), 0); /* 64 buckets, 384 slots */
+    htab_set_grow(f->h, fake_rehash, st, 1);
+    while (nlive < 192) { /* half full */
+        uint64_t k = rng_next(&s) % nkeys;
+        if (live[k] == 0) {
+            live[k] = fake_put(st, k);
+            assert_int_equal(insert(f->h, key_hash(k), live[k]), 0);
+            nlive++;
+        }
+    }
+    /* one out, one in, until the store's locations run out */
+    while (st->next + 1 < st->nitems) {
+        uint64_t k = rng_next(&s) % nkeys;
+        if (live[k] == 0)
+            continue;
+        assert_true(remove_key(f->h, st, key_hash(k), k));
+        live[k] = 0;
+        do
+            k = rng_next(&s) % nkeys;
+        while (live[k] != 0);
+        live[k] = fake_put(st, k);
+        assert_int_equal(insert(f->h, key_hash(k), live[k]), 0);
+        if (htab_noverflow(f->h) > peak_overflow)
+            peak_overflow = htab_noverflow(f->h);
+    }
+    print_message("churn: %llu overflow buckets on 64, %llu doublings\n",
+                  (unsigned long long)peak_overflow,
+                  (unsigned long long)htab_grows(f->h));
+    assert_true(peak_overflow > 64 / 8); /* the fill was looked at */
+    assert_int_equal(htab_grows(f->h), 0);
+    assert_int_equal(htab_nbuckets(f->h), 64);
+    check_all(f->h, st, live, nkeys, "after churn");
+    free(live);
+}
+
+/* A writer holds an old bucket while the mover wants it: the mover waits
+ * for the lock, and what the writer put there moves with the rest. */
+struct hold_mover {
+    struct htab *h;
+    int rc;
+};
+
+static void *
+hold_mover_run(void *arg)
+{
+    struct hold_mover *m = arg;
+
+    m->rc = htab_grow_step(m->h, UINT64_MAX);
+    return NULL;
+}
+
+static void
+test_grow_writer_holds_bucket(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    const uint64_t nkeys = 300;
+    uint64_t live[300] = {0};
+    struct hold_mover m;
+    pthread_t th;
+    uint64_t k0 = 0, hash;
+
+    assert_int_equal(htab_create(0, &f->h), 0);
+    htab_set_grow(f->h, fake_rehash, st, 0);
+    for (uint64_t k = 1; k < nkeys; k++) {
+        live[k] = fake_put(st, k);
+        assert_int_equal(insert(f->h, key_hash(k), live[k]), 0);
+    }
+    assert_int_equal(htab_grow_start(f->h), 0);
+    hash = key_hash(k0);
+    struct htab_bucket *b = htab_lock(f->h, hash); /* old, not moved */
+    m = (struct hold_mover){f->h, -1};
+    assert_int_equal(pthread_create(&th, NULL, hold_mover_run, &m), 0);
+    /* the mover may or may not have reached our bucket: either way it
+     * cannot move it before we let go */
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    live[k0] = fake_put(st, k0);
+    assert_int_equal(htab_insert_locked(f->h, b, hash, live[k0]), 0);
+    htab_unlock(b);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(m.rc, 0);
+    assert_false(htab_growing(f->h));
+    check_all(f->h, st, live, nkeys, "after the held bucket moved");
+}
+
+/*
+ * Doublings under concurrent readers and writers. Writer w owns the keys
+ * k with k % GC_WRITERS == w and its own range of locations (each written
+ * once before it is published). Keys below GC_NSTABLE are only replaced:
+ * a reader must find them at every moment, at a location holding the key
+ * and its payload. The test thread drives the doublings a few buckets a
+ * step (or, with help, leaves the writers to move them and only finishes),
+ * whatever the threads did meanwhile; after the join, each writer's last
+ * view is what the index holds.
+ */
+#define GC_WRITERS 2
+#define GC_READERS 2
+#define GC_NKEYS 4096
+#define GC_NSTABLE 512
+#define GC_WRITER_OPS 200000
+#define GC_DOUBLINGS 5
+
+struct gc_state {
+    struct htab *h;
+    struct fake_store st;
+    uint64_t seed;
+    uint64_t live[GC_NKEYS]; /* key -> loc; the owning writer's view */
+    _Atomic int stop;
+    _Atomic unsigned writers_done;
+    struct gc_writer {
+        struct gc_state *gs;
+        unsigned id;
+        uint64_t next, end; /* its locations */
+        uint64_t ops;
+        int err;
+    } w[GC_WRITERS];
+    struct gc_reader {
+        struct gc_state *gs;
+        unsigned id;
+        uint64_t reads, bad, stable_miss;
+    } r[GC_READERS];
+};
+
+static void
+gc_item(struct fake_store *st, uint64_t loc, uint64_t k)
+{
+    st->items[loc].key = k;
+    st->items[loc].payload = mix64(loc) ^ k;
+}
+
+/* Reads items with plain loads: race-free only if the index publishes. */
+static bool
+gc_match(void *arg, uint64_t loc)
+{
+    struct probe *p = arg;
+
+    return p->st->items[loc].key == p->key;
+}
+
+static void *
+gc_writer_run(void *arg)
+{
+    struct gc_writer *w = arg;
+    struct gc_state *gs = w->gs;
+    uint64_t s = gs->seed + 77 * (w->id + 1);
+
+    /* Acquire: pairs with the test thread's release store of stop. */
+    while (!atomic_load_explicit(&gs->stop, memory_order_acquire) &&
+           w->ops < GC_WRITER_OPS && w->next < w->end) {
+        uint64_t k =
+            (rng_next(&s) % (GC_NKEYS / GC_WRITERS)) * GC_WRITERS + w->id;
+        uint64_t hash = key_hash(k);
+        struct probe p = {&gs->st, k};
+        struct htab_bucket *b;
+        _Atomic uint64_t *slot;
+        uint64_t loc = w->next++;
+
+        gc_item(&gs->st, loc, k);
+        b = htab_lock(gs->h, hash);
+        slot = htab_find_locked(b, hash, gc_match, &p);
+        if (slot == NULL) {
+            if (htab_insert_locked(gs->h, b, hash, loc) != 0)
+                w->err = 1;
+            gs->live[k] = loc;
+        } else if (k < GC_NSTABLE || rng_next(&s) % 2) {
+            if (htab_slot_loc(atomic_load_explicit(
+                    slot, memory_order_relaxed)) != gs->live[k])
+                w->err = 2; /* the index lost our last write */
+            htab_replace_locked(slot, hash, loc);
+            gs->live[k] = loc;
+        } else {
+            htab_remove_locked(slot);
+            gs->live[k] = 0;
+        }
+        htab_unlock(b);
+        w->ops++;
+    }
+    atomic_fetch_add_explicit(&gs->writers_done, 1, memory_order_release);
+    return NULL;
+}
+
+static void *
+gc_reader_run(void *arg)
+{
+    struct gc_reader *r = arg;
+    struct gc_state *gs = r->gs;
+    uint64_t s = gs->seed ^ (0xabcdef + r->id);
+
+    while (!atomic_load_explicit(&gs->stop, memory_order_acquire)) {
+        uint64_t k = rng_next(&s) % GC_NKEYS;
+        struct probe p = {&gs->st, k};
+        uint64_t loc = htab_lookup_rcu(gs->h, key_hash(k), gc_match, &p);
+
+        r->reads++;
+        if (loc == 0) {
+            r->stable_miss += k < GC_NSTABLE;
+            continue;
+        }
+        if (loc >= gs->st.nitems || gs->st.items[loc].key != k ||
+            gs->st.items[loc].payload != (mix64(loc) ^ k))
+            r->bad++;
+    }
+    return NULL;
+}
+
+static void
+grow_concurrent(unsigned help)
+{
+    struct gc_state *gs = calloc(1, sizeof(*gs));
+    pthread_t wt[GC_WRITERS], rt[GC_READERS];
+    uint64_t per = GC_WRITER_OPS + 1, s = test_seed, steps = 0;
+
+    assert_non_null(gs);
+    gs->seed = test_seed;
+    store_init(&gs->st, 1 + GC_NSTABLE + GC_WRITERS * per);
+    assert_int_equal(htab_create(0, &gs->h), 0);
+    htab_set_grow(gs->h, fake_rehash, &gs->st, help);
+    for (uint64_t k = 0; k < GC_NSTABLE; k++) {
+        uint64_t loc = gs->st.next++;
+
+        gc_item(&gs->st, loc, k);
+        gs->live[k] = loc;
+        assert_int_equal(insert(gs->h, key_hash(k), loc), 0);
+    }
+    for (unsigned i = 0; i < GC_WRITERS; i++) {
+        gs->w[i] = (struct gc_writer){
+            gs, i, gs->st.next + i * per, gs->st.next + (i + 1) * per, 0, 0};
+    }
+    atomic_init(&gs->stop, 0);
+    atomic_init(&gs->writers_done, 0);
+    for (unsigned i = 0; i < GC_READERS; i++) {
+        gs->r[i] = (struct gc_reader){gs, i, 0, 0, 0};
+        assert_int_equal(pthread_create(&rt[i], NULL, gc_reader_run, &gs->r[i]),
+                         0);
+    }
+    for (unsigned i = 0; i < GC_WRITERS; i++)
+        assert_int_equal(pthread_create(&wt[i], NULL, gc_writer_run, &gs->w[i]),
+                         0);
+
+    /* GC_DOUBLINGS doublings, a few buckets a step (bounded: each step
+     * moves at least one bucket of a table of at most 64 << GC_DOUBLINGS) */
+    for (unsigned d = 0; d < GC_DOUBLINGS; d++) {
+        int rc = htab_grow_start(gs->h);
+
+        assert_true(rc == 0 || rc == -EALREADY);
+        if (help) {
+            /* the writers move it; bounded by their ops, then we finish */
+            while (htab_growing(gs->h) &&
+                   atomic_load_explicit(&gs->writers_done,
+                                        memory_order_acquire) < GC_WRITERS)
+                sched_yield();
+            htab_grow_finish(gs->h);
+            continue;
+        }
+        while ((rc = htab_grow_step(gs->h, 1 + rng_next(&s) % 8)) == 1) {
+            steps++;
+            sched_yield();
+        }
+        assert_int_equal(rc, 0);
+    }
+    /* Release: pairs with the threads' acquire loads of stop. */
+    atomic_store_explicit(&gs->stop, 1, memory_order_release);
+    for (unsigned i = 0; i < GC_WRITERS; i++)
+        assert_int_equal(pthread_join(wt[i], NULL), 0);
+    for (unsigned i = 0; i < GC_READERS; i++)
+        assert_int_equal(pthread_join(rt[i], NULL), 0);
+    htab_grow_finish(gs->h);
+
+    uint64_t reads = 0, ops = 0;
+    for (unsigned i = 0; i < GC_READERS; i++) {
+        reads += gs->r[i].reads;
+        if (gs->r[i].bad || gs->r[i].stable_miss)
+            fail_msg("seed %llu: reader %u: %llu wrong, %llu stable misses",
+                     (unsigned long long)test_seed, i,
+                     (unsigned long long)gs->r[i].bad,
+                     (unsigned long long)gs->r[i].stable_miss);
+    }
+    for (unsigned i = 0; i < GC_WRITERS; i++) {
+        ops += gs->w[i].ops;
+        if (gs->w[i].err)
+            fail_msg("seed %llu: writer %u: error %d",
+                     (unsigned long long)test_seed, i, gs->w[i].err);
+    }
+    print_message("grow concurrent (help %u): seed %llu, %llu buckets, %llu "
+                  "doublings, %llu steps, %llu writes, %llu reads\n",
+                  help, (unsigned long long)test_seed,
+                  (unsigned long long)htab_nbuckets(gs->h),
+                  (unsigned long long)htab_grows(gs->h),
+                  (unsigned long long)steps, (unsigned long long)ops,
+                  (unsigned long long)reads);
+    assert_true(htab_grows(gs->h) >= GC_DOUBLINGS);
+    assert_true(htab_nbuckets(gs->h) >= 64ull << GC_DOUBLINGS);
+    check_all(gs->h, &gs->st, gs->live, GC_NKEYS, "after the threads");
+    htab_retired_free(gs->h, htab_retired_take(gs->h));
+    check_all(gs->h, &gs->st, gs->live, GC_NKEYS, "old tables freed");
+    htab_destroy(gs->h);
+    free(gs->st.items);
+    free(gs);
+}
+
+static void
+test_grow_concurrent_driven(void **state)
+{
+    (void)state;
+    grow_concurrent(0);
+}
+
+static void
+test_grow_concurrent_helped(void **state)
+{
+    (void)state;
+    grow_concurrent(4);
+}
+
+/* A restart's load: an empty table takes the saved size. */
+static void
+test_resize_empty(void **state)
+{
+    struct fixture *f = *state;
+
+    assert_int_equal(htab_create(0, &f->h), 0);
+    assert_int_equal(htab_resize_empty(f->h, 1 << 12), 0);
+    assert_int_equal(htab_nbuckets(f->h), 1 << 12);
+    assert_int_equal(htab_resize_empty(f->h, 1000), -EINVAL);
+    assert_int_equal(htab_resize_empty(f->h, 1 << 12), 0);
+    uint64_t loc = fake_put(&f->st, 5);
+    uint64_t hash = craft_hash(9, 4000); /* bucket 4000 of 4096 */
+    assert_int_equal(insert(f->h, hash, loc), 0);
+    assert_int_equal(lookup(f->h, &f->st, hash, 5), loc);
+}
+
 int
 main(void)
 {
@@ -699,6 +1202,15 @@ main(void)
         cmocka_unit_test_setup_teardown(test_foreach, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_reader_writer, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_grow_stepwise, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grow_by_writers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grow_not_on_churn, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_grow_writer_holds_bucket, setup,
+                                        teardown),
+        cmocka_unit_test(test_grow_concurrent_driven),
+        cmocka_unit_test(test_grow_concurrent_helped),
+        cmocka_unit_test_setup_teardown(test_resize_empty, setup, teardown),
     };
 
     if (seed != NULL)

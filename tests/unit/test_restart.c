@@ -11,6 +11,7 @@
 
 #include "engine_fx.h"
 
+#include "src/engine/htab.h"
 #include "src/engine/item_layout.h"
 #include "src/engine/restart_layout.h"
 #include "src/engine/restart_save_layout.h"
@@ -619,6 +620,74 @@ test_parallel_scan(void **state)
     munmap(t, sizeof(*t));
 }
 
+/* Items for the index-size test: more than the first index holds (65,536
+ * items), and a count whose index, grown by doubling, would be half the
+ * size the restart gives it (66% full at 32,768 buckets, under the 70%
+ * that doubles it; sized with an eighth to spare, 65,536). */
+#define PRESIZE_ITEMS 130000u
+
+static void
+presize_work(struct fx *f, struct truth *t)
+{
+    (void)t;
+    char k[16];
+    for (unsigned i = 0; i < PRESIZE_ITEMS; i++) {
+        snprintf(k, sizeof(k), "p%07u", i);
+        assert_int_equal(tc_set(f->c, k, strlen(k), "v", 1, 0, 0), TC_OK);
+    }
+}
+
+static void
+assert_presized(struct tc_cache *c)
+{
+    struct tc_stats s = stats(c);
+    assert_int_equal(s.curr_items, PRESIZE_ITEMS);
+    assert_false(s.index_growing);
+    assert_int_equal(s.index_buckets,
+                     htab_buckets_for(PRESIZE_ITEMS + PRESIZE_ITEMS / 8));
+    assert_int_equal(tc_check(c), 0);
+}
+
+/* The scan inserts into an index already sized for what it will find:
+ * after a crash from the pool's pages, after a clean close from the count
+ * the close saved (and the saved header carries it). */
+static void
+test_index_presized(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+    char meta[224];
+
+    snprintf(meta, sizeof(meta), "%s.meta", f->path);
+    f->cfg.pool_size = 64 * MIB;
+    run_child(f, t, presize_work);
+    f->cfg.restart_file = meta;
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_RECOVERED);
+    assert_int_equal(info.items, PRESIZE_ITEMS);
+    assert_presized(f->c);
+    tc_close(f->c);
+    f->c = NULL;
+    struct restart_saved_hdr h;
+    int fd = open(meta, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+    close(fd);
+    assert_int_equal(h.version, RESTART_SAVED_VERSION);
+    assert_int_equal(h.items, PRESIZE_ITEMS);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_WARM);
+    assert_string_equal(info.reason, "with the saved state");
+    assert_presized(f->c);
+    tc_close(f->c);
+    f->c = NULL;
+    unlink(meta);
+    munmap(t, sizeof(*t));
+}
+
 /* --- the saved state (src/engine/restart_save.h) --- */
 
 static void
@@ -1078,6 +1147,7 @@ main(void)
         TC_TEST_NOOPEN(test_torn_dropped),
         TC_TEST_NOOPEN(test_cold_starts),
         TC_TEST_NOOPEN(test_parallel_scan),
+        TC_TEST_NOOPEN(test_index_presized),
         TC_TEST_NOOPEN(test_saved_index_warm),
         TC_TEST_NOOPEN(test_saved_state_cas),
         TC_TEST_NOOPEN(test_saved_index_damaged),
