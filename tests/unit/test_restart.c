@@ -648,6 +648,17 @@ assert_presized(struct tc_cache *c)
     assert_int_equal(tc_check(c), 0);
 }
 
+/* The saved-state path beside the fixture's pool. In a static buffer, not
+ * the test's stack: a failed assertion jumps to the teardown, whose close
+ * still writes to the cache's restart_file. */
+static const char *
+meta_path(const struct fx *f)
+{
+    static char buf[224];
+    snprintf(buf, sizeof(buf), "%s.meta", f->path);
+    return buf;
+}
+
 /* The scan inserts into an index already sized for what it will find:
  * after a crash from the pool's pages, after a clean close from the count
  * the close saved (and the saved header carries it). */
@@ -657,9 +668,8 @@ test_index_presized(void **state)
     struct fx *f = *state;
     struct truth *t = truth_new();
     struct tc_open_info info;
-    char meta[224];
+    const char *meta = meta_path(f);
 
-    snprintf(meta, sizeof(meta), "%s.meta", f->path);
     f->cfg.pool_size = 64 * MIB;
     run_child(f, t, presize_work);
     f->cfg.restart_file = meta;
@@ -690,11 +700,6 @@ test_index_presized(void **state)
 
 /* --- the saved state (src/engine/restart_save.h) --- */
 
-static void
-meta_path(const struct fx *f, char *buf, size_t n)
-{
-    snprintf(buf, n, "%s.meta", f->path);
-}
 
 /* The workload in this process, then a clean close that saves the
  * state. */
@@ -716,10 +721,9 @@ test_saved_index_warm(void **state)
     struct fx *f = *state;
     struct truth *t = truth_new();
     struct tc_open_info info;
-    char meta[224];
+    const char *meta = meta_path(f);
     unsigned nlive;
 
-    meta_path(f, meta, sizeof(meta));
     close_saved(f, t, meta);
     assert_int_equal(open_existing(f), 0);
     tc_open_info(f->c, &info);
@@ -765,10 +769,9 @@ static void
 test_saved_state_cas(void **state)
 {
     struct fx *f = *state;
-    char meta[224];
+    const char *meta = meta_path(f);
     uint64_t top = 0, cas = 0;
 
-    meta_path(f, meta, sizeof(meta));
     f->cfg.pool_size = 64 * MIB;
     f->cfg.restart_file = meta;
     assert_int_equal(fx_open(f), 0);
@@ -844,9 +847,8 @@ test_saved_index_damaged(void **state)
     struct fx *f = *state;
     void (*damage[])(const char *) = {damage_flip, damage_truncate,
                                       damage_header, damage_short};
-    char meta[224];
+    const char *meta = meta_path(f);
 
-    meta_path(f, meta, sizeof(meta));
     for (unsigned d = 0; d < sizeof(damage) / sizeof(damage[0]); d++) {
         struct truth *t = truth_new();
         struct tc_open_info info;
@@ -877,10 +879,10 @@ test_saved_index_consumed(void **state)
     struct fx *f = *state;
     struct truth *t = truth_new();
     struct tc_open_info info;
-    char meta[224], old[240];
+    const char *meta = meta_path(f);
+    char old[240];
     unsigned nlive;
 
-    meta_path(f, meta, sizeof(meta));
     snprintf(old, sizeof(old), "%s.old", meta);
     close_saved(f, t, meta);
     assert_int_equal(link(meta, old), 0); /* keep a copy */
@@ -937,10 +939,9 @@ test_saved_index_settings(void **state)
     struct fx *f = *state;
     struct truth *t = truth_new();
     struct tc_open_info info;
-    char meta[224];
+    const char *meta = meta_path(f);
     unsigned nlive;
 
-    meta_path(f, meta, sizeof(meta));
     close_saved(f, t, meta);
     f->cfg.expected_items = 1u << 20;
     assert_int_equal(open_existing(f), 0);
@@ -1036,10 +1037,9 @@ test_saved_index_hot_pool(void **state)
     struct fx *f = *state;
     struct truth *t = truth_new();
     struct tc_open_info info;
-    char meta[224];
+    const char *meta = meta_path(f);
     uint64_t cas[HOT_KEYS];
 
-    meta_path(f, meta, sizeof(meta));
     hot_cfg(f);
     f->cfg.restart_file = meta;
     assert_int_equal(fx_open(f), 0);
@@ -1084,10 +1084,10 @@ test_saved_index_hot_pool_full(void **state)
 {
     struct fx *f = *state;
     struct tc_open_info info;
-    char meta[224], k[32];
+    const char *meta = meta_path(f);
+    char k[32];
     uint64_t cas[HOT_KEYS];
 
-    meta_path(f, meta, sizeof(meta));
     hot_cfg(f);
     f->cfg.pool_size = 8 * MIB;
     f->cfg.evict = false;
