@@ -147,9 +147,9 @@ def test_stats_and_dump_after_sets(spawn):
     assert not any(k.startswith("hotspot_top_") for k in st)
     set_items(c, 1, vlen=10, prefix=b"z")
     st = stats_group(c, b"hotspot")
-    # header, key and value, then the commit word (4 bytes) stored last,
-    # and the replaced copy's commit word cleared (4 bytes)
-    assert int(st["hotspot_sampled_bytes"]) == 24 + 2 + 10 + 4 + 4
+    # header, key and value, then the commit word (8 bytes) stored last,
+    # and the replaced copy's commit word's CRC half cleared (4 bytes)
+    assert int(st["hotspot_sampled_bytes"]) == 24 + 2 + 10 + 8 + 4
 
 
 def test_sampling_option(spawn):

@@ -579,6 +579,12 @@ client_cas_work(struct fx *f, struct truth *t)
         TC_OK);
     assert_int_equal(t->cas[2], 5);
     assert_int_equal(t->cas[3], CAS_HI);
+    /* a plain set after it: a store sequence above 2^32, whose high half
+     * the header keeps apart from the commit word's low half */
+    assert_int_equal(
+        tc_store_ex(f->c, TC_SET, "above", 5, "v4", 2, 0, 0, NULL, &t->cas[4]),
+        TC_OK);
+    assert_true(t->cas[4] > CAS_HI);
 }
 
 static void
@@ -587,8 +593,8 @@ test_client_cas_survives(void **state)
     struct fx *f = *state;
     struct truth *t = truth_new();
     struct tc_open_info info;
-    static const char *const keys[] = {"plain", "flagged", "lo", "hi"};
-    static const uint32_t flags[] = {0, 9, 0, 7};
+    static const char *const keys[] = {"plain", "flagged", "lo", "hi", "above"};
+    static const uint32_t flags[] = {0, 9, 0, 7, 0};
     unsigned char buf[16];
     struct got g;
 
@@ -596,8 +602,8 @@ test_client_cas_survives(void **state)
     assert_int_equal(open_existing(f), 0);
     tc_open_info(f->c, &info);
     assert_int_equal(info.kind, TC_START_RECOVERED);
-    assert_int_equal(info.items, 4);
-    for (unsigned i = 0; i < 4; i++) {
+    assert_int_equal(info.items, 5);
+    for (unsigned i = 0; i < 5; i++) {
         assert_int_equal(get_cb(f->c, keys[i], &g, buf, sizeof(buf)), TC_OK);
         assert_int_equal(g.info.cas, t->cas[i]);
         assert_int_equal(g.info.flags, flags[i]);
@@ -608,8 +614,8 @@ test_client_cas_survives(void **state)
     uint64_t cas = 0;
     struct tc_store_opts o = {.cas_in = 5};
     assert_int_equal(
-        tc_store_ex(f->c, TC_CAS, "lo", 2, "v4", 2, 0, 0, &o, &cas), TC_OK);
-    assert_true(cas > CAS_HI);
+        tc_store_ex(f->c, TC_CAS, "lo", 2, "v5", 2, 0, 0, &o, &cas), TC_OK);
+    assert_true(cas > t->cas[4]);
     assert_int_equal(tc_check(f->c), 0);
     munmap(t, sizeof(*t));
 }
