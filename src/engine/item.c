@@ -73,27 +73,25 @@ commit_word_of(uint64_t seq, uint32_t crc)
 
 /* Header, key and opt as they go to PMEM (the commit word's CRC half 0, its
  * sequence half set), staged at buf (room for header, key and ITEM_OPT_MAX
- * bytes): kind and nchain given, the rest from d, whose first 12 bytes are
+ * bytes): kind and nchain given, the rest from d, whose first 8 bytes are
  * laid out as the header's. Returns the bytes staged. Both opt fields are
  * stored whether present or not, the next write overwriting an absent one:
  * no branch. */
 _Static_assert(offsetof(struct item_desc, vlen) ==
-                       offsetof(struct item_hdr, vlen) &&
-                   offsetof(struct item_desc, exptime) ==
-                       offsetof(struct item_hdr, exptime),
+                   offsetof(struct item_hdr, vlen),
                "item_desc starts laid out as item_hdr");
 static inline uint32_t
 stage_hko(char *buf, const struct item_desc *d, uint8_t kind, uint8_t nchain,
           const void *key)
 {
-    uint32_t hi = (uint32_t)(d->seq >> 32),
-             at = (uint32_t)sizeof(struct item_hdr) + d->klen;
-    uint64_t w = commit_word_of(d->seq, 0);
-    memcpy(buf, d, offsetof(struct item_hdr, seq_hi));
+    uint32_t zero = 0, at = (uint32_t)sizeof(struct item_hdr) + d->klen;
+    memcpy(buf, d, ITEM_COMMIT_OFFSET);
     buf[offsetof(struct item_hdr, kind)] = (char)kind;
     buf[offsetof(struct item_hdr, nchain)] = (char)nchain;
-    memcpy(buf + offsetof(struct item_hdr, seq_hi), &hi, sizeof(hi));
-    memcpy(buf + ITEM_COMMIT_OFFSET, &w, sizeof(w));
+    memcpy(buf + ITEM_COMMIT_OFFSET, &zero, sizeof(zero));
+    memcpy(buf + offsetof(struct item_hdr, seq_lo), &d->seq, sizeof(d->seq));
+    memcpy(buf + offsetof(struct item_hdr, exptime), &d->exptime,
+           sizeof(d->exptime));
     memcpy(buf + sizeof(struct item_hdr), key, d->klen);
     memcpy(buf + at, &d->flags, sizeof(d->flags));
     at += (uint32_t)(d->iflags & ITEM_HAS_FLAGS) * 2u;
@@ -206,14 +204,13 @@ commit_store(char *head, uint32_t word, uint64_t seq, bool pending)
     return word;
 }
 
+/* The sequence half is in place since the write: only the CRC half moves,
+ * so the half readers load (item_seq) is never written after publication. */
 bool
 item_commit_copy(char *base, uint64_t off, uint32_t word)
 {
-    const struct item_hdr *it = item_at(base, off);
-    uint64_t seq = __atomic_load_n(&it->seq_lo, __ATOMIC_RELAXED);
-    return pm_cas64((uint64_t *)(base + off + ITEM_COMMIT_OFFSET),
-                    commit_word_of(seq, ITEM_COMMIT_PENDING),
-                    commit_word_of(seq, word));
+    return pm_cas32((uint32_t *)(base + off + ITEM_COMMIT_OFFSET),
+                    ITEM_COMMIT_PENDING, word);
 }
 
 void

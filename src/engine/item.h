@@ -96,15 +96,18 @@ item_flags(const struct item_hdr *it)
     return v;
 }
 
-/* The store sequence: high half, and the low half the commit word holds
- * from the item's write on (also while it is pending, and after an
- * invalidation, which clears only the CRC half: a reader that found the
- * item before it was replaced still reads its CAS). */
+/* The store sequence: the low half the commit word holds from the item's
+ * write on (also while it is pending, and after an invalidation, which
+ * clears only the CRC half: a reader that found the item before it was
+ * replaced still reads its CAS) and the high half after it, in one load. */
 static inline uint64_t
 item_seq(const struct item_hdr *it)
 {
-    return (uint64_t)it->seq_hi << 32 |
-           __atomic_load_n(&it->seq_lo, __ATOMIC_RELAXED);
+    uint64_t v;
+    __builtin_memcpy(
+        &v, (const char *)it + __builtin_offsetof(struct item_hdr, seq_lo),
+        sizeof(v));
+    return v;
 }
 
 /* The CAS: the store sequence unless opt holds one. */
@@ -206,12 +209,12 @@ uint32_t item_write(char *base, uint64_t off, const struct item_plan *plan,
 
 /* Commit a copy written pending and published since: its commit word goes
  * from seq_lo << 32 | ITEM_COMMIT_PENDING to seq_lo << 32 | word (word:
- * what item_write returned) in one 8-byte compare-and-swap, which fails,
- * leaving the crc half 0, when a writer that replaced or removed the copy
- * in the index meanwhile has invalidated it (item_layout.h). Whether it
- * committed. Call inside the RCU read section the publication was done in
- * (the chunk is not reused under it). PMEM: one pm_cas64; no lock may be
- * held. */
+ * what item_write returned) by one 4-byte compare-and-swap of the CRC half,
+ * which fails, leaving it 0, when a writer that replaced or removed the
+ * copy in the index meanwhile has invalidated it (item_layout.h). Whether
+ * it committed. Call inside the RCU read section the publication was done
+ * in (the chunk is not reused under it). PMEM: one pm_cas32; no lock may
+ * be held. */
 bool item_commit_copy(char *base, uint64_t off, uint32_t word);
 
 /* The CRC half of the commit word an item with this header, key (and opt

@@ -17,7 +17,7 @@
  * plain set stores no CAS of its own. Copies (a page move, a demotion from
  * the DRAM hot pool, a recache, a flash header) keep seq, opt and with them
  * the CAS. The base header is 24 bytes (kind, klen, nchain, iflags; vlen;
- * exptime; seq_hi; the 8-byte commit word, seq_lo over the CRC): a
+ * the 8-byte commit word, seq_lo over the CRC; seq_hi; exptime): a
  * 100-byte value with a 16-byte key is 140 bytes, a 144-byte chunk.
  *
  * A chained item (larger than the largest slab chunk) keeps its value in
@@ -39,18 +39,19 @@
  *   commit word, after header, key, opt, tail list, tails and value are in
  *   place and fenced (pm_fence: pmem_memcpy may use non-temporal stores). A
  *   chunk whose commit word's CRC half is 0 holds nothing a scan may keep.
- * - commit word = seq_lo << 32 | crc, the header's last 8 bytes (crc the
+ * - commit word = seq_lo << 32 | crc, the header's bytes 8-15 (crc the
  *   low half, at ITEM_COMMIT_OFFSET, as the field commit; seq_lo the high
- *   half). crc is the CRC32C (tier/nvs's nvs_crc32c, the one the flash
- *   records use) over the 24-byte header with exptime and the crc half
- *   read as 0 (so kind, klen, nchain, iflags, vlen, seq_hi and seq_lo
- *   count), then the key and opt, then the tail list of a chained item or
- *   the locator of a flash item: a set checksums its DRAM staging copy of
- *   header, key and opt in one pass. A CRC of 0 or ITEM_COMMIT_PENDING is
- *   stored as 1 or ITEM_COMMIT_PENDING - 1. exptime is left out: touch/gat
- *   change it in place with one 4-byte store. seq (seq_hi << 32 | seq_lo)
- *   is the 64-bit store sequence (c->cas_seq, taken once per write, also
- *   for a client-chosen CAS; a page move's copy and a recache keep their
+ *   half, seq_hi right after it, so the sequence is one 8-byte load). crc
+ *   is the CRC32C (tier/nvs's nvs_crc32c, the one the flash records use)
+ *   over the 24-byte header with exptime and the crc half read as 0 (so
+ *   kind, klen, nchain, iflags, vlen, seq_lo and seq_hi count), then the
+ *   key and opt, then the tail list of a chained item or the locator of a
+ *   flash item: a set checksums its DRAM staging copy of header, key and
+ *   opt in one pass. A CRC of 0 or ITEM_COMMIT_PENDING is stored as 1 or
+ *   ITEM_COMMIT_PENDING - 1. exptime is left out: touch/gat change it in
+ *   place with one 4-byte store. seq (seq_hi << 32 | seq_lo) is the 64-bit
+ *   store sequence (c->cas_seq, taken once per write, also for a
+ *   client-chosen CAS; a page move's copy and a recache keep their
  *   source's, so that they never outrank a set that raced them): of two
  *   committed copies of one key the one with the larger seq wins. Two
  *   copies are both committed only between the publication of the newer
@@ -58,9 +59,11 @@
  *   answers.
  * - seq_lo is in place from the item's write on, whatever its state: a
  *   copy written pending holds seq_lo << 32 | ITEM_COMMIT_PENDING, and its
- *   commit changes only the crc half; an invalidation stores 0 in the crc
- *   half only. So a reader that found an item in the index (pending, or
- *   replaced and invalidated since) always reads its CAS from the header.
+ *   commit changes only the crc half (a 4-byte compare-and-swap); an
+ *   invalidation stores 0 in the crc half only. So seq_lo never changes
+ *   once the item is published, and a reader that found an item in the
+ *   index (pending, or replaced and invalidated since) always reads its
+ *   CAS from the header.
  * - The value is NOT checksummed. A process crash cannot tear it: it is
  *   written and fenced before the commit store, and the kernel keeps the
  *   file's pages. Power loss on real PMEM is the durability level that
@@ -69,8 +72,8 @@
  *   over) to catch only media errors, which PMEM reports as machine checks.
  * - Anything that must not come back has its commit word's crc half set to
  *   0 (one 4-byte store on the item's own line, outside every lock; the
- *   seq_lo half stays) before the
- *   operation that removed it answers, or before its chunk is reused:
+ *   seq_lo half stays) before the operation that removed it answers, or
+ *   before its chunk is reused:
  *   the old copy of a replaced item, a deleted one, an evicted, swept or
  *   reaped one, an unpublished one (a failed add), the source of a move.
  *   Copies in the DRAM hot pool have the same header with crc 0 (seq_hi
@@ -80,12 +83,12 @@
  *   from the DRAM hot pool, a page move) is written with commit word
  *   seq_lo << 32 | ITEM_COMMIT_PENDING (a scan keeps nothing of it),
  *   published (the index switched to it under the bucket lock), and only
- *   then committed, by an 8-byte compare-and-swap from that word to
- *   seq_lo << 32 | crc, in the RCU read section of
- *   its publication. A writer that replaces or removes it invalidates it
- *   before answering like any item, so the swap fails, or its 0 comes after:
- *   after the writer's answer the copy is never valid, even when the writer
- *   left no newer copy in PMEM (a DRAM hot-pool item, a delete). A page
+ *   then committed, by a 4-byte compare-and-swap of the crc half from
+ *   ITEM_COMMIT_PENDING to crc (the word becomes seq_lo << 32 | crc), in
+ *   the RCU read section of its publication. A writer that replaces or removes
+ * it invalidates it before answering like any item, so the swap fails, or its 0
+ * comes after: after the writer's answer the copy is never valid, even when the
+ * writer left no newer copy in PMEM (a DRAM hot-pool item, a delete). A page
  *   move also invalidates its source before the publication: after it, a
  *   writer replaces the copy, never the source. A crash in between loses
  *   the key (a miss), never brings back an older value.
@@ -110,20 +113,20 @@
 #define ITEM_HAS_CAS 0x04   /* opt holds a CAS other than seq */
 
 struct item_hdr {
-    uint8_t kind;     /* ITEM_KIND_HEAD or ITEM_KIND_FLASH */
-    uint8_t klen;     /* 1..250 */
-    uint8_t nchain;   /* tail chunks, 0 for a plain item */
-    uint8_t iflags;   /* ITEM_STALE, ITEM_HAS_FLAGS, ITEM_HAS_CAS */
-    uint32_t vlen;    /* value bytes */
-    uint32_t exptime; /* absolute unix seconds, 0 = never */
-    uint32_t seq_hi;  /* store sequence, high half */
+    uint8_t kind;   /* ITEM_KIND_HEAD or ITEM_KIND_FLASH */
+    uint8_t klen;   /* 1..250 */
+    uint8_t nchain; /* tail chunks, 0 for a plain item */
+    uint8_t iflags; /* ITEM_STALE, ITEM_HAS_FLAGS, ITEM_HAS_CAS */
+    uint32_t vlen;  /* value bytes */
     /* the commit word, 8 bytes written last: seq_lo << 32 | commit */
-    uint32_t commit; /* CRC32C; 0: not an item; ITEM_COMMIT_PENDING */
-    uint32_t seq_lo; /* store sequence, low half; the CAS unless HAS_CAS */
+    uint32_t commit;  /* CRC32C; 0: not an item; ITEM_COMMIT_PENDING */
+    uint32_t seq_lo;  /* store sequence, low half; the CAS unless HAS_CAS */
+    uint32_t seq_hi;  /* store sequence, high half (seq_lo's neighbour) */
+    uint32_t exptime; /* absolute unix seconds, 0 = never */
 };
 
 /* The 8-byte commit word: commit (low half) and seq_lo (high half). */
-#define ITEM_COMMIT_OFFSET 16
+#define ITEM_COMMIT_OFFSET 8
 
 /* The CRC half of a copy written and not yet committed (no CRC is stored
  * as this value, item.c) */
@@ -145,7 +148,11 @@ _Static_assert(__builtin_offsetof(struct item_hdr, commit) ==
                    __builtin_offsetof(struct item_hdr, seq_lo) ==
                        ITEM_COMMIT_OFFSET + 4 &&
                    ITEM_COMMIT_OFFSET % 8 == 0,
-               "the commit word is the header's last 8 bytes, aligned, "
-               "its CRC half first (little-endian: the low half)");
+               "the commit word is 8 aligned bytes, its CRC half first "
+               "(little-endian: the low half)");
+_Static_assert(__builtin_offsetof(struct item_hdr, seq_hi) ==
+                       __builtin_offsetof(struct item_hdr, seq_lo) + 4 &&
+                   __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "seq_lo and seq_hi read as one little-endian uint64");
 _Static_assert(sizeof(struct item_tail) == TC_ITEM_TAIL_HEADER_SIZE,
                "tail header is the size the API states");
