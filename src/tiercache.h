@@ -48,9 +48,11 @@ extern "C" {
 /* An exptime up to this many seconds (30 days) is relative to now, a larger
  * one an absolute unix time: memcached's rule. */
 #define TC_EXPTIME_RELATIVE_MAX 2592000
-/* The engine's per-item header, counted with the key and the value against
- * item_size_max (as memcached counts its own item header). */
-#define TC_ITEM_HEADER_SIZE 32
+/* The engine's per-item base header, counted with the key and the value
+ * against item_size_max (as memcached counts its own item header). Client
+ * flags other than 0 and a CAS the client chose take up to 12 bytes more,
+ * not counted against item_size_max (src/engine/item_layout.h). */
+#define TC_ITEM_HEADER_SIZE 24
 /* An item larger than the largest chunk is chained: its value continues in
  * at most TC_ITEM_MAX_TAILS tail chunks, each starting with a header of
  * TC_ITEM_TAIL_HEADER_SIZE bytes, so item_size_max stays below

@@ -143,6 +143,18 @@ pm_store64(uint64_t *pmem_dst, uint64_t v)
 }
 
 bool
+pm_cas32(uint32_t *pmem_dst, uint32_t expect, uint32_t v)
+{
+    pm_check_unlocked();
+    assert(((uintptr_t)pmem_dst & (sizeof(v) - 1)) == 0);
+    /* Relaxed: as in pm_store32(); the caller orders what it guards. */
+    bool ok = __atomic_compare_exchange_n(pmem_dst, &expect, v, false,
+                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    pm_note_write(pmem_dst, sizeof(v));
+    return ok;
+}
+
+bool
 pm_cas64(uint64_t *pmem_dst, uint64_t expect, uint64_t v)
 {
     pm_check_unlocked();

@@ -29,6 +29,7 @@ void pm_store64(uint64_t *pmem_dst, uint64_t v); /* one atomic 8-byte store */
  * expect; whether it did. Counted as a write either way (the line is taken
  * for writing). */
 bool pm_cas64(uint64_t *pmem_dst, uint64_t expect, uint64_t v);
+bool pm_cas32(uint32_t *pmem_dst, uint32_t expect, uint32_t v); /* 4 bytes */
 
 /* Order every earlier helper write (including non-temporal stores) before
  * later stores: called once per item, before the index publishes it. */

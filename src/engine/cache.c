@@ -364,23 +364,40 @@ class_add(struct cache_thread *t, uint64_t off, int sign)
     return cls;
 }
 
+/* cache_item_bytes(), inline for cache_account(), every store's path. */
+static inline __attribute__((always_inline)) uint64_t
+item_bytes(const struct cache *c, const struct item_hdr *it)
+{
+    struct item_plan plan;
+    /* one chunk (most items): item_plan's total without the call */
+    uint64_t plain = item_hko_size(it->klen, it->iflags) + (uint64_t)it->vlen;
+    if (unlikely(it->kind == ITEM_KIND_FLASH))
+        return item_flash_size(it->klen, it->iflags);
+    if (plain <= c->chunk_max)
+        return plain;
+    item_plan(it->klen, it->iflags, it->vlen, c->chunk_max, &plan);
+    return plan.total;
+}
+
 unsigned
 cache_account(struct cache_thread *t, uint64_t head, int sign)
 {
     struct cache *c = t->cache;
     const struct item_hdr *it = cache_item_at(c, head);
-    const uint64_t *tails = item_tails(it);
 
     cache_stat_add(t, ST_CURR_ITEMS, sign);
-    cache_stat_add(t, ST_BYTES, sign * (int64_t)cache_item_bytes(c, it));
+    cache_stat_add(t, ST_BYTES, sign * (int64_t)item_bytes(c, it));
     if (it->kind == ITEM_KIND_FLASH) {
         cache_stat_add(t, ST_EXT_ITEMS, sign);
         cache_stat_add(t, ST_EXT_BYTES, sign * (int64_t)it->vlen);
         return class_add(t, head, sign);
     }
     unsigned cls = class_add(t, head, sign);
-    for (unsigned i = 0; i < it->nchain; i++)
-        class_add(t, tails[i], sign);
+    if (unlikely(it->nchain)) {
+        const uint64_t *tails = item_tails(it);
+        for (unsigned i = 0; i < it->nchain; i++)
+            class_add(t, tails[i], sign);
+    }
     return cls;
 }
 
@@ -456,15 +473,7 @@ cache_flash_dead(const struct cache *c, const struct item_hdr *it)
 uint64_t
 cache_item_bytes(const struct cache *c, const struct item_hdr *it)
 {
-    struct item_plan plan;
-    if (it->kind == ITEM_KIND_FLASH)
-        return item_flash_size(it->klen);
-    /* one chunk (most items): item_plan's total without the call */
-    uint64_t plain = sizeof(struct item_hdr) + it->klen + (uint64_t)it->vlen;
-    if (plain <= c->chunk_max)
-        return plain;
-    item_plan(it->klen, it->vlen, c->chunk_max, &plan);
-    return plan.total;
+    return item_bytes(c, it);
 }
 
 /* --- item memory --- */
@@ -981,7 +990,7 @@ check_entry(void *arg, uint64_t loc)
         const struct nvs_loc *nl = item_flash_loc(it);
         uint32_t size = slab_chunk_size(c->slab, slab_class_of(c->slab, off));
         if (!c->nvs || nl->vlen != it->vlen || it->nchain ||
-            item_flash_size(it->klen) > size) {
+            item_flash_size(it->klen, it->iflags) > size) {
             err_set("flash item at offset %llu is inconsistent (value %u "
                     "bytes, locator %u, chunk %u)",
                     (unsigned long long)off, it->vlen, nl->vlen, size);

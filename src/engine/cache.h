@@ -610,15 +610,16 @@ cache_item_dead(const struct cache *c, const struct item_hdr *it, uint32_t now)
     if (exp != 0 && exp <= now)
         return CACHE_EXPIRED;
     /* acquire pairs with the release store in cache_flush_check/flush_all */
-    if (it->cas <= atomic_load_explicit(&c->flush_cas, memory_order_acquire))
+    if (item_seq(it) <=
+        atomic_load_explicit(&c->flush_cas, memory_order_acquire))
         return CACHE_FLUSHED;
     if (unlikely(it->kind == ITEM_KIND_FLASH))
         return cache_flash_dead(c, it);
     return CACHE_LIVE;
 }
 
-/* The next store sequence (item_layout.h's commit word): one per item
- * written, whatever CAS it carries. */
+/* The next store sequence (item_layout.h's seq): one per item written,
+ * whatever CAS it carries. */
 static inline uint64_t
 cache_seq_next(struct cache *c)
 {

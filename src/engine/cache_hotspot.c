@@ -38,10 +38,10 @@ meta_len(const char *chunk)
     if (it->kind == ITEM_KIND_TAIL)
         return sizeof(struct item_tail);
     if (it->kind == ITEM_KIND_FLASH) /* header, key and locator: no value */
-        return item_flash_size(it->klen);
+        return item_flash_size(it->klen, it->iflags);
     if (it->kind != ITEM_KIND_HEAD)
         return sizeof(struct item_hdr);
-    uint64_t len = sizeof(struct item_hdr) + it->klen;
+    uint64_t len = item_hko_size(it->klen, it->iflags);
     if (it->nchain)
         len = ALIGN_UP(len, 8ull) + 8ull * it->nchain;
     return len;

@@ -356,21 +356,22 @@ thread_init(struct cache_thread *t)
  */
 static int
 swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
-               const struct item_hdr *hdr, const void *key,
+               const struct item_desc *hdr, const void *key,
                const struct nvs_loc *nl, bool may_evict, uint64_t *out)
 {
     struct cache *c = t->cache;
-    struct item_plan plan = {.head_size = item_flash_size(hdr->klen)};
+    struct item_plan plan = {.head_size =
+                                 item_flash_size(hdr->klen, hdr->iflags)};
     int cls = slab_class_for(c->slab, plan.head_size);
     uint64_t off;
-    /* The new header keeps the old item's store sequence, as a page move's
-     * copy does: a set of this key that took its sequence before this swap
-     * and publishes after it must win over the copy after a crash
-     * (item_layout.h). 0: the old item is already invalidated. */
-    uint32_t seq = item_commit_seq(
-        __atomic_load_n(&item_at(c->base, old)->commit, __ATOMIC_RELAXED));
 
-    if (seq == 0)
+    /* The new header keeps the old item's store sequence (hdr->seq, a
+     * snapshot of it), as a page move's copy does: a set of this key that
+     * took its sequence before this swap and publishes after it must win
+     * over the copy after a crash (item_layout.h). Not committed: the old
+     * item is already invalidated. */
+    if (!item_committed(
+            __atomic_load_n(&item_at(c->base, old)->commit, __ATOMIC_RELAXED)))
         return -EAGAIN;
     if (cls < 0)
         return -ENOSPC;
@@ -385,8 +386,7 @@ swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
         return -ENOSPC;
     }
     /* PMEM: the header is written before it is visible, no lock held */
-    uint64_t word =
-        item_write_flash(c->base, off, hdr, key, nl, seq | ITEM_SEQ_PENDING);
+    uint32_t word = item_write_flash(c->base, off, hdr, key, nl, true);
     pm_fence();
     slab_reset_bits(c->slab, off);
     cache_account(t, off, 1);
@@ -468,7 +468,7 @@ static bool
 spill_hook(struct cache_thread *t, uint64_t head, uint64_t hash)
 {
     struct cache *c = t->cache;
-    struct item_hdr hdr;
+    struct item_desc hdr;
     char key[TC_KEY_MAX];
     struct nvs_loc nl;
     uint64_t off;
@@ -485,8 +485,8 @@ spill_hook(struct cache_thread *t, uint64_t head, uint64_t hash)
     if (hdr.kind == ITEM_KIND_HEAD && hdr.vlen >= c->cfg.ext_item_size &&
         ext_old_enough(c, head) && hdr.klen > 0 && hdr.klen <= TC_KEY_MAX &&
         cls != SLAB_NO_CLASS &&
-        (hdr.nchain ||
-         item_flash_size(hdr.klen) < slab_chunk_size(c->slab, cls))) {
+        (hdr.nchain || item_flash_size(hdr.klen, hdr.iflags) <
+                           slab_chunk_size(c->slab, cls))) {
         memcpy(key, item_key(it), hdr.klen);
         struct cache_key k = {c, key, hdr.klen};
         /* only the item the index holds: inside this section its chunks
@@ -581,7 +581,7 @@ compact_moved(void *arg, const void *key, uint8_t klen,
     struct cache_thread *t = arg;
     struct cache *c = t->cache;
     uint64_t hash = cache_hash(c, key, klen), off;
-    struct item_hdr hdr;
+    struct item_desc hdr;
 
     cache_read_lock();
     uint64_t loc = find_header_rcu(c, key, klen, old, hash);

@@ -17,6 +17,7 @@
 struct cache;
 struct cache_thread;
 struct item_hdr;
+struct item_desc;
 
 /* Copy a flash item's value (read by the tier) back into the pool in place
  * of its header at index location expect, keeping its CAS, flags and
@@ -24,7 +25,7 @@ struct item_hdr;
  * path's store_recache (src/engine/store.h), handed to ext_open so that
  * the tier does not call back into the file that calls it. */
 typedef int ext_recache_fn(struct cache_thread *t, const void *key,
-                           uint32_t klen, const struct item_hdr *hdr,
+                           uint32_t klen, const struct item_desc *hdr,
                            uint64_t expect, const void *val);
 
 /* Open the store named by c->cfg.ext_* and hang the tier off c (c->ext,

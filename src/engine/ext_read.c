@@ -275,7 +275,7 @@ recache_maybe(struct cache_thread *t, const void *key, uint32_t klen,
     }
     if (!due)
         return;
-    struct item_hdr hdr = {
+    struct item_desc hdr = {
         .klen = (uint8_t)klen,
         .iflags = h->info.stale ? ITEM_STALE : 0,
         .vlen = h->info.vlen,

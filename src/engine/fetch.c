@@ -101,9 +101,9 @@ describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
     out->fetched = seen.fetched;
     out->win = win_state(c, it, off, o, now, seen.claimed, out->exptime_before);
     out->last_access = seen.age;
-    out->flags = it->flags;
+    out->flags = item_flags(it);
     out->exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
-    out->cas = it->cas;
+    out->cas = item_cas(it);
     out->vlen = it->vlen;
     out->stale = it->iflags & ITEM_STALE;
     out->slab_class = seen.cls;
@@ -517,10 +517,10 @@ walk_entry(void *arg, uint64_t loc)
     struct tc_walk_item v = {
         .key = item_key(it),
         .klen = it->klen,
-        .flags = it->flags,
+        .flags = item_flags(it),
         .exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED),
         .last_access = cache_atime_age(c, off, w->now),
-        .cas = it->cas,
+        .cas = item_cas(it),
         .vlen = it->vlen,
         .size = (uint32_t)(TC_ITEM_HEADER_SIZE + it->klen + (uint64_t)it->vlen),
         .slab_class = (uint8_t)cache_class_of(c, off),

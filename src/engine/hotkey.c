@@ -333,18 +333,32 @@ hotkey_place(struct cache_thread *t, uint64_t hash, const void *key,
 
 void
 hotkey_write(uint64_t head, const struct item_plan *plan,
-             const struct item_hdr *hdr, const void *key,
+             const struct item_desc *hdr, const void *key,
              const struct item_src *val)
 {
     char *p = cache_dram_ptr(head);
-    struct item_hdr h = *hdr;
+    struct item_hdr h = {
+        .kind = ITEM_KIND_HEAD,
+        .klen = hdr->klen,
+        .iflags = hdr->iflags,
+        .vlen = hdr->vlen,
+        .exptime = hdr->exptime,
+        .seq_hi = (uint32_t)(hdr->seq >> 32),
+        .seq_lo = (uint32_t)hdr->seq, /* no CRC: a DRAM copy commits nowhere */
+    };
     size_t at = sizeof(h) + h.klen;
 
     (void)plan;
-    h.kind = ITEM_KIND_HEAD;
-    h.nchain = 0;
     memcpy(p, &h, sizeof(h));
     memcpy(p + sizeof(h), key, h.klen);
+    if (h.iflags & ITEM_HAS_FLAGS) {
+        memcpy(p + at, &hdr->flags, sizeof(hdr->flags));
+        at += sizeof(hdr->flags);
+    }
+    if (h.iflags & ITEM_HAS_CAS) {
+        memcpy(p + at, &hdr->cas, sizeof(hdr->cas));
+        at += sizeof(hdr->cas);
+    }
     for (int i = 0; i < val->niov; i++) {
         if (!val->iov[i].iov_len)
             continue; /* an empty value may come as {NULL, 0} */
@@ -525,7 +539,7 @@ demote(struct cache_thread *t, const struct cand *cd)
     struct cache *c = t->cache;
     struct cache_key k = {c, cd->key, cd->klen};
     uint64_t loc = cache_loc(cd->off), head, tails[ITEM_MAX_TAILS];
-    struct item_hdr hdr;
+    struct item_desc hdr;
     struct item_plan plan;
     bool moved = false;
 
@@ -536,7 +550,7 @@ demote(struct cache_thread *t, const struct cand *cd)
     cache_read_unlock();
     if (!same)
         return; /* replaced or removed meanwhile */
-    item_plan(hdr.klen, hdr.vlen, c->chunk_max, &plan);
+    item_plan(hdr.klen, hdr.iflags, hdr.vlen, c->chunk_max, &plan);
     if (reclaim_alloc_item(t, &plan, &head, tails) != 0)
         return; /* no PMEM: it stays in DRAM until the next tick */
 
@@ -553,10 +567,12 @@ demote(struct cache_thread *t, const struct cand *cd)
          * once published (item_layout.h): a set of the key that replaces
          * the DRAM item first makes the switch below fail, one that
          * replaces the copy after it invalidates the copy before it
-         * answers, and the commit then fails */
-        uint64_t word =
-            item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src,
-                       cache_seq_next(c) | ITEM_SEQ_PENDING);
+         * answers, and the commit then fails. The copy keeps the DRAM
+         * item's sequence, and with it the CAS (item_layout.h): newer
+         * than the PMEM item the DRAM one replaced, older than a set that
+         * replaces it */
+        uint32_t word = item_write(c->base, head, &plan, tails, &hdr,
+                                   item_key(it), &src, true);
         pm_fence();
         TC_CRASH_POINT("hot.demote");
         slab_reset_bits(c->slab, head);

@@ -45,7 +45,7 @@ int hotkey_place(struct cache_thread *t, uint64_t hash, const void *key,
                  uint32_t klen, const struct item_plan *plan, uint64_t *head);
 /* Write a plain item into its DRAM block (the DRAM twin of item_write). */
 void hotkey_write(uint64_t head, const struct item_plan *plan,
-                  const struct item_hdr *hdr, const void *key,
+                  const struct item_desc *hdr, const void *key,
                   const struct item_src *val);
 /* A store replaced old (0: none) by head: promotion, demotion and bytes
  * saved counters. */

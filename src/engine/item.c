@@ -15,10 +15,11 @@
 #define ITEM_STAGE_MAX 512
 
 void
-item_plan(uint32_t klen, uint64_t vlen, uint32_t chunk_max,
+item_plan(uint32_t klen, uint8_t iflags, uint64_t vlen, uint32_t chunk_max,
           struct item_plan *out)
 {
-    uint64_t plain = sizeof(struct item_hdr) + klen + vlen;
+    uint32_t hko = item_hko_size(klen, iflags);
+    uint64_t plain = hko + vlen;
 
     memset(out, 0, sizeof(*out));
     if (plain <= chunk_max) {
@@ -29,8 +30,7 @@ item_plan(uint32_t klen, uint64_t vlen, uint32_t chunk_max,
     out->tail_room = chunk_max - (uint32_t)sizeof(struct item_tail);
     uint64_t n = (vlen + out->tail_room - 1) / out->tail_room;
     out->nchain = (uint8_t)MIN(n, (uint64_t)ITEM_MAX_TAILS);
-    out->head_size = (uint32_t)(ALIGN_UP(sizeof(struct item_hdr) + klen, 8u) +
-                                8 * out->nchain);
+    out->head_size = (uint32_t)(ALIGN_UP(hko, 8u) + 8 * out->nchain);
     out->last_size =
         (uint32_t)(sizeof(struct item_tail) + vlen - (n - 1) * out->tail_room);
     out->total = out->head_size + n * sizeof(struct item_tail) + vlen;
@@ -63,6 +63,43 @@ stream_copy(char *dst, struct stream *s, size_t n)
     }
 }
 
+/* The 8-byte commit word an item's header holds: its sequence's low half
+ * over the CRC half (item_layout.h). */
+static inline uint64_t
+commit_word_of(uint64_t seq, uint32_t crc)
+{
+    return (uint64_t)(uint32_t)seq << 32 | crc;
+}
+
+/* Header, key and opt as they go to PMEM (the commit word's CRC half 0, its
+ * sequence half set), staged at buf (room for header, key and ITEM_OPT_MAX
+ * bytes): kind and nchain given, the rest from d, whose first 8 bytes are
+ * laid out as the header's. Returns the bytes staged. Both opt fields are
+ * stored whether present or not, the next write overwriting an absent one:
+ * no branch. */
+_Static_assert(offsetof(struct item_desc, vlen) ==
+                   offsetof(struct item_hdr, vlen),
+               "item_desc starts laid out as item_hdr");
+static inline uint32_t
+stage_hko(char *buf, const struct item_desc *d, uint8_t kind, uint8_t nchain,
+          const void *key)
+{
+    uint32_t zero = 0, at = (uint32_t)sizeof(struct item_hdr) + d->klen;
+    memcpy(buf, d, ITEM_COMMIT_OFFSET);
+    buf[offsetof(struct item_hdr, kind)] = (char)kind;
+    buf[offsetof(struct item_hdr, nchain)] = (char)nchain;
+    memcpy(buf + ITEM_COMMIT_OFFSET, &zero, sizeof(zero));
+    memcpy(buf + offsetof(struct item_hdr, seq_lo), &d->seq, sizeof(d->seq));
+    memcpy(buf + offsetof(struct item_hdr, exptime), &d->exptime,
+           sizeof(d->exptime));
+    memcpy(buf + sizeof(struct item_hdr), key, d->klen);
+    memcpy(buf + at, &d->flags, sizeof(d->flags));
+    at += (uint32_t)(d->iflags & ITEM_HAS_FLAGS) * 2u;
+    memcpy(buf + at, &d->cas, sizeof(d->cas));
+    at += (uint32_t)(d->iflags & ITEM_HAS_CAS) * 2u;
+    return at;
+}
+
 #if defined(__x86_64__)
 /* The header's 8-byte words, and the one exptime sits in. */
 #define HDR_WORDS (sizeof(struct item_hdr) / 8)
@@ -73,11 +110,11 @@ _Static_assert(offsetof(struct item_hdr, exptime) % 8 <= 4,
                "exptime inside one word");
 
 /* CRC32C (the value nvs_crc32c gives) of a staged header, its exptime
- * read as 0, and its key, with the SSE4.2 instruction inline: the header
- * in whole words, no call, no alignment loop and no exptime store and
- * restore (some 40 instructions a set against nvs_crc32c, cachegrind). */
+ * read as 0, then the len - header bytes after it (key and opt), with the
+ * SSE4.2 instruction inline: the header in whole words, no call, no
+ * alignment loop and no exptime store and restore. */
 __attribute__((target("sse4.2"))) static uint32_t
-staged_crc_hw(const char *staged, uint8_t klen)
+staged_crc_hw(const char *staged, uint32_t len)
 {
     uint64_t c = 0xffffffffu, w;
     for (unsigned i = 0; i < HDR_WORDS; i++) {
@@ -87,7 +124,7 @@ staged_crc_hw(const char *staged, uint8_t klen)
         c = __builtin_ia32_crc32di(c, w);
     }
     const char *p = staged + sizeof(struct item_hdr);
-    unsigned n = klen;
+    unsigned n = len - (uint32_t)sizeof(struct item_hdr);
     for (; n >= 8; n -= 8, p += 8) {
         memcpy(&w, p, sizeof(w));
         c = __builtin_ia32_crc32di(c, w);
@@ -108,25 +145,24 @@ staged_crc_hw(const char *staged, uint8_t klen)
 
 /*
  * The CRC runs over the whole header as staged for writing (exptime and the
- * commit word read as 0), then the key right after it, then the extra
- * bytes: staged is a header followed by its key, as item_write builds it
- * in DRAM anyway, so a set checksums its own staging buffer in one pass.
- * exptime is zeroed for the pass and put back.
+ * commit word's CRC half read as 0, its sequence half counted), then the
+ * key and opt right after it, then the extra bytes: staged is a header
+ * followed by its key and opt (len bytes), as item_write builds it in DRAM
+ * anyway, so a set checksums its own staging buffer in one pass.
  */
-static inline __attribute__((always_inline)) uint64_t
-staged_word(char *staged, const void *extra, size_t extra_len, uint64_t seq)
+static inline __attribute__((always_inline)) uint32_t
+staged_word(char *staged, uint32_t len, const void *extra, size_t extra_len)
 {
 #ifdef TC_BENCH_NO_RECOVERY
     /* perf/RESULTS.md "Cost of recoverability": the "before" build, with
      * no checksum, no commit store and no invalidation. Never shipped. */
-    (void)staged, (void)extra, (void)extra_len, (void)seq;
+    (void)staged, (void)len, (void)extra, (void)extra_len;
     return 1;
 #endif
-    uint8_t klen = (uint8_t)staged[offsetof(struct item_hdr, klen)];
     uint32_t crc;
 #if defined(__x86_64__)
     if (likely(__builtin_cpu_supports("sse4.2"))) {
-        crc = staged_crc_hw(staged, klen);
+        crc = staged_crc_hw(staged, len);
     } else
 #endif
     {
@@ -134,50 +170,46 @@ staged_word(char *staged, const void *extra, size_t extra_len, uint64_t seq)
         size_t at = offsetof(struct item_hdr, exptime);
         memcpy(&exp, staged + at, sizeof(exp));
         memcpy(staged + at, &zero, sizeof(zero)); /* touch changes it */
-        crc = nvs_crc32c(0, staged, sizeof(struct item_hdr) + klen);
+        crc = nvs_crc32c(0, staged, len);
         memcpy(staged + at, &exp, sizeof(exp));
     }
     if (extra_len)
         crc = nvs_crc32c(crc, extra, extra_len);
-    uint64_t w = (uint64_t)(uint32_t)seq << 32 | crc;
     /* 0 means "not an item", ITEM_COMMIT_PENDING "not yet" */
-    return w && w != ITEM_COMMIT_PENDING ? w : 1ull << 32;
+    return crc == 0 ? 1 : crc == ITEM_COMMIT_PENDING ? crc - 1 : crc;
 }
 
-uint64_t
-item_commit_word(const struct item_hdr *hdr, const void *key, const void *extra,
-                 size_t extra_len, uint64_t seq)
+uint32_t
+item_commit_word(const struct item_desc *hdr, const void *key,
+                 const void *extra, size_t extra_len)
 {
-    union {
-        struct item_hdr h;
-        char b[sizeof(struct item_hdr) + UINT8_MAX];
-    } u;
-    u.h = *hdr;
-    u.h.commit = 0;
-    memcpy(u.b + sizeof(struct item_hdr), key, hdr->klen);
-    return staged_word(u.b, extra, extra_len, seq);
+    char b[sizeof(struct item_hdr) + UINT8_MAX + ITEM_OPT_MAX];
+    uint32_t len = stage_hko(b, hdr, hdr->kind, hdr->nchain, key);
+    return staged_word(b, len, extra, extra_len);
 }
 
-/* PMEM: the bytes before it are fenced, then one 8-byte store: the word,
- * or ITEM_COMMIT_PENDING for a copy (seq with ITEM_SEQ_PENDING), which
- * item_commit_copy() turns into the word. */
-static uint64_t
-commit_store(char *head, uint64_t word, uint64_t seq)
+/* PMEM: the bytes before it are fenced, then one 8-byte store: the commit
+ * word, seq's low half over the CRC word, or over ITEM_COMMIT_PENDING for
+ * a copy, which item_commit_copy() turns into the word. Returns word. */
+static uint32_t
+commit_store(char *head, uint32_t word, uint64_t seq, bool pending)
 {
     pm_fence();
 #ifdef TC_BENCH_NO_RECOVERY
-    (void)head, (void)seq;
+    (void)head, (void)seq, (void)pending;
     return word;
 #endif
     pm_store64((uint64_t *)(head + ITEM_COMMIT_OFFSET),
-               seq & ITEM_SEQ_PENDING ? ITEM_COMMIT_PENDING : word);
+               commit_word_of(seq, pending ? ITEM_COMMIT_PENDING : word));
     return word;
 }
 
+/* The sequence half is in place since the write: only the CRC half moves,
+ * so the half readers load (item_seq) is never written after publication. */
 bool
-item_commit_copy(char *base, uint64_t off, uint64_t word)
+item_commit_copy(char *base, uint64_t off, uint32_t word)
 {
-    return pm_cas64((uint64_t *)(base + off + ITEM_COMMIT_OFFSET),
+    return pm_cas32((uint32_t *)(base + off + ITEM_COMMIT_OFFSET),
                     ITEM_COMMIT_PENDING, word);
 }
 
@@ -188,20 +220,21 @@ item_invalidate(char *base, uint64_t off)
     (void)base, (void)off;
     return;
 #endif
-    pm_store64((uint64_t *)(base + off + ITEM_COMMIT_OFFSET), 0);
+    pm_store32((uint32_t *)(base + off + ITEM_COMMIT_OFFSET), 0);
 }
 
 bool
 item_check(const struct item_hdr *it, uint32_t chunk_size)
 {
-    uint64_t commit = __atomic_load_n(&it->commit, __ATOMIC_RELAXED);
-    if (!commit || !item_kind_is_head(it->kind) || it->klen == 0 ||
-        sizeof(*it) + it->klen > chunk_size)
+    uint32_t commit = __atomic_load_n(&it->commit, __ATOMIC_RELAXED);
+    uint32_t hko = item_hko_size(it->klen, it->iflags);
+    if (!item_committed(commit) || !item_kind_is_head(it->kind) ||
+        it->klen == 0 || hko > chunk_size)
         return false;
     const void *extra = NULL;
     size_t extra_len = 0;
     if (it->kind == ITEM_KIND_FLASH) {
-        if (it->nchain || item_flash_size(it->klen) > chunk_size)
+        if (it->nchain || item_flash_size(it->klen, it->iflags) > chunk_size)
             return false;
         extra = item_flash_loc(it);
         extra_len = sizeof(struct nvs_loc);
@@ -213,56 +246,50 @@ item_check(const struct item_hdr *it, uint32_t chunk_size)
             return false;
         extra = item_tails(it);
         extra_len = 8u * it->nchain;
-    } else if (sizeof(*it) + it->klen + (uint64_t)it->vlen > chunk_size) {
+    } else if (hko + (uint64_t)it->vlen > chunk_size) {
         return false;
     }
-    struct item_hdr h = *it;
-    uint64_t want = item_commit_word(&h, item_key(it), extra, extra_len,
-                                     item_commit_seq(commit));
-    return want == commit;
+    char b[sizeof(struct item_hdr) + UINT8_MAX + ITEM_OPT_MAX];
+    uint32_t zero = 0;
+    memcpy(b, it, hko);
+    memcpy(b + ITEM_COMMIT_OFFSET, &zero, sizeof(zero));
+    return staged_word(b, hko, extra, extra_len) == commit;
 }
 
-uint64_t
+uint32_t
 item_write(char *base, uint64_t off, const struct item_plan *plan,
-           const uint64_t *tails, const struct item_hdr *hdr, const void *key,
-           const struct item_src *val, uint64_t seq)
+           const uint64_t *tails, const struct item_desc *hdr, const void *key,
+           const struct item_src *val, bool pending)
 {
-    struct item_hdr h = *hdr;
     struct stream s = {val->iov, val->niov, 0, 0};
     char *head = base + off;
 
-    h.kind = ITEM_KIND_HEAD;
-    h.nchain = plan->nchain;
-    h.commit = 0;
     if (!plan->nchain && plan->head_size <= ITEM_STAGE_MAX) {
         /* small item: build it in DRAM and write it with one copy (one
          * call into libpmem instead of three or more) */
         char stage[ITEM_STAGE_MAX];
-        memcpy(stage, &h, sizeof(h));
-        memcpy(stage + sizeof(h), key, h.klen);
-        uint64_t word = staged_word(stage, NULL, 0, seq);
-        size_t at = sizeof(h) + h.klen;
+        uint32_t at = stage_hko(stage, hdr, ITEM_KIND_HEAD, 0, key);
+        uint32_t word = staged_word(stage, at, NULL, 0);
         for (int i = 0; i < val->niov; i++) {
             if (!val->iov[i].iov_len)
                 continue; /* an empty value may come as {NULL, 0} */
             memcpy(stage + at, val->iov[i].iov_base, val->iov[i].iov_len);
-            at += val->iov[i].iov_len;
+            at += (uint32_t)val->iov[i].iov_len;
         }
         pm_copy(head, stage, at);
-        return commit_store(head, word, seq);
+        return commit_store(head, word, hdr->seq, pending);
     }
-    char hk[sizeof(h) + UINT8_MAX]; /* klen is a uint8_t */
-    memcpy(hk, &h, sizeof(h));
-    memcpy(hk + sizeof(h), key, h.klen);
-    uint64_t word = staged_word(hk, tails, 8u * plan->nchain, seq);
-    pm_copy(head, hk, sizeof(h) + h.klen);
+    char hk[sizeof(struct item_hdr) + UINT8_MAX + ITEM_OPT_MAX];
+    uint32_t hko = stage_hko(hk, hdr, ITEM_KIND_HEAD, plan->nchain, key);
+    uint32_t word = staged_word(hk, hko, tails, 8u * plan->nchain);
+    pm_copy(head, hk, hko);
     if (!plan->nchain) {
-        stream_copy(head + sizeof(h) + h.klen, &s, h.vlen);
-        return commit_store(head, word, seq);
+        stream_copy(head + hko, &s, hdr->vlen);
+        return commit_store(head, word, hdr->seq, pending);
     }
     pm_copy((char *)item_tails((const struct item_hdr *)head), tails,
             8u * plan->nchain);
-    uint64_t left = h.vlen;
+    uint64_t left = hdr->vlen;
     for (unsigned i = 0; i < plan->nchain; i++) {
         struct item_tail t = {.kind = ITEM_KIND_TAIL, .head = off};
         size_t n = MIN(left, (uint64_t)plan->tail_room);
@@ -270,27 +297,24 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
         stream_copy(base + tails[i] + sizeof(t), &s, n);
         left -= n;
     }
-    return commit_store(head, word, seq);
+    return commit_store(head, word, hdr->seq, pending);
 }
 
-uint64_t
-item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
-                 const void *key, const struct nvs_loc *loc, uint64_t seq)
+uint32_t
+item_write_flash(char *base, uint64_t off, const struct item_desc *hdr,
+                 const void *key, const struct nvs_loc *loc, bool pending)
 {
-    char stage[sizeof(struct item_hdr) + 256 + sizeof(struct nvs_loc)];
-    struct item_hdr h = *hdr;
-    uint32_t at = item_flash_size(h.klen) - (uint32_t)sizeof(*loc);
+    char stage[sizeof(struct item_hdr) + 256 + ITEM_OPT_MAX +
+               sizeof(struct nvs_loc)];
+    uint32_t at =
+        item_flash_size(hdr->klen, hdr->iflags) - (uint32_t)sizeof(*loc);
 
-    h.kind = ITEM_KIND_FLASH;
-    h.nchain = 0;
-    h.commit = 0;
-    uint64_t word = item_commit_word(&h, key, loc, sizeof(*loc), seq);
     memset(stage, 0, sizeof(stage));
-    memcpy(stage, &h, sizeof(h));
-    memcpy(stage + sizeof(h), key, h.klen);
+    uint32_t hko = stage_hko(stage, hdr, ITEM_KIND_FLASH, 0, key);
     memcpy(stage + at, loc, sizeof(*loc));
+    uint32_t word = staged_word(stage, hko, loc, sizeof(*loc));
     pm_copy(base + off, stage, at + sizeof(*loc));
-    return commit_store(base + off, word, seq);
+    return commit_store(base + off, word, hdr->seq, pending);
 }
 
 int

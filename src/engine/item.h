@@ -23,8 +23,55 @@ struct item_plan {
     uint64_t total;     /* bytes counted in the "bytes" stat */
 };
 
-/* Lay out an item of klen/vlen given the largest chunk size. */
-void item_plan(uint32_t klen, uint64_t vlen, uint32_t chunk_max,
+/*
+ * An item's header as DRAM code handles it (a snapshot of a published one,
+ * or the one a store is about to write): the PMEM header's fields plus the
+ * client flags and the CAS, which the PMEM header keeps in opt only when
+ * iflags says so (item_layout.h). A writer stores flags and cas in opt as
+ * iflags' ITEM_HAS_FLAGS and ITEM_HAS_CAS say (item_desc_opt() sets them):
+ * without ITEM_HAS_CAS, cas must equal seq.
+ */
+struct item_desc { /* its first 24 bytes as item_hdr's (item.c) */
+    uint8_t kind;
+    uint8_t klen;
+    uint8_t nchain;
+    uint8_t iflags;
+    uint32_t vlen;
+    uint32_t exptime;
+    uint32_t flags; /* client flags (where item_hdr has the commit word) */
+    uint64_t seq;   /* store sequence */
+    uint64_t cas;
+};
+
+/* Bytes of opt an item with these iflags has: 4 for the flags, 8 for the
+ * CAS, which their bits times two give without a branch. */
+_Static_assert(ITEM_HAS_FLAGS * 2 == 4 && ITEM_HAS_CAS * 2 == 8,
+               "opt field sizes are their iflags bits times two");
+static inline uint32_t
+item_opt_len(uint8_t iflags)
+{
+    return (uint32_t)(iflags & (ITEM_HAS_FLAGS | ITEM_HAS_CAS)) * 2u;
+}
+
+/* Set d's ITEM_HAS_FLAGS and ITEM_HAS_CAS from its flags, cas and seq. */
+static inline void
+item_desc_opt(struct item_desc *d)
+{
+    d->iflags = (uint8_t)((d->iflags & ~(ITEM_HAS_FLAGS | ITEM_HAS_CAS)) |
+                          (d->flags ? ITEM_HAS_FLAGS : 0) |
+                          (d->cas != d->seq ? ITEM_HAS_CAS : 0));
+}
+
+/* Header, key and opt: the bytes before the value (or the tail list). */
+static inline uint32_t
+item_hko_size(uint32_t klen, uint8_t iflags)
+{
+    return (uint32_t)sizeof(struct item_hdr) + klen + item_opt_len(iflags);
+}
+
+/* Lay out an item of klen/vlen (and opt as iflags say) given the largest
+ * chunk size. */
+void item_plan(uint32_t klen, uint8_t iflags, uint64_t vlen, uint32_t chunk_max,
                struct item_plan *out);
 
 static inline const struct item_hdr *
@@ -33,33 +80,76 @@ item_at(const char *base, uint64_t off)
     return (const struct item_hdr *)(base + off);
 }
 
-/* Copy a published header: exptime may change under a reader (touch, one
- * atomic store), so it is loaded atomically. */
-static inline void
-item_hdr_load(struct item_hdr *dst, const struct item_hdr *src)
-{
-    dst->kind = src->kind;
-    dst->klen = src->klen;
-    dst->nchain = src->nchain;
-    dst->iflags = src->iflags;
-    dst->vlen = src->vlen;
-    dst->flags = src->flags;
-    dst->exptime = __atomic_load_n(&src->exptime, __ATOMIC_RELAXED);
-    dst->cas = src->cas;
-    dst->commit = 0; /* a copy is not committed anywhere */
-}
-
 static inline const char *
 item_key(const struct item_hdr *it)
 {
     return (const char *)(it + 1);
 }
 
-/* Offsets of a chained item's tails (8-aligned after the key). */
+/* The client flags (0 unless opt holds them). */
+static inline uint32_t
+item_flags(const struct item_hdr *it)
+{
+    uint32_t v = 0;
+    if (it->iflags & ITEM_HAS_FLAGS)
+        __builtin_memcpy(&v, item_key(it) + it->klen, sizeof(v));
+    return v;
+}
+
+/* The store sequence: the low half the commit word holds from the item's
+ * write on (also while it is pending, and after an invalidation, which
+ * clears only the CRC half: a reader that found the item before it was
+ * replaced still reads its CAS) and the high half after it, in one load. */
+static inline uint64_t
+item_seq(const struct item_hdr *it)
+{
+    uint64_t v;
+    __builtin_memcpy(
+        &v, (const char *)it + __builtin_offsetof(struct item_hdr, seq_lo),
+        sizeof(v));
+    return v;
+}
+
+/* The CAS: the store sequence unless opt holds one. */
+static inline uint64_t
+item_cas(const struct item_hdr *it)
+{
+    uint64_t v = item_seq(it);
+    if (it->iflags & ITEM_HAS_CAS)
+        __builtin_memcpy(
+            &v, item_key(it) + it->klen + (it->iflags & ITEM_HAS_FLAGS) * 2u,
+            sizeof(v));
+    return v;
+}
+
+/* A plain item's value (after key and opt). */
+static inline const char *
+item_value(const struct item_hdr *it)
+{
+    return item_key(it) + it->klen + item_opt_len(it->iflags);
+}
+
+/* Copy a published header: exptime may change under a reader (touch, one
+ * atomic store), so it is loaded atomically. */
+static inline void
+item_hdr_load(struct item_desc *dst, const struct item_hdr *src)
+{
+    dst->kind = src->kind;
+    dst->klen = src->klen;
+    dst->nchain = src->nchain;
+    dst->iflags = src->iflags;
+    dst->vlen = src->vlen;
+    dst->exptime = __atomic_load_n(&src->exptime, __ATOMIC_RELAXED);
+    dst->seq = item_seq(src);
+    dst->flags = item_flags(src);
+    dst->cas = item_cas(src);
+}
+
+/* Offsets of a chained item's tails (8-aligned after key and opt). */
 static inline const uint64_t *
 item_tails(const struct item_hdr *it)
 {
-    uintptr_t p = (uintptr_t)(item_key(it) + it->klen);
+    uintptr_t p = (uintptr_t)item_value(it);
     return (const uint64_t *)((p + 7) & ~(uintptr_t)7);
 }
 
@@ -70,85 +160,86 @@ item_kind_is_head(uint8_t kind)
     return kind == ITEM_KIND_HEAD || kind == ITEM_KIND_FLASH;
 }
 
-/* Bytes of a flash item's header chunk: header, key, pad, locator. */
-static inline uint32_t
-item_flash_size(uint32_t klen)
+/* Whether a commit word is that of a committed item (not 0, not pending). */
+static inline bool
+item_committed(uint32_t commit)
 {
-    return (uint32_t)((sizeof(struct item_hdr) + klen + 7) & ~(size_t)7) +
+    return commit != 0 && commit != ITEM_COMMIT_PENDING;
+}
+
+/* Bytes of a flash item's header chunk: header, key, opt, pad, locator. */
+static inline uint32_t
+item_flash_size(uint32_t klen, uint8_t iflags)
+{
+    return ((item_hko_size(klen, iflags) + 7u) & ~7u) +
            (uint32_t)sizeof(struct nvs_loc);
 }
 
-/* A flash item's locator (8-aligned after the key). */
+/* A flash item's locator (8-aligned after key and opt). */
 static inline const struct nvs_loc *
 item_flash_loc(const struct item_hdr *it)
 {
-    uintptr_t p = (uintptr_t)(item_key(it) + it->klen);
+    uintptr_t p = (uintptr_t)item_value(it);
     return (const struct nvs_loc *)((p + 7) & ~(uintptr_t)7);
 }
 
-/* Write a flash item's header chunk at off: hdr (kind set here), key and
- * locator, then its commit word (returned; seq as for item_write). PMEM:
- * one pm_copy; no lock may be held. */
-uint64_t item_write_flash(char *base, uint64_t off, const struct item_hdr *hdr,
+/* Write a flash item's header chunk at off: hdr (kind set here), key, opt
+ * and locator, then its commit word (returned; pending as for item_write).
+ * PMEM: one pm_copy; no lock may be held. */
+uint32_t item_write_flash(char *base, uint64_t off, const struct item_desc *hdr,
                           const void *key, const struct nvs_loc *loc,
-                          uint64_t seq);
+                          bool pending);
 
-/* Write header, key and value into the head chunk at off (and the tails
- * listed in tails[] for a chained item), then, after a fence, the commit
- * word for store sequence seq, which is returned. With ITEM_SEQ_PENDING
- * or'ed into seq (a copy: a demotion, a page move), ITEM_COMMIT_PENDING is
- * stored instead and item_commit_copy() commits the copy once it is
- * published. PMEM: writes through pm_copy; no lock may be held. The value
- * is given as up to three pieces (append and prepend join old and new
- * without a DRAM copy). */
+/* Write header (with hdr->seq and, as hdr->iflags say, flags and cas in
+ * opt), key and value into the head chunk at off (and the tails listed in
+ * tails[] for a chained item), then, after a fence, the 8-byte commit word
+ * (seq's low half over the CRC; the CRC half is returned). pending (a
+ * copy: a demotion, a page move, a recache): ITEM_COMMIT_PENDING is stored
+ * as the CRC half instead and item_commit_copy() commits the copy once it
+ * is published. PMEM: writes through pm_copy; no lock may be
+ * held. The value is given as up to three pieces (append and prepend join
+ * old and new without a DRAM copy). */
 struct item_src {
     const struct iovec *iov;
     int niov;
 };
-#define ITEM_SEQ_PENDING (1ull << 63)
-uint64_t item_write(char *base, uint64_t off, const struct item_plan *plan,
-                    const uint64_t *tails, const struct item_hdr *hdr,
-                    const void *key, const struct item_src *val, uint64_t seq);
+uint32_t item_write(char *base, uint64_t off, const struct item_plan *plan,
+                    const uint64_t *tails, const struct item_desc *hdr,
+                    const void *key, const struct item_src *val, bool pending);
 
-/* Commit a copy written with ITEM_SEQ_PENDING and published since: its
- * commit word goes from ITEM_COMMIT_PENDING to word (what item_write
- * returned) in one 8-byte compare-and-swap, which fails, leaving it 0, when
- * a writer that replaced or removed the copy in the index meanwhile has
- * invalidated it (item_layout.h). Whether it committed. Call inside the
- * RCU read section the publication was done in (the chunk is not reused
- * under it). PMEM: one pm_cas64; no lock may be held. */
-bool item_commit_copy(char *base, uint64_t off, uint64_t word);
+/* Commit a copy written pending and published since: its commit word goes
+ * from seq_lo << 32 | ITEM_COMMIT_PENDING to seq_lo << 32 | word (word:
+ * what item_write returned) by one 4-byte compare-and-swap of the CRC half,
+ * which fails, leaving it 0, when a writer that replaced or removed the
+ * copy in the index meanwhile has invalidated it (item_layout.h). Whether
+ * it committed. Call inside the RCU read section the publication was done
+ * in (the chunk is not reused under it). PMEM: one pm_cas32; no lock may
+ * be held. */
+bool item_commit_copy(char *base, uint64_t off, uint32_t word);
 
-/* The commit word an item with this header, key and extra bytes (tail list
- * or flash locator, NULL/0 for a plain item) gets for store sequence seq:
- * seq's low 32 bits over the CRC32C (item_layout.h). Never 0. */
-uint64_t item_commit_word(const struct item_hdr *hdr, const void *key,
-                          const void *extra, size_t extra_len, uint64_t seq);
+/* The CRC half of the commit word an item with this header, key (and opt
+ * from hdr) and extra bytes (tail list or flash locator, NULL/0 for a plain
+ * item) gets: the CRC32C (item_layout.h). Never 0 nor ITEM_COMMIT_PENDING. */
+uint32_t item_commit_word(const struct item_desc *hdr, const void *key,
+                          const void *extra, size_t extra_len);
 
 /* Whether the committed item at it checks: commit word nonzero and its CRC
- * matches header, key and tail list or locator. For a chunk read without the
- * index vouching for it (the recovery scan): bounds are the caller's
- * (chunk_size: bytes the chunk has). */
+ * matches header, key, opt and tail list or locator. For a chunk read
+ * without the index vouching for it (the recovery scan): bounds are the
+ * caller's (chunk_size: bytes the chunk has). */
 bool item_check(const struct item_hdr *it, uint32_t chunk_size);
 
-/* Whether sequence a is newer than b (serial-number arithmetic on the low
- * 32 bits kept in commit words). */
+/* Whether store sequence a is newer than b. */
 static inline bool
-item_seq_newer(uint32_t a, uint32_t b)
+item_seq_newer(uint64_t a, uint64_t b)
 {
-    return (int32_t)(a - b) > 0;
+    return a > b;
 }
 
-static inline uint32_t
-item_commit_seq(uint64_t commit)
-{
-    return (uint32_t)(commit >> 32);
-}
-
-/* Invalidate the item at off in PMEM: its commit word becomes 0, one 8-byte
- * store on its own line. Call after it left the index (or was never in it)
- * and before the removal is acknowledged or the chunk reused. PMEM: one
- * pm_store64; no lock may be held. */
+/* Invalidate the item at off in PMEM: its commit word's crc half becomes 0,
+ * one 4-byte store on its own line (seq_lo stays: item_seq). Call after it left
+ * the index (or was never in it) and before the removal is acknowledged or the
+ * chunk reused. PMEM: one pm_store32; no lock may be held. */
 void item_invalidate(char *base, uint64_t off);
 
 /* Value as iovecs into PMEM: returns the count (<= ITEM_MAX_TAILS + 1). */
@@ -160,7 +251,7 @@ item_value_iov(const char *base, const struct item_hdr *it, uint32_t chunk_max,
 {
     if (__builtin_expect(it->nchain != 0, 0))
         return item_value_iov_chained(base, it, chunk_max, iov);
-    iov[0].iov_base = (void *)(item_key(it) + it->klen);
+    iov[0].iov_base = (void *)item_value(it);
     iov[0].iov_len = it->vlen;
     return 1;
 }

@@ -452,7 +452,7 @@ static bool
 relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
 {
     struct cache *c = t->cache;
-    struct item_hdr hdr;
+    struct item_desc hdr;
     struct item_plan plan;
     uint64_t head, tails[ITEM_MAX_TAILS], old = cache_loc(v->head);
     enum cache_dead dead;
@@ -460,9 +460,10 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
     cache_read_lock();
     item_hdr_load(&hdr, item_at(c->base, v->head));
     cache_read_unlock();
-    item_plan(hdr.klen, hdr.vlen, c->chunk_max, &plan);
+    item_plan(hdr.klen, hdr.iflags, hdr.vlen, c->chunk_max, &plan);
     if (hdr.kind == ITEM_KIND_FLASH) /* a header chunk, value on flash */
-        plan = (struct item_plan){.head_size = item_flash_size(hdr.klen)};
+        plan = (struct item_plan){.head_size =
+                                      item_flash_size(hdr.klen, hdr.iflags)};
     int rc = new_pages ? reclaim_alloc_item(t, &plan, &head, tails)
                        : alloc_existing(c, &plan, &head, tails);
     if (rc != 0 && !c->cfg.evict)
@@ -495,15 +496,14 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
      * the check below answers before the copy is found stale and
      * invalidated; a crash in between must find the acknowledged item
      * newer than the copy of the one it replaced (item_layout.h). */
-    uint64_t seq =
-        item_commit_seq(__atomic_load_n(&it->commit, __ATOMIC_RELAXED));
-    bool same = it->cas == hdr.cas && it->kind == hdr.kind &&
-                item_kind_is_head(hdr.kind) && seq != 0;
-    uint64_t word = 0;
+    bool same = item_seq(it) == hdr.seq && it->kind == hdr.kind &&
+                item_kind_is_head(hdr.kind) &&
+                item_committed(__atomic_load_n(&it->commit, __ATOMIC_RELAXED));
+    uint32_t word = 0;
     if (same && hdr.kind == ITEM_KIND_FLASH) {
         hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
         word = item_write_flash(c->base, head, &hdr, item_key(it),
-                                item_flash_loc(it), seq | ITEM_SEQ_PENDING);
+                                item_flash_loc(it), true);
         pm_fence();
     } else if (same) {
         struct iovec iov[ITEM_MAX_TAILS + 1];
@@ -511,7 +511,7 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
         struct item_src src = {iov, n};
         hdr.exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
         word = item_write(c->base, head, &plan, tails, &hdr, item_key(it), &src,
-                          seq | ITEM_SEQ_PENDING);
+                          true);
         pm_fence();
         slab_atime_copy(c->slab, head, v->head); /* meta l survives a move */
     }

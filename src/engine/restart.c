@@ -138,9 +138,7 @@ struct scan_part {
     struct scan *s;
     pthread_t tid;
     int rc;
-    uint64_t max_cas; /* largest CAS among the committed items */
-    uint32_t max_seq; /* newest sequence (serial order), if have_seq */
-    bool have_seq;
+    uint64_t max_cas; /* largest CAS or sequence among the committed items */
     uint64_t items, bytes;
     uint64_t dropped_expired, dropped_flushed, dropped_older, dropped_torn,
         dropped_flash, dropped_no_room;
@@ -194,12 +192,11 @@ tails_ok(const struct scan *s, const struct item_hdr *it, uint64_t head)
 static void
 note_seq(struct scan_part *p, const struct item_hdr *it)
 {
-    uint32_t seq = item_commit_seq(it->commit);
-    if (it->cas > p->max_cas)
-        p->max_cas = it->cas;
-    if (!p->have_seq || item_seq_newer(seq, p->max_seq))
-        p->max_seq = seq;
-    p->have_seq = true;
+    uint64_t cas = item_cas(it); /* a client's may be above every seq */
+    if (cas > p->max_cas)
+        p->max_cas = cas;
+    if (item_seq(it) > p->max_cas)
+        p->max_cas = item_seq(it);
 }
 
 /* Set (or clear) the bit of the chunk at off in its page's map of chunks
@@ -253,8 +250,7 @@ restore_one(struct scan_part *p, uint64_t off, uint64_t hash)
             htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed)));
         const struct item_hdr *o = item_at(c->base, old);
         lost = true;
-        if (item_seq_newer(item_commit_seq(it->commit),
-                           item_commit_seq(o->commit))) {
+        if (item_seq_newer(item_seq(it), item_seq(o))) {
             htab_replace_locked(slot, hash, cache_loc(off));
             loser = old;
         }
@@ -310,7 +306,7 @@ scan_page(struct scan_part *p, uint32_t pg, unsigned cls)
                 count = &p->dropped_flash; /* no flash tier now */
             else if (it->exptime != 0 && it->exptime <= s->now)
                 count = &p->dropped_expired;
-            else if (s->all_flushed || it->cas <= s->flush_cas)
+            else if (s->all_flushed || item_seq(it) <= s->flush_cas)
                 count = &p->dropped_flushed;
         }
         if (count) {
@@ -464,10 +460,6 @@ sum_parts(struct scan_part *parts, unsigned nparts, struct scan_part *sum)
         const struct scan_part *p = &parts[i];
         if (p->max_cas > sum->max_cas)
             sum->max_cas = p->max_cas;
-        if (p->have_seq &&
-            (!sum->have_seq || item_seq_newer(p->max_seq, sum->max_seq)))
-            sum->max_seq = p->max_seq;
-        sum->have_seq |= p->have_seq;
         sum->items += p->items;
         sum->bytes += p->bytes;
         sum->dropped_expired += p->dropped_expired;
@@ -648,11 +640,6 @@ resume_counters(struct cache *c, const struct scan *s,
 {
     struct restart_meta *m = meta_of(c);
     uint64_t next = sum->max_cas > s->flush_cas ? sum->max_cas : s->flush_cas;
-    if (sum->have_seq) {
-        int32_t ahead = (int32_t)(sum->max_seq - (uint32_t)next);
-        if (ahead > 0)
-            next += (uint64_t)ahead;
-    }
     if (saved_cas > next)
         next = saved_cas;
     atomic_store_explicit(&c->cas_seq, next, memory_order_relaxed);

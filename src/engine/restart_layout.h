@@ -26,8 +26,12 @@
 #include "tier/region_layout.h"
 
 #define RESTART_MAGIC 0x54454d4547414e45ull /* "ENAGEMET" little endian */
-/* 1: items as src/engine/item_layout.h with the commit word */
-#define RESTART_VERSION 1u
+/* 1: items with the 8-byte commit word (seq << 32 | CRC32C) in a 32-byte
+ * header; 3: the 24-byte header, client flags and a client's CAS in opt,
+ * the 64-bit store sequence split over the header and the 8-byte commit
+ * word (src/engine/item_layout.h). (2 was an unreleased 24-byte header with
+ * a 4-byte commit word.) Another version: a cold start. */
+#define RESTART_VERSION 3u
 
 struct restart_meta {
     uint64_t magic;         /* RESTART_MAGIC once formatted */

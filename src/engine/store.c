@@ -43,11 +43,12 @@ struct store_req {
     const void *key;
     uint32_t klen;
     uint64_t hash;
-    struct item_hdr hdr; /* flags, exptime, vlen, klen filled by caller */
+    struct item_desc hdr; /* flags, exptime, vlen, klen filled by caller */
     struct item_src val;
     uint64_t cas_in;
     bool cas_check;     /* compare cas_in whatever the mode (meta C) */
-    uint64_t cas_new;   /* nonzero: the new item's CAS (meta E) */
+    uint64_t cas_new;   /* nonzero: the new item's CAS (meta E; a recache:
+                           its source's, when not its sequence) */
     bool claim_win;     /* the storer holds the recache win (vivify) */
     bool keep_fetched;  /* the new chunk starts fetched (meta h): what
                            memcached rewrites in place stays fetched */
@@ -79,7 +80,7 @@ decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
     if (r->cas_check && r->mode != STORE_SWAP) {
         if (!live)
             return TC_NOT_FOUND;
-        if (cache_item_at(c, cache_off(old))->cas != r->cas_in)
+        if (item_cas(cache_item_at(c, cache_off(old))) != r->cas_in)
             return TC_EXISTS;
     }
     switch (r->mode) {
@@ -90,8 +91,9 @@ decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
     case TC_CAS:
         if (!live)
             return TC_NOT_FOUND;
-        return cache_item_at(c, cache_off(old))->cas == r->cas_in ? TC_OK
-                                                                  : TC_EXISTS;
+        return item_cas(cache_item_at(c, cache_off(old))) == r->cas_in
+                   ? TC_OK
+                   : TC_EXISTS;
     case STORE_SWAP:
         if (old != r->expect)
             return -EAGAIN;
@@ -173,12 +175,18 @@ next_cas(struct cache *c, uint64_t explicit_cas, uint64_t *store_seq)
  * and no RCU read section (allocation may wait for a grace period).
  * Inlined, as commit(), into store_one and its two other callers. */
 static inline __attribute__((always_inline)) int
-prepare(struct cache_thread *t, const struct store_req *r,
-        struct item_plan *plan, uint64_t *head, uint64_t *tails)
+prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
+        uint64_t *head, uint64_t *tails)
 {
     struct cache *c = t->cache;
 
-    item_plan(r->klen, r->hdr.vlen, c->chunk_max, plan);
+    /* opt (item_layout.h): the client flags when not 0, the CAS when the
+     * client chose it */
+    r->hdr.iflags =
+        (uint8_t)((r->hdr.iflags & ~(ITEM_HAS_FLAGS | ITEM_HAS_CAS)) |
+                  (r->hdr.flags ? ITEM_HAS_FLAGS : 0) |
+                  (r->cas_new ? ITEM_HAS_CAS : 0));
+    item_plan(r->klen, r->hdr.iflags, r->hdr.vlen, c->chunk_max, plan);
     /* The limit counts header, key and value, not the chaining overhead,
      * so that what fits does not depend on chunk sizes. */
     if (sizeof(struct item_hdr) + r->klen + (uint64_t)r->hdr.vlen >
@@ -201,12 +209,12 @@ prepare(struct cache_thread *t, const struct store_req *r,
  * its slab lock. Breaks DESIGN rule 2 on purpose. Locks: slab class. */
 static void
 write_in_lock(struct cache *c, uint64_t head, const struct item_plan *plan,
-              const uint64_t *tails, struct store_req *r, uint64_t seq)
+              const uint64_t *tails, struct store_req *r)
 {
     unsigned cls = slab_class_of(c->slab, head);
     slab_ablate_lock(c->slab, cls);
     pm_unchecked_begin();
-    item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val, seq);
+    item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val, false);
     pm_unchecked_end();
     slab_ablate_unlock(c->slab, cls);
 }
@@ -225,16 +233,15 @@ commit(struct cache_thread *t, struct store_req *r,
     /* a delayed flush whose time has come takes effect before this item
      * gets its CAS: its watermark must not cover an item stored after it */
     cache_flush_check(c, now);
-    uint64_t seq;
-    r->hdr.cas = next_cas(c, r->cas_new, &seq);
+    r->hdr.cas = next_cas(c, r->cas_new, &r->hdr.seq);
     /* PMEM: the item is written here, before it is visible, with no lock
      * held (DESIGN rule 2); a hot key's item goes to its DRAM block */
     if (cache_off_dram(head))
         hotkey_write(head, plan, &r->hdr, r->key, &r->val);
     else if (likely(!c->cfg.ablate_init_in_lock))
-        item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val, seq);
+        item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val, false);
     else
-        write_in_lock(c, head, plan, tails, r, seq);
+        write_in_lock(c, head, plan, tails, r);
     pm_fence(); /* the bytes are in place before the index points at them */
     TC_CRASH_POINT("set.written");
     /* DRAM, before anyone can read it: a reused chunk starts unreferenced,
@@ -321,8 +328,10 @@ req_class(struct cache *c, const struct store_req *r)
 {
     if (r->cls != SLAB_NO_CLASS)
         return r->cls;
-    int cls = slab_class_for(
-        c->slab, (uint32_t)(sizeof(struct item_hdr) + r->klen + r->hdr.vlen));
+    uint8_t opt = (uint8_t)((r->hdr.flags ? ITEM_HAS_FLAGS : 0) |
+                            (r->cas_new ? ITEM_HAS_CAS : 0));
+    int cls =
+        slab_class_for(c->slab, item_hko_size(r->klen, opt) + r->hdr.vlen);
     return cls < 0 ? SLAB_NO_CLASS : (unsigned)cls;
 }
 
@@ -341,8 +350,8 @@ req_init(struct store_req *r, struct cache_thread *t, int mode, const void *key,
     r->now = clock_now();
 }
 
-static bool snapshot(struct cache *c, struct store_req *r, struct item_hdr *hdr,
-                     uint64_t *loc);
+static bool snapshot(struct cache *c, struct store_req *r,
+                     struct item_desc *hdr, uint64_t *loc);
 
 /* A store whose outcome the index already decides (add on a live key, a
  * CAS that cannot match, replace of a missing key) is answered without
@@ -352,7 +361,7 @@ static bool snapshot(struct cache *c, struct store_req *r, struct item_hdr *hdr,
 static int
 precheck(struct cache_thread *t, struct store_req *r)
 {
-    struct item_hdr old;
+    struct item_desc old;
     uint64_t loc;
     bool cas = r->cas_check || r->mode == TC_CAS;
 
@@ -399,7 +408,7 @@ store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
 /* The item the key maps to now, copied out: header and location. Miss when
  * absent or dead. Context: takes and leaves an RCU read section. */
 static bool
-snapshot(struct cache *c, struct store_req *r, struct item_hdr *hdr,
+snapshot(struct cache *c, struct store_req *r, struct item_desc *hdr,
          uint64_t *loc)
 {
     struct cache_key k = {c, r->key, r->klen};
@@ -440,9 +449,9 @@ carry_exptime(struct store_req *r, const struct item_hdr *it)
  * the old item cannot be freed under the copy.
  */
 static int
-rewrite(struct cache_thread *t, struct store_req *r, const struct item_hdr *old,
-        const void *add, size_t alen, bool append, bool keep_exptime,
-        uint64_t *cas_out)
+rewrite(struct cache_thread *t, struct store_req *r,
+        const struct item_desc *old, const void *add, size_t alen, bool append,
+        bool keep_exptime, uint64_t *cas_out)
 {
     struct cache *c = t->cache;
     struct item_plan plan;
@@ -477,7 +486,7 @@ rewrite(struct cache_thread *t, struct store_req *r, const struct item_hdr *old,
     r->val = (struct item_src){iov, n + (alen ? 1 : 0)};
     if (keep_exptime)
         carry_exptime(r, it);
-    if (it->cas == old->cas) {
+    if (item_cas(it) == old->cas) {
         rc = commit(t, r, &plan, head, tails, &oldloc, cas_out);
     } else {
         cache_free_unpublished(t, &plan, head, tails);
@@ -497,7 +506,7 @@ concat(struct cache_thread *t, bool append, const void *key, uint32_t klen,
        const struct tc_store_opts *o, uint64_t *cas_out, unsigned *cls)
 {
     struct store_req r;
-    struct item_hdr old;
+    struct item_desc old;
 
     req_init(&r, t, STORE_SWAP, key, klen);
     r.hdr.vlen = vlen > UINT32_MAX ? 0 : (uint32_t)vlen;
@@ -551,7 +560,7 @@ store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
                  uint64_t cas_in, int64_t exptime, uint64_t cas_new)
 {
     struct store_req r;
-    struct item_hdr old;
+    struct item_desc old;
 
     for (int i = 0; i < RMW_RETRIES; i++) {
         req_init(&r, t, STORE_SWAP, key, klen);
@@ -583,7 +592,7 @@ static bool
 claimed_rcu(struct cache *c, uint64_t loc, uint64_t cas)
 {
     cache_read_lock();
-    bool claimed = cache_item_at(c, cache_off(loc))->cas == cas &&
+    bool claimed = item_cas(cache_item_at(c, cache_off(loc))) == cas &&
                    cache_bit_claimed(c, cache_off(loc));
     cache_read_unlock();
     return claimed;
@@ -598,7 +607,7 @@ store_or_stale(struct cache_thread *t, const void *key, uint32_t klen,
 {
     struct iovec iov = {(void *)val, vlen};
     struct store_req r;
-    struct item_hdr old;
+    struct item_desc old;
     int rc = -EBUSY;
 
     for (int i = 0; i < RMW_RETRIES; i++) {
@@ -680,24 +689,26 @@ store_ex(struct cache_thread *t, enum tc_store_mode mode, const void *key,
  * between the source's invalidation and the commit loses the key, a miss.
  */
 static int
-recache_one(struct cache_thread *t, struct store_req *r, uint32_t src_seq)
+recache_one(struct cache_thread *t, struct store_req *r)
 {
     struct cache *c = t->cache;
     struct item_plan plan;
-    uint64_t head, tails[ITEM_MAX_TAILS], old = 0, seq, word = 0;
+    uint64_t head, tails[ITEM_MAX_TAILS], old = 0;
+    uint32_t word = 0;
     uint32_t now = r->now;
 
     int rc = prepare(t, r, &plan, &head, tails);
     if (rc)
         return rc;
     cache_flush_check(c, now);
-    r->hdr.cas = next_cas(c, r->cas_new, &seq);
+    /* the source's sequence and CAS (store_recache) */
+    r->hdr.cas = r->cas_new ? r->cas_new : r->hdr.seq;
     /* PMEM: the copy, before publication, no lock held */
     if (cache_off_dram(head))
         hotkey_write(head, &plan, &r->hdr, r->key, &r->val);
     else
         word = item_write(c->base, head, &plan, tails, &r->hdr, r->key, &r->val,
-                          src_seq | ITEM_SEQ_PENDING);
+                          true);
     pm_fence();
     TC_CRASH_POINT("set.written");
     cache_fresh(c, head, now,
@@ -740,7 +751,7 @@ recache_one(struct cache_thread *t, struct store_req *r, uint32_t src_seq)
 
 int
 store_recache(struct cache_thread *t, const void *key, uint32_t klen,
-              const struct item_hdr *hdr, uint64_t expect, const void *val)
+              const struct item_desc *hdr, uint64_t expect, const void *val)
 {
     struct iovec iov = {(void *)val, hdr->vlen};
     struct store_req r;
@@ -750,18 +761,21 @@ store_recache(struct cache_thread *t, const void *key, uint32_t klen,
     r.hdr.klen = (uint8_t)klen;
     r.val = (struct item_src){&iov, 1};
     r.expect = expect;
-    r.cas_new = hdr->cas; /* clients see no change */
     r.check_exptime = true;
     r.expect_exptime = hdr->exptime;
     r.recache = true;
     cache_read_lock();
-    uint32_t src_seq = item_commit_seq(__atomic_load_n(
-        &cache_item_at(t->cache, cache_off(expect))->commit, __ATOMIC_RELAXED));
+    const struct item_hdr *src = cache_item_at(t->cache, cache_off(expect));
+    bool live = item_committed(__atomic_load_n(&src->commit, __ATOMIC_RELAXED));
+    r.hdr.seq = item_seq(src);
     cache_read_unlock();
-    if (!src_seq)
+    if (!live)
         return -EAGAIN; /* already replaced or removed */
+    /* clients see no change: the CAS is the source's, kept in opt unless
+     * it is the sequence */
+    r.cas_new = hdr->cas != r.hdr.seq ? hdr->cas : 0;
     htab_prefetch(t->cache->htab, r.hash);
-    return recache_one(t, &r, src_seq);
+    return recache_one(t, &r);
 }
 
 /* meta mg N: an empty placeholder whose storer holds the recache win.
@@ -813,7 +827,7 @@ number_end(const char *s, size_t n)
 }
 
 static void
-fill_info(struct tc_item_info *info, const struct item_hdr *h)
+fill_info(struct tc_item_info *info, const struct item_desc *h)
 {
     if (!info)
         return;
@@ -863,7 +877,7 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
 {
     struct cache *c = t->cache;
     struct store_req r;
-    struct item_hdr old;
+    struct item_desc old;
     enum cache_stat miss = incr ? ST_INCR_MISSES : ST_DECR_MISSES;
 
     if (o && o->vivified)
@@ -903,7 +917,7 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         }
         cache_read_lock();
         const struct item_hdr *it = cache_item_at(c, cache_off(r.expect));
-        bool same = it->cas == old.cas;
+        bool same = item_cas(it) == old.cas;
         /* the chunk's DRAM bits only while it is known to be the item: a
          * freed chunk's page may be joining another class */
         bool claimed = same && cache_bit_claimed(c, cache_off(r.expect));
@@ -911,7 +925,7 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
         if (same && fbuf)
             memcpy(digits, fbuf, head);
         else if (same)
-            pm_read(digits, item_key(it) + it->klen, head);
+            pm_read(digits, item_value(it), head);
         free(fbuf);
         r.hdr = old;
         if (same && !(o && o->touch))
@@ -990,7 +1004,7 @@ delete_key(struct cache_thread *t, const void *key, uint32_t klen,
         loc = htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed));
         const struct item_hdr *it = cache_item_at(c, cache_off(loc));
         dead = cache_item_dead(c, it, now);
-        if (dead == CACHE_LIVE && cas_in && it->cas != cas_in) {
+        if (dead == CACHE_LIVE && cas_in && item_cas(it) != cas_in) {
             rc = TC_EXISTS;
             loc = 0;
         } else {

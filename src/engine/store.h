@@ -38,9 +38,10 @@ int store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
  * its header at index location expect, keeping its CAS, flags and expiry:
  * TC_OK, or -EAGAIN when the item changed meanwhile. The flash tier calls
  * it through the function ext_open was given (ext_recache_fn). */
-struct item_hdr;
+struct item_desc;
 int store_recache(struct cache_thread *t, const void *key, uint32_t klen,
-                  const struct item_hdr *hdr, uint64_t expect, const void *val);
+                  const struct item_desc *hdr, uint64_t expect,
+                  const void *val);
 /* incr/decr; o (may be NULL) adds the meta options. */
 int store_arith(struct cache_thread *t, bool incr, const void *key,
                 uint32_t klen, uint64_t delta, const struct tc_arith_opts *o,

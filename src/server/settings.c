@@ -584,10 +584,17 @@ parse_short(struct settings *s, int argc, char *const argv[], int *i)
 
 /* --- checks across options, computed values --- */
 
+/* -n's room counts the client flags (memcached's help: "key+value+flags"),
+ * which the engine keeps after the key when they are not 0: 4 bytes, 8 with
+ * the alignment. So -n 48 gives the 80-byte smallest chunk, and the
+ * classes -f grows from it, that the 32-byte header gave. */
+#define SETTINGS_FLAGS_ROOM 8u
+
 uint32_t
 settings_min_chunk(const struct settings *s)
 {
-    return (uint32_t)ALIGN_UP(s->chunk_size + TC_ITEM_HEADER_SIZE, 8ull);
+    return (uint32_t)ALIGN_UP(
+        s->chunk_size + TC_ITEM_HEADER_SIZE + SETTINGS_FLAGS_ROOM, 8ull);
 }
 
 static int
@@ -616,9 +623,10 @@ check_slabs(const struct settings *s)
         return -EINVAL;
     }
     if (settings_min_chunk(s) > s->slab_chunk_max) {
-        err_set("-n: %llu plus the %d-byte item header is more than "
-                "slab_chunk_max %llu",
-                (unsigned long long)s->chunk_size, TC_ITEM_HEADER_SIZE,
+        err_set("-n: %llu plus the %u-byte item header and flags is more "
+                "than slab_chunk_max %llu",
+                (unsigned long long)s->chunk_size,
+                TC_ITEM_HEADER_SIZE + SETTINGS_FLAGS_ROOM,
                 (unsigned long long)s->slab_chunk_max);
         return -EINVAL;
     }

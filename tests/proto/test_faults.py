@@ -37,7 +37,7 @@ BAD_FORMAT = b"CLIENT_ERROR bad command line format\r\n"
 NON_NUMERIC = b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
 BAD_DELTA = b"CLIENT_ERROR invalid numeric delta argument\r\n"
 U64_MAX = (1 << 64) - 1
-ITEM_HDR = 32            # tiercache's item header (-I counts it)
+ITEM_HDR = 24            # tiercache's item header (-I counts it)
 
 # a value of n bytes: a slice of a fixed pattern, shifted by n, so that a
 # value of another length (or another key's) never compares equal
@@ -202,7 +202,7 @@ def test_value_sizes_to_item_max(spawn, connect):
 @pytest.mark.tiercache_only
 def test_value_exact_class_edges(spawn, connect):
     """tiercache: for every slab class in use, the value that fills a chunk
-    exactly (header 32 + key + value = chunk size) and one byte more; the
+    exactly (header 24 + key + value = chunk size) and one byte more; the
     largest value (-I minus header and key) and one more, refused."""
     mem = 64
     srv = spawn(mem=mem, threads=1)

@@ -84,8 +84,8 @@ def test_stats_and_dump_after_sets(spawn):
     assert st["hotspot_interleave"] == "4096"
     assert st["hotspot_sample"] == "1"
     sampled = int(st["hotspot_sampled_bytes"])
-    # each item: 32-byte header, key, 100 value bytes, written once
-    assert sampled >= sum(32 + len(b"key%d" % i) + 100 for i in range(200))
+    # each item: 24-byte header, key, 100 value bytes, written once
+    assert sampled >= sum(24 + len(b"key%d" % i) + 100 for i in range(200))
     per_dimm = [int(st[f"hotspot_dimm_{d}_bytes"]) for d in range(4)]
     assert sum(per_dimm) == sampled
     skew = float(st["hotspot_skew"])
@@ -148,8 +148,8 @@ def test_stats_and_dump_after_sets(spawn):
     set_items(c, 1, vlen=10, prefix=b"z")
     st = stats_group(c, b"hotspot")
     # header, key and value, then the commit word (8 bytes) stored last,
-    # and the replaced copy's commit word cleared (8 bytes)
-    assert int(st["hotspot_sampled_bytes"]) == 32 + 2 + 10 + 8 + 8
+    # and the replaced copy's commit word's CRC half cleared (4 bytes)
+    assert int(st["hotspot_sampled_bytes"]) == 24 + 2 + 10 + 8 + 4
 
 
 def test_sampling_option(spawn):

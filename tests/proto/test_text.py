@@ -666,11 +666,11 @@ def test_item_max_flag(spawn, connect, key):
 
 @pytest.mark.tiercache_only
 def test_item_max_exact_boundary(mc, key):
-    """tiercache's -I counts the 32-byte item header, the key and the
+    """tiercache's -I counts the 24-byte item header, the key and the
     value (doc/operating.md, "Flags"): the largest value is
-    -I - 32 - key length."""
+    -I - 24 - key length."""
     k = b(key)
-    n = MIB - 32 - len(k)
+    n = MIB - 24 - len(k)
     data = b"e" * n
     mc.cmd(b"set %s 0 0 %d\r\n%s\r\n" % (k, n, data), b"STORED\r\n",
            timeout=60)

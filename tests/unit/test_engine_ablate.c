@@ -14,10 +14,11 @@
 
 #include <pthread.h>
 
-/* 100-byte values under 6-byte keys: items of 32 + 6 + 100 bytes. */
+/* 100-byte values under 6-byte keys, client flags not 0: items of 24 + 6 +
+ * 4 (the flags, item_layout.h's opt) + 100 bytes. */
 #define VLEN 100
 #define KLEN 6
-#define ITEM_BYTES (TC_ITEM_HEADER_SIZE + KLEN + VLEN)
+#define ITEM_BYTES (TC_ITEM_HEADER_SIZE + KLEN + 4 + VLEN)
 #define NKEYS 60000 /* about 8 MB of chunks through a 6 MiB data area */
 
 /* What the write hook saw, by offset inside the 1 MiB page. */
@@ -37,8 +38,9 @@ record(const void *dst, size_t n)
 {
     uint64_t off = (uintptr_t)dst & (MIB - 1); /* pages are 1 MiB aligned */
     seen.writes++;
-    if (n == 8 && off == ITEM_COMMIT_OFFSET)
-        return; /* chunk 0's commit word: the item's own, not metadata */
+    if ((n == 8 || n == 4) && off == ITEM_COMMIT_OFFSET)
+        return; /* chunk 0's commit word (8 bytes) or its CRC half (an
+                 * invalidation): the item's own, not metadata */
     if (off < 64) {
         uint64_t end = off + n < 64 ? off + n : 64;
         seen.line0_bytes += end - off;

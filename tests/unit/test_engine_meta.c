@@ -232,6 +232,33 @@ test_explicit_cas(void **state)
         tc_store(f->c, TC_CAS, "e", 1, "b", 1, 0, 0, 1000000, NULL), TC_OK);
 }
 
+/* A client's CAS below the flush watermark is not flushed: flush_all
+ * covers what was stored before it (the items' store sequence), whatever
+ * CAS a later store was given. */
+static void
+test_explicit_cas_after_flush(void **state)
+{
+    struct fx *f = *state;
+    struct tc_store_opts o = {.cas_new = 2};
+    struct tc_get_opts plain = {0};
+    struct seen s;
+    uint64_t cas;
+
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(tc_store(f->c, TC_SET, "g", 1, "a", 1, 0, 0, 0, &cas),
+                         TC_OK);
+    assert_true(cas > 2);
+    assert_int_equal(tc_flush_all(f->c, 0), 0);
+    assert_int_equal(get(f->c, "g", &plain, &s), TC_NOT_FOUND);
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "g", 1, "b", 1, 3, 0, &o, &cas),
+                     TC_OK);
+    assert_int_equal(cas, 2);
+    assert_int_equal(get(f->c, "g", &plain, &s), TC_OK);
+    assert_string_equal(s.val, "b");
+    assert_int_equal(s.info.cas, 2);
+    assert_int_equal(s.info.flags, 3);
+}
+
 static void
 test_store_invalidate_mode(void **state)
 {
@@ -513,6 +540,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_store_cas_check_any_mode, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_explicit_cas, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_explicit_cas_after_flush, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_store_invalidate_mode, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stale_store_keeps_win_and_ttl,

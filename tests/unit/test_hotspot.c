@@ -453,7 +453,7 @@ test_engine_attribution(void **state)
     assert_int_equal(tc_set(e->c, key, 5, val, sizeof(val), 0, 0), 0);
     assert_int_equal(tc_hotspot_reset(e->c), 0);
 
-    /* header-heavy: 32 + 250 bytes of header and key, 10 of value, then
+    /* header-heavy: 24 + 250 bytes of header and key, 10 of value, then
      * the commit word (8 bytes) stored again last */
     key[0] = 'b';
     assert_int_equal(tc_set(e->c, key, 250, val, 10, 0, 0), 0);

@@ -78,7 +78,7 @@ assert_one_copy(const struct scan *s, const char *key, const char *val)
     const struct item_hdr *it;
     assert_int_equal(copies_of(s, key, &it), 1);
     assert_int_equal(it->vlen, strlen(val));
-    assert_memory_equal(item_key(it) + it->klen, val, it->vlen);
+    assert_memory_equal(item_value(it), val, it->vlen);
 }
 
 static void
@@ -145,8 +145,10 @@ test_chained_and_sequence(void **state)
     assert_int_equal(copies_of(&s, "a", &ia), 1);
     assert_int_equal(copies_of(&s, "b", &ib), 1);
     /* the later store has the newer sequence */
-    assert_true(item_seq_newer(item_commit_seq(ib->commit),
-                               item_commit_seq(ia->commit)));
+    assert_true(item_seq_newer(item_seq(ib), item_seq(ia)));
+    /* no client flags, no client CAS: nothing in opt, the CAS is seq */
+    assert_int_equal(ia->iflags & (ITEM_HAS_FLAGS | ITEM_HAS_CAS), 0);
+    assert_int_equal(item_cas(ia), item_seq(ia));
     scan_unmap(&s);
     free(val);
 }
@@ -190,24 +192,31 @@ test_evicted_invalidated(void **state)
     scan_unmap(&s);
 }
 
-/* A torn item does not check: header or key bytes changed after the
+/* A torn item does not check: header, key or opt bytes changed after the
  * commit word, or no commit word. */
 static void
 test_torn_item(void **state)
 {
     (void)state;
     _Alignas(8) char chunk[256];
-    struct item_hdr h = {.klen = 3, .vlen = 5, .flags = 7, .cas = 99};
+    struct item_desc h = {
+        .klen = 3, .vlen = 5, .flags = 7, .seq = 12345, .cas = 99};
     struct iovec iov = {"value", 5};
     struct item_src src = {&iov, 1};
     struct item_plan plan;
 
+    item_desc_opt(&h);
+    assert_int_equal(h.iflags, ITEM_HAS_FLAGS | ITEM_HAS_CAS);
     memset(chunk, 0, sizeof(chunk));
-    item_plan(3, 5, sizeof(chunk), &plan);
-    item_write(chunk, 0, &plan, NULL, &h, "key", &src, 12345);
+    item_plan(3, h.iflags, 5, sizeof(chunk), &plan);
+    assert_int_equal(plan.head_size, sizeof(struct item_hdr) + 3 + 4 + 8 + 5);
+    item_write(chunk, 0, &plan, NULL, &h, "key", &src, false);
     const struct item_hdr *it = (const void *)chunk;
     assert_true(item_check(it, sizeof(chunk)));
-    assert_int_equal(item_commit_seq(it->commit), 12345);
+    assert_int_equal(item_seq(it), 12345);
+    assert_int_equal(item_flags(it), 7);
+    assert_int_equal(item_cas(it), 99);
+    assert_memory_equal(item_value(it), "value", 5);
 
     /* exptime is outside the checksum: touch changes it in place */
     ((struct item_hdr *)chunk)->exptime = 1234;
@@ -217,20 +226,72 @@ test_torn_item(void **state)
     assert_false(item_check(it, sizeof(chunk)));
     chunk[sizeof(struct item_hdr) + 1] ^= 1;
     assert_true(item_check(it, sizeof(chunk)));
-    /* header fields: flags, vlen, CAS */
-    ((struct item_hdr *)chunk)->flags = 8;
+    /* opt: the client flags, then the CAS */
+    chunk[sizeof(struct item_hdr) + 3] ^= 1;
     assert_false(item_check(it, sizeof(chunk)));
-    ((struct item_hdr *)chunk)->flags = 7;
-    ((struct item_hdr *)chunk)->cas = 100;
+    chunk[sizeof(struct item_hdr) + 3] ^= 1;
+    chunk[sizeof(struct item_hdr) + 3 + 4 + 7] ^= 1;
     assert_false(item_check(it, sizeof(chunk)));
-    ((struct item_hdr *)chunk)->cas = 99;
+    chunk[sizeof(struct item_hdr) + 3 + 4 + 7] ^= 1;
+    assert_true(item_check(it, sizeof(chunk)));
+    /* header fields: iflags (which opt fields there are), vlen, seq */
+    ((struct item_hdr *)chunk)->iflags &= (uint8_t)~ITEM_HAS_CAS;
+    assert_false(item_check(it, sizeof(chunk)));
+    ((struct item_hdr *)chunk)->iflags |= ITEM_HAS_CAS;
+    ((struct item_hdr *)chunk)->vlen = 4;
+    assert_false(item_check(it, sizeof(chunk)));
+    ((struct item_hdr *)chunk)->vlen = 5;
+    /* either half of the sequence (the low half is in the commit word) */
+    ((struct item_hdr *)chunk)->seq_hi = 1;
+    assert_false(item_check(it, sizeof(chunk)));
+    ((struct item_hdr *)chunk)->seq_hi = 0;
+    ((struct item_hdr *)chunk)->seq_lo = 12346;
+    assert_false(item_check(it, sizeof(chunk)));
+    ((struct item_hdr *)chunk)->seq_lo = 12345;
     assert_true(item_check(it, sizeof(chunk)));
     /* bounds: the item does not fit the chunk it claims to be in */
-    assert_false(item_check(it, sizeof(struct item_hdr) + 3 + 4));
+    assert_false(item_check(it, sizeof(struct item_hdr) + 3 + 12 + 4));
     /* invalidated: the commit word is 0 */
     item_invalidate(chunk, 0);
     assert_int_equal(it->commit, 0);
     assert_false(item_check(it, sizeof(chunk)));
+}
+
+/* The base header alone: client flags 0 and the CAS the store sequence
+ * leave opt empty; a client's CAS equal to its sequence needs none. */
+static void
+test_no_opt(void **state)
+{
+    (void)state;
+    _Alignas(8) char chunk[256];
+    struct item_desc h = {.klen = 3, .vlen = 5, .seq = 41, .cas = 41};
+    struct iovec iov = {"value", 5};
+    struct item_src src = {&iov, 1};
+    struct item_plan plan;
+    const struct item_hdr *it = (const void *)chunk;
+
+    assert_int_equal(sizeof(struct item_hdr), 24);
+    item_desc_opt(&h);
+    assert_int_equal(h.iflags, 0);
+    memset(chunk, 0, sizeof(chunk));
+    item_plan(3, h.iflags, 5, sizeof(chunk), &plan);
+    assert_int_equal(plan.head_size, 24 + 3 + 5);
+    item_write(chunk, 0, &plan, NULL, &h, "key", &src, false);
+    assert_true(item_check(it, sizeof(chunk)));
+    assert_false(item_check(it, 24 + 3 + 4));
+    assert_int_equal(item_flags(it), 0);
+    assert_int_equal(item_cas(it), 41);
+    assert_memory_equal(item_value(it), "value", 5);
+    /* flags only */
+    h.flags = 0xdeadbeef;
+    item_desc_opt(&h);
+    assert_int_equal(h.iflags, ITEM_HAS_FLAGS);
+    item_plan(3, h.iflags, 5, sizeof(chunk), &plan);
+    item_write(chunk, 0, &plan, NULL, &h, "key", &src, false);
+    assert_true(item_check(it, sizeof(chunk)));
+    assert_int_equal(item_flags(it), 0xdeadbeef);
+    assert_int_equal(item_cas(it), 41);
+    assert_memory_equal(item_value(it), "value", 5);
 }
 
 /* A copy written pending (a demotion, a page move) does not check until
@@ -241,34 +302,60 @@ test_pending_copy(void **state)
 {
     (void)state;
     _Alignas(8) char chunk[256];
-    struct item_hdr h = {.klen = 3, .vlen = 5, .flags = 7, .cas = 99};
+    /* a sequence above 2^32: both halves matter */
+    uint64_t seq = 0x500000077ull;
+    struct item_desc h = {
+        .klen = 3, .vlen = 5, .flags = 7, .seq = seq, .cas = seq};
     struct iovec iov = {"value", 5};
     struct item_src src = {&iov, 1};
     struct item_plan plan;
     const struct item_hdr *it = (const void *)chunk;
+    uint64_t w;
 
+    item_desc_opt(&h);
+    assert_int_equal(h.iflags & ITEM_HAS_CAS, 0);
     memset(chunk, 0, sizeof(chunk));
-    item_plan(3, 5, sizeof(chunk), &plan);
-    uint64_t word = item_write(chunk, 0, &plan, NULL, &h, "key", &src,
-                               77 | ITEM_SEQ_PENDING);
+    item_plan(3, h.iflags, 5, sizeof(chunk), &plan);
+    uint32_t word = item_write(chunk, 0, &plan, NULL, &h, "key", &src, true);
     assert_int_equal(it->commit, ITEM_COMMIT_PENDING);
-    assert_int_equal(item_commit_seq(it->commit), 0);
+    assert_false(item_committed(it->commit));
     assert_false(item_check(it, sizeof(chunk)));
+    /* published and not yet committed: its CAS is readable already (the
+     * sequence half of the commit word is in place) */
+    assert_int_equal(item_cas(it), seq);
+    memcpy(&w, chunk + ITEM_COMMIT_OFFSET, sizeof(w));
+    assert_int_equal(w, (seq << 32) | ITEM_COMMIT_PENDING);
     assert_true(item_commit_copy(chunk, 0, word));
     assert_true(item_check(it, sizeof(chunk)));
-    assert_int_equal(item_commit_seq(it->commit), 77);
+    assert_int_equal(item_cas(it), seq);
+    /* the commit word: the sequence's low half over the CRC */
+    memcpy(&w, chunk + ITEM_COMMIT_OFFSET, sizeof(w));
+    assert_int_equal(w, (seq << 32) | word);
     /* once committed, a second commit is refused and changes nothing */
     assert_false(item_commit_copy(chunk, 0, word));
     assert_int_equal(it->commit, word);
+    /* invalidated: no longer an item, and its CAS still reads the same for
+     * a reader that found it before */
+    item_invalidate(chunk, 0);
+    assert_false(item_check(it, sizeof(chunk)));
+    assert_int_equal(item_cas(it), seq);
 
     /* invalidated before its commit: stays invalid */
     memset(chunk, 0, sizeof(chunk));
-    word = item_write(chunk, 0, &plan, NULL, &h, "key", &src,
-                      78 | ITEM_SEQ_PENDING);
+    h.seq = h.cas = seq + 1;
+    word = item_write(chunk, 0, &plan, NULL, &h, "key", &src, true);
     item_invalidate(chunk, 0);
     assert_false(item_commit_copy(chunk, 0, word));
     assert_int_equal(it->commit, 0);
     assert_false(item_check(it, sizeof(chunk)));
+    assert_int_equal(item_cas(it), seq + 1);
+
+    /* a plain write: one 8-byte word, sequence over CRC */
+    memset(chunk, 0, sizeof(chunk));
+    word = item_write(chunk, 0, &plan, NULL, &h, "key", &src, false);
+    memcpy(&w, chunk + ITEM_COMMIT_OFFSET, sizeof(w));
+    assert_int_equal(w, ((seq + 1) << 32) | word);
+    assert_true(item_check(it, sizeof(chunk)));
 }
 
 /* What a scan needs besides the items: every committed item sits on a page
@@ -326,42 +413,64 @@ test_page_table_and_flush(void **state)
     scan_unmap(&s);
 }
 
-/* The commit word's CRC is CRC32C of the header (exptime and commit read
- * as 0) and the key, whatever computes it: every key length, against the
- * table-driven nvs_crc32c over the same bytes (pools written by earlier
- * builds must still check). */
+/* The commit word's CRC is CRC32C of the header (exptime and the CRC half
+ * read as 0, the sequence's halves counted), the key and opt, whatever
+ * computes it: every key length, against the table-driven nvs_crc32c over
+ * the same bytes laid out by hand. */
 static void
 test_commit_crc_reference(void **state)
 {
     (void)state;
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     for (unsigned klen = 1; klen <= UINT8_MAX; klen++) {
-        union {
-            struct item_hdr h;
-            unsigned char b[sizeof(struct item_hdr) + UINT8_MAX];
-        } u;
-        for (size_t i = 0; i < sizeof(u.b); i++) {
+        unsigned char key[UINT8_MAX];
+        for (size_t i = 0; i < sizeof(key); i++) {
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            u.b[i] = (unsigned char)(rng >> 56);
+            key[i] = (unsigned char)(rng >> 56);
         }
-        u.h.klen = (uint8_t)klen;
-        u.h.kind = ITEM_KIND_HEAD;
-        u.h.exptime = 0x12345678u + klen;
-        uint64_t seq = 1000 + klen;
-        uint64_t word = item_commit_word(&u.h, u.b + sizeof(u.h), NULL, 0, seq);
+        uint64_t seq = 0x123456789ull * klen;
+        struct item_desc d = {.kind = ITEM_KIND_HEAD,
+                              .klen = (uint8_t)klen,
+                              .vlen = 100 + klen,
+                              .exptime = 0x12345678u + klen,
+                              .flags = klen % 3 ? 0 : 0xabcd0000u + klen,
+                              .seq = seq,
+                              .cas = klen % 2 ? seq : 77 + klen};
+        item_desc_opt(&d);
+        uint32_t word = item_commit_word(&d, key, NULL, 0);
 
-        u.h.exptime = 0;
-        u.h.commit = 0;
+        struct item_hdr h = {.kind = ITEM_KIND_HEAD,
+                             .klen = (uint8_t)klen,
+                             .iflags = d.iflags,
+                             .vlen = d.vlen,
+                             .seq_hi = (uint32_t)(seq >> 32),
+                             .seq_lo = (uint32_t)seq};
+        unsigned char b[sizeof(h) + UINT8_MAX + ITEM_OPT_MAX];
+        size_t n = sizeof(h);
+        memcpy(b, &h, sizeof(h));
+        memcpy(b + n, key, klen);
+        n += klen;
+        if (d.iflags & ITEM_HAS_FLAGS) {
+            memcpy(b + n, &d.flags, 4);
+            n += 4;
+        }
+        if (d.iflags & ITEM_HAS_CAS) {
+            memcpy(b + n, &d.cas, 8);
+            n += 8;
+        }
         nvs_crc32c_force_table(true);
-        uint32_t want = nvs_crc32c(0, u.b, sizeof(u.h) + klen);
+        uint32_t want = nvs_crc32c(0, b, n);
         nvs_crc32c_force_table(false);
-        if ((uint32_t)word != want || word >> 32 != seq)
-            fail_msg("klen %u: word %llx, crc %08x", klen,
-                     (unsigned long long)word, want);
+        if (want == 0)
+            want = 1;
+        else if (want == ITEM_COMMIT_PENDING)
+            want--;
+        if (word != want)
+            fail_msg("klen %u: word %08x, crc %08x", klen, word, want);
     }
 }
 
-/* Serial-number order survives the 32-bit wrap. */
+/* The whole 64-bit sequence orders copies: no 32-bit wrap. */
 static void
 test_seq_order(void **state)
 {
@@ -369,8 +478,8 @@ test_seq_order(void **state)
     assert_true(item_seq_newer(2, 1));
     assert_false(item_seq_newer(1, 2));
     assert_false(item_seq_newer(5, 5));
-    assert_true(item_seq_newer(3, UINT32_MAX - 3));
-    assert_false(item_seq_newer(UINT32_MAX - 3, 3));
+    assert_true(item_seq_newer((uint64_t)UINT32_MAX + 4, UINT32_MAX - 3));
+    assert_false(item_seq_newer(UINT32_MAX - 3, (uint64_t)UINT32_MAX + 4));
 }
 
 int
@@ -382,6 +491,7 @@ main(void)
         TC_TEST(test_evicted_invalidated),
         TC_TEST(test_page_table_and_flush),
         cmocka_unit_test(test_torn_item),
+        cmocka_unit_test(test_no_opt),
         cmocka_unit_test(test_pending_copy),
         cmocka_unit_test(test_seq_order),
         cmocka_unit_test(test_commit_crc_reference),

@@ -154,6 +154,17 @@ test_stores_land_exactly(void **state)
             assert_memory_equal(b->pm, b->ref, BUF_SIZE);
         }
     }
+    /* the 4-byte compare-and-swap: only its own 4 bytes, only on a match
+     * (the 4 bytes after it are an item's sequence half, never touched) */
+    uint32_t *w = (uint32_t *)(void *)(b->pm + 2048);
+    pm_store64((uint64_t *)(void *)w, 0x12345678ffffffffull);
+    memcpy(b->ref + 2048, w, 8);
+    assert_false(pm_cas32(w, 0xfffffffeu, 5));
+    assert_memory_equal(b->pm, b->ref, BUF_SIZE);
+    assert_true(pm_cas32(w, 0xffffffffu, 5));
+    uint64_t want = 0x1234567800000005ull;
+    memcpy(b->ref + 2048, &want, sizeof(want));
+    assert_memory_equal(b->pm, b->ref, BUF_SIZE);
 }
 
 static void

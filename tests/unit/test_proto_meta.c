@@ -333,7 +333,7 @@ test_base64_keys(void **state)
     EXPECT(f, "mg a v\r\n", "VA 1\r\n1\r\n");
     EXPECT(f, "mg YWI= b k\r\n", "EN kYWI= b\r\n");
     EXPECT(f, "me YQ== b\r\n",
-           "ME YQ== exp=-1 la=0 cas=10 fetch=yes cls=1 size=34\r\n");
+           "ME YQ== exp=-1 la=0 cas=10 fetch=yes cls=1 size=26\r\n");
     EXPECT(f, "ma YQ== b v k\r\n", "VA 1 kYQ== b\r\n2\r\n");
     EXPECT(f, "md YQ== b k q\r\n", "");
     EXPECT(f, "md YQ== b k\r\n", "NF kYQ== b\r\n");
@@ -744,20 +744,20 @@ test_me(void **state)
     EXPECT(f, "me foo\r\n", "EN\r\n");
     EXPECT(f, "ms foo 2 T100 E77\r\nhi\r\n", "HD\r\n");
     EXPECT(f, "me foo\r\n",
-           "ME foo exp=100 la=0 cas=77 fetch=no cls=1 size=37\r\n");
+           "ME foo exp=100 la=0 cas=77 fetch=no cls=1 size=29\r\n");
     tc_clock_advance(3);
     EXPECT(f, "me foo\r\n",
-           "ME foo exp=97 la=3 cas=77 fetch=no cls=1 size=37\r\n");
+           "ME foo exp=97 la=3 cas=77 fetch=no cls=1 size=29\r\n");
     EXPECT(f, "mg foo v\r\n", "VA 2\r\nhi\r\n");
     tc_clock_advance(1);
     /* me is not an access: la= stays with the mg */
     EXPECT(f, "me foo\r\n",
-           "ME foo exp=96 la=1 cas=77 fetch=yes cls=1 size=37\r\n");
+           "ME foo exp=96 la=1 cas=77 fetch=yes cls=1 size=29\r\n");
     EXPECT(f, "me foo\r\n",
-           "ME foo exp=96 la=1 cas=77 fetch=yes cls=1 size=37\r\n");
+           "ME foo exp=96 la=1 cas=77 fetch=yes cls=1 size=29\r\n");
     EXPECT(f, "ms inf 0 E5\r\n\r\n", "HD\r\n");
     EXPECT(f, "me inf\r\n",
-           "ME inf exp=-1 la=0 cas=5 fetch=no cls=1 size=35\r\n");
+           "ME inf exp=-1 la=0 cas=5 fetch=no cls=1 size=27\r\n");
     EXPECT(f, "me\r\n", "CLIENT_ERROR bad command line format\r\n");
     assert_int_equal(f->s.ctr.meta_cmds, 10);
 }

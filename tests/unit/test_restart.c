@@ -556,6 +556,98 @@ test_cold_starts(void **state)
     munmap(t, sizeof(*t));
 }
 
+/* A client's CAS (meta E) is kept in the item (item_layout.h's opt), the
+ * others derive from the store sequence: after a crash every item answers
+ * the CAS and flags it was stored with, and the counter resumes above the
+ * largest, a client's included. */
+#define CAS_HI (1ull << 40)
+
+static void
+client_cas_work(struct fx *f, struct truth *t)
+{
+    struct tc_store_opts lo = {.cas_new = 5}, hi = {.cas_new = CAS_HI};
+    assert_int_equal(
+        tc_store_ex(f->c, TC_SET, "plain", 5, "v0", 2, 0, 0, NULL, &t->cas[0]),
+        TC_OK);
+    assert_int_equal(tc_store_ex(f->c, TC_SET, "flagged", 7, "v1", 2, 9, 0,
+                                 NULL, &t->cas[1]),
+                     TC_OK);
+    assert_int_equal(
+        tc_store_ex(f->c, TC_SET, "lo", 2, "v2", 2, 0, 0, &lo, &t->cas[2]),
+        TC_OK);
+    assert_int_equal(
+        tc_store_ex(f->c, TC_SET, "hi", 2, "v3", 2, 7, 0, &hi, &t->cas[3]),
+        TC_OK);
+    assert_int_equal(t->cas[2], 5);
+    assert_int_equal(t->cas[3], CAS_HI);
+    /* a plain set after it: a store sequence above 2^32, whose high half
+     * the header keeps apart from the commit word's low half */
+    assert_int_equal(
+        tc_store_ex(f->c, TC_SET, "above", 5, "v4", 2, 0, 0, NULL, &t->cas[4]),
+        TC_OK);
+    assert_true(t->cas[4] > CAS_HI);
+}
+
+static void
+test_client_cas_survives(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+    static const char *const keys[] = {"plain", "flagged", "lo", "hi", "above"};
+    static const uint32_t flags[] = {0, 9, 0, 7, 0};
+    unsigned char buf[16];
+    struct got g;
+
+    run_child(f, t, client_cas_work);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_RECOVERED);
+    assert_int_equal(info.items, 5);
+    for (unsigned i = 0; i < 5; i++) {
+        assert_int_equal(get_cb(f->c, keys[i], &g, buf, sizeof(buf)), TC_OK);
+        assert_int_equal(g.info.cas, t->cas[i]);
+        assert_int_equal(g.info.flags, flags[i]);
+        assert_int_equal(g.len, 2);
+        assert_int_equal(buf[1], (unsigned char)('0' + i));
+    }
+    /* a cas with the restored CAS matches, then the CAS moves on */
+    uint64_t cas = 0;
+    struct tc_store_opts o = {.cas_in = 5};
+    assert_int_equal(
+        tc_store_ex(f->c, TC_CAS, "lo", 2, "v5", 2, 0, 0, &o, &cas), TC_OK);
+    assert_true(cas > t->cas[4]);
+    assert_int_equal(tc_check(f->c), 0);
+    munmap(t, sizeof(*t));
+}
+
+/* A pool written with the 32-byte header (format version 1) starts cold,
+ * saying why. */
+static void
+test_old_format_cold(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+
+    run_child(f, t, two_keys_work);
+    int fd = open(f->path, O_RDWR);
+    assert_true(fd >= 0);
+    size_t at = offsetof(struct region_header, user) +
+                offsetof(struct restart_meta, version);
+    uint32_t old = 1, was = 0;
+    assert_int_equal(pread(fd, &was, sizeof(was), (off_t)at), sizeof(was));
+    assert_int_equal(was, RESTART_VERSION);
+    assert_int_equal(pwrite(fd, &old, sizeof(old), (off_t)at), sizeof(old));
+    close(fd);
+    assert_int_equal(open_existing(f), 0);
+    tc_open_info(f->c, &info);
+    assert_int_equal(info.kind, TC_START_COLD);
+    assert_non_null(strstr(info.reason, "item format version"));
+    check_miss(f->c, "fine");
+    munmap(t, sizeof(*t));
+}
+
 /* Copy the pool file at from to to. */
 static void
 copy_file(const char *from, const char *to)
@@ -1146,6 +1238,8 @@ main(void)
         TC_TEST_NOOPEN(test_expired_dropped),
         TC_TEST_NOOPEN(test_torn_dropped),
         TC_TEST_NOOPEN(test_cold_starts),
+        TC_TEST_NOOPEN(test_client_cas_survives),
+        TC_TEST_NOOPEN(test_old_format_cold),
         TC_TEST_NOOPEN(test_parallel_scan),
         TC_TEST_NOOPEN(test_index_presized),
         TC_TEST_NOOPEN(test_saved_index_warm),
