@@ -335,6 +335,9 @@ thread_init(struct cache_thread *t)
 
 /* --- swapping a header in --- */
 
+/* Rounds of a swap's switch chasing touches of its key (swap_in_header). */
+#define SWAP_TOUCH_ROUNDS 16u
+
 /*
  * Write a flash header for hdr/key/nl into a chunk from the thread's quota
  * (evicting only when may_evict: never on the eviction path) and swap it into
@@ -410,9 +413,16 @@ swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
      * switch must happen while the index holds it. The new expiry is put
      * into the header outside the lock (it is not visible yet), then the
      * switch is tried again; each round needs yet another touch of this
-     * key inside that window. */
+     * key inside that window. A key touched that often gives up after
+     * SWAP_TOUCH_ROUNDS: the index keeps the source, served as before; it
+     * is invalidated already, so a crash loses it (a miss, never an older
+     * value). */
     uint32_t want = hdr->exptime;
-    while (ok) {
+    for (unsigned round = 0; ok; round++) {
+        if (round == SWAP_TOUCH_ROUNDS) {
+            ok = false;
+            break;
+        }
         b = htab_lock(c->htab, hash);
         _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(old));
         uint32_t exp = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
@@ -427,6 +437,7 @@ swap_in_header(struct cache_thread *t, uint64_t hash, uint64_t old,
         pm_store32(
             (uint32_t *)(c->base + off + offsetof(struct item_hdr, exptime)),
             exp);
+        TC_CRASH_POINT(may_evict ? "compact.retouched" : "spill.retouched");
     }
     if (ok) {
         TC_CRASH_POINT(may_evict ? "compact.published" : "spill.published");

@@ -1122,6 +1122,91 @@ test_touch_against_spill(void **state)
     unlink(ext);
 }
 
+/* A key touched again inside every round of a spill's switch: the switch
+ * gives up after a bounded number of rounds (the item is then evicted, as
+ * when a spill fails) instead of chasing the touches for ever; the hook
+ * fails the child past STORM_MAX touches. After the crash, key 0 is a miss
+ * or its value, and every other key is judged by the rules. */
+#define STORM_MAX 64u
+static unsigned storm_touches;
+static volatile bool storm_stop;
+
+static void
+storm_hook(const char *name)
+{
+    if (role != 3 || (strcmp(name, "spill.checked") != 0 &&
+                      strcmp(name, "spill.retouched") != 0))
+        return;
+    if (++storm_touches > STORM_MAX) {
+        print_message("the switch chased %u touches\n", storm_touches);
+        _exit(5);
+    }
+    sem_post(&touch_go);
+    sem_wait(&touch_done);
+}
+
+static void *
+storm_client(void *arg)
+{
+    struct fx *f = arg;
+    char k[16];
+    key_of(k, 0);
+    for (unsigned n = 1;; n++) {
+        sem_wait(&touch_go);
+        if (storm_stop)
+            return NULL;
+        (void)tc_touch(f->c, k, strlen(k), TOUCH_TTL + n); /* a new expiry */
+        sem_post(&touch_done);
+    }
+}
+
+static void
+storm_work(struct fx *f, uint64_t *rng)
+{
+    (void)rng;
+    assert_int_equal(fx_open(f), 0);
+    assert_int_equal(set_gen(f->c, 0, TOUCH_VLEN), TC_OK);
+    sem_init(&touch_go, 0, 0);
+    sem_init(&touch_done, 0, 0);
+    storm_touches = 0;
+    storm_stop = false;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, storm_client, f), 0);
+    role = 3;
+    __atomic_store_n(&crashpoint_hook, storm_hook, __ATOMIC_RELAXED);
+    for (unsigned i = 1; i < NK && !storm_touches; i++)
+        assert_int_equal(set_gen(f->c, i, TOUCH_VLEN - 100), TC_OK);
+    role = 0;
+    storm_stop = true;
+    sem_post(&touch_go);
+    pthread_join(th, NULL);
+    if (!storm_touches) {
+        print_message("no spill\n");
+        _exit(3);
+    }
+    assert_int_equal(nvs_flush(((struct cache *)f->c)->nvs), 0);
+    _exit(CRASHED);
+}
+
+static void
+test_touch_storm_against_spill(void **state)
+{
+    SKIP_WITHOUT_POINTS();
+    struct fx *f = *state;
+    char ext[192];
+    flash_cfg(f, ext, 0);
+    f->cfg.ext_item_size = TOUCH_VLEN - 50;
+    truth_reset();
+    unlink(ext);
+    assert_int_equal(run_child(f, storm_work, NULL, 0, 1), CRASHED);
+    assert_int_equal(tc_open(&f->cfg, &f->c), 0);
+    judge(f->c);
+    assert_int_equal(tc_check(f->c), 0);
+    tc_close(f->c);
+    f->c = NULL;
+    unlink(ext);
+}
+
 #define TC_TEST_NOOPEN(fn)                                                     \
     cmocka_unit_test_prestate_setup_teardown(fn, setup_noopen, teardown, #fn)
 
@@ -1150,6 +1235,7 @@ main(void)
         TC_TEST_NOOPEN(test_recache_against_delete),
         TC_TEST_NOOPEN(test_spill_against_delete),
         TC_TEST_NOOPEN(test_touch_against_spill),
+        TC_TEST_NOOPEN(test_touch_storm_against_spill),
         TC_TEST_NOOPEN(test_compaction_against_delete),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
