@@ -179,8 +179,9 @@ def test_tc_memtrace_tiny_workload(tmp_path):
                      *(["-u", "root"] if os.geteuid() == 0 else []),
                      timeout=700)
     finally:
-        if os.path.exists(pool):
-            os.unlink(pool)
+        for f in (pool, pool + ".meta"):  # the clean stop saves the .meta
+            if os.path.exists(f):
+                os.unlink(f)
     assert r.returncode == 0, r.stderr
     assert re.search(r"tc-memtrace: \S+ mapped at 0x[0-9a-f]+-0x[0-9a-f]+; "
                      r"\d+ stores traced", r.stdout), r.stdout
