@@ -212,6 +212,15 @@ class Server(tuple):
                     pass
 
 
+def remove_pool(path):
+    """Remove a pool file and the state a clean stop saves beside it."""
+    for p in (path, path + ".meta"):
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
 _libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_PDEATHSIG = 1
 
@@ -399,8 +408,8 @@ def run_server():
         except subprocess.TimeoutExpired:
             raise AssertionError(f"{argv} did not exit within {timeout} s")
         finally:
-            if pool_path and os.path.exists(pool_path):
-                os.unlink(pool_path)
+            if pool_path:
+                remove_pool(pool_path)
         return p.returncode, p.stderr
 
     return _run

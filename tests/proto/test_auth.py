@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from conftest import (HOST, ROOT, Conn, _die_with_parent, free_port,
-                      server_argv)
+                      remove_pool, server_argv)
 
 USERS = {"foo": "bar", "baaaz": "quux", "carol": "pa:ss"}
 
@@ -603,7 +603,6 @@ def test_sasl_without_mechanism_exits(tmp_path):
                            stdin=subprocess.DEVNULL, env=env, cwd=str(ROOT),
                            preexec_fn=_die_with_parent)
     finally:
-        if os.path.exists(pool):
-            os.unlink(pool)
+        remove_pool(pool)
     assert p.returncode != 0
     assert "-S: SASL offers no mechanism" in _one_line(p.stderr)

@@ -25,7 +25,7 @@ import pytest
 from conftest import (HOST, IS_ASAN, IS_MEMCACHED, MEMCACHED, ROOT,
                       SERVER_BIN, START_TIMEOUT, Conn, Server,
                       _die_with_parent, _wait_accepting, free_port,
-                      start_memcached)
+                      remove_pool, start_memcached)
 
 IS_ROOT = os.geteuid() == 0
 RUN_USER = "nobody"  # the unprivileged user the tests drop to as root
@@ -80,8 +80,7 @@ def _run_exit(flags, timeout=60):
                            timeout=timeout, stdin=subprocess.DEVNULL,
                            cwd=str(ROOT), preexec_fn=_die_with_parent)
     finally:
-        if os.path.exists(pool):
-            os.unlink(pool)
+        remove_pool(pool)
     return p.returncode, p.stderr
 
 

@@ -15,7 +15,6 @@ reads have no deadline (ext_read_timeout_ms=0), so a slow disk or CPU is
 never a miss."""
 
 import os
-import socket
 import struct
 import subprocess
 import time
@@ -530,8 +529,8 @@ def test_stats_reset_extstore(spawn):
         mc = Client((srv.host, srv.port), timeout=30)
         reads = 0
         for start in range(0, n, 50):
-            got = mc.get_many(["xr:%06d" % i
-                               for i in range(start, min(start + 50, n))])
+            mc.get_many(["xr:%06d" % i
+                          for i in range(start, min(start + 50, n))])
             reads += 50
             if int(stats(srv)["get_extstore"]) > 0:
                 break

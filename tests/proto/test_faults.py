@@ -28,7 +28,7 @@ import uuid
 
 import pytest
 
-from conftest import IS_ASAN, IS_MEMCACHED, Conn, flash_file
+from conftest import IS_ASAN, IS_MEMCACHED, Conn, flash_file, remove_pool
 
 MIB = 1024 * 1024
 ITEM_MAX = MIB           # -I: the default, 1m
@@ -838,5 +838,4 @@ def test_kill9_under_load_then_restart(flash_path):
             if s is not None:
                 s.pool = None
                 s.cleanup()
-        if os.path.exists(pool):
-            os.unlink(pool)
+        remove_pool(pool)

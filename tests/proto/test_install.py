@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from conftest import IS_MEMCACHED, ROOT, SERVER_BIN
+from conftest import IS_MEMCACHED, ROOT, SERVER_BIN, remove_pool
 
 PREFIX = "/usr"
 MAKE_TIMEOUT = 900
@@ -127,8 +127,7 @@ def test_pkg_config_embedding(installed, tmp_path, link):
         r = subprocess.run([str(exe), pool], env=env, capture_output=True,
                            text=True, timeout=RUN_TIMEOUT)
     finally:
-        if os.path.exists(pool):
-            os.unlink(pool)
+        remove_pool(pool)
     assert r.returncode == 0 and r.stdout == "hello 7\n", r
     ldd = subprocess.run(["ldd", str(exe)], env=env, capture_output=True,
                          text=True, timeout=RUN_TIMEOUT).stdout
@@ -290,5 +289,4 @@ def _wrapper_server(installed, conf, port, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-        if os.path.exists(pool):
-            os.unlink(pool)
+        remove_pool(pool)

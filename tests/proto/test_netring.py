@@ -12,7 +12,6 @@ fail) leaves one log line (a warning only when uring was asked for) and a
 server on epoll.
 """
 
-import os
 import shutil
 import subprocess
 import time

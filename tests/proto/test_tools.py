@@ -16,7 +16,7 @@ import zlib
 
 import pytest
 
-from conftest import IS_ASAN, ROOT, SERVER_BIN, free_port
+from conftest import IS_ASAN, ROOT, SERVER_BIN, free_port, remove_pool
 
 pytestmark = pytest.mark.tiercache_only
 
@@ -179,9 +179,7 @@ def test_tc_memtrace_tiny_workload(tmp_path):
                      *(["-u", "root"] if os.geteuid() == 0 else []),
                      timeout=700)
     finally:
-        for f in (pool, pool + ".meta"):  # the clean stop saves the .meta
-            if os.path.exists(f):
-                os.unlink(f)
+        remove_pool(pool)
     assert r.returncode == 0, r.stderr
     assert re.search(r"tc-memtrace: \S+ mapped at 0x[0-9a-f]+-0x[0-9a-f]+; "
                      r"\d+ stores traced", r.stdout), r.stdout
