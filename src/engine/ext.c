@@ -478,22 +478,22 @@ spill_hook(struct cache_thread *t, uint64_t head, uint64_t hash)
         return false;
     cache_read_lock();
     const struct item_hdr *it = item_at(c->base, head);
-    item_hdr_load(&hdr, it);
-    /* a spill must save pool memory: the header's chunk is smaller than
-     * the item's (an ext_item_size below that has no effect) */
-    unsigned cls = slab_class_of(c->slab, head);
-    if (hdr.kind == ITEM_KIND_HEAD && hdr.vlen >= c->cfg.ext_item_size &&
-        ext_old_enough(c, head) && hdr.klen > 0 && hdr.klen <= TC_KEY_MAX &&
-        cls != SLAB_NO_CLASS &&
-        (hdr.nchain || item_flash_size(hdr.klen, hdr.iflags) <
-                           slab_chunk_size(c->slab, cls))) {
-        memcpy(key, item_key(it), hdr.klen);
-        struct cache_key k = {c, key, hdr.klen};
-        /* only the item the index holds: inside this section its chunks
-         * cannot be freed, so the value copied below is the item's */
-        if (htab_lookup_rcu(c->htab, hash, cache_match_key, &k) ==
-                cache_loc(head) &&
+    /* only the item the index holds, and its header read only once the
+     * index is seen holding it: before, the chunk may be free and being
+     * rewritten by a store. Inside this section its chunks cannot be
+     * freed, so the header, key and value read below are the item's. */
+    if (htab_holds_rcu(c->htab, hash, cache_loc(head))) {
+        item_hdr_load(&hdr, it);
+        /* a spill must save pool memory: the header's chunk is smaller
+         * than the item's (an ext_item_size below that has no effect) */
+        unsigned cls = slab_class_of(c->slab, head);
+        if (hdr.kind == ITEM_KIND_HEAD && hdr.vlen >= c->cfg.ext_item_size &&
+            ext_old_enough(c, head) && hdr.klen > 0 && hdr.klen <= TC_KEY_MAX &&
+            cls != SLAB_NO_CLASS &&
+            (hdr.nchain || item_flash_size(hdr.klen, hdr.iflags) <
+                               slab_chunk_size(c->slab, cls)) &&
             cache_item_dead(c, it, clock_now()) == CACHE_LIVE) {
+            memcpy(key, item_key(it), hdr.klen);
             struct iovec iov[ITEM_MAX_TAILS + 1];
             int n = item_value_iov(c->base, it, c->chunk_max, iov);
             rc = nvs_append(c->nvs, key, hdr.klen, iov, n, &nl);

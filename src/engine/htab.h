@@ -114,6 +114,13 @@ htab_tag(uint64_t hash)
  * there. */
 uint64_t htab_lookup_rcu(struct htab *h, uint64_t hash, htab_match_fn *match,
                          void *arg);
+/* Whether the index holds the entry (hash's tag, loc) in hash's chain,
+ * found without reading the item: a caller that has a location from
+ * elsewhere (a chunk scan) reads the item only once this is true, since
+ * before that the chunk may be free and being rewritten. The slot's
+ * acquire load orders those reads after the item's writes. Context:
+ * inside an RCU read-side section; true is valid only there. */
+bool htab_holds_rcu(struct htab *h, uint64_t hash, uint64_t loc);
 
 /* Start loading the home bucket (a writer does this before writing its
  * item, so the bucket is in cache by the time it takes the lock). */

@@ -457,9 +457,15 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
     uint64_t head, tails[ITEM_MAX_TAILS], old = cache_loc(v->head);
     enum cache_dead dead;
 
+    /* the header is read only while the index holds the item: else the
+     * chunk may be free and being rewritten (nothing to move then) */
     cache_read_lock();
-    item_hdr_load(&hdr, item_at(c->base, v->head));
+    bool held = htab_holds_rcu(c->htab, v->hash, old);
+    if (held)
+        item_hdr_load(&hdr, item_at(c->base, v->head));
     cache_read_unlock();
+    if (!held)
+        return false;
     item_plan(hdr.klen, hdr.iflags, hdr.vlen, c->chunk_max, &plan);
     if (hdr.kind == ITEM_KIND_FLASH) /* a header chunk, value on flash */
         plan = (struct item_plan){.head_size =
@@ -496,7 +502,8 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
      * the check below answers before the copy is found stale and
      * invalidated; a crash in between must find the acknowledged item
      * newer than the copy of the one it replaced (item_layout.h). */
-    bool same = item_seq(it) == hdr.seq && it->kind == hdr.kind &&
+    bool same = htab_holds_rcu(c->htab, v->hash, old) &&
+                item_seq(it) == hdr.seq && it->kind == hdr.kind &&
                 item_kind_is_head(hdr.kind) &&
                 item_committed(__atomic_load_n(&it->commit, __ATOMIC_RELAXED));
     uint32_t word = 0;

@@ -410,6 +410,39 @@ test_find_loc_locked(void **state)
     htab_unlock(b);
 }
 
+/* htab_holds_rcu: the exact entry (tag and location) in the hash's chain,
+ * overflow buckets included, without calling match. */
+static void
+test_holds_rcu(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    const uint64_t hash = craft_hash(0x77, 3);
+    uint64_t locs[10];
+
+    assert_int_equal(htab_create(0, &f->h), 0);
+    for (int i = 0; i < 10; i++) {
+        locs[i] = fake_put(st, (uint64_t)i);
+        assert_int_equal(insert(f->h, hash, locs[i]), 0);
+    }
+    assert_int_equal(insert(f->h, craft_hash(0x77, 4), 500), 0);
+    unsigned long calls = st->match_calls;
+    for (int i = 0; i < 10; i++)
+        assert_true(htab_holds_rcu(f->h, hash, locs[i]));
+    /* another bucket's entry, another tag, an unknown location */
+    assert_false(htab_holds_rcu(f->h, hash, 500));
+    assert_true(htab_holds_rcu(f->h, craft_hash(0x77, 4), 500));
+    assert_false(htab_holds_rcu(f->h, craft_hash(0x78, 3), locs[0]));
+    assert_false(htab_holds_rcu(f->h, hash, 777));
+    assert_int_equal(st->match_calls, calls);
+    /* gone once removed (the last one sits in the overflow bucket) */
+    struct htab_bucket *b = htab_lock(f->h, hash);
+    htab_remove_locked(htab_find_loc_locked(b, locs[9]));
+    htab_unlock(b);
+    assert_false(htab_holds_rcu(f->h, hash, locs[9]));
+    assert_true(htab_holds_rcu(f->h, hash, locs[8]));
+}
+
 struct visit {
     uint8_t *seen;
     uint64_t nseen;
@@ -1199,6 +1232,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_overflow_chains, setup, teardown),
         cmocka_unit_test_setup_teardown(test_colliding_tags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_find_loc_locked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_holds_rcu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreach, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_reader_writer, setup,
                                         teardown),
