@@ -795,6 +795,28 @@ htab_peek(struct htab *h, uint64_t hash, uint64_t locs[HTAB_SLOTS])
     return n;
 }
 
+unsigned
+htab_peek_hint(struct htab *h, uint64_t hash, struct htab_hint *hint)
+{
+    const uint64_t tag = (uint64_t)htab_tag(hash) << HTAB_LOC_BITS;
+    struct htab_bucket *b = htab_home_rcu(h, hash);
+    unsigned n = 0;
+
+    /* Relaxed: a hint only, checked again under the lock. Unrolled as
+     * htab_peek. */
+#pragma GCC unroll 8
+    for (int i = 0; i < HTAB_SLOTS; i++) {
+        uint64_t w = atomic_load_explicit(&b->slot[i], memory_order_relaxed);
+        if ((w ^ tag) <= HTAB_LOC_MASK) {
+            hint->idx[n] = (uint8_t)i;
+            hint->word[n++] = w;
+        }
+    }
+    hint->home = b;
+    hint->n = n;
+    return n;
+}
+
 /* A writer's share of a doubling that is due or under way. Locks: none
  * held; tries h->grow_lock (a writer never waits for another's move). */
 static void __attribute__((noinline)) htab_help(struct htab *h)

@@ -129,14 +129,16 @@ count_outcome(struct cache_thread *t, unsigned cls, int mode, int rc)
  * cachegrind). */
 static inline __attribute__((always_inline)) int
 publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
-        uint32_t now, uint64_t *old_out)
+        uint32_t now, const struct htab_hint *hint, uint64_t *old_out)
 {
     struct cache *c = t->cache;
     struct cache_key k = {c, r->key, r->klen};
     uint64_t loc = cache_loc(head);
 
     struct htab_bucket *b = htab_lock(c->htab, r->hash);
-    _Atomic uint64_t *slot = htab_find_locked(b, r->hash, cache_match_key, &k);
+    _Atomic uint64_t *slot =
+        hint ? htab_find_hinted_locked(b, r->hash, cache_match_key, &k, hint)
+             : htab_find_locked(b, r->hash, cache_match_key, &k);
     uint64_t old =
         slot ? htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed))
              : 0;
@@ -221,11 +223,12 @@ write_in_lock(struct cache *c, uint64_t head, const struct item_plan *plan,
 
 /* Write the prepared item and publish it; on failure its chunks go back.
  * *old receives the replaced item's location (0 if none), which the caller
- * retires with retire_old() once outside any RCU read section. */
+ * retires with retire_old() once outside any RCU read section. hint: the
+ * bucket's peek (prefetch_old), or NULL. */
 static inline __attribute__((always_inline)) int
 commit(struct cache_thread *t, struct store_req *r,
        const struct item_plan *plan, uint64_t head, const uint64_t *tails,
-       uint64_t *old, uint64_t *cas_out)
+       const struct htab_hint *hint, uint64_t *old, uint64_t *cas_out)
 {
     struct cache *c = t->cache;
     uint32_t now = r->now;
@@ -256,7 +259,7 @@ commit(struct cache_thread *t, struct store_req *r,
     r->cls = cache_account(t, head, 1);
     if (unlikely(r->cls == SLAB_NO_CLASS)) /* DRAM: the class of its size */
         r->cls = cache_class_of(c, head);
-    int rc = publish(t, r, head, now, old);
+    int rc = publish(t, r, head, now, hint, old);
     if (rc != TC_OK) {
         cache_account(t, head, -1);
         cache_free_unpublished(t, plan, head, tails);
@@ -285,14 +288,15 @@ retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
 
 /* Start loading the items the publish step will compare keys with: their
  * misses then overlap the item copy instead of stalling under the bucket
- * lock. */
-static void
-prefetch_old(struct cache *c, uint64_t hash)
+ * lock; the peek is kept in hint, so that publish looks at those slots
+ * first instead of scanning the bucket again. */
+static inline __attribute__((always_inline)) void
+prefetch_old(struct cache *c, uint64_t hash, struct htab_hint *hint)
 {
-    uint64_t locs[HTAB_SLOTS];
-    unsigned n = htab_peek(c->htab, hash, locs);
+    unsigned n = htab_peek_hint(c->htab, hash, hint);
     for (unsigned i = 0; i < n; i++)
-        __builtin_prefetch(cache_item_at(c, cache_off(locs[i])), 0, 3);
+        __builtin_prefetch(
+            cache_item_at(c, cache_off(htab_slot_loc(hint->word[i]))), 0, 3);
 }
 
 /* Prepare, commit and retire: one whole store. Inlined into store_plain
@@ -307,8 +311,9 @@ store_one_inline(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     int rc = prepare(t, r, &plan, &head, tails);
     if (rc)
         return rc;
-    prefetch_old(t->cache, r->hash);
-    rc = commit(t, r, &plan, head, tails, &old, cas_out);
+    struct htab_hint hint;
+    prefetch_old(t->cache, r->hash, &hint);
+    rc = commit(t, r, &plan, head, tails, &hint, &old, cas_out);
     TC_CRASH_POINT("set.published");
     retire_old(t, old, r->now);
     return rc;
@@ -487,7 +492,7 @@ rewrite(struct cache_thread *t, struct store_req *r,
     if (keep_exptime)
         carry_exptime(r, it);
     if (item_cas(it) == old->cas) {
-        rc = commit(t, r, &plan, head, tails, &oldloc, cas_out);
+        rc = commit(t, r, &plan, head, tails, NULL, &oldloc, cas_out);
     } else {
         cache_free_unpublished(t, &plan, head, tails);
         rc = -EAGAIN;
@@ -730,7 +735,7 @@ recache_one(struct cache_thread *t, struct store_req *r)
     rc = held ? TC_OK : -EAGAIN;
     if (held) {
         cache_invalidate(c, cache_off(r->expect));
-        rc = publish(t, r, head, now, &old);
+        rc = publish(t, r, head, now, NULL, &old);
     }
     if (rc == TC_OK && word) {
         TC_CRASH_POINT("recache.published");
