@@ -144,15 +144,16 @@ alloc_chunk_slow(struct cache_thread *t, unsigned cls,
     return c->cfg.evict && !t->in_admin ? -EBUSY : -ENOMEM;
 }
 
-/* One chunk for size: from the quota, else as alloc_chunk_slow(). */
+/* One chunk for size: from the quota, else as alloc_chunk_slow(). Its
+ * class in *cls. */
 static inline __attribute__((always_inline)) int
 alloc_chunk(struct cache_thread *t, uint32_t size, const struct item_plan *plan,
-            uint64_t *off)
+            uint64_t *off, unsigned *cls)
 {
-    unsigned cls = (unsigned)slab_class_for(t->cache->slab, size);
-    if (likely(quota_alloc(t->quota, cls, off) == 0))
+    *cls = (unsigned)slab_class_for(t->cache->slab, size);
+    if (likely(quota_alloc(t->quota, *cls, off) == 0))
         return 0;
-    return alloc_chunk_slow(t, cls, plan, off);
+    return alloc_chunk_slow(t, *cls, plan, off);
 }
 
 /* Give back the first n tails of an item whose allocation failed with rc;
@@ -169,17 +170,18 @@ alloc_item_undo(struct cache_thread *t, uint64_t *tails, unsigned n, int rc)
  * callers: reclaim_alloc_item's first attempt is the store's hot path. */
 static inline __attribute__((always_inline)) int
 alloc_item_once(struct cache_thread *t, const struct item_plan *plan,
-                uint64_t *head, uint64_t *tails)
+                uint64_t *head, uint64_t *tails, unsigned *head_cls)
 {
     struct cache *c = t->cache;
+    unsigned cls;
     int rc;
 
     for (unsigned i = 0; i < plan->nchain; i++) {
         uint32_t size = i + 1 == plan->nchain ? plan->last_size : c->chunk_max;
-        if ((rc = alloc_chunk(t, size, plan, &tails[i])) != 0)
+        if ((rc = alloc_chunk(t, size, plan, &tails[i], &cls)) != 0)
             return alloc_item_undo(t, tails, i, rc);
     }
-    if ((rc = alloc_chunk(t, plan->head_size, plan, head)) != 0)
+    if ((rc = alloc_chunk(t, plan->head_size, plan, head, head_cls)) != 0)
         return alloc_item_undo(t, tails, plan->nchain, rc);
     return 0;
 }
@@ -227,7 +229,7 @@ alloc_backoff(unsigned tries)
  * -EBUSY. */
 static __attribute__((noinline, cold)) int
 alloc_item_wait(struct cache_thread *t, const struct item_plan *plan,
-                uint64_t *head, uint64_t *tails)
+                uint64_t *head, uint64_t *tails, unsigned *head_cls)
 {
     uint64_t start = clock_nsec();
 
@@ -237,7 +239,7 @@ alloc_item_wait(struct cache_thread *t, const struct item_plan *plan,
         cache_thread_quiesce(t);
         if (!alone)
             alloc_backoff(tries);
-        int rc = alloc_item_once(t, plan, head, tails);
+        int rc = alloc_item_once(t, plan, head, tails, head_cls);
         if (rc != -EBUSY)
             return rc;
         if (alone && tries + 1 >= ALONE_TRIES)
@@ -249,13 +251,21 @@ alloc_item_wait(struct cache_thread *t, const struct item_plan *plan,
 }
 
 int
+reclaim_alloc_item_cls(struct cache_thread *t, const struct item_plan *plan,
+                       uint64_t *head, uint64_t *tails, unsigned *head_cls)
+{
+    int rc = alloc_item_once(t, plan, head, tails, head_cls);
+    if (likely(rc == 0))
+        return 0;
+    return rc == -EBUSY ? alloc_item_wait(t, plan, head, tails, head_cls) : rc;
+}
+
+int
 reclaim_alloc_item(struct cache_thread *t, const struct item_plan *plan,
                    uint64_t *head, uint64_t *tails)
 {
-    int rc = alloc_item_once(t, plan, head, tails);
-    if (likely(rc == 0))
-        return 0;
-    return rc == -EBUSY ? alloc_item_wait(t, plan, head, tails) : rc;
+    unsigned cls;
+    return reclaim_alloc_item_cls(t, plan, head, tails, &cls);
 }
 
 /* --- eviction --- */

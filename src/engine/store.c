@@ -199,7 +199,8 @@ prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
     /* a write-hot key's item goes to the DRAM hot pool */
     if (c->hot && hotkey_place(t, r->hash, r->key, r->klen, plan, head) == 0)
         return 0;
-    if (reclaim_alloc_item(t, plan, head, tails) != 0) {
+    if (reclaim_alloc_item_cls(t, plan, head, tails, &r->cls) != 0) {
+        r->cls = SLAB_NO_CLASS;
         cache_stat_inc(t, ST_STORE_NO_MEMORY);
         return -ENOMEM;
     }
@@ -256,7 +257,11 @@ commit(struct cache_thread *t, struct store_req *r,
 
     /* account while the chunk is still ours: once published, another
      * thread may replace, free and reuse it before we look again */
-    r->cls = cache_account(t, head, 1);
+    if (likely(plan->nchain == 0 && r->cls != SLAB_NO_CLASS &&
+               !cache_off_dram(head)))
+        cache_account_new(t, r->cls, plan->total); /* prepare's class */
+    else
+        r->cls = cache_account(t, head, 1);
     if (unlikely(r->cls == SLAB_NO_CLASS)) /* DRAM: the class of its size */
         r->cls = cache_class_of(c, head);
     int rc = publish(t, r, head, now, hint, old);
