@@ -407,20 +407,21 @@ cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
 {
     struct cache *c = t->cache;
     const struct item_hdr *it = cache_item_at(c, head);
-    bool fetched = cache_bit_fetched(c, head);
     /* the flash copy is dead now: only the store's books change (ext.c) */
     if (it->kind == ITEM_KIND_FLASH && c->nvs)
         nvs_release(c->nvs, item_flash_loc(it));
     cache_account(t, head, -1);
-    if (dead == CACHE_EXPIRED && !fetched && why != UNLINK_DELETED &&
-        why != UNLINK_REPLACED)
+    /* the fetched bit only where a counter needs it (not a replaced
+     * item's: every set's path) */
+    if (dead == CACHE_EXPIRED && why != UNLINK_DELETED &&
+        why != UNLINK_REPLACED && !cache_bit_fetched(c, head))
         cache_stat_inc(t, ST_EXPIRED_UNFETCHED);
     /* memcached's "reclaimed": memory of a dead item used for a new one */
     if (dead != CACHE_LIVE && (why == UNLINK_REPLACED || why == UNLINK_EVICTED))
         cache_stat_inc(t, ST_RECLAIMED);
     if (dead == CACHE_LIVE && why == UNLINK_EVICTED) {
         cache_stat_inc(t, ST_EVICTIONS);
-        if (!fetched)
+        if (!cache_bit_fetched(c, head))
             cache_stat_inc(t, ST_EVICTED_UNFETCHED);
     }
 }
