@@ -199,13 +199,21 @@ tc_get_ex(struct tc_cache *tc, const void *key, size_t klen,
     return rc;
 }
 
-TC_API int
-tc_get(struct tc_cache *tc, const void *key, size_t klen, tc_value_fn *fn,
-       void *arg)
+/* tc_get's body, inline in tc_get_copy too: one call fewer a copy. */
+static inline __attribute__((always_inline)) int
+get_api(struct tc_cache *tc, const void *key, size_t klen, tc_value_fn *fn,
+        void *arg)
 {
     int rc;
     struct cache_thread *t = enter(tc, klen, &rc);
     return t ? fetch_get_plain(t, key, (uint32_t)klen, fn, arg) : rc;
+}
+
+TC_API int
+tc_get(struct tc_cache *tc, const void *key, size_t klen, tc_value_fn *fn,
+       void *arg)
+{
+    return get_api(tc, key, klen, fn, arg);
 }
 
 TC_API int
@@ -311,7 +319,7 @@ tc_get_copy(struct tc_cache *tc, const void *key, size_t klen, void *buf,
             size_t cap, struct tc_item_info *info)
 {
     struct copy_arg a = {buf, cap, info};
-    return tc_get(tc, key, klen, copy_value, &a);
+    return get_api(tc, key, klen, copy_value, &a);
 }
 
 TC_API int
