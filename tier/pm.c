@@ -13,9 +13,9 @@
  *   otherwise        stateless; callable from any thread
  *
  * By default nothing here flushes: a process crash needs only the order
- * of the stores (pm_fence), the kernel keeps the file's pages. Note that
- * PMEM_F_MEM_NOFLUSH makes libpmem use plain (temporal) stores for every
- * size; its non-temporal path is only taken when flushing is allowed.
+ * of the stores (pm_fence), the kernel keeps the file's pages. Copies
+ * and fills are plain memcpy and memset (temporal stores), which is what
+ * libpmem's PMEM_F_MEM_NOFLUSH made of them before.
  * With pm_set_persist(true) (durability=power on real PMEM) every write
  * helper ends with pmem_persist() of what it wrote: its lines flushed
  * (clwb or clflushopt) and drained (sfence) before it returns, so each
@@ -100,16 +100,20 @@ pm_note_write(const void *pmem_dst, size_t n)
         pm_note_write_slow(pmem_dst, n);
 }
 
-/* libpmem's copy and fill without flushes (temporal stores). Plain memcpy
- * would save about 95 instructions a set (cachegrind), but ThreadSanitizer
- * then sees these stores race with the optimistic header reads of a chunk
- * being reused (the spill hook reads a cold item's header before it checks
- * the index): those reads must become atomic loads first. */
+/* Plain memcpy and memset: the stores libpmem makes with
+ * PMEM_F_MEM_NOFLUSH (temporal, no flush, no fence), without its dispatch
+ * (about 120 instructions of a 150-byte copy, cachegrind). glibc turns to
+ * non-temporal stores only for copies of megabytes, which pm_fence's
+ * sfence orders as well, and pmem_persist flushes either kind. A chunk
+ * may be rewritten here while another thread looks at it (a victim found
+ * by a chunk scan): such readers read an item only once the index is seen
+ * holding it (htab_holds_rcu, whose acquire load orders them after these
+ * stores) or through uninstrumented byte loads (reclaim's read_victim). */
 void
 pm_copy(void *pmem_dst, const void *src, size_t n)
 {
     pm_check_unlocked();
-    pmem_memcpy(pmem_dst, src, n, PMEM_F_MEM_NOFLUSH);
+    memcpy(pmem_dst, src, n);
     pm_note_write(pmem_dst, n);
 }
 
@@ -117,7 +121,7 @@ void
 pm_set(void *pmem_dst, int c, size_t n)
 {
     pm_check_unlocked();
-    pmem_memset(pmem_dst, c, n, PMEM_F_MEM_NOFLUSH);
+    memset(pmem_dst, c, n);
     pm_note_write(pmem_dst, n);
 }
 

@@ -8,10 +8,11 @@
  *
  * By default nothing is flushed for durability here: writes are ordered
  * (pm_fence), which is what a process crash needs (pm_set_persist: the
- * flushes power loss needs). pm_copy() uses libpmem's pmem_memcpy() with
- * PMEM_F_MEM_NOFLUSH, which (per PMDK's x86 code) always uses ordinary
- * cached stores; non-temporal copies would need flushing allowed, which
- * costs extra on the tmpfs emulation (a choice to measure on real PMEM).
+ * flushes power loss needs). pm_copy() and pm_set() are memcpy and memset:
+ * ordinary cached stores, the same stores libpmem's pmem_memcpy() with
+ * PMEM_F_MEM_NOFLUSH made (per PMDK's x86 code) without its dispatch;
+ * non-temporal copies would need flushing allowed, which costs extra on
+ * the tmpfs emulation (a choice to measure on real PMEM).
  *
  * Concurrency: stateless apart from the hooks (set once at setup, before any
  * worker runs).

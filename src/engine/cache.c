@@ -379,8 +379,10 @@ item_bytes(const struct cache *c, const struct item_hdr *it)
     return plan.total;
 }
 
-unsigned
-cache_account(struct cache_thread *t, uint64_t head, int sign)
+/* cache_account's body: inlined into cache_account_unlink as well (every
+ * replaced item's path: the call cost a set some 20 instructions). */
+static inline __attribute__((always_inline)) unsigned
+account(struct cache_thread *t, uint64_t head, int sign)
 {
     struct cache *c = t->cache;
     const struct item_hdr *it = cache_item_at(c, head);
@@ -401,26 +403,33 @@ cache_account(struct cache_thread *t, uint64_t head, int sign)
     return cls;
 }
 
+unsigned
+cache_account(struct cache_thread *t, uint64_t head, int sign)
+{
+    return account(t, head, sign);
+}
+
 void
 cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
                      enum cache_unlink why)
 {
     struct cache *c = t->cache;
     const struct item_hdr *it = cache_item_at(c, head);
-    bool fetched = cache_bit_fetched(c, head);
     /* the flash copy is dead now: only the store's books change (ext.c) */
     if (it->kind == ITEM_KIND_FLASH && c->nvs)
         nvs_release(c->nvs, item_flash_loc(it));
-    cache_account(t, head, -1);
-    if (dead == CACHE_EXPIRED && !fetched && why != UNLINK_DELETED &&
-        why != UNLINK_REPLACED)
+    account(t, head, -1);
+    /* the fetched bit only where a counter needs it (not a replaced
+     * item's: every set's path) */
+    if (dead == CACHE_EXPIRED && why != UNLINK_DELETED &&
+        why != UNLINK_REPLACED && !cache_bit_fetched(c, head))
         cache_stat_inc(t, ST_EXPIRED_UNFETCHED);
     /* memcached's "reclaimed": memory of a dead item used for a new one */
     if (dead != CACHE_LIVE && (why == UNLINK_REPLACED || why == UNLINK_EVICTED))
         cache_stat_inc(t, ST_RECLAIMED);
     if (dead == CACHE_LIVE && why == UNLINK_EVICTED) {
         cache_stat_inc(t, ST_EVICTIONS);
-        if (!fetched)
+        if (!cache_bit_fetched(c, head))
             cache_stat_inc(t, ST_EVICTED_UNFETCHED);
     }
 }

@@ -659,6 +659,17 @@ void cache_free_now(struct cache_thread *t, uint64_t head);
  * and per-class chunk counts. Reads the item's header and tail list.
  * Returns the head chunk's class (SLAB_NO_CLASS for a DRAM item). */
 unsigned cache_account(struct cache_thread *t, uint64_t head, int sign);
+/* cache_account(t, head, 1) for a new one-chunk item whose head chunk's
+ * class (cls) and "bytes" (its plan's total) the store knows: no header
+ * read, no class lookup. Inline: every store's path. */
+static inline void
+cache_account_new(struct cache_thread *t, unsigned cls, uint64_t bytes)
+{
+    cache_stat_add(t, ST_CURR_ITEMS, 1);
+    cache_stat_add(t, ST_BYTES, (int64_t)bytes);
+    int64_t v = atomic_load_explicit(&t->cls_chunks[cls], memory_order_relaxed);
+    atomic_store_explicit(&t->cls_chunks[cls], v + 1, memory_order_relaxed);
+}
 /* Why an item left the index, for memcached's counters. */
 enum cache_unlink {
     UNLINK_DELETED,  /* delete, or a failed set dropping the old value */

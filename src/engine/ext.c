@@ -472,13 +472,6 @@ ext_old_enough(struct cache *c, uint64_t head)
     return slab_atime_age(c->slab, head, clock_now()) >= want;
 }
 
-/* htab_match_fn: the slot holds exactly the location *arg. */
-static bool
-match_loc(void *arg, uint64_t loc)
-{
-    return loc == *(const uint64_t *)arg;
-}
-
 /* Eviction found the item at head cold (the spill hook, see
  * src/engine/reclaim.h): if its value is big enough, append it to the
  * store and swap a flash header into the index in its place. */
@@ -495,19 +488,19 @@ spill_hook(struct cache_thread *t, uint64_t head, uint64_t hash)
     if (!c->nvs)
         return false;
     cache_read_lock();
-    /* Only the item the index holds, found by its location before any of
-     * its bytes is read: the chunk may have been freed and rewritten since
-     * the eviction scan looked at it, but inside this section an item the
-     * index holds cannot be freed, so its header, key and value stay. */
-    uint64_t want = cache_loc(head);
     const struct item_hdr *it = item_at(c->base, head);
-    unsigned cls = slab_class_of(c->slab, head);
-    if (htab_lookup_rcu(c->htab, hash, match_loc, &want) == want) {
+    /* only the item the index holds, and its header read only once the
+     * index is seen holding it: before, the chunk may be free and being
+     * rewritten by a store. Inside this section its chunks cannot be
+     * freed, so the header, key and value read below are the item's. */
+    if (htab_holds_rcu(c->htab, hash, cache_loc(head))) {
         item_hdr_load(&hdr, it);
         /* a spill must save pool memory: the header's chunk is smaller
          * than the item's (an ext_item_size below that has no effect) */
+        unsigned cls = slab_class_of(c->slab, head);
         if (hdr.kind == ITEM_KIND_HEAD && hdr.vlen >= c->cfg.ext_item_size &&
-            ext_old_enough(c, head) && cls != SLAB_NO_CLASS &&
+            ext_old_enough(c, head) && hdr.klen > 0 && hdr.klen <= TC_KEY_MAX &&
+            cls != SLAB_NO_CLASS &&
             (hdr.nchain || item_flash_size(hdr.klen, hdr.iflags) <
                                slab_chunk_size(c->slab, cls)) &&
             cache_item_dead(c, it, clock_now()) == CACHE_LIVE) {

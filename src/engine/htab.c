@@ -735,6 +735,23 @@ htab_lookup_rcu(struct htab *h, uint64_t hash, htab_match_fn *match, void *arg)
     return 0;
 }
 
+bool
+htab_holds_rcu(struct htab *h, uint64_t hash, uint64_t loc)
+{
+    const uint64_t word = htab_word(hash, loc);
+    struct htab_bucket *b = htab_home_rcu(h, hash);
+
+    do {
+        for (int i = 0; i < HTAB_SLOTS; i++)
+            /* Acquire: as htab_lookup_rcu, the item is complete before
+             * the caller reads it. */
+            if (atomic_load_explicit(&b->slot[i], memory_order_acquire) == word)
+                return true;
+        b = atomic_load_explicit(&b->next, memory_order_acquire);
+    } while (b != NULL);
+    return false;
+}
+
 /* The current table's home bucket, not looked at (a doubling may have
  * moved it): for prefetching only. */
 static inline const struct htab_bucket *
@@ -775,6 +792,28 @@ htab_peek(struct htab *h, uint64_t hash, uint64_t locs[HTAB_SLOTS])
         if ((w ^ tag) <= HTAB_LOC_MASK)
             locs[n++] = w & HTAB_LOC_MASK;
     }
+    return n;
+}
+
+unsigned
+htab_peek_hint(struct htab *h, uint64_t hash, struct htab_hint *hint)
+{
+    const uint64_t tag = (uint64_t)htab_tag(hash) << HTAB_LOC_BITS;
+    struct htab_bucket *b = htab_home_rcu(h, hash);
+    unsigned n = 0;
+
+    /* Relaxed: a hint only, checked again under the lock. Unrolled as
+     * htab_peek. */
+#pragma GCC unroll 8
+    for (int i = 0; i < HTAB_SLOTS; i++) {
+        uint64_t w = atomic_load_explicit(&b->slot[i], memory_order_relaxed);
+        if ((w ^ tag) <= HTAB_LOC_MASK) {
+            hint->idx[n] = (uint8_t)i;
+            hint->word[n++] = w;
+        }
+    }
+    hint->home = b;
+    hint->n = n;
     return n;
 }
 

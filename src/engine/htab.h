@@ -114,6 +114,13 @@ htab_tag(uint64_t hash)
  * there. */
 uint64_t htab_lookup_rcu(struct htab *h, uint64_t hash, htab_match_fn *match,
                          void *arg);
+/* Whether the index holds the entry (hash's tag, loc) in hash's chain,
+ * found without reading the item: a caller that has a location from
+ * elsewhere (a chunk scan) reads the item only once this is true, since
+ * before that the chunk may be free and being rewritten. The slot's
+ * acquire load orders those reads after the item's writes. Context:
+ * inside an RCU read-side section; true is valid only there. */
+bool htab_holds_rcu(struct htab *h, uint64_t hash, uint64_t loc);
 
 /* Start loading the home bucket (a writer does this before writing its
  * item, so the bucket is in cache by the time it takes the lock). */
@@ -131,6 +138,18 @@ void htab_prefetch_read(struct htab *h, uint64_t hash);
  * Outside a read section (a writer's hint) it may read a retired table,
  * whose range stays mapped and reads zero once freed: no locations. */
 unsigned htab_peek(struct htab *h, uint64_t hash, uint64_t locs[HTAB_SLOTS]);
+
+/* A writer's peek, kept for its find under the lock: the home bucket it
+ * read and the tag matches there (slot index and slot word). */
+struct htab_hint {
+    const struct htab_bucket *home;
+    unsigned n;
+    uint8_t idx[HTAB_SLOTS];
+    uint64_t word[HTAB_SLOTS];
+};
+/* htab_peek, keeping what htab_find_hinted_locked needs: how many tag
+ * matches (their slot words in hint->word). */
+unsigned htab_peek_hint(struct htab *h, uint64_t hash, struct htab_hint *hint);
 
 /* Writers. htab_lock() returns the home bucket, locked (in the doubled
  * table once the key's old bucket moved); it holds an RCU read-side
@@ -159,6 +178,27 @@ static inline uint64_t
 htab_slot_loc(uint64_t word)
 {
     return word & HTAB_LOC_MASK;
+}
+
+/* htab_find_locked, trying first the first slot a peek found (hint): when
+ * the locked bucket is the one peeked and that slot still holds what the
+ * peek saw, match() decides without a scan (an overwrite's usual case:
+ * keys are unique in the index, so a match is the entry); else the whole
+ * chain is scanned. Inline: one load and the match on a set's path.
+ * Locks: b. */
+static inline __attribute__((always_inline)) _Atomic uint64_t *
+htab_find_hinted_locked(struct htab_bucket *b, uint64_t hash,
+                        htab_match_fn *match, void *arg,
+                        const struct htab_hint *hint)
+{
+    if (hint->n && hint->home == b) {
+        _Atomic uint64_t *slot = &b->slot[hint->idx[0]];
+        /* Relaxed: the bucket lock orders us after every writer. */
+        if (atomic_load_explicit(slot, memory_order_relaxed) == hint->word[0] &&
+            match(arg, htab_slot_loc(hint->word[0])))
+            return slot;
+    }
+    return htab_find_locked(b, hash, match, arg);
 }
 
 /* Visit every entry (no locks; for tc_check and tests with no writer

@@ -144,15 +144,16 @@ alloc_chunk_slow(struct cache_thread *t, unsigned cls,
     return c->cfg.evict && !t->in_admin ? -EBUSY : -ENOMEM;
 }
 
-/* One chunk for size: from the quota, else as alloc_chunk_slow(). */
+/* One chunk for size: from the quota, else as alloc_chunk_slow(). Its
+ * class in *cls. */
 static inline __attribute__((always_inline)) int
 alloc_chunk(struct cache_thread *t, uint32_t size, const struct item_plan *plan,
-            uint64_t *off)
+            uint64_t *off, unsigned *cls)
 {
-    unsigned cls = (unsigned)slab_class_for(t->cache->slab, size);
-    if (likely(quota_alloc(t->quota, cls, off) == 0))
+    *cls = (unsigned)slab_class_for(t->cache->slab, size);
+    if (likely(quota_alloc(t->quota, *cls, off) == 0))
         return 0;
-    return alloc_chunk_slow(t, cls, plan, off);
+    return alloc_chunk_slow(t, *cls, plan, off);
 }
 
 /* Give back the first n tails of an item whose allocation failed with rc;
@@ -169,17 +170,18 @@ alloc_item_undo(struct cache_thread *t, uint64_t *tails, unsigned n, int rc)
  * callers: reclaim_alloc_item's first attempt is the store's hot path. */
 static inline __attribute__((always_inline)) int
 alloc_item_once(struct cache_thread *t, const struct item_plan *plan,
-                uint64_t *head, uint64_t *tails)
+                uint64_t *head, uint64_t *tails, unsigned *head_cls)
 {
     struct cache *c = t->cache;
+    unsigned cls;
     int rc;
 
     for (unsigned i = 0; i < plan->nchain; i++) {
         uint32_t size = i + 1 == plan->nchain ? plan->last_size : c->chunk_max;
-        if ((rc = alloc_chunk(t, size, plan, &tails[i])) != 0)
+        if ((rc = alloc_chunk(t, size, plan, &tails[i], &cls)) != 0)
             return alloc_item_undo(t, tails, i, rc);
     }
-    if ((rc = alloc_chunk(t, plan->head_size, plan, head)) != 0)
+    if ((rc = alloc_chunk(t, plan->head_size, plan, head, head_cls)) != 0)
         return alloc_item_undo(t, tails, plan->nchain, rc);
     return 0;
 }
@@ -227,7 +229,7 @@ alloc_backoff(unsigned tries)
  * -EBUSY. */
 static __attribute__((noinline, cold)) int
 alloc_item_wait(struct cache_thread *t, const struct item_plan *plan,
-                uint64_t *head, uint64_t *tails)
+                uint64_t *head, uint64_t *tails, unsigned *head_cls)
 {
     uint64_t start = clock_nsec();
 
@@ -237,7 +239,7 @@ alloc_item_wait(struct cache_thread *t, const struct item_plan *plan,
         cache_thread_quiesce(t);
         if (!alone)
             alloc_backoff(tries);
-        int rc = alloc_item_once(t, plan, head, tails);
+        int rc = alloc_item_once(t, plan, head, tails, head_cls);
         if (rc != -EBUSY)
             return rc;
         if (alone && tries + 1 >= ALONE_TRIES)
@@ -249,13 +251,21 @@ alloc_item_wait(struct cache_thread *t, const struct item_plan *plan,
 }
 
 int
+reclaim_alloc_item_cls(struct cache_thread *t, const struct item_plan *plan,
+                       uint64_t *head, uint64_t *tails, unsigned *head_cls)
+{
+    int rc = alloc_item_once(t, plan, head, tails, head_cls);
+    if (likely(rc == 0))
+        return 0;
+    return rc == -EBUSY ? alloc_item_wait(t, plan, head, tails, head_cls) : rc;
+}
+
+int
 reclaim_alloc_item(struct cache_thread *t, const struct item_plan *plan,
                    uint64_t *head, uint64_t *tails)
 {
-    int rc = alloc_item_once(t, plan, head, tails);
-    if (likely(rc == 0))
-        return 0;
-    return rc == -EBUSY ? alloc_item_wait(t, plan, head, tails) : rc;
+    unsigned cls;
+    return reclaim_alloc_item_cls(t, plan, head, tails, &cls);
 }
 
 /* --- eviction --- */
@@ -457,9 +467,15 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
     uint64_t head, tails[ITEM_MAX_TAILS], old = cache_loc(v->head);
     enum cache_dead dead;
 
+    /* the header is read only while the index holds the item: else the
+     * chunk may be free and being rewritten (nothing to move then) */
     cache_read_lock();
-    item_hdr_load(&hdr, item_at(c->base, v->head));
+    bool held = htab_holds_rcu(c->htab, v->hash, old);
+    if (held)
+        item_hdr_load(&hdr, item_at(c->base, v->head));
     cache_read_unlock();
+    if (!held)
+        return false;
     item_plan(hdr.klen, hdr.iflags, hdr.vlen, c->chunk_max, &plan);
     if (hdr.kind == ITEM_KIND_FLASH) /* a header chunk, value on flash */
         plan = (struct item_plan){.head_size =
@@ -496,7 +512,8 @@ relocate(struct cache_thread *t, const struct victim *v, bool new_pages)
      * the check below answers before the copy is found stale and
      * invalidated; a crash in between must find the acknowledged item
      * newer than the copy of the one it replaced (item_layout.h). */
-    bool same = item_seq(it) == hdr.seq && it->kind == hdr.kind &&
+    bool same = htab_holds_rcu(c->htab, v->hash, old) &&
+                item_seq(it) == hdr.seq && it->kind == hdr.kind &&
                 item_kind_is_head(hdr.kind) &&
                 item_committed(__atomic_load_n(&it->commit, __ATOMIC_RELAXED));
     uint32_t word = 0;

@@ -16,6 +16,10 @@ struct item_plan;
  * evict (when enabled). 0 or -ENOMEM. Context: no lock, no RCU section. */
 int reclaim_alloc_item(struct cache_thread *t, const struct item_plan *plan,
                        uint64_t *head, uint64_t *tails);
+/* reclaim_alloc_item, and the head chunk's slab class in *head_cls (a
+ * store's accounting then need not look it up). */
+int reclaim_alloc_item_cls(struct cache_thread *t, const struct item_plan *plan,
+                           uint64_t *head, uint64_t *tails, unsigned *head_cls);
 
 /*
  * Eviction's spill hook, registered by a tier below the pool that keeps

@@ -38,34 +38,36 @@
 /* STORE_SWAP: publish only if the index still holds `expect`. */
 #define STORE_SWAP 100
 
+/* Laid out without holes (8-byte fields, then 4-byte, then flags) so
+ * that req_init zeroes 144 bytes, not 176 (a set's path). */
 struct store_req {
-    int mode; /* enum tc_store_mode or STORE_SWAP */
     const void *key;
-    uint32_t klen;
     uint64_t hash;
     struct item_desc hdr; /* flags, exptime, vlen, klen filled by caller */
     struct item_src val;
     uint64_t cas_in;
-    bool cas_check;     /* compare cas_in whatever the mode (meta C) */
-    uint64_t cas_new;   /* nonzero: the new item's CAS (meta E; a recache:
-                           its source's, when not its sequence) */
-    bool claim_win;     /* the storer holds the recache win (vivify) */
-    bool keep_fetched;  /* the new chunk starts fetched (meta h): what
-                           memcached rewrites in place stays fetched */
-    uint64_t expect;    /* loc, for STORE_SWAP */
-    bool check_exptime; /* STORE_SWAP also needs the old item's exptime
-                           unchanged (a touch meanwhile must not be lost) */
+    uint64_t cas_new; /* nonzero: the new item's CAS (meta E; a recache:
+                         its source's, when not its sequence) */
+    uint64_t expect;  /* loc, for STORE_SWAP */
+    int mode;         /* enum tc_store_mode or STORE_SWAP */
+    uint32_t klen;
     uint32_t expect_exptime;
-    bool recache;        /* a flash value copied back: not a new item */
-    bool in_place;       /* what memcached rewrites in place (an incr that
-                            fits): not counted in total_items */
-    struct nvs_loc xloc; /* snapshot of a flash item: its locator */
     unsigned cls;        /* the new item's class once it has a chunk, for
                             the per-class counters; else SLAB_NO_CLASS */
     uint32_t now;        /* the clock when the request began: one read for
                             its expiry, flush check, freshness and the
                             replaced item's books (the clock counts
                             seconds; a store takes microseconds) */
+    bool cas_check;      /* compare cas_in whatever the mode (meta C) */
+    bool claim_win;      /* the storer holds the recache win (vivify) */
+    bool keep_fetched;   /* the new chunk starts fetched (meta h): what
+                            memcached rewrites in place stays fetched */
+    bool check_exptime;  /* STORE_SWAP also needs the old item's exptime
+                            unchanged (a touch meanwhile must not be lost) */
+    bool recache;        /* a flash value copied back: not a new item */
+    bool in_place;       /* what memcached rewrites in place (an incr that
+                            fits): not counted in total_items */
+    struct nvs_loc xloc; /* snapshot of a flash item: its locator */
 };
 
 /* Decide under the bucket lock whether the new item may replace what the
@@ -129,14 +131,16 @@ count_outcome(struct cache_thread *t, unsigned cls, int mode, int rc)
  * cachegrind). */
 static inline __attribute__((always_inline)) int
 publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
-        uint32_t now, uint64_t *old_out)
+        uint32_t now, const struct htab_hint *hint, uint64_t *old_out)
 {
     struct cache *c = t->cache;
     struct cache_key k = {c, r->key, r->klen};
     uint64_t loc = cache_loc(head);
 
     struct htab_bucket *b = htab_lock(c->htab, r->hash);
-    _Atomic uint64_t *slot = htab_find_locked(b, r->hash, cache_match_key, &k);
+    _Atomic uint64_t *slot =
+        hint ? htab_find_hinted_locked(b, r->hash, cache_match_key, &k, hint)
+             : htab_find_locked(b, r->hash, cache_match_key, &k);
     uint64_t old =
         slot ? htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed))
              : 0;
@@ -197,7 +201,8 @@ prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
     /* a write-hot key's item goes to the DRAM hot pool */
     if (c->hot && hotkey_place(t, r->hash, r->key, r->klen, plan, head) == 0)
         return 0;
-    if (reclaim_alloc_item(t, plan, head, tails) != 0) {
+    if (reclaim_alloc_item_cls(t, plan, head, tails, &r->cls) != 0) {
+        r->cls = SLAB_NO_CLASS;
         cache_stat_inc(t, ST_STORE_NO_MEMORY);
         return -ENOMEM;
     }
@@ -221,11 +226,12 @@ write_in_lock(struct cache *c, uint64_t head, const struct item_plan *plan,
 
 /* Write the prepared item and publish it; on failure its chunks go back.
  * *old receives the replaced item's location (0 if none), which the caller
- * retires with retire_old() once outside any RCU read section. */
+ * retires with retire_old() once outside any RCU read section. hint: the
+ * bucket's peek (prefetch_old), or NULL. */
 static inline __attribute__((always_inline)) int
 commit(struct cache_thread *t, struct store_req *r,
        const struct item_plan *plan, uint64_t head, const uint64_t *tails,
-       uint64_t *old, uint64_t *cas_out)
+       const struct htab_hint *hint, uint64_t *old, uint64_t *cas_out)
 {
     struct cache *c = t->cache;
     uint32_t now = r->now;
@@ -253,10 +259,14 @@ commit(struct cache_thread *t, struct store_req *r,
 
     /* account while the chunk is still ours: once published, another
      * thread may replace, free and reuse it before we look again */
-    r->cls = cache_account(t, head, 1);
+    if (likely(plan->nchain == 0 && r->cls != SLAB_NO_CLASS &&
+               !cache_off_dram(head)))
+        cache_account_new(t, r->cls, plan->total); /* prepare's class */
+    else
+        r->cls = cache_account(t, head, 1);
     if (unlikely(r->cls == SLAB_NO_CLASS)) /* DRAM: the class of its size */
         r->cls = cache_class_of(c, head);
-    int rc = publish(t, r, head, now, old);
+    int rc = publish(t, r, head, now, hint, old);
     if (rc != TC_OK) {
         cache_account(t, head, -1);
         cache_free_unpublished(t, plan, head, tails);
@@ -285,14 +295,15 @@ retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
 
 /* Start loading the items the publish step will compare keys with: their
  * misses then overlap the item copy instead of stalling under the bucket
- * lock. */
-static void
-prefetch_old(struct cache *c, uint64_t hash)
+ * lock; the peek is kept in hint, so that publish looks at those slots
+ * first instead of scanning the bucket again. */
+static inline __attribute__((always_inline)) void
+prefetch_old(struct cache *c, uint64_t hash, struct htab_hint *hint)
 {
-    uint64_t locs[HTAB_SLOTS];
-    unsigned n = htab_peek(c->htab, hash, locs);
+    unsigned n = htab_peek_hint(c->htab, hash, hint);
     for (unsigned i = 0; i < n; i++)
-        __builtin_prefetch(cache_item_at(c, cache_off(locs[i])), 0, 3);
+        __builtin_prefetch(
+            cache_item_at(c, cache_off(htab_slot_loc(hint->word[i]))), 0, 3);
 }
 
 /* Prepare, commit and retire: one whole store. Inlined into store_plain
@@ -307,8 +318,9 @@ store_one_inline(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     int rc = prepare(t, r, &plan, &head, tails);
     if (rc)
         return rc;
-    prefetch_old(t->cache, r->hash);
-    rc = commit(t, r, &plan, head, tails, &old, cas_out);
+    struct htab_hint hint;
+    prefetch_old(t->cache, r->hash, &hint);
+    rc = commit(t, r, &plan, head, tails, &hint, &old, cas_out);
     TC_CRASH_POINT("set.published");
     retire_old(t, old, r->now);
     return rc;
@@ -487,7 +499,7 @@ rewrite(struct cache_thread *t, struct store_req *r,
     if (keep_exptime)
         carry_exptime(r, it);
     if (item_cas(it) == old->cas) {
-        rc = commit(t, r, &plan, head, tails, &oldloc, cas_out);
+        rc = commit(t, r, &plan, head, tails, NULL, &oldloc, cas_out);
     } else {
         cache_free_unpublished(t, &plan, head, tails);
         rc = -EAGAIN;
@@ -730,7 +742,7 @@ recache_one(struct cache_thread *t, struct store_req *r)
     rc = held ? TC_OK : -EAGAIN;
     if (held) {
         cache_invalidate(c, cache_off(r->expect));
-        rc = publish(t, r, head, now, &old);
+        rc = publish(t, r, head, now, NULL, &old);
     }
     if (rc == TC_OK && word) {
         TC_CRASH_POINT("recache.published");

@@ -410,6 +410,106 @@ test_find_loc_locked(void **state)
     htab_unlock(b);
 }
 
+/* htab_holds_rcu: the exact entry (tag and location) in the hash's chain,
+ * overflow buckets included, without calling match. */
+static void
+test_holds_rcu(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    const uint64_t hash = craft_hash(0x77, 3);
+    uint64_t locs[10];
+
+    assert_int_equal(htab_create(0, &f->h), 0);
+    for (int i = 0; i < 10; i++) {
+        locs[i] = fake_put(st, (uint64_t)i);
+        assert_int_equal(insert(f->h, hash, locs[i]), 0);
+    }
+    assert_int_equal(insert(f->h, craft_hash(0x77, 4), 500), 0);
+    unsigned long calls = st->match_calls;
+    for (int i = 0; i < 10; i++)
+        assert_true(htab_holds_rcu(f->h, hash, locs[i]));
+    /* another bucket's entry, another tag, an unknown location */
+    assert_false(htab_holds_rcu(f->h, hash, 500));
+    assert_true(htab_holds_rcu(f->h, craft_hash(0x77, 4), 500));
+    assert_false(htab_holds_rcu(f->h, craft_hash(0x78, 3), locs[0]));
+    assert_false(htab_holds_rcu(f->h, hash, 777));
+    assert_int_equal(st->match_calls, calls);
+    /* gone once removed (the last one sits in the overflow bucket) */
+    struct htab_bucket *b = htab_lock(f->h, hash);
+    htab_remove_locked(htab_find_loc_locked(b, locs[9]));
+    htab_unlock(b);
+    assert_false(htab_holds_rcu(f->h, hash, locs[9]));
+    assert_true(htab_holds_rcu(f->h, hash, locs[8]));
+}
+
+/* find_hinted: with the peek's hint, the slot of the key, as
+ * htab_find_locked finds it, whatever changed since the peek. */
+static _Atomic uint64_t *
+find_hinted(struct htab *h, struct fake_store *st, uint64_t hash, uint64_t key,
+            const struct htab_hint *hint)
+{
+    struct probe p = {st, key};
+    struct htab_bucket *b = htab_lock(h, hash);
+    _Atomic uint64_t *slot =
+        htab_find_hinted_locked(b, hash, fake_match, &p, hint);
+    htab_unlock(b);
+    return slot;
+}
+
+static void
+test_find_hinted(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    /* keys 0..9 share bucket and tag: the first six fill the home bucket */
+    const uint64_t hash = craft_hash(0xbeef, 5);
+    struct htab_hint hint;
+    uint64_t locs[10];
+
+    assert_int_equal(htab_create(100, &f->h), 0);
+    assert_int_equal(htab_peek_hint(f->h, hash, &hint), 0);
+    for (uint64_t k = 0; k < 10; k++) {
+        locs[k] = fake_put(st, k);
+        assert_int_equal(insert(f->h, hash, locs[k]), 0);
+    }
+    /* a hint taken before the inserts (no tag match) still finds them */
+    assert_non_null(find_hinted(f->h, st, hash, 3, &hint));
+    assert_null(find_hinted(f->h, st, hash, 77, &hint));
+
+    assert_int_equal(htab_peek_hint(f->h, hash, &hint), HTAB_SLOTS);
+    assert_int_equal(htab_slot_loc(hint.word[0]), locs[0]);
+    /* the first hinted slot is the key's: found with one match call */
+    st->match_calls = 0;
+    _Atomic uint64_t *slot = find_hinted(f->h, st, hash, 0, &hint);
+    assert_non_null(slot);
+    assert_int_equal(htab_slot_loc(atomic_load(slot)), locs[0]);
+    assert_int_equal(st->match_calls, 1);
+    /* another key behind the same tag, in the home bucket or the chain */
+    for (uint64_t k = 1; k < 10; k++) {
+        slot = find_hinted(f->h, st, hash, k, &hint);
+        assert_non_null(slot);
+        assert_int_equal(htab_slot_loc(atomic_load(slot)), locs[k]);
+    }
+    /* the hinted slot replaced since the peek: found by the scan */
+    uint64_t nloc = fake_put(st, 0);
+    struct htab_bucket *b = htab_lock(f->h, hash);
+    htab_replace_locked(htab_find_loc_locked(b, locs[0]), hash, nloc);
+    htab_unlock(b);
+    slot = find_hinted(f->h, st, hash, 0, &hint);
+    assert_non_null(slot);
+    assert_int_equal(htab_slot_loc(atomic_load(slot)), nloc);
+    /* removed since the peek: gone */
+    assert_true(remove_key(f->h, st, hash, 0));
+    assert_null(find_hinted(f->h, st, hash, 0, &hint));
+    /* a hint of another bucket is not trusted */
+    struct htab_hint other;
+    assert_int_equal(insert(f->h, craft_hash(0xbeef, 6), fake_put(st, 50)), 0);
+    assert_int_equal(htab_peek_hint(f->h, craft_hash(0xbeef, 6), &other), 1);
+    assert_non_null(find_hinted(f->h, st, hash, 4, &other));
+    assert_null(find_hinted(f->h, st, hash, 50, &other));
+}
+
 struct visit {
     uint8_t *seen;
     uint64_t nseen;
@@ -1199,6 +1299,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_overflow_chains, setup, teardown),
         cmocka_unit_test_setup_teardown(test_colliding_tags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_find_loc_locked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_holds_rcu, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_find_hinted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreach, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_reader_writer, setup,
                                         teardown),
