@@ -830,6 +830,23 @@ slab_claimed(const struct slab *s, uint64_t off)
 
 /* --- a read hit and a store in one call each --- */
 
+/* A read hit's bump of the chunk's word w (last loaded as v): what slab_ref
+ * and slab_atime_set do, and as they do, no write when nothing changes (a
+ * hot item's line stays shared); one compare-exchange when it does. */
+static inline __attribute__((always_inline)) void
+touch_bump(struct slab *s, uint64_t off, _Atomic uint16_t *w, uint16_t v,
+           uint32_t now)
+{
+    uint16_t want = word_with_time(v | BIT_REF | BIT_FETCHED, now);
+    if (want == v)
+        return;
+    while (!atomic_compare_exchange_weak_explicit(
+        w, &v, want, memory_order_relaxed, memory_order_relaxed))
+        want = word_with_time(v | BIT_REF | BIT_FETCHED, now);
+    if (PMETA_ON(s) && (v & (BIT_REF | BIT_FETCHED)) != (BIT_REF | BIT_FETCHED))
+        pmeta_ref_at(s, off, true);
+}
+
 void
 slab_touch(struct slab *s, uint64_t off, uint32_t now, bool bump,
            struct slab_seen *out)
@@ -845,18 +862,19 @@ slab_touch(struct slab *s, uint64_t off, uint32_t now, bool bump,
     out->cls = (uint8_t)cls;
     out->fetched = v & BIT_FETCHED;
     out->claimed = v & BIT_WIN;
-    if (!bump)
-        return;
-    /* as slab_ref and slab_atime_set: no write when nothing changes, so a
-     * hot item's line stays shared; one compare-exchange when it does */
-    uint16_t want = word_with_time(v | BIT_REF | BIT_FETCHED, now);
-    if (want == v)
-        return;
-    while (!atomic_compare_exchange_weak_explicit(
-        w, &v, want, memory_order_relaxed, memory_order_relaxed))
-        want = word_with_time(v | BIT_REF | BIT_FETCHED, now);
-    if (PMETA_ON(s) && (v & (BIT_REF | BIT_FETCHED)) != (BIT_REF | BIT_FETCHED))
-        pmeta_ref_at(s, off, true);
+    if (bump)
+        touch_bump(s, off, w, v, now);
+}
+
+unsigned
+slab_touch_cls(struct slab *s, uint64_t off, uint32_t now)
+{
+    unsigned cls;
+    _Atomic uint16_t *w = chunk_word(s, off, &cls);
+    if (w)
+        touch_bump(s, off, w, atomic_load_explicit(w, memory_order_relaxed),
+                   now);
+    return cls;
 }
 
 void

@@ -204,6 +204,9 @@ struct slab_seen {
  * slab_atime_set do, in one atomic update (none when nothing changes). */
 void slab_touch(struct slab *s, uint64_t off, uint32_t now, bool bump,
                 struct slab_seen *out);
+/* slab_touch with bump and nothing seen but the class (a get whose caller
+ * wants the value only): the class, or SLAB_NO_CLASS for a free page. */
+unsigned slab_touch_cls(struct slab *s, uint64_t off, uint32_t now);
 
 /* A store's fresh chunk (the engine's set path): what slab_reset_bits,
  * slab_atime_set and, with SLAB_FRESH_WIN, slab_claim do, in one store;

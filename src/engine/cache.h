@@ -553,6 +553,19 @@ cache_touch(struct cache *c, uint64_t off, uint32_t now, bool bump,
     slab_touch(c->slab, off, now, bump, out);
 }
 
+/* cache_touch with bump, for a reader that wants only the class back (a
+ * copy of the value without its description). */
+static inline unsigned
+cache_touch_cls(struct cache *c, uint64_t off, uint32_t now)
+{
+    if (unlikely(cache_off_dram(off))) {
+        struct slab_seen seen;
+        cache_touch_dram(c, off, true, &seen);
+        return seen.cls;
+    }
+    return slab_touch_cls(c->slab, off, now);
+}
+
 /* A store's head chunk before it is published: bits cleared (the win
  * claimed, the item fetched, as bits SLAB_FRESH_* say) and the access time
  * set, in one store for a PMEM item. */

@@ -111,15 +111,75 @@ describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
     out->pending = 0;
 }
 
-/* Serve a live item in PMEM inside the read section: describe, call fn.
- * Returns its slab class (which the description already looked up). */
+/* Copy the value's pieces into a->buf, up to a->cap bytes. */
+static void
+copy_iov(const struct fetch_copy *a, const struct iovec *iov, int niov)
+{
+    size_t at = 0;
+    for (int i = 0; i < niov && at < a->cap; i++) {
+        size_t n = MIN(iov[i].iov_len, a->cap - at);
+        memcpy((char *)a->buf + at, iov[i].iov_base, n);
+        at += n;
+    }
+}
+
+/* tc_get_copy's callback for a flash item's value (read after the
+ * section by ext.c); a PMEM item is copied by copy_rcu without it. */
+void
+fetch_copy_value(void *arg, const struct tc_item_info *info,
+                 const struct iovec *iov, int niov)
+{
+    struct fetch_copy *a = arg;
+    copy_iov(a, iov, niov);
+    if (a->info)
+        *a->info = *info;
+}
+
+/* A live plain item's copy out (tc_get_copy) inside the read section: the
+ * description written into the caller's, or, when it wants none, only the
+ * bump and the class the hit is counted in; a one-chunk value copied here,
+ * without an iovec or a callback. Returns the class. */
+static inline __attribute__((always_inline)) unsigned
+copy_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
+         const struct tc_get_opts *o, uint32_t now, struct fetch_copy *cp)
+{
+    unsigned cls;
+    if (cp->info) {
+        describe_rcu(c, it, off, o, now, cp->info);
+        cls = cp->info->slab_class;
+    } else {
+        cls = cache_touch_cls(c, off, now);
+    }
+    if (likely(it->nchain == 0)) {
+        const void *v = item_value(it);
+        uint32_t vlen = it->vlen;
+        pm_note_read(v, vlen); /* latency emulation charges the read */
+        size_t n = MIN((size_t)vlen, cp->cap);
+        if (n)
+            memcpy(cp->buf, v, n);
+        return cls;
+    }
+    struct iovec iov[ITEM_MAX_TAILS + 1];
+    int niov = item_value_iov_chained(c->base, it, c->chunk_max, iov);
+    for (int i = 0; i < niov; i++)
+        pm_note_read(iov[i].iov_base, iov[i].iov_len);
+    copy_iov(cp, iov, niov);
+    return cls;
+}
+
+/* Serve a live item in PMEM inside the read section: describe, call fn
+ * (cp: copy it out instead, copy_rcu). Returns its slab class (which the
+ * description already looked up). */
 static inline __attribute__((always_inline)) unsigned
 serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
-          const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn, void *arg)
+          const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn, void *arg,
+          struct fetch_copy *cp)
 {
     struct tc_item_info info;
     struct iovec iov[ITEM_MAX_TAILS + 1];
 
+    if (cp)
+        return copy_rcu(c, it, off, o, now, cp);
     describe_rcu(c, it, off, o, now, &info);
     int n = item_value_iov(c->base, it, c->chunk_max, iov);
     if (fn) {
@@ -152,11 +212,12 @@ struct fetch_res {
 };
 
 /* Serve what the index holds for a key at loc (0: nothing), a live plain
- * item in place. Context: inside the read section that found loc. */
+ * item in place (cp: copied out, see serve_rcu). Context: inside the read
+ * section that found loc. */
 static inline __attribute__((always_inline)) void
 fetch_rcu_loc(struct cache *c, uint64_t loc, uint64_t hash,
               const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn,
-              void *arg, struct fetch_res *r)
+              void *arg, struct fetch_copy *cp, struct fetch_res *r)
 {
     r->dead = CACHE_LIVE;
     r->flash = false;
@@ -171,7 +232,7 @@ fetch_rcu_loc(struct cache *c, uint64_t loc, uint64_t hash,
         flash_rcu(c, it, r->loc, hash, o, now, &r->h);
         r->cls = r->h.info.slab_class;
     } else if (r->dead == CACHE_LIVE) {
-        r->cls = serve_rcu(c, it, cache_off(r->loc), o, now, fn, arg);
+        r->cls = serve_rcu(c, it, cache_off(r->loc), o, now, fn, arg, cp);
     }
 }
 
@@ -181,10 +242,11 @@ fetch_rcu_loc(struct cache *c, uint64_t loc, uint64_t hash,
 static inline __attribute__((always_inline)) void
 fetch_rcu(struct cache *c, struct cache_key *k, uint64_t hash,
           htab_match_fn *match, const struct tc_get_opts *o, uint32_t now,
-          tc_value_fn *fn, void *arg, struct fetch_res *r)
+          tc_value_fn *fn, void *arg, struct fetch_copy *cp,
+          struct fetch_res *r)
 {
     fetch_rcu_loc(c, htab_lookup_rcu(c->htab, hash, match, k), hash, o, now, fn,
-                  arg, r);
+                  arg, cp, r);
 }
 
 /* Does fetch_after have more to do than count (read flash, unlink)? */
@@ -241,10 +303,12 @@ fetch_count(struct cache_thread *t, const struct tc_get_opts *o)
 }
 
 /* A get with options o: inlined into fetch_get and, with its options a
- * constant, into fetch_get_plain. */
+ * constant, into fetch_get_plain and fetch_get_copy (cp: a copy out, fn
+ * and arg then fetch_copy_value and cp). */
 static inline __attribute__((always_inline)) int
 fetch_get_with(struct cache_thread *t, const void *key, uint32_t klen,
-               const struct tc_get_opts *o, tc_value_fn *fn, void *arg)
+               const struct tc_get_opts *o, tc_value_fn *fn, void *arg,
+               struct fetch_copy *cp)
 {
     struct cache *c = t->cache;
     struct cache_key k = {c, key, klen};
@@ -255,7 +319,7 @@ fetch_get_with(struct cache_thread *t, const void *key, uint32_t klen,
     cache_flush_check(c, now);
     fetch_count(t, o);
     cache_read_lock();
-    fetch_rcu(c, &k, hash, cache_match_key, o, now, fn, arg, &r);
+    fetch_rcu(c, &k, hash, cache_match_key, o, now, fn, arg, cp, &r);
     cache_read_unlock();
     if (c->hot && r.loc && r.dead == CACHE_LIVE)
         hotkey_note_read(t, hash, key, klen);
@@ -266,7 +330,7 @@ int
 fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
           const struct tc_get_opts *o, tc_value_fn *fn, void *arg)
 {
-    return fetch_get_with(t, key, klen, o, fn, arg);
+    return fetch_get_with(t, key, klen, o, fn, arg, NULL);
 }
 
 /* A plain get's options are known here: their tests fold away (touch,
@@ -277,7 +341,14 @@ int
 fetch_get_plain(struct cache_thread *t, const void *key, uint32_t klen,
                 tc_value_fn *fn, void *arg)
 {
-    return fetch_get_with(t, key, klen, &fetch_plain, fn, arg);
+    return fetch_get_with(t, key, klen, &fetch_plain, fn, arg, NULL);
+}
+
+int
+fetch_get_copy(struct cache_thread *t, const void *key, uint32_t klen,
+               struct fetch_copy *cp)
+{
+    return fetch_get_with(t, key, klen, &fetch_plain, fetch_copy_value, cp, cp);
 }
 
 /*
@@ -380,10 +451,10 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
             struct cache_key k = {c, key, klen};
             fetch_count(t, o);
             if (fresh && hint[i] && cache_match_key_warm(&k, hint[i]))
-                fetch_rcu_loc(c, hint[i], hash[i], o, now, vfn, call, &r);
+                fetch_rcu_loc(c, hint[i], hash[i], o, now, vfn, call, NULL, &r);
             else
                 fetch_rcu(c, &k, hash[i], cache_match_key_warm, o, now, vfn,
-                          call, &r);
+                          call, NULL, &r);
             if (c->hot && r.loc && r.dead == CACHE_LIVE)
                 note |= 1u << i;
             if (fetch_after_heavy(&r)) {

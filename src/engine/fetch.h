@@ -7,6 +7,7 @@
  */
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "src/tiercache.h"
@@ -20,6 +21,19 @@ int fetch_get(struct cache_thread *t, const void *key, uint32_t klen,
 /* fetch_get with the options of tc_get (only no_win set). */
 int fetch_get_plain(struct cache_thread *t, const void *key, uint32_t klen,
                     tc_value_fn *fn, void *arg);
+/* tc_get_copy: on a hit copies min(vlen, cap) bytes of the value into buf
+ * and, when info is not NULL, describes the item there; the plain get's
+ * options. fetch_copy_value is its tc_value_fn (arg: the struct fetch_copy)
+ * for a value read from flash. */
+struct fetch_copy {
+    void *buf; /* may be NULL with cap 0 */
+    size_t cap;
+    struct tc_item_info *info;
+};
+void fetch_copy_value(void *arg, const struct tc_item_info *info,
+                      const struct iovec *iov, int niov);
+int fetch_get_copy(struct cache_thread *t, const void *key, uint32_t klen,
+                   struct fetch_copy *cp);
 /* tc_get_many (see src/tiercache.h), opts->vivify excluded (o NULL: a
  * plain get's options): the number of keys done. */
 size_t fetch_get_many(struct cache_thread *t, const struct tc_key *keys,

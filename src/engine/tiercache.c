@@ -199,21 +199,13 @@ tc_get_ex(struct tc_cache *tc, const void *key, size_t klen,
     return rc;
 }
 
-/* tc_get's body, inline in tc_get_copy too: one call fewer a copy. */
-static inline __attribute__((always_inline)) int
-get_api(struct tc_cache *tc, const void *key, size_t klen, tc_value_fn *fn,
-        void *arg)
-{
-    int rc;
-    struct cache_thread *t = enter(tc, klen, &rc);
-    return t ? fetch_get_plain(t, key, (uint32_t)klen, fn, arg) : rc;
-}
-
 TC_API int
 tc_get(struct tc_cache *tc, const void *key, size_t klen, tc_value_fn *fn,
        void *arg)
 {
-    return get_api(tc, key, klen, fn, arg);
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? fetch_get_plain(t, key, (uint32_t)klen, fn, arg) : rc;
 }
 
 TC_API int
@@ -287,39 +279,14 @@ tc_async_cancel(struct tc_cache *tc, void *owner)
         ext_async_cancel(t, owner);
 }
 
-struct copy_arg {
-    void *buf;
-    size_t cap;
-    struct tc_item_info *info;
-};
-
-static void
-copy_value(void *arg, const struct tc_item_info *info, const struct iovec *iov,
-           int niov)
-{
-    struct copy_arg *a = arg;
-    size_t at = 0;
-    if (likely(niov == 1)) { /* a value in one chunk: most */
-        size_t n = MIN(iov[0].iov_len, a->cap);
-        if (n) /* buf may be NULL with cap 0: only the description */
-            memcpy(a->buf, iov[0].iov_base, n);
-        niov = 0;
-    }
-    for (int i = 0; i < niov && at < a->cap; i++) {
-        size_t n = MIN(iov[i].iov_len, a->cap - at);
-        memcpy((char *)a->buf + at, iov[i].iov_base, n);
-        at += n;
-    }
-    if (a->info)
-        *a->info = *info;
-}
-
 TC_API int
 tc_get_copy(struct tc_cache *tc, const void *key, size_t klen, void *buf,
             size_t cap, struct tc_item_info *info)
 {
-    struct copy_arg a = {buf, cap, info};
-    return get_api(tc, key, klen, copy_value, &a);
+    struct fetch_copy a = {buf, cap, info};
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? fetch_get_copy(t, key, (uint32_t)klen, &a) : rc;
 }
 
 TC_API int

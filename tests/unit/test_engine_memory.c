@@ -190,6 +190,58 @@ test_get_copy_prefix(void **state)
     free(out);
 }
 
+/* A copy without a description (no info) still marks the item used and
+ * counts the hit in its class, as a described one does; a chained value's
+ * prefix comes out the same. */
+static void
+test_get_copy_bare(void **state)
+{
+    struct fx *f = *state;
+    unsigned char v[100], buf[110];
+    fill_pattern(v, sizeof(v), 7);
+    put(f->c, "u", v, sizeof(v), 3, 0);
+    put(f->c, "n", v, sizeof(v), 3, 0);
+
+    /* the class, and the bits before any read: a peek that does not bump */
+    struct tc_get_opts peek = {.no_bump = true, .no_win = true};
+    struct got g;
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(tc_get_ex(f->c, "u", 1, &peek, got_fn, &g), TC_OK);
+    assert_false(g.info.fetched);
+    int cls = g.info.slab_class;
+    struct tc_slab_stats s0, s1;
+    assert_int_equal(tc_slab_stats(f->c, cls, &s0), 0);
+
+    memset(buf, 0xcc, sizeof(buf));
+    assert_int_equal(tc_get_copy(f->c, "u", 1, buf, 100, NULL), TC_OK);
+    assert_memory_equal(buf, v, 100);
+    assert_int_equal(buf[100], 0xcc);
+    assert_int_equal(tc_slab_stats(f->c, cls, &s1), 0);
+    assert_int_equal(s1.get_hits - s0.get_hits, 1);
+
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(tc_get_ex(f->c, "u", 1, &peek, got_fn, &g), TC_OK);
+    assert_true(g.info.fetched); /* marked by the bare copy */
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(tc_get_ex(f->c, "n", 1, &peek, got_fn, &g), TC_OK);
+    assert_false(g.info.fetched); /* the peeks did not */
+
+    size_t len = f->cfg.chunk_max + 4096;
+    unsigned char *big = malloc(len), *out = malloc(len);
+    fill_pattern(big, len, 8);
+    put(f->c, "big", big, len, 0, 0);
+    size_t cap = f->cfg.chunk_max + 10;
+    memset(out, 0xcc, len);
+    assert_int_equal(tc_get_copy(f->c, "big", 3, out, cap, NULL), TC_OK);
+    assert_memory_equal(out, big, cap);
+    assert_int_equal(out[cap], 0xcc);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(tc_get_ex(f->c, "big", 3, &peek, got_fn, &g), TC_OK);
+    assert_true(g.info.fetched);
+    free(big);
+    free(out);
+}
+
 /* ------------------------------------------------------- maintenance */
 
 static void
@@ -911,6 +963,7 @@ main(void)
         TC_TEST(test_eviction_clock),
         TC_TEST(test_no_evict_enomem),
         TC_TEST(test_get_copy_prefix),
+        TC_TEST(test_get_copy_bare),
         TC_TEST(test_maintain_sweep),
         TC_TEST(test_mem_limit),
         TC_TEST(test_slab_reassign),
