@@ -22,14 +22,13 @@ uint32_t
 clock_now(void)
 {
     uint32_t fake = atomic_load_explicit(&clock_fake, memory_order_relaxed);
-    struct timespec ts;
 
     if (fake != 0)
         return fake;
-    /* The coarse clock is read from the vDSO without a syscall; its tick
-     * (1-4 ms) is far finer than the one-second resolution needed here. */
-    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-    return (uint32_t)ts.tv_sec;
+    /* time() is the vDSO's read of the kernel's wall second (the second
+     * CLOCK_REALTIME_COARSE reports), called without glibc's clock_gettime
+     * wrapper or a timespec; one-second resolution is all needed here. */
+    return (uint32_t)time(NULL);
 }
 
 void

@@ -278,6 +278,13 @@ test_clock_real(void **state)
     diff = (int64_t)time(NULL) - (int64_t)t; /* however long we were away */
     assert_true((int64_t)now >= (int64_t)t - 1);
     assert_true((int64_t)now <= (int64_t)t + diff);
+    /* the second the coarse clock reports (the kernel's wall second) */
+    struct timespec a, b;
+    clock_gettime(CLOCK_REALTIME_COARSE, &a);
+    now = clock_now();
+    clock_gettime(CLOCK_REALTIME_COARSE, &b);
+    assert_true((int64_t)now >= (int64_t)a.tv_sec);
+    assert_true((int64_t)now <= (int64_t)b.tv_sec);
 }
 
 static void
