@@ -866,6 +866,22 @@ slab_touch(struct slab *s, uint64_t off, uint32_t now, bool bump,
         touch_bump(s, off, w, v, now);
 }
 
+void *
+slab_prefetch_word(const struct slab *s, uint64_t off, unsigned *cls)
+{
+    _Atomic uint16_t *w = chunk_word(s, off, cls);
+    if (w)
+        __builtin_prefetch((const void *)w, 1, 3);
+    return (void *)w;
+}
+
+void
+slab_touch_word(struct slab *s, uint64_t off, void *word, uint32_t now)
+{
+    _Atomic uint16_t *w = word;
+    touch_bump(s, off, w, atomic_load_explicit(w, memory_order_relaxed), now);
+}
+
 unsigned
 slab_touch_cls(struct slab *s, uint64_t off, uint32_t now)
 {

@@ -207,6 +207,14 @@ void slab_touch(struct slab *s, uint64_t off, uint32_t now, bool bump,
 /* slab_touch with bump and nothing seen but the class (a get whose caller
  * wants the value only): the class, or SLAB_NO_CLASS for a free page. */
 unsigned slab_touch_cls(struct slab *s, uint64_t off, uint32_t now);
+/* The same in two steps, so that a get finds the chunk's word once:
+ * slab_prefetch_word is slab_prefetch returning the word (opaque; NULL for
+ * a free page) and the class; slab_touch_word is slab_touch_cls's bump
+ * through that word. Context: the chunk stays allocated between the two
+ * (the caller's RCU read section holds the item), so the page keeps its
+ * class and the word its table. */
+void *slab_prefetch_word(const struct slab *s, uint64_t off, unsigned *cls);
+void slab_touch_word(struct slab *s, uint64_t off, void *word, uint32_t now);
 
 /* A store's fresh chunk (the engine's set path): what slab_reset_bits,
  * slab_atime_set and, with SLAB_FRESH_WIN, slab_claim do, in one store;

@@ -338,6 +338,16 @@ uint64_t cache_rehash(void *arg, uint64_t loc);
 /* The same, for a caller that prefetched the chunk's DRAM word already (a
  * batched get). */
 bool cache_match_key_warm(void *arg, uint64_t loc);
+/* cache_match_key for a key in a struct cache_word_key: also keeps the
+ * chunk's DRAM word it prefetches (slab_prefetch_word; NULL for an item
+ * in DRAM) and its class, so that the touch after a match (the last call)
+ * need not find them again. */
+struct cache_word_key {
+    struct cache_key k; /* first: the match callback's argument */
+    void *word;
+    unsigned cls;
+};
+bool cache_match_key_word(void *arg, uint64_t loc);
 
 /* The calling thread's context for c, registering it on first use; NULL
  * only when DRAM runs out (err_msg says so). */

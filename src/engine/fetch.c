@@ -135,18 +135,30 @@ fetch_copy_value(void *arg, const struct tc_item_info *info,
         *a->info = *info;
 }
 
+/* A copy out's destination and the key it looked up, whose compare kept
+ * the chunk's DRAM word. */
+struct copy_at {
+    struct fetch_copy *cp;
+    const struct cache_word_key *wk;
+};
+
 /* A live plain item's copy out (tc_get_copy) inside the read section: the
  * description written into the caller's, or, when it wants none, only the
- * bump and the class the hit is counted in; a one-chunk value copied here,
- * without an iovec or a callback. Returns the class. */
+ * bump (through the word the key compare found) and the class the hit is
+ * counted in; a one-chunk value copied here, without an iovec or a
+ * callback. Returns the class. */
 static inline __attribute__((always_inline)) unsigned
 copy_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
-         const struct tc_get_opts *o, uint32_t now, struct fetch_copy *cp)
+         const struct tc_get_opts *o, uint32_t now, const struct copy_at *ca)
 {
+    struct fetch_copy *cp = ca->cp;
     unsigned cls;
     if (cp->info) {
         describe_rcu(c, it, off, o, now, cp->info);
         cls = cp->info->slab_class;
+    } else if (likely(ca->wk->word != NULL)) {
+        slab_touch_word(c->slab, off, ca->wk->word, now);
+        cls = ca->wk->cls;
     } else {
         cls = cache_touch_cls(c, off, now);
     }
@@ -168,18 +180,18 @@ copy_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
 }
 
 /* Serve a live item in PMEM inside the read section: describe, call fn
- * (cp: copy it out instead, copy_rcu). Returns its slab class (which the
+ * (ca: copy it out instead, copy_rcu). Returns its slab class (which the
  * description already looked up). */
 static inline __attribute__((always_inline)) unsigned
 serve_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
           const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn, void *arg,
-          struct fetch_copy *cp)
+          const struct copy_at *ca)
 {
     struct tc_item_info info;
     struct iovec iov[ITEM_MAX_TAILS + 1];
 
-    if (cp)
-        return copy_rcu(c, it, off, o, now, cp);
+    if (ca)
+        return copy_rcu(c, it, off, o, now, ca);
     describe_rcu(c, it, off, o, now, &info);
     int n = item_value_iov(c->base, it, c->chunk_max, iov);
     if (fn) {
@@ -212,12 +224,12 @@ struct fetch_res {
 };
 
 /* Serve what the index holds for a key at loc (0: nothing), a live plain
- * item in place (cp: copied out, see serve_rcu). Context: inside the read
+ * item in place (ca: copied out, see serve_rcu). Context: inside the read
  * section that found loc. */
 static inline __attribute__((always_inline)) void
 fetch_rcu_loc(struct cache *c, uint64_t loc, uint64_t hash,
               const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn,
-              void *arg, struct fetch_copy *cp, struct fetch_res *r)
+              void *arg, const struct copy_at *ca, struct fetch_res *r)
 {
     r->dead = CACHE_LIVE;
     r->flash = false;
@@ -232,7 +244,7 @@ fetch_rcu_loc(struct cache *c, uint64_t loc, uint64_t hash,
         flash_rcu(c, it, r->loc, hash, o, now, &r->h);
         r->cls = r->h.info.slab_class;
     } else if (r->dead == CACHE_LIVE) {
-        r->cls = serve_rcu(c, it, cache_off(r->loc), o, now, fn, arg, cp);
+        r->cls = serve_rcu(c, it, cache_off(r->loc), o, now, fn, arg, ca);
     }
 }
 
@@ -242,11 +254,11 @@ fetch_rcu_loc(struct cache *c, uint64_t loc, uint64_t hash,
 static inline __attribute__((always_inline)) void
 fetch_rcu(struct cache *c, struct cache_key *k, uint64_t hash,
           htab_match_fn *match, const struct tc_get_opts *o, uint32_t now,
-          tc_value_fn *fn, void *arg, struct fetch_copy *cp,
+          tc_value_fn *fn, void *arg, const struct copy_at *ca,
           struct fetch_res *r)
 {
     fetch_rcu_loc(c, htab_lookup_rcu(c->htab, hash, match, k), hash, o, now, fn,
-                  arg, cp, r);
+                  arg, ca, r);
 }
 
 /* Does fetch_after have more to do than count (read flash, unlink)? */
@@ -311,7 +323,6 @@ fetch_get_with(struct cache_thread *t, const void *key, uint32_t klen,
                struct fetch_copy *cp)
 {
     struct cache *c = t->cache;
-    struct cache_key k = {c, key, klen};
     uint64_t hash = cache_hash(c, key, klen);
     uint32_t now = clock_now();
     struct fetch_res r;
@@ -319,7 +330,15 @@ fetch_get_with(struct cache_thread *t, const void *key, uint32_t klen,
     cache_flush_check(c, now);
     fetch_count(t, o);
     cache_read_lock();
-    fetch_rcu(c, &k, hash, cache_match_key, o, now, fn, arg, cp, &r);
+    if (cp) { /* the compare keeps the chunk's word for the touch */
+        struct cache_word_key wk = {.k = {c, key, klen}};
+        struct copy_at ca = {cp, &wk};
+        fetch_rcu(c, &wk.k, hash, cache_match_key_word, o, now, fn, arg, &ca,
+                  &r);
+    } else {
+        struct cache_key k = {c, key, klen};
+        fetch_rcu(c, &k, hash, cache_match_key, o, now, fn, arg, NULL, &r);
+    }
     cache_read_unlock();
     if (c->hot && r.loc && r.dead == CACHE_LIVE)
         hotkey_note_read(t, hash, key, klen);

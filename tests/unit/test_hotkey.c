@@ -120,6 +120,21 @@ test_ops_on_dram_item(void **state)
     puts_(c, "k", "10");
     assert_int_equal(stats(c).hotkey_current, 1);
 
+    /* a copy without a description reads the DRAM item and marks it
+     * fetched (the touch of a DRAM item, with no slab word) */
+    struct tc_get_opts peek = {.no_bump = true, .no_win = true};
+    struct got pg;
+    memset(&pg, 0, sizeof(pg));
+    assert_int_equal(tc_get_ex(c, "k", 1, &peek, got_fn, &pg), TC_OK);
+    assert_false(pg.info.fetched);
+    char cb[8] = {0};
+    assert_int_equal(tc_get_copy(c, "k", 1, cb, sizeof(cb), NULL), TC_OK);
+    assert_memory_equal(cb, "10", 3);
+    memset(&pg, 0, sizeof(pg));
+    assert_int_equal(tc_get_ex(c, "k", 1, &peek, got_fn, &pg), TC_OK);
+    assert_true(pg.info.fetched);
+    assert_int_equal(stats(c).hotkey_current, 1);
+
     /* incr / decr keep it in DRAM */
     assert_int_equal(tc_incr(c, "k", 1, 5, &v, NULL), TC_OK);
     assert_int_equal(v, 15);
