@@ -684,17 +684,6 @@ cache_match_key(void *arg, uint64_t loc)
 }
 
 bool
-cache_match_key_word(void *arg, uint64_t loc)
-{
-    struct cache_word_key *wk = arg;
-    uint64_t off = cache_off(loc);
-    wk->word = NULL;
-    if (likely(!cache_off_dram(off)))
-        wk->word = slab_prefetch_word(wk->k.c->slab, off, &wk->cls);
-    return item_key_equals(cache_item_at(wk->k.c, off), wk->k.key, wk->k.klen);
-}
-
-bool
 cache_unlink_loc(struct cache *c, uint64_t hash, uint64_t loc)
 {
     struct htab_bucket *b = htab_lock(c->htab, hash);

@@ -341,13 +341,13 @@ bool cache_match_key_warm(void *arg, uint64_t loc);
 /* cache_match_key for a key in a struct cache_word_key: also keeps the
  * chunk's DRAM word it prefetches (slab_prefetch_word; NULL for an item
  * in DRAM) and its class, so that the touch after a match (the last call)
- * need not find them again. */
+ * need not find them again. Inline, for htab_lookup_rcu_inline. */
 struct cache_word_key {
     struct cache_key k; /* first: the match callback's argument */
     void *word;
     unsigned cls;
 };
-bool cache_match_key_word(void *arg, uint64_t loc);
+static inline bool cache_match_key_word(void *arg, uint64_t loc);
 
 /* The calling thread's context for c, registering it on first use; NULL
  * only when DRAM runs out (err_msg says so). */
@@ -463,6 +463,17 @@ cache_item_at(const struct cache *c, uint64_t off)
     if (unlikely(cache_off_dram(off)))
         return (const struct item_hdr *)cache_dram_ptr(off);
     return item_at(c->base, off);
+}
+
+static inline bool
+cache_match_key_word(void *arg, uint64_t loc)
+{
+    struct cache_word_key *wk = arg;
+    uint64_t off = cache_off(loc);
+    wk->word = NULL;
+    if (likely(!cache_off_dram(off)))
+        wk->word = slab_prefetch_word(wk->k.c->slab, off, &wk->cls);
+    return item_key_equals(cache_item_at(wk->k.c, off), wk->k.key, wk->k.klen);
 }
 
 /* Flag bits of a DRAM item's block (dpool_flags), in place of the slab's

@@ -257,8 +257,10 @@ fetch_rcu(struct cache *c, struct cache_key *k, uint64_t hash,
           tc_value_fn *fn, void *arg, const struct copy_at *ca,
           struct fetch_res *r)
 {
-    fetch_rcu_loc(c, htab_lookup_rcu(c->htab, hash, match, k), hash, o, now, fn,
-                  arg, ca, r);
+    /* a copy's compare is inline (cache_match_key_word), so its scan is */
+    uint64_t loc = ca ? htab_lookup_rcu_inline(c->htab, hash, match, k)
+                      : htab_lookup_rcu(c->htab, hash, match, k);
+    fetch_rcu_loc(c, loc, hash, o, now, fn, arg, ca, r);
 }
 
 /* Does fetch_after have more to do than count (read flash, unlink)? */

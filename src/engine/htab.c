@@ -735,6 +735,12 @@ htab_lookup_rcu(struct htab *h, uint64_t hash, htab_match_fn *match, void *arg)
     return 0;
 }
 
+struct htab_bucket *
+htab_home_bucket_rcu(struct htab *h, uint64_t hash)
+{
+    return htab_home_rcu(h, hash);
+}
+
 bool
 htab_holds_rcu(struct htab *h, uint64_t hash, uint64_t loc)
 {

@@ -143,8 +143,17 @@ static uint64_t
 lookup(struct htab *h, struct fake_store *st, uint64_t hash, uint64_t key)
 {
     struct probe p = {st, key};
+    unsigned long before = st->match_calls;
+    uint64_t loc = htab_lookup_rcu(h, hash, fake_match, &p);
+    unsigned long calls = st->match_calls - before;
 
-    return htab_lookup_rcu(h, hash, fake_match, &p);
+    /* the inline scan (the single get's) finds the same, with the same
+     * compares (the count tests see those of one lookup) */
+    st->match_calls = 0;
+    assert_int_equal(htab_lookup_rcu_inline(h, hash, fake_match, &p), loc);
+    assert_int_equal(st->match_calls, calls);
+    st->match_calls = before + calls;
+    return loc;
 }
 
 static int
@@ -1148,7 +1157,11 @@ gc_reader_run(void *arg)
     while (!atomic_load_explicit(&gs->stop, memory_order_acquire)) {
         uint64_t k = rng_next(&s) % GC_NKEYS;
         struct probe p = {&gs->st, k};
-        uint64_t loc = htab_lookup_rcu(gs->h, key_hash(k), gc_match, &p);
+        /* every other read through the inline scan (the single get's) */
+        uint64_t loc =
+            r->reads & 1
+                ? htab_lookup_rcu_inline(gs->h, key_hash(k), gc_match, &p)
+                : htab_lookup_rcu(gs->h, key_hash(k), gc_match, &p);
 
         r->reads++;
         if (loc == 0) {
