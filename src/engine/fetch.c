@@ -333,7 +333,9 @@ fetch_get_with(struct cache_thread *t, const void *key, uint32_t klen,
     fetch_count(t, o);
     cache_read_lock();
     if (cp) { /* the compare keeps the chunk's word for the touch */
-        struct cache_word_key wk = {.k = {c, key, klen}};
+        /* word and cls: written by every compare, read after a match */
+        struct cache_word_key wk;
+        wk.k = (struct cache_key){c, key, klen};
         struct copy_at ca = {cp, &wk};
         fetch_rcu(c, &wk.k, hash, cache_match_key_word, o, now, fn, arg, &ca,
                   &r);

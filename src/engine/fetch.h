@@ -33,7 +33,7 @@ struct fetch_copy {
 void fetch_copy_value(void *arg, const struct tc_item_info *info,
                       const struct iovec *iov, int niov);
 int fetch_get_copy(struct cache_thread *t, const void *key, uint32_t klen,
-                   struct fetch_copy *cp);
+                   struct fetch_copy *cp) __attribute__((nonnull(4)));
 /* tc_get_many (see src/tiercache.h), opts->vivify excluded (o NULL: a
  * plain get's options): the number of keys done. */
 size_t fetch_get_many(struct cache_thread *t, const struct tc_key *keys,
