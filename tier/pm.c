@@ -35,7 +35,7 @@
 
 static pm_write_hook_fn *pm_write_hook;
 static uint32_t pm_write_ns; /* busy-wait per line written, 0 = off */
-uint32_t pm_read_ns;         /* busy-wait per line read, 0 = off (pm.h) */
+static uint32_t pm_read_ns;  /* busy-wait per line read, 0 = off */
 static bool pm_persist_on;   /* durability=power on real PMEM */
 /* Any of the above set: the one flag the fast path tests. */
 static bool pm_slow;
@@ -192,11 +192,13 @@ pm_fence(void)
 }
 
 void
-pm_note_read_slow(const void *pmem_src, size_t n)
+pm_note_read(const void *pmem_src, size_t n)
 {
-    uint32_t ns = __atomic_load_n(&pm_read_ns, __ATOMIC_RELAXED);
-    if (ns != 0)
-        pm_spin(pm_lines(pmem_src, n) * ns);
+    if (unlikely(__atomic_load_n(&pm_slow, __ATOMIC_RELAXED))) {
+        uint32_t ns = __atomic_load_n(&pm_read_ns, __ATOMIC_RELAXED);
+        if (ns != 0)
+            pm_spin(pm_lines(pmem_src, n) * ns);
+    }
 }
 
 void

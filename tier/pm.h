@@ -42,18 +42,8 @@ void pm_read(void *dst, const void *pmem_src, size_t n);
 
 /* A read of n bytes done in place (a value handed to a client by pointer
  * instead of copied through pm_read()): charges the read latency emulation,
- * nothing else. Inline: off (the default), one load and a test on every
- * get; pm_read_ns is the emulation's per-line read latency (0 = off), set
- * only by pm_set_latency. */
-extern uint32_t pm_read_ns;
-void pm_note_read_slow(const void *pmem_src, size_t n);
-static inline void
-pm_note_read(const void *pmem_src, size_t n)
-{
-    if (__builtin_expect(__atomic_load_n(&pm_read_ns, __ATOMIC_RELAXED) != 0,
-                         0))
-        pm_note_read_slow(pmem_src, n);
-}
+ * nothing else. */
+void pm_note_read(const void *pmem_src, size_t n);
 
 /* Hook for write-hotspot accounting: called with the destination and length of
  * every write when set; NULL (the default) costs one predictable branch. */
