@@ -35,7 +35,7 @@
 
 static pm_write_hook_fn *pm_write_hook;
 static uint32_t pm_write_ns; /* busy-wait per line written, 0 = off */
-static uint32_t pm_read_ns;  /* busy-wait per line read, 0 = off */
+uint32_t pm_read_ns;         /* busy-wait per line read, 0 = off (pm.h) */
 static bool pm_persist_on;   /* durability=power on real PMEM */
 /* Any of the above set: the one flag the fast path tests. */
 static bool pm_slow;

@@ -44,6 +44,16 @@ void pm_read(void *dst, const void *pmem_src, size_t n);
  * instead of copied through pm_read()): charges the read latency emulation,
  * nothing else. */
 void pm_note_read(const void *pmem_src, size_t n);
+/* Whether pm_note_read has anything to do (read latency emulation on):
+ * for a hot path that tests it inline and calls pm_note_read only then.
+ * pm_read_ns is the emulation's per-line read latency (0 = off), set only
+ * by pm_set_latency. */
+extern uint32_t pm_read_ns;
+static inline bool
+pm_reads_noted(void)
+{
+    return __atomic_load_n(&pm_read_ns, __ATOMIC_RELAXED) != 0;
+}
 
 /* Hook for write-hotspot accounting: called with the destination and length of
  * every write when set; NULL (the default) costs one predictable branch. */

@@ -165,7 +165,8 @@ copy_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
     if (likely(it->nchain == 0)) {
         const void *v = item_value(it);
         uint32_t vlen = it->vlen;
-        pm_note_read(v, vlen); /* latency emulation charges the read */
+        if (unlikely(pm_reads_noted())) /* latency emulation: the read */
+            pm_note_read(v, vlen);
         size_t n = MIN((size_t)vlen, cp->cap);
         if (n)
             memcpy(cp->buf, v, n);
