@@ -223,32 +223,55 @@ item_invalidate(char *base, uint64_t off)
     pm_store32((uint32_t *)(base + off + ITEM_COMMIT_OFFSET), 0);
 }
 
-bool
-item_check(const struct item_hdr *it, uint32_t chunk_size)
+/* The structural part of item_check: *extra and *extra_len get what the
+ * CRC covers past header, key and opt (the tail list or the locator). */
+static bool
+check_shape(const struct item_hdr *it, uint32_t chunk_size, uint32_t commit,
+            const void **extra, size_t *extra_len)
 {
-    uint32_t commit = __atomic_load_n(&it->commit, __ATOMIC_RELAXED);
     uint32_t hko = item_hko_size(it->klen, it->iflags);
     if (!item_committed(commit) || !item_kind_is_head(it->kind) ||
         it->klen == 0 || hko > chunk_size)
         return false;
-    const void *extra = NULL;
-    size_t extra_len = 0;
+    *extra = NULL;
+    *extra_len = 0;
     if (it->kind == ITEM_KIND_FLASH) {
         if (it->nchain || item_flash_size(it->klen, it->iflags) > chunk_size)
             return false;
-        extra = item_flash_loc(it);
-        extra_len = sizeof(struct nvs_loc);
+        *extra = item_flash_loc(it);
+        *extra_len = sizeof(struct nvs_loc);
     } else if (it->nchain) {
         uint64_t end =
             (uint64_t)((const char *)item_tails(it) - (const char *)it) +
             8ull * it->nchain;
         if (end > chunk_size)
             return false;
-        extra = item_tails(it);
-        extra_len = 8u * it->nchain;
+        *extra = item_tails(it);
+        *extra_len = 8u * it->nchain;
     } else if (hko + (uint64_t)it->vlen > chunk_size) {
         return false;
     }
+    return true;
+}
+
+bool
+item_check_shape(const struct item_hdr *it, uint32_t chunk_size)
+{
+    uint32_t commit = __atomic_load_n(&it->commit, __ATOMIC_RELAXED);
+    const void *extra;
+    size_t extra_len;
+    return check_shape(it, chunk_size, commit, &extra, &extra_len);
+}
+
+bool
+item_check(const struct item_hdr *it, uint32_t chunk_size)
+{
+    uint32_t commit = __atomic_load_n(&it->commit, __ATOMIC_RELAXED);
+    const void *extra;
+    size_t extra_len;
+    if (!check_shape(it, chunk_size, commit, &extra, &extra_len))
+        return false;
+    uint32_t hko = item_hko_size(it->klen, it->iflags);
     char b[sizeof(struct item_hdr) + UINT8_MAX + ITEM_OPT_MAX];
     uint32_t zero = 0;
     memcpy(b, it, hko);

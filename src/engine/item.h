@@ -229,6 +229,13 @@ uint32_t item_commit_word(const struct item_desc *hdr, const void *key,
  * caller's (chunk_size: bytes the chunk has). */
 bool item_check(const struct item_hdr *it, uint32_t chunk_size);
 
+/* item_check without the CRC: commit word committed (neither 0 nor
+ * ITEM_COMMIT_PENDING), a head's kind, a key, and header, key, opt, value
+ * (or tail list, or locator) within chunk_size. Enough to read the item
+ * without leaving its chunk; not that its bytes are whole: for a pool a
+ * clean close left, where every committed item is (item_layout.h). */
+bool item_check_shape(const struct item_hdr *it, uint32_t chunk_size);
+
 /* Whether store sequence a is newer than b. */
 static inline bool
 item_seq_newer(uint64_t a, uint64_t b)

@@ -95,6 +95,16 @@
  *
  * The kind byte and bounds are checked wherever a chunk is read without
  * the index vouching for it (eviction scans, the recovery scan).
+ *
+ * The CRC is what tells a torn item after a crash. A start after a clean
+ * close does not check it (item_check_shape instead of item_check,
+ * src/engine/restart.c): the close finished every write, commit and
+ * invalidation before it marked the pool clean, and a page that took a
+ * class had every chunk formatted (its kind byte) before the page was
+ * used, so every chunk start the scan reads is empty, invalidated,
+ * pending, a tail, or an item whose bytes were all in place before its
+ * commit word. The mark is consumed at
+ * attach: a crash after it checks every CRC again.
  */
 
 #include <stdint.h>

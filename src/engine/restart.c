@@ -13,10 +13,21 @@
  * lock of the key they belong to, so the marks of two copies of a key
  * follow the index's order) and the items' commit words (a thread clears
  * only the commit word of a copy that lost or that it dropped, after the
- * lock). Each thread keeps its own figures, summed after the join. The
- * accounting after the pages are adopted runs the same way, each thread
- * with a thread context of its own that it gives back when done (the
- * modules that register after the scan expect no thread context).
+ * lock). Each thread keeps its own figures, summed after the join, and
+ * counts there what cache_account would for each item it restores (and
+ * takes off what a copy that loses had added), while the header is in its
+ * cache: no second pass over the pool. After the pages are adopted the
+ * same threads set the restored heads' DRAM chunk words (from the maps,
+ * not the pool) and add their counts, each thread with a thread context of
+ * its own that it gives back when done (the modules that register after
+ * the scan expect no thread context).
+ *
+ * After a clean close (the pool's clean mark) the scan does not check a
+ * committed item's CRC: the close finished every write and invalidation
+ * before it marked the pool, so no committed item is torn (item_layout.h).
+ * It keeps the structural checks (item_check_shape: kind, bounds, a commit
+ * word neither 0 nor pending), which are what keep the scan inside the
+ * pool. After a crash every committed item's CRC is checked (item_check).
  *
  * The index is sized before the threads start (presize_index) so the scan
  * rarely doubles it. The scan threads are not RCU-registered; their
@@ -125,12 +136,15 @@ struct scan {
     uint32_t npages;
     bool all_flushed; /* a delayed flush came due while stopped */
     uint64_t flush_cas;
-    uint64_t **used; /* per page with a class: chunk bits of restored items,
-                        allocated before the threads start */
+    uint64_t **used; /* per page with a class: chunk bits of restored items
+                        (heads and tails), then as many words of bits of
+                        their heads; allocated before the threads start */
     _Atomic uint32_t next_page; /* the next range of pages to take */
     struct tc_open_info *info;
     bool saved;           /* saved_items is the count at a clean close */
     uint64_t saved_items; /* what sizes the index then */
+    bool trust_commit;    /* a clean close: every committed item is whole,
+                             no CRC to check (item_layout.h) */
 };
 
 /* One scan thread's part: its own figures, summed after the join. */
@@ -139,7 +153,11 @@ struct scan_part {
     pthread_t tid;
     int rc;
     uint64_t max_cas; /* largest CAS or sequence among the committed items */
-    uint64_t items, bytes;
+    /* what this thread's insertions and replacements added to the index
+     * (a copy that loses later is taken off by the thread that replaces
+     * it: one part may go negative, the sum does not) */
+    int64_t items, bytes, ext_items, ext_bytes;
+    int64_t cls_chunks[SLAB_MAX_CLASSES];
     uint64_t dropped_expired, dropped_flushed, dropped_older, dropped_torn,
         dropped_flash, dropped_no_room;
 };
@@ -199,33 +217,62 @@ note_seq(struct scan_part *p, const struct item_hdr *it)
         p->max_cas = item_seq(it);
 }
 
+/* Words of chunk bits a page of chunk size cs has (its class's nwords). */
+static uint32_t
+map_words(uint32_t cs)
+{
+    return (POOL_PAGE_SIZE / cs + 63) / 64;
+}
+
 /* Set (or clear) the bit of the chunk at off in its page's map of chunks
- * in use. Atomic: a tail may sit on a page another thread scans.
+ * in use, and for a head in the map of heads. Atomic: a tail may sit on a
+ * page another thread scans.
  * Context: the key's bucket lock held, so the marks of two copies of one
  * key are ordered like their index updates. */
 static void
-mark_chunk(struct scan *s, uint64_t off, bool used)
+mark_chunk(struct scan *s, uint64_t off, bool used, bool head)
 {
     unsigned cls;
     uint32_t cs = page_chunk_size(s, off, &cls);
     uint64_t *map = s->used[off >> POOL_PAGE_SHIFT];
     uint32_t idx = (uint32_t)((off & (POOL_PAGE_SIZE - 1)) / cs);
     uint64_t bit = 1ull << (idx % 64);
-    if (used)
-        __atomic_fetch_or(&map[idx / 64], bit, __ATOMIC_RELAXED);
-    else
-        __atomic_fetch_and(&map[idx / 64], ~bit, __ATOMIC_RELAXED);
+    uint32_t w = idx / 64, heads = head ? map_words(cs) : 0;
+    if (used) {
+        __atomic_fetch_or(&map[w], bit, __ATOMIC_RELAXED);
+        if (head)
+            __atomic_fetch_or(&map[heads + w], bit, __ATOMIC_RELAXED);
+    } else {
+        __atomic_fetch_and(&map[w], ~bit, __ATOMIC_RELAXED);
+        if (head)
+            __atomic_fetch_and(&map[heads + w], ~bit, __ATOMIC_RELAXED);
+    }
 }
 
 /* An item's head and tails: in use (restored) or not (lost to a newer
- * copy). */
+ * copy); and its part in the figures cache_account keeps (sign +1 or -1),
+ * counted in p, given to a thread context after the scan (account_main):
+ * the header is in the CPU's cache now, so the accounting costs no second
+ * pass over the pool. */
 static void
-mark_item(struct scan *s, uint64_t off, bool used)
+mark_item(struct scan_part *p, uint64_t off, bool used)
 {
+    struct scan *s = p->s;
     const struct item_hdr *it = item_at(s->c->base, off);
-    mark_chunk(s, off, used);
-    for (unsigned i = 0; i < it->nchain; i++)
-        mark_chunk(s, item_tails(it)[i], used);
+    int sign = used ? 1 : -1;
+    mark_chunk(s, off, used, true);
+    p->items += sign;
+    p->bytes += sign * (int64_t)cache_item_bytes(s->c, it);
+    if (it->kind == ITEM_KIND_FLASH) {
+        p->ext_items += sign;
+        p->ext_bytes += sign * (int64_t)it->vlen;
+    }
+    p->cls_chunks[s->table[off >> POOL_PAGE_SHIFT] - 1u] += sign;
+    for (unsigned i = 0; i < it->nchain; i++) {
+        uint64_t t = item_tails(it)[i];
+        mark_chunk(s, t, used, false);
+        p->cls_chunks[s->table[t >> POOL_PAGE_SHIFT] - 1u] += sign;
+    }
 }
 
 /* Put the item at off into the index, or count why not; a loser is
@@ -259,9 +306,9 @@ restore_one(struct scan_part *p, uint64_t off, uint64_t hash)
         p->dropped_no_room++;
     }
     if (!lost || loser != off)
-        mark_item(s, off, true);
+        mark_item(p, off, true);
     if (lost && loser != off)
-        mark_item(s, loser, false);
+        mark_item(p, loser, false);
     htab_unlock(b);
     if (lost) {
         if (slot)
@@ -298,7 +345,9 @@ scan_page(struct scan_part *p, uint32_t pg, unsigned cls)
             continue;
         }
         uint64_t *count = NULL;
-        if (!item_check(it, cs) || (it->nchain && !tails_ok(s, it, off))) {
+        bool whole =
+            s->trust_commit ? item_check_shape(it, cs) : item_check(it, cs);
+        if (!whole || (it->nchain && !tails_ok(s, it, off))) {
             count = &p->dropped_torn;
         } else {
             note_seq(p, it);
@@ -338,7 +387,7 @@ page_used(const struct scan *s, uint32_t pg)
 {
     const uint64_t *map = s->used[pg];
     uint32_t cs = slab_chunk_size(s->c->slab, s->table[pg] - 1u);
-    uint32_t words = (POOL_PAGE_SIZE / cs + 63) / 64;
+    uint32_t words = map_words(cs);
     for (uint32_t w = 0; w < words; w++)
         if (map[w])
             return true;
@@ -372,34 +421,30 @@ scan_main(void *arg)
     return NULL;
 }
 
-/* The restored items of an adopted page, in address order: their DRAM
- * chunk words and their accounting, as if just stored. */
+/* The restored items of an adopted page: their DRAM chunk words, as if
+ * just stored (the map of heads: no read of the pool). */
 static void
-account_page(struct scan_part *p, struct cache_thread *t, uint32_t pg)
+fresh_page(struct scan *s, uint32_t pg)
 {
-    struct scan *s = p->s;
     struct cache *c = s->c;
     uint32_t cs = slab_chunk_size(c->slab, s->table[pg] - 1u);
-    uint32_t per = POOL_PAGE_SIZE / cs;
-    for (uint32_t w = 0; w * 64 < per; w++) {
-        uint64_t bits = s->used[pg][w];
+    uint32_t words = map_words(cs);
+    const uint64_t *heads = s->used[pg] + words;
+    for (uint32_t w = 0; w < words; w++) {
+        uint64_t bits = heads[w];
         while (bits) {
             uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
             bits &= bits - 1;
-            uint64_t off = ((uint64_t)pg << POOL_PAGE_SHIFT) + (uint64_t)i * cs;
-            const struct item_hdr *it = item_at(c->base, off);
-            if (it->kind == ITEM_KIND_TAIL)
-                continue; /* counted with its head */
-            cache_fresh(c, off, s->now, 0);
-            cache_account(t, off, 1);
-            p->items++;
-            p->bytes += cache_item_bytes(c, it);
+            cache_fresh(c, ((uint64_t)pg << POOL_PAGE_SHIFT) + (uint64_t)i * cs,
+                        s->now, 0);
         }
     }
 }
 
-/* An accounting thread: its own thread context (its counts go to the
- * cache's retired ones when it is put back). */
+/* An accounting thread: the chunk words of a range of pages at a time, and
+ * the figures its part counted in the scan (cache_account's), into its own
+ * thread context (its counts go to the cache's retired ones when it is put
+ * back). */
 static void *
 account_main(void *arg)
 {
@@ -414,7 +459,17 @@ account_main(void *arg)
     while (take_pages(s, &lo, &hi))
         for (uint32_t pg = lo; pg < hi; pg++)
             if (s->used[pg] && s->table[pg] != RESTART_PAGE_NONE)
-                account_page(p, t, pg);
+                fresh_page(s, pg);
+    cache_stat_add(t, ST_CURR_ITEMS, p->items);
+    cache_stat_add(t, ST_BYTES, p->bytes);
+    cache_stat_add(t, ST_EXT_ITEMS, p->ext_items);
+    cache_stat_add(t, ST_EXT_BYTES, p->ext_bytes);
+    for (unsigned i = 0; i < SLAB_MAX_CLASSES; i++) {
+        int64_t v =
+            atomic_load_explicit(&t->cls_chunks[i], memory_order_relaxed);
+        atomic_store_explicit(&t->cls_chunks[i], v + p->cls_chunks[i],
+                              memory_order_relaxed);
+    }
     /* the modules (hot keys, flash tier) register after the scan and
      * expect no thread context yet */
     cache_thread_put(s->c);
@@ -562,7 +617,6 @@ scan_pool(struct cache *c, struct scan *s, struct scan_part *sum)
 {
     uint32_t limit = pool_limit(c->pool);
     uint8_t *table = region_page_table(c->region, &s->npages);
-    uint32_t words = (POOL_PAGE_SIZE / slab_chunk_size(c->slab, 0) + 63) / 64;
     struct scan_part *parts = NULL;
     uint32_t nclassed = 0;
     int rc = 0;
@@ -579,7 +633,10 @@ scan_pool(struct cache *c, struct scan *s, struct scan_part *sum)
         if (b == RESTART_PAGE_NONE)
             continue;
         if (pg < limit && b <= slab_nclasses(c->slab)) {
-            s->used[pg] = calloc(words, sizeof(uint64_t));
+            /* chunk bits, then head bits */
+            s->used[pg] =
+                calloc(2 * map_words(slab_chunk_size(c->slab, b - 1u)),
+                       sizeof(uint64_t));
             if (!s->used[pg]) {
                 rc = -ENOMEM;
                 goto out;
@@ -721,12 +778,13 @@ restart_attach(struct cache *c)
     info->kind =
         region_was_clean(c->region) ? TC_START_WARM : TC_START_RECOVERED;
     /* after a clean close, what the close saved (restart_save.h); the
-     * items themselves are scanned as after a crash */
+     * items themselves are scanned as after a crash, without the CRC */
     uint64_t saved_cas = 0;
     if (info->kind == TC_START_WARM)
         s.saved = restart_save_load(c, info, &saved_cas, &s.saved_items) == 1;
     else
         restart_save_discard(c);
+    s.trust_commit = info->kind == TC_START_WARM;
     struct scan_part sum;
     int rc = scan_pool(c, &s, &sum);
     if (rc)

@@ -7,7 +7,8 @@
  * module or thread uses the cache. A pool the region reattached, with
  * restart metadata matching this cache's settings, is scanned: every page
  * the page table names is cut at its class's chunks; a chunk holding a
- * committed item whose checksum and bounds check, not expired, not older
+ * committed item whose bounds (and, unless the pool was closed clean, its
+ * checksum: item_layout.h) check, not expired, not older
  * than the persisted flush (and, with no flash tier configured, not a flash
  * header: with one, ext_open then checks each flash header's locator
  * against the segments the store takes back), goes into the index (of two
