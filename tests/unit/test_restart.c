@@ -792,7 +792,6 @@ test_index_presized(void **state)
 
 /* --- the saved state (src/engine/restart_save.h) --- */
 
-
 /* The workload in this process, then a clean close that saves the
  * state. */
 static void
