@@ -282,6 +282,11 @@ worker_ring(struct worker *w)
         return NULL;
     }
     int rc = netring_watch(nr, w->wake_fd, ring_adopt, w);
+    for (unsigned i = 0; !rc && w->uw && i < w->srv->nls; i++)
+        if (w->srv->ls[i].is_udp)
+            rc = netring_watch(nr, w->srv->ls[i].fd, ring_udp, w->uw);
+    /* last: a worker that falls back to epoll must find the store's own
+     * ring, not one lent to this ring */
     int frc = rc ? 0 : netring_flash(nr);
     if (!rc && frc == 0) {
         w->cw.async = true; /* completions on the ring itself */
@@ -297,9 +302,6 @@ worker_ring(struct worker *w)
             w->cw.async = rc == 0;
         }
     }
-    for (unsigned i = 0; !rc && w->uw && i < w->srv->nls; i++)
-        if (w->srv->ls[i].is_udp)
-            rc = netring_watch(nr, w->srv->ls[i].fd, ring_udp, w->uw);
     if (rc) {
         log_warn("worker %u: io_uring: cannot watch its descriptors (%s); "
                  "it uses epoll",
