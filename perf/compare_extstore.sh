@@ -64,6 +64,12 @@
 #                  taskset and sched_setattr [0 = both as the kernel runs
 #                  them]
 #   SLICE_US       the slice for WORKER_SCHED [300]
+#   SERVERS        the servers run for each workload, in order
+#                  ["memcached tiercached"; "tiercached" alone, e.g. to
+#                  compare its network loops]
+#   TC_NET_ENGINE  tiercached's -o net_engine (epoll, uring, auto)
+#                  [unset: its default, auto]; with uring a worker's flash
+#                  reads go on its network ring (tc_ext_reads_net_ring)
 
 set -u -o pipefail
 
@@ -102,6 +108,8 @@ REPEAT=${REPEAT:-1}
 MEM_CGROUP_MB=${MEM_CGROUP_MB:-0}
 WORKER_SCHED=${WORKER_SCHED:-0}
 SLICE_US=${SLICE_US:-300}
+SERVERS=${SERVERS:-memcached tiercached}
+TC_NET_ENGINE=${TC_NET_ENGINE:-}
 cg_dir=""
 if [ "$MEM_CGROUP_MB" != 0 ]; then
     cg_dir=/sys/fs/cgroup/memory/tc-ext-bench-$$
@@ -202,6 +210,7 @@ start_server() { # name port
             "ext_page_size=64,ext_wbuf_size=4,ext_path=$ext_file:$EXT_SIZE")
         [ "$WORKER_SCHED" = 1 ] &&
             cmd+=(-o "pin_workers,worker_slice_us=$SLICE_US")
+        [ -n "$TC_NET_ENGINE" ] && cmd+=(-o "net_engine=$TC_NET_ENGINE")
         [ "$(id -u)" = 0 ] && cmd+=(-u root)
         ;;
     esac
@@ -253,7 +262,7 @@ run_one() { # workload server dist pipe mget ratio
     log "  memory: $mem"
     S[$wl,$name]=$(server_stats "$port" curr_items evictions get_extstore \
         extstore_objects_written extstore_objects_read tc_ext_items \
-        tc_ext_read_p99_us get_hits get_misses)
+        tc_ext_read_p99_us tc_ext_reads_net_ring get_hits get_misses)
     log "  server: ${S[$wl,$name]}"
     stop_server
 }
@@ -278,7 +287,7 @@ table() {
 log "# NVMe tier: memcached extstore vs tiercached, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 log "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); flash files in $EXT_DIR ($(df -T "$EXT_DIR" | awk 'NR==2 {print $2}'), $(lsblk -dno NAME,ROTA,MODEL "$(df "$EXT_DIR" | awk 'NR==2 {print $1}')" 2>/dev/null | head -1))"
 log "# commit: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | grep -q . && echo '(dirty tree)')"
-log "# memcached: $("$MEMCACHED" -V 2>&1 | head -1); tiercached: $TIERCACHED"
+log "# memcached: $("$MEMCACHED" -V 2>&1 | head -1); tiercached: $TIERCACHED${TC_NET_ENGINE:+ -o net_engine=$TC_NET_ENGINE}"
 log "# servers: -t $SERVER_THREADS -m $MEM_MB, flash $EXT_SIZE (64 MiB pages, 4 MiB write buffers), fresh for every run"
 log "# client: --conns $CONNS --keys $KEYS (x 4 KiB = $((KEYS * 4 / 1024)) MiB) --duration $DURATION, every key set once first at $LOAD_RATE sets/s"
 [ -n "$cg_dir" ] && log "# each server in a cgroup-v1 memory cgroup of $MEM_CGROUP_MB MiB (page cache included)"
@@ -294,7 +303,7 @@ while IFS='|' read -r wl dist pipe mget mix; do
         [ "$REPEAT" -gt 1 ] && key="$wl#$r"
         log ""
         log "=== $key: 4 KiB values, $dist keys, get:set $mix, multiget $mget"
-        for name in memcached tiercached; do
+        for name in $SERVERS; do
             run_one "$key" "$name" "$dist" "$pipe" "$mget" "$mix"
         done
         MIX[$key]=$mix,$mget

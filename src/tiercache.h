@@ -359,8 +359,10 @@ struct tc_stats {
     uint64_t slab_reassign_busy_items;
     uint64_t slab_reassign_gave_up;
     uint64_t store_waits;
-    uint64_t ext_reads_shared; /* flash gets that joined a read of the
-                                  same value already in flight */
+    uint64_t ext_reads_shared;   /* flash gets that joined a read of the
+                                    same value already in flight */
+    uint64_t ext_reads_net_ring; /* flash reads completed on the caller's
+                                    io_uring (tc_async_ring) */
 };
 
 /*
@@ -461,7 +463,8 @@ struct tc_stats {
     X(EXT_SPILLED,    ext_spilled,       "tc_ext_spilled",       COUNTER)      \
     X(EXT_SPILL_BUSY, ext_spill_busy,    "tc_ext_spill_busy",    COUNTER)      \
     X(EXT_TIMEOUTS,   ext_read_timeouts, "tc_ext_read_timeouts", COUNTER)      \
-    X(EXT_SHARED,     ext_reads_shared,  "tc_ext_reads_shared",  COUNTER)
+    X(EXT_SHARED,     ext_reads_shared,  "tc_ext_reads_shared",  COUNTER)      \
+    X(EXT_NET_RING,   ext_reads_net_ring, "tc_ext_reads_net_ring", COUNTER)
 /* clang-format on */
 
 /* One key of the hot-key view (tc_hotkeys). Rates are estimates from
@@ -659,6 +662,27 @@ TC_API void tc_prefetch(struct tc_cache *c, const struct tc_key *keys,
 /* The thread's completion eventfd (creating its ring): >= 0, or -ENOENT
  * when the cache has no NVMe tier, or a negative errno. */
 TC_API int tc_async_fd(struct tc_cache *c);
+/* Instead of tc_async_fd: the thread's reads go on the caller's io_uring
+ * (ring: liburing's struct io_uring *, the event loop's own), so that one
+ * io_uring_enter of the loop submits them and collects their completions
+ * with its other I/O. Each read's user_data is tag | n with n < 2^32 (the
+ * low 32 bits of tag must be 0); every completion carrying the tag goes to
+ * tc_async_complete, then tc_async_reap answers as with the eventfd. The
+ * cache's NVMe files (and read buffers) are registered with the ring where
+ * the kernel lets it. 0, -ENOENT (no NVMe tier), -ENOTSUP (the tier reads
+ * without io_uring here: use tc_async_fd), -EEXIST (the thread's ring
+ * exists already), or a negative errno. Before the ring goes away: hand
+ * completions over until tc_async_busy() is 0 (bounded: a read's I/O ends
+ * when the device answers), then tc_async_detach(). */
+TC_API int tc_async_ring(struct tc_cache *c, void *ring, uint64_t tag);
+/* A completion of the caller's ring with the tag: 1 when it finished a
+ * read for tc_async_reap, else 0. */
+TC_API int tc_async_complete(struct tc_cache *c, uint64_t user_data, int res);
+/* Reads of the thread whose I/O is still on the caller's ring. */
+TC_API unsigned tc_async_busy(struct tc_cache *c);
+/* The caller's ring goes away: reads still on it finish as failed (a
+ * miss) at the next reap, and later gets read the blocking way. */
+TC_API void tc_async_detach(struct tc_cache *c);
 /* The owner of the reads the thread queues next; NULL turns queuing off
  * (flash reads block, as for the embedding API). */
 TC_API void tc_async_owner(struct tc_cache *c, void *owner);

@@ -183,6 +183,33 @@ void nvs_ring_destroy(struct nvs_ring *r);
  * lock or the caller's contract), as for any hand-over of a plain object;
  * the fallback pool's completions still go through r->cmu. */
 void nvs_ring_adopt(struct nvs_ring *r);
+/* A ring of depth entries whose reads go on the caller's io_uring ext (an
+ * event loop's, liburing's struct io_uring) instead of one of its own, so
+ * that the loop's one io_uring_enter submits them and waits for their
+ * completions with its other I/O. Each read's SQE carries user_data
+ * tag | n, 1 <= n <= depth (the low 32 bits of tag must be 0); the caller
+ * hands every completion with that tag to nvs_ring_complete and reaps as
+ * usual. Prep puts the SQE on ext at once (the read is in flight from
+ * there, its deadline counting: the caller's next submit sends it), and a
+ * read that needs no I/O is ready at the next reap. The store's files
+ * (and a block per slot) are registered with ext when the kernel lets it.
+ * -ENOTSUP when the store reads without io_uring (the fallback pool).
+ * Context: the thread that submits on ext, which becomes the owner. */
+struct io_uring;
+int nvs_ring_create_on(struct nvs *s, unsigned depth, struct io_uring *ext,
+                       uint64_t tag, struct nvs_ring **out);
+/* A completion of ext with r's tag: res is the CQE's. 1 when it completed
+ * a read the caller will reap, else 0 (an abandoned read's late
+ * completion, an injected delay's timer). */
+int nvs_ring_complete(struct nvs_ring *r, uint64_t user_data, int res);
+/* Reads of r whose I/O is still with the kernel (timed-out ones included):
+ * the caller must go on handing their completions over until it is 0
+ * before ext goes away. */
+unsigned nvs_ring_busy(const struct nvs_ring *r);
+/* ext goes away: reads still in flight on it complete with -EIO at the
+ * next reap (their buffers are leaked: the kernel may still write them),
+ * and later reads are refused (-ENOTCONN in prep). */
+void nvs_ring_detach(struct nvs_ring *r);
 /* An eventfd that becomes readable when completions are waiting, for the
  * thread's epoll loop; nvs_ring_reap drains it once this was called. The
  * first call registers it with the ring (until then completions signal

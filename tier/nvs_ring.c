@@ -18,7 +18,17 @@
  * kernel has it. Bookkeeping is O(1) per read:
  * prepped slots are listed, in-flight reads with a deadline counted.
  *
+ * On the caller's ring (nvs_ring_create_on: an event loop's io_uring, the
+ * server's worker): no ring of its own; prep puts the SQE on the caller's
+ * ring and the read is in flight from then (the caller may submit at any
+ * time, e.g. to make room), the caller hands the completions to
+ * nvs_ring_complete (ring_io_done, as for our own), and waits are the
+ * caller's (ring_wait only sleeps briefly). Files and blocks are
+ * registered there; nvs_ring_detach ends the loan.
+ *
  * Concurrency:
+ *   the caller's ring (ext) its owner's; used here only from the owner
+ *                    thread, through the calls below
  *   struct nvs_ring  its owner only (asserted in debug builds): the
  *                    creating thread, or the one that adopted it once the
  *                    creator was gone (nvs_ring_adopt); except r->cdone,
@@ -83,6 +93,10 @@ struct nvs_ring {
     bool uring;
     int efd;
     struct io_uring ring;
+    struct io_uring *io; /* where reads go: &ring, or the caller's (ext) */
+    bool ext;            /* io is the caller's (nvs_ring_create_on) */
+    bool detached;       /* the caller's ring is going away */
+    uint64_t tag;        /* ext: user_data's high bits */
     struct nvs_slot *slot;
     unsigned *ready; /* FIFO of slot indexes, depth entries */
     unsigned rhead, rcount;
@@ -137,11 +151,22 @@ ring_job_done(struct nvs_io_job *job)
     pthread_mutex_unlock(&r->cmu);
 }
 
-int
-nvs_ring_create(struct nvs *s, unsigned depth, struct nvs_ring **out)
+static void
+ring_free(struct nvs_ring *r)
+{
+    if (r->efd >= 0)
+        close(r->efd);
+    pthread_mutex_destroy(&r->cmu);
+    free(r->slot);
+    free(r->ready);
+    free(r);
+}
+
+/* A ring's memory and eventfd: 0, or a negative errno (r freed). */
+static int
+ring_alloc(struct nvs *s, unsigned depth, struct nvs_ring **out)
 {
     struct nvs_ring *r = calloc(1, sizeof(*r));
-    int e;
 
     if (r == NULL || depth == 0 || depth > 4096) {
         free(r);
@@ -151,23 +176,57 @@ nvs_ring_create(struct nvs *s, unsigned depth, struct nvs_ring **out)
     r->s = s;
     r->depth = depth;
     r->owner = pthread_self();
+    r->io = &r->ring;
     pthread_mutex_init(&r->cmu, NULL);
     r->slot = calloc(depth, sizeof(*r->slot));
     r->ready = calloc(depth, sizeof(*r->ready));
+    r->efd = -1;
     if (r->slot == NULL || r->ready == NULL) {
-        e = -ENOMEM;
         err_set("out of memory for an NVMe read ring of depth %u", depth);
-        goto err_free;
+        ring_free(r);
+        return -ENOMEM;
     }
     for (unsigned i = 0; i < depth; i++)
         r->slot[i].ring = r;
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (r->efd < 0) {
-        e = -errno;
+        int e = -errno;
         err_set("cannot create an eventfd for an NVMe read ring: %s",
                 strerror(-e));
-        goto err_free;
+        ring_free(r);
+        return e;
     }
+    *out = r;
+    return 0;
+}
+
+/* Register the store's files and a block per slot with r->io: optional,
+ * refused (RLIMIT_MEMLOCK, an old kernel, a table already there), the
+ * ring reads with plain fds and buffers. */
+static void
+ring_register(struct nvs_ring *r)
+{
+    struct nvs *s = r->s;
+
+    r->fixed_files = io_uring_register_files(r->io, s->fd, s->cfg.npaths) == 0;
+    void *fb;
+    if (posix_memalign(&fb, NVS_BLOCK, (size_t)r->depth * NVS_BLOCK) == 0) {
+        struct iovec iov = {fb, (size_t)r->depth * NVS_BLOCK};
+        if (io_uring_register_buffers(r->io, &iov, 1) == 0)
+            r->fixed_buf = fb;
+        else
+            free(fb);
+    }
+}
+
+int
+nvs_ring_create(struct nvs *s, unsigned depth, struct nvs_ring **out)
+{
+    struct nvs_ring *r;
+    int e = ring_alloc(s, depth, &r);
+
+    if (e < 0)
+        return e;
     r->uring = s->uring;
     if (r->uring) {
         /* Two entries per read: an injected delay is a linked timeout. */
@@ -186,36 +245,45 @@ nvs_ring_create(struct nvs *s, unsigned depth, struct nvs_ring **out)
             err_set("io_uring refused for a read ring (%s) while the store "
                     "uses it",
                     strerror(-e));
-            goto err_efd;
+            ring_free(r);
+            return e;
         }
         if (e < 0) {
             err_set("io_uring setup for an NVMe read ring failed: %s",
                     strerror(-e));
-            goto err_efd;
+            ring_free(r);
+            return e;
         }
-        /* optional: refused, the ring reads with plain fds and buffers */
-        r->fixed_files =
-            io_uring_register_files(&r->ring, s->fd, s->cfg.npaths) == 0;
-        void *fb;
-        if (posix_memalign(&fb, NVS_BLOCK, (size_t)depth * NVS_BLOCK) == 0) {
-            struct iovec iov = {fb, (size_t)depth * NVS_BLOCK};
-            if (io_uring_register_buffers(&r->ring, &iov, 1) == 0)
-                r->fixed_buf = fb;
-            else
-                free(fb);
-        }
+        ring_register(r);
     }
     *out = r;
     return 0;
+}
 
-err_efd:
-    close(r->efd);
-err_free:
-    pthread_mutex_destroy(&r->cmu);
-    free(r->slot);
-    free(r->ready);
-    free(r);
-    return e;
+int
+nvs_ring_create_on(struct nvs *s, unsigned depth, struct io_uring *ext,
+                   uint64_t tag, struct nvs_ring **out)
+{
+    struct nvs_ring *r;
+
+    if (!s->uring) {
+        err_set("the NVMe store reads without io_uring here");
+        return -ENOTSUP;
+    }
+    if ((uint32_t)tag != 0) {
+        err_set("an NVMe read ring's tag must leave the low 32 bits free");
+        return -EINVAL;
+    }
+    int e = ring_alloc(s, depth, &r);
+    if (e < 0)
+        return e;
+    r->uring = true;
+    r->ext = true;
+    r->io = ext;
+    r->tag = tag;
+    ring_register(r);
+    *out = r;
+    return 0;
 }
 
 int
@@ -223,6 +291,10 @@ nvs_ring_fd(const struct nvs_ring *cr)
 {
     /* (The ring itself is never const: nvs_ring_create() allocated it.) */
     struct nvs_ring *r = (struct nvs_ring *)cr;
+    if (r->ext) {
+        err_set("an NVMe read ring on the caller's io_uring has no eventfd");
+        return -EINVAL;
+    }
     if (r->uring && !r->efd_registered) {
         int e = io_uring_register_eventfd(&r->ring, r->efd);
         if (e < 0) {
@@ -327,6 +399,8 @@ ring_io_done(struct nvs_ring *r, struct nvs_slot *sl, int res)
 static void
 ring_harvest(struct nvs_ring *r)
 {
+    if (r->ext)
+        return; /* completions come through nvs_ring_complete */
     if (r->uring) {
         struct io_uring_cqe *cqe;
         while (io_uring_peek_cqe(&r->ring, &cqe) == 0) {
@@ -392,6 +466,20 @@ ring_expire(struct nvs_ring *r, uint64_t now)
 
 /* ---- the public calls ---------------------------------------------------- */
 
+/* sl's I/O is in flight from now: its deadline starts. */
+static void
+ring_start(struct nvs_ring *r, struct nvs_slot *sl, uint64_t now)
+{
+    uint32_t ms =
+        sl->rd->timeout_ms ? sl->rd->timeout_ms : r->s->cfg.read_timeout_ms;
+    sl->state = SLOT_INFLIGHT;
+    sl->t0 = now;
+    sl->deadline = ms ? now + (uint64_t)ms * 1000000ull : 0;
+    r->nio++;
+    r->ninflight++;
+    r->ndeadline += sl->deadline != 0;
+}
+
 static int
 slot_buf_reserve(struct nvs_slot *sl, uint32_t need)
 {
@@ -414,6 +502,14 @@ nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd)
     struct nvs_slot *sl = NULL;
 
     ASSERT_OWNER(r);
+    if (r->detached)
+        return -ENOTCONN;
+    /* the caller's ring: room for the read's entries (and a delay's) */
+    if (r->ext && io_uring_sq_space_left(r->io) < 2) {
+        io_uring_submit(r->io);
+        if (io_uring_sq_space_left(r->io) < 2)
+            return -EBUSY;
+    }
     for (unsigned k = 0; k < r->depth; k++) {
         unsigned i = (r->hint + k) % r->depth;
         if (r->slot[i].state == SLOT_FREE) {
@@ -472,14 +568,15 @@ nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd)
         if (delay > 0) {
             sl->delay.tv_sec = delay / 1000;
             sl->delay.tv_nsec = (long long)(delay % 1000) * 1000000;
-            sqe = io_uring_get_sqe(&r->ring);
+            sqe = io_uring_get_sqe(r->io);
             io_uring_prep_timeout(sqe, &sl->delay, 0,
                                   IORING_TIMEOUT_ETIME_SUCCESS);
-            io_uring_sqe_set_data64(sqe, 0);
+            io_uring_sqe_set_data64(sqe, r->tag); /* index 0: ignored */
             sqe->flags |= IOSQE_IO_LINK;
         }
-        sqe = io_uring_get_sqe(&r->ring);
-        /* never NULL: 2 entries per slot, consumed at submit */
+        sqe = io_uring_get_sqe(r->io);
+        /* never NULL: 2 entries per slot, consumed at submit (the
+         * caller's ring: room checked above) */
         assert(sqe != NULL);
         if (fixed)
             io_uring_prep_read_fixed(sqe, 0, sl->io, sl->len, foff, 0);
@@ -490,7 +587,7 @@ nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd)
             sqe->flags |= IOSQE_FIXED_FILE;
         } else
             sqe->fd = fd;
-        io_uring_sqe_set_data64(sqe, (uint64_t)(sl - r->slot) + 1);
+        io_uring_sqe_set_data64(sqe, r->tag | ((uint64_t)(sl - r->slot) + 1));
     } else {
         sl->job = (struct nvs_io_job){
             .fd = fd,
@@ -500,6 +597,14 @@ nvs_read_prep(struct nvs_ring *r, struct nvs_read *rd)
             .foff = foff,
             .done = ring_job_done,
         };
+    }
+    if (r->ext) {
+        /* On the caller's ring it is in flight now: its completion may
+         * come before nvs_ring_submit (the caller may submit its ring to
+         * make room). nvs_ring_submit only counts it. */
+        ring_start(r, sl, clock_nsec());
+        r->nprepped++;
+        return 0;
     }
     sl->state = SLOT_PREPPED;
     sl->pnext = r->prepped;
@@ -523,6 +628,11 @@ nvs_ring_submit(struct nvs_ring *r)
     ASSERT_OWNER(r);
     if (r->nprepped == 0)
         return 0;
+    if (r->ext) { /* in flight since prep; the caller's enter sends them */
+        n = r->nprepped;
+        r->nprepped = 0;
+        return (int)n;
+    }
     if (r->uring) {
         int e;
         do
@@ -532,14 +642,7 @@ nvs_ring_submit(struct nvs_ring *r)
             return e;
     }
     for (struct nvs_slot *sl = r->prepped; sl != NULL; sl = sl->pnext) {
-        uint32_t ms =
-            sl->rd->timeout_ms ? sl->rd->timeout_ms : r->s->cfg.read_timeout_ms;
-        sl->state = SLOT_INFLIGHT;
-        sl->t0 = now;
-        sl->deadline = ms ? now + (uint64_t)ms * 1000000ull : 0;
-        r->nio++;
-        r->ninflight++;
-        r->ndeadline += sl->deadline != 0;
+        ring_start(r, sl, now);
         n++;
         if (!r->uring)
             nvs_io_submit(r->s, &sl->job);
@@ -557,6 +660,16 @@ ring_wait(struct nvs_ring *r, uint64_t until)
     uint64_t now = clock_nsec();
     uint64_t left = until == 0 ? 0 : (until > now ? until - now : 1);
 
+    if (r->ext) {
+        /* The caller's ring is the caller's to wait on: a short sleep,
+         * after which the caller may have handed completions over (a
+         * reap that waits is for teardown, after nvs_ring_detach). */
+        if (until == 0 || left > 10000000ull)
+            left = 10000000ull;
+        struct pollfd pfd = {.fd = r->efd, .events = POLLIN};
+        poll(&pfd, 1, (int)((left + 999999) / 1000000));
+        return;
+    }
     if (r->uring) {
         struct io_uring_cqe *cqe;
         struct __kernel_timespec ts = {.tv_sec = (long long)(left / 1000000000),
@@ -626,12 +739,99 @@ nvs_read_done(struct nvs_ring *r, struct nvs_read *rd)
     }
 }
 
+int
+nvs_ring_complete(struct nvs_ring *r, uint64_t user_data, int res)
+{
+    uint32_t i = (uint32_t)user_data;
+
+    ASSERT_OWNER(r);
+    if (i == 0 || i > r->depth)
+        return 0; /* an injected delay's timer */
+    struct nvs_slot *sl = &r->slot[i - 1];
+    if (sl->state != SLOT_INFLIGHT && sl->state != SLOT_ABANDONED) {
+        log_error("nvs: a completion for NVMe read slot %u, which has no "
+                  "read in flight",
+                  i - 1);
+        return 0;
+    }
+    bool live = sl->state == SLOT_INFLIGHT;
+    ring_io_done(r, sl, res);
+    return live;
+}
+
+unsigned
+nvs_ring_busy(const struct nvs_ring *r)
+{
+    return r->nio;
+}
+
+void
+nvs_ring_detach(struct nvs_ring *r)
+{
+    ASSERT_OWNER(r);
+    if (!r->ext || r->detached)
+        return;
+    r->detached = true;
+    for (unsigned i = 0; i < r->depth; i++) {
+        struct nvs_slot *sl = &r->slot[i];
+        if (sl->state != SLOT_INFLIGHT)
+            continue;
+        /* completed now for the caller; the I/O keeps the buffer */
+        struct nvs_read *rd = sl->rd;
+        atomic_fetch_add_explicit(&r->s->read_ioerr, 1, memory_order_relaxed);
+        rd->res = -EIO;
+        rd->lat_ns = clock_nsec() - sl->t0;
+        rd->priv = NULL;
+        rd->next = NULL;
+        sl->rd = NULL;
+        sl->state = SLOT_ABANDONED;
+        r->ninflight--;
+        r->ndeadline -= sl->deadline != 0;
+        if (r->tout_tail != NULL)
+            r->tout_tail->next = rd;
+        else
+            r->tout_head = rd;
+        r->tout_tail = rd;
+    }
+}
+
+/* A ring on the caller's io_uring: what it registered there goes (unless
+ * that ring is gone), and buffers an I/O may still write are leaked. */
+static void
+ring_destroy_ext(struct nvs_ring *r)
+{
+    if (!r->detached) {
+        nvs_ring_detach(r);
+        if (r->fixed_files)
+            io_uring_unregister_files(r->io);
+        if (r->fixed_buf != NULL)
+            io_uring_unregister_buffers(r->io);
+    }
+    if (r->nio > 0) {
+        log_warn("nvs: %u NVMe reads still in flight when their ring went; "
+                 "their buffers are left to them",
+                 r->nio);
+        for (unsigned i = 0; i < r->depth; i++)
+            if (r->slot[i].state == SLOT_ABANDONED)
+                r->slot[i].buf = NULL;
+        r->fixed_buf = NULL;
+    }
+    for (unsigned i = 0; i < r->depth; i++)
+        free(r->slot[i].buf);
+    free(r->fixed_buf);
+    ring_free(r);
+}
+
 void
 nvs_ring_destroy(struct nvs_ring *r)
 {
     if (r == NULL)
         return;
     ASSERT_OWNER(r);
+    if (r->ext) {
+        ring_destroy_ext(r);
+        return;
+    }
     if (r->nprepped > 0)
         nvs_ring_submit(r);
     /* Every buffer stays until its I/O is over, abandoned ones included. */
@@ -648,14 +848,10 @@ nvs_ring_destroy(struct nvs_ring *r)
     }
     if (r->uring)
         io_uring_queue_exit(&r->ring);
-    close(r->efd);
     for (unsigned i = 0; i < r->depth; i++)
         free(r->slot[i].buf);
     free(r->fixed_buf); /* unregistered by io_uring_queue_exit */
-    pthread_mutex_destroy(&r->cmu);
-    free(r->slot);
-    free(r->ready);
-    free(r);
+    ring_free(r);
 }
 
 void

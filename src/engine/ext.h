@@ -85,6 +85,10 @@ int ext_get(struct cache_thread *t, const void *key, uint32_t klen,
 /* tc_async_* for the calling thread (see src/tiercache.h). */
 int ext_async_fd(struct cache_thread *t);
 void ext_async_owner(struct cache_thread *t, void *owner);
+int ext_async_ring(struct cache_thread *t, void *ring, uint64_t tag);
+int ext_async_complete(struct cache_thread *t, uint64_t user_data, int res);
+unsigned ext_async_busy(struct cache_thread *t);
+void ext_async_detach(struct cache_thread *t);
 int ext_async_submit(struct cache_thread *t);
 int ext_async_reap(struct cache_thread *t, tc_async_fn *fn, void *arg);
 void ext_async_cancel(struct cache_thread *t, void *owner);

@@ -402,6 +402,44 @@ ext_async_fd(struct cache_thread *t)
     return rc ? rc : nvs_ring_fd(t->ext->aring);
 }
 
+int
+ext_async_ring(struct cache_thread *t, void *ring, uint64_t tag)
+{
+    struct ext_thread *e = t->ext;
+    if (!t->cache->nvs)
+        return -ENOENT;
+    if (e->aring) {
+        err_set("this thread's flash reads already have a ring");
+        return -EEXIST;
+    }
+    return nvs_ring_create_on(t->cache->nvs, EXT_RING_DEPTH, ring, tag,
+                              &e->aring);
+}
+
+int
+ext_async_complete(struct cache_thread *t, uint64_t user_data, int res)
+{
+    if (!t->ext || !t->ext->aring)
+        return 0;
+    int n = nvs_ring_complete(t->ext->aring, user_data, res);
+    if (n > 0)
+        cache_stat_inc(t, ST_EXT_NET_RING);
+    return n;
+}
+
+unsigned
+ext_async_busy(struct cache_thread *t)
+{
+    return t->ext && t->ext->aring ? nvs_ring_busy(t->ext->aring) : 0;
+}
+
+void
+ext_async_detach(struct cache_thread *t)
+{
+    if (t->ext && t->ext->aring)
+        nvs_ring_detach(t->ext->aring);
+}
+
 void
 ext_async_owner(struct cache_thread *t, void *owner)
 {

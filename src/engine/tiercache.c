@@ -249,6 +249,35 @@ tc_async_fd(struct tc_cache *tc)
     return t ? ext_async_fd(t) : -ENOMEM;
 }
 
+TC_API int
+tc_async_ring(struct tc_cache *tc, void *ring, uint64_t tag)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    return t ? ext_async_ring(t, ring, tag) : -ENOMEM;
+}
+
+TC_API int
+tc_async_complete(struct tc_cache *tc, uint64_t user_data, int res)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    return t ? ext_async_complete(t, user_data, res) : 0;
+}
+
+TC_API unsigned
+tc_async_busy(struct tc_cache *tc)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    return t ? ext_async_busy(t) : 0;
+}
+
+TC_API void
+tc_async_detach(struct tc_cache *tc)
+{
+    struct cache_thread *t = cache_thread_get(engine(tc));
+    if (t)
+        ext_async_detach(t);
+}
+
 TC_API void
 tc_async_owner(struct tc_cache *tc, void *owner)
 {

@@ -49,9 +49,10 @@
  * flight sends nothing until its reply, so switching it off and on would
  * cost two epoll_ctl calls per flash read; only when input does arrive
  * while parked (pipelining) does it go off until the connection resumes. The
- * worker's ring eventfd wakes conn_async_reap(), which fills each hole with its
- * checked value (or puts the protocol's miss in place of the reply) and resumes
- * the connection: replies leave in request order.
+ * worker's ring eventfd (under io_uring: the flash completions on the
+ * worker's own ring, netring.c) wakes conn_async_reap(), which fills each hole
+ * with its checked value (or puts the protocol's miss in place of the reply)
+ * and resumes the connection: replies leave in request order.
  *
  * Under io_uring (sh's worker has a conn_io, src/server/netring.c) the same
  * code runs with the bytes moved by the ring: input arrives through

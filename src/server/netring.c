@@ -10,6 +10,16 @@
  * loop handles one batch of completions (sends, re-armed recvs, cancels)
  * is submitted by the io_uring_enter that also waits for the next batch.
  *
+ * Flash reads (netring_flash): the store puts a get's read on this ring
+ * (tc_async_ring, user_data OP_FLASH << 56 | its slot), so the same enter
+ * submits it; its completion goes back to the store (tc_async_complete,
+ * which checks it), and the loop reaps after the batch (conn_async_reap:
+ * the parked connections get their values or misses). Deadlines: as
+ * under epoll, the wait is short while reads are in flight and a reap
+ * with no completion ends the late ones. Before the ring goes, the I/O of
+ * reads still in flight is waited for (flash_drain, bounded) and the store
+ * lets go of the ring.
+ *
  * Slots outlive their connections: a connection that ends (conn_destroy ->
  * detach) cancels its recv, leaves its send running (the block it reads is
  * handed over and freed here), and its slot is reused only once neither
@@ -80,7 +90,10 @@
 #define NETRING_IDLE_MS 20
 #define NETRING_REAP_MS 50
 
-enum netring_op { OP_RECV = 1, OP_SEND, OP_CANCEL, OP_POLL };
+enum netring_op { OP_RECV = 1, OP_SEND, OP_CANCEL, OP_POLL, OP_FLASH };
+
+/* How long a stopping worker waits for its flash reads' I/O, at most. */
+#define NETRING_DRAIN_MS 2000
 
 struct slot {
     struct conn *c; /* NULL: free, or detached with ops in flight */
@@ -119,6 +132,8 @@ struct netring {
     struct watch watch[NETRING_WATCH_MAX];
     int nwatch;
     bool ring_up;
+    bool flash;      /* the worker's flash reads are on this ring */
+    bool flash_done; /* flash completions in this batch: reap */
 };
 
 static uint64_t
@@ -441,7 +456,11 @@ on_cqe(struct netring *nr, const struct io_uring_cqe *cqe)
         poll_arm(nr, (int)idx);
         break;
     case OP_CANCEL:
-        break; /* found, or already ended: the recv's own cqe says which */
+        break;     /* found, or already ended: the recv's own cqe says which */
+    case OP_FLASH: /* checked by the store, answered at the reap */
+        if (tc_async_complete(nr->cw->sh->cache, d, cqe->res) > 0)
+            nr->flash_done = true;
+        break;
     }
 }
 
@@ -544,14 +563,57 @@ netring_run(struct netring *nr, _Atomic bool *stop)
         io_uring_cq_advance(&nr->ring, seen);
         run_inputs(nr);
         run_turns(nr);
-        if (w->inflight && n == 0)
-            conn_async_reap(w); /* deadlines of flash reads */
+        /* this turn's flash reads: on this ring they are already queued
+         * for the next enter (submit counts them); one needing no I/O
+         * (a write buffer's value, a stale locator) is ready at once */
+        bool queued = nr->flash && w->submit_due;
         conn_async_submit(w);
+        if (nr->flash_done || queued || (w->inflight && n == 0)) {
+            nr->flash_done = false;
+            conn_async_reap(w); /* finished, or past their deadline */
+        }
         if (w->now != last_sweep) {
             last_sweep = w->now;
             conn_sweep_idle(w);
         }
     }
+}
+
+int
+netring_flash(struct netring *nr)
+{
+    int rc =
+        tc_async_ring(nr->cw->sh->cache, &nr->ring, (uint64_t)OP_FLASH << 56);
+    nr->flash = rc == 0;
+    return rc;
+}
+
+/* The worker stops: the I/O of its flash reads still on the ring is
+ * waited for (bounded), so that no buffer of the store is written after
+ * the ring is gone; then the store lets go of the ring. */
+static void
+flash_drain(struct netring *nr)
+{
+    struct tc_cache *cache = nr->cw->sh->cache;
+    for (int k = 0; k < NETRING_DRAIN_MS / 10 && tc_async_busy(cache); k++) {
+        bufs_publish(nr);
+        if (wait_ms(nr, 10) < 0)
+            break;
+        unsigned head, seen = 0;
+        struct io_uring_cqe *cqe;
+        io_uring_for_each_cqe(&nr->ring, head, cqe)
+        {
+            /* only the flash reads': the connections are gone, and a
+             * watched descriptor's handler would bring new ones */
+            uint64_t d = io_uring_cqe_get_data64(cqe);
+            if (d >> 56 == OP_FLASH)
+                tc_async_complete(cache, d, cqe->res);
+            seen++;
+        }
+        io_uring_cq_advance(&nr->ring, seen);
+    }
+    tc_async_detach(cache);
+    nr->flash = false;
 }
 
 int
@@ -627,6 +689,8 @@ netring_destroy(struct netring *nr)
 {
     if (!nr)
         return;
+    if (nr->flash)
+        flash_drain(nr);
     if (nr->cw)
         nr->cw->io = NULL;
     if (nr->ring_up)

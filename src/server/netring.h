@@ -4,10 +4,12 @@
  * loop of src/server/worker.c: one ring per worker, a multishot recv per
  * connection into a ring of provided buffers, the sends of one loop turn
  * submitted together with the wait for the next completions (one
- * io_uring_enter), and one-shot polls for the worker's other descriptors
- * (its wake-up eventfd, the flash tier's completion eventfd, the UDP
- * sockets). The connections' parsing, replies and state stay in
- * src/server/conn.c, which sees this file only as a struct conn_io.
+ * io_uring_enter), the worker's flash reads (netring_flash: their SQEs
+ * and completions on the same ring), and one-shot polls for the worker's
+ * other descriptors (its wake-up eventfd, the UDP sockets; the flash
+ * tier's eventfd where its reads cannot use the ring). The connections'
+ * parsing, replies and state stay in src/server/conn.c, which sees this file
+ * only as a struct conn_io.
  *
  * The acceptor may use a ring too (struct netring_acc): multishot accepts
  * on the listening sockets.
@@ -42,6 +44,12 @@ int netring_create(struct conn_worker *w, struct netring **out);
  * it stays so). 0, -ENOSPC past the table, -EBUSY when the ring is full.
  * Context: the ring's worker. */
 int netring_watch(struct netring *nr, int fd, netring_fn *fn, void *arg);
+/* The worker's flash reads on this ring (tc_async_ring): submitted by the
+ * loop's enter, their completions among the others, the store's files
+ * registered with it; netring_destroy waits for their I/O. 0, or
+ * tc_async_ring's negative errno (the worker then watches the store's
+ * eventfd instead). Context: the ring's worker, before connections. */
+int netring_flash(struct netring *nr);
 
 /* Run the loop until *stop is true (checked after every wake-up; whoever
  * sets it also makes a watched descriptor readable). Context: the ring's

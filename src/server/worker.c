@@ -4,9 +4,10 @@
  * epoll loop (or with -o net_engine=uring an io_uring loop, netring.c) over
  * its own non-blocking connections (conn.c), with a 1 s timeout for the
  * idle sweep, the UDP sockets under -U (udp.c) and the completions of its
- * flash reads; the queue the acceptor pushes new connections on; starting
- * (name, CPU, scheduler slice) and stopping them, and the shutdown barrier
- * before they unregister from the cache.
+ * flash reads (the store's eventfd; on io_uring the reads themselves go on
+ * the worker's ring); the queue the acceptor pushes new connections on;
+ * starting (name, CPU, scheduler slice) and stopping them, and the shutdown
+ * barrier before they unregister from the cache.
  *
  * Concurrency (the server's full table is at the top of server.c):
  *   w->qlock                     guards w->q, w->qn, w->qcap (acceptor
@@ -247,11 +248,32 @@ ring_udp(void *arg, int fd)
     udp_event(arg, fd);
 }
 
+/* The NVMe tier's completions for the epoll loop (or an io_uring loop
+ * whose ring cannot carry them): the store's eventfd, >= 0 when there is
+ * one to watch (w->cw.async set when epoll watches it). */
+static int
+worker_flash_fd(struct worker *w, bool epoll)
+{
+    int afd = tc_async_fd(w->srv->cache);
+    struct epoll_event aev = {.events = EPOLLIN, .data.ptr = &w->cw};
+    if (afd < 0 && afd != -ENOENT)
+        log_warn("worker: no flash ring (%s); flash reads block",
+                 strerror(-afd));
+    else if (afd >= 0 && epoll &&
+             epoll_ctl(w->cw.epfd, EPOLL_CTL_ADD, afd, &aev) != 0) {
+        log_warn("worker: cannot watch flash completions: %s", strerror(errno));
+        return -1;
+    } else if (afd >= 0 && epoll)
+        w->cw.async = true;
+    return afd;
+}
+
 /* w's loop on an io_uring (net_engine=uring), watching what the epoll
- * loop watches: NULL when it cannot be set up (logged; the worker runs the
- * epoll loop instead). */
+ * loop watches, with the flash reads on the same ring (netring_flash):
+ * NULL when it cannot be set up (logged; the worker runs the epoll loop
+ * instead). */
 static struct netring *
-worker_ring(struct worker *w, int afd)
+worker_ring(struct worker *w)
 {
     struct netring *nr;
     unsigned idx = (unsigned)(w - w->srv->workers);
@@ -260,11 +282,26 @@ worker_ring(struct worker *w, int afd)
         return NULL;
     }
     int rc = netring_watch(nr, w->wake_fd, ring_adopt, w);
-    if (!rc && w->cw.async)
-        rc = netring_watch(nr, afd, ring_reap, &w->cw);
     for (unsigned i = 0; !rc && w->uw && i < w->srv->nls; i++)
         if (w->srv->ls[i].is_udp)
             rc = netring_watch(nr, w->srv->ls[i].fd, ring_udp, w->uw);
+    /* last: a worker that falls back to epoll must find the store's own
+     * ring, not one lent to this ring */
+    int frc = rc ? 0 : netring_flash(nr);
+    if (!rc && frc == 0) {
+        w->cw.async = true; /* completions on the ring itself */
+    } else if (!rc && frc != -ENOENT) {
+        /* the store reads without io_uring: its eventfd, polled here */
+        if (frc != -ENOTSUP && idx == 0)
+            log_warn("worker: flash reads cannot use the network ring (%s); "
+                     "they keep their own",
+                     err_msg());
+        int afd = worker_flash_fd(w, false);
+        if (afd >= 0) {
+            rc = netring_watch(nr, afd, ring_reap, &w->cw);
+            w->cw.async = rc == 0;
+        }
+    }
     if (rc) {
         log_warn("worker %u: io_uring: cannot watch its descriptors (%s); "
                  "it uses epoll",
@@ -282,21 +319,14 @@ worker_main(void *arg)
     worker_sched(w);
     if (tc_thread_register(w->srv->cache) != 0)
         log_warn("worker: cannot register with the cache: %s", tc_errmsg());
-    /* the NVMe tier's completions for this worker's ring: the worker
-     * serves other connections while a flash read is in flight */
-    int afd = tc_async_fd(w->srv->cache);
-    struct epoll_event aev = {.events = EPOLLIN, .data.ptr = &w->cw};
-    if (afd >= 0 && epoll_ctl(w->cw.epfd, EPOLL_CTL_ADD, afd, &aev) != 0)
-        log_warn("worker: cannot watch flash completions: %s", strerror(errno));
-    else if (afd < 0 && afd != -ENOENT)
-        log_warn("worker: no flash ring (%s); flash reads block",
-                 strerror(-afd));
-    else if (afd >= 0)
-        w->cw.async = true;
+    /* the NVMe tier's completions: the worker serves other connections
+     * while a flash read is in flight */
     w->cw.now = conn_now(&w->srv->sh);
     struct netring *nr = NULL;
     if (strcmp(w->srv->st->net_engine, "uring") == 0)
-        nr = worker_ring(w, afd);
+        nr = worker_ring(w);
+    if (!nr)
+        worker_flash_fd(w, true);
     if (nr)
         netring_run(nr, &w->stop);
     else

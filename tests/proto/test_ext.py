@@ -545,6 +545,42 @@ def test_stats_reset_extstore(spawn):
 
 
 @pytest.mark.tiercache_only
+@pytest.mark.parametrize("engine", ["uring", "epoll"])
+def test_flash_reads_on_network_ring(spawn, engine):
+    """On the io_uring loop a worker's flash reads go on its network ring
+    (one ring, one io_uring_enter for both): tc_ext_reads_net_ring counts
+    the reads completed there, > 0 once a get read from the device; on
+    epoll the store's own ring reads and the counter stays 0. The values
+    read back right either way."""
+    srv = small_ext_server(spawn, ("-o", f"net_engine={engine}"))
+    try:
+        c = Conn(srv.host, srv.port)
+        got = c.stats("settings")["tc_net_engine"]
+        c.close()
+        if got != engine:
+            pytest.skip("io_uring refused here: " + srv.stderr_text().strip())
+        n = 8 * 1024 * 1024 * 3 // VAL      # three times the memory
+        fill_keys(srv, n).close()
+        assert int(stats(srv)["tc_ext_items"]) > 0
+        # values sit in write buffers (read from DRAM, no I/O) until the
+        # writer got them out: read everything again until a read did I/O
+        wait_for("a flash read from the device",
+                 lambda: read_all(srv, n) and
+                 int(stats(srv)["extstore_bytes_read"]) > 0, step=0)
+        st = stats(srv)
+        on_ring = int(st["tc_ext_reads_net_ring"])
+        if engine == "uring":
+            assert 0 < on_ring <= int(st["extstore_objects_read"]), st
+        else:
+            assert on_ring == 0, st
+        for name in ("get_aborted_extstore", "badcrc_from_extstore"):
+            assert st[name] == "0", (name, st[name])
+    finally:
+        if os.path.exists(srv.ext_path):
+            os.unlink(srv.ext_path)
+
+
+@pytest.mark.tiercache_only
 def test_spills_from_first_eviction(spawn):
     """A fresh server with a spill file spills from its first eviction: the
     header class has a page (reserved at start), so no victim is evicted

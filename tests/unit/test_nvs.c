@@ -912,6 +912,146 @@ test_ring_full(void **state)
     fx_close(&f);
 }
 
+/* ---- reads on the caller's io_uring ---------------------------------------
+ */
+
+#define EXT_TAG (5ull << 56)
+
+/* Hand r the completions of ring (an event loop's) until want reads have
+ * completed for reaping, or until limit_ms: how many did. */
+static int
+ext_pump(struct io_uring *ring, struct nvs_ring *r, int want, int limit_ms)
+{
+    int live = 0;
+    uint64_t limit = clock_nsec() + (uint64_t)limit_ms * 1000000ull;
+    while (live < want && clock_nsec() < limit) {
+        struct io_uring_cqe *cqe;
+        struct __kernel_timespec ts = {.tv_nsec = 10 * 1000000L};
+        io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, NULL);
+        while (io_uring_peek_cqe(ring, &cqe) == 0) {
+            uint64_t d = io_uring_cqe_get_data64(cqe);
+            assert_int_equal(d >> 56, EXT_TAG >> 56);
+            live += nvs_ring_complete(r, d, cqe->res);
+            io_uring_cqe_seen(ring, cqe);
+        }
+    }
+    return live;
+}
+
+/* nvs_ring_create_on: reads go on the caller's ring, the caller submits
+ * them and hands their completions back; values, a value still in a write
+ * buffer (no I/O), an injected I/O error (a failed read, counted), a
+ * deadline that ends a slow read (its late completion then frees the
+ * slot), and a detach that fails what is still in flight. The fallback
+ * store (no io_uring) refuses. */
+static void
+test_ring_on_caller(void **state)
+{
+    struct fx f;
+    struct io_uring ring;
+    struct nvs_ring *r;
+    struct nvs_loc loc[3];
+    struct nvs_stats st;
+    char v[5000];
+    struct nvs_read rd[3], *done[4];
+
+    (void)state;
+    assert_int_equal(fx_open(&f, 8, 0), 0);
+    assert_int_equal(__real_io_uring_queue_init(64, &ring, 0), 0);
+    if (no_uring) {
+        assert_int_equal(nvs_ring_create_on(f.s, 4, &ring, EXT_TAG, &r),
+                         -ENOTSUP);
+        goto out;
+    }
+    assert_int_equal(nvs_ring_create_on(f.s, 4, &ring, EXT_TAG | 1, &r),
+                     -EINVAL);
+    assert_int_equal(nvs_ring_create_on(f.s, 4, &ring, EXT_TAG, &r), 0);
+    assert_true(nvs_ring_fd(r) < 0); /* no eventfd: the caller's ring */
+    for (uint32_t i = 0; i < 3; i++) {
+        fx_fill(v, sizeof(v), i, 9);
+        assert_int_equal(fx_append(f.s, "kk", v, sizeof(v), &loc[i]), 0);
+        if (i == 1)
+            assert_int_equal(nvs_flush(f.s), 0); /* 2 stays in DRAM */
+    }
+    for (int i = 0; i < 3; i++) {
+        rd[i] = (struct nvs_read){.loc = loc[i], .key = "kk", .klen = 2};
+        assert_int_equal(nvs_read_prep(r, &rd[i]), 0);
+    }
+    /* two with I/O, queued on the caller's ring; the third is ready */
+    assert_int_equal(io_uring_sq_ready(&ring), 2);
+    assert_int_equal(nvs_ring_submit(r), 2);
+    assert_int_equal(nvs_ring_busy(r), 2);
+    assert_int_equal(ext_pump(&ring, r, 2, 60000), 2);
+    assert_int_equal(nvs_ring_busy(r), 0);
+    assert_int_equal(nvs_ring_reap(r, done, 4, 0), 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(rd[i].res, 0);
+        assert_true(fx_check(rd[i].value, sizeof(v), (uint32_t)i, 9));
+        nvs_read_done(r, &rd[i]);
+    }
+    /* a failed read is an error, never a value */
+    nvs_set_faults(f.s, &(struct nvs_faults){.eio_every = 1});
+    rd[0] = (struct nvs_read){.loc = loc[0], .key = "kk", .klen = 2};
+    assert_int_equal(nvs_read_prep(r, &rd[0]), 0);
+    assert_int_equal(nvs_ring_submit(r), 1);
+    assert_int_equal(ext_pump(&ring, r, 1, 60000), 1);
+    assert_int_equal(nvs_ring_reap(r, done, 4, 0), 1);
+    assert_int_equal(rd[0].res, -EIO);
+    assert_null(rd[0].value);
+    nvs_read_done(r, &rd[0]);
+    nvs_set_faults(f.s, &(struct nvs_faults){0});
+    nvs_get_stats(f.s, &st);
+    assert_int_equal(st.read_ioerr, 1);
+    /* a read 1 s slow against a 50 ms deadline ends at the deadline, with
+     * nothing handed over: the I/O keeps the slot until its completion */
+    nvs_set_faults(f.s, &(struct nvs_faults){.delay_ms = DL_DELAY_MS});
+    rd[0] = (struct nvs_read){
+        .loc = loc[0], .key = "kk", .klen = 2, .timeout_ms = 50};
+    assert_int_equal(nvs_read_prep(r, &rd[0]), 0);
+    nvs_set_faults(f.s, &(struct nvs_faults){0});
+    assert_int_equal(nvs_ring_submit(r), 1);
+    assert_int_equal(io_uring_submit(&ring), 2); /* the timer, the read */
+    int n = 0;
+    for (int k = 0; k < 6000 && n == 0; k++) {
+        struct timespec ts = {.tv_nsec = 10 * 1000000L};
+        nanosleep(&ts, NULL);
+        n = nvs_ring_reap(r, done, 4, 0);
+    }
+    assert_int_equal(n, 1);
+    /* a late completion is a success only if the I/O beat the reap */
+    if (rd[0].res != 0) {
+        assert_int_equal(rd[0].res, -ETIMEDOUT);
+        assert_int_equal(nvs_ring_busy(r), 1);
+        nvs_read_done(r, &rd[0]);
+        assert_int_equal(ext_pump(&ring, r, 1, 3000), 0); /* abandoned */
+        assert_int_equal(nvs_ring_busy(r), 0);
+    } else {
+        nvs_read_done(r, &rd[0]);
+    }
+    /* detach: what is in flight fails, and nothing more is taken */
+    nvs_set_faults(f.s, &(struct nvs_faults){.delay_ms = 100});
+    rd[1] = (struct nvs_read){.loc = loc[1], .key = "kk", .klen = 2};
+    assert_int_equal(nvs_read_prep(r, &rd[1]), 0);
+    nvs_set_faults(f.s, &(struct nvs_faults){0});
+    assert_int_equal(nvs_ring_submit(r), 1);
+    assert_int_equal(io_uring_submit(&ring), 2);
+    nvs_ring_detach(r);
+    assert_int_equal(nvs_ring_reap(r, done, 4, 0), 1);
+    assert_int_equal(rd[1].res, -EIO);
+    assert_null(rd[1].value);
+    nvs_read_done(r, &rd[1]);
+    rd[2] = (struct nvs_read){.loc = loc[2], .key = "kk", .klen = 2};
+    assert_int_equal(nvs_read_prep(r, &rd[2]), -ENOTCONN);
+    /* its I/O still ends on the ring, and frees the buffer */
+    for (int k = 0; k < 300 && nvs_ring_busy(r); k++)
+        ext_pump(&ring, r, 1, 10);
+    assert_int_equal(nvs_ring_busy(r), 0);
+    nvs_ring_destroy(r);
+out:
+    io_uring_queue_exit(&ring);
+    fx_close(&f);
+}
+
 /* ---- media errors are logged once ---------------------------------------- */
 
 /* stderr goes to a temporary file between stderr_capture and
@@ -1026,6 +1166,7 @@ test_media_errors_logged_once(void **state)
         cmocka_unit_test(test_injected_eio_and_short),                         \
         cmocka_unit_test(test_short_writes), cmocka_unit_test(test_deadline),  \
         cmocka_unit_test(test_ring_fd), cmocka_unit_test(test_ring_full),      \
+        cmocka_unit_test(test_ring_on_caller),                                 \
         cmocka_unit_test(test_media_errors_logged_once)
 
 int
