@@ -711,28 +711,7 @@ htab_retired_free(struct htab *h, struct htab_table *list)
 uint64_t
 htab_lookup_rcu(struct htab *h, uint64_t hash, htab_match_fn *match, void *arg)
 {
-    const uint64_t tag = (uint64_t)htab_tag(hash) << HTAB_LOC_BITS;
-    struct htab_bucket *b = htab_home_rcu(h, hash);
-
-    do {
-#pragma GCC unroll 8 /* every slot (HTAB_SLOTS): no loop counter */
-        for (int i = 0; i < HTAB_SLOTS; i++) {
-            /* Acquire: pairs with the release store of this slot in
-             * htab_insert_locked / htab_replace_locked, so the item the
-             * location names is complete before match() reads it. */
-            uint64_t w =
-                atomic_load_explicit(&b->slot[i], memory_order_acquire);
-
-            if ((w & ~HTAB_LOC_MASK) == tag &&
-                likely(match(arg, w & HTAB_LOC_MASK)))
-                return w & HTAB_LOC_MASK;
-        }
-        /* Acquire: pairs with the release store of next in
-         * htab_insert_locked, so the new bucket's zeroed words and first
-         * entry are visible. */
-        b = atomic_load_explicit(&b->next, memory_order_acquire);
-    } while (b != NULL);
-    return 0;
+    return htab_chain_lookup_rcu(htab_home_rcu(h, hash), hash, match, arg);
 }
 
 struct htab_bucket *

@@ -118,17 +118,15 @@ uint64_t htab_lookup_rcu(struct htab *h, uint64_t hash, htab_match_fn *match,
 /* The bucket where htab_lookup_rcu starts: the home bucket of hash in the
  * table a reader must look in. Context: as htab_lookup_rcu. */
 struct htab_bucket *htab_home_bucket_rcu(struct htab *h, uint64_t hash);
-/* htab_lookup_rcu inline, for a caller whose match is a constant that can
- * be inlined too (the single get: no indirect call, no saved registers).
- * The same scan: each slot read with acquire (it pairs with the release
- * store of the slot by the writers, so the item is complete before match
- * reads it), then the overflow chain (next, acquire). */
+/* The scan of htab_lookup_rcu from bucket b, inline: each slot read with
+ * acquire (it pairs with the release store of the slot by the writers, so
+ * the item is complete before match reads it), then the overflow chain
+ * (next, acquire). */
 static inline __attribute__((always_inline)) uint64_t
-htab_lookup_rcu_inline(struct htab *h, uint64_t hash, htab_match_fn *match,
-                       void *arg)
+htab_chain_lookup_rcu(struct htab_bucket *b, uint64_t hash,
+                      htab_match_fn *match, void *arg)
 {
     const uint64_t tag = htab_tag(hash);
-    struct htab_bucket *b = htab_home_bucket_rcu(h, hash);
 
     do {
 #pragma GCC unroll 8 /* every slot (HTAB_SLOTS): no loop counter */
@@ -142,6 +140,16 @@ htab_lookup_rcu_inline(struct htab *h, uint64_t hash, htab_match_fn *match,
         b = atomic_load_explicit(&b->next, memory_order_acquire);
     } while (b != NULL);
     return 0;
+}
+
+/* htab_lookup_rcu inline, for a caller whose match is a constant that can
+ * be inlined too (the single get: no indirect call, no saved registers). */
+static inline __attribute__((always_inline)) uint64_t
+htab_lookup_rcu_inline(struct htab *h, uint64_t hash, htab_match_fn *match,
+                       void *arg)
+{
+    return htab_chain_lookup_rcu(htab_home_bucket_rcu(h, hash), hash, match,
+                                 arg);
 }
 
 /* Whether the index holds the entry (hash's tag, loc) in hash's chain,
