@@ -251,7 +251,7 @@ run_one() { # workload server dist pipe mget ratio
         --warmup-rate "$LOAD_RATE" --seed 1 \
         --label "$name" --server-pid "$srv_pid" 2>&1)
     printf '%s\n' "$res" | sed 's/^/  /' | tee -a "$out" | grep -v '^  RESULT'
-    R[$wl,$name]=$(printf '%s\n' "$res" | grep '^RESULT' | head -1)
+    R[$wl,$name]=$(printf '%s\n' "$res" | grep '^RESULT' | sed -n 1p)
     # memory: the server's resident set, and with a cgroup its peak charge
     # (page cache and the pool file's tmpfs pages included)
     local mem rss
@@ -285,9 +285,9 @@ table() {
 }
 
 log "# NVMe tier: memcached extstore vs tiercached, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-log "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); flash files in $EXT_DIR ($(df -T "$EXT_DIR" | awk 'NR==2 {print $2}'), $(lsblk -dno NAME,ROTA,MODEL "$(df "$EXT_DIR" | awk 'NR==2 {print $1}')" 2>/dev/null | head -1))"
+log "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); flash files in $EXT_DIR ($(df -T "$EXT_DIR" | awk 'NR==2 {print $2}'), $(lsblk -dno NAME,ROTA,MODEL "$(df "$EXT_DIR" | awk 'NR==2 {print $1}')" 2>/dev/null | sed -n 1p))"
 log "# commit: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | grep -q . && echo '(dirty tree)')"
-log "# memcached: $("$MEMCACHED" -V 2>&1 | head -1); tiercached: $TIERCACHED${TC_NET_ENGINE:+ -o net_engine=$TC_NET_ENGINE}"
+log "# memcached: $("$MEMCACHED" -V 2>&1 | sed -n 1p); tiercached: $TIERCACHED${TC_NET_ENGINE:+ -o net_engine=$TC_NET_ENGINE}"
 log "# servers: -t $SERVER_THREADS -m $MEM_MB, flash $EXT_SIZE (64 MiB pages, 4 MiB write buffers), fresh for every run"
 log "# client: --conns $CONNS --keys $KEYS (x 4 KiB = $((KEYS * 4 / 1024)) MiB) --duration $DURATION, every key set once first at $LOAD_RATE sets/s"
 [ -n "$cg_dir" ] && log "# each server in a cgroup-v1 memory cgroup of $MEM_CGROUP_MB MiB (page cache included)"

@@ -230,7 +230,7 @@ run_one() { # workload server vsize pipeline multiget
         "(see above)"
     [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ] && log "  # $name: bench_loadgen" \
         "exit status $rc"
-    res=$(printf '%s\n' "$res" | grep '^RESULT' | head -1)
+    res=$(printf '%s\n' "$res" | grep '^RESULT' | sed -n 1p)
     # keep the run with the most ops/s
     if [ -n "$res" ] && { [ -z "${R[$wl,$name]:-}" ] ||
         awk -v a="$(kv "$res" ops)" -v b="$(kv "${R[$wl,$name]}" ops)" \
@@ -246,10 +246,10 @@ run_one() { # workload server vsize pipeline multiget
         log "  perf report (server, share of samples by binary, then top" \
             "symbols by self time):"
         perf report -i "$pdata" --stdio --no-children -g none --sort dso \
-            2>/dev/null | grep '%' | grep -v '^#' | head -6 |
+            2>/dev/null | grep '%' | grep -v '^#' | sed -n 1,6p |
             sed 's/^ */    /' | tee -a "$out"
         perf report -i "$pdata" --stdio --no-children -g none \
-            --sort symbol 2>/dev/null | grep '%' | grep -v '^#' | head -25 |
+            --sort symbol 2>/dev/null | grep '%' | grep -v '^#' | sed -n 1,25p |
             sed 's/^ */    /' | tee -a "$out"
         [ "${KEEP_PERF:-0}" = 1 ] || rm -f "$pdata" "$pdata.old"
     fi
@@ -282,7 +282,7 @@ log "# tiercache network benchmark: memcached vs tiercached, $(date -u '+%Y-%m-%
 log "# host: $(nproc) cores, $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, load $(cut -d' ' -f1-3 /proc/loadavg), shared and noisy: figures, not assertions"
 log "# cpu: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
 log "# commit: $(git rev-parse --short HEAD 2>/dev/null || echo none) $(git status --porcelain 2>/dev/null | grep -q . && echo '(dirty tree)')"
-log "# memcached: $("$MEMCACHED" -V 2>&1 | head -1) ($MEMCACHED)"
+log "# memcached: $("$MEMCACHED" -V 2>&1 | sed -n 1p) ($MEMCACHED)"
 if [ -x "$TIERCACHED" ]; then
     log "# tiercached: $TIERCACHED, pool file $pool_file"
 else

@@ -93,7 +93,7 @@ start_server() { # binary durability
     return 1
 }
 
-kv() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
+kv() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | sed -n 1p; }
 
 declare -A ops cpu
 run_one() { # tag binary durability ratio round

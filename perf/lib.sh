@@ -18,7 +18,7 @@ log() { printf '%s\n' "$*" | tee -a "$out"; }
 # kv RESULT-line key: the key's value, or "-".
 kv() {
     local v
-    v=$(printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1)
+    v=$(printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | sed -n 1p)
     printf '%s\n' "${v:--}"
 }
 

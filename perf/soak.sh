@@ -146,7 +146,7 @@ fi
 bad=$(grep -E -i 'tiercache: (error|warn)|assert|sanitizer|runtime error|segmentation|abort|fatal' "$srv_log")
 if [ -n "$bad" ]; then
     log "soak: error lines in the server's log ($srv_log):"
-    printf '%s\n' "$bad" | head -20 | sed 's/^/  /' | tee -a "$out"
+    printf '%s\n' "$bad" | sed -n 1,20p | sed 's/^/  /' | tee -a "$out"
     fail=1
 else
     log "soak: server log: $(wc -l <"$srv_log") lines, no error or warning line"

@@ -190,7 +190,7 @@ slow_dm_delay() {
         say "dm-delay: $slow_dev, ${SLOW_DELAY_MS} ms a request"
         return
     fi
-    say "dm-delay: skipped: the kernel refused it: $(echo "$out" | head -n 1)"
+    say "dm-delay: skipped: the kernel refused it: $(echo "$out" | sed -n 1p)"
 }
 
 # A cgroup v2 hierarchy with the io controller, or nothing.
