@@ -201,10 +201,23 @@ class Server(tuple):
         finally:
             self.cleanup()
 
+    def scratch_pool(self):
+        """The default pool a tiercached without -e made for its port
+        (removed at its clean stop, left by a kill), or None."""
+        argv = getattr(self, "argv", None) or []
+        if IS_MEMCACHED or not argv or argv[0] != str(SERVER_BIN) \
+                or "-e" in argv:
+            return None
+        return f"/dev/shm/tiercache.{self.port}.pool"
+
     def cleanup(self):
-        # the pool and the index a clean stop saves beside it
-        meta = self.pool + ".meta" if self.pool else None
-        for p in (self.pool, meta, self.stderr_path, self.stdout_path):
+        # the pool and the index a clean stop saves beside it; the scratch
+        # default only once this process has gone (it is its own file)
+        pool = self.pool
+        if pool is None and self.proc.poll() is not None:
+            pool = self.scratch_pool()
+        meta = pool + ".meta" if pool else None
+        for p in (pool, meta, self.stderr_path, self.stdout_path):
             if p:
                 try:
                     os.unlink(p)
