@@ -1,0 +1,487 @@
+/*
+ * Segments of the packed small-item store (see alloc/seg.h and
+ * doc/design/small-items.md, "Segments").
+ *
+ * A record per pool page, in one DRAM array indexed by page number. A
+ * record's state moves free -> open -> sealed -> evicting -> free (sealed
+ * -> free too, a free that evicts on the way); open records belong to one
+ * thread's struct seg_open. Every record that is not free sits on the age
+ * list (doubly linked by page number), in the order the segments were
+ * opened, which is the order of their seq_base since the block is taken
+ * under the lock that links them; eviction unlinks it.
+ *
+ * Opening: a page from the pool (pool lock), then under s->lock the
+ * sequence block, the record and the link at the tail; then, with no lock
+ * held, the PMEM header (fields, the payload's first slot zeroed, a fence,
+ * hcrc last). The new segment is the calling thread's alone until it seals
+ * it, so nothing reads the header before it is written. The old segment of
+ * the bucket is sealed only once the new one exists: with no free page the
+ * caller keeps its segment and gets -ENOSPC.
+ *
+ * Concurrency:
+ *   s->lock (LOCK_RANK_CLASS: the packed store is one more claimant of
+ *     pool pages, never held with a slab class lock) guards every record's
+ *     state, bucket, owner, prev, next, the list head and tail and the
+ *     counts. DRAM only: no PMEM write, no pool call with it held (the pool
+ *     is taken before it or after it is released, never inside).
+ *   rec->seq_base, created, exp_base
+ *     written under s->lock at open, before the page is handed to its
+ *     owner; read-only until the record is freed.
+ *   rec->write_off
+ *     the owner's while open (its reserves need no lock); a relaxed atomic
+ *     so that snapshots (seg_info) may read it at any time. Once sealed
+ *     (under s->lock) it no longer changes.
+ *   struct seg_open
+ *     its owner thread only (debug builds assert the owner).
+ *   PMEM: the header at open (after s->lock is released), hcrc = 0 at
+ *     eviction and free (after the state change under s->lock, before the
+ *     page goes back to the pool): never inside a critical section, and
+ *     always through the caller's helpers (cfg->ops), which assert it.
+ *   lock order: pool and s->lock are never held together.
+ */
+
+#include "alloc/seg.h"
+
+#include "alloc/seg_layout.h"
+#include "src/base/clock.h"
+#include "src/base/compiler.h"
+#include "src/base/err.h"
+#include "src/base/lock.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct seg_rec {
+    uint64_t seq_base;
+    uint32_t exp_base;
+    uint32_t created;
+    _Atomic uint32_t write_off; /* next free byte in the page */
+    uint32_t prev, next;        /* age list, SEG_NO_PAGE at the ends */
+    uint16_t owner;
+    uint8_t state;  /* enum seg_state */
+    uint8_t bucket; /* TTL bucket */
+} CACHE_ALIGNED;
+
+_Static_assert(sizeof(struct seg_rec) == 64, "a record is one line");
+
+struct seg {
+    struct lock lock;
+    struct pool *pool;
+    char *base;
+    uint32_t npages;
+    _Atomic uint64_t *seq;
+    struct seg_ops ops;
+    uint32_t open_count;
+    uint32_t head, tail; /* age list: oldest, newest */
+    uint32_t nstate[SEG_EVICTING + 1];
+    uint64_t opened, freed;
+    struct seg_rec *rec;
+};
+
+static inline void
+assert_owner(const struct seg_open *o)
+{
+    assert(pthread_equal(o->owner_thread, pthread_self()));
+    (void)o;
+}
+
+static inline char *
+page_addr(const struct seg *s, uint32_t page)
+{
+    return s->base + ((uint64_t)page << POOL_PAGE_SHIFT);
+}
+
+int
+seg_create(const struct seg_config *cfg, struct pool *pool, struct seg **out)
+{
+    struct seg *s;
+    uint32_t npages;
+
+    if (cfg == NULL || pool == NULL || out == NULL || cfg->seq == NULL ||
+        cfg->ops.copy == NULL || cfg->ops.store32 == NULL ||
+        cfg->ops.fence == NULL || cfg->ops.crc32c == NULL) {
+        err_set("seg: a counter and every PMEM helper are required");
+        return -EINVAL;
+    }
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        goto err_nomem;
+    npages = pool_npages(pool);
+    s->rec = aligned_alloc(CACHE_LINE, (size_t)npages * sizeof(*s->rec));
+    if (s->rec == NULL)
+        goto err_free;
+    memset(s->rec, 0, (size_t)npages * sizeof(*s->rec));
+    if (lock_init(&s->lock, LOCK_RANK_CLASS) != 0)
+        goto err_rec;
+    s->pool = pool;
+    s->base = pool_base(pool);
+    s->npages = npages;
+    s->seq = cfg->seq;
+    s->ops = cfg->ops;
+    s->open_count = cfg->open_count;
+    s->head = s->tail = SEG_NO_PAGE;
+    s->nstate[SEG_FREE] = npages;
+    for (uint32_t p = 0; p < npages; p++)
+        s->rec[p].prev = s->rec[p].next = SEG_NO_PAGE;
+    *out = s;
+    return 0;
+
+err_rec:
+    free(s->rec);
+err_free:
+    free(s);
+err_nomem:
+    err_set("seg: out of memory for the segment records");
+    return -ENOMEM;
+}
+
+void
+seg_destroy(struct seg *s)
+{
+    if (s == NULL)
+        return;
+    lock_fini(&s->lock);
+    free(s->rec);
+    free(s);
+}
+
+uint32_t
+seg_bucket_ttl_lo(unsigned b)
+{
+    if (b == 0)
+        return 0;
+    if (b == 1)
+        return 1;
+    if (b >= SEG_NBUCKETS - 1)
+        return 1u << 17;
+    return 1u << (b + 2);
+}
+
+unsigned
+seg_bucket_of(uint32_t ttl)
+{
+    unsigned k;
+
+    if (ttl == 0)
+        return 0;
+    if (ttl < 16)
+        return 1;
+    if (ttl >= (1u << 17))
+        return SEG_NBUCKETS - 1;
+    k = 31u - (unsigned)__builtin_clz(ttl); /* 4..16 */
+    return k - 2;
+}
+
+void
+seg_open_init(struct seg_open *o, uint16_t owner)
+{
+    memset(o, 0, sizeof(*o));
+    for (unsigned b = 0; b < SEG_NBUCKETS; b++)
+        o->page[b] = SEG_NO_PAGE;
+    o->owner = owner;
+    o->owner_thread = pthread_self();
+}
+
+/* --- the age list and states, under s->lock --- */
+
+static void
+set_state_locked(struct seg *s, struct seg_rec *r, enum seg_state st)
+{
+    s->nstate[r->state]--;
+    s->nstate[st]++;
+    r->state = (uint8_t)st;
+}
+
+static void
+link_tail_locked(struct seg *s, uint32_t page)
+{
+    struct seg_rec *r = &s->rec[page];
+
+    r->prev = s->tail;
+    r->next = SEG_NO_PAGE;
+    if (s->tail == SEG_NO_PAGE)
+        s->head = page;
+    else
+        s->rec[s->tail].next = page;
+    s->tail = page;
+}
+
+static void
+unlink_locked(struct seg *s, uint32_t page)
+{
+    struct seg_rec *r = &s->rec[page];
+
+    if (r->prev == SEG_NO_PAGE)
+        s->head = r->next;
+    else
+        s->rec[r->prev].next = r->next;
+    if (r->next == SEG_NO_PAGE)
+        s->tail = r->prev;
+    else
+        s->rec[r->next].prev = r->prev;
+    r->prev = r->next = SEG_NO_PAGE;
+}
+
+/* --- open, reserve, seal --- */
+
+/* PMEM: the header of a segment just opened. No lock held. */
+static void
+write_header(struct seg *s, uint32_t page, const struct seg_rec *r)
+{
+    struct seg_header *h = (struct seg_header *)page_addr(s, page);
+    static const uint8_t zero[SEG_FIRST_SLOT_ZERO];
+    struct seg_header img;
+    uint32_t crc;
+
+    memset(&img, 0, sizeof(img));
+    img.magic = SEG_MAGIC;
+    img.version = SEG_VERSION;
+    img.ttl_bucket = r->bucket;
+    img.seq_base = r->seq_base;
+    img.created = r->created;
+    img.exp_base = r->exp_base;
+    img.page = page;
+    img.open_count = s->open_count;
+    crc = s->ops.crc32c(0, &img, offsetof(struct seg_header, hcrc));
+    /* Bytes 0..59 with hcrc still 0 (the page's last life zeroed it, or it
+     * never held a segment), then the first slot: a walk of this page
+     * stops there until the first item commits. hcrc goes last. */
+    s->ops.copy(h, &img, offsetof(struct seg_header, hcrc));
+    s->ops.copy((char *)h + SEG_HEADER_SIZE, zero, sizeof(zero));
+    s->ops.fence();
+    s->ops.store32(&h->hcrc, crc ? crc : 1);
+}
+
+/* A new segment for bucket b owned by o: 0 with *page, or -ENOSPC. */
+static int
+open_segment(struct seg *s, const struct seg_open *o, unsigned b,
+             uint32_t *page)
+{
+    uint32_t now = clock_now();
+    struct seg_rec *r;
+    uint32_t p;
+    int rc;
+
+    rc = pool_page_get(s->pool, &p);
+    if (rc != 0)
+        return rc;
+    r = &s->rec[p];
+    lock_acquire(&s->lock);
+    assert(r->state == SEG_FREE);
+    r->seq_base =
+        atomic_fetch_add_explicit(s->seq, SEG_SEQ_BLOCK, memory_order_relaxed) +
+        1;
+    r->created = now;
+    r->exp_base = now + seg_bucket_ttl_lo(b);
+    atomic_store_explicit(&r->write_off, SEG_HEADER_SIZE, memory_order_relaxed);
+    r->owner = o->owner;
+    r->bucket = (uint8_t)b;
+    set_state_locked(s, r, SEG_OPEN);
+    link_tail_locked(s, p);
+    s->opened++;
+    lock_release(&s->lock);
+    write_header(s, p, r);
+    *page = p;
+    return 0;
+}
+
+static void
+seal_page(struct seg *s, uint32_t page)
+{
+    lock_acquire(&s->lock);
+    assert(s->rec[page].state == SEG_OPEN);
+    set_state_locked(s, &s->rec[page], SEG_SEALED);
+    lock_release(&s->lock);
+}
+
+int
+seg_reserve(struct seg *s, struct seg_open *o, unsigned b, uint32_t n,
+            uint64_t *off)
+{
+    uint32_t n4, page, woff, fresh;
+    struct seg_rec *r;
+    int rc;
+
+    assert_owner(o);
+    if (b >= SEG_NBUCKETS || n == 0)
+        return -EINVAL;
+    if (n > SEG_PAYLOAD)
+        return -E2BIG;
+    n4 = (n + 3) & ~3u;
+    page = o->page[b];
+    if (likely(page != SEG_NO_PAGE)) {
+        r = &s->rec[page];
+        woff = atomic_load_explicit(&r->write_off, memory_order_relaxed);
+        if (likely(n4 <= POOL_PAGE_SIZE - woff))
+            goto take;
+    }
+    rc = open_segment(s, o, b, &fresh);
+    if (rc != 0)
+        return rc;
+    if (page != SEG_NO_PAGE)
+        seal_page(s, page);
+    o->page[b] = page = fresh;
+    r = &s->rec[page];
+    woff = SEG_HEADER_SIZE;
+take:
+    atomic_store_explicit(&r->write_off, woff + n4, memory_order_relaxed);
+    *off = ((uint64_t)page << POOL_PAGE_SHIFT) | woff;
+    return 0;
+}
+
+void
+seg_seal(struct seg *s, struct seg_open *o, unsigned b)
+{
+    assert_owner(o);
+    if (b >= SEG_NBUCKETS || o->page[b] == SEG_NO_PAGE)
+        return;
+    seal_page(s, o->page[b]);
+    o->page[b] = SEG_NO_PAGE;
+}
+
+void
+seg_seal_all(struct seg *s, struct seg_open *o)
+{
+    for (unsigned b = 0; b < SEG_NBUCKETS; b++)
+        seg_seal(s, o, b);
+}
+
+/* --- evict, free --- */
+
+/* PMEM: hcrc = 0, no lock held. */
+static void
+clear_hcrc(struct seg *s, uint32_t page)
+{
+    struct seg_header *h = (struct seg_header *)page_addr(s, page);
+
+    s->ops.store32(&h->hcrc, 0);
+}
+
+/* sealed -> evicting, out of the age list. */
+static void
+evict_locked(struct seg *s, uint32_t page)
+{
+    unlink_locked(s, page);
+    set_state_locked(s, &s->rec[page], SEG_EVICTING);
+}
+
+int
+seg_evict(struct seg *s, uint32_t page)
+{
+    assert(page < s->npages);
+    lock_acquire(&s->lock);
+    if (s->rec[page].state != SEG_SEALED) {
+        lock_release(&s->lock);
+        return -EBUSY;
+    }
+    evict_locked(s, page);
+    lock_release(&s->lock);
+    clear_hcrc(s, page);
+    return 0;
+}
+
+int
+seg_evict_oldest(struct seg *s, uint32_t *page)
+{
+    uint32_t p;
+
+    lock_acquire(&s->lock);
+    /* only open segments are stepped over: a few per thread */
+    for (p = s->head; p != SEG_NO_PAGE; p = s->rec[p].next)
+        if (s->rec[p].state == SEG_SEALED)
+            break;
+    if (p == SEG_NO_PAGE) {
+        lock_release(&s->lock);
+        return -ENOENT;
+    }
+    evict_locked(s, p);
+    lock_release(&s->lock);
+    clear_hcrc(s, p);
+    *page = p;
+    return 0;
+}
+
+int
+seg_free(struct seg *s, uint32_t page)
+{
+    struct seg_rec *r = &s->rec[page];
+    bool was_sealed;
+
+    assert(page < s->npages);
+    lock_acquire(&s->lock);
+    if (r->state != SEG_SEALED && r->state != SEG_EVICTING) {
+        lock_release(&s->lock);
+        return -EBUSY;
+    }
+    was_sealed = r->state == SEG_SEALED;
+    if (was_sealed)
+        unlink_locked(s, page);
+    set_state_locked(s, r, SEG_FREE);
+    s->freed++;
+    lock_release(&s->lock);
+    /* Free in DRAM, but the page is not back in the pool yet: nobody can
+     * open it before hcrc is 0 (an evicting one's already is). */
+    if (was_sealed)
+        clear_hcrc(s, page);
+    pool_page_put(s->pool, page);
+    return 0;
+}
+
+/* --- reading --- */
+
+uint64_t
+seg_seq_of(const struct seg *s, uint64_t off)
+{
+    uint32_t page = (uint32_t)(off >> POOL_PAGE_SHIFT);
+    uint32_t in = (uint32_t)(off & (POOL_PAGE_SIZE - 1));
+
+    assert(page < s->npages);
+    return s->rec[page].seq_base + in / 4;
+}
+
+bool
+seg_header_valid(const struct seg *s, uint32_t page)
+{
+    const struct seg_header *h;
+    uint32_t crc;
+
+    if (page >= s->npages)
+        return false;
+    h = (const struct seg_header *)page_addr(s, page);
+    if (h->magic != SEG_MAGIC || h->version != SEG_VERSION || h->page != page ||
+        h->ttl_bucket >= SEG_NBUCKETS || h->hcrc == 0)
+        return false;
+    crc = s->ops.crc32c(0, h, offsetof(struct seg_header, hcrc));
+    return h->hcrc == (crc ? crc : 1);
+}
+
+void
+seg_info(struct seg *s, uint32_t page, struct seg_info *out)
+{
+    const struct seg_rec *r = &s->rec[page];
+
+    assert(page < s->npages);
+    lock_acquire(&s->lock);
+    out->state = (enum seg_state)r->state;
+    out->bucket = r->bucket;
+    out->owner = r->owner;
+    out->write_off = atomic_load_explicit(&r->write_off, memory_order_relaxed);
+    out->created = r->created;
+    out->exp_base = r->exp_base;
+    out->seq_base = r->seq_base;
+    lock_release(&s->lock);
+}
+
+void
+seg_stats(struct seg *s, struct seg_stats *out)
+{
+    lock_acquire(&s->lock);
+    out->open = s->nstate[SEG_OPEN];
+    out->sealed = s->nstate[SEG_SEALED];
+    out->evicting = s->nstate[SEG_EVICTING];
+    out->opened = s->opened;
+    out->freed = s->freed;
+    lock_release(&s->lock);
+}

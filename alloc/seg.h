@@ -1,0 +1,159 @@
+#pragma once
+/*
+ * Segments of the packed small-item store (doc/design/small-items.md,
+ * "Segments"): a segment is one pool page, filled front to back by one
+ * thread with 4-byte aligned spans, then sealed, and in the end evicted and
+ * freed whole. This module knows pages, offsets and sequence numbers, not
+ * items: the caller writes what goes into a span.
+ *
+ * - A DRAM record per pool page (struct seg_rec in seg.c, 64 bytes): state
+ *   (free, open, sealed, evicting), seq_base, created, exp_base, write
+ *   offset, owner thread and TTL bucket, links of the age list.
+ * - Each thread keeps its open segments in a struct seg_open of its own,
+ *   one per TTL bucket: seg_reserve() takes no lock while the span fits.
+ *   When it does not, a new page comes from the pool (the pool lock), the
+ *   new segment is linked and given its sequence block (the segment lock,
+ *   DRAM only), the old one sealed, and the new one's PMEM header written
+ *   with no lock held.
+ * - Sequence blocks: opening takes SEG_SEQ_BLOCK values from the caller's
+ *   counter (the engine's CAS counter, which holds the last value handed
+ *   out: the block is [old + 1, old + SEG_SEQ_BLOCK]); a span's sequence is
+ *   seq_base + its offset in the page / 4, unique across segments.
+ * - Age order: segments are linked at open, in seq_base order (the block is
+ *   taken under the same lock); seg_evict_oldest() takes the oldest sealed
+ *   one, stepping over open ones.
+ * - PMEM: every store goes through the caller's helpers (struct seg_ops:
+ *   the engine passes tier/pm.c's and nvs_crc32c), since alloc/ sits below
+ *   tier/ and never calls libpmem.
+ *
+ * Concurrency: see the top of alloc/seg.c.
+ */
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc/pool.h"
+#include "alloc/seg_layout.h"
+
+#define SEG_SEQ_BLOCK (1ull << 18) /* POOL_PAGE_SIZE / 4 positions */
+#define SEG_NBUCKETS 16u
+#define SEG_NO_PAGE POOL_NO_PAGE
+/* Largest span: the page after its header. */
+#define SEG_PAYLOAD (POOL_PAGE_SIZE - SEG_HEADER_SIZE)
+
+struct seg;
+
+typedef void seg_copy_fn(void *pmem_dst, const void *src, size_t n);
+typedef void seg_store32_fn(uint32_t *pmem_dst, uint32_t v);
+typedef void seg_fence_fn(void);
+typedef uint32_t seg_crc32c_fn(uint32_t crc, const void *p, uint64_t n);
+
+/* The PMEM write helpers (tier/pm.h's pm_copy, pm_store32, pm_fence) and
+ * the CRC32C (tier/nvs.h's nvs_crc32c, continuing from crc, 0 to start). */
+struct seg_ops {
+    seg_copy_fn *copy;
+    seg_store32_fn *store32;
+    seg_fence_fn *fence;
+    seg_crc32c_fn *crc32c;
+};
+
+struct seg_config {
+    /* The counter sequence blocks come from; the caller owns it and may
+     * take single values from it too (fetch_add 1, + 1). */
+    _Atomic uint64_t *seq;
+    struct seg_ops ops;
+    uint32_t open_count; /* stored in every header (diagnostics) */
+};
+
+/* A thread's open segments, one per TTL bucket (SEG_NO_PAGE: none). Lives
+ * in the thread's context; only its owner uses it. */
+struct seg_open {
+    uint32_t page[SEG_NBUCKETS];
+    uint16_t owner;         /* the thread's number, kept in its records */
+    pthread_t owner_thread; /* debug checks */
+};
+
+enum seg_state {
+    SEG_FREE = 0,
+    SEG_OPEN,
+    SEG_SEALED,
+    SEG_EVICTING,
+};
+
+/* A snapshot of one record. */
+struct seg_info {
+    enum seg_state state;
+    uint8_t bucket;
+    uint16_t owner;
+    uint32_t write_off; /* next free byte in the page */
+    uint32_t created;
+    uint32_t exp_base;
+    uint64_t seq_base;
+};
+
+struct seg_stats {
+    uint32_t open;
+    uint32_t sealed;
+    uint32_t evicting;
+    uint64_t opened; /* segments opened since create */
+    uint64_t freed;  /* segments freed since create */
+};
+
+/* cfg->seq and every op are required. 0, -EINVAL or -ENOMEM. */
+int seg_create(const struct seg_config *cfg, struct pool *pool,
+               struct seg **out);
+/* DRAM only: pages still held stay taken in the pool. */
+void seg_destroy(struct seg *s);
+
+/* Lowest TTL (seconds) of bucket b: 0, 1, 2^(b+2) for 2..14, 2^17. */
+uint32_t seg_bucket_ttl_lo(unsigned b);
+/* The bucket of a TTL in seconds (0: never expires). */
+unsigned seg_bucket_of(uint32_t ttl);
+
+/* An empty set of open segments for the calling thread, numbered owner. */
+void seg_open_init(struct seg_open *o, uint16_t owner);
+
+/* A span of n bytes (rounded up to 4) in o's open segment of bucket b:
+ * *off is its pool offset (page << POOL_PAGE_SHIFT | offset in the page,
+ * the offset at least SEG_HEADER_SIZE and 4-aligned). When it does not fit
+ * (or o has no segment for b) a new segment is opened and the old one
+ * sealed. 0; -EINVAL (b out of range, n 0); -E2BIG (n > SEG_PAYLOAD);
+ * -ENOSPC (the pool has no free page: o's segment of b, if any, stays open
+ * and untouched). Context: o's owner. Locks: none while the span fits,
+ * else pool, then the segment lock, one after the other. PMEM: the new
+ * segment's header, no lock held. */
+int seg_reserve(struct seg *s, struct seg_open *o, unsigned b, uint32_t n,
+                uint64_t *off);
+
+/* Seal o's open segment of bucket b (none: nothing), or all of them (a
+ * thread that leaves). Context: o's owner. Locks: the segment lock. */
+void seg_seal(struct seg *s, struct seg_open *o, unsigned b);
+void seg_seal_all(struct seg *s, struct seg_open *o);
+
+/* Take a sealed segment out of the age list for eviction: hcrc = 0 stored
+ * after the state change, with no lock held, before this returns, so its
+ * items are gone after a crash even before the caller unlinks them.
+ * seg_evict: that page, 0 or -EBUSY (not sealed). seg_evict_oldest: the
+ * oldest sealed segment (lowest seq_base) in *page, 0 or -ENOENT. Locks:
+ * the segment lock. */
+int seg_evict(struct seg *s, uint32_t page);
+int seg_evict_oldest(struct seg *s, uint32_t *page);
+
+/* Free a sealed or evicting segment: its page goes back to the pool, hcrc
+ * 0 first if not yet (the caller has waited out any readers). 0, or -EBUSY
+ * (free or open). Locks: segment, then pool, one after the other. */
+int seg_free(struct seg *s, uint32_t page);
+
+/* The sequence of the span at pool offset off (of a segment not free). */
+uint64_t seg_seq_of(const struct seg *s, uint64_t off);
+
+/* Whether page's PMEM header is a valid one of this page (magic, version,
+ * page, hcrc). Reads PMEM only. */
+bool seg_header_valid(const struct seg *s, uint32_t page);
+
+/* Snapshots. Locks: the segment lock. */
+void seg_info(struct seg *s, uint32_t page, struct seg_info *out);
+void seg_stats(struct seg *s, struct seg_stats *out);
