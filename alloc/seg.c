@@ -485,3 +485,65 @@ seg_stats(struct seg *s, struct seg_stats *out)
     out->freed = s->freed;
     lock_release(&s->lock);
 }
+
+/* A broken rule: its sentence in err_msg(), -EUCLEAN. */
+#define BROKEN(...) (err_set(__VA_ARGS__), -EUCLEAN)
+
+static int
+check_locked(struct seg *s)
+{
+    uint32_t count[SEG_EVICTING + 1] = {0};
+    uint32_t p, prev = SEG_NO_PAGE, listed = 0;
+    uint64_t last_seq = 0;
+
+    for (p = s->head; p != SEG_NO_PAGE; p = s->rec[p].next) {
+        const struct seg_rec *r = &s->rec[p];
+
+        if (p >= s->npages || ++listed > s->npages)
+            return BROKEN("seg: the age list leaves the pages or loops");
+        if (r->state != SEG_OPEN && r->state != SEG_SEALED)
+            return BROKEN("seg: page %u on the age list in state %u", p,
+                          r->state);
+        if (r->prev != prev)
+            return BROKEN("seg: page %u's prev link is %u, not %u", p, r->prev,
+                          prev);
+        if (listed > 1 && r->seq_base <= last_seq)
+            return BROKEN("seg: page %u out of seq_base order", p);
+        last_seq = r->seq_base;
+        prev = p;
+    }
+    if (s->tail != prev)
+        return BROKEN("seg: the tail is %u, the list ends at %u", s->tail,
+                      prev);
+    for (p = 0; p < s->npages; p++) {
+        const struct seg_rec *r = &s->rec[p];
+        uint32_t woff =
+            atomic_load_explicit(&r->write_off, memory_order_relaxed);
+
+        if (r->state > SEG_EVICTING)
+            return BROKEN("seg: page %u in state %u", p, r->state);
+        count[r->state]++;
+        if (r->state != SEG_FREE &&
+            (woff < SEG_HEADER_SIZE || woff > POOL_PAGE_SIZE || woff % 4))
+            return BROKEN("seg: page %u's write offset %u", p, woff);
+    }
+    if (count[SEG_OPEN] + count[SEG_SEALED] != listed)
+        return BROKEN("seg: %u pages listed, %u open or sealed", listed,
+                      count[SEG_OPEN] + count[SEG_SEALED]);
+    for (unsigned st = 0; st <= SEG_EVICTING; st++)
+        if (count[st] != s->nstate[st])
+            return BROKEN("seg: %u pages in state %u, counted %u", count[st],
+                          st, s->nstate[st]);
+    return 0;
+}
+
+int
+seg_check(struct seg *s)
+{
+    int rc;
+
+    lock_acquire(&s->lock);
+    rc = check_locked(s);
+    lock_release(&s->lock);
+    return rc;
+}

@@ -154,6 +154,13 @@ uint64_t seg_seq_of(const struct seg *s, uint64_t off);
  * page, hcrc). Reads PMEM only. */
 bool seg_header_valid(const struct seg *s, uint32_t page);
 
+/* Debug walker (tests): the age list runs head to tail in rising
+ * seq_base through every open and sealed record and nothing else, its
+ * links agree both ways, the state counts match the records, and no
+ * write offset lies outside its page. 0, or -EUCLEAN with the first
+ * broken rule in err_msg(). Locks: the segment lock. */
+int seg_check(struct seg *s);
+
 /* Snapshots. Locks: the segment lock. */
 void seg_info(struct seg *s, uint32_t page, struct seg_info *out);
 void seg_stats(struct seg *s, struct seg_stats *out);

@@ -15,12 +15,14 @@
 #include "alloc/seg_layout.h"
 #include "src/base/clock.h"
 #include "src/base/compiler.h"
+#include "src/base/err.h"
 #include "src/base/lock.h"
 #include "tier/nvs.h"
 #include "tier/pm.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -162,6 +164,15 @@ in_page(uint64_t off)
     return (uint32_t)(off & (POOL_PAGE_SIZE - 1));
 }
 
+static void
+check(struct fixture *f)
+{
+    int rc = seg_check(f->seg);
+
+    if (rc != 0)
+        fail_msg("seg_check: %s", err_msg());
+}
+
 static enum seg_state
 state_of(struct fixture *f, uint32_t page)
 {
@@ -275,6 +286,7 @@ test_reserve_spans(void **state)
     }
     assert_true(pages >= 11); /* ~12 MB asked of 1 MiB pages */
     assert_true(pages <= 16);
+    check(f);
 }
 
 static void
@@ -314,6 +326,7 @@ test_full_segment_seals(void **state)
     seg_stats(f->seg, &st);
     assert_int_equal(st.open, 0);
     assert_int_equal(st.sealed, 2);
+    check(f);
 }
 
 /* Sequence blocks come from the caller's counter, which other users take
@@ -368,6 +381,7 @@ test_seq_blocks(void **state)
         assert_int_equal(seg_reserve(f->seg, &o1, 0, 40, &b), 0);
         assert_int_equal(seg_seq_of(f->seg, b), seg_seq_of(f->seg, a) + 10);
     }
+    check(f);
 }
 
 /* Eviction order is open order (seq_base), whatever the seal order; open
@@ -406,6 +420,7 @@ test_age_order(void **state)
     seg_seal(f->seg, &o, 4);
     assert_int_equal(seg_evict_oldest(f->seg, &got), 0);
     assert_int_equal(got, page[4]);
+    check(f);
 }
 
 static void
@@ -453,6 +468,7 @@ test_free_returns_pages(void **state)
     assert_int_equal(st.open + st.sealed + st.evicting, 0);
     assert_int_equal(st.opened, 4);
     assert_int_equal(st.freed, 4);
+    check(f);
 }
 
 /* An empty pool: the reserve fails and the open segment stays as it was;
@@ -484,6 +500,7 @@ test_enospc_keeps_open(void **state)
     assert_int_equal(seg_reserve(f->seg, &o, 0, 12, &c), 0);
     assert_int_equal(page_of(c), page_of(b));
     assert_int_equal(state_of(f, page_of(a)), SEG_SEALED);
+    check(f);
 }
 
 static uint32_t
@@ -566,6 +583,7 @@ test_header(void **state)
     assert_int_equal(seg_free(f->seg, page), 0);
     assert_int_equal(h->hcrc, 0);
     assert_int_equal(atomic_load(&max_depth), 0);
+    check(f);
 }
 
 /* --- two threads --- */
@@ -638,6 +656,7 @@ test_two_threads(void **state)
                        "span overwritten");
         }
     }
+    check(f);
     seg_stats(f->seg, &st);
     assert_int_equal(st.open, 0);
     assert_int_equal(st.sealed, st.opened);
@@ -650,6 +669,117 @@ test_two_threads(void **state)
     assert_int_equal(pool_nfree(f->pool), 24);
     assert_int_equal(atomic_load(&max_depth), 0);
     free(w);
+}
+
+/* Two threads reserve in a pool too small for what they ask while this
+ * one evicts the oldest sealed segment and frees it: every span lies in
+ * an open segment of its thread, every evicted one has hcrc 0 at once,
+ * and the pages all come back. */
+
+#define EVICT_RESERVES 3000
+#define EVICT_DEADLINE_NS (60ull * 1000000000ull)
+
+struct evict_worker {
+    struct fixture *f;
+    uint16_t id;
+    uint64_t seed;
+    uint64_t deadline;
+    int rc;
+    int bad; /* spans outside an open segment of this thread */
+    _Atomic bool done;
+};
+
+static void *
+evict_worker_main(void *arg)
+{
+    struct evict_worker *w = arg;
+    uint64_t rng = w->seed | 1;
+    struct seg_open o;
+
+    seg_open_init(&o, w->id);
+    for (int i = 0; i < EVICT_RESERVES && w->rc == 0; i++) {
+        uint32_t n = 4 * (1 + (uint32_t)(rng_next(&rng) % 2000));
+        unsigned b = (unsigned)(rng_next(&rng) % 2);
+        struct seg_info si;
+        uint64_t off;
+        int rc;
+
+        /* no free page: seal what this thread holds, so the evictor has
+         * something, and wait (bounded) for a page */
+        while ((rc = seg_reserve(w->f->seg, &o, b, n, &off)) == -ENOSPC &&
+               clock_nsec() < w->deadline) {
+            seg_seal_all(w->f->seg, &o);
+            sched_yield();
+        }
+        if (rc != 0) {
+            w->rc = rc;
+            break;
+        }
+        seg_info(w->f->seg, page_of(off), &si);
+        if (si.state != SEG_OPEN || si.owner != w->id ||
+            in_page(off) + n > si.write_off)
+            w->bad++;
+        pm_set(w->f->mem + off, w->id, n);
+    }
+    seg_seal_all(w->f->seg, &o);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+static void
+test_evict_while_reserving(void **state)
+{
+    /* 2 x 3000 x ~4 KB: about 24 MB through 6 pages */
+    struct fixture *f = fixture_new(6, 0);
+    uint64_t seed = alloc_test_seed();
+    struct evict_worker w[2];
+    pthread_t t[2];
+    struct seg_stats st;
+    uint64_t deadline = clock_nsec() + EVICT_DEADLINE_NS, evicted = 0;
+    uint32_t got;
+    int zero_bad = 0;
+
+    *state = f;
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < 2; i++) {
+        w[i].f = f;
+        w[i].id = (uint16_t)(0x21 * (i + 1));
+        w[i].seed = seed + (uint64_t)i;
+        w[i].deadline = deadline;
+        assert_int_equal(pthread_create(&t[i], NULL, evict_worker_main, &w[i]),
+                         0);
+    }
+    while (!(atomic_load(&w[0].done) && atomic_load(&w[1].done)) &&
+           clock_nsec() < deadline) {
+        if (seg_evict_oldest(f->seg, &got) != 0) {
+            sched_yield();
+            continue;
+        }
+        if (header_of(f, got)->hcrc != 0 || state_of(f, got) != SEG_EVICTING)
+            zero_bad++;
+        assert_int_equal(seg_free(f->seg, got), 0);
+        evicted++;
+    }
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+    for (int i = 0; i < 2; i++) {
+        CHECK_SEED(w[i].rc == 0, seed, "thread %d: %d", i, w[i].rc);
+        CHECK_SEED(w[i].bad == 0, seed, "thread %d: %d spans outside", i,
+                   w[i].bad);
+    }
+    assert_int_equal(zero_bad, 0);
+    check(f);
+    while (seg_evict_oldest(f->seg, &got) == 0 && evicted < 100000) {
+        assert_int_equal(seg_free(f->seg, got), 0);
+        evicted++;
+    }
+    seg_stats(f->seg, &st);
+    assert_true(st.opened > 6); /* pages were reused */
+    assert_int_equal(st.freed, st.opened);
+    assert_int_equal(evicted, st.opened);
+    assert_int_equal(pool_nfree(f->pool), 6);
+    assert_int_equal(atomic_load(&max_depth), 0);
+    check(f);
 }
 
 int
@@ -666,6 +796,7 @@ main(void)
         cmocka_unit_test_teardown(test_enospc_keeps_open, teardown),
         cmocka_unit_test_teardown(test_header, teardown),
         cmocka_unit_test_teardown(test_two_threads, teardown),
+        cmocka_unit_test_teardown(test_evict_while_reserving, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
