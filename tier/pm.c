@@ -126,6 +126,16 @@ pm_set(void *pmem_dst, int c, size_t n)
 }
 
 void
+pm_store16(uint16_t *pmem_dst, uint16_t v)
+{
+    pm_check_unlocked();
+    assert(((uintptr_t)pmem_dst & (sizeof(v) - 1)) == 0);
+    /* Relaxed: as in pm_store32(). */
+    __atomic_store_n(pmem_dst, v, __ATOMIC_RELAXED);
+    pm_note_write(pmem_dst, sizeof(v));
+}
+
+void
 pm_store32(uint32_t *pmem_dst, uint32_t v)
 {
     pm_check_unlocked();
@@ -148,6 +158,18 @@ pm_store64(uint64_t *pmem_dst, uint64_t v)
 
 bool
 pm_cas32(uint32_t *pmem_dst, uint32_t expect, uint32_t v)
+{
+    pm_check_unlocked();
+    assert(((uintptr_t)pmem_dst & (sizeof(v) - 1)) == 0);
+    /* Relaxed: as in pm_store32(); the caller orders what it guards. */
+    bool ok = __atomic_compare_exchange_n(pmem_dst, &expect, v, false,
+                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    pm_note_write(pmem_dst, sizeof(v));
+    return ok;
+}
+
+bool
+pm_cas16(uint16_t *pmem_dst, uint16_t expect, uint16_t v)
 {
     pm_check_unlocked();
     assert(((uintptr_t)pmem_dst & (sizeof(v) - 1)) == 0);

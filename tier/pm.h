@@ -24,6 +24,7 @@
 
 void pm_copy(void *pmem_dst, const void *src, size_t n);
 void pm_set(void *pmem_dst, int c, size_t n);
+void pm_store16(uint16_t *pmem_dst, uint16_t v); /* one atomic 2-byte store */
 void pm_store32(uint32_t *pmem_dst, uint32_t v); /* one atomic 4-byte store */
 void pm_store64(uint64_t *pmem_dst, uint64_t v); /* one atomic 8-byte store */
 /* One atomic 8-byte compare-and-swap: *pmem_dst becomes v if it held
@@ -31,6 +32,7 @@ void pm_store64(uint64_t *pmem_dst, uint64_t v); /* one atomic 8-byte store */
  * for writing). */
 bool pm_cas64(uint64_t *pmem_dst, uint64_t expect, uint64_t v);
 bool pm_cas32(uint32_t *pmem_dst, uint32_t expect, uint32_t v); /* 4 bytes */
+bool pm_cas16(uint16_t *pmem_dst, uint16_t expect, uint16_t v); /* 2 bytes */
 
 /* Order every earlier helper write (including non-temporal stores) before
  * later stores: called once per item, before the index publishes it. */

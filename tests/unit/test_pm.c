@@ -165,6 +165,24 @@ test_stores_land_exactly(void **state)
     uint64_t want = 0x1234567800000005ull;
     memcpy(b->ref + 2048, &want, sizeof(want));
     assert_memory_equal(b->pm, b->ref, BUF_SIZE);
+
+    /* the 2-byte store and compare-and-swap (a packed item's commit):
+     * only their own 2 bytes, the swap only on a match */
+    for (size_t off = 0; off < 16; off += 2) {
+        uint16_t v16 = (uint16_t)(0xa5c3u ^ off);
+        pm_store16((uint16_t *)(void *)(b->pm + 3072 + off), v16);
+        memcpy(b->ref + 3072 + off, &v16, sizeof(v16));
+        assert_memory_equal(b->pm, b->ref, BUF_SIZE);
+    }
+    uint16_t *h = (uint16_t *)(void *)(b->pm + 3072 + 6);
+    pm_store16(h, 2);
+    memcpy(b->ref + 3072 + 6, h, 2);
+    assert_false(pm_cas16(h, 1, 7));
+    assert_memory_equal(b->pm, b->ref, BUF_SIZE);
+    assert_true(pm_cas16(h, 2, 0xbeef));
+    uint16_t want16 = 0xbeef;
+    memcpy(b->ref + 3072 + 6, &want16, sizeof(want16));
+    assert_memory_equal(b->pm, b->ref, BUF_SIZE);
 }
 
 static void

@@ -1,0 +1,281 @@
+/*
+ * Packed items: see pitem.h and pitem_layout.h (the format, check16 and
+ * why a walk can trust a non-zero commit), doc/design/small-items.md ("The
+ * write path and crash consistency").
+ */
+#include "src/engine/pitem.h"
+
+#include "src/base/compiler.h"
+#include "tier/nvs.h"
+#include "tier/pm.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+unsigned
+pitem_iflags(const struct pitem_desc *d)
+{
+    unsigned f = 0;
+    if (d->flags > PITEM_CFLAGS_MASK)
+        f |= PITEM_HAS_FLAGS;
+    if (d->has_cas)
+        f |= PITEM_HAS_CAS;
+    if (d->has_exp32)
+        f |= PITEM_HAS_EXP;
+    if (d->stale)
+        f |= PITEM_STALE;
+    return f;
+}
+
+uint32_t
+pitem_size(const struct pitem_desc *d)
+{
+    return pitem_size_of(d->klen, d->vlen, pitem_iflags(d));
+}
+
+/* check16 from the CRC32C of seq_base, off, then n bytes at p (header
+ * bytes 0..3), then m bytes at q (key and flags32/cas64). */
+static uint16_t
+check_of(uint64_t seq_base, uint32_t off, const void *p, size_t n,
+         const void *q, size_t m)
+{
+    char pre[12];
+    memcpy(pre, &seq_base, 8);
+    memcpy(pre + 8, &off, 4);
+    uint32_t crc = nvs_crc32c(0, pre, sizeof(pre));
+    crc = nvs_crc32c(crc, p, n);
+    crc = nvs_crc32c(crc, q, m);
+    uint16_t c = (uint16_t)crc;
+    /* 0 none, 1 dead, 2 pending */
+    return c < PITEM_COMMIT_MIN ? (uint16_t)(c + PITEM_COMMIT_MIN) : c;
+}
+
+/* Stages header (commit 0), exp32, key, flags32, cas64 into b; returns
+ * their length. *ko gets where the key starts. */
+static uint32_t
+stage(char *b, const struct pitem_desc *d, uint32_t *ko)
+{
+    unsigned iflags = pitem_iflags(d);
+    struct pitem_hdr h = {
+        .klen = (uint8_t)d->klen,
+        .fl = (uint8_t)(iflags | (iflags & PITEM_HAS_FLAGS ? 0 : d->flags)),
+        .vlen = (uint16_t)d->vlen,
+        .exp16 = d->has_exp32 ? 0 : d->exp16,
+        .commit = PITEM_COMMIT_NONE,
+    };
+    uint32_t at = sizeof(h);
+    memcpy(b, &h, sizeof(h));
+    if (iflags & PITEM_HAS_EXP) {
+        memcpy(b + at, &d->exp32, 4);
+        at += 4;
+    }
+    *ko = at;
+    memcpy(b + at, d->key, d->klen);
+    at += d->klen;
+    if (iflags & PITEM_HAS_FLAGS) {
+        memcpy(b + at, &d->flags, 4);
+        at += 4;
+    }
+    if (iflags & PITEM_HAS_CAS) {
+        memcpy(b + at, &d->cas, 8);
+        at += 8;
+    }
+    return at;
+}
+
+uint16_t
+pitem_check(const struct pitem_desc *d, uint64_t seq_base, uint32_t off)
+{
+    char b[sizeof(struct pitem_hdr) + PITEM_KLEN_MAX + PITEM_OPT_MAX];
+    uint32_t ko, n = stage(b, d, &ko);
+    return check_of(seq_base, off, b, PITEM_CHECKED_HDR, b + ko, n - ko);
+}
+
+uint16_t
+pitem_write(char *seg, uint32_t seg_size, uint32_t off, uint64_t seq_base,
+            const struct pitem_desc *d, bool pending)
+{
+    char b[sizeof(struct pitem_hdr) + PITEM_KLEN_MAX + PITEM_OPT_MAX];
+    uint32_t size = pitem_size(d);
+    assert(d->klen >= 1 && d->klen <= PITEM_KLEN_MAX);
+    assert(d->vlen <= PITEM_VLEN_MAX);
+    assert(off >= PITEM_SEG_START && off % PITEM_ALIGN == 0);
+    assert(size <= seg_size && off <= seg_size - size);
+
+    uint32_t ko, n = stage(b, d, &ko);
+    uint16_t check =
+        check_of(seq_base, off, b, PITEM_CHECKED_HDR, b + ko, n - ko);
+
+    char *it = seg + off;
+    pm_copy(it, b, n);
+    uint32_t at = n;
+    for (unsigned i = 0; i < d->nvalue; i++) {
+        if (d->value[i].iov_len) {
+            pm_copy(it + at, d->value[i].iov_base, d->value[i].iov_len);
+            at += (uint32_t)d->value[i].iov_len;
+        }
+    }
+    assert(at == n + d->vlen);
+    /* The next slot's exp16 and commit: 0 before this item commits, so a
+     * walk ends there until the next item commits (pitem_layout.h). */
+    if (seg_size - off - size >= PITEM_SIZE_MIN)
+        pitem_zero_slot(seg, off + size);
+    /* Everything above lands before the commit (pm_copy may be
+     * non-temporal; x86 orders the rest). */
+    pm_fence();
+    pm_store16((uint16_t *)(void *)(it + PITEM_COMMIT_OFFSET),
+               pending ? (uint16_t)PITEM_COMMIT_PENDING : check);
+    return check;
+}
+
+void
+pitem_zero_slot(char *seg, uint32_t off)
+{
+    pm_store32((uint32_t *)(void *)(seg + off + PITEM_SLOT_WORD_OFFSET), 0);
+}
+
+bool
+pitem_commit_pending(char *seg, uint32_t off, uint16_t check)
+{
+    assert(check >= PITEM_COMMIT_MIN);
+    return pm_cas16((uint16_t *)(void *)(seg + off + PITEM_COMMIT_OFFSET),
+                    PITEM_COMMIT_PENDING, check);
+}
+
+void
+pitem_invalidate(char *seg, uint32_t off)
+{
+    pm_store16((uint16_t *)(void *)(seg + off + PITEM_COMMIT_OFFSET),
+               PITEM_COMMIT_DEAD);
+}
+
+void
+pitem_set_exp16(char *seg, uint32_t off, uint16_t exp16)
+{
+    pm_store16((uint16_t *)(void *)(seg + off + PITEM_EXP16_OFFSET), exp16);
+}
+
+void
+pitem_set_exp32(char *seg, uint32_t off, uint32_t exp32)
+{
+    pm_store32((uint32_t *)(void *)(seg + off + sizeof(struct pitem_hdr)),
+               exp32);
+}
+
+static inline uint16_t
+load16(const char *p)
+{
+    return __atomic_load_n((const uint16_t *)(const void *)p, __ATOMIC_RELAXED);
+}
+
+int
+pitem_parse(const char *seg, uint32_t seg_size, uint64_t seq_base, uint32_t off,
+            struct pitem_view *v)
+{
+    const char *it = seg + off;
+    if (off > seg_size || seg_size - off < PITEM_SIZE_MIN)
+        return -EBADMSG;
+    uint8_t klen = (uint8_t)it[0], fl = (uint8_t)it[1];
+    uint16_t vlen;
+    memcpy(&vlen, it + 2, 2);
+    if (klen == 0 || klen > PITEM_KLEN_MAX)
+        return -EBADMSG;
+    unsigned iflags = fl & PITEM_IFLAGS_MASK;
+    uint32_t size = pitem_size_of(klen, vlen, iflags);
+    if (size > seg_size - off)
+        return -EBADMSG;
+
+    v->off = off;
+    v->size = size;
+    v->commit = load16(it + PITEM_COMMIT_OFFSET);
+    v->iflags = (uint8_t)iflags;
+    v->klen = klen;
+    v->vlen = vlen;
+    v->exp16 = load16(it + PITEM_EXP16_OFFSET);
+    uint32_t at = sizeof(struct pitem_hdr);
+    v->exp32 = 0;
+    if (iflags & PITEM_HAS_EXP) {
+        v->exp32 = __atomic_load_n((const uint32_t *)(const void *)(it + at),
+                                   __ATOMIC_RELAXED);
+        at += 4;
+    }
+    v->key = it + at;
+    at += klen;
+    v->flags = fl & PITEM_CFLAGS_MASK;
+    if (iflags & PITEM_HAS_FLAGS) {
+        memcpy(&v->flags, it + at, 4);
+        at += 4;
+    }
+    v->cas = seq_base + off / 4;
+    if (iflags & PITEM_HAS_CAS) {
+        memcpy(&v->cas, it + at, 8);
+        at += 8;
+    }
+    v->value = it + at;
+    return 0;
+}
+
+bool
+pitem_verify(const char *seg, uint64_t seq_base, const struct pitem_view *v)
+{
+    const char *it = seg + v->off;
+    uint32_t ko = (uint32_t)(v->key - it);
+    uint32_t end = (uint32_t)(v->value - it);
+    return v->commit ==
+           check_of(seq_base, v->off, it, PITEM_CHECKED_HDR, v->key, end - ko);
+}
+
+void
+pitem_walk_init(struct pitem_walk *w, const char *seg, uint32_t seg_size,
+                uint64_t seq_base, bool verify)
+{
+    *w = (struct pitem_walk){
+        .seg = seg,
+        .seg_size = seg_size,
+        .seq_base = seq_base,
+        .verify = verify,
+        .off = PITEM_SEG_START,
+        .status = 1,
+    };
+}
+
+int
+pitem_walk_next(struct pitem_walk *w, struct pitem_view *v)
+{
+    while (w->status == 1) {
+        if (w->off > w->seg_size || w->seg_size - w->off < PITEM_SIZE_MIN ||
+            load16(w->seg + w->off + PITEM_COMMIT_OFFSET) ==
+                PITEM_COMMIT_NONE) {
+            w->status = 0;
+            break;
+        }
+        if (pitem_parse(w->seg, w->seg_size, w->seq_base, w->off, v) != 0) {
+            w->status = -EBADMSG;
+            break;
+        }
+        switch (v->commit) {
+        case PITEM_COMMIT_NONE: /* never stored over an item: as above */
+            w->status = 0;
+            return 0;
+        case PITEM_COMMIT_DEAD:
+            w->ndead++;
+            w->dead_bytes += v->size;
+            break;
+        case PITEM_COMMIT_PENDING:
+            w->npending++;
+            w->pending_bytes += v->size;
+            break;
+        default:
+            if (w->verify && !pitem_verify(w->seg, w->seq_base, v)) {
+                w->status = -EBADMSG;
+                return w->status;
+            }
+            w->off += v->size;
+            return 1;
+        }
+        w->off += v->size;
+    }
+    return w->status;
+}

@@ -1,0 +1,137 @@
+#pragma once
+/*
+ * Packed items (src/engine/pitem_layout.h): size, write, commit,
+ * invalidate, touch in place, parse and walk a segment. A segment is
+ * addressed by its base pointer and size (POOL_PAGE_SIZE in the pool, any
+ * 4-aligned size in tests); items by their byte offset in it. Not used by
+ * the engine yet (doc/design/small-items.md, slice 3).
+ *
+ * Concurrency: stateless. A segment's appends are its owner thread's; the
+ * span a write fills was reserved for it alone. commit, exp16 and exp32
+ * are the only fields stored after the write, each by one aligned atomic
+ * store or compare-and-swap, and read here with atomic loads; a walk of a
+ * segment that is being appended to sees a prefix of its committed items.
+ *
+ * PMEM: every store through tier/pm.h's helpers, none under a lock (the
+ * callers' rule; the helpers check it in debug builds).
+ */
+
+#include "src/engine/pitem_layout.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+/* What a write needs. */
+struct pitem_desc {
+    const void *key;
+    uint32_t klen;             /* 1..PITEM_KLEN_MAX */
+    const struct iovec *value; /* the value in pieces (nvalue of them) */
+    unsigned nvalue;
+    uint32_t vlen;  /* their total, 0..PITEM_VLEN_MAX */
+    uint32_t flags; /* client flags; above 15 they take flags32 */
+    uint16_t exp16; /* when !has_exp32: 0 never, else exp_base + exp16 - 1 */
+    bool has_exp32; /* the expiry is exp32 (absolute; 0 never) */
+    uint32_t exp32; /* with has_exp32 */
+    bool has_cas;   /* a CAS other than the derived one (copies, meta E) */
+    uint64_t cas;   /* with has_cas */
+    bool stale;     /* PITEM_STALE */
+};
+
+/* An item found in a segment. key and value point into the segment. */
+struct pitem_view {
+    uint32_t off;  /* in the segment */
+    uint32_t size; /* pitem_size_of */
+    uint16_t commit;
+    uint8_t iflags; /* PITEM_HAS_*, PITEM_STALE */
+    uint8_t klen;
+    uint32_t vlen;
+    uint32_t flags; /* client flags (inline or flags32) */
+    uint16_t exp16; /* as stored (0 with HAS_EXP) */
+    uint32_t exp32; /* with HAS_EXP, else 0 */
+    uint64_t cas;   /* cas64 with HAS_CAS, else seq_base + off / 4 */
+    const char *key;
+    const char *value;
+};
+
+/* iflags a description gives. */
+unsigned pitem_iflags(const struct pitem_desc *d);
+
+/* Bytes the item takes (a multiple of 4). */
+uint32_t pitem_size(const struct pitem_desc *d);
+
+/* check16 of an item described by d, written at off of a segment whose
+ * sequence block starts at seq_base: 3..65535. */
+uint16_t pitem_check(const struct pitem_desc *d, uint64_t seq_base,
+                     uint32_t off);
+
+/*
+ * Writes d at off, a span of pitem_size(d) bytes the caller reserved in the
+ * segment seg of seg_size bytes (4-aligned, off >= PITEM_SEG_START, the
+ * span inside the segment, and its bytes 4..7 already 0: the previous
+ * item's write or the segment's open stored them). In order: header with
+ * commit 0, optional fields and key (one copy from a DRAM staging
+ * buffer), the value, the next slot's zero word (unless fewer than
+ * PITEM_SIZE_MIN bytes follow), a fence, then the 2-byte commit: check16,
+ * or PITEM_COMMIT_PENDING when pending (pitem_commit_pending later).
+ * Returns check16.
+ * Context: the segment's owner thread. PMEM: yes, no lock held.
+ */
+uint16_t pitem_write(char *seg, uint32_t seg_size, uint32_t off,
+                     uint64_t seq_base, const struct pitem_desc *d,
+                     bool pending);
+
+/* Stores 0 in bytes 4..7 of the slot at off (exp16 and commit): what a
+ * segment's open does at PITEM_SEG_START before its header commits, so
+ * that nothing of its previous life is read. PMEM: yes, no lock held. */
+void pitem_zero_slot(char *seg, uint32_t off);
+
+/* A pending item at off becomes committed: a 2-byte compare-and-swap from
+ * PITEM_COMMIT_PENDING to check. False when it no longer was pending (a
+ * writer invalidated it meanwhile). PMEM: yes, no lock held. */
+bool pitem_commit_pending(char *seg, uint32_t off, uint16_t check);
+
+/* The item at off is dead: commit = 1 (its lengths stay). PMEM: yes. */
+void pitem_invalidate(char *seg, uint32_t off);
+
+/* Touch in place: exp16 (an item without HAS_EXP) or exp32 (with it), one
+ * aligned store each. PMEM: yes, no lock held. */
+void pitem_set_exp16(char *seg, uint32_t off, uint16_t exp16);
+void pitem_set_exp32(char *seg, uint32_t off, uint32_t exp32);
+
+/*
+ * Reads the item at off into *v without trusting it: its commit (any
+ * value, 0 included), lengths and bounds. -EBADMSG when klen is 0 or above
+ * PITEM_KLEN_MAX or the item does not fit in the segment; 0 otherwise.
+ */
+int pitem_parse(const char *seg, uint32_t seg_size, uint64_t seq_base,
+                uint32_t off, struct pitem_view *v);
+
+/* Whether a parsed item's commit is its check16. */
+bool pitem_verify(const char *seg, uint64_t seq_base,
+                  const struct pitem_view *v);
+
+/* A walk over a segment's items, from PITEM_SEG_START. */
+struct pitem_walk {
+    const char *seg;
+    uint32_t seg_size;
+    uint64_t seq_base;
+    bool verify;  /* check every committed item's check16 */
+    uint32_t off; /* the next item; at the end, where the items end */
+    int status;   /* 1 walking, 0 ended, -EBADMSG stopped on a bad item */
+    uint32_t ndead, npending;
+    uint32_t dead_bytes, pending_bytes;
+};
+
+void pitem_walk_init(struct pitem_walk *w, const char *seg, uint32_t seg_size,
+                     uint64_t seq_base, bool verify);
+
+/*
+ * The next committed item, stepping over dead and pending ones (counted in
+ * *w): 1 with *v filled; 0 at the end (a zero commit, or fewer than
+ * PITEM_SIZE_MIN bytes left); -EBADMSG on an item whose lengths do not fit
+ * the segment or, with verify, whose check fails: the walk stops there
+ * (w->off is that item's offset), since its lengths are not to be trusted.
+ * Once ended or stopped, it returns the same again.
+ */
+int pitem_walk_next(struct pitem_walk *w, struct pitem_view *v);
