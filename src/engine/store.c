@@ -387,10 +387,14 @@ precheck(struct cache_thread *t, struct store_req *r)
     return hit ? TC_OK : TC_NOT_STORED;
 }
 
-int
-store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
-            uint32_t klen, const void *val, size_t vlen, uint32_t flags,
-            int64_t exptime, const struct tc_store_opts *o, uint64_t *cas_out)
+/* store_plain's body: inline in store_plain and in store_set, where the
+ * mode, the options and cas_out are constants (the precheck, the CAS
+ * counters and the options' copy fold away). */
+static inline __attribute__((always_inline)) int
+store_plain_inline(struct cache_thread *t, enum tc_store_mode mode,
+                   const void *key, uint32_t klen, const void *val, size_t vlen,
+                   uint32_t flags, int64_t exptime,
+                   const struct tc_store_opts *o, uint64_t *cas_out)
 {
     struct iovec iov = {(void *)val, vlen};
     struct store_req r;
@@ -405,7 +409,10 @@ store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
         r.cas_check = o->cas_check;
         r.cas_new = o->cas_new;
     }
-    int rc = vlen > UINT32_MAX ? -E2BIG : precheck(t, &r);
+    /* the modes precheck answers for, tested here so that a set's folds */
+    bool pre =
+        r.cas_check || mode == TC_CAS || mode == TC_ADD || mode == TC_REPLACE;
+    int rc = vlen > UINT32_MAX ? -E2BIG : pre ? precheck(t, &r) : TC_OK;
     if (rc == TC_OK)
         rc = store_one_inline(t, &r, cas_out);
     count_outcome(t, rc == -E2BIG ? SLAB_NO_CLASS : req_class(t->cache, &r),
@@ -415,6 +422,23 @@ store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
     if (mode == TC_SET && (rc == -E2BIG || rc == -ENOMEM))
         store_drop(t, key, klen);
     return rc;
+}
+
+int
+store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
+            uint32_t klen, const void *val, size_t vlen, uint32_t flags,
+            int64_t exptime, const struct tc_store_opts *o, uint64_t *cas_out)
+{
+    return store_plain_inline(t, mode, key, klen, val, vlen, flags, exptime, o,
+                              cas_out);
+}
+
+int
+store_set(struct cache_thread *t, const void *key, uint32_t klen,
+          const void *val, uint32_t vlen, uint32_t flags, int64_t exptime)
+{
+    return store_plain_inline(t, TC_SET, key, klen, val, vlen, flags, exptime,
+                              NULL, NULL);
 }
 
 /* The item the key maps to now, copied out: header and location. Miss when

@@ -367,7 +367,15 @@ TC_API int
 tc_set(struct tc_cache *tc, const void *key, size_t klen, const void *val,
        size_t vlen, uint32_t flags, int64_t exptime)
 {
-    return store_api(tc, TC_SET, key, klen, val, vlen, flags, exptime, 0, NULL);
+    /* store_plain's set copy (store_set): no options, no cas_out */
+    if (unlikely(vlen > UINT32_MAX))
+        return store_api(tc, TC_SET, key, klen, val, vlen, flags, exptime, 0,
+                         NULL);
+    int rc;
+    struct cache_thread *t = enter(tc, klen, &rc);
+    return t ? store_set(t, key, (uint32_t)klen, val, (uint32_t)vlen, flags,
+                         exptime)
+             : rc;
 }
 
 TC_API int
