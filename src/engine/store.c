@@ -69,6 +69,9 @@ struct store_req {
                             fits): not counted in total_items */
     struct nvs_loc xloc; /* snapshot of a flash item: its locator */
 };
+/* store_plain_inline writes each field by hand: one added must be there */
+_Static_assert(sizeof(struct store_req) == 144,
+               "store_plain_inline writes every field of struct store_req");
 
 /* Decide under the bucket lock whether the new item may replace what the
  * index holds. Reads PMEM headers only. Returns TC_OK or a tc_result.
@@ -398,17 +401,29 @@ store_plain_inline(struct cache_thread *t, enum tc_store_mode mode,
 {
     struct iovec iov = {(void *)val, vlen};
     struct store_req r;
+    uint32_t now = clock_now();
 
-    req_init(&r, t, mode, key, klen);
-    r.hdr.vlen = (uint32_t)vlen;
-    r.hdr.flags = flags;
-    r.hdr.exptime = cache_exptime(exptime, r.now);
+    /* every field written once, by hand: req_init's zeroing (a rep stos)
+     * and then the request's own stores wrote most of them twice */
+    r.key = key;
+    r.hash = cache_hash(t->cache, key, klen);
+    r.hdr = (struct item_desc){.klen = (uint8_t)klen,
+                               .vlen = (uint32_t)vlen,
+                               .flags = flags,
+                               .exptime = cache_exptime(exptime, now)};
     r.val = (struct item_src){&iov, 1};
-    if (o) {
-        r.cas_in = o->cas_in;
-        r.cas_check = o->cas_check;
-        r.cas_new = o->cas_new;
-    }
+    r.cas_in = o ? o->cas_in : 0;
+    r.cas_new = o ? o->cas_new : 0;
+    r.expect = 0;
+    r.mode = mode;
+    r.klen = klen;
+    r.expect_exptime = 0;
+    r.cls = SLAB_NO_CLASS;
+    r.now = now;
+    r.cas_check = o ? o->cas_check : false;
+    r.claim_win = r.keep_fetched = r.check_exptime = false;
+    r.recache = r.in_place = false;
+    r.xloc = (struct nvs_loc){0};
     /* the modes precheck answers for, tested here so that a set's folds */
     bool pre =
         r.cas_check || mode == TC_CAS || mode == TC_ADD || mode == TC_REPLACE;
