@@ -449,9 +449,12 @@ store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
 }
 
 int
-store_set(struct cache_thread *t, const void *key, uint32_t klen,
-          const void *val, uint32_t vlen, uint32_t flags, int64_t exptime)
+store_set(struct cache *c, const void *key, uint32_t klen, const void *val,
+          uint32_t vlen, uint32_t flags, int64_t exptime)
 {
+    struct cache_thread *t = cache_thread_get(c);
+    if (unlikely(!t))
+        return -ENOMEM;
     return store_plain_inline(t, TC_SET, key, klen, val, vlen, flags, exptime,
                               NULL, NULL);
 }
