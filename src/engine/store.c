@@ -178,6 +178,21 @@ next_cas(struct cache *c, uint64_t explicit_cas, uint64_t *store_seq)
     return explicit_cas;
 }
 
+/* reclaim_alloc_item_cls with a one-chunk item's first attempt inline
+ * (its class, then its stash): the calls into reclaim.c only when the
+ * stash is empty or the item chained. */
+static inline __attribute__((always_inline)) int
+alloc_item(struct cache_thread *t, const struct item_plan *plan, uint64_t *head,
+           uint64_t *tails, unsigned *cls)
+{
+    if (unlikely(plan->nchain != 0))
+        return reclaim_alloc_item_cls(t, plan, head, tails, cls);
+    *cls = (unsigned)slab_class_for(t->cache->slab, plan->head_size);
+    if (likely(quota_alloc(t->quota, *cls, head) == 0))
+        return 0;
+    return reclaim_alloc_head_slow(t, plan, *cls, head);
+}
+
 /* Memory for the item r describes. 0, -E2BIG or -ENOMEM. Context: no lock
  * and no RCU read section (allocation may wait for a grace period).
  * Inlined, as commit(), into store_one and its two other callers. */
@@ -204,7 +219,7 @@ prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
     /* a write-hot key's item goes to the DRAM hot pool */
     if (c->hot && hotkey_place(t, r->hash, r->key, r->klen, plan, head) == 0)
         return 0;
-    if (reclaim_alloc_item_cls(t, plan, head, tails, &r->cls) != 0) {
+    if (alloc_item(t, plan, head, tails, &r->cls) != 0) {
         r->cls = SLAB_NO_CLASS;
         cache_stat_inc(t, ST_STORE_NO_MEMORY);
         return -ENOMEM;
