@@ -170,26 +170,20 @@ pm_cas64(uint64_t *pmem_dst, uint64_t expect, uint64_t v)
     return ok;
 }
 
+#if !defined(__x86_64__)
 /*
- * pmem_drain() is libpmem's store fence (sfence on x86): it orders
- * non-temporal stores, which a release store alone does not (today's
- * helpers use temporal stores only, see the top). For the C memory model
- * the publishing store that follows still needs release order; this call
- * is opaque, so it is also a compiler barrier. No __atomic_thread_fence:
- * TSan does not support it.
+ * pmem_drain() is libpmem's store fence: it orders non-temporal stores,
+ * which a release store alone does not (today's helpers use temporal
+ * stores only, see the top). For the C memory model the publishing store
+ * that follows still needs release order; this call is opaque, so it is
+ * also a compiler barrier. (x86-64: inline in tier/pm.h.)
  */
 void
 pm_fence(void)
 {
-#if defined(__x86_64__)
-    /* what pmem_drain() does on x86 (its fence is an sfence whatever the
-     * mapping), without the call through libpmem's function table; the
-     * asm's memory clobber is the compiler barrier the opaque call was */
-    __asm__ __volatile__("sfence" ::: "memory");
-#else
     pmem_drain();
-#endif
 }
+#endif
 
 void
 pm_note_read(const void *pmem_src, size_t n)
