@@ -545,11 +545,6 @@ struct limbo_batch {
 #define LIMBO_SOFT_ITEMS 4096
 #define LIMBO_HARD_ITEMS 65536
 
-/* Deferred entries are head offsets (8-aligned); the low bit marks a
- * chained item, whose tails must be read from its header when freed. A
- * plain item is freed without touching PMEM. */
-#define DEFER_CHAINED 1ull
-
 /* Inlined into the limbo loop: as a call it costs every set that replaces
  * an item some 9 instructions (cachegrind). */
 static inline __attribute__((always_inline)) void
@@ -557,8 +552,8 @@ free_entry(struct cache_thread *t, uint64_t e)
 {
     if (cache_off_dram(e))
         dram_free(t->cache, e);
-    else if (e & DEFER_CHAINED)
-        cache_free_now(t, e & ~DEFER_CHAINED);
+    else if (e & CACHE_DEFER_CHAINED)
+        cache_free_now(t, e & ~CACHE_DEFER_CHAINED);
     else
         quota_free(t->quota, slab_class_of(t->cache->slab, e), e);
 }
@@ -630,17 +625,9 @@ cache_defer_flush(struct cache_thread *t)
 }
 
 void
-cache_defer_free(struct cache_thread *t, uint64_t head)
+cache_defer_full(struct cache_thread *t)
 {
     struct cache *c = t->cache;
-    /* Context: the caller unlinked the item, so its header is still
-     * intact, and likely in the CPU cache; PMEM: its commit word goes to 0
-     * before the unlink is answered (item_layout.h) */
-    cache_invalidate(c, head);
-    t->defer[t->ndefer++] =
-        head | (cache_item_at(c, head)->nchain ? DEFER_CHAINED : 0);
-    if (t->ndefer < CACHE_DEFER_BATCH)
-        return;
     cache_defer_flush(t);
     uint64_t n = atomic_load_explicit(&c->limbo_items, memory_order_relaxed);
     if (c->bg_running && n > LIMBO_SOFT_ITEMS && n <= LIMBO_HARD_ITEMS) {
