@@ -409,9 +409,11 @@ cache_account(struct cache_thread *t, uint64_t head, int sign)
     return account(t, head, sign);
 }
 
-void
-cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
-                     enum cache_unlink why)
+/* cache_account_unlink's body: inline there and in
+ * cache_account_replaced, where why is a constant. */
+static inline __attribute__((always_inline)) void
+account_unlink(struct cache_thread *t, uint64_t head, int dead,
+               enum cache_unlink why)
 {
     struct cache *c = t->cache;
     const struct item_hdr *it = cache_item_at(c, head);
@@ -432,6 +434,19 @@ cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
         if (!cache_bit_fetched(c, head))
             cache_stat_inc(t, ST_EVICTED_UNFETCHED);
     }
+}
+
+void
+cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
+                     enum cache_unlink why)
+{
+    account_unlink(t, head, dead, why);
+}
+
+void
+cache_account_replaced(struct cache_thread *t, uint64_t head, int dead)
+{
+    account_unlink(t, head, dead, UNLINK_REPLACED);
 }
 
 /* --- rules --- */

@@ -737,6 +737,9 @@ enum cache_unlink {
  * keeps for the reason and its state (`dead`, enum cache_dead). */
 void cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
                           enum cache_unlink why);
+/* cache_account_unlink(UNLINK_REPLACED), its tests of why folded: every
+ * replacing set's path. */
+void cache_account_replaced(struct cache_thread *t, uint64_t head, int dead);
 
 /* Bytes an item accounts for in the "bytes" stat. */
 uint64_t cache_item_bytes(const struct cache *c, const struct item_hdr *it);

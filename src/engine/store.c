@@ -307,7 +307,7 @@ retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
     if (!old)
         return;
     int dead = cache_item_dead(c, cache_item_at(c, cache_off(old)), now);
-    cache_account_unlink(t, cache_off(old), dead, UNLINK_REPLACED);
+    cache_account_replaced(t, cache_off(old), dead);
     cache_defer_free(t, cache_off(old));
 }
 
