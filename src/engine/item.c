@@ -293,11 +293,20 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
         char stage[ITEM_STAGE_MAX];
         uint32_t at = stage_hko(stage, hdr, ITEM_KIND_HEAD, 0, key);
         uint32_t word = staged_word(stage, at, NULL, 0);
-        for (int i = 0; i < val->niov; i++) {
-            if (!val->iov[i].iov_len)
-                continue; /* an empty value may come as {NULL, 0} */
-            memcpy(stage + at, val->iov[i].iov_base, val->iov[i].iov_len);
-            at += (uint32_t)val->iov[i].iov_len;
+        /* the value's pieces (an empty one may come as {NULL, 0}); one
+         * piece, a set's, without the loop */
+        if (likely(val->niov == 1)) {
+            size_t n = val->iov[0].iov_len;
+            if (n)
+                memcpy(stage + at, val->iov[0].iov_base, n);
+            at += (uint32_t)n;
+        } else {
+            for (int i = 0; i < val->niov; i++) {
+                if (!val->iov[i].iov_len)
+                    continue;
+                memcpy(stage + at, val->iov[i].iov_base, val->iov[i].iov_len);
+                at += (uint32_t)val->iov[i].iov_len;
+            }
         }
         pm_copy(head, stage, at);
         return commit_store(head, word, hdr->seq, pending);
