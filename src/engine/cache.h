@@ -465,6 +465,17 @@ cache_item_at(const struct cache *c, uint64_t off)
     return item_at(c->base, off);
 }
 
+/* cache_match_key without the chunk word's prefetch, inline: a store's
+ * compare under its bucket lock (nothing on a store's path reads the
+ * replaced chunk's DRAM word: its books take the page's class). */
+static inline bool
+cache_match_key_store(void *arg, uint64_t loc)
+{
+    const struct cache_key *k = arg;
+    return item_key_equals(cache_item_at(k->c, cache_off(loc)), k->key,
+                           k->klen);
+}
+
 static inline bool
 cache_match_key_word(void *arg, uint64_t loc)
 {

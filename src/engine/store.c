@@ -142,8 +142,9 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
 
     struct htab_bucket *b = htab_lock(c->htab, r->hash);
     _Atomic uint64_t *slot =
-        hint ? htab_find_hinted_locked(b, r->hash, cache_match_key, &k, hint)
-             : htab_find_locked(b, r->hash, cache_match_key, &k);
+        hint ? htab_find_hinted_locked(b, r->hash, cache_match_key_store, &k,
+                                       hint)
+             : htab_find_locked(b, r->hash, cache_match_key_store, &k);
     uint64_t old =
         slot ? htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed))
              : 0;
