@@ -180,8 +180,9 @@ free_slow(struct quota *q, unsigned cls, uint64_t off)
     st->offs[st->n++] = off;
 }
 
-void
-quota_free(struct quota *q, unsigned cls, uint64_t off)
+/* quota_free's body, inline in quota_free_chunk as well. */
+static inline __attribute__((always_inline)) void
+free_fast(struct quota *q, unsigned cls, uint64_t off)
 {
     struct quota_stash *st = &q->stash[cls];
     assert_owner(q);
@@ -191,6 +192,22 @@ quota_free(struct quota *q, unsigned cls, uint64_t off)
         return;
     }
     free_slow(q, cls, off);
+}
+
+void
+quota_free(struct quota *q, unsigned cls, uint64_t off)
+{
+    free_fast(q, cls, off);
+}
+
+void
+quota_free_chunk(struct quota *q, uint64_t off)
+{
+    /* the page's class: a chunk not yet free keeps its page in it */
+    free_fast(q,
+              atomic_load_explicit(&q->slab->page[off >> POOL_PAGE_SHIFT].cls,
+                                   memory_order_relaxed),
+              off);
 }
 
 void

@@ -570,7 +570,7 @@ free_entry(struct cache_thread *t, uint64_t e)
     else if (e & CACHE_DEFER_CHAINED)
         cache_free_now(t, e & ~CACHE_DEFER_CHAINED);
     else
-        quota_free(t->quota, slab_class_of(t->cache->slab, e), e);
+        quota_free_chunk(t->quota, e);
 }
 
 int
