@@ -15,18 +15,12 @@
 #define ITEM_STAGE_MAX 512
 
 void
-item_plan(uint32_t klen, uint8_t iflags, uint64_t vlen, uint32_t chunk_max,
-          struct item_plan *out)
+item_plan_chained(uint32_t klen, uint8_t iflags, uint64_t vlen,
+                  uint32_t chunk_max, struct item_plan *out)
 {
     uint32_t hko = item_hko_size(klen, iflags);
-    uint64_t plain = hko + vlen;
 
     memset(out, 0, sizeof(*out));
-    if (plain <= chunk_max) {
-        out->head_size = (uint32_t)plain;
-        out->total = plain;
-        return;
-    }
     out->tail_room = chunk_max - (uint32_t)sizeof(struct item_tail);
     uint64_t n = (vlen + out->tail_room - 1) / out->tail_room;
     out->nchain = (uint8_t)MIN(n, (uint64_t)ITEM_MAX_TAILS);

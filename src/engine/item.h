@@ -69,10 +69,22 @@ item_hko_size(uint32_t klen, uint8_t iflags)
     return (uint32_t)sizeof(struct item_hdr) + klen + item_opt_len(iflags);
 }
 
+/* item_plan of an item larger than one chunk (chained). */
+void item_plan_chained(uint32_t klen, uint8_t iflags, uint64_t vlen,
+                       uint32_t chunk_max, struct item_plan *out);
 /* Lay out an item of klen/vlen (and opt as iflags say) given the largest
- * chunk size. */
-void item_plan(uint32_t klen, uint8_t iflags, uint64_t vlen, uint32_t chunk_max,
-               struct item_plan *out);
+ * chunk size. Inline for a one-chunk item (most, and every store's path). */
+static inline void
+item_plan(uint32_t klen, uint8_t iflags, uint64_t vlen, uint32_t chunk_max,
+          struct item_plan *out)
+{
+    uint64_t plain = item_hko_size(klen, iflags) + vlen;
+    if (__builtin_expect(plain > chunk_max, 0)) {
+        item_plan_chained(klen, iflags, vlen, chunk_max, out);
+        return;
+    }
+    *out = (struct item_plan){.head_size = (uint32_t)plain, .total = plain};
+}
 
 static inline const struct item_hdr *
 item_at(const char *base, uint64_t off)
