@@ -263,9 +263,13 @@ commit(struct cache_thread *t, struct store_req *r,
      * held (DESIGN rule 2); a hot key's item goes to its DRAM block */
     if (cache_off_dram(head))
         hotkey_write(head, plan, &r->hdr, r->key, &r->val);
-    else if (likely(!c->cfg.ablate_init_in_lock))
-        item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val, false);
-    else
+    else if (likely(!c->cfg.ablate_init_in_lock)) {
+        if (likely(plan->nchain == 0 && plan->head_size <= ITEM_STAGE_MAX))
+            item_write_one(c->base, head, &r->hdr, r->key, &r->val, false);
+        else
+            item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val,
+                       false);
+    } else
         write_in_lock(c, head, plan, tails, r);
     pm_fence(); /* the bytes are in place before the index points at them */
     TC_CRASH_POINT("set.written");
