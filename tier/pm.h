@@ -21,11 +21,49 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
-void pm_copy(void *pmem_dst, const void *src, size_t n);
 void pm_set(void *pmem_dst, int c, size_t n);
+/* What a write helper does past its store when pm_slow is set (any hook,
+ * latency emulation or persistence on; pm.c sets it, at setup): calls the
+ * hook, waits, flushes. */
+extern bool pm_slow;
+void pm_note_write_slow(const void *pmem_dst, size_t n);
+#ifdef NDEBUG
+/* Release builds (no lock check to make): pm_copy, pm_store32 and
+ * pm_store64 inline, the store and the one flag test. */
+static inline void
+pm_note_write(const void *pmem_dst, size_t n)
+{
+    if (__builtin_expect(__atomic_load_n(&pm_slow, __ATOMIC_RELAXED), 0))
+        pm_note_write_slow(pmem_dst, n);
+}
+static inline void
+pm_copy(void *pmem_dst, const void *src, size_t n)
+{
+    memcpy(pmem_dst, src, n);
+    pm_note_write(pmem_dst, n);
+}
+/* one atomic 4-byte store (relaxed: single-copy atomicity only;
+ * publication is the caller's, the index switch with release semantics) */
+static inline void
+pm_store32(uint32_t *pmem_dst, uint32_t v)
+{
+    __atomic_store_n(pmem_dst, v, __ATOMIC_RELAXED);
+    pm_note_write(pmem_dst, sizeof(v));
+}
+/* one atomic 8-byte store (relaxed, as pm_store32) */
+static inline void
+pm_store64(uint64_t *pmem_dst, uint64_t v)
+{
+    __atomic_store_n(pmem_dst, v, __ATOMIC_RELAXED);
+    pm_note_write(pmem_dst, sizeof(v));
+}
+#else
+void pm_copy(void *pmem_dst, const void *src, size_t n);
 void pm_store32(uint32_t *pmem_dst, uint32_t v); /* one atomic 4-byte store */
 void pm_store64(uint64_t *pmem_dst, uint64_t v); /* one atomic 8-byte store */
+#endif
 /* One atomic 8-byte compare-and-swap: *pmem_dst becomes v if it held
  * expect; whether it did. Counted as a write either way (the line is taken
  * for writing). */
