@@ -840,12 +840,32 @@ htab_lock_in(struct htab *h, uint64_t hash)
     return b;
 }
 
+/* htab_lock past its fast path: a doubling due or under way, a moved
+ * bucket. Inside the read section. */
+static __attribute__((noinline)) struct htab_bucket *
+htab_lock_slow(struct htab *h, uint64_t hash)
+{
+    return htab_lock_in(h, hash);
+}
+
 struct htab_bucket *
 htab_lock(struct htab *h, uint64_t hash)
 {
     /* Keeps the table of the bucket we lock from being freed. */
     HTAB_RCU_LOCK();
-    return htab_lock_in(h, hash);
+    /* the common case without a saved register: no doubling, the home
+     * bucket not moved (else it is released and htab_lock_in goes on) */
+    struct htab_table *t = htab_cur(h);
+    if (likely(atomic_load_explicit(&t->state, memory_order_relaxed) ==
+               HTAB_IDLE)) {
+        struct htab_bucket *b = &t->buckets[hash & t->mask];
+        spin_acquire(&b->lock, LOCK_RANK_BUCKET);
+        /* Acquire: as htab_lock_in's */
+        if (likely(!atomic_load_explicit(&b->moved, memory_order_acquire)))
+            return b;
+        spin_release(&b->lock, LOCK_RANK_BUCKET);
+    }
+    return htab_lock_slow(h, hash);
 }
 
 void
