@@ -67,15 +67,14 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <urcu/urcu-memb.h>
-/* Inline read-side lock and unlock, as the engine's (src/engine/cache.h):
- * calls under TSan, which does not see liburcu's own synchronisation. */
+/* Inline read-side lock, as the engine's (src/engine/cache.h): a call
+ * under TSan, which does not see liburcu's own synchronisation (the
+ * unlock: htab_unlock in htab.h). */
 #include <urcu/static/urcu-memb.h>
 #if defined(__SANITIZE_THREAD__)
 #define HTAB_RCU_LOCK urcu_memb_read_lock
-#define HTAB_RCU_UNLOCK urcu_memb_read_unlock
 #else
 #define HTAB_RCU_LOCK _urcu_memb_read_lock
-#define HTAB_RCU_UNLOCK _urcu_memb_read_unlock
 #endif
 
 /* Sizing: HTAB_SLOTS * 0.7 entries a bucket at expected_items. */
@@ -110,10 +109,8 @@
 
 enum { HTAB_IDLE, HTAB_WANT, HTAB_GROWING };
 
-/* Under TSan: each htab_lock section's end releases this and
- * htab_retired_free (after a grace period) acquires it, so TSan sees what
- * the grace period guarantees. */
-static char htab_rcu_token __attribute__((unused));
+/* htab.h: what each htab_lock section's end releases under TSan */
+char htab_rcu_token;
 
 struct htab_table {
     struct htab_bucket *buckets; /* nbuckets home, then nreserve spare */
@@ -866,14 +863,6 @@ htab_lock(struct htab *h, uint64_t hash)
         spin_release(&b->lock, LOCK_RANK_BUCKET);
     }
     return htab_lock_slow(h, hash);
-}
-
-void
-htab_unlock(struct htab_bucket *b)
-{
-    spin_release(&b->lock, LOCK_RANK_BUCKET);
-    TSAN_RELEASE(&htab_rcu_token);
-    HTAB_RCU_UNLOCK();
 }
 
 _Atomic uint64_t *
