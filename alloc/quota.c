@@ -19,6 +19,8 @@
  */
 #include "alloc/quota.h"
 
+#include "alloc/slab_int.h"
+
 #include "src/base/compiler.h"
 
 #include <assert.h>
@@ -47,6 +49,14 @@ struct quota {
     struct quota_stash stash[SLAB_MAX_CLASSES];
     uint64_t storage[];
 };
+
+/* slab_chunk_usable inline (alloc/slab_int.h): both fast paths ask it */
+static inline bool
+chunk_usable(const struct slab *s, uint64_t off)
+{
+    return atomic_load_explicit(&s->page[off >> POOL_PAGE_SHIFT].state,
+                                memory_order_relaxed) == PAGE_ACTIVE;
+}
 
 static inline void
 assert_owner(const struct quota *q)
@@ -102,15 +112,17 @@ quota_destroy(struct quota *q)
     free(q);
 }
 
-int
-quota_alloc(struct quota *q, unsigned cls, uint64_t *off)
+/* quota_alloc past its fast path: a chunk of a draining page, an empty
+ * stash, the ablation. Out of line, so that the fast path saves no
+ * register. */
+static __attribute__((noinline)) int
+alloc_slow(struct quota *q, unsigned cls, uint64_t *off)
 {
     struct quota_stash *st = &q->stash[cls];
-    assert_owner(q);
     for (;;) {
         while (likely(st->n)) {
             uint64_t o = st->offs[--st->n];
-            if (likely(slab_chunk_usable(q->slab, o))) {
+            if (likely(chunk_usable(q->slab, o))) {
                 *off = o;
                 if (unlikely(q->pmeta)) /* ablation: page info in PMEM */
                     slab_pmeta_use(q->slab, o, true);
@@ -131,14 +143,31 @@ quota_alloc(struct quota *q, unsigned cls, uint64_t *off)
     }
 }
 
-void
-quota_free(struct quota *q, unsigned cls, uint64_t off)
+int
+quota_alloc(struct quota *q, unsigned cls, uint64_t *off)
 {
     struct quota_stash *st = &q->stash[cls];
     assert_owner(q);
+    if (likely(st->n && !q->pmeta)) {
+        uint64_t o = st->offs[st->n - 1];
+        if (likely(chunk_usable(q->slab, o))) {
+            st->n--;
+            *off = o;
+            return 0;
+        }
+    }
+    return alloc_slow(q, cls, off);
+}
+
+/* quota_free past its fast path: a draining page's chunk, a full stash,
+ * the ablation. */
+static __attribute__((noinline)) void
+free_slow(struct quota *q, unsigned cls, uint64_t off)
+{
+    struct quota_stash *st = &q->stash[cls];
     if (unlikely(q->pmeta)) /* ablation: page info in PMEM */
         slab_pmeta_use(q->slab, off, false);
-    if (unlikely(!slab_chunk_usable(q->slab, off))) {
+    if (unlikely(!chunk_usable(q->slab, off))) {
         /* keep no chunk of a draining page: an idle owner would stall the
          * drain */
         slab_give(q->slab, cls, &off, 1);
@@ -149,6 +178,36 @@ quota_free(struct quota *q, unsigned cls, uint64_t off)
         slab_give(q->slab, cls, st->offs + st->n, st->batch);
     }
     st->offs[st->n++] = off;
+}
+
+/* quota_free's body, inline in quota_free_chunk as well. */
+static inline __attribute__((always_inline)) void
+free_fast(struct quota *q, unsigned cls, uint64_t off)
+{
+    struct quota_stash *st = &q->stash[cls];
+    assert_owner(q);
+    if (likely(st->n < 2 * st->batch && !q->pmeta &&
+               chunk_usable(q->slab, off))) {
+        st->offs[st->n++] = off;
+        return;
+    }
+    free_slow(q, cls, off);
+}
+
+void
+quota_free(struct quota *q, unsigned cls, uint64_t off)
+{
+    free_fast(q, cls, off);
+}
+
+void
+quota_free_chunk(struct quota *q, uint64_t off)
+{
+    /* the page's class: a chunk not yet free keeps its page in it */
+    free_fast(q,
+              atomic_load_explicit(&q->slab->page[off >> POOL_PAGE_SHIFT].cls,
+                                   memory_order_relaxed),
+              off);
 }
 
 void

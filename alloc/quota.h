@@ -25,6 +25,9 @@ void quota_destroy(struct quota *q);
 int quota_alloc(struct quota *q, unsigned cls, uint64_t *off);
 /* Stash a chunk; a full stash gives half of it back in one batch. */
 void quota_free(struct quota *q, unsigned cls, uint64_t off);
+/* quota_free of an allocated chunk, its class read from its page here
+ * (as slab_class_of, without the call). */
+void quota_free_chunk(struct quota *q, uint64_t off);
 /* Give back everything stashed (all classes). */
 void quota_flush(struct quota *q);
 

@@ -694,14 +694,20 @@ slab_give(struct slab *s, unsigned cls, const uint64_t *offs, unsigned n)
     struct slab_class *c = &s->cls[cls];
 
     lock_acquire(&c->lock);
+    /* tested once: the loop below is every deferred free's share of a
+     * batch given back */
+    bool pmeta = PMETA_ON(s);
+    uint64_t size = c->size;
     for (unsigned i = 0; i < n; i++) {
         uint32_t pg = (uint32_t)(offs[i] >> POOL_PAGE_SHIFT);
         struct slab_page *p = &s->page[pg];
         uint32_t idx = chunk_index(c, offs[i]);
         uint64_t bit = 1ull << (idx % 64);
 
+        /* the chunk's own offset: idx is exact for one (RECIP_SHIFT), so
+         * an offset inside a chunk gives back a different one (no divide) */
         if (unlikely(page_cls(p) != cls || (p->free_bits[idx / 64] & bit) ||
-                     (offs[i] & PAGE_MASK) % c->size)) {
+                     idx * size != (offs[i] & PAGE_MASK))) {
             /* A double or foreign free would hand one chunk to two
              * items: stop here rather than corrupt the cache. */
             fprintf(stderr, "slab: bad free of offset %llu in class %u\n",
@@ -716,7 +722,7 @@ slab_give(struct slab *s, unsigned cls, const uint64_t *offs, unsigned n)
             p->scan_word = idx / 64;
         if (p->nfree++ == 0 && page_state(p) == PAGE_ACTIVE)
             partial_push_locked(s, c, pg);
-        if (PMETA_ON(s)) {
+        if (pmeta) {
             pmeta_free_word(s, pg, idx / 64);
             pmeta_ref(s, c, pg, idx, false);
             pmeta_count(s, pg);

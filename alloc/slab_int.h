@@ -2,8 +2,9 @@
 /*
  * Internals of the slab shared by alloc/slab.c (classes, pages, chunks and
  * their bits) and alloc/slab_atime.c (the access time in each chunk's DRAM
- * word). Not for use outside alloc/slab*.c. The concurrency rules of every
- * field are at the top of alloc/slab.c; each file repeats what it touches.
+ * word), and by alloc/quota.c for a page's state (its fast paths). Not for
+ * use outside alloc/. The concurrency rules of every field are at the top
+ * of alloc/slab.c; each file repeats what it touches.
  */
 
 #include "alloc/slab.h"

@@ -37,8 +37,9 @@ static pm_write_hook_fn *pm_write_hook;
 static uint32_t pm_write_ns; /* busy-wait per line written, 0 = off */
 uint32_t pm_read_ns;         /* busy-wait per line read, 0 = off (pm.h) */
 static bool pm_persist_on;   /* durability=power on real PMEM */
-/* Any of the above set: the one flag the fast path tests. */
-static bool pm_slow;
+/* Any of the above set: the one flag the fast path tests (pm.h in
+ * release builds). */
+bool pm_slow;
 
 /* Ablation only: > 0 while this thread makes the experiment's deliberate
  * in-lock writes (pm_unchecked_begin). Owner thread only. */
@@ -79,7 +80,7 @@ pm_spin(uint64_t ns)
         pm_pause();
 }
 
-static void __attribute__((noinline))
+void __attribute__((noinline))
 pm_note_write_slow(const void *pmem_dst, size_t n)
 {
     pm_write_hook_fn *fn = __atomic_load_n(&pm_write_hook, __ATOMIC_RELAXED);
@@ -93,12 +94,14 @@ pm_note_write_slow(const void *pmem_dst, size_t n)
         pmem_persist(pmem_dst, n);
 }
 
+#ifndef NDEBUG
 static inline void
 pm_note_write(const void *pmem_dst, size_t n)
 {
     if (unlikely(__atomic_load_n(&pm_slow, __ATOMIC_RELAXED)))
         pm_note_write_slow(pmem_dst, n);
 }
+#endif
 
 /* Plain memcpy and memset: the stores libpmem makes with
  * PMEM_F_MEM_NOFLUSH (temporal, no flush, no fence), without its dispatch
@@ -109,6 +112,7 @@ pm_note_write(const void *pmem_dst, size_t n)
  * by a chunk scan): such readers read an item only once the index is seen
  * holding it (htab_holds_rcu, whose acquire load orders them after these
  * stores) or through uninstrumented byte loads (reclaim's read_victim). */
+#ifndef NDEBUG /* release builds: inline in pm.h */
 void
 pm_copy(void *pmem_dst, const void *src, size_t n)
 {
@@ -116,6 +120,7 @@ pm_copy(void *pmem_dst, const void *src, size_t n)
     memcpy(pmem_dst, src, n);
     pm_note_write(pmem_dst, n);
 }
+#endif
 
 void
 pm_set(void *pmem_dst, int c, size_t n)
@@ -125,6 +130,7 @@ pm_set(void *pmem_dst, int c, size_t n)
     pm_note_write(pmem_dst, n);
 }
 
+#ifndef NDEBUG /* release builds: inline in pm.h */
 void
 pm_store16(uint16_t *pmem_dst, uint16_t v)
 {
@@ -145,7 +151,9 @@ pm_store32(uint32_t *pmem_dst, uint32_t v)
     __atomic_store_n(pmem_dst, v, __ATOMIC_RELAXED);
     pm_note_write(pmem_dst, sizeof(v));
 }
+#endif
 
+#ifndef NDEBUG /* release builds: inline in pm.h */
 void
 pm_store64(uint64_t *pmem_dst, uint64_t v)
 {
@@ -155,6 +163,7 @@ pm_store64(uint64_t *pmem_dst, uint64_t v)
     __atomic_store_n(pmem_dst, v, __ATOMIC_RELAXED);
     pm_note_write(pmem_dst, sizeof(v));
 }
+#endif
 
 bool
 pm_cas32(uint32_t *pmem_dst, uint32_t expect, uint32_t v)
@@ -192,26 +201,20 @@ pm_cas64(uint64_t *pmem_dst, uint64_t expect, uint64_t v)
     return ok;
 }
 
+#if !defined(__x86_64__)
 /*
- * pmem_drain() is libpmem's store fence (sfence on x86): it orders
- * non-temporal stores, which a release store alone does not (today's
- * helpers use temporal stores only, see the top). For the C memory model
- * the publishing store that follows still needs release order; this call
- * is opaque, so it is also a compiler barrier. No __atomic_thread_fence:
- * TSan does not support it.
+ * pmem_drain() is libpmem's store fence: it orders non-temporal stores,
+ * which a release store alone does not (today's helpers use temporal
+ * stores only, see the top). For the C memory model the publishing store
+ * that follows still needs release order; this call is opaque, so it is
+ * also a compiler barrier. (x86-64: inline in tier/pm.h.)
  */
 void
 pm_fence(void)
 {
-#if defined(__x86_64__)
-    /* what pmem_drain() does on x86 (its fence is an sfence whatever the
-     * mapping), without the call through libpmem's function table; the
-     * asm's memory clobber is the compiler barrier the opaque call was */
-    __asm__ __volatile__("sfence" ::: "memory");
-#else
     pmem_drain();
-#endif
 }
+#endif
 
 void
 pm_note_read(const void *pmem_src, size_t n)

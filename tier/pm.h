@@ -21,12 +21,50 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
-void pm_copy(void *pmem_dst, const void *src, size_t n);
 void pm_set(void *pmem_dst, int c, size_t n);
 void pm_store16(uint16_t *pmem_dst, uint16_t v); /* one atomic 2-byte store */
+/* What a write helper does past its store when pm_slow is set (any hook,
+ * latency emulation or persistence on; pm.c sets it, at setup): calls the
+ * hook, waits, flushes. */
+extern bool pm_slow;
+void pm_note_write_slow(const void *pmem_dst, size_t n);
+#ifdef NDEBUG
+/* Release builds (no lock check to make): pm_copy, pm_store32 and
+ * pm_store64 inline, the store and the one flag test. */
+static inline void
+pm_note_write(const void *pmem_dst, size_t n)
+{
+    if (__builtin_expect(__atomic_load_n(&pm_slow, __ATOMIC_RELAXED), 0))
+        pm_note_write_slow(pmem_dst, n);
+}
+static inline void
+pm_copy(void *pmem_dst, const void *src, size_t n)
+{
+    memcpy(pmem_dst, src, n);
+    pm_note_write(pmem_dst, n);
+}
+/* one atomic 4-byte store (relaxed: single-copy atomicity only;
+ * publication is the caller's, the index switch with release semantics) */
+static inline void
+pm_store32(uint32_t *pmem_dst, uint32_t v)
+{
+    __atomic_store_n(pmem_dst, v, __ATOMIC_RELAXED);
+    pm_note_write(pmem_dst, sizeof(v));
+}
+/* one atomic 8-byte store (relaxed, as pm_store32) */
+static inline void
+pm_store64(uint64_t *pmem_dst, uint64_t v)
+{
+    __atomic_store_n(pmem_dst, v, __ATOMIC_RELAXED);
+    pm_note_write(pmem_dst, sizeof(v));
+}
+#else
+void pm_copy(void *pmem_dst, const void *src, size_t n);
 void pm_store32(uint32_t *pmem_dst, uint32_t v); /* one atomic 4-byte store */
 void pm_store64(uint64_t *pmem_dst, uint64_t v); /* one atomic 8-byte store */
+#endif
 /* One atomic 8-byte compare-and-swap: *pmem_dst becomes v if it held
  * expect; whether it did. Counted as a write either way (the line is taken
  * for writing). */
@@ -35,8 +73,20 @@ bool pm_cas32(uint32_t *pmem_dst, uint32_t expect, uint32_t v); /* 4 bytes */
 bool pm_cas16(uint16_t *pmem_dst, uint16_t expect, uint16_t v); /* 2 bytes */
 
 /* Order every earlier helper write (including non-temporal stores) before
- * later stores: called once per item, before the index publishes it. */
+ * later stores: called once per item, before the index publishes it.
+ * Inline on x86-64, where it is what pmem_drain() does there (its fence is
+ * an sfence whatever the mapping), without a call (twice on every set);
+ * the asm's memory clobber makes it a compiler barrier as well. No
+ * __atomic_thread_fence: TSan does not support it. */
+#if defined(__x86_64__)
+static inline void
+pm_fence(void)
+{
+    __asm__ __volatile__("sfence" ::: "memory");
+}
+#else
 void pm_fence(void);
+#endif
 
 /* Copy out of PMEM (reads go through here only where latency emulation of
  * reads matters: value copies to clients). */

@@ -207,12 +207,12 @@ lock_release(struct lock *l)
                    l->rank, rc);
 }
 
-void
-spin_acquire(struct spin *s, int rank)
+/* Take s, spinning while another thread holds it. */
+static void
+spin_take(struct spin *s)
 {
     unsigned spins = 0;
 
-    rank_check(rank);
     for (;;) {
         /* Acquire: pairs with the release store in spin_release() of the
          * previous holder. */
@@ -229,6 +229,21 @@ spin_acquire(struct spin *s, int rank)
             }
         }
     }
+}
+
+#ifdef NDEBUG
+/* spin_acquire (inline in lock.h) found s held. */
+void
+spin_acquire_slow(struct spin *s)
+{
+    spin_take(s);
+}
+#else
+void
+spin_acquire(struct spin *s, int rank)
+{
+    rank_check(rank);
+    spin_take(s);
     rank_push(rank);
 }
 
@@ -236,11 +251,10 @@ void
 spin_release(struct spin *s, int rank)
 {
     rank_pop(rank);
-#ifndef NDEBUG
     if (unlikely(atomic_load_explicit(&s->word, memory_order_relaxed) == 0))
         lock_fatal("spin_release: rank %d spin lock is not held", rank);
-#endif
     /* Release: pairs with the acquiring exchange in spin_acquire() of the
      * next holder, publishing every write of this critical section. */
     atomic_store_explicit(&s->word, 0, memory_order_release);
 }
+#endif

@@ -409,9 +409,11 @@ cache_account(struct cache_thread *t, uint64_t head, int sign)
     return account(t, head, sign);
 }
 
-void
-cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
-                     enum cache_unlink why)
+/* cache_account_unlink's body: inline there and in
+ * cache_account_replaced, where why is a constant. */
+static inline __attribute__((always_inline)) void
+account_unlink(struct cache_thread *t, uint64_t head, int dead,
+               enum cache_unlink why)
 {
     struct cache *c = t->cache;
     const struct item_hdr *it = cache_item_at(c, head);
@@ -432,6 +434,19 @@ cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
         if (!cache_bit_fetched(c, head))
             cache_stat_inc(t, ST_EVICTED_UNFETCHED);
     }
+}
+
+void
+cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
+                     enum cache_unlink why)
+{
+    account_unlink(t, head, dead, why);
+}
+
+void
+cache_account_replaced(struct cache_thread *t, uint64_t head, int dead)
+{
+    account_unlink(t, head, dead, UNLINK_REPLACED);
 }
 
 /* --- rules --- */
@@ -545,11 +560,6 @@ struct limbo_batch {
 #define LIMBO_SOFT_ITEMS 4096
 #define LIMBO_HARD_ITEMS 65536
 
-/* Deferred entries are head offsets (8-aligned); the low bit marks a
- * chained item, whose tails must be read from its header when freed. A
- * plain item is freed without touching PMEM. */
-#define DEFER_CHAINED 1ull
-
 /* Inlined into the limbo loop: as a call it costs every set that replaces
  * an item some 9 instructions (cachegrind). */
 static inline __attribute__((always_inline)) void
@@ -557,10 +567,10 @@ free_entry(struct cache_thread *t, uint64_t e)
 {
     if (cache_off_dram(e))
         dram_free(t->cache, e);
-    else if (e & DEFER_CHAINED)
-        cache_free_now(t, e & ~DEFER_CHAINED);
+    else if (e & CACHE_DEFER_CHAINED)
+        cache_free_now(t, e & ~CACHE_DEFER_CHAINED);
     else
-        quota_free(t->quota, slab_class_of(t->cache->slab, e), e);
+        quota_free_chunk(t->quota, e);
 }
 
 int
@@ -630,17 +640,9 @@ cache_defer_flush(struct cache_thread *t)
 }
 
 void
-cache_defer_free(struct cache_thread *t, uint64_t head)
+cache_defer_full(struct cache_thread *t)
 {
     struct cache *c = t->cache;
-    /* Context: the caller unlinked the item, so its header is still
-     * intact, and likely in the CPU cache; PMEM: its commit word goes to 0
-     * before the unlink is answered (item_layout.h) */
-    cache_invalidate(c, head);
-    t->defer[t->ndefer++] =
-        head | (cache_item_at(c, head)->nchain ? DEFER_CHAINED : 0);
-    if (t->ndefer < CACHE_DEFER_BATCH)
-        return;
     cache_defer_flush(t);
     uint64_t n = atomic_load_explicit(&c->limbo_items, memory_order_relaxed);
     if (c->bg_running && n > LIMBO_SOFT_ITEMS && n <= LIMBO_HARD_ITEMS) {

@@ -465,6 +465,17 @@ cache_item_at(const struct cache *c, uint64_t off)
     return item_at(c->base, off);
 }
 
+/* cache_match_key without the chunk word's prefetch, inline: a store's
+ * compare under its bucket lock (nothing on a store's path reads the
+ * replaced chunk's DRAM word: its books take the page's class). */
+static inline bool
+cache_match_key_store(void *arg, uint64_t loc)
+{
+    const struct cache_key *k = arg;
+    return item_key_equals(cache_item_at(k->c, cache_off(loc)), k->key,
+                           k->klen);
+}
+
 static inline bool
 cache_match_key_word(void *arg, uint64_t loc)
 {
@@ -674,10 +685,30 @@ cache_invalidate(struct cache *c, uint64_t off)
 void cache_free_unpublished(struct cache_thread *t,
                             const struct item_plan *plan, uint64_t head,
                             const uint64_t *tails);
+/* Deferred entries are head offsets (8-aligned); the low bit marks a
+ * chained item, whose tails must be read from its header when freed. A
+ * plain item is freed without touching PMEM. */
+#define CACHE_DEFER_CHAINED 1ull
+/* cache_defer_free's batch is full: put it on the limbo list, and wake the
+ * maintenance thread or free limbo here when it has grown. */
+void cache_defer_full(struct cache_thread *t);
 /* Free an item unlinked from the index after a grace period. It is
  * invalidated in PMEM now, before the caller answers (a delete, a
- * replacing store) or the chunk can be reused. No lock may be held. */
-void cache_defer_free(struct cache_thread *t, uint64_t head);
+ * replacing store) or the chunk can be reused. No lock may be held.
+ * Inline: every replacing set's path. */
+static inline void
+cache_defer_free(struct cache_thread *t, uint64_t head)
+{
+    struct cache *c = t->cache;
+    /* Context: the caller unlinked the item, so its header is still
+     * intact, and likely in the CPU cache; PMEM: its commit word goes to 0
+     * before the unlink is answered (item_layout.h) */
+    cache_invalidate(c, head);
+    t->defer[t->ndefer++] =
+        head | (cache_item_at(c, head)->nchain ? CACHE_DEFER_CHAINED : 0);
+    if (unlikely(t->ndefer >= CACHE_DEFER_BATCH))
+        cache_defer_full(t);
+}
 /* Put the thread's deferred batch on the cache's limbo list now. */
 void cache_defer_flush(struct cache_thread *t);
 /* Take everything in limbo (this thread's batch too) and the slab's retired
@@ -717,6 +748,9 @@ enum cache_unlink {
  * keeps for the reason and its state (`dead`, enum cache_dead). */
 void cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
                           enum cache_unlink why);
+/* cache_account_unlink(UNLINK_REPLACED), its tests of why folded: every
+ * replacing set's path. */
+void cache_account_replaced(struct cache_thread *t, uint64_t head, int dead);
 
 /* Bytes an item accounts for in the "bytes" stat. */
 uint64_t cache_item_bytes(const struct cache *c, const struct item_hdr *it);

@@ -67,15 +67,14 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <urcu/urcu-memb.h>
-/* Inline read-side lock and unlock, as the engine's (src/engine/cache.h):
- * calls under TSan, which does not see liburcu's own synchronisation. */
+/* Inline read-side lock, as the engine's (src/engine/cache.h): a call
+ * under TSan, which does not see liburcu's own synchronisation (the
+ * unlock: htab_unlock in htab.h). */
 #include <urcu/static/urcu-memb.h>
 #if defined(__SANITIZE_THREAD__)
 #define HTAB_RCU_LOCK urcu_memb_read_lock
-#define HTAB_RCU_UNLOCK urcu_memb_read_unlock
 #else
 #define HTAB_RCU_LOCK _urcu_memb_read_lock
-#define HTAB_RCU_UNLOCK _urcu_memb_read_unlock
 #endif
 
 /* Sizing: HTAB_SLOTS * 0.7 entries a bucket at expected_items. */
@@ -110,10 +109,8 @@
 
 enum { HTAB_IDLE, HTAB_WANT, HTAB_GROWING };
 
-/* Under TSan: each htab_lock section's end releases this and
- * htab_retired_free (after a grace period) acquires it, so TSan sees what
- * the grace period guarantees. */
-static char htab_rcu_token __attribute__((unused));
+/* htab.h: what each htab_lock section's end releases under TSan */
+char htab_rcu_token;
 
 struct htab_table {
     struct htab_bucket *buckets; /* nbuckets home, then nreserve spare */
@@ -840,20 +837,32 @@ htab_lock_in(struct htab *h, uint64_t hash)
     return b;
 }
 
+/* htab_lock past its fast path: a doubling due or under way, a moved
+ * bucket. Inside the read section. */
+static __attribute__((noinline)) struct htab_bucket *
+htab_lock_slow(struct htab *h, uint64_t hash)
+{
+    return htab_lock_in(h, hash);
+}
+
 struct htab_bucket *
 htab_lock(struct htab *h, uint64_t hash)
 {
     /* Keeps the table of the bucket we lock from being freed. */
     HTAB_RCU_LOCK();
-    return htab_lock_in(h, hash);
-}
-
-void
-htab_unlock(struct htab_bucket *b)
-{
-    spin_release(&b->lock, LOCK_RANK_BUCKET);
-    TSAN_RELEASE(&htab_rcu_token);
-    HTAB_RCU_UNLOCK();
+    /* the common case without a saved register: no doubling, the home
+     * bucket not moved (else it is released and htab_lock_in goes on) */
+    struct htab_table *t = htab_cur(h);
+    if (likely(atomic_load_explicit(&t->state, memory_order_relaxed) ==
+               HTAB_IDLE)) {
+        struct htab_bucket *b = &t->buckets[hash & t->mask];
+        spin_acquire(&b->lock, LOCK_RANK_BUCKET);
+        /* Acquire: as htab_lock_in's */
+        if (likely(!atomic_load_explicit(&b->moved, memory_order_acquire)))
+            return b;
+        spin_release(&b->lock, LOCK_RANK_BUCKET);
+    }
+    return htab_lock_slow(h, hash);
 }
 
 _Atomic uint64_t *

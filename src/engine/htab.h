@@ -43,6 +43,9 @@
 #include "src/base/compiler.h"
 #include "src/base/lock.h"
 
+#include <urcu/urcu-memb.h>
+#include <urcu/static/urcu-memb.h>
+
 #define HTAB_SLOTS 6
 #define HTAB_LOC_BITS 48
 #define HTAB_LOC_MASK ((1ull << HTAB_LOC_BITS) - 1)
@@ -195,7 +198,24 @@ unsigned htab_peek_hint(struct htab *h, uint64_t hash, struct htab_hint *hint);
  * from being freed (the thread registers with liburcu's memb flavour for
  * that to hold; an unregistered one must not run beside a table's free). */
 struct htab_bucket *htab_lock(struct htab *h, uint64_t hash);
-void htab_unlock(struct htab_bucket *b);
+/* Under TSan: each htab_lock section's end releases this and
+ * htab_retired_free (after a grace period) acquires it, so TSan sees what
+ * the grace period guarantees. */
+extern char htab_rcu_token;
+/* Inline: every store's path (the release store and the read section's
+ * end, which are liburcu's inline unlock but under TSan, which does not
+ * see liburcu's own synchronisation: the call). */
+static inline void
+htab_unlock(struct htab_bucket *b)
+{
+    spin_release(&b->lock, LOCK_RANK_BUCKET);
+    TSAN_RELEASE(&htab_rcu_token);
+#if defined(__SANITIZE_THREAD__)
+    urcu_memb_read_unlock();
+#else
+    _urcu_memb_read_unlock();
+#endif
+}
 
 /* The slot holding the matching entry in b's chain, or NULL. Locks: b. */
 _Atomic uint64_t *htab_find_locked(struct htab_bucket *b, uint64_t hash,

@@ -11,22 +11,13 @@
 #include <stddef.h>
 #include <string.h>
 
-/* Items up to this size are staged in DRAM and written in one copy. */
-#define ITEM_STAGE_MAX 512
-
 void
-item_plan(uint32_t klen, uint8_t iflags, uint64_t vlen, uint32_t chunk_max,
-          struct item_plan *out)
+item_plan_chained(uint32_t klen, uint8_t iflags, uint64_t vlen,
+                  uint32_t chunk_max, struct item_plan *out)
 {
     uint32_t hko = item_hko_size(klen, iflags);
-    uint64_t plain = hko + vlen;
 
     memset(out, 0, sizeof(*out));
-    if (plain <= chunk_max) {
-        out->head_size = (uint32_t)plain;
-        out->total = plain;
-        return;
-    }
     out->tail_room = chunk_max - (uint32_t)sizeof(struct item_tail);
     uint64_t n = (vlen + out->tail_room - 1) / out->tail_room;
     out->nchain = (uint8_t)MIN(n, (uint64_t)ITEM_MAX_TAILS);
@@ -63,43 +54,6 @@ stream_copy(char *dst, struct stream *s, size_t n)
     }
 }
 
-/* The 8-byte commit word an item's header holds: its sequence's low half
- * over the CRC half (item_layout.h). */
-static inline uint64_t
-commit_word_of(uint64_t seq, uint32_t crc)
-{
-    return (uint64_t)(uint32_t)seq << 32 | crc;
-}
-
-/* Header, key and opt as they go to PMEM (the commit word's CRC half 0, its
- * sequence half set), staged at buf (room for header, key and ITEM_OPT_MAX
- * bytes): kind and nchain given, the rest from d, whose first 8 bytes are
- * laid out as the header's. Returns the bytes staged. Both opt fields are
- * stored whether present or not, the next write overwriting an absent one:
- * no branch. */
-_Static_assert(offsetof(struct item_desc, vlen) ==
-                   offsetof(struct item_hdr, vlen),
-               "item_desc starts laid out as item_hdr");
-static inline uint32_t
-stage_hko(char *buf, const struct item_desc *d, uint8_t kind, uint8_t nchain,
-          const void *key)
-{
-    uint32_t zero = 0, at = (uint32_t)sizeof(struct item_hdr) + d->klen;
-    memcpy(buf, d, ITEM_COMMIT_OFFSET);
-    buf[offsetof(struct item_hdr, kind)] = (char)kind;
-    buf[offsetof(struct item_hdr, nchain)] = (char)nchain;
-    memcpy(buf + ITEM_COMMIT_OFFSET, &zero, sizeof(zero));
-    memcpy(buf + offsetof(struct item_hdr, seq_lo), &d->seq, sizeof(d->seq));
-    memcpy(buf + offsetof(struct item_hdr, exptime), &d->exptime,
-           sizeof(d->exptime));
-    memcpy(buf + sizeof(struct item_hdr), key, d->klen);
-    memcpy(buf + at, &d->flags, sizeof(d->flags));
-    at += (uint32_t)(d->iflags & ITEM_HAS_FLAGS) * 2u;
-    memcpy(buf + at, &d->cas, sizeof(d->cas));
-    at += (uint32_t)(d->iflags & ITEM_HAS_CAS) * 2u;
-    return at;
-}
-
 #if defined(__x86_64__)
 /* The header's 8-byte words, and the one exptime sits in. */
 #define HDR_WORDS (sizeof(struct item_hdr) / 8)
@@ -113,8 +67,8 @@ _Static_assert(offsetof(struct item_hdr, exptime) % 8 <= 4,
  * read as 0, then the len - header bytes after it (key and opt), with the
  * SSE4.2 instruction inline: the header in whole words, no call, no
  * alignment loop and no exptime store and restore. */
-__attribute__((target("sse4.2"))) static uint32_t
-staged_crc_hw(const char *staged, uint32_t len)
+__attribute__((target("sse4.2"))) uint32_t
+item_staged_crc_hw(const char *staged, uint32_t len)
 {
     uint64_t c = 0xffffffffu, w;
     for (unsigned i = 0; i < HDR_WORDS; i++) {
@@ -143,42 +97,6 @@ staged_crc_hw(const char *staged, uint32_t len)
 }
 #endif
 
-/*
- * The CRC runs over the whole header as staged for writing (exptime and the
- * commit word's CRC half read as 0, its sequence half counted), then the
- * key and opt right after it, then the extra bytes: staged is a header
- * followed by its key and opt (len bytes), as item_write builds it in DRAM
- * anyway, so a set checksums its own staging buffer in one pass.
- */
-static inline __attribute__((always_inline)) uint32_t
-staged_word(char *staged, uint32_t len, const void *extra, size_t extra_len)
-{
-#ifdef TC_BENCH_NO_RECOVERY
-    /* perf/RESULTS.md "Cost of recoverability": the "before" build, with
-     * no checksum, no commit store and no invalidation. Never shipped. */
-    (void)staged, (void)len, (void)extra, (void)extra_len;
-    return 1;
-#endif
-    uint32_t crc;
-#if defined(__x86_64__)
-    if (likely(__builtin_cpu_supports("sse4.2"))) {
-        crc = staged_crc_hw(staged, len);
-    } else
-#endif
-    {
-        uint32_t exp, zero = 0;
-        size_t at = offsetof(struct item_hdr, exptime);
-        memcpy(&exp, staged + at, sizeof(exp));
-        memcpy(staged + at, &zero, sizeof(zero)); /* touch changes it */
-        crc = nvs_crc32c(0, staged, len);
-        memcpy(staged + at, &exp, sizeof(exp));
-    }
-    if (extra_len)
-        crc = nvs_crc32c(crc, extra, extra_len);
-    /* 0 means "not an item", ITEM_COMMIT_PENDING "not yet" */
-    return crc == 0 ? 1 : crc == ITEM_COMMIT_PENDING ? crc - 1 : crc;
-}
-
 uint32_t
 item_commit_word(const struct item_desc *hdr, const void *key,
                  const void *extra, size_t extra_len)
@@ -186,22 +104,6 @@ item_commit_word(const struct item_desc *hdr, const void *key,
     char b[sizeof(struct item_hdr) + UINT8_MAX + ITEM_OPT_MAX];
     uint32_t len = stage_hko(b, hdr, hdr->kind, hdr->nchain, key);
     return staged_word(b, len, extra, extra_len);
-}
-
-/* PMEM: the bytes before it are fenced, then one 8-byte store: the commit
- * word, seq's low half over the CRC word, or over ITEM_COMMIT_PENDING for
- * a copy, which item_commit_copy() turns into the word. Returns word. */
-static uint32_t
-commit_store(char *head, uint32_t word, uint64_t seq, bool pending)
-{
-    pm_fence();
-#ifdef TC_BENCH_NO_RECOVERY
-    (void)head, (void)seq, (void)pending;
-    return word;
-#endif
-    pm_store64((uint64_t *)(head + ITEM_COMMIT_OFFSET),
-               commit_word_of(seq, pending ? ITEM_COMMIT_PENDING : word));
-    return word;
 }
 
 /* The sequence half is in place since the write: only the CRC half moves,
@@ -287,21 +189,8 @@ item_write(char *base, uint64_t off, const struct item_plan *plan,
     struct stream s = {val->iov, val->niov, 0, 0};
     char *head = base + off;
 
-    if (!plan->nchain && plan->head_size <= ITEM_STAGE_MAX) {
-        /* small item: build it in DRAM and write it with one copy (one
-         * call into libpmem instead of three or more) */
-        char stage[ITEM_STAGE_MAX];
-        uint32_t at = stage_hko(stage, hdr, ITEM_KIND_HEAD, 0, key);
-        uint32_t word = staged_word(stage, at, NULL, 0);
-        for (int i = 0; i < val->niov; i++) {
-            if (!val->iov[i].iov_len)
-                continue; /* an empty value may come as {NULL, 0} */
-            memcpy(stage + at, val->iov[i].iov_base, val->iov[i].iov_len);
-            at += (uint32_t)val->iov[i].iov_len;
-        }
-        pm_copy(head, stage, at);
-        return commit_store(head, word, hdr->seq, pending);
-    }
+    if (!plan->nchain && plan->head_size <= ITEM_STAGE_MAX)
+        return item_write_one(base, off, hdr, key, val, pending);
     char hk[sizeof(struct item_hdr) + UINT8_MAX + ITEM_OPT_MAX];
     uint32_t hko = stage_hko(hk, hdr, ITEM_KIND_HEAD, plan->nchain, key);
     uint32_t word = staged_word(hk, hko, tails, 8u * plan->nchain);

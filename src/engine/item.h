@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "tier/pm.h"
+
 #include "src/engine/item_layout.h"
 
 /* Most value pieces a chained item can have (limits item_size_max). */
@@ -69,10 +71,22 @@ item_hko_size(uint32_t klen, uint8_t iflags)
     return (uint32_t)sizeof(struct item_hdr) + klen + item_opt_len(iflags);
 }
 
+/* item_plan of an item larger than one chunk (chained). */
+void item_plan_chained(uint32_t klen, uint8_t iflags, uint64_t vlen,
+                       uint32_t chunk_max, struct item_plan *out);
 /* Lay out an item of klen/vlen (and opt as iflags say) given the largest
- * chunk size. */
-void item_plan(uint32_t klen, uint8_t iflags, uint64_t vlen, uint32_t chunk_max,
-               struct item_plan *out);
+ * chunk size. Inline for a one-chunk item (most, and every store's path). */
+static inline void
+item_plan(uint32_t klen, uint8_t iflags, uint64_t vlen, uint32_t chunk_max,
+          struct item_plan *out)
+{
+    uint64_t plain = item_hko_size(klen, iflags) + vlen;
+    if (__builtin_expect(plain > chunk_max, 0)) {
+        item_plan_chained(klen, iflags, vlen, chunk_max, out);
+        return;
+    }
+    *out = (struct item_plan){.head_size = (uint32_t)plain, .total = plain};
+}
 
 static inline const struct item_hdr *
 item_at(const char *base, uint64_t off)
@@ -295,4 +309,165 @@ item_key_equals(const struct item_hdr *it, const void *key, uint32_t klen)
 {
     return it->klen == klen && item_kind_is_head(it->kind) &&
            item_key_bytes_equal((const unsigned char *)item_key(it), key, klen);
+}
+
+/* --- item_write's one-copy path, inline for the store (every set): the
+ * header, key and opt staged in DRAM with the value after them, the
+ * commit word's CRC over the staged header, key and opt, one copy into
+ * PMEM, then the fence and the commit word, last. Helpers of item.c too. */
+
+/* Items up to this size are staged in DRAM and written in one copy. */
+#define ITEM_STAGE_MAX 512
+
+#if defined(__x86_64__)
+/* CRC32C of a staged header (its exptime read as 0) and the key and opt
+ * after it, len bytes in all, with the SSE4.2 instruction (item.c). */
+uint32_t item_staged_crc_hw(const char *staged, uint32_t len);
+#endif
+
+/* The 8-byte commit word an item's header holds: its sequence's low half
+ * over the CRC half (item_layout.h). */
+static inline uint64_t
+commit_word_of(uint64_t seq, uint32_t crc)
+{
+    return (uint64_t)(uint32_t)seq << 32 | crc;
+}
+
+/* A key into the stage: 8 to 32 bytes (most keys) in overlapping 8-byte
+ * loads and stores within [0, n), as item_key_bytes_equal compares them, no
+ * call; others through memcpy. */
+static inline __attribute__((always_inline)) void
+copy_key(char *dst, const void *key, uint32_t n)
+{
+    const unsigned char *k = key;
+    uint64_t a, b, c, d;
+    if (n >= 8 && n <= 16) {
+        a = item_load8(k);
+        b = item_load8(k + n - 8);
+        memcpy(dst, &a, 8);
+        memcpy(dst + n - 8, &b, 8);
+    } else if (n > 16 && n <= 32) {
+        a = item_load8(k);
+        b = item_load8(k + 8);
+        c = item_load8(k + n - 16);
+        d = item_load8(k + n - 8);
+        memcpy(dst, &a, 8);
+        memcpy(dst + 8, &b, 8);
+        memcpy(dst + n - 16, &c, 8);
+        memcpy(dst + n - 8, &d, 8);
+    } else {
+        memcpy(dst, key, n);
+    }
+}
+
+/* Header, key and opt as they go to PMEM (the commit word's CRC half 0, its
+ * sequence half set), staged at buf (room for header, key and ITEM_OPT_MAX
+ * bytes): kind and nchain given, the rest from d, whose first 8 bytes are
+ * laid out as the header's. Returns the bytes staged. Both opt fields are
+ * stored whether present or not, the next write overwriting an absent one:
+ * no branch. */
+
+_Static_assert(offsetof(struct item_desc, vlen) ==
+                   offsetof(struct item_hdr, vlen),
+               "item_desc starts laid out as item_hdr");
+static inline __attribute__((always_inline)) uint32_t
+stage_hko(char *buf, const struct item_desc *d, uint8_t kind, uint8_t nchain,
+          const void *key)
+{
+    uint32_t zero = 0, at = (uint32_t)sizeof(struct item_hdr) + d->klen;
+    memcpy(buf, d, ITEM_COMMIT_OFFSET);
+    buf[offsetof(struct item_hdr, kind)] = (char)kind;
+    buf[offsetof(struct item_hdr, nchain)] = (char)nchain;
+    memcpy(buf + ITEM_COMMIT_OFFSET, &zero, sizeof(zero));
+    memcpy(buf + offsetof(struct item_hdr, seq_lo), &d->seq, sizeof(d->seq));
+    memcpy(buf + offsetof(struct item_hdr, exptime), &d->exptime,
+           sizeof(d->exptime));
+    copy_key(buf + sizeof(struct item_hdr), key, d->klen);
+    memcpy(buf + at, &d->flags, sizeof(d->flags));
+    at += (uint32_t)(d->iflags & ITEM_HAS_FLAGS) * 2u;
+    memcpy(buf + at, &d->cas, sizeof(d->cas));
+    at += (uint32_t)(d->iflags & ITEM_HAS_CAS) * 2u;
+    return at;
+}
+
+/*
+ * The CRC runs over the whole header as staged for writing (exptime and the
+ * commit word's CRC half read as 0, its sequence half counted), then the
+ * key and opt right after it, then the extra bytes: staged is a header
+ * followed by its key and opt (len bytes), as item_write builds it in DRAM
+ * anyway, so a set checksums its own staging buffer in one pass.
+ */
+static inline __attribute__((always_inline)) uint32_t
+staged_word(char *staged, uint32_t len, const void *extra, size_t extra_len)
+{
+#ifdef TC_BENCH_NO_RECOVERY
+    /* perf/RESULTS.md "Cost of recoverability": the "before" build, with
+     * no checksum, no commit store and no invalidation. Never shipped. */
+    (void)staged, (void)len, (void)extra, (void)extra_len;
+    return 1;
+#endif
+    uint32_t crc;
+#if defined(__x86_64__)
+    if (__builtin_expect(__builtin_cpu_supports("sse4.2"), 1)) {
+        crc = item_staged_crc_hw(staged, len);
+    } else
+#endif
+    {
+        uint32_t exp, zero = 0;
+        size_t at = offsetof(struct item_hdr, exptime);
+        memcpy(&exp, staged + at, sizeof(exp));
+        memcpy(staged + at, &zero, sizeof(zero)); /* touch changes it */
+        crc = nvs_crc32c(0, staged, len);
+        memcpy(staged + at, &exp, sizeof(exp));
+    }
+    if (extra_len)
+        crc = nvs_crc32c(crc, extra, extra_len);
+    /* 0 means "not an item", ITEM_COMMIT_PENDING "not yet" */
+    return crc == 0 ? 1 : crc == ITEM_COMMIT_PENDING ? crc - 1 : crc;
+}
+
+/* PMEM: the bytes before it are fenced, then one 8-byte store: the commit
+ * word, seq's low half over the CRC word, or over ITEM_COMMIT_PENDING for
+ * a copy, which item_commit_copy() turns into the word. Returns word. */
+static inline __attribute__((always_inline)) uint32_t
+commit_store(char *head, uint32_t word, uint64_t seq, bool pending)
+{
+    pm_fence();
+#ifdef TC_BENCH_NO_RECOVERY
+    (void)head, (void)seq, (void)pending;
+    return word;
+#endif
+    pm_store64((uint64_t *)(head + ITEM_COMMIT_OFFSET),
+               commit_word_of(seq, pending ? ITEM_COMMIT_PENDING : word));
+    return word;
+}
+
+/* item_write of a one-chunk item of at most ITEM_STAGE_MAX bytes
+ * (plan->nchain 0, plan->head_size <= ITEM_STAGE_MAX): built in DRAM and
+ * written with one copy. */
+static inline __attribute__((always_inline)) uint32_t
+item_write_one(char *base, uint64_t off, const struct item_desc *hdr,
+               const void *key, const struct item_src *val, bool pending)
+{
+    char *head = base + off;
+    char stage[ITEM_STAGE_MAX];
+    uint32_t at = stage_hko(stage, hdr, ITEM_KIND_HEAD, 0, key);
+    uint32_t word = staged_word(stage, at, NULL, 0);
+    /* the value's pieces (an empty one may come as {NULL, 0}); one
+     * piece, a set's, without the loop */
+    if (__builtin_expect(val->niov == 1, 1)) {
+        size_t n = val->iov[0].iov_len;
+        if (n)
+            memcpy(stage + at, val->iov[0].iov_base, n);
+        at += (uint32_t)n;
+    } else {
+        for (int i = 0; i < val->niov; i++) {
+            if (!val->iov[i].iov_len)
+                continue;
+            memcpy(stage + at, val->iov[i].iov_base, val->iov[i].iov_len);
+            at += (uint32_t)val->iov[i].iov_len;
+        }
+    }
+    pm_copy(head, stage, at);
+    return commit_store(head, word, hdr->seq, pending);
 }

@@ -261,6 +261,16 @@ reclaim_alloc_item_cls(struct cache_thread *t, const struct item_plan *plan,
 }
 
 int
+reclaim_alloc_head_slow(struct cache_thread *t, const struct item_plan *plan,
+                        unsigned cls, uint64_t *head)
+{
+    int rc = alloc_chunk_slow(t, cls, plan, head);
+    if (likely(rc == 0))
+        return 0;
+    return rc == -EBUSY ? alloc_item_wait(t, plan, head, NULL, &cls) : rc;
+}
+
+int
 reclaim_alloc_item(struct cache_thread *t, const struct item_plan *plan,
                    uint64_t *head, uint64_t *tails)
 {

@@ -20,6 +20,11 @@ int reclaim_alloc_item(struct cache_thread *t, const struct item_plan *plan,
  * store's accounting then need not look it up). */
 int reclaim_alloc_item_cls(struct cache_thread *t, const struct item_plan *plan,
                            uint64_t *head, uint64_t *tails, unsigned *head_cls);
+/* reclaim_alloc_item_cls's way on for a one-chunk plan (no tails) whose
+ * class cls the caller's stash could not serve (quota_alloc failed). */
+int reclaim_alloc_head_slow(struct cache_thread *t,
+                            const struct item_plan *plan, unsigned cls,
+                            uint64_t *head);
 
 /*
  * Eviction's spill hook, registered by a tier below the pool that keeps

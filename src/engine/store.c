@@ -69,6 +69,9 @@ struct store_req {
                             fits): not counted in total_items */
     struct nvs_loc xloc; /* snapshot of a flash item: its locator */
 };
+/* store_plain_inline writes each field by hand: one added must be there */
+_Static_assert(sizeof(struct store_req) == 144,
+               "store_plain_inline writes every field of struct store_req");
 
 /* Decide under the bucket lock whether the new item may replace what the
  * index holds. Reads PMEM headers only. Returns TC_OK or a tc_result.
@@ -139,8 +142,9 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
 
     struct htab_bucket *b = htab_lock(c->htab, r->hash);
     _Atomic uint64_t *slot =
-        hint ? htab_find_hinted_locked(b, r->hash, cache_match_key, &k, hint)
-             : htab_find_locked(b, r->hash, cache_match_key, &k);
+        hint ? htab_find_hinted_locked(b, r->hash, cache_match_key_store, &k,
+                                       hint)
+             : htab_find_locked(b, r->hash, cache_match_key_store, &k);
     uint64_t old =
         slot ? htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed))
              : 0;
@@ -175,6 +179,21 @@ next_cas(struct cache *c, uint64_t explicit_cas, uint64_t *store_seq)
     return explicit_cas;
 }
 
+/* reclaim_alloc_item_cls with a one-chunk item's first attempt inline
+ * (its class, then its stash): the calls into reclaim.c only when the
+ * stash is empty or the item chained. */
+static inline __attribute__((always_inline)) int
+alloc_item(struct cache_thread *t, const struct item_plan *plan, uint64_t *head,
+           uint64_t *tails, unsigned *cls)
+{
+    if (unlikely(plan->nchain != 0))
+        return reclaim_alloc_item_cls(t, plan, head, tails, cls);
+    *cls = (unsigned)slab_class_for(t->cache->slab, plan->head_size);
+    if (likely(quota_alloc(t->quota, *cls, head) == 0))
+        return 0;
+    return reclaim_alloc_head_slow(t, plan, *cls, head);
+}
+
 /* Memory for the item r describes. 0, -E2BIG or -ENOMEM. Context: no lock
  * and no RCU read section (allocation may wait for a grace period).
  * Inlined, as commit(), into store_one and its two other callers. */
@@ -201,7 +220,7 @@ prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
     /* a write-hot key's item goes to the DRAM hot pool */
     if (c->hot && hotkey_place(t, r->hash, r->key, r->klen, plan, head) == 0)
         return 0;
-    if (reclaim_alloc_item_cls(t, plan, head, tails, &r->cls) != 0) {
+    if (alloc_item(t, plan, head, tails, &r->cls) != 0) {
         r->cls = SLAB_NO_CLASS;
         cache_stat_inc(t, ST_STORE_NO_MEMORY);
         return -ENOMEM;
@@ -244,9 +263,13 @@ commit(struct cache_thread *t, struct store_req *r,
      * held (DESIGN rule 2); a hot key's item goes to its DRAM block */
     if (cache_off_dram(head))
         hotkey_write(head, plan, &r->hdr, r->key, &r->val);
-    else if (likely(!c->cfg.ablate_init_in_lock))
-        item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val, false);
-    else
+    else if (likely(!c->cfg.ablate_init_in_lock)) {
+        if (likely(plan->nchain == 0 && plan->head_size <= ITEM_STAGE_MAX))
+            item_write_one(c->base, head, &r->hdr, r->key, &r->val, false);
+        else
+            item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val,
+                       false);
+    } else
         write_in_lock(c, head, plan, tails, r);
     pm_fence(); /* the bytes are in place before the index points at them */
     TC_CRASH_POINT("set.written");
@@ -289,7 +312,7 @@ retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
     if (!old)
         return;
     int dead = cache_item_dead(c, cache_item_at(c, cache_off(old)), now);
-    cache_account_unlink(t, cache_off(old), dead, UNLINK_REPLACED);
+    cache_account_replaced(t, cache_off(old), dead);
     cache_defer_free(t, cache_off(old));
 }
 
@@ -387,25 +410,44 @@ precheck(struct cache_thread *t, struct store_req *r)
     return hit ? TC_OK : TC_NOT_STORED;
 }
 
-int
-store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
-            uint32_t klen, const void *val, size_t vlen, uint32_t flags,
-            int64_t exptime, const struct tc_store_opts *o, uint64_t *cas_out)
+/* store_plain's body: inline in store_plain and in store_set, where the
+ * mode, the options and cas_out are constants (the precheck, the CAS
+ * counters and the options' copy fold away). */
+static inline __attribute__((always_inline)) int
+store_plain_inline(struct cache_thread *t, enum tc_store_mode mode,
+                   const void *key, uint32_t klen, const void *val, size_t vlen,
+                   uint32_t flags, int64_t exptime,
+                   const struct tc_store_opts *o, uint64_t *cas_out)
 {
     struct iovec iov = {(void *)val, vlen};
     struct store_req r;
+    uint32_t now = clock_now();
 
-    req_init(&r, t, mode, key, klen);
-    r.hdr.vlen = (uint32_t)vlen;
-    r.hdr.flags = flags;
-    r.hdr.exptime = cache_exptime(exptime, r.now);
+    /* every field written once, by hand: req_init's zeroing (a rep stos)
+     * and then the request's own stores wrote most of them twice */
+    r.key = key;
+    r.hash = cache_hash(t->cache, key, klen);
+    r.hdr = (struct item_desc){.klen = (uint8_t)klen,
+                               .vlen = (uint32_t)vlen,
+                               .flags = flags,
+                               .exptime = cache_exptime(exptime, now)};
     r.val = (struct item_src){&iov, 1};
-    if (o) {
-        r.cas_in = o->cas_in;
-        r.cas_check = o->cas_check;
-        r.cas_new = o->cas_new;
-    }
-    int rc = vlen > UINT32_MAX ? -E2BIG : precheck(t, &r);
+    r.cas_in = o ? o->cas_in : 0;
+    r.cas_new = o ? o->cas_new : 0;
+    r.expect = 0;
+    r.mode = mode;
+    r.klen = klen;
+    r.expect_exptime = 0;
+    r.cls = SLAB_NO_CLASS;
+    r.now = now;
+    r.cas_check = o ? o->cas_check : false;
+    r.claim_win = r.keep_fetched = r.check_exptime = false;
+    r.recache = r.in_place = false;
+    r.xloc = (struct nvs_loc){0};
+    /* the modes precheck answers for, tested here so that a set's folds */
+    bool pre =
+        r.cas_check || mode == TC_CAS || mode == TC_ADD || mode == TC_REPLACE;
+    int rc = vlen > UINT32_MAX ? -E2BIG : pre ? precheck(t, &r) : TC_OK;
     if (rc == TC_OK)
         rc = store_one_inline(t, &r, cas_out);
     count_outcome(t, rc == -E2BIG ? SLAB_NO_CLASS : req_class(t->cache, &r),
@@ -415,6 +457,26 @@ store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
     if (mode == TC_SET && (rc == -E2BIG || rc == -ENOMEM))
         store_drop(t, key, klen);
     return rc;
+}
+
+int
+store_plain(struct cache_thread *t, enum tc_store_mode mode, const void *key,
+            uint32_t klen, const void *val, size_t vlen, uint32_t flags,
+            int64_t exptime, const struct tc_store_opts *o, uint64_t *cas_out)
+{
+    return store_plain_inline(t, mode, key, klen, val, vlen, flags, exptime, o,
+                              cas_out);
+}
+
+int
+store_set(struct cache *c, const void *key, uint32_t klen, const void *val,
+          uint32_t vlen, uint32_t flags, int64_t exptime)
+{
+    struct cache_thread *t = cache_thread_get(c);
+    if (unlikely(!t))
+        return -ENOMEM;
+    return store_plain_inline(t, TC_SET, key, klen, val, vlen, flags, exptime,
+                              NULL, NULL);
 }
 
 /* The item the key maps to now, copied out: header and location. Miss when

@@ -11,6 +11,7 @@
 
 #include "src/tiercache.h"
 
+struct cache;
 struct cache_thread;
 
 /* set, add, replace, cas; o (may be NULL) adds cas_check and cas_new. */
@@ -18,6 +19,12 @@ int store_plain(struct cache_thread *t, enum tc_store_mode mode,
                 const void *key, uint32_t klen, const void *val, size_t vlen,
                 uint32_t flags, int64_t exptime, const struct tc_store_opts *o,
                 uint64_t *cas_out);
+/* store_plain's set without options or cas_out (tc_set): its own copy,
+ * with those constants folded; it finds the calling thread's context
+ * itself (-ENOMEM without one), so that tc_set is a jump. The key is
+ * valid (1..TC_KEY_MAX bytes). */
+int store_set(struct cache *c, const void *key, uint32_t klen, const void *val,
+              uint32_t vlen, uint32_t flags, int64_t exptime);
 /* append (or prepend): keeps flags and exptime; o may be NULL. flags are
  * used only when o->vivify creates the item. */
 int store_concat(struct cache_thread *t, bool append, const void *key,

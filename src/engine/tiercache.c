@@ -367,6 +367,11 @@ TC_API int
 tc_set(struct tc_cache *tc, const void *key, size_t klen, const void *val,
        size_t vlen, uint32_t flags, int64_t exptime)
 {
+    /* store_plain's set copy (store_set), which finds the thread's context
+     * itself: this is a jump, the arguments where they came */
+    if (likely(klen - 1 < TC_KEY_MAX && vlen <= UINT32_MAX))
+        return store_set(engine(tc), key, (uint32_t)klen, val, (uint32_t)vlen,
+                         flags, exptime);
     return store_api(tc, TC_SET, key, klen, val, vlen, flags, exptime, 0, NULL);
 }
 

@@ -192,6 +192,42 @@ test_evicted_invalidated(void **state)
     scan_unmap(&s);
 }
 
+/* Every key length (1..255), with and without opt fields and a value,
+ * is staged whole: the key, the opt fields and the value read back, and
+ * the item checks (the short keys' copy is overlapping 8-byte words). */
+static void
+test_every_key_length(void **state)
+{
+    (void)state;
+    _Alignas(8) char chunk[sizeof(struct item_hdr) + 255 + 12 + 16];
+    unsigned char key[255];
+    struct iovec iov = {"0123456789abcdef", 16};
+    struct item_src src = {&iov, 1};
+    struct item_plan plan;
+
+    for (unsigned i = 0; i < sizeof(key); i++)
+        key[i] = (unsigned char)(i * 31 + 7);
+    for (uint32_t klen = 1; klen <= 255; klen++) {
+        for (int opt = 0; opt < 2; opt++) {
+            struct item_desc h = {.klen = (uint8_t)klen,
+                                  .vlen = 16,
+                                  .flags = opt ? 0xf1a95u : 0,
+                                  .seq = klen,
+                                  .cas = opt ? 77 : 0};
+            item_desc_opt(&h);
+            memset(chunk, 0xee, sizeof(chunk));
+            item_plan(klen, h.iflags, 16, sizeof(chunk), &plan);
+            item_write(chunk, 0, &plan, NULL, &h, key, &src, false);
+            const struct item_hdr *it = (const void *)chunk;
+            assert_true(item_check(it, sizeof(chunk)));
+            assert_int_equal(it->klen, klen);
+            assert_memory_equal(item_key(it), key, klen);
+            assert_int_equal(item_flags(it), opt ? 0xf1a95u : 0);
+            assert_memory_equal(item_value(it), "0123456789abcdef", 16);
+        }
+    }
+}
+
 /* A torn item does not check: header, key or opt bytes changed after the
  * commit word, or no commit word. */
 static void
@@ -490,6 +526,7 @@ main(void)
         TC_TEST(test_chained_and_sequence),
         TC_TEST(test_evicted_invalidated),
         TC_TEST(test_page_table_and_flush),
+        cmocka_unit_test(test_every_key_length),
         cmocka_unit_test(test_torn_item),
         cmocka_unit_test(test_no_opt),
         cmocka_unit_test(test_pending_copy),
