@@ -162,7 +162,11 @@ struct conn {
 uint32_t
 conn_now(const struct conn_shared *sh)
 {
-    return (uint32_t)((clock_nsec() - sh->epoch_ns) / 1000000000ull);
+    /* once per loop turn: the coarse clock (whole seconds are asked for),
+     * which may be a tick behind the epoch taken at the start */
+    uint64_t ns = clock_coarse_nsec();
+    return ns > sh->epoch_ns ? (uint32_t)((ns - sh->epoch_ns) / 1000000000ull)
+                             : 0;
 }
 
 static void
