@@ -63,6 +63,15 @@ clock_nsec(void)
 }
 
 uint64_t
+clock_coarse_nsec(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t
 clock_rate_nsec(void)
 {
     uint32_t fake = atomic_load_explicit(&clock_fake, memory_order_relaxed);

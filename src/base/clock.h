@@ -18,6 +18,11 @@ void clock_advance(uint32_t secs);
 /* Monotonic nanoseconds. */
 uint64_t clock_nsec(void);
 
+/* The same clock to the kernel's tick (a few ms), cheaper to read: for
+ * whole seconds taken once per loop turn. At most a tick behind
+ * clock_nsec(). */
+uint64_t clock_coarse_nsec(void);
+
 /* Nanoseconds for rate windows (hot-key rates): the fake time while one is
  * set, so that a test's rates depend on the time it moves on and not on how
  * long its steps took; clock_nsec() otherwise. The two scales differ: a

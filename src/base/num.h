@@ -22,6 +22,17 @@ num_scan_u64(const char *p, size_t n, uint64_t *out)
 {
     uint64_t v = 0;
     size_t i = 0;
+    if (n <= 19) { /* 19 digits cannot pass UINT64_MAX: no check per digit */
+        for (; i < n; i++) {
+            unsigned d = (unsigned)((unsigned char)p[i] - '0');
+            if (d > 9)
+                break;
+            v = v * 10 + d;
+        }
+        if (i)
+            *out = v;
+        return i;
+    }
     for (; i < n; i++) {
         unsigned d = (unsigned)((unsigned char)p[i] - '0');
         if (d > 9)

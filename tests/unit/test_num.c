@@ -89,6 +89,16 @@ test_scan(void **state)
     assert_true(v == 7);
     assert_int_equal(num_scan_u64("18446744073709551615 ", 21, &v), 20);
     assert_true(v == UINT64_MAX);
+    /* 19 digits and fewer skip the overflow check: the largest of them,
+     * and the 20-digit texts that take the checked loop */
+    assert_int_equal(num_scan_u64("9999999999999999999", 19, &v), 19);
+    assert_true(v == 9999999999999999999ull);
+    assert_int_equal(num_scan_u64("9999999999999999999x", 20, &v), 19);
+    assert_true(v == 9999999999999999999ull);
+    assert_int_equal(num_scan_u64("00000000000000000001", 20, &v), 20);
+    assert_true(v == 1);
+    assert_int_equal(num_scan_u64("1234567890123456789", 19, &v), 19);
+    assert_true(v == 1234567890123456789ull);
 }
 
 int

@@ -781,6 +781,92 @@ test_util_parsing(void **state)
     assert_true(proto_key_ok("\xff", 1));
 }
 
+/* The word-at-a-time scans against the byte rules they replace: a key is
+ * refused for any byte <= ' ' or 0x7f wherever it sits (an 8-byte word, the
+ * overlapping tail, a short key), bytes >= 0x80 pass; a token ends at the
+ * first ' ' wherever it sits; numbers print as %llu does. */
+static bool
+key_ok_ref(const char *k, size_t n)
+{
+    if (n == 0 || n > TC_KEY_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)k[i] <= ' ' || (unsigned char)k[i] == 0x7f)
+            return false;
+    return true;
+}
+
+static void
+test_util_word_scans(void **state)
+{
+    (void)state;
+    static const unsigned char bad[] = {0x00, 0x01, '\t', '\r', '\n',
+                                        ' ',  0x1f, 0x20, 0x7f};
+    static const unsigned char good[] = {'!', 'a', '~', 0x7e, 0x80, 0xa0, 0xff};
+    char key[TC_KEY_MAX + 2];
+    for (size_t n = 1; n <= TC_KEY_MAX + 1; n++) {
+        memset(key, 'k', sizeof(key));
+        assert_true(proto_key_ok(key, n) == (n <= TC_KEY_MAX));
+        for (size_t pos = 0; pos < n && n <= 40; pos++) {
+            for (size_t b = 0; b < sizeof(bad); b++) {
+                key[pos] = (char)bad[b];
+                if (proto_key_ok(key, n))
+                    fail_msg("len %zu: byte 0x%02x at %zu accepted", n, bad[b],
+                             pos);
+            }
+            for (size_t g = 0; g < sizeof(good); g++) {
+                key[pos] = (char)good[g];
+                assert_true(proto_key_ok(key, n) == key_ok_ref(key, n));
+            }
+            key[pos] = 'k';
+        }
+    }
+    /* a bad byte at each end of a long key */
+    memset(key, 'k', sizeof(key));
+    key[TC_KEY_MAX - 1] = 0x7f;
+    assert_false(proto_key_ok(key, TC_KEY_MAX));
+    key[TC_KEY_MAX - 1] = 'k';
+    key[0] = ' ';
+    assert_false(proto_key_ok(key, TC_KEY_MAX));
+
+    /* a token's end: one ' ' placed at every position of a 40-byte line of
+     * tabs and letters, and none */
+    char line[40];
+    for (size_t sp = 0; sp <= sizeof(line); sp++) {
+        for (size_t i = 0; i < sizeof(line); i++)
+            line[i] = i % 3 ? 'x' : '\t';
+        if (sp < sizeof(line))
+            line[sp] = ' ';
+        for (size_t from = 0; from <= sp && from < sizeof(line); from++)
+            assert_int_equal(proto_token_end(line, from, sizeof(line)), sp);
+        struct proto_token tok[4];
+        int n = proto_tokenize(line, sizeof(line), tok, 4);
+        size_t first = sp == 0 ? 1 : 0;
+        assert_int_equal(n, sp == 0 || sp >= sizeof(line) - 1 ? 1 : 2);
+        assert_true(tok[0].p == line + first);
+        assert_int_equal(tok[0].n, sp == 0             ? sizeof(line) - 1
+                                   : sp < sizeof(line) ? sp
+                                                       : sizeof(line));
+    }
+
+    /* numbers: each power of ten, one below it, and some between */
+    char num[PROTO_U64_DIGITS + 1], ref[32];
+    uint64_t p10 = 1;
+    for (int d = 0; d < 20; d++, p10 *= 10) {
+        uint64_t vals[] = {p10, p10 - 1, p10 + 1, p10 * 3 + 7, p10 * 9 + 9};
+        for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+            memset(num, '#', sizeof(num));
+            size_t n = proto_fmt_u64(num, vals[i]);
+            int m =
+                snprintf(ref, sizeof(ref), "%llu", (unsigned long long)vals[i]);
+            assert_int_equal(n, (size_t)m);
+            assert_memory_equal(num, ref, n);
+            if (n < sizeof(num))
+                assert_int_equal(num[n], '#'); /* nothing past it */
+        }
+    }
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
@@ -789,6 +875,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_err_table),
         cmocka_unit_test(test_util_parsing),
+        cmocka_unit_test(test_util_word_scans),
         T(test_get_miss_and_hit),
         T(test_gets_has_cas),
         T(test_get_bad_keys),

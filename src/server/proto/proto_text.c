@@ -177,8 +177,7 @@ next_token(const char *line, size_t len, size_t *pos, struct proto_token *t)
     if (i == len)
         return false;
     t->p = line + i;
-    while (i < len && line[i] != ' ')
-        i++;
+    i = proto_token_end(line, i, len);
     t->n = (size_t)(line + i - t->p);
     *pos = i;
     return true;
@@ -262,9 +261,12 @@ static size_t
 fetch_keys(struct text_cmd *c, size_t from, bool touch, int64_t exptime,
            bool with_cas)
 {
-    struct many_ctx m = {
-        .g = {.out = c->out, .with_cas = with_cas, .no_cas = c->s->no_cas},
-        .stop = obuf_pos(c->out) + PROTO_GET_SLICE};
+    /* only g and stop set: the per-key arrays are written before they are
+     * read (zeroing them was a tenth of a one-key get's instructions) */
+    struct many_ctx m;
+    m.g = (struct get_ctx){
+        .out = c->out, .with_cas = with_cas, .no_cas = c->s->no_cas};
+    m.stop = obuf_pos(c->out) + PROTO_GET_SLICE;
     /* async: a flash value is read without blocking (a hole) */
     struct tc_get_opts o = {
         .touch = touch, .exptime = exptime, .async = true, .no_win = true};
@@ -546,48 +548,64 @@ cmd_touch(struct text_cmd *c, int arg)
 #define ANY_TOKENS (PROTO_MAX_TOKENS + 1)
 
 /* Commands with their token counts (the command included): memcached
- * replies "ERROR" outside them. */
+ * replies "ERROR" outside them. A key command (KEYED) reads no token past
+ * c->ntok; the others find the tokens past it zeroed, as they were before
+ * text_one stopped zeroing them all for every request. */
+#define KEYED true
+#define CMD(name, min, max, fn, arg, keyed)                                    \
+    {                                                                          \
+        name, sizeof(name) - 1, keyed, min, max, fn, arg                       \
+    }
 static const struct text_cmd_def {
     const char *name;
+    uint8_t len;
+    bool keyed;
     int min_tok, max_tok;
     text_cmd_fn *fn;
     int arg;
 } text_cmds[] = {
-    {"get", 2, ANY_TOKENS, cmd_get, 0},
-    {"gets", 2, ANY_TOKENS, cmd_get, 1},
-    {"gat", 2, ANY_TOKENS, cmd_get, 2},
-    {"gats", 2, ANY_TOKENS, cmd_get, 3},
-    {"bget", 2, ANY_TOKENS, cmd_get, 0},
-    {"set", 5, 6, cmd_store, TC_SET},
-    {"add", 5, 6, cmd_store, TC_ADD},
-    {"replace", 5, 6, cmd_store, TC_REPLACE},
-    {"append", 5, 6, cmd_store, TC_APPEND},
-    {"prepend", 5, 6, cmd_store, TC_PREPEND},
-    {"cas", 6, 7, cmd_store, TC_CAS},
-    {"incr", 3, 4, cmd_arith, 1},
-    {"decr", 3, 4, cmd_arith, 0},
-    {"delete", 2, 4, cmd_delete, 0},
-    {"touch", 3, 4, cmd_touch, 0},
-    {"flush_all", 1, 3, proto_text_flush_all, 0},
-    {"version", 1, ANY_TOKENS, proto_text_version, 0},
-    {"verbosity", 2, 3, proto_text_verbosity, 0},
-    {"stats", 1, ANY_TOKENS, proto_text_stats, 0},
-    {"shutdown", 1, ANY_TOKENS, proto_text_shutdown, 0},
-    {"cache_memlimit", 2, 3, proto_text_memlimit, 0},
-    {"refresh_certs", 1, ANY_TOKENS, proto_text_refresh_certs, 0},
-    {"hotspot", 2, 3, proto_text_hotspot, 0},
-    {"slabs", 3, 4, proto_text_slabs, 0},
-    {"watch", 1, ANY_TOKENS, proto_text_watch, 0},
-    {"lru_crawler", 2, 3, proto_text_lru_crawler, 0},
-    {"quit", 1, ANY_TOKENS, proto_text_quit, 0},
+    CMD("get", 2, ANY_TOKENS, cmd_get, 0, KEYED),
+    CMD("gets", 2, ANY_TOKENS, cmd_get, 1, KEYED),
+    CMD("gat", 2, ANY_TOKENS, cmd_get, 2, KEYED),
+    CMD("gats", 2, ANY_TOKENS, cmd_get, 3, KEYED),
+    CMD("bget", 2, ANY_TOKENS, cmd_get, 0, KEYED),
+    CMD("set", 5, 6, cmd_store, TC_SET, KEYED),
+    CMD("add", 5, 6, cmd_store, TC_ADD, KEYED),
+    CMD("replace", 5, 6, cmd_store, TC_REPLACE, KEYED),
+    CMD("append", 5, 6, cmd_store, TC_APPEND, KEYED),
+    CMD("prepend", 5, 6, cmd_store, TC_PREPEND, KEYED),
+    CMD("cas", 6, 7, cmd_store, TC_CAS, KEYED),
+    CMD("incr", 3, 4, cmd_arith, 1, KEYED),
+    CMD("decr", 3, 4, cmd_arith, 0, KEYED),
+    CMD("delete", 2, 4, cmd_delete, 0, KEYED),
+    CMD("touch", 3, 4, cmd_touch, 0, KEYED),
+    CMD("flush_all", 1, 3, proto_text_flush_all, 0, false),
+    CMD("version", 1, ANY_TOKENS, proto_text_version, 0, false),
+    CMD("verbosity", 2, 3, proto_text_verbosity, 0, false),
+    CMD("stats", 1, ANY_TOKENS, proto_text_stats, 0, false),
+    CMD("shutdown", 1, ANY_TOKENS, proto_text_shutdown, 0, false),
+    CMD("cache_memlimit", 2, 3, proto_text_memlimit, 0, false),
+    CMD("refresh_certs", 1, ANY_TOKENS, proto_text_refresh_certs, 0, false),
+    CMD("hotspot", 2, 3, proto_text_hotspot, 0, false),
+    CMD("slabs", 3, 4, proto_text_slabs, 0, false),
+    CMD("watch", 1, ANY_TOKENS, proto_text_watch, 0, false),
+    CMD("lru_crawler", 2, 3, proto_text_lru_crawler, 0, false),
+    CMD("quit", 1, ANY_TOKENS, proto_text_quit, 0, false),
 };
 
 static const struct text_cmd_def *
 find_cmd(const struct proto_token *t)
 {
-    for (size_t i = 0; i < sizeof(text_cmds) / sizeof(text_cmds[0]); i++)
-        if (proto_tok_is(t, text_cmds[i].name))
-            return &text_cmds[i];
+    for (size_t i = 0; i < sizeof(text_cmds) / sizeof(text_cmds[0]); i++) {
+        const struct text_cmd_def *d = &text_cmds[i];
+        if (t->n != d->len || t->p[0] != d->name[0])
+            continue;
+        size_t k = 1; /* names are short: no memcmp call */
+        while (k < t->n && t->p[k] == d->name[k])
+            k++;
+        if (k == t->n)
+            return d;
+    }
     return NULL;
 }
 
@@ -641,6 +659,9 @@ dispatch(struct text_cmd *c, const char *in, size_t len)
         proto_reply_err(c->s, c->out, PERR_ERROR);
         return (ssize_t)c->line_bytes;
     }
+    if (!d->keyed && c->ntok < PROTO_MAX_TOKENS)
+        memset(&c->tok[c->ntok], 0,
+               (size_t)(PROTO_MAX_TOKENS - c->ntok) * sizeof(c->tok[0]));
     return d->fn(c, d->arg);
 }
 
@@ -742,7 +763,14 @@ find_line(const struct proto_sess *s, const char *in, size_t len)
 static ssize_t
 text_one(struct proto_sess *s, const char *in, size_t len, struct obuf *out)
 {
-    struct text_cmd c = {.s = s, .out = out, .line = in, .resume = s->resume};
+    /* the tokens are not zeroed here: dispatch does it for the commands
+     * that may read past c.ntok */
+    struct text_cmd c;
+    c.s = s;
+    c.out = out;
+    c.line = in;
+    c.resume = s->resume;
+    c.noreply = false;
     long eol = find_line(s, in, len);
 
     s->resume = 0; /* only cmd_get sets it again */
@@ -820,6 +848,8 @@ prefetch_reads(struct proto_sess *s, const char *in, size_t len)
     size_t n = 0, pos = 0;
     while (n < TEXT_PREFETCH_MAX && pos < len) {
         const char *nl = memchr(in + pos, '\n', len - pos);
+        if (n == 0 && nl == in + len - 1)
+            return 0; /* one line in the buffer (depth 1): no run to hint */
         if (!nl || !read_line_key(in + pos, (size_t)(nl - in - pos), &keys[n]))
             break;
         n++;

@@ -125,19 +125,11 @@ proto_tokenize(const char *line, size_t len, struct proto_token *tok, int max)
         if (n == max)
             return max + 1;
         size_t start = i;
-        while (i < len && line[i] != ' ')
-            i++;
+        i = proto_token_end(line, i, len);
         tok[n].p = line + start;
         tok[n].n = i - start;
         n++;
     }
-}
-
-bool
-proto_tok_is(const struct proto_token *t, const char *word)
-{
-    size_t n = strlen(word);
-    return t->n == n && memcmp(t->p, word, n) == 0;
 }
 
 long
@@ -182,14 +174,41 @@ proto_parse_i64(const struct proto_token *t, int64_t *out)
 size_t
 proto_fmt_u64(char *buf, uint64_t v)
 {
-    char tmp[PROTO_U64_DIGITS];
-    size_t n = 0;
-    do {
-        tmp[sizeof(tmp) - 1 - n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    memcpy(buf, tmp + sizeof(tmp) - n, n);
+    /* the digits counted first, then written two at a time from the last
+     * one back: no scratch copy (a reply's flags and length are short) */
+    static const char pairs[] = "00010203040506070809101112131415161718192021"
+                                "22232425262728293031323334353637383940414243"
+                                "44454647484950515253545556575859606162636465"
+                                "66676869707172737475767778798081828384858687"
+                                "888990919293949596979899";
+    size_t n = 1;
+    for (uint64_t t = v; t >= 10; t /= 10)
+        n++;
+    char *p = buf + n;
+    while (v >= 100) {
+        unsigned d = (unsigned)(v % 100) * 2;
+        v /= 100;
+        *--p = pairs[d + 1];
+        *--p = pairs[d];
+    }
+    if (v >= 10) {
+        *--p = pairs[v * 2 + 1];
+        *--p = pairs[v * 2];
+    } else {
+        *--p = (char)('0' + v);
+    }
     return n;
+}
+
+/* Does the 8-byte word hold a byte <= ' ' or 0x7f? Exact as a yes/no:
+ * (x - 0x21..) & ~x & 0x80.. flags a byte below 0x21 (a byte >= 0x80 never
+ * counts), and the same test on x ^ 0x7f.. with 0x01 a byte equal to 0x7f. */
+static inline bool
+key_word_bad(uint64_t x)
+{
+    const uint64_t ones = 0x0101010101010101ull, high = ones * 0x80;
+    uint64_t d = x ^ (ones * 0x7f);
+    return (((x - ones * 0x21) & ~x) | ((d - ones) & ~d)) & high;
 }
 
 bool
@@ -197,7 +216,18 @@ proto_key_ok(const char *key, size_t len)
 {
     if (len == 0 || len > TC_KEY_MAX)
         return false;
-    for (size_t i = 0; i < len; i++) {
+    size_t i = 0;
+    uint64_t w;
+    for (; i + 8 <= len; i += 8) {
+        memcpy(&w, key + i, 8);
+        if (key_word_bad(w))
+            return false;
+    }
+    if (i < len && len >= 8) { /* the last 8 bytes, overlapping */
+        memcpy(&w, key + len - 8, 8);
+        return !key_word_bad(w);
+    }
+    for (; i < len; i++) {
         unsigned char ch = (unsigned char)key[i];
         if (ch <= ' ' || ch == 0x7f)
             return false;

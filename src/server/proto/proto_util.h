@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "src/server/obuf.h"
 
@@ -106,11 +107,42 @@ struct proto_token {
     const char *p;
     size_t n;
 };
+/* The index of the first ' ' in line[i..len), or len: eight bytes at a
+ * time (a key is scanned so, once per pass of the parsers). */
+static inline size_t
+proto_token_end(const char *line, size_t i, size_t len)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t ones = 0x0101010101010101ull;
+    while (i + 8 <= len) {
+        uint64_t w;
+        memcpy(&w, line + i, 8);
+        w ^= ones * ' ';
+        /* the lowest byte flagged is the first ' ' (a borrow only flags
+         * bytes above a zero one) */
+        uint64_t z = (w - ones) & ~w & (ones * 0x80);
+        if (z)
+            return i + (size_t)(__builtin_ctzll(z) >> 3);
+        i += 8;
+    }
+#endif
+    while (i < len && line[i] != ' ')
+        i++;
+    return i;
+}
+
 /* Split line[0..len) (no "\r\n") into at most max tokens; returns the
  * count, or max + 1 when there are more. */
 int proto_tokenize(const char *line, size_t len, struct proto_token *tok,
                    int max);
-bool proto_tok_is(const struct proto_token *t, const char *word);
+/* Is the token exactly word? Inline, so that the length of a literal word
+ * is a constant (no strlen per call on the request path). */
+static inline bool
+proto_tok_is(const struct proto_token *t, const char *word)
+{
+    size_t n = strlen(word);
+    return t->n == n && memcmp(t->p, word, n) == 0;
+}
 
 /* The end of the first line: index of its '\n' (the line is in[0..i), with
  * a trailing '\r' stripped by the caller), or -1 if there is none yet. */
