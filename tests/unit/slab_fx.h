@@ -4,8 +4,9 @@
  * test_slab_atime and test_slab_ablate, which keep their own): a pool over an
  * untouched aligned_alloc() buffer (the slab never writes the chunks), a slab
  * over it whose format hook only records its calls, and a bitmap of the
- * chunks held, so that a chunk handed out twice fails the test.
- * Include after <cmocka.h>.
+ * chunks held, so that a chunk handed out twice fails the test. test_quota.c
+ * uses it too, with no format hook (fixture_new_nohook). Include after
+ * <cmocka.h>.
  */
 #include "alloc/slab.h"
 
@@ -50,12 +51,11 @@ format_hook(void *arg, char *page, uint32_t chunk_size, uint32_t nchunks)
     f->nhook++;
 }
 
-/* min_chunk 64, factor 2, chunk_max 1 MiB: classes 64 << i, i = 0..14. */
+/* The pool and the bitmap of a fixture; no slab yet. */
 static inline struct fixture *
-fixture_new_cfg(uint32_t npages, const struct slab_config *cfg_in)
+fixture_alloc(uint32_t npages)
 {
     struct fixture *f = calloc(1, sizeof(*f));
-    struct slab_config cfg = *cfg_in;
     uint64_t len = (uint64_t)npages * POOL_PAGE_SIZE;
 
     assert_non_null(f);
@@ -65,14 +65,25 @@ fixture_new_cfg(uint32_t npages, const struct slab_config *cfg_in)
     f->seen = calloc(len / 8 / 64 + 1, sizeof(uint64_t));
     assert_non_null(f->seen);
     assert_int_equal(pool_create(f->mem, len, 0, &f->pool), 0);
+    return f;
+}
+
+/* A slab over the fixture's pool whose format hook records its calls. */
+static inline struct fixture *
+fixture_new_cfg(uint32_t npages, const struct slab_config *cfg_in)
+{
+    struct fixture *f = fixture_alloc(npages);
+    struct slab_config cfg = *cfg_in;
+
     cfg.format = format_hook;
     cfg.format_arg = f;
     assert_int_equal(slab_create(&cfg, f->pool, &f->slab), 0);
     return f;
 }
 
-static inline struct fixture *
-fixture_new(uint32_t npages)
+/* min_chunk 64, factor 2, chunk_max 1 MiB: classes 64 << i, i = 0..14. */
+static inline struct slab_config
+fixture_default_cfg(void)
 {
     struct slab_config cfg = {
         .min_chunk = 64,
@@ -80,7 +91,27 @@ fixture_new(uint32_t npages)
         .chunk_max = POOL_PAGE_SIZE,
     };
 
+    return cfg;
+}
+
+static inline struct fixture *
+fixture_new(uint32_t npages)
+{
+    struct slab_config cfg = fixture_default_cfg();
+
     return fixture_new_cfg(npages, &cfg);
+}
+
+/* The default classes with no format hook, for tests that add pages from
+ * several threads at once (the hook's record is for one thread). */
+static inline struct fixture *
+fixture_new_nohook(uint32_t npages)
+{
+    struct fixture *f = fixture_alloc(npages);
+    struct slab_config cfg = fixture_default_cfg();
+
+    assert_int_equal(slab_create(&cfg, f->pool, &f->slab), 0);
+    return f;
 }
 
 static inline void

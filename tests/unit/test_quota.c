@@ -30,103 +30,20 @@
 #include <cmocka.h>
 
 #include "seed_fx.h"
+#include "slab_fx.h"
 
 /* --- fixture --- */
 
-struct fixture {
-    char *mem;
-    uint32_t npages;
-    struct pool *pool;
-    struct slab *slab;
-    struct quota *q[2];
-    uint64_t *seen; /* bitmap over the pool, one bit per 8 bytes */
-};
-
-/* min_chunk 64, factor 2, chunk_max 1 MiB: classes 64 << i, i = 0..14. */
-static struct fixture *
-fixture_new(uint32_t npages)
-{
-    struct fixture *f = calloc(1, sizeof(*f));
-    struct slab_config cfg = {
-        .min_chunk = 64,
-        .growth_factor = 2.0,
-        .chunk_max = POOL_PAGE_SIZE,
-    };
-    uint64_t len = (uint64_t)npages * POOL_PAGE_SIZE;
-
-    assert_non_null(f);
-    f->npages = npages;
-    f->mem = aligned_alloc(POOL_PAGE_SIZE, len);
-    assert_non_null(f->mem);
-    f->seen = calloc(len / 8 / 64 + 1, sizeof(uint64_t));
-    assert_non_null(f->seen);
-    assert_int_equal(pool_create(f->mem, len, 0, &f->pool), 0);
-    assert_int_equal(slab_create(&cfg, f->pool, &f->slab), 0);
-    return f;
-}
+/* The quotas a test created, destroyed before the slab by teardown_quotas. */
+static struct quota *fq[2];
 
 static int
-teardown(void **state)
+teardown_quotas(void **state)
 {
-    struct fixture *f = *state;
-
-    if (f != NULL) {
-        quota_destroy(f->q[0]);
-        quota_destroy(f->q[1]);
-        slab_destroy(f->slab);
-        pool_destroy(f->pool);
-        free(f->seen);
-        free(f->mem);
-        free(f);
-    }
-    *state = NULL;
-    return 0;
-}
-
-static bool
-seen_add(uint64_t *seen, uint64_t off)
-{
-    uint64_t i = off / 8;
-    uint64_t bit = 1ull << (i % 64);
-
-    if (seen[i / 64] & bit)
-        return false;
-    seen[i / 64] |= bit;
-    return true;
-}
-
-static void
-seen_del(uint64_t *seen, uint64_t off)
-{
-    uint64_t i = off / 8;
-
-    seen[i / 64] &= ~(1ull << (i % 64));
-}
-
-static unsigned
-class_of_size(const struct slab *s, uint32_t size)
-{
-    for (unsigned c = 0; c < slab_nclasses(s); c++)
-        if (slab_chunk_size(s, c) == size)
-            return c;
-    fail_msg("no class of size %u", size);
-    return 0;
-}
-
-static uint32_t
-page_of(uint64_t off)
-{
-    return (uint32_t)(off >> POOL_PAGE_SHIFT);
-}
-
-static struct slab_class_stats
-stats_of(const struct slab *s, unsigned cls)
-{
-    struct slab_class_stats st;
-
-    memset(&st, 0xa5, sizeof(st));
-    slab_class_stats(s, cls, &st);
-    return st;
+    quota_destroy(fq[0]);
+    quota_destroy(fq[1]);
+    fq[0] = fq[1] = NULL;
+    return teardown(state);
 }
 
 static uint64_t
@@ -149,7 +66,7 @@ alloc1(struct fixture *f, struct quota *q, unsigned cls)
     assert_true(off < (uint64_t)f->npages * POOL_PAGE_SIZE);
     assert_int_equal(off % POOL_PAGE_SIZE % size, 0);
     assert_int_equal(slab_class_of(f->slab, off), cls);
-    if (!seen_add(f->seen, off))
+    if (!seen_add(f, off))
         fail_msg("chunk at offset %llu handed out twice",
                  (unsigned long long)off);
     return off;
@@ -158,7 +75,7 @@ alloc1(struct fixture *f, struct quota *q, unsigned cls)
 static void
 free1(struct fixture *f, struct quota *q, unsigned cls, uint64_t off)
 {
-    seen_del(f->seen, off);
+    seen_del(f, off);
     quota_free(q, cls, off);
 }
 
@@ -167,20 +84,20 @@ free1(struct fixture *f, struct quota *q, unsigned cls, uint64_t off)
 static void
 test_create_args(void **state)
 {
-    struct fixture *f = fixture_new(1);
+    struct fixture *f = fixture_new_nohook(1);
     struct quota *q = (struct quota *)0x1;
 
     *state = f;
     assert_int_equal(quota_create(f->slab, 257, &q), -EINVAL);
     assert_int_equal(quota_create(f->slab, 100000, &q), -EINVAL);
     assert_ptr_equal(q, (struct quota *)0x1);
-    assert_int_equal(quota_create(f->slab, 0, &f->q[0]), 0);
-    assert_int_equal(quota_create(f->slab, 256, &f->q[1]), 0);
-    quota_destroy(f->q[1]);
-    assert_int_equal(quota_create(f->slab, 1, &f->q[1]), 0);
-    assert_int_equal(quota_refills(f->q[0]), 0);
+    assert_int_equal(quota_create(f->slab, 0, &fq[0]), 0);
+    assert_int_equal(quota_create(f->slab, 256, &fq[1]), 0);
+    quota_destroy(fq[1]);
+    assert_int_equal(quota_create(f->slab, 1, &fq[1]), 0);
+    assert_int_equal(quota_refills(fq[0]), 0);
     for (unsigned c = 0; c < slab_nclasses(f->slab); c++)
-        assert_int_equal(quota_stashed(f->q[0], c), 0);
+        assert_int_equal(quota_stashed(fq[0], c), 0);
     quota_destroy(NULL);
 }
 
@@ -188,26 +105,26 @@ test_create_args(void **state)
 static void
 test_exhaust(void **state)
 {
-    struct fixture *f = fixture_new(2);
+    struct fixture *f = fixture_new_nohook(2);
     unsigned cls = class_of_size(f->slab, 131072); /* 8 a page */
     uint64_t off, got[16];
 
     *state = f;
-    assert_int_equal(quota_create(f->slab, 4, &f->q[0]), 0);
+    assert_int_equal(quota_create(f->slab, 4, &fq[0]), 0);
     for (int i = 0; i < 16; i++)
-        got[i] = alloc1(f, f->q[0], cls);
-    assert_int_equal(quota_alloc(f->q[0], cls, &off), -ENOSPC);
-    assert_int_equal(quota_alloc(f->q[0], cls, &off), -ENOSPC);
-    assert_int_equal(quota_stashed(f->q[0], cls), 0);
+        got[i] = alloc1(f, fq[0], cls);
+    assert_int_equal(quota_alloc(fq[0], cls, &off), -ENOSPC);
+    assert_int_equal(quota_alloc(fq[0], cls, &off), -ENOSPC);
+    assert_int_equal(quota_stashed(fq[0], cls), 0);
     assert_int_equal(pool_nfree(f->pool), 0);
 
     /* another class has no page left either */
-    assert_int_equal(quota_alloc(f->q[0], class_of_size(f->slab, 64), &off),
+    assert_int_equal(quota_alloc(fq[0], class_of_size(f->slab, 64), &off),
                      -ENOSPC);
 
     for (int i = 0; i < 16; i++)
-        free1(f, f->q[0], cls, got[i]);
-    quota_flush(f->q[0]);
+        free1(f, fq[0], cls, got[i]);
+    quota_flush(fq[0]);
     assert_int_equal(stats_of(f->slab, cls).free_chunks, 16);
     assert_int_equal(slab_check(f->slab), 0);
 }
@@ -215,14 +132,14 @@ test_exhaust(void **state)
 static void
 test_exhaust_small_class(void **state)
 {
-    struct fixture *f = fixture_new(2);
+    struct fixture *f = fixture_new_nohook(2);
     unsigned cls = class_of_size(f->slab, 64);
     uint64_t off, n = 0;
 
     *state = f;
-    assert_int_equal(quota_create(f->slab, 0, &f->q[0]), 0);
-    while (quota_alloc(f->q[0], cls, &off) == 0) {
-        assert_true(seen_add(f->seen, off));
+    assert_int_equal(quota_create(f->slab, 0, &fq[0]), 0);
+    while (quota_alloc(fq[0], cls, &off) == 0) {
+        assert_true(seen_add(f, off));
         assert_true(++n <= 2 * (POOL_PAGE_SIZE / 64));
     }
     assert_int_equal(n, 2 * (POOL_PAGE_SIZE / 64));
@@ -234,26 +151,26 @@ test_exhaust_small_class(void **state)
 static void
 test_refills(void **state)
 {
-    struct fixture *f = fixture_new(2);
+    struct fixture *f = fixture_new_nohook(2);
     unsigned cls = class_of_size(f->slab, 64);
 
     *state = f;
-    assert_int_equal(quota_create(f->slab, 0, &f->q[0]), 0);
+    assert_int_equal(quota_create(f->slab, 0, &fq[0]), 0);
     for (unsigned k = 0; k < 10; k++) {
         for (unsigned i = 0; i < 32; i++) {
-            alloc1(f, f->q[0], cls);
-            assert_int_equal(quota_refills(f->q[0]), k + 1);
-            assert_int_equal(quota_stashed(f->q[0], cls), 31 - i);
+            alloc1(f, fq[0], cls);
+            assert_int_equal(quota_refills(fq[0]), k + 1);
+            assert_int_equal(quota_stashed(fq[0], cls), 31 - i);
         }
     }
     assert_int_equal(stats_of(f->slab, cls).takes, 10);
 
     /* batch 5 on a second quota */
-    assert_int_equal(quota_create(f->slab, 5, &f->q[1]), 0);
+    assert_int_equal(quota_create(f->slab, 5, &fq[1]), 0);
     for (unsigned i = 0; i < 50; i++)
-        alloc1(f, f->q[1], cls);
-    assert_int_equal(quota_refills(f->q[1]), 10);
-    assert_int_equal(quota_refills(f->q[0]), 10);
+        alloc1(f, fq[1], cls);
+    assert_int_equal(quota_refills(fq[1]), 10);
+    assert_int_equal(quota_refills(fq[0]), 10);
 }
 
 /* Freeing into a quota: the stash grows, and when full gives a batch back in
@@ -261,7 +178,7 @@ test_refills(void **state)
 static void
 test_free_overflow(void **state)
 {
-    struct fixture *f = fixture_new(2);
+    struct fixture *f = fixture_new_nohook(2);
     unsigned cls = class_of_size(f->slab, 64);
     enum { N = 2000, BATCH = 16 };
     uint64_t *got = malloc(N * sizeof(uint64_t));
@@ -269,22 +186,22 @@ test_free_overflow(void **state)
 
     *state = f;
     assert_non_null(got);
-    assert_int_equal(quota_create(f->slab, BATCH, &f->q[0]), 0);
+    assert_int_equal(quota_create(f->slab, BATCH, &fq[0]), 0);
     for (unsigned i = 0; i < N; i++)
-        got[i] = alloc1(f, f->q[0], cls);
-    quota_flush(f->q[0]);
-    assert_int_equal(quota_stashed(f->q[0], cls), 0);
+        got[i] = alloc1(f, fq[0], cls);
+    quota_flush(fq[0]);
+    assert_int_equal(quota_stashed(fq[0], cls), 0);
 
     uint64_t total = class_total(f->slab, cls);
     struct slab_class_stats st0 = stats_of(f->slab, cls);
 
     assert_int_equal(st0.free_chunks, total - N);
     for (unsigned i = 0; i < N; i++) {
-        unsigned s0 = quota_stashed(f->q[0], cls);
+        unsigned s0 = quota_stashed(fq[0], cls);
         uint64_t f0 = stats_of(f->slab, cls).free_chunks;
 
-        free1(f, f->q[0], cls, got[i]);
-        unsigned s1 = quota_stashed(f->q[0], cls);
+        free1(f, fq[0], cls, got[i]);
+        unsigned s1 = quota_stashed(fq[0], cls);
         uint64_t f1 = stats_of(f->slab, cls).free_chunks;
 
         assert_int_equal(s1 + f1, s0 + f0 + 1);
@@ -305,7 +222,7 @@ test_free_overflow(void **state)
     assert_true(drops > 0);
     assert_true(max_stash >= BATCH);
     assert_true(max_stash < N / 4);
-    quota_flush(f->q[0]);
+    quota_flush(fq[0]);
     assert_int_equal(stats_of(f->slab, cls).free_chunks, total);
     assert_int_equal(stats_of(f->slab, cls).gives - st0.gives, N);
     free(got);
@@ -314,23 +231,23 @@ test_free_overflow(void **state)
 static void
 test_flush_and_destroy(void **state)
 {
-    struct fixture *f = fixture_new(8);
+    struct fixture *f = fixture_new_nohook(8);
     const uint32_t sizes[] = {64, 4096, 131072};
     unsigned cls[3];
     uint64_t keep[3][20];
 
     *state = f;
-    assert_int_equal(quota_create(f->slab, 0, &f->q[0]), 0);
+    assert_int_equal(quota_create(f->slab, 0, &fq[0]), 0);
     for (int i = 0; i < 3; i++) {
         cls[i] = class_of_size(f->slab, sizes[i]);
         for (int k = 0; k < 20; k++)
-            keep[i][k] = alloc1(f, f->q[0], cls[i]);
+            keep[i][k] = alloc1(f, fq[0], cls[i]);
         for (int k = 0; k < 10; k++)
-            free1(f, f->q[0], cls[i], keep[i][k]);
+            free1(f, fq[0], cls[i], keep[i][k]);
     }
-    quota_flush(f->q[0]);
+    quota_flush(fq[0]);
     for (unsigned c = 0; c < slab_nclasses(f->slab); c++)
-        assert_int_equal(quota_stashed(f->q[0], c), 0);
+        assert_int_equal(quota_stashed(fq[0], c), 0);
     for (int i = 0; i < 3; i++)
         assert_int_equal(stats_of(f->slab, cls[i]).free_chunks + 10,
                          class_total(f->slab, cls[i]));
@@ -339,10 +256,10 @@ test_flush_and_destroy(void **state)
     /* free the rest into the quota and destroy it: all back in the slab */
     for (int i = 0; i < 3; i++)
         for (int k = 10; k < 20; k++)
-            free1(f, f->q[0], cls[i], keep[i][k]);
-    alloc1(f, f->q[0], cls[0]); /* one chunk stays held */
-    quota_destroy(f->q[0]);
-    f->q[0] = NULL;
+            free1(f, fq[0], cls[i], keep[i][k]);
+    alloc1(f, fq[0], cls[0]); /* one chunk stays held */
+    quota_destroy(fq[0]);
+    fq[0] = NULL;
     for (int i = 0; i < 3; i++)
         assert_int_equal(stats_of(f->slab, cls[i]).free_chunks + (i == 0),
                          class_total(f->slab, cls[i]));
@@ -354,7 +271,7 @@ test_flush_and_destroy(void **state)
 static void
 test_accounting_random(void **state)
 {
-    struct fixture *f = fixture_new(12);
+    struct fixture *f = fixture_new_nohook(12);
     const uint32_t sizes[] = {64, 1024, 16384, 131072, 524288};
     enum { NC = ARRAY_SIZE(sizes), MAXHELD = 8000 };
     unsigned cls[NC];
@@ -363,8 +280,8 @@ test_accounting_random(void **state)
     uint64_t seed = alloc_test_seed(), rng = seed | 1;
 
     *state = f;
-    assert_int_equal(quota_create(f->slab, 8, &f->q[0]), 0);
-    assert_int_equal(quota_create(f->slab, 32, &f->q[1]), 0);
+    assert_int_equal(quota_create(f->slab, 8, &fq[0]), 0);
+    assert_int_equal(quota_create(f->slab, 32, &fq[1]), 0);
     for (unsigned i = 0; i < NC; i++) {
         cls[i] = class_of_size(f->slab, sizes[i]);
         held[i] = malloc(MAXHELD * sizeof(uint64_t));
@@ -373,7 +290,7 @@ test_accounting_random(void **state)
     for (int burst = 0; burst < 300; burst++) {
         for (int op = 0; op < 200; op++) {
             unsigned i = (unsigned)(rng_next(&rng) % NC);
-            struct quota *q = f->q[rng_next(&rng) % 2];
+            struct quota *q = fq[rng_next(&rng) % 2];
 
             if (rng_next(&rng) % 100 < 52 && nheld[i] < MAXHELD) {
                 uint64_t off;
@@ -385,7 +302,7 @@ test_accounting_random(void **state)
                 CHECK_SEED(slab_class_of(f->slab, off) == cls[i], seed,
                            "burst %d: chunk of class %u from class %u", burst,
                            slab_class_of(f->slab, off), cls[i]);
-                CHECK_SEED(seen_add(f->seen, off), seed,
+                CHECK_SEED(seen_add(f, off), seed,
                            "burst %d: offset %llu handed out twice", burst,
                            (unsigned long long)off);
                 held[i][nheld[i]++] = off;
@@ -398,11 +315,11 @@ test_accounting_random(void **state)
             }
         }
         if (burst % 50 == 49)
-            quota_flush(f->q[burst % 2]);
+            quota_flush(fq[burst % 2]);
         for (unsigned i = 0; i < NC; i++) {
             struct slab_class_stats st = stats_of(f->slab, cls[i]);
             uint64_t stashed =
-                quota_stashed(f->q[0], cls[i]) + quota_stashed(f->q[1], cls[i]);
+                quota_stashed(fq[0], cls[i]) + quota_stashed(fq[1], cls[i]);
 
             CHECK_SEED(st.free_chunks + stashed + nheld[i] ==
                            (uint64_t)st.pages * st.perpage,
@@ -420,11 +337,11 @@ test_accounting_random(void **state)
     }
     for (unsigned i = 0; i < NC; i++) {
         while (nheld[i] > 0)
-            free1(f, f->q[0], cls[i], held[i][--nheld[i]]);
+            free1(f, fq[0], cls[i], held[i][--nheld[i]]);
         free(held[i]);
     }
-    quota_flush(f->q[0]);
-    quota_flush(f->q[1]);
+    quota_flush(fq[0]);
+    quota_flush(fq[1]);
     for (unsigned i = 0; i < NC; i++)
         assert_int_equal(stats_of(f->slab, cls[i]).free_chunks,
                          class_total(f->slab, cls[i]));
@@ -436,20 +353,20 @@ test_accounting_random(void **state)
 static void
 test_draining_stash(void **state)
 {
-    struct fixture *f = fixture_new(6);
+    struct fixture *f = fixture_new_nohook(6);
     unsigned cls = class_of_size(f->slab, 65536); /* 16 a page */
     uint64_t first, off, live[16];
     uint32_t page;
 
     *state = f;
-    assert_int_equal(quota_create(f->slab, 32, &f->q[0]), 0);
-    first = alloc1(f, f->q[0], cls);
+    assert_int_equal(quota_create(f->slab, 32, &fq[0]), 0);
+    first = alloc1(f, fq[0], cls);
     page = page_of(first);
-    assert_true(quota_stashed(f->q[0], cls) > 0); /* the rest of the page */
+    assert_true(quota_stashed(fq[0], cls) > 0); /* the rest of the page */
     assert_int_equal(slab_drain_begin(f->slab, page), 0);
 
     for (int i = 0; i < 40; i++) {
-        off = alloc1(f, f->q[0], cls);
+        off = alloc1(f, fq[0], cls);
         if (page_of(off) == page)
             fail_msg("alloc %d: chunk %llu of the draining page %u", i,
                      (unsigned long long)off, page);
@@ -459,10 +376,10 @@ test_draining_stash(void **state)
 
     /* freed into the stash, the chunk still blocks the drain until the
      * stash goes back */
-    free1(f, f->q[0], cls, first);
-    off = alloc1(f, f->q[0], cls);
+    free1(f, fq[0], cls, first);
+    off = alloc1(f, fq[0], cls);
     assert_int_not_equal(page_of(off), page);
-    quota_flush(f->q[0]);
+    quota_flush(fq[0]);
     assert_int_equal(slab_drain_finish(f->slab, page), 0);
     assert_int_equal(slab_class_of(f->slab, first), SLAB_NO_CLASS);
     assert_int_equal(slab_check(f->slab), 0);
@@ -542,7 +459,7 @@ alloc_only_main(void *arg)
 static void
 test_two_threads_distinct(void **state)
 {
-    struct fixture *f = fixture_new(8);
+    struct fixture *f = fixture_new_nohook(8);
     const uint32_t sizes[] = {64, 2048, 65536, 262144};
     struct shared sh = {.f = f, .ncls = 4};
     struct worker w[2];
@@ -577,21 +494,21 @@ test_two_threads_distinct(void **state)
     /* and the set check, single-threaded now */
     for (int i = 0; i < 2; i++)
         for (unsigned k = 0; k < w[i].nheld; k++)
-            CHECK_SEED(seen_add(f->seen, w[i].held[k]), sh.seed,
+            CHECK_SEED(seen_add(f, w[i].held[k]), sh.seed,
                        "offset %llu handed out twice",
                        (unsigned long long)w[i].held[k]);
 
     /* the owners are gone: give everything back through a quota of ours
      * and destroy theirs from this thread */
-    assert_int_equal(quota_create(f->slab, 0, &f->q[0]), 0);
+    assert_int_equal(quota_create(f->slab, 0, &fq[0]), 0);
     for (int i = 0; i < 2; i++) {
         for (unsigned k = 0; k < w[i].nheld; k++)
-            quota_free(f->q[0], sh.cls[w[i].held_cls[k]], w[i].held[k]);
+            quota_free(fq[0], sh.cls[w[i].held_cls[k]], w[i].held[k]);
         quota_destroy(w[i].q);
         free(w[i].held);
         free(w[i].held_cls);
     }
-    quota_flush(f->q[0]);
+    quota_flush(fq[0]);
     for (int i = 0; i < 4; i++)
         assert_int_equal(stats_of(f->slab, sh.cls[i]).free_chunks,
                          class_total(f->slab, sh.cls[i]));
@@ -676,7 +593,7 @@ stress_main(void *arg)
 static void
 test_two_threads_stress(void **state)
 {
-    struct fixture *f = fixture_new(6);
+    struct fixture *f = fixture_new_nohook(6);
     const uint32_t sizes[] = {64, 1024, 65536, 262144};
     struct shared sh = {.f = f, .ncls = 4};
     struct worker w[2];
@@ -750,16 +667,16 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_create_args, teardown),
-        cmocka_unit_test_teardown(test_exhaust, teardown),
-        cmocka_unit_test_teardown(test_exhaust_small_class, teardown),
-        cmocka_unit_test_teardown(test_refills, teardown),
-        cmocka_unit_test_teardown(test_free_overflow, teardown),
-        cmocka_unit_test_teardown(test_flush_and_destroy, teardown),
-        cmocka_unit_test_teardown(test_accounting_random, teardown),
-        cmocka_unit_test_teardown(test_draining_stash, teardown),
-        cmocka_unit_test_teardown(test_two_threads_distinct, teardown),
-        cmocka_unit_test_teardown(test_two_threads_stress, teardown),
+        cmocka_unit_test_teardown(test_create_args, teardown_quotas),
+        cmocka_unit_test_teardown(test_exhaust, teardown_quotas),
+        cmocka_unit_test_teardown(test_exhaust_small_class, teardown_quotas),
+        cmocka_unit_test_teardown(test_refills, teardown_quotas),
+        cmocka_unit_test_teardown(test_free_overflow, teardown_quotas),
+        cmocka_unit_test_teardown(test_flush_and_destroy, teardown_quotas),
+        cmocka_unit_test_teardown(test_accounting_random, teardown_quotas),
+        cmocka_unit_test_teardown(test_draining_stash, teardown_quotas),
+        cmocka_unit_test_teardown(test_two_threads_distinct, teardown_quotas),
+        cmocka_unit_test_teardown(test_two_threads_stress, teardown_quotas),
     };
 
     return cmocka_run_group_tests_name("quota", tests, NULL, NULL);
