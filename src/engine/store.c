@@ -394,20 +394,27 @@ static bool snapshot(struct cache *c, struct store_req *r,
  * with "out of memory" where memcached says "exists". The decision is
  * taken again under the bucket lock. */
 static int
-precheck(struct cache_thread *t, struct store_req *r)
+precheck_index(struct cache_thread *t, struct store_req *r, bool cas)
 {
     struct item_desc old;
     uint64_t loc;
-    bool cas = r->cas_check || r->mode == TC_CAS;
-
-    if (!cas && r->mode != TC_ADD && r->mode != TC_REPLACE)
-        return TC_OK;
     bool hit = snapshot(t->cache, r, &old, &loc);
     if (cas)
         return !hit ? TC_NOT_FOUND : old.cas != r->cas_in ? TC_EXISTS : TC_OK;
     if (r->mode == TC_ADD)
         return hit ? TC_NOT_STORED : TC_OK;
     return hit ? TC_OK : TC_NOT_STORED;
+}
+
+/* Inline, so that the modes it does not answer for (a set) fold away
+ * where the mode is a constant. */
+static inline __attribute__((always_inline)) int
+precheck(struct cache_thread *t, struct store_req *r)
+{
+    bool cas = r->cas_check || r->mode == TC_CAS;
+    if (!cas && r->mode != TC_ADD && r->mode != TC_REPLACE)
+        return TC_OK;
+    return precheck_index(t, r, cas);
 }
 
 /* store_plain's body: inline in store_plain and in store_set, where the
@@ -444,10 +451,7 @@ store_plain_inline(struct cache_thread *t, enum tc_store_mode mode,
     r.claim_win = r.keep_fetched = r.check_exptime = false;
     r.recache = r.in_place = false;
     r.xloc = (struct nvs_loc){0};
-    /* the modes precheck answers for, tested here so that a set's folds */
-    bool pre =
-        r.cas_check || mode == TC_CAS || mode == TC_ADD || mode == TC_REPLACE;
-    int rc = vlen > UINT32_MAX ? -E2BIG : pre ? precheck(t, &r) : TC_OK;
+    int rc = vlen > UINT32_MAX ? -E2BIG : precheck(t, &r);
     if (rc == TC_OK)
         rc = store_one_inline(t, &r, cas_out);
     count_outcome(t, rc == -E2BIG ? SLAB_NO_CLASS : req_class(t->cache, &r),
