@@ -239,7 +239,8 @@ layers:
 	fi
 
 # No call cycles between files: tools/callcycles reads the symbol tables of
-# $(VARIANT)'s library and server objects, makes the file-level call graph
+# $(VARIANT)'s library and server objects (those of today's sources, not a
+# stale object left in the build tree by a moved file), makes the file-level call graph
 # (A -> B when A's object uses a symbol B's defines) and prints every cycle,
 # of any length, with the symbols behind each edge. Two files that call
 # each other are one module in disguise, or need a hook the lower one
@@ -248,8 +249,8 @@ CYCLES_DIRS ?=
 .PHONY: cycles
 cycles: $(LIB_OBJS_$(VARIANT)) $(SRV_OBJS_$(VARIANT)) \
 		build/$(VARIANT)/src/server/tiercached.o
-	/usr/bin/python3 tools/callcycles \
-		$(addprefix --under ,$(CYCLES_DIRS)) build/$(VARIANT)
+	/usr/bin/python3 tools/callcycles --root build/$(VARIANT) \
+		$(addprefix --under ,$(CYCLES_DIRS)) $^
 
 # Suites of `make test`, run in this order by sub-makes. Adding a suite is
 # one line here plus its own target, e.g.
