@@ -33,6 +33,8 @@
  *     outgrown table is not freed but retired (s->retired, a lock-free
  *     list), and the engine frees it after an RCU grace period
  *     (slab_retired_take / slab_retired_free).
+ *   The page records and the tables come from the slab's own arena on
+ *   huge pages (alloc/slab_tables.c, its leaf mutex guards it).
  *   Immutable after slab_create: classes' size/perpage/recip and the page
  *     info array.
  *   Lock order: class -> pool (slab_take drops the class lock before it asks
@@ -311,12 +313,16 @@ slab_create(const struct slab_config *cfg, struct pool *pool, struct slab **out)
     if (rc)
         goto err_free;
     s->npages = pool_npages(pool);
+    rc = slab_tables_init(s);
+    if (rc) {
+        err_set("no DRAM for slab tables of %u pages", s->npages);
+        goto err_free;
+    }
     rc = -ENOMEM;
-    s->page = calloc(s->npages, sizeof(*s->page));
     s->page_lists = malloc((size_t)s->npages * s->nclasses * sizeof(uint32_t));
     s->summary =
         calloc((size_t)s->npages * PAGE_SUMMARY_WORDS, sizeof(uint64_t));
-    if (!s->page || !s->page_lists || !s->summary)
+    if (!s->page_lists || !s->summary)
         goto err_free_tables;
     for (uint32_t p = 0; p < s->npages; p++)
         atomic_init(&s->page[p].cls, SLAB_NO_CLASS);
@@ -329,7 +335,7 @@ slab_create(const struct slab_config *cfg, struct pool *pool, struct slab **out)
 
 err_free_tables:
     err_set("no DRAM for slab tables of %u pages", s->npages);
-    free(s->page);
+    slab_tables_fini(s);
     free(s->page_lists);
     free(s->summary);
 err_free:
@@ -344,10 +350,7 @@ slab_destroy(struct slab *s)
         return;
     for (unsigned i = 0; i < s->nclasses; i++)
         lock_fini(&s->cls[i].lock);
-    for (uint32_t p = 0; p < s->npages; p++)
-        free(s->page[p].free_bits);
-    slab_retired_free(slab_retired_take(s));
-    free(s->page);
+    slab_tables_fini(s); /* every table and the retired ones with them */
     free(s->page_lists);
     free(s->summary);
     free(s);
@@ -531,14 +534,15 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
         pmeta_install(s, c, pg);
 }
 
-/* An outgrown table joins the retired list (a lock-free push; its first
- * word, a free-bit word nobody reads any more, holds the link). Release:
- * pairs with the acquire exchange in slab_retired_take, which then sees
- * the link. */
+/* An outgrown table of nwords joins the retired list (a lock-free push;
+ * its first two words, free-bit words nobody reads any more, hold the link
+ * and its size). Release: pairs with the acquire exchange in
+ * slab_retired_take, which then sees them. */
 static void
-retire_table(struct slab *s, uint64_t *old)
+retire_table(struct slab *s, uint64_t *old, uint32_t nwords)
 {
     uint64_t *head = atomic_load_explicit(&s->retired, memory_order_relaxed);
+    old[1] = nwords; /* a table has TABLE_WORDS words at least */
     do
         old[0] = (uint64_t)(uintptr_t)head;
     while (!atomic_compare_exchange_weak_explicit(
@@ -558,20 +562,18 @@ size_bits(struct slab *s, struct slab_page *p, uint32_t nwords)
 {
     if (p->bits_words >= nwords)
         return 0;
-    uint64_t *b = calloc((size_t)nwords * TABLE_WORDS, sizeof(uint64_t));
+    uint64_t *b = slab_tables_alloc(s, nwords);
     if (!b)
         return -ENOMEM;
-    atomic_fetch_add_explicit(
-        &s->bits_bytes, (uint64_t)(nwords - p->bits_words) * TABLE_WORDS * 8,
-        memory_order_relaxed);
     uint64_t *old = p->free_bits;
+    uint32_t old_words = p->bits_words;
     p->free_bits = b;
     /* relaxed: see page_words; install_page_locked sets it again */
     atomic_store_explicit(&p->chunk_word, (_Atomic uint16_t *)(b + nwords),
                           memory_order_relaxed);
     p->bits_words = nwords;
     if (old)
-        retire_table(s, old);
+        retire_table(s, old, old_words);
     return 0;
 }
 
@@ -585,12 +587,12 @@ slab_retired_take(struct slab *s)
 }
 
 void
-slab_retired_free(struct slab_retired *list)
+slab_retired_free(struct slab *s, struct slab_retired *list)
 {
     uint64_t *t = (uint64_t *)list;
     while (t) {
         uint64_t *next = (uint64_t *)(uintptr_t)t[0];
-        free(t);
+        slab_tables_free(s, t, (uint32_t)t[1]);
         t = next;
     }
 }
@@ -1148,8 +1150,7 @@ slab_ablate_unlock(struct slab *s, unsigned cls)
 uint64_t
 slab_dram_bytes(const struct slab *s)
 {
-    return sizeof(*s) + (uint64_t)s->npages * sizeof(*s->page) +
-           atomic_load_explicit(&s->bits_bytes, memory_order_relaxed) +
+    return sizeof(*s) + slab_tables_mapped(s) +
            (uint64_t)s->npages * s->nclasses * sizeof(uint32_t);
 }
 

@@ -12,6 +12,7 @@
 #include "src/base/compiler.h"
 #include "src/base/lock.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -87,6 +88,18 @@ struct slab_class {
     uint64_t pages_removed;
 } CACHE_ALIGNED;
 
+/* The arena of the page records and tables (alloc/slab_tables.c). */
+struct tables_region;
+struct slab_tables {
+    pthread_mutex_t lock;          /* leaf: guards what follows */
+    struct tables_region *regions; /* mapped regions, newest first */
+    char *next, *end;              /* the bump range in the newest */
+    uint64_t **free_lists;         /* by nwords: freed tables, linked
+                                      through their first word */
+    _Atomic uint64_t mapped;       /* bytes of all regions (written
+                                      under the lock, read relaxed) */
+};
+
 struct slab {
     struct pool *pool;
     slab_format_fn *format;
@@ -96,8 +109,7 @@ struct slab {
     bool format_in_lock; /* ablation only */
     unsigned nclasses;
     uint32_t npages;             /* pages in the pool mapping */
-    struct slab_page *page;      /* one per pool page */
-    _Atomic uint64_t bits_bytes; /* bitmap DRAM in use, for stats */
+    struct slab_page *page;      /* one per pool page, in tables */
     _Atomic uint32_t atime_next; /* unix second of the next atime rebase */
     /* tables pages outgrew, linked through their first word, until the
      * engine frees them after a grace period (slab_retired_take) */
@@ -113,8 +125,25 @@ struct slab {
      * the smallest size of its 8-byte step (8 * i - 7); set up with the
      * classes, read only after */
     uint8_t class_by8[SLAB_CLASS_LUT_MAX / 8 + 1];
+    struct slab_tables tables;
     struct slab_class cls[SLAB_MAX_CLASSES];
 };
+
+/* --- the arena of page records and tables (alloc/slab_tables.c) --- */
+
+/* Map the first region and carve s->page (s->npages zeroed records) from
+ * it: 0 or -ENOMEM. */
+int slab_tables_init(struct slab *s);
+/* Unmap every region (the records and all tables with them). */
+void slab_tables_fini(struct slab *s);
+/* A table of nwords free-bit words and their chunk words (nwords *
+ * TABLE_WORDS words, contents undefined), or NULL. Locks: tables (leaf). */
+uint64_t *slab_tables_alloc(struct slab *s, uint32_t nwords);
+/* Give back a table of nwords that nobody can reach any more (after its
+ * grace period). Locks: tables (leaf). */
+void slab_tables_free(struct slab *s, uint64_t *table, uint32_t nwords);
+/* Bytes mapped for records and tables (relaxed: for stats). */
+uint64_t slab_tables_mapped(const struct slab *s);
 
 static inline uint32_t
 chunk_index(const struct slab_class *c, uint64_t off)
