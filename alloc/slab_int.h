@@ -1,14 +1,18 @@
 #pragma once
 /*
  * Internals of the slab shared by alloc/slab.c (classes, pages, chunks and
- * their bits) and alloc/slab_atime.c (the access time in each chunk's DRAM
- * word), and by alloc/quota.c for a page's state (its fast paths). Not for
+ * their bits), alloc/slab_scan.c (the CLOCK and expiry scans, page drains),
+ * alloc/slab_atime.c (the access time in each chunk's DRAM word) and
+ * alloc/slab_tables.c (the arena the page records and tables come from),
+ * and by alloc/quota.c for a page's state (its fast paths). Not for
  * use outside alloc/. The concurrency rules of every field are at the top
  * of alloc/slab.c; each file repeats what it touches.
  */
 
 #include "alloc/slab.h"
 
+#include "alloc/pool.h"
+#include "alloc/slab_layout.h"
 #include "src/base/compiler.h"
 #include "src/base/lock.h"
 
@@ -224,4 +228,123 @@ word_set_time(_Atomic uint16_t *w, uint16_t v, uint32_t now)
                                                   memory_order_relaxed,
                                                   memory_order_relaxed))
         ;
+}
+
+/* A page's class and state: written under the owning class's lock, read
+ * relaxed (a hint without the lock; under it, the lock orders them). */
+static inline unsigned
+page_cls(const struct slab_page *p)
+{
+    return atomic_load_explicit(&p->cls, memory_order_relaxed);
+}
+
+static inline unsigned
+page_state(const struct slab_page *p)
+{
+    return atomic_load_explicit(&p->state, memory_order_relaxed);
+}
+
+/* --- EXPERIMENT ONLY: page metadata mirrored into PMEM (ablation) --- */
+
+static inline uint64_t *
+pmeta_word(const struct slab *s, uint32_t pg, uint32_t w)
+{
+    return (uint64_t *)(pool_base(s->pool) +
+                        ((uint64_t)pg << POOL_PAGE_SHIFT)) +
+           w;
+}
+
+static inline void
+pmeta_put(const struct slab *s, uint32_t pg, uint32_t w, uint64_t v)
+{
+    s->meta_write(s->meta_arg, pmeta_word(s, pg, w), v);
+}
+
+static inline void
+pmeta_id(const struct slab *s, uint32_t pg)
+{
+    const struct slab_page *p = &s->page[pg];
+    pmeta_put(s, pg, SLAB_PMETA_ID,
+              SLAB_PMETA_MAGIC | (uint64_t)page_cls(p) << 32 |
+                  (uint64_t)page_state(p) << 40);
+}
+
+static inline void
+pmeta_count(const struct slab *s, uint32_t pg)
+{
+    const struct slab_page *p = &s->page[pg];
+    pmeta_put(s, pg, SLAB_PMETA_COUNT, p->nfree | (uint64_t)p->scan_word << 32);
+}
+
+static inline void
+pmeta_links(const struct slab *s, uint32_t pg)
+{
+    const struct slab_page *p = &s->page[pg];
+    pmeta_put(s, pg, SLAB_PMETA_LINKS, p->next | (uint64_t)p->prev << 32);
+}
+
+static inline void
+pmeta_free_word(const struct slab *s, uint32_t pg, uint32_t w)
+{
+    pmeta_put(s, pg, SLAB_PMETA_BITS + w, s->page[pg].free_bits[w]);
+}
+
+/* The chunk's CLOCK bit in the mirror: read, change, store (a racing
+ * reader may lose an update of the mirror, never of the DRAM bits). */
+static inline void
+pmeta_ref(const struct slab *s, const struct slab_class *c, uint32_t pg,
+          uint32_t idx, bool set)
+{
+    uint32_t w = SLAB_PMETA_BITS + c->nwords + idx / 64;
+    uint64_t bit = 1ull << (idx % 64);
+    uint64_t old = __atomic_load_n(pmeta_word(s, pg, w), __ATOMIC_RELAXED);
+    uint64_t v = set ? old | bit : old & ~bit;
+    if (v != old)
+        pmeta_put(s, pg, w, v);
+}
+
+/* --- partial list (class lock held) --- */
+
+static inline void
+partial_push_locked(struct slab *s, struct slab_class *c, uint32_t pg)
+{
+    struct slab_page *p = &s->page[pg];
+    p->prev = NO_PAGE;
+    p->next = c->partial;
+    if (c->partial != NO_PAGE)
+        s->page[c->partial].prev = pg;
+    if (PMETA_ON(s)) {
+        if (c->partial != NO_PAGE)
+            pmeta_links(s, c->partial);
+        pmeta_links(s, pg);
+    }
+    c->partial = pg;
+}
+
+static inline void
+partial_remove_locked(struct slab *s, struct slab_class *c, uint32_t pg)
+{
+    struct slab_page *p = &s->page[pg];
+    if (p->prev != NO_PAGE)
+        s->page[p->prev].next = p->next;
+    else
+        c->partial = p->next;
+    if (p->next != NO_PAGE)
+        s->page[p->next].prev = p->prev;
+    if (PMETA_ON(s)) {
+        if (p->prev != NO_PAGE)
+            pmeta_links(s, p->prev);
+        if (p->next != NO_PAGE)
+            pmeta_links(s, p->next);
+    }
+    p->next = p->prev = NO_PAGE;
+    if (PMETA_ON(s))
+        pmeta_links(s, pg);
+}
+
+static inline bool
+page_on_partial(const struct slab_class *c, const struct slab_page *p,
+                uint32_t pg)
+{
+    return p->prev != NO_PAGE || c->partial == pg;
 }
