@@ -1,5 +1,6 @@
 /*
- * Slab classes over the page pool. See slab.h for the model.
+ * Slab classes over the page pool. See slab.h for the model. The scans and
+ * page drains are in alloc/slab_scan.c, under the same rules.
  *
  * Concurrency:
  *   class->lock (LOCK_RANK_CLASS) guards: class->pages[], npages, nfree,
@@ -33,6 +34,8 @@
  *     outgrown table is not freed but retired (s->retired, a lock-free
  *     list), and the engine frees it after an RCU grace period
  *     (slab_retired_take / slab_retired_free).
+ *   The page records and the tables come from the slab's own arena on
+ *   huge pages (alloc/slab_tables.c, its leaf mutex guards it).
  *   Immutable after slab_create: classes' size/perpage/recip and the page
  *     info array.
  *   Lock order: class -> pool (slab_take drops the class lock before it asks
@@ -60,79 +63,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A page's class and state: written under the owning class's lock, read
- * relaxed (a hint without the lock; under it, the lock orders them). */
-static inline unsigned
-page_cls(const struct slab_page *p)
-{
-    return atomic_load_explicit(&p->cls, memory_order_relaxed);
-}
-
-static inline unsigned
-page_state(const struct slab_page *p)
-{
-    return atomic_load_explicit(&p->state, memory_order_relaxed);
-}
-
-/* --- EXPERIMENT ONLY: page metadata mirrored into PMEM (ablation) --- */
-
-static inline uint64_t *
-pmeta_word(const struct slab *s, uint32_t pg, uint32_t w)
-{
-    return (uint64_t *)(pool_base(s->pool) +
-                        ((uint64_t)pg << POOL_PAGE_SHIFT)) +
-           w;
-}
-
-static void
-pmeta_put(const struct slab *s, uint32_t pg, uint32_t w, uint64_t v)
-{
-    s->meta_write(s->meta_arg, pmeta_word(s, pg, w), v);
-}
-
-static void
-pmeta_id(const struct slab *s, uint32_t pg)
-{
-    const struct slab_page *p = &s->page[pg];
-    pmeta_put(s, pg, SLAB_PMETA_ID,
-              SLAB_PMETA_MAGIC | (uint64_t)page_cls(p) << 32 |
-                  (uint64_t)page_state(p) << 40);
-}
-
-static void
-pmeta_count(const struct slab *s, uint32_t pg)
-{
-    const struct slab_page *p = &s->page[pg];
-    pmeta_put(s, pg, SLAB_PMETA_COUNT, p->nfree | (uint64_t)p->scan_word << 32);
-}
-
-static void
-pmeta_links(const struct slab *s, uint32_t pg)
-{
-    const struct slab_page *p = &s->page[pg];
-    pmeta_put(s, pg, SLAB_PMETA_LINKS, p->next | (uint64_t)p->prev << 32);
-}
-
-static void
-pmeta_free_word(const struct slab *s, uint32_t pg, uint32_t w)
-{
-    pmeta_put(s, pg, SLAB_PMETA_BITS + w, s->page[pg].free_bits[w]);
-}
-
-/* The chunk's CLOCK bit in the mirror: read, change, store (a racing
- * reader may lose an update of the mirror, never of the DRAM bits). */
-static void
-pmeta_ref(const struct slab *s, const struct slab_class *c, uint32_t pg,
-          uint32_t idx, bool set)
-{
-    uint32_t w = SLAB_PMETA_BITS + c->nwords + idx / 64;
-    uint64_t bit = 1ull << (idx % 64);
-    uint64_t old = __atomic_load_n(pmeta_word(s, pg, w), __ATOMIC_RELAXED);
-    uint64_t v = set ? old | bit : old & ~bit;
-    if (v != old)
-        pmeta_put(s, pg, w, v);
-}
 
 /* Ablation only: see slab.h. The DRAM count is the truth; racing threads
  * may lose an update of the mirrored bit word, never of the count. */
@@ -311,12 +241,16 @@ slab_create(const struct slab_config *cfg, struct pool *pool, struct slab **out)
     if (rc)
         goto err_free;
     s->npages = pool_npages(pool);
+    rc = slab_tables_init(s);
+    if (rc) {
+        err_set("no DRAM for slab tables of %u pages", s->npages);
+        goto err_free;
+    }
     rc = -ENOMEM;
-    s->page = calloc(s->npages, sizeof(*s->page));
     s->page_lists = malloc((size_t)s->npages * s->nclasses * sizeof(uint32_t));
     s->summary =
         calloc((size_t)s->npages * PAGE_SUMMARY_WORDS, sizeof(uint64_t));
-    if (!s->page || !s->page_lists || !s->summary)
+    if (!s->page_lists || !s->summary)
         goto err_free_tables;
     for (uint32_t p = 0; p < s->npages; p++)
         atomic_init(&s->page[p].cls, SLAB_NO_CLASS);
@@ -329,7 +263,7 @@ slab_create(const struct slab_config *cfg, struct pool *pool, struct slab **out)
 
 err_free_tables:
     err_set("no DRAM for slab tables of %u pages", s->npages);
-    free(s->page);
+    slab_tables_fini(s);
     free(s->page_lists);
     free(s->summary);
 err_free:
@@ -344,10 +278,7 @@ slab_destroy(struct slab *s)
         return;
     for (unsigned i = 0; i < s->nclasses; i++)
         lock_fini(&s->cls[i].lock);
-    for (uint32_t p = 0; p < s->npages; p++)
-        free(s->page[p].free_bits);
-    slab_retired_free(slab_retired_take(s));
-    free(s->page);
+    slab_tables_fini(s); /* every table and the retired ones with them */
     free(s->page_lists);
     free(s->summary);
     free(s);
@@ -392,52 +323,6 @@ slab_class_for(const struct slab *s, uint32_t size)
      * it right should a size ever fall inside a step */
     unsigned c = s->class_by8[(size + 7) / 8];
     return (int)(s->cls[c].size < size ? c + 1 : c);
-}
-
-/* --- partial list (class lock held) --- */
-
-static void
-partial_push_locked(struct slab *s, struct slab_class *c, uint32_t pg)
-{
-    struct slab_page *p = &s->page[pg];
-    p->prev = NO_PAGE;
-    p->next = c->partial;
-    if (c->partial != NO_PAGE)
-        s->page[c->partial].prev = pg;
-    if (PMETA_ON(s)) {
-        if (c->partial != NO_PAGE)
-            pmeta_links(s, c->partial);
-        pmeta_links(s, pg);
-    }
-    c->partial = pg;
-}
-
-static void
-partial_remove_locked(struct slab *s, struct slab_class *c, uint32_t pg)
-{
-    struct slab_page *p = &s->page[pg];
-    if (p->prev != NO_PAGE)
-        s->page[p->prev].next = p->next;
-    else
-        c->partial = p->next;
-    if (p->next != NO_PAGE)
-        s->page[p->next].prev = p->prev;
-    if (PMETA_ON(s)) {
-        if (p->prev != NO_PAGE)
-            pmeta_links(s, p->prev);
-        if (p->next != NO_PAGE)
-            pmeta_links(s, p->next);
-    }
-    p->next = p->prev = NO_PAGE;
-    if (PMETA_ON(s))
-        pmeta_links(s, pg);
-}
-
-static bool
-page_on_partial(const struct slab_class *c, const struct slab_page *p,
-                uint32_t pg)
-{
-    return p->prev != NO_PAGE || c->partial == pg;
 }
 
 /* Take free chunks from the class's partial pages. Locks: class. */
@@ -531,14 +416,15 @@ install_page_locked(struct slab *s, struct slab_class *c, unsigned cls,
         pmeta_install(s, c, pg);
 }
 
-/* An outgrown table joins the retired list (a lock-free push; its first
- * word, a free-bit word nobody reads any more, holds the link). Release:
- * pairs with the acquire exchange in slab_retired_take, which then sees
- * the link. */
+/* An outgrown table of nwords joins the retired list (a lock-free push;
+ * its first two words, free-bit words nobody reads any more, hold the link
+ * and its size). Release: pairs with the acquire exchange in
+ * slab_retired_take, which then sees them. */
 static void
-retire_table(struct slab *s, uint64_t *old)
+retire_table(struct slab *s, uint64_t *old, uint32_t nwords)
 {
     uint64_t *head = atomic_load_explicit(&s->retired, memory_order_relaxed);
+    old[1] = nwords; /* a table has TABLE_WORDS words at least */
     do
         old[0] = (uint64_t)(uintptr_t)head;
     while (!atomic_compare_exchange_weak_explicit(
@@ -558,20 +444,18 @@ size_bits(struct slab *s, struct slab_page *p, uint32_t nwords)
 {
     if (p->bits_words >= nwords)
         return 0;
-    uint64_t *b = calloc((size_t)nwords * TABLE_WORDS, sizeof(uint64_t));
+    uint64_t *b = slab_tables_alloc(s, nwords);
     if (!b)
         return -ENOMEM;
-    atomic_fetch_add_explicit(
-        &s->bits_bytes, (uint64_t)(nwords - p->bits_words) * TABLE_WORDS * 8,
-        memory_order_relaxed);
     uint64_t *old = p->free_bits;
+    uint32_t old_words = p->bits_words;
     p->free_bits = b;
     /* relaxed: see page_words; install_page_locked sets it again */
     atomic_store_explicit(&p->chunk_word, (_Atomic uint16_t *)(b + nwords),
                           memory_order_relaxed);
     p->bits_words = nwords;
     if (old)
-        retire_table(s, old);
+        retire_table(s, old, old_words);
     return 0;
 }
 
@@ -585,12 +469,12 @@ slab_retired_take(struct slab *s)
 }
 
 void
-slab_retired_free(struct slab_retired *list)
+slab_retired_free(struct slab *s, struct slab_retired *list)
 {
     uint64_t *t = (uint64_t *)list;
     while (t) {
         uint64_t *next = (uint64_t *)(uintptr_t)t[0];
-        free(t);
+        slab_tables_free(s, t, (uint32_t)t[1]);
         t = next;
     }
 }
@@ -917,197 +801,6 @@ slab_fresh(struct slab *s, uint64_t off, uint32_t now, unsigned bits)
         pmeta_ref_at(s, off, false);
 }
 
-/* --- scanning (eviction CLOCK, expiry sweep) --- */
-
-/* Chunk at the cursor in the class's page list, or false if the class has
- * no page. Locks: class. */
-static bool
-cursor_normalise_locked(const struct slab_class *c, struct slab_cursor *cur)
-{
-    if (c->npages == 0)
-        return false;
-    if (cur->page_idx >= c->npages) {
-        cur->page_idx = 0;
-        cur->chunk = 0;
-    }
-    if (cur->chunk >= c->perpage) {
-        cur->chunk = 0;
-        cur->page_idx = (cur->page_idx + 1) % c->npages;
-    }
-    if (unlikely(cur->chunk < c->reserved)) /* ablation: the header */
-        cur->chunk = c->reserved;
-    return true;
-}
-
-unsigned
-slab_scan(struct slab *s, unsigned cls, struct slab_cursor *cur,
-          enum slab_scan_mode mode, unsigned budget, uint64_t *offs,
-          unsigned max)
-{
-    struct slab_class *c = &s->cls[cls];
-    unsigned n = 0;
-
-    lock_acquire(&c->lock);
-    while (budget-- > 0 && n < max && cursor_normalise_locked(c, cur)) {
-        uint32_t pg = c->pages[cur->page_idx];
-        struct slab_page *p = &s->page[pg];
-        uint32_t idx = cur->chunk++;
-        uint64_t bit = 1ull << (idx % 64);
-
-        if (p->free_bits[idx / 64] & bit)
-            continue;
-        if (mode == SLAB_SCAN_CLOCK) {
-            _Atomic uint16_t *w = &page_words(p)[idx];
-            if (atomic_load_explicit(w, memory_order_relaxed) & BIT_REF) {
-                atomic_fetch_and_explicit(w, (uint16_t)~BIT_REF,
-                                          memory_order_relaxed);
-                if (PMETA_ON(s))
-                    pmeta_ref(s, c, pg, idx, false);
-                continue;
-            }
-        }
-        offs[n++] = chunk_offset(c, pg, idx);
-    }
-    lock_release(&c->lock);
-    return n;
-}
-
-/* --- draining (page reassignment, pool shrink) --- */
-
-int
-slab_drain_pick(struct slab *s, unsigned cls, uint32_t above, uint32_t *page)
-{
-    struct slab_class *c = &s->cls[cls];
-    uint32_t best = NO_PAGE, best_free = 0;
-
-    lock_acquire(&c->lock);
-    for (uint32_t i = 0; i < c->npages; i++) {
-        uint32_t pg = c->pages[i];
-        const struct slab_page *p = &s->page[pg];
-        if (pg < above || page_state(p) != PAGE_ACTIVE)
-            continue;
-        if (best == NO_PAGE || p->nfree > best_free) {
-            best = pg;
-            best_free = p->nfree;
-        }
-    }
-    lock_release(&c->lock);
-    if (best == NO_PAGE)
-        return -ENOENT;
-    *page = best;
-    return 0;
-}
-
-/* Lock the class owning page pg; returns it, or NULL if no class owns it.
- * The owner is rechecked under the lock since a page can change hands. */
-static struct slab_class *
-lock_page_class(struct slab *s, uint32_t pg)
-{
-    for (;;) {
-        unsigned cls = slab_class_of(s, (uint64_t)pg << POOL_PAGE_SHIFT);
-        if (cls == SLAB_NO_CLASS)
-            return NULL;
-        struct slab_class *c = &s->cls[cls];
-        lock_acquire(&c->lock);
-        if (page_cls(&s->page[pg]) == cls)
-            return c;
-        lock_release(&c->lock);
-    }
-}
-
-int
-slab_drain_begin(struct slab *s, uint32_t page)
-{
-    if (page >= s->npages)
-        return -EINVAL;
-    struct slab_class *c = lock_page_class(s, page);
-    if (!c)
-        return -EINVAL;
-    struct slab_page *p = &s->page[page];
-    int rc = -EINVAL;
-    if (page_state(p) == PAGE_ACTIVE) {
-        atomic_store_explicit(&p->state, PAGE_DRAINING, memory_order_relaxed);
-        if (page_on_partial(c, p, page))
-            partial_remove_locked(s, c, page);
-        if (PMETA_ON(s))
-            pmeta_id(s, page);
-        rc = 0;
-    }
-    lock_release(&c->lock);
-    return rc;
-}
-
-unsigned
-slab_drain_live_from(struct slab *s, uint32_t page, uint32_t from,
-                     uint64_t *offs, unsigned max)
-{
-    if (page >= s->npages)
-        return 0;
-    struct slab_class *c = lock_page_class(s, page);
-    if (!c)
-        return 0;
-    const struct slab_page *p = &s->page[page];
-    unsigned n = 0;
-    if (from < c->reserved) /* ablation: the header is no item */
-        from = c->reserved;
-    for (uint32_t idx = from; idx < c->perpage && n < max; idx++)
-        if (!(p->free_bits[idx / 64] & (1ull << (idx % 64))))
-            offs[n++] = chunk_offset(c, page, idx);
-    lock_release(&c->lock);
-    return n;
-}
-
-int
-slab_drain_finish(struct slab *s, uint32_t page)
-{
-    if (page >= s->npages)
-        return -EINVAL;
-    struct slab_class *c = lock_page_class(s, page);
-    if (!c)
-        return -EINVAL;
-    struct slab_page *p = &s->page[page];
-    if (page_state(p) != PAGE_DRAINING ||
-        p->nfree != c->perpage - c->reserved) {
-        lock_release(&c->lock);
-        return -EBUSY;
-    }
-    uint32_t last = c->pages[--c->npages];
-    c->pages[p->class_idx] = last;
-    s->page[last].class_idx = p->class_idx;
-    c->nfree -= c->perpage - c->reserved;
-    c->pages_removed++;
-    atomic_store_explicit(&p->state, PAGE_FREE, memory_order_relaxed);
-    atomic_store_explicit(&p->cls, SLAB_NO_CLASS, memory_order_relaxed);
-    p->nfree = 0;
-    if (PMETA_ON(s)) {
-        pmeta_put(s, last, SLAB_PMETA_CLASS_IDX, s->page[last].class_idx);
-        pmeta_id(s, page);
-        pmeta_count(s, page);
-    }
-    lock_release(&c->lock);
-    pool_page_put(s->pool, page);
-    return 0;
-}
-
-void
-slab_drain_abort(struct slab *s, uint32_t page)
-{
-    if (page >= s->npages)
-        return;
-    struct slab_class *c = lock_page_class(s, page);
-    if (!c)
-        return;
-    struct slab_page *p = &s->page[page];
-    if (page_state(p) == PAGE_DRAINING) {
-        atomic_store_explicit(&p->state, PAGE_ACTIVE, memory_order_relaxed);
-        if (p->nfree > 0)
-            partial_push_locked(s, c, page);
-        if (PMETA_ON(s))
-            pmeta_id(s, page);
-    }
-    lock_release(&c->lock);
-}
-
 void
 slab_class_stats(const struct slab *s, unsigned cls,
                  struct slab_class_stats *out)
@@ -1148,8 +841,7 @@ slab_ablate_unlock(struct slab *s, unsigned cls)
 uint64_t
 slab_dram_bytes(const struct slab *s)
 {
-    return sizeof(*s) + (uint64_t)s->npages * sizeof(*s->page) +
-           atomic_load_explicit(&s->bits_bytes, memory_order_relaxed) +
+    return sizeof(*s) + slab_tables_mapped(s) +
            (uint64_t)s->npages * s->nclasses * sizeof(uint32_t);
 }
 

@@ -296,11 +296,12 @@ void slab_ablate_unlock(struct slab *s, unsigned cls);
  * ones wait here, since a lock-free reader following a stale location hint
  * may still prefetch through them. The caller takes the list before it
  * waits for an RCU grace period and frees it after that (the engine does
- * so with its deferred frees); slab_destroy frees what is left.
+ * so with its deferred frees): the tables go back to the slab's arena for
+ * pages that need their size; slab_destroy frees what is left.
  * Context: any thread, no lock needed. */
 struct slab_retired;
 struct slab_retired *slab_retired_take(struct slab *s);
-void slab_retired_free(struct slab_retired *list);
+void slab_retired_free(struct slab *s, struct slab_retired *list);
 
 /* DRAM bytes of the slab's own tables (page info, bitmaps, page lists). */
 uint64_t slab_dram_bytes(const struct slab *s);

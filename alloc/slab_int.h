@@ -1,17 +1,22 @@
 #pragma once
 /*
  * Internals of the slab shared by alloc/slab.c (classes, pages, chunks and
- * their bits) and alloc/slab_atime.c (the access time in each chunk's DRAM
- * word), and by alloc/quota.c for a page's state (its fast paths). Not for
+ * their bits), alloc/slab_scan.c (the CLOCK and expiry scans, page drains),
+ * alloc/slab_atime.c (the access time in each chunk's DRAM word) and
+ * alloc/slab_tables.c (the arena the page records and tables come from),
+ * and by alloc/quota.c for a page's state (its fast paths). Not for
  * use outside alloc/. The concurrency rules of every field are at the top
  * of alloc/slab.c; each file repeats what it touches.
  */
 
 #include "alloc/slab.h"
 
+#include "alloc/pool.h"
+#include "alloc/slab_layout.h"
 #include "src/base/compiler.h"
 #include "src/base/lock.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -87,6 +92,18 @@ struct slab_class {
     uint64_t pages_removed;
 } CACHE_ALIGNED;
 
+/* The arena of the page records and tables (alloc/slab_tables.c). */
+struct tables_region;
+struct slab_tables {
+    pthread_mutex_t lock;          /* leaf: guards what follows */
+    struct tables_region *regions; /* mapped regions, newest first */
+    char *next, *end;              /* the bump range in the newest */
+    uint64_t **free_lists;         /* by nwords: freed tables, linked
+                                      through their first word */
+    _Atomic uint64_t mapped;       /* bytes of all regions (written
+                                      under the lock, read relaxed) */
+};
+
 struct slab {
     struct pool *pool;
     slab_format_fn *format;
@@ -96,8 +113,7 @@ struct slab {
     bool format_in_lock; /* ablation only */
     unsigned nclasses;
     uint32_t npages;             /* pages in the pool mapping */
-    struct slab_page *page;      /* one per pool page */
-    _Atomic uint64_t bits_bytes; /* bitmap DRAM in use, for stats */
+    struct slab_page *page;      /* one per pool page, in tables */
     _Atomic uint32_t atime_next; /* unix second of the next atime rebase */
     /* tables pages outgrew, linked through their first word, until the
      * engine frees them after a grace period (slab_retired_take) */
@@ -113,8 +129,25 @@ struct slab {
      * the smallest size of its 8-byte step (8 * i - 7); set up with the
      * classes, read only after */
     uint8_t class_by8[SLAB_CLASS_LUT_MAX / 8 + 1];
+    struct slab_tables tables;
     struct slab_class cls[SLAB_MAX_CLASSES];
 };
+
+/* --- the arena of page records and tables (alloc/slab_tables.c) --- */
+
+/* Map the first region and carve s->page (s->npages zeroed records) from
+ * it: 0 or -ENOMEM. */
+int slab_tables_init(struct slab *s);
+/* Unmap every region (the records and all tables with them). */
+void slab_tables_fini(struct slab *s);
+/* A table of nwords free-bit words and their chunk words (nwords *
+ * TABLE_WORDS words, contents undefined), or NULL. Locks: tables (leaf). */
+uint64_t *slab_tables_alloc(struct slab *s, uint32_t nwords);
+/* Give back a table of nwords that nobody can reach any more (after its
+ * grace period). Locks: tables (leaf). */
+void slab_tables_free(struct slab *s, uint64_t *table, uint32_t nwords);
+/* Bytes mapped for records and tables (relaxed: for stats). */
+uint64_t slab_tables_mapped(const struct slab *s);
 
 static inline uint32_t
 chunk_index(const struct slab_class *c, uint64_t off)
@@ -195,4 +228,123 @@ word_set_time(_Atomic uint16_t *w, uint16_t v, uint32_t now)
                                                   memory_order_relaxed,
                                                   memory_order_relaxed))
         ;
+}
+
+/* A page's class and state: written under the owning class's lock, read
+ * relaxed (a hint without the lock; under it, the lock orders them). */
+static inline unsigned
+page_cls(const struct slab_page *p)
+{
+    return atomic_load_explicit(&p->cls, memory_order_relaxed);
+}
+
+static inline unsigned
+page_state(const struct slab_page *p)
+{
+    return atomic_load_explicit(&p->state, memory_order_relaxed);
+}
+
+/* --- EXPERIMENT ONLY: page metadata mirrored into PMEM (ablation) --- */
+
+static inline uint64_t *
+pmeta_word(const struct slab *s, uint32_t pg, uint32_t w)
+{
+    return (uint64_t *)(pool_base(s->pool) +
+                        ((uint64_t)pg << POOL_PAGE_SHIFT)) +
+           w;
+}
+
+static inline void
+pmeta_put(const struct slab *s, uint32_t pg, uint32_t w, uint64_t v)
+{
+    s->meta_write(s->meta_arg, pmeta_word(s, pg, w), v);
+}
+
+static inline void
+pmeta_id(const struct slab *s, uint32_t pg)
+{
+    const struct slab_page *p = &s->page[pg];
+    pmeta_put(s, pg, SLAB_PMETA_ID,
+              SLAB_PMETA_MAGIC | (uint64_t)page_cls(p) << 32 |
+                  (uint64_t)page_state(p) << 40);
+}
+
+static inline void
+pmeta_count(const struct slab *s, uint32_t pg)
+{
+    const struct slab_page *p = &s->page[pg];
+    pmeta_put(s, pg, SLAB_PMETA_COUNT, p->nfree | (uint64_t)p->scan_word << 32);
+}
+
+static inline void
+pmeta_links(const struct slab *s, uint32_t pg)
+{
+    const struct slab_page *p = &s->page[pg];
+    pmeta_put(s, pg, SLAB_PMETA_LINKS, p->next | (uint64_t)p->prev << 32);
+}
+
+static inline void
+pmeta_free_word(const struct slab *s, uint32_t pg, uint32_t w)
+{
+    pmeta_put(s, pg, SLAB_PMETA_BITS + w, s->page[pg].free_bits[w]);
+}
+
+/* The chunk's CLOCK bit in the mirror: read, change, store (a racing
+ * reader may lose an update of the mirror, never of the DRAM bits). */
+static inline void
+pmeta_ref(const struct slab *s, const struct slab_class *c, uint32_t pg,
+          uint32_t idx, bool set)
+{
+    uint32_t w = SLAB_PMETA_BITS + c->nwords + idx / 64;
+    uint64_t bit = 1ull << (idx % 64);
+    uint64_t old = __atomic_load_n(pmeta_word(s, pg, w), __ATOMIC_RELAXED);
+    uint64_t v = set ? old | bit : old & ~bit;
+    if (v != old)
+        pmeta_put(s, pg, w, v);
+}
+
+/* --- partial list (class lock held) --- */
+
+static inline void
+partial_push_locked(struct slab *s, struct slab_class *c, uint32_t pg)
+{
+    struct slab_page *p = &s->page[pg];
+    p->prev = NO_PAGE;
+    p->next = c->partial;
+    if (c->partial != NO_PAGE)
+        s->page[c->partial].prev = pg;
+    if (PMETA_ON(s)) {
+        if (c->partial != NO_PAGE)
+            pmeta_links(s, c->partial);
+        pmeta_links(s, pg);
+    }
+    c->partial = pg;
+}
+
+static inline void
+partial_remove_locked(struct slab *s, struct slab_class *c, uint32_t pg)
+{
+    struct slab_page *p = &s->page[pg];
+    if (p->prev != NO_PAGE)
+        s->page[p->prev].next = p->next;
+    else
+        c->partial = p->next;
+    if (p->next != NO_PAGE)
+        s->page[p->next].prev = p->prev;
+    if (PMETA_ON(s)) {
+        if (p->prev != NO_PAGE)
+            pmeta_links(s, p->prev);
+        if (p->next != NO_PAGE)
+            pmeta_links(s, p->next);
+    }
+    p->next = p->prev = NO_PAGE;
+    if (PMETA_ON(s))
+        pmeta_links(s, pg);
+}
+
+static inline bool
+page_on_partial(const struct slab_class *c, const struct slab_page *p,
+                uint32_t pg)
+{
+    return p->prev != NO_PAGE || c->partial == pg;
 }

@@ -596,7 +596,7 @@ cache_reclaim_limbo(struct cache_thread *t)
      * covers them all */
     urcu_memb_synchronize_rcu();
     cache_rcu_synced();
-    slab_retired_free(tables);
+    slab_retired_free(c->slab, tables);
     htab_retired_free(c->htab, index);
     while (list) {
         struct limbo_batch *b = list;

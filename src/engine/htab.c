@@ -59,6 +59,7 @@
 #include "src/engine/htab.h"
 
 #include "src/base/err.h"
+#include "src/base/hugemap.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -84,8 +85,6 @@
 /* Past this the index would need more than 2^42 buckets (256 TiB). */
 #define HTAB_MAX_ITEMS (1ull << 44)
 #define HTAB_MAX_BUCKETS (1ull << 42)
-/* Tables at least this big come from mmap: zero pages, backed lazily. */
-#define HTAB_MMAP_BYTES (2 * MIB)
 /* Overflow buckets are carved from a reserve after the home buckets, one
  * fetch_add each: aligned_alloc(64, 64) costs glibc 128-192 bytes of heap a
  * bucket and a malloc under the bucket lock. Measured overflow is about 9% of
@@ -195,38 +194,6 @@ htab_size(uint64_t expected_items)
     return n;
 }
 
-/* Zeroed anonymous memory for a table of *bytes, or NULL. A table of
- * HTAB_MMAP_BYTES or more is mapped 2 MiB-aligned and rounded up to whole
- * 2 MiB (*bytes grows to that), and advised for huge pages: lookups land on
- * random buckets, and the kernel backs only the aligned 2 MiB ranges of a
- * mapping with huge pages (an unaligned 2.5 MiB table, 100k keys, had none:
- * a TLB miss on most lookups). Advice only. */
-static void *
-table_map(size_t *bytes)
-{
-    const size_t huge = HTAB_MMAP_BYTES;
-    size_t len = *bytes < huge ? *bytes : ALIGN_UP(*bytes, huge);
-    size_t extra = *bytes < huge ? 0 : huge;
-    char *raw = mmap(NULL, len + extra, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED)
-        return NULL;
-    char *p = raw;
-    if (extra) {
-        p = (char *)ALIGN_UP((uintptr_t)raw, (uintptr_t)huge);
-        size_t head = (size_t)(p - raw);
-        if (head)
-            munmap(raw, head);
-        if (extra - head)
-            munmap(p + len, extra - head);
-#ifdef MADV_HUGEPAGE
-        (void)madvise(p, len, MADV_HUGEPAGE);
-#endif
-    }
-    *bytes = len;
-    return p;
-}
-
 /* A table of nbuckets home buckets, all words zero: 0 or -errno. */
 static int
 htab_table_create(uint64_t nbuckets, struct htab_table **out)
@@ -245,8 +212,9 @@ htab_table_create(uint64_t nbuckets, struct htab_table **out)
     /* Always mmap: zero pages (empty slots, no next, unlocked spins, not
      * moved), backed as they are written, and a retired table's range
      * stays mapped (zero) once its pages are given back, so a writer's
-     * peek outside a read section never faults (htab_peek). */
-    void *p = table_map(&bytes);
+     * peek outside a read section never faults (htab_peek). From 2 MiB up
+     * it is 2 MiB-aligned on huge pages: lookups land on random buckets. */
+    void *p = hugemap_map(&bytes);
     if (p == NULL) {
         free(t);
         return -ENOMEM;
