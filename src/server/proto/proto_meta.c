@@ -113,21 +113,29 @@ rl_str(struct rline *l, const char *s)
     rl_add(l, s, strlen(s));
 }
 
-/* " <f><v>" */
+/* " <f><v>", formatted in place (snprintf was a third of an mg's
+ * instructions: perf/RESULTS.md) */
 static void
 rl_flag_u64(struct rline *l, char f, uint64_t v)
 {
-    char num[24];
-    int n = snprintf(num, sizeof(num), " %c%" PRIu64, f, v);
-    rl_add(l, num, (size_t)n);
+    char num[3 + PROTO_U64_DIGITS];
+    num[0] = ' ';
+    num[1] = f;
+    rl_add(l, num, 2 + proto_fmt_u64(num + 2, v));
 }
 
 static void
 rl_flag_i64(struct rline *l, char f, int64_t v)
 {
-    char num[24];
-    int n = snprintf(num, sizeof(num), " %c%" PRId64, f, v);
-    rl_add(l, num, (size_t)n);
+    char num[3 + PROTO_U64_DIGITS];
+    size_t n = 0;
+    num[n++] = ' ';
+    num[n++] = f;
+    if (v < 0)
+        num[n++] = '-';
+    /* the magnitude as unsigned: INT64_MIN has no positive int64_t */
+    uint64_t m = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    rl_add(l, num, n + proto_fmt_u64(num + n, m));
 }
 
 /* " k<key>", or " k<base64> b" for a binary key. */
@@ -314,9 +322,8 @@ mg_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
 
     l.n = 0;
     if (value) {
-        char head[16];
-        rl_add(&l, head,
-               (size_t)snprintf(head, sizeof(head), "VA %" PRIu32, info->vlen));
+        char head[3 + PROTO_U64_DIGITS] = "VA ";
+        rl_add(&l, head, 3 + proto_fmt_u64(head + 3, info->vlen));
     } else {
         rl_str(&l, "HD");
     }
