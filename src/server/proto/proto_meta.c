@@ -482,7 +482,8 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
     }
     uint64_t block = vlen + 2;
 
-    enum proto_err err = proto_meta_parse(r, line, llen, 3);
+    /* the tokens as they are: the line is split once */
+    enum proto_err err = proto_meta_parse_tokens(r, n, 3);
     if (err != PERR_NONE && !r->flag_err) {
         /* memcached refuses a long key or too many tokens before it reads
          * the length: the data block is then read as commands */
@@ -855,7 +856,7 @@ proto_meta_process(struct proto_sess *s, const char *in, size_t len,
         llen--;
 
     struct meta_req r;
-    memset(&r, 0, sizeof(r));
+    memset(&r, 0, META_REQ_ZERO);
     r.no_cas = s->no_cas;
     s->need = 0;
 
