@@ -867,6 +867,69 @@ test_util_word_scans(void **state)
     }
 }
 
+/* The tokenizer against a byte-by-byte split on ' ': lines of every length
+ * around the word-at-a-time path's range (8..64 bytes), spaces and other
+ * bytes (tabs, '\r', >= 0x80) at pseudo-random places, runs of spaces at
+ * either end, and token limits below the count; each line in a buffer of
+ * its exact size, so that a read past it is a fault under ASan. */
+static int
+tokenize_ref(const char *line, size_t len, struct proto_token *tok, int max)
+{
+    int n = 0;
+    size_t i = 0;
+    for (;;) {
+        while (i < len && line[i] == ' ')
+            i++;
+        if (i == len)
+            return n;
+        if (n == max)
+            return max + 1;
+        size_t start = i;
+        while (i < len && line[i] != ' ')
+            i++;
+        tok[n].p = line + start;
+        tok[n].n = i - start;
+        n++;
+    }
+}
+
+static void
+test_util_tokenize(void **state)
+{
+    (void)state;
+    static const char bytes[] = {' ',        ' ',        ' ', 'k',
+                                 '\t',       '\r',       '!', (char)0x80,
+                                 (char)0xa0, (char)0xff, 0x1f};
+    uint64_t rng = 88172645463325252ull;
+    for (size_t len = 0; len <= 80; len++) {
+        for (int round = 0; round < 400; round++) {
+            char *line = test_malloc(len ? len : 1);
+            for (size_t i = 0; i < len; i++) {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                /* rounds: mostly spaces, mostly letters, or a mix */
+                unsigned r = (unsigned)(rng >> 32);
+                line[i] = round % 3 == 0   ? (r % 4 ? ' ' : 'k')
+                          : round % 3 == 1 ? (r % 5 ? 'k' : ' ')
+                                           : bytes[r % sizeof(bytes)];
+            }
+            int max = round % 4 == 0 ? (int)(rng % 5) : PROTO_MAX_TOKENS;
+            struct proto_token got[PROTO_MAX_TOKENS], want[PROTO_MAX_TOKENS];
+            int n = proto_tokenize(line, len, got, max);
+            int m = tokenize_ref(line, len, want, max);
+            if (n != m)
+                fail_msg("len %zu round %d: %d tokens, want %d", len, round, n,
+                         m);
+            for (int i = 0; i < (m > max ? max : m); i++)
+                if (got[i].p != want[i].p || got[i].n != want[i].n)
+                    fail_msg("len %zu round %d: token %d differs", len, round,
+                             i);
+            test_free(line);
+        }
+    }
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
@@ -876,6 +939,7 @@ main(void)
         cmocka_unit_test(test_err_table),
         cmocka_unit_test(test_util_parsing),
         cmocka_unit_test(test_util_word_scans),
+        cmocka_unit_test(test_util_tokenize),
         T(test_get_miss_and_hit),
         T(test_gets_has_cas),
         T(test_get_bad_keys),
