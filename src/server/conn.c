@@ -736,6 +736,25 @@ conn_input_done(struct conn *c)
     settle(c);
 }
 
+/* Keys hinted per call: a batch of completions rarely holds more inputs. */
+#define CONN_PREFETCH_MAX 16
+
+void
+conn_prefetch_inputs(struct conn *const *cs, size_t n)
+{
+    struct tc_key keys[CONN_PREFETCH_MAX];
+    size_t m = 0;
+    for (size_t i = 0; i < n && m < CONN_PREFETCH_MAX; i++) {
+        const struct conn *c = cs[i];
+        if (!c->dead && !parked(c) &&
+            proto_read_key(&c->sess, c->in + c->in_off, c->in_len - c->in_off,
+                           &keys[m]))
+            m++;
+    }
+    if (m >= 2) /* one key alone overlaps nothing */
+        tc_prefetch(cs[0]->sh->cache, keys, m);
+}
+
 void
 conn_sent(struct conn *c, int res)
 {

@@ -930,6 +930,50 @@ test_util_tokenize(void **state)
     }
 }
 
+/* The key a batch of inputs hints to the engine: the first key of a
+ * complete read line, nothing for other commands or a partial line. */
+static void
+test_read_key(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *key;
+    } cases[] = {
+        {"get foo\r\n", "foo"},
+        {"gets a b c\r\n", "a"},
+        {"gat 10 k1\r\n", "k1"},
+        {"gats 10 k2 k3\n", "k2"},
+        {"mg key v f\r\nget x\r\n", "key"},
+        {"get foo", NULL},                /* no end of line yet */
+        {"set foo 0 0 1\r\nx\r\n", NULL}, /* not a read */
+        {"gat 10\r\n", NULL},             /* no key */
+        {"get \r\n", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct tc_key k = {0};
+        bool got = proto_text_read_key(cases[i].in, strlen(cases[i].in), &k);
+        if (got != (cases[i].key != NULL))
+            fail_msg("%s: %s", cases[i].in, got ? "a key" : "no key");
+        if (got && (k.klen != strlen(cases[i].key) ||
+                    memcmp(k.key, cases[i].key, k.klen) != 0))
+            fail_msg("%s: key %.*s", cases[i].in, (int)k.klen,
+                     (const char *)k.key);
+    }
+    /* a session that would not run a text read now gives none */
+    struct proto_sess s;
+    proto_sess_init(&s, NULL, NULL, NULL, 0);
+    struct tc_key k;
+    assert_false(proto_read_key(&s, "get a\r\n", 7, &k)); /* not chosen */
+    s.chosen = true;
+    assert_true(proto_read_key(&s, "get a\r\n", 7, &k));
+    s.binary = true;
+    assert_false(proto_read_key(&s, "get a\r\n", 7, &k));
+    s.binary = false;
+    s.swallow = 3;
+    assert_false(proto_read_key(&s, "get a\r\n", 7, &k));
+    proto_sess_fini(&s);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
@@ -940,6 +984,7 @@ main(void)
         cmocka_unit_test(test_util_parsing),
         cmocka_unit_test(test_util_word_scans),
         cmocka_unit_test(test_util_tokenize),
+        cmocka_unit_test(test_read_key),
         T(test_get_miss_and_hit),
         T(test_gets_has_cas),
         T(test_get_bad_keys),

@@ -863,6 +863,14 @@ read_line_key(const char *line, size_t n, struct tc_key *k)
     return true;
 }
 
+bool
+proto_text_read_key(const char *in, size_t len, struct tc_key *k)
+{
+    const char *nl =
+        memchr(in, '\n', len < PROTO_LINE_MAX ? len : PROTO_LINE_MAX);
+    return nl && read_line_key(in, (size_t)(nl - in), k);
+}
+
 /* Pipelined reads: when the buffer holds two or more complete get, gets,
  * gat, gats or mg lines in a row, hand their (first) keys to tc_prefetch before
  * running them, so their index and item misses overlap instead of coming
