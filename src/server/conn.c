@@ -139,7 +139,10 @@ struct conn {
     bool in_parked;  /* input arrived while parked: EPOLLIN off until resumed */
     bool yielded;    /* -R: budget used up with requests still buffered */
     bool sending;    /* conn_io: a send of the obuf is in flight */
-    int io_slot;     /* conn_io: the engine's number for it */
+    bool preread;    /* epoll: conn_preread read for this wake-up's event */
+    bool pre_drained; /* ... and the socket had no more */
+    int8_t pre_rc;    /* ... read_once's result, sign only: 1, 0, -1 */
+    int io_slot;      /* conn_io: the engine's number for it */
     int fd;
     struct tls_conn *tls; /* NULL: plain TCP or UNIX socket */
     size_t in_room;       /* room every read gets: 0, or with TLS a whole
@@ -531,7 +534,15 @@ read_and_process(struct conn *c)
             return;
         }
         bool drained = false;
-        if (read_once(c, &drained) <= 0)
+        ssize_t n;
+        if (c->preread) { /* the wake-up's first read is done */
+            c->preread = false;
+            n = c->pre_rc;
+            drained = c->pre_drained;
+        } else {
+            n = read_once(c, &drained);
+        }
+        if (n <= 0)
             return;
         process(c);
         if (drained)
@@ -664,6 +675,23 @@ conn_turn(struct conn *c)
     c->sess.budget = c->sh->max_reqs ? c->sh->max_reqs : UINT32_MAX;
 }
 
+bool
+conn_preread(struct conn *c, uint32_t events)
+{
+    /* only an event that is nothing but input, on a connection whose
+     * conn_event would start with a read (read_and_process's checks) */
+    if ((events & ~(uint32_t)EPOLLIN) || !(events & EPOLLIN) || c->tls ||
+        c->eof || c->closing || c->dead || backlogged(c) || parked(c) ||
+        c->yielded)
+        return false;
+    bool drained = false;
+    ssize_t n = read_once(c, &drained);
+    c->preread = true;
+    c->pre_rc = (int8_t)(n > 0 ? 1 : n < 0 ? -1 : 0);
+    c->pre_drained = drained;
+    return n > 0;
+}
+
 void
 conn_event(struct conn *c, uint32_t events)
 {
@@ -686,6 +714,7 @@ conn_event(struct conn *c, uint32_t events)
             c->in_parked = true; /* read once resumed: EPOLLIN off till then */
         read_and_process(c);
     }
+    c->preread = false; /* used, or the read ended the input (eof, error) */
     write_out(c);
     settle(c);
 }

@@ -134,6 +134,12 @@ void conn_fold_counters(struct proto_counters *p, struct stats_ctr *ctr);
 
 /* Handle epoll events; may destroy c. Context: c's worker. */
 void conn_event(struct conn *c, uint32_t events);
+/* Before the conn_event() calls of one epoll wake-up: the first read of a
+ * connection whose event is input only, so that the wake-up's requests
+ * can be hinted to the engine together (conn_prefetch_inputs); its
+ * conn_event(), which must follow in the same wake-up, goes on from that
+ * read. True when input came. Context: c's worker. */
+bool conn_preread(struct conn *c, uint32_t events);
 
 /* With a conn_io engine: n bytes of c's input arrived (n == 0: the peer
  * closed; err: the socket failed); they are kept until conn_input_done(),
