@@ -148,11 +148,12 @@ bool conn_preread(struct conn *c, uint32_t events);
  * worker. */
 void conn_input(struct conn *c, const void *p, size_t n, bool err);
 void conn_input_done(struct conn *c);
-/* Before the conn_input_done() calls of one batch of completions: the
- * engine is told the key each connection's first request reads (a get or
- * mg at the front of its input), so that the index and item misses of the
- * batch overlap instead of coming one connection at a time. A hint only:
- * nothing runs, nothing is counted. */
+/* Before the conn_input_done() calls of one batch of completions (or the
+ * conn_event() calls of one epoll wake-up): the engine is told the key
+ * each connection's first request looks up (a get, gets, gat, gats, mg,
+ * set or ms at the front of its input), so that the index and item misses
+ * of the batch overlap instead of coming one connection at a time. A hint
+ * only: nothing runs, nothing is counted. */
 void conn_prefetch_inputs(struct conn *const *cs, size_t n);
 /* With a conn_io engine: the send queued through io->send ended with res
  * (bytes sent, or a negative errno). Sends what follows, runs held

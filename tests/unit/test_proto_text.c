@@ -944,9 +944,12 @@ test_read_key(void **state)
         {"gat 10 k1\r\n", "k1"},
         {"gats 10 k2 k3\n", "k2"},
         {"mg key v f\r\nget x\r\n", "key"},
-        {"get foo", NULL},                /* no end of line yet */
-        {"set foo 0 0 1\r\nx\r\n", NULL}, /* not a read */
-        {"gat 10\r\n", NULL},             /* no key */
+        {"get foo", NULL},                 /* no end of line yet */
+        {"set foo 0 0 1\r\nx\r\n", "foo"}, /* the store looks it up */
+        {"ms bar 1 T0\r\nx\r\n", "bar"},
+        {"delete foo\r\n", NULL}, /* neither a read nor a set */
+        {"set foo", NULL},
+        {"gat 10\r\n", NULL}, /* no key */
         {"get \r\n", NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -863,12 +863,34 @@ read_line_key(const char *line, size_t n, struct tc_key *k)
     return true;
 }
 
+/* The key of a "set k ..." or "ms k ..." line: the store looks up its
+ * bucket and the item it replaces as a get does. */
+static bool
+set_line_key(const char *line, size_t n, struct tc_key *k)
+{
+    size_t skip;
+    if (n > 4 && memcmp(line, "set ", 4) == 0)
+        skip = 4;
+    else if (n > 3 && memcmp(line, "ms ", 3) == 0)
+        skip = 3;
+    else
+        return false;
+    const char *p = line + skip, *e = line + n;
+    const char *sp = memchr(p, ' ', (size_t)(e - p));
+    size_t kl = (size_t)((sp ? sp : e) - p);
+    if (kl == 0 || kl > TC_KEY_MAX)
+        return false;
+    *k = (struct tc_key){p, kl};
+    return true;
+}
+
 bool
 proto_text_read_key(const char *in, size_t len, struct tc_key *k)
 {
     const char *nl =
         memchr(in, '\n', len < PROTO_LINE_MAX ? len : PROTO_LINE_MAX);
-    return nl && read_line_key(in, (size_t)(nl - in), k);
+    return nl && (read_line_key(in, (size_t)(nl - in), k) ||
+                  set_line_key(in, (size_t)(nl - in), k));
 }
 
 /* Pipelined reads: when the buffer holds two or more complete get, gets,
