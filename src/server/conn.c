@@ -96,6 +96,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -138,7 +139,10 @@ struct conn {
     bool in_parked;  /* input arrived while parked: EPOLLIN off until resumed */
     bool yielded;    /* -R: budget used up with requests still buffered */
     bool sending;    /* conn_io: a send of the obuf is in flight */
-    int io_slot;     /* conn_io: the engine's number for it */
+    bool preread;    /* epoll: conn_preread read for this wake-up's event */
+    bool pre_drained; /* ... and the socket had no more */
+    int8_t pre_rc;    /* ... read_once's result, sign only: 1, 0, -1 */
+    int io_slot;      /* conn_io: the engine's number for it */
     int fd;
     struct tls_conn *tls; /* NULL: plain TCP or UNIX socket */
     size_t in_room;       /* room every read gets: 0, or with TLS a whole
@@ -181,6 +185,22 @@ static void
 touch(struct conn *c)
 {
     atomic_store_explicit(&c->last_active, c->w->now, memory_order_relaxed);
+}
+
+/* recv() and send() without glibc's cancellation point around the system
+ * call (two atomic updates of the thread's cancel state per call, a
+ * tenth of an epoll request's instructions outside the parser): no thread
+ * of the server is ever cancelled. Same results and errno. */
+static ssize_t
+sock_recv(int fd, void *buf, size_t len)
+{
+    return syscall(SYS_recvfrom, fd, buf, len, 0, NULL, NULL);
+}
+
+static ssize_t
+sock_send(int fd, const void *buf, size_t len)
+{
+    return syscall(SYS_sendto, fd, buf, len, MSG_NOSIGNAL, NULL, 0);
 }
 
 /* --- create / destroy --- */
@@ -478,7 +498,7 @@ read_once(struct conn *c, bool *drained)
     for (;;) {
         ssize_t n = c->tls
                         ? tls_recv(c->tls, c->in + c->in_len, room, c->w->ctr)
-                        : recv(c->fd, c->in + c->in_len, room, 0);
+                        : sock_recv(c->fd, c->in + c->in_len, room);
         if (n > 0) {
             c->in_len += (size_t)n;
             stats_ctr_add(c->w->ctr, STATS_BYTES_READ, (uint64_t)n);
@@ -514,7 +534,15 @@ read_and_process(struct conn *c)
             return;
         }
         bool drained = false;
-        if (read_once(c, &drained) <= 0)
+        ssize_t n;
+        if (c->preread) { /* the wake-up's first read is done */
+            c->preread = false;
+            n = c->pre_rc;
+            drained = c->pre_drained;
+        } else {
+            n = read_once(c, &drained);
+        }
+        if (n <= 0)
             return;
         process(c);
         if (drained)
@@ -545,7 +573,7 @@ flush(struct conn *c)
         size_t len = obuf_sendable(&c->out);
         ssize_t n =
             c->tls ? tls_send(c->tls, c->out.buf + c->out.head, len, c->w->ctr)
-                   : send(c->fd, c->out.buf + c->out.head, len, MSG_NOSIGNAL);
+                   : sock_send(c->fd, c->out.buf + c->out.head, len);
         if (n > 0) {
             obuf_consume(&c->out, (size_t)n);
             stats_ctr_add(c->w->ctr, STATS_BYTES_WRITTEN, (uint64_t)n);
@@ -647,6 +675,23 @@ conn_turn(struct conn *c)
     c->sess.budget = c->sh->max_reqs ? c->sh->max_reqs : UINT32_MAX;
 }
 
+bool
+conn_preread(struct conn *c, uint32_t events)
+{
+    /* only an event that is nothing but input, on a connection whose
+     * conn_event would start with a read (read_and_process's checks) */
+    if ((events & ~(uint32_t)EPOLLIN) || !(events & EPOLLIN) || c->tls ||
+        c->eof || c->closing || c->dead || backlogged(c) || parked(c) ||
+        c->yielded)
+        return false;
+    bool drained = false;
+    ssize_t n = read_once(c, &drained);
+    c->preread = true;
+    c->pre_rc = (int8_t)(n > 0 ? 1 : n < 0 ? -1 : 0);
+    c->pre_drained = drained;
+    return n > 0;
+}
+
 void
 conn_event(struct conn *c, uint32_t events)
 {
@@ -669,6 +714,7 @@ conn_event(struct conn *c, uint32_t events)
             c->in_parked = true; /* read once resumed: EPOLLIN off till then */
         read_and_process(c);
     }
+    c->preread = false; /* used, or the read ended the input (eof, error) */
     write_out(c);
     settle(c);
 }
@@ -734,6 +780,25 @@ conn_input_done(struct conn *c)
     }
     write_out(c);
     settle(c);
+}
+
+/* Keys hinted per call: a batch of completions rarely holds more inputs. */
+#define CONN_PREFETCH_MAX 16
+
+void
+conn_prefetch_inputs(struct conn *const *cs, size_t n)
+{
+    struct tc_key keys[CONN_PREFETCH_MAX];
+    size_t m = 0;
+    for (size_t i = 0; i < n && m < CONN_PREFETCH_MAX; i++) {
+        const struct conn *c = cs[i];
+        if (!c->dead && !parked(c) &&
+            proto_read_key(&c->sess, c->in + c->in_off, c->in_len - c->in_off,
+                           &keys[m]))
+            m++;
+    }
+    if (m >= 2) /* one key alone overlaps nothing */
+        tc_prefetch(cs[0]->sh->cache, keys, m);
 }
 
 void

@@ -134,6 +134,12 @@ void conn_fold_counters(struct proto_counters *p, struct stats_ctr *ctr);
 
 /* Handle epoll events; may destroy c. Context: c's worker. */
 void conn_event(struct conn *c, uint32_t events);
+/* Before the conn_event() calls of one epoll wake-up: the first read of a
+ * connection whose event is input only, so that the wake-up's requests
+ * can be hinted to the engine together (conn_prefetch_inputs); its
+ * conn_event(), which must follow in the same wake-up, goes on from that
+ * read. True when input came. Context: c's worker. */
+bool conn_preread(struct conn *c, uint32_t events);
 
 /* With a conn_io engine: n bytes of c's input arrived (n == 0: the peer
  * closed; err: the socket failed); they are kept until conn_input_done(),
@@ -142,6 +148,13 @@ void conn_event(struct conn *c, uint32_t events);
  * worker. */
 void conn_input(struct conn *c, const void *p, size_t n, bool err);
 void conn_input_done(struct conn *c);
+/* Before the conn_input_done() calls of one batch of completions (or the
+ * conn_event() calls of one epoll wake-up): the engine is told the key
+ * each connection's first request looks up (a get, gets, gat, gats, mg,
+ * set or ms at the front of its input), so that the index and item misses
+ * of the batch overlap instead of coming one connection at a time. A hint
+ * only: nothing runs, nothing is counted. */
+void conn_prefetch_inputs(struct conn *const *cs, size_t n);
 /* With a conn_io engine: the send queued through io->send ended with res
  * (bytes sent, or a negative errno). Sends what follows, runs held
  * requests; may destroy c. Context: c's worker. */

@@ -86,6 +86,7 @@
 #define NETRING_BUF_SIZE 8192
 #define NETRING_BGID 7
 #define NETRING_WATCH_MAX 48
+#define NETRING_PREFETCH_MAX 16 /* inputs of a batch hinted together */
 /* Same idle policy as the epoll loop (worker.c). */
 #define NETRING_IDLE_MS 20
 #define NETRING_REAP_MS 50
@@ -468,6 +469,17 @@ on_cqe(struct netring *nr, const struct io_uring_cqe *cqe)
 static void
 run_inputs(struct netring *nr)
 {
+    if (nr->ninputs >= 2) {
+        /* the inputs' first reads, hinted to the engine together */
+        struct conn *cs[NETRING_PREFETCH_MAX];
+        size_t n = 0;
+        for (int k = 0; k < nr->ninputs && n < NETRING_PREFETCH_MAX; k++) {
+            struct slot *s = &nr->slots[nr->inputs[k]];
+            if (s->c && s->got_input)
+                cs[n++] = s->c;
+        }
+        conn_prefetch_inputs(cs, n);
+    }
     for (int k = 0; k < nr->ninputs; k++) {
         struct slot *s = &nr->slots[nr->inputs[k]];
         if (!s->c || !s->got_input)

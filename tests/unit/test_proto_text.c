@@ -867,6 +867,116 @@ test_util_word_scans(void **state)
     }
 }
 
+/* The tokenizer against a byte-by-byte split on ' ': lines of every length
+ * around the word-at-a-time path's range (8..64 bytes), spaces and other
+ * bytes (tabs, '\r', >= 0x80) at pseudo-random places, runs of spaces at
+ * either end, and token limits below the count; each line in a buffer of
+ * its exact size, so that a read past it is a fault under ASan. */
+static int
+tokenize_ref(const char *line, size_t len, struct proto_token *tok, int max)
+{
+    int n = 0;
+    size_t i = 0;
+    for (;;) {
+        while (i < len && line[i] == ' ')
+            i++;
+        if (i == len)
+            return n;
+        if (n == max)
+            return max + 1;
+        size_t start = i;
+        while (i < len && line[i] != ' ')
+            i++;
+        tok[n].p = line + start;
+        tok[n].n = i - start;
+        n++;
+    }
+}
+
+static void
+test_util_tokenize(void **state)
+{
+    (void)state;
+    static const char bytes[] = {' ',        ' ',        ' ', 'k',
+                                 '\t',       '\r',       '!', (char)0x80,
+                                 (char)0xa0, (char)0xff, 0x1f};
+    uint64_t rng = 88172645463325252ull;
+    for (size_t len = 0; len <= 80; len++) {
+        for (int round = 0; round < 400; round++) {
+            char *line = test_malloc(len ? len : 1);
+            for (size_t i = 0; i < len; i++) {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                /* rounds: mostly spaces, mostly letters, or a mix */
+                unsigned r = (unsigned)(rng >> 32);
+                line[i] = round % 3 == 0   ? (r % 4 ? ' ' : 'k')
+                          : round % 3 == 1 ? (r % 5 ? 'k' : ' ')
+                                           : bytes[r % sizeof(bytes)];
+            }
+            int max = round % 4 == 0 ? (int)(rng % 5) : PROTO_MAX_TOKENS;
+            struct proto_token got[PROTO_MAX_TOKENS], want[PROTO_MAX_TOKENS];
+            int n = proto_tokenize(line, len, got, max);
+            int m = tokenize_ref(line, len, want, max);
+            if (n != m)
+                fail_msg("len %zu round %d: %d tokens, want %d", len, round, n,
+                         m);
+            for (int i = 0; i < (m > max ? max : m); i++)
+                if (got[i].p != want[i].p || got[i].n != want[i].n)
+                    fail_msg("len %zu round %d: token %d differs", len, round,
+                             i);
+            test_free(line);
+        }
+    }
+}
+
+/* The key a batch of inputs hints to the engine: the first key of a
+ * complete read line, nothing for other commands or a partial line. */
+static void
+test_read_key(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *key;
+    } cases[] = {
+        {"get foo\r\n", "foo"},
+        {"gets a b c\r\n", "a"},
+        {"gat 10 k1\r\n", "k1"},
+        {"gats 10 k2 k3\n", "k2"},
+        {"mg key v f\r\nget x\r\n", "key"},
+        {"get foo", NULL},                 /* no end of line yet */
+        {"set foo 0 0 1\r\nx\r\n", "foo"}, /* the store looks it up */
+        {"ms bar 1 T0\r\nx\r\n", "bar"},
+        {"delete foo\r\n", NULL}, /* neither a read nor a set */
+        {"set foo", NULL},
+        {"gat 10\r\n", NULL}, /* no key */
+        {"get \r\n", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct tc_key k = {0};
+        bool got = proto_text_read_key(cases[i].in, strlen(cases[i].in), &k);
+        if (got != (cases[i].key != NULL))
+            fail_msg("%s: %s", cases[i].in, got ? "a key" : "no key");
+        if (got && (k.klen != strlen(cases[i].key) ||
+                    memcmp(k.key, cases[i].key, k.klen) != 0))
+            fail_msg("%s: key %.*s", cases[i].in, (int)k.klen,
+                     (const char *)k.key);
+    }
+    /* a session that would not run a text read now gives none */
+    struct proto_sess s;
+    proto_sess_init(&s, NULL, NULL, NULL, 0);
+    struct tc_key k;
+    assert_false(proto_read_key(&s, "get a\r\n", 7, &k)); /* not chosen */
+    s.chosen = true;
+    assert_true(proto_read_key(&s, "get a\r\n", 7, &k));
+    s.binary = true;
+    assert_false(proto_read_key(&s, "get a\r\n", 7, &k));
+    s.binary = false;
+    s.swallow = 3;
+    assert_false(proto_read_key(&s, "get a\r\n", 7, &k));
+    proto_sess_fini(&s);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
@@ -876,6 +986,8 @@ main(void)
         cmocka_unit_test(test_err_table),
         cmocka_unit_test(test_util_parsing),
         cmocka_unit_test(test_util_word_scans),
+        cmocka_unit_test(test_util_tokenize),
+        cmocka_unit_test(test_read_key),
         T(test_get_miss_and_hit),
         T(test_gets_has_cas),
         T(test_get_bad_keys),

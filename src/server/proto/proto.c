@@ -69,6 +69,18 @@ choose_protocol(struct proto_sess *s, const char *in)
     s->chosen = true;
 }
 
+bool
+proto_read_key(const struct proto_sess *s, const char *in, size_t len,
+               struct tc_key *k)
+{
+    /* the session's first bytes (protocol not chosen), binary, a value
+     * being swallowed, a get half-way, a watcher, before a login: none */
+    if (!s->chosen || s->binary || s->swallow || s->resume || s->watch ||
+        !s->authed || len == 0)
+        return false;
+    return proto_text_read_key(in, len, k);
+}
+
 ssize_t
 proto_process(struct proto_sess *s, const char *in, size_t len,
               struct obuf *out)

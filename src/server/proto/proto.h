@@ -147,6 +147,15 @@ ssize_t proto_process(struct proto_sess *s, const char *in, size_t len,
 
 ssize_t proto_text_process(struct proto_sess *s, const char *in, size_t len,
                            struct obuf *out);
+/* The key of the request at the front of `in` (the first key of a get,
+ * gets, gat, gats or mg, the key of a set or ms, whose line is complete),
+ * for a hint to the engine (tc_prefetch) before the request runs; false
+ * when there is none or the session would not run it now. Reads nothing
+ * but s and in. */
+bool proto_read_key(const struct proto_sess *s, const char *in, size_t len,
+                    struct tc_key *k);
+/* The text parser's part of proto_read_key: a complete text line. */
+bool proto_text_read_key(const char *in, size_t len, struct tc_key *k);
 ssize_t proto_bin_process(struct proto_sess *s, const char *in, size_t len,
                           struct obuf *out);
 /* Meta commands (mg, ms, md, ma, mn, me): the text parser calls this when

@@ -113,21 +113,29 @@ rl_str(struct rline *l, const char *s)
     rl_add(l, s, strlen(s));
 }
 
-/* " <f><v>" */
+/* " <f><v>", formatted in place (snprintf was a third of an mg's
+ * instructions: perf/RESULTS.md) */
 static void
 rl_flag_u64(struct rline *l, char f, uint64_t v)
 {
-    char num[24];
-    int n = snprintf(num, sizeof(num), " %c%" PRIu64, f, v);
-    rl_add(l, num, (size_t)n);
+    char num[3 + PROTO_U64_DIGITS];
+    num[0] = ' ';
+    num[1] = f;
+    rl_add(l, num, 2 + proto_fmt_u64(num + 2, v));
 }
 
 static void
 rl_flag_i64(struct rline *l, char f, int64_t v)
 {
-    char num[24];
-    int n = snprintf(num, sizeof(num), " %c%" PRId64, f, v);
-    rl_add(l, num, (size_t)n);
+    char num[3 + PROTO_U64_DIGITS];
+    size_t n = 0;
+    num[n++] = ' ';
+    num[n++] = f;
+    if (v < 0)
+        num[n++] = '-';
+    /* the magnitude as unsigned: INT64_MIN has no positive int64_t */
+    uint64_t m = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    rl_add(l, num, n + proto_fmt_u64(num + n, m));
 }
 
 /* " k<key>", or " k<base64> b" for a binary key. */
@@ -314,9 +322,8 @@ mg_reply(void *arg, const struct tc_item_info *info, const struct iovec *iov,
 
     l.n = 0;
     if (value) {
-        char head[16];
-        rl_add(&l, head,
-               (size_t)snprintf(head, sizeof(head), "VA %" PRIu32, info->vlen));
+        char head[3 + PROTO_U64_DIGITS] = "VA ";
+        rl_add(&l, head, 3 + proto_fmt_u64(head + 3, info->vlen));
     } else {
         rl_str(&l, "HD");
     }
@@ -475,7 +482,8 @@ meta_set(struct proto_sess *s, struct meta_req *r, const char *in, size_t len,
     }
     uint64_t block = vlen + 2;
 
-    enum proto_err err = proto_meta_parse(r, line, llen, 3);
+    /* the tokens as they are: the line is split once */
+    enum proto_err err = proto_meta_parse_tokens(r, n, 3);
     if (err != PERR_NONE && !r->flag_err) {
         /* memcached refuses a long key or too many tokens before it reads
          * the length: the data block is then read as commands */
@@ -848,7 +856,7 @@ proto_meta_process(struct proto_sess *s, const char *in, size_t len,
         llen--;
 
     struct meta_req r;
-    memset(&r, 0, sizeof(r));
+    memset(&r, 0, META_REQ_ZERO);
     r.no_cas = s->no_cas;
     s->need = 0;
 

@@ -18,7 +18,6 @@
 
 /* A parsed request: its tokens, its key (decoded when b) and its flags. */
 struct meta_req {
-    struct proto_token tok[PROTO_MAX_TOKENS];
     int ntok;       /* tokens held in tok (the line may have more) */
     bool flag_err;  /* meta_parse failed on a flag, not the line's shape */
     int first_flag; /* index of the first flag token */
@@ -42,10 +41,17 @@ struct meta_req {
     char mode;             /* M */
     uint64_t cas;
     uint64_t cas_new;
-    uint64_t delta;                 /* D, default 1 */
-    uint64_t initial;               /* J */
+    uint64_t delta;   /* D, default 1 */
+    uint64_t initial; /* J */
+    /* the tokens and the decoded key last: a request zeroes only the
+     * fields above (META_REQ_ZERO), tok[0..ntok) and kbuf are written
+     * before they are read */
+    struct proto_token tok[PROTO_MAX_TOKENS];
     unsigned char kbuf[TC_KEY_MAX]; /* a decoded b key */
 };
+
+/* The bytes of struct meta_req a new request zeroes. */
+#define META_REQ_ZERO offsetof(struct meta_req, tok)
 
 /* Tokenize the line and parse key and flags (flags from token `first`).
  * The token count and key length are checked first, as memcached does.
@@ -53,6 +59,9 @@ struct meta_req {
  * a flag's error from the line's shape). */
 enum proto_err proto_meta_parse(struct meta_req *r, const char *line,
                                 size_t llen, int first);
+/* The same on a line already in r->tok: n is what proto_tokenize returned
+ * for it (with PROTO_MAX_TOKENS as its max). */
+enum proto_err proto_meta_parse_tokens(struct meta_req *r, int n, int first);
 
 /* Encode n bytes into dst (room for 4 * ceil(n / 3)); returns the length. */
 size_t proto_meta_b64_encode(const unsigned char *src, size_t n, char *dst);

@@ -132,16 +132,16 @@ parse_i32(const char *p, size_t n, int32_t *out)
 static enum proto_err
 meta_parse_flags(struct meta_req *r)
 {
-    uint8_t seen[128] = {0};
+    uint64_t seen[2] = {0, 0}; /* a bit per flag byte below 128 */
     enum proto_err err = PERR_NONE;
 
     for (int i = r->first_flag; i < r->ntok; i++) {
         const char *p = r->tok[i].p;
         size_t n = r->tok[i].n;
         uint8_t f = (uint8_t)p[0];
-        if (f >= 127 || seen[f])
+        if (f >= 127 || (seen[f >> 6] >> (f & 63) & 1))
             return PERR_DUP_FLAG;
-        seen[f] = 1;
+        seen[f >> 6] |= 1ull << (f & 63);
         switch (f) {
         case 'b': {
             size_t kn = proto_meta_b64_decode(r->key, r->klen, r->kbuf);
@@ -243,7 +243,13 @@ meta_parse_flags(struct meta_req *r)
 enum proto_err
 proto_meta_parse(struct meta_req *r, const char *line, size_t llen, int first)
 {
-    int n = proto_tokenize(line, llen, r->tok, PROTO_MAX_TOKENS);
+    return proto_meta_parse_tokens(
+        r, proto_tokenize(line, llen, r->tok, PROTO_MAX_TOKENS), first);
+}
+
+enum proto_err
+proto_meta_parse_tokens(struct meta_req *r, int n, int first)
+{
     r->ntok = n > PROTO_MAX_TOKENS ? PROTO_MAX_TOKENS : n;
     r->first_flag = first;
     r->delta = 1;

@@ -630,6 +630,30 @@ meta_request(struct text_cmd *c, const char *in, size_t len)
     return proto_meta_process(c->s, in, len, c->out);
 }
 
+/* A line that begins with a meta command ("mg k ...", "ms k ..."): the
+ * meta parser splits it itself, so the text tokens are not made. True with
+ * the reply written and *rc set. A line with spaces ahead of the command
+ * goes the tokenized way (dispatch), whose outcome is the same. */
+static bool
+meta_line(struct text_cmd *c, const char *in, size_t len, ssize_t *rc)
+{
+    const char *l = c->line;
+    if (c->len < 2 || l[0] != 'm' || (c->len > 2 && l[2] != ' ') ||
+        !memchr("gsdane", l[1], 6))
+        return false;
+    /* meta_request's check of a key: a token after the command */
+    size_t i = 2;
+    while (i < c->len && l[i] == ' ')
+        i++;
+    if (i == c->len && l[1] != 'n' && l[1] != 'e') {
+        proto_reply_err(c->s, c->out, PERR_ERROR);
+        *rc = (ssize_t)c->line_bytes;
+        return true;
+    }
+    *rc = proto_meta_process(c->s, in, len, c->out);
+    return true;
+}
+
 /* An unknown command: "ERROR", except that memcached hangs up on what looks
  * like an HTTP request. */
 static ssize_t
@@ -787,6 +811,9 @@ text_one(struct proto_sess *s, const char *in, size_t len, struct obuf *out)
     c.line_bytes = (size_t)eol + 1;
     c.rest = in + c.line_bytes;
     c.rest_len = len - c.line_bytes;
+    ssize_t rc;
+    if (likely(s->authed) && meta_line(&c, in, len, &rc))
+        return rc;
     c.ntok = proto_tokenize(c.line, c.len, c.tok, PROTO_MAX_TOKENS);
     if (unlikely(!s->authed))
         return text_login(&c);
@@ -834,6 +861,36 @@ read_line_key(const char *line, size_t n, struct tc_key *k)
         return false;
     *k = (struct tc_key){p, kl};
     return true;
+}
+
+/* The key of a "set k ..." or "ms k ..." line: the store looks up its
+ * bucket and the item it replaces as a get does. */
+static bool
+set_line_key(const char *line, size_t n, struct tc_key *k)
+{
+    size_t skip;
+    if (n > 4 && memcmp(line, "set ", 4) == 0)
+        skip = 4;
+    else if (n > 3 && memcmp(line, "ms ", 3) == 0)
+        skip = 3;
+    else
+        return false;
+    const char *p = line + skip, *e = line + n;
+    const char *sp = memchr(p, ' ', (size_t)(e - p));
+    size_t kl = (size_t)((sp ? sp : e) - p);
+    if (kl == 0 || kl > TC_KEY_MAX)
+        return false;
+    *k = (struct tc_key){p, kl};
+    return true;
+}
+
+bool
+proto_text_read_key(const char *in, size_t len, struct tc_key *k)
+{
+    const char *nl =
+        memchr(in, '\n', len < PROTO_LINE_MAX ? len : PROTO_LINE_MAX);
+    return nl && (read_line_key(in, (size_t)(nl - in), k) ||
+                  set_line_key(in, (size_t)(nl - in), k));
 }
 
 /* Pipelined reads: when the buffer holds two or more complete get, gets,
