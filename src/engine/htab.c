@@ -4,16 +4,17 @@
  * Concurrency:
  *   h->tab           the table lookups start from: release store when a
  *                    doubling ends (under h->grow_lock), acquire loads
- *   table fields     buckets, mask, nbuckets, nreserve, map_bytes, grow_at:
+ *   table fields     buckets, mask, nbuckets, nreserve, map_bytes:
  *                    set before the table is published, read-only after;
  *                    a table's descriptor lives until htab_destroy (its
  *                    buckets are freed after a grace period once retired),
  *                    so a stale descriptor is always readable
  *   t->next          the doubled table: release store under h->grow_lock
  *                    before any of t's buckets is marked moved; acquire
- *   t->state         IDLE, WANT (a writer saw overflow pass grow_at:
- *                    CAS from IDLE), GROWING (under h->grow_lock); relaxed,
- *                    a hint for htab_lock to help
+ *   t->state         IDLE, WANT (a writer's stripe passed its limit:
+ *                    CAS from IDLE), GROWING (under h->grow_lock); a hint
+ *                    for htab_lock to help (relaxed loads there); the
+ *                    stripes' protocol below uses seq_cst on it
  *   bucket->slot[i]  written only under the home bucket's spin lock
  *                    (LOCK_RANK_BUCKET), with release stores; read by
  *                    lock-free readers with acquire loads, by lock holders
@@ -37,7 +38,26 @@
  *                    one writer (whatever home lock it holds); the bucket's
  *                    words are zero from the table's creation and published
  *                    by the release store of next
- *   t->noverflow     relaxed counter: stats, and the trigger of a doubling
+ *   t->noverflow     relaxed counter: stats only
+ *   t->grow_items    entries past which t doubles: h->grow_lock
+ *   h->stripe[i].n   entries inserted minus removed by the threads of
+ *                    stripe i (a thread takes one stripe for good, 64 of
+ *                    them round robin): fetch_add by those threads only,
+ *                    under whatever bucket lock they hold, so the line
+ *                    stays in their core's cache; the sum is the exact
+ *                    count (htab_count)
+ *   h->stripe[i].limit  written under h->grow_lock (htab_limits_set),
+ *                    read by stripe i's inserts: n past limit asks for a
+ *                    look (WANT). The limits add up to t->grow_items minus
+ *                    nothing the stripes held when they were set, so the
+ *                    count cannot pass grow_items without some stripe
+ *                    passing its limit. The insert's fetch_add, its load
+ *                    of limit and its CAS of state, and the setter's
+ *                    stores of the limits and of state and its loads of
+ *                    every n afterwards, are all seq_cst: either the
+ *                    insert sees the new limit (and asks), or the setter's
+ *                    check after it sees the insert's n (and asks)
+ *   h->seen[i]       stripe i's n at the last htab_limits_set: h->grow_lock
  *   h->grow_lock     a mutex, only ever tried (htab_lock's help) or taken
  *                    with no bucket lock held: starts and ends a doubling,
  *                    h->cursor (the next old bucket to move; one mover at a
@@ -52,7 +72,8 @@
  *   lock order       index bucket -> slab class -> page pool (lock.h);
  *                    only aligned_alloc (past the overflow reserve) is
  *                    called under a bucket lock; h->grow_lock -> one index
- *                    bucket at a time (the mover)
+ *                    bucket at a time (the mover); the stripe counters are
+ *                    atomics, no lock
  *   No PMEM access here except through the caller's match and rehash
  *   functions.
  */
@@ -80,6 +101,15 @@
 /* Sizing: HTAB_SLOTS * 0.7 entries a bucket at expected_items. */
 #define HTAB_FILL_NUM 7
 #define HTAB_FILL_DEN 10
+/* Doubling: past HTAB_SLOTS * 0.8 entries a bucket, counted exactly (the
+ * stripes below). 2^19 buckets then hold 2,516,582 entries: the 2,164,480
+ * packed 16/100-byte items of a 256 MiB pool (68.8% of the slots) stay in
+ * them with 16% to spare. Overflow buckets at 80%: about 0.21 a home
+ * bucket (keys spread evenly, Poisson 4.8 > 6); at 68.8%: 0.12. */
+#define HTAB_GROW_NUM 4
+#define HTAB_GROW_DEN 5
+/* Entry counters, one cache line each; a thread counts in one of them. */
+#define HTAB_STRIPES 64
 #define HTAB_MIN_BUCKETS 64ull
 /* Past this the index would need more than 2^42 buckets (256 TiB). */
 #define HTAB_MAX_ITEMS (1ull << 44)
@@ -88,24 +118,16 @@
 #define HTAB_MMAP_BYTES (2 * MIB)
 /* Overflow buckets are carved from a reserve after the home buckets, one
  * fetch_add each: aligned_alloc(64, 64) costs glibc 128-192 bytes of heap a
- * bucket and a malloc under the bucket lock. Measured overflow is about 9% of
- * the home buckets at 64% fill; past the reserve, aligned_alloc. */
+ * bucket and a malloc under the bucket lock. Measured overflow is 0.09 of
+ * the home buckets at 64% fill, 0.21 at 80% (where a table doubles);
+ * past the reserve (a quarter; mmap'd, so backed only as it is handed
+ * out), aligned_alloc. */
 #define HTAB_RESERVE_DIV 4
-/* A table is looked at once its overflow buckets pass nbuckets / GROW_DIV
- * (with keys spread evenly, 6 slots a bucket, about 68% full), and again
- * after every nbuckets / RECHECK_DIV more: it doubles if a sample of
- * SAMPLE home buckets (and their chains) is more than 70% full
- * (HTAB_FILL_NUM / HTAB_FILL_DEN). Overflow alone is no measure under
- * churn: chains are never unlinked, so a table at a steady fill keeps
- * adding the overflow buckets of whichever buckets crowd for a moment.
- * The reserve (a quarter) still has room for the growth past that while
- * the move runs. */
-#define HTAB_GROW_DIV 8
-#define HTAB_RECHECK_DIV 16
-#define HTAB_SAMPLE 1024ull
-/* A failed start (no memory) tries again after this many more overflow
- * buckets (nbuckets / RETRY_DIV). */
+/* A failed start (no memory) tries again after this many more entries:
+ * nbuckets * HTAB_SLOTS / RETRY_DIV. */
 #define HTAB_RETRY_DIV 32
+/* grow_items of a table that cannot double (HTAB_MAX_BUCKETS) */
+#define HTAB_NEVER ((int64_t)1 << 62)
 
 enum { HTAB_IDLE, HTAB_WANT, HTAB_GROWING };
 
@@ -123,11 +145,17 @@ struct htab_table {
     struct htab_table *retired_next; /* h->retired; h->grow_lock */
     struct htab_table *all_next;     /* h->tables; h->grow_lock */
     bool freed; /* buckets freed (htab_retired_free, htab_resize_empty) */
-    _Atomic uint64_t grow_at; /* noverflow that asks for a doubling */
+    int64_t grow_items; /* doubles past this many entries; h->grow_lock */
     /* Apart from the read-only fields above, which every lookup reads. */
     _Atomic uint64_t reserve_next CACHE_ALIGNED;
     _Atomic uint64_t noverflow;
 };
+
+/* One stripe of the entry count (see the top of this file). */
+struct htab_stripe {
+    _Atomic int64_t n;     /* inserted minus removed, this stripe's threads */
+    _Atomic int64_t limit; /* n past this asks for a look (WANT) */
+} CACHE_ALIGNED;
 
 struct htab {
     struct htab_table *_Atomic tab; /* lookups start here */
@@ -136,11 +164,18 @@ struct htab {
     unsigned help; /* home buckets a writer moves in htab_lock */
     pthread_mutex_t grow_lock CACHE_ALIGNED;
     uint64_t cursor;            /* next old bucket to move */
-    uint64_t sample_at;         /* where the next fill sample starts */
     struct htab_table *retired; /* buckets waiting for a grace period */
     struct htab_table *tables;  /* every descriptor, for htab_destroy */
     _Atomic uint64_t grows;
+    int64_t seen[HTAB_STRIPES]; /* each n at the last limits; grow_lock */
+    struct htab_stripe stripe[HTAB_STRIPES];
 };
+
+/* The stripe of the calling thread, plus one (0: none yet): taken round
+ * robin at its first insert or remove, kept for good, the same in every
+ * index. */
+static __thread unsigned htab_stripe_tls;
+static _Atomic unsigned htab_stripe_next;
 
 static inline uint64_t
 htab_word(uint64_t hash, uint64_t loc)
@@ -172,6 +207,125 @@ htab_home_rcu(const struct htab *h, uint64_t hash)
         b = &t->buckets[hash & t->mask];
     }
     return b;
+}
+
+/* --- the entry count --- */
+
+/* The calling thread's stripe. */
+static inline struct htab_stripe *
+htab_my_stripe(struct htab *h)
+{
+    unsigned s = htab_stripe_tls;
+
+    if (unlikely(s == 0)) {
+        s = atomic_fetch_add_explicit(&htab_stripe_next, 1,
+                                      memory_order_relaxed) %
+                HTAB_STRIPES +
+            1;
+        htab_stripe_tls = s;
+    }
+    return &h->stripe[s - 1];
+}
+
+/* A stripe passed its limit: ask for a look at the count (htab_lock's help
+ * or htab_grow_step takes it; not here, under a bucket lock). Only the
+ * current table is asked; one that is doubling looks at the stripes when
+ * the doubling ends. Context: a writer, under a bucket lock. */
+static void __attribute__((noinline, cold)) htab_want(struct htab *h)
+{
+    if (h->rehash == NULL)
+        return;
+    /* seq_cst: the stripes' protocol (top of this file); pairs with the
+     * store of h->tab at the end of a doubling and its check after. */
+    struct htab_table *t = atomic_load_explicit(&h->tab, memory_order_seq_cst);
+    uint32_t idle = HTAB_IDLE;
+
+    if (atomic_load_explicit(&t->state, memory_order_relaxed) != HTAB_IDLE)
+        return; /* asked already, or doubling */
+    atomic_compare_exchange_strong_explicit(&t->state, &idle, HTAB_WANT,
+                                            memory_order_seq_cst,
+                                            memory_order_seq_cst);
+}
+
+/* Count an entry in: one fetch_add on the thread's own stripe, one load of
+ * its limit. Context: a writer, under a bucket lock. */
+static inline void
+htab_count_in(struct htab *h)
+{
+    struct htab_stripe *s = htab_my_stripe(h);
+    /* seq_cst, both: the stripes' protocol (top of this file); a locked
+     * add and a plain load on x86-64, as relaxed ones. */
+    int64_t n = atomic_fetch_add_explicit(&s->n, 1, memory_order_seq_cst) + 1;
+
+    if (unlikely(n > atomic_load_explicit(&s->limit, memory_order_seq_cst)))
+        htab_want(h);
+}
+
+/* Is some stripe past its limit? Locks: h->grow_lock. */
+static bool
+htab_over_limit(struct htab *h)
+{
+    for (unsigned i = 0; i < HTAB_STRIPES; i++)
+        /* seq_cst: after the caller's stores (the protocol) */
+        if (atomic_load_explicit(&h->stripe[i].n, memory_order_seq_cst) >
+            atomic_load_explicit(&h->stripe[i].limit, memory_order_relaxed))
+            return true;
+    return false;
+}
+
+/* Hand the room left under t->grow_items out to the stripes as limits:
+ * evenly to those whose count grew since the last hand-out (a writer that
+ * only removes, or stays put, gets none: its next insert asks again), to
+ * all of them if none grew. The limits add up to grow_items or to what the
+ * stripes hold, whichever is more. Then, should a stripe be past its new
+ * limit already (an insert that read the old one), ask t for another look.
+ * Without a rehash function the limits stay at INT64_MAX: nothing asks.
+ * Locks: h->grow_lock. */
+static void
+htab_limits_set(struct htab *h, struct htab_table *t)
+{
+    int64_t r[HTAB_STRIPES], sum = 0, room, per, extra;
+    unsigned grew = 0, j = 0;
+
+    if (h->rehash == NULL)
+        return;
+
+    for (unsigned i = 0; i < HTAB_STRIPES; i++) {
+        r[i] = atomic_load_explicit(&h->stripe[i].n, memory_order_seq_cst);
+        sum += r[i];
+        grew += r[i] > h->seen[i];
+    }
+    room = t->grow_items > sum ? t->grow_items - sum : 0;
+    per = room / (grew ? grew : HTAB_STRIPES);
+    extra = room % (grew ? grew : HTAB_STRIPES);
+    for (unsigned i = 0; i < HTAB_STRIPES; i++) {
+        int64_t share = 0;
+
+        if (!grew || r[i] > h->seen[i])
+            share = per + (j++ < extra);
+        h->seen[i] = r[i];
+        /* seq_cst: before the check below (the protocol) */
+        atomic_store_explicit(&h->stripe[i].limit, r[i] + share,
+                              memory_order_seq_cst);
+    }
+    if (htab_over_limit(h)) {
+        uint32_t idle = HTAB_IDLE;
+
+        atomic_compare_exchange_strong_explicit(&t->state, &idle, HTAB_WANT,
+                                                memory_order_seq_cst,
+                                                memory_order_seq_cst);
+    }
+}
+
+uint64_t
+htab_count(const struct htab *h)
+{
+    int64_t n = 0;
+
+    for (unsigned i = 0; i < HTAB_STRIPES; i++)
+        n += atomic_load_explicit(&h->stripe[i].n, memory_order_relaxed);
+    /* a sum read while writers run may be a little off, never below 0 */
+    return n > 0 ? (uint64_t)n : 0;
 }
 
 #ifndef NDEBUG
@@ -255,7 +409,10 @@ htab_table_create(uint64_t nbuckets, struct htab_table **out)
     t->map_bytes = bytes;
     atomic_init(&t->state, HTAB_IDLE);
     atomic_init(&t->next, NULL);
-    atomic_init(&t->grow_at, MAX(nbuckets / HTAB_GROW_DIV, 1ull));
+    t->grow_items =
+        nbuckets >= HTAB_MAX_BUCKETS
+            ? HTAB_NEVER
+            : (int64_t)(nbuckets * HTAB_SLOTS * HTAB_GROW_NUM / HTAB_GROW_DEN);
     atomic_init(&t->reserve_next, 0);
     atomic_init(&t->noverflow, 0);
     *out = t;
@@ -344,6 +501,11 @@ htab_create(uint64_t expected_items, struct htab **out)
     h->tables = t;
     atomic_init(&h->tab, t);
     atomic_init(&h->grows, 0);
+    /* no limits (nothing asks) until htab_set_grow hands them out */
+    for (unsigned i = 0; i < HTAB_STRIPES; i++) {
+        atomic_init(&h->stripe[i].n, 0);
+        atomic_init(&h->stripe[i].limit, INT64_MAX);
+    }
     *out = h;
     return 0;
 
@@ -381,6 +543,9 @@ htab_set_grow(struct htab *h, htab_rehash_fn *fn, void *arg, unsigned help)
     h->rehash = fn;
     h->rehash_arg = arg;
     h->help = help;
+    pthread_mutex_lock(&h->grow_lock);
+    htab_limits_set(h, atomic_load_explicit(&h->tab, memory_order_relaxed));
+    pthread_mutex_unlock(&h->grow_lock);
 }
 
 /* The table whose home bucket b is: the current one or the doubled one (a
@@ -408,17 +573,19 @@ htab_grow_begin_locked(struct htab *h, struct htab_table *t)
     int rc;
 
     if (t->nbuckets >= HTAB_MAX_BUCKETS) {
-        atomic_store_explicit(&t->grow_at, UINT64_MAX, memory_order_relaxed);
-        atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_relaxed);
+        t->grow_items = HTAB_NEVER;
+        /* seq_cst: before htab_limits_set's check (the protocol) */
+        atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_seq_cst);
+        htab_limits_set(h, t);
         return -ENOSPC;
     }
     rc = htab_table_create(t->nbuckets * 2, &nt);
     if (rc != 0) {
-        /* ask again after some more overflow, not at every write */
-        atomic_fetch_add_explicit(&t->grow_at,
-                                  MAX(t->nbuckets / HTAB_RETRY_DIV, 1ull),
-                                  memory_order_relaxed);
-        atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_relaxed);
+        /* ask again after some more entries, not at every write */
+        t->grow_items +=
+            (int64_t)MAX(t->nbuckets * HTAB_SLOTS / HTAB_RETRY_DIV, 1ull);
+        atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_seq_cst);
+        htab_limits_set(h, t);
         return rc;
     }
     nt->all_next = h->tables;
@@ -428,6 +595,8 @@ htab_grow_begin_locked(struct htab *h, struct htab_table *t)
      * moved bucket of t; nt's zeroed words come before. */
     atomic_store_explicit(&t->next, nt, memory_order_release);
     atomic_store_explicit(&t->state, HTAB_GROWING, memory_order_relaxed);
+    /* the limits of the doubled table: nt asks once it is current */
+    htab_limits_set(h, nt);
     return 0;
 }
 
@@ -529,36 +698,21 @@ static void
 htab_grow_end_locked(struct htab *h, struct htab_table *t,
                      struct htab_table *nt)
 {
-    /* Release: pairs with htab_cur's acquire. */
-    atomic_store_explicit(&h->tab, nt, memory_order_release);
+    /* Release: pairs with htab_cur's acquire. seq_cst (a release, and
+     * more) for the stripes' protocol: a stripe that passed its limit
+     * while t was doubling asked t, which ignores it; either its
+     * htab_want reads nt here, or the check below sees its count. */
+    atomic_store_explicit(&h->tab, nt, memory_order_seq_cst);
     t->retired_next = h->retired;
     h->retired = t;
     atomic_fetch_add_explicit(&h->grows, 1, memory_order_relaxed);
-}
+    if (htab_over_limit(h)) {
+        uint32_t idle = HTAB_IDLE;
 
-/* Is t more than 70% full? A sample of HTAB_SAMPLE home buckets (all of a
- * smaller table) and their chains, at a window that moves on each time
- * (keys are spread evenly by the hash: any window is a fair sample). Slots
- * are read as a reader does; t cannot be retired meanwhile.
- * Locks: h->grow_lock. */
-static bool
-htab_fill_high(struct htab *h, struct htab_table *t)
-{
-    uint64_t n = MIN(t->nbuckets, HTAB_SAMPLE), entries = 0;
-
-    for (uint64_t i = 0; i < n; i++) {
-        struct htab_bucket *b = &t->buckets[(h->sample_at + i) & t->mask];
-
-        do {
-            for (int j = 0; j < HTAB_SLOTS; j++)
-                entries += atomic_load_explicit(&b->slot[j],
-                                                memory_order_relaxed) != 0;
-            /* Acquire: as in htab_lookup_rcu. */
-            b = atomic_load_explicit(&b->next, memory_order_acquire);
-        } while (b != NULL);
+        atomic_compare_exchange_strong_explicit(&nt->state, &idle, HTAB_WANT,
+                                                memory_order_seq_cst,
+                                                memory_order_seq_cst);
     }
-    h->sample_at += n;
-    return entries * HTAB_FILL_DEN > n * HTAB_SLOTS * HTAB_FILL_NUM;
 }
 
 /* Start a doubling that is due, then move up to budget buckets: 1 while
@@ -574,14 +728,15 @@ htab_grow_work_locked(struct htab *h, uint64_t budget)
     case HTAB_IDLE:
         return 0;
     case HTAB_WANT:
-        if (!htab_fill_high(h, t)) {
-            /* crowded chains, not a full table: look again later */
-            atomic_store_explicit(
-                &t->grow_at,
-                atomic_load_explicit(&t->noverflow, memory_order_relaxed) +
-                    MAX(t->nbuckets / HTAB_RECHECK_DIV, 1ull),
-                memory_order_relaxed);
-            atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_relaxed);
+        /* A stripe passed its limit: the table doubles once it holds more
+         * than grow_items entries, counted; else the room left is handed
+         * out again. The sum is read while writers run: each stripe's
+         * count is exact, the sum off by at most the writes that ran
+         * while it was read. */
+        if ((int64_t)htab_count(h) <= t->grow_items) {
+            /* seq_cst: before htab_limits_set's check (the protocol) */
+            atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_seq_cst);
+            htab_limits_set(h, t);
             return 0;
         }
         rc = htab_grow_begin_locked(h, t);
@@ -691,6 +846,7 @@ htab_resize_empty(struct htab *h, uint64_t nbuckets)
     nt->all_next = h->tables;
     h->tables = nt;
     atomic_store_explicit(&h->tab, nt, memory_order_release);
+    htab_limits_set(h, nt);
     /* no other thread uses h: the old buckets go at once */
     htab_table_free_buckets(t, false);
     t->freed = true;
@@ -960,7 +1116,6 @@ htab_insert_locked(struct htab *h, struct htab_bucket *b, uint64_t hash,
     struct htab_bucket *last;
     struct htab_bucket *nb;
     struct htab_table *t;
-    uint64_t n;
 
     assert(loc != 0 && loc <= HTAB_LOC_MASK);
     assert(htab_is_locked(b));
@@ -971,6 +1126,7 @@ htab_insert_locked(struct htab *h, struct htab_bucket *b, uint64_t hash,
                 /* Release: pairs with the acquire load in htab_lookup_rcu;
                  * publishes the item written before this call. */
                 atomic_store_explicit(&b->slot[i], word, memory_order_release);
+                htab_count_in(h);
                 return 0;
             }
         }
@@ -987,17 +1143,8 @@ htab_insert_locked(struct htab *h, struct htab_bucket *b, uint64_t hash,
     atomic_store_explicit(&nb->slot[0], word, memory_order_relaxed);
     /* Release: pairs with the acquire load of next in htab_lookup_rcu. */
     atomic_store_explicit(&last->next, nb, memory_order_release);
-    n = atomic_fetch_add_explicit(&t->noverflow, 1, memory_order_relaxed);
-    /* Crowded: ask for a doubling (htab_lock's help or htab_grow_step
-     * starts it; not here, under a bucket lock). */
-    if (unlikely(n + 1 >=
-                 atomic_load_explicit(&t->grow_at, memory_order_relaxed)) &&
-        h->rehash != NULL) {
-        uint32_t idle = HTAB_IDLE;
-        atomic_compare_exchange_strong_explicit(&t->state, &idle, HTAB_WANT,
-                                                memory_order_relaxed,
-                                                memory_order_relaxed);
-    }
+    atomic_fetch_add_explicit(&t->noverflow, 1, memory_order_relaxed);
+    htab_count_in(h);
     return 0;
 }
 
@@ -1013,12 +1160,15 @@ htab_replace_locked(_Atomic uint64_t *slot, uint64_t hash, uint64_t loc)
 }
 
 void
-htab_remove_locked(_Atomic uint64_t *slot)
+htab_remove_locked(struct htab *h, _Atomic uint64_t *slot)
 {
     assert(atomic_load_explicit(slot, memory_order_relaxed) != 0);
     /* Release: pairs with the acquire load in htab_lookup_rcu. Nothing is
      * published by a zero, but every slot store follows the same rule. */
     atomic_store_explicit(slot, 0, memory_order_release);
+    /* Relaxed: a remove never asks for a doubling; the sum is exact
+     * whatever the order (the stripes' protocol needs only the inserts). */
+    atomic_fetch_sub_explicit(&htab_my_stripe(h)->n, 1, memory_order_relaxed);
 }
 
 /* Visit home bucket i of t and its chain, or, once it moved, the two
