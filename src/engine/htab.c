@@ -48,15 +48,17 @@
  *                    count (htab_count)
  *   h->stripe[i].limit  written under h->grow_lock (htab_limits_set),
  *                    read by stripe i's inserts: n past limit asks for a
- *                    look (WANT). The limits add up to t->grow_items minus
- *                    nothing the stripes held when they were set, so the
- *                    count cannot pass grow_items without some stripe
- *                    passing its limit. The insert's fetch_add, its load
- *                    of limit and its CAS of state, and the setter's
- *                    stores of the limits and of state and its loads of
- *                    every n afterwards, are all seq_cst: either the
- *                    insert sees the new limit (and asks), or the setter's
- *                    check after it sees the insert's n (and asks)
+ *                    look (WANT). The limits add up to the current
+ *                    table's grow_items (or to the count, if that is
+ *                    more), so the count cannot pass grow_items without
+ *                    some stripe passing its limit. The insert's
+ *                    fetch_add, its load of limit, its load of h->tab and
+ *                    CAS of that table's state, and the setter's stores
+ *                    of the limits, of state (or of h->tab, at the end of
+ *                    a doubling) and its loads of every n afterwards, are
+ *                    all seq_cst: either the insert sees the new limit or
+ *                    table (and asks), or the setter's check after its
+ *                    stores sees the insert's n (and asks)
  *   h->seen[i]       stripe i's n at the last htab_limits_set: h->grow_lock
  *   h->grow_lock     a mutex, only ever tried (htab_lock's help) or taken
  *                    with no bucket lock held: starts and ends a doubling,
@@ -84,6 +86,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -171,10 +174,11 @@ struct htab {
     struct htab_stripe stripe[HTAB_STRIPES];
 };
 
-/* The stripe of the calling thread, plus one (0: none yet): taken round
- * robin at its first insert or remove, kept for good, the same in every
- * index. */
-static __thread unsigned htab_stripe_tls;
+/* The calling thread's stripe, as its offset in struct htab (0: none
+ * yet): taken round robin at its first insert or remove, kept for good,
+ * the same in every index. An offset, not a number: no arithmetic on the
+ * insert's path. */
+static __thread size_t htab_stripe_tls;
 static _Atomic unsigned htab_stripe_next;
 
 static inline uint64_t
@@ -215,16 +219,17 @@ htab_home_rcu(const struct htab *h, uint64_t hash)
 static inline struct htab_stripe *
 htab_my_stripe(struct htab *h)
 {
-    unsigned s = htab_stripe_tls;
+    size_t off = htab_stripe_tls;
 
-    if (unlikely(s == 0)) {
-        s = atomic_fetch_add_explicit(&htab_stripe_next, 1,
-                                      memory_order_relaxed) %
-                HTAB_STRIPES +
-            1;
-        htab_stripe_tls = s;
+    if (unlikely(off == 0)) {
+        unsigned i = atomic_fetch_add_explicit(&htab_stripe_next, 1,
+                                               memory_order_relaxed) %
+                     HTAB_STRIPES;
+
+        off = offsetof(struct htab, stripe) + i * sizeof(struct htab_stripe);
+        htab_stripe_tls = off;
     }
-    return &h->stripe[s - 1];
+    return (struct htab_stripe *)((char *)h + off);
 }
 
 /* A stripe passed its limit: ask for a look at the count (htab_lock's help
