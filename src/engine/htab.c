@@ -14,7 +14,7 @@
  *   t->state         IDLE, WANT (a writer's stripe passed its limit:
  *                    CAS from IDLE), GROWING (under h->grow_lock); a hint
  *                    for htab_lock to help (relaxed loads there); the
- *                    stripes' protocol below uses seq_cst on it
+ *                    count's protocol (htab_count.c) uses seq_cst on it
  *   bucket->slot[i]  written only under the home bucket's spin lock
  *                    (LOCK_RANK_BUCKET), with release stores; read by
  *                    lock-free readers with acquire loads, by lock holders
@@ -40,26 +40,8 @@
  *                    by the release store of next
  *   t->noverflow     relaxed counter: stats only
  *   t->grow_items    entries past which t doubles: h->grow_lock
- *   h->stripe[i].n   entries inserted minus removed by the threads of
- *                    stripe i (a thread takes one stripe for good, 64 of
- *                    them round robin): fetch_add by those threads only,
- *                    under whatever bucket lock they hold, so the line
- *                    stays in their core's cache; the sum is the exact
- *                    count (htab_count)
- *   h->stripe[i].limit  written under h->grow_lock (htab_limits_set),
- *                    read by stripe i's inserts: n past limit asks for a
- *                    look (WANT). The limits add up to the current
- *                    table's grow_items (or to the count, if that is
- *                    more), so the count cannot pass grow_items without
- *                    some stripe passing its limit. The insert's
- *                    fetch_add, its load of limit, its load of h->tab and
- *                    CAS of that table's state, and the setter's stores
- *                    of the limits, of state (or of h->tab, at the end of
- *                    a doubling) and its loads of every n afterwards, are
- *                    all seq_cst: either the insert sees the new limit or
- *                    table (and asks), or the setter's check after its
- *                    stores sees the insert's n (and asks)
- *   h->seen[i]       stripe i's n at the last htab_limits_set: h->grow_lock
+ *   h->stripe, seen  the entry count that asks for a doubling: see
+ *                    htab_count.c
  *   h->grow_lock     a mutex, only ever tried (htab_lock's help) or taken
  *                    with no bucket lock held: starts and ends a doubling,
  *                    h->cursor (the next old bucket to move; one mover at a
@@ -80,13 +62,13 @@
  *   functions.
  */
 #include "src/engine/htab.h"
+#include "src/engine/htab_int.h"
 
 #include "src/base/err.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -111,8 +93,6 @@
  * bucket (keys spread evenly, Poisson 4.8 > 6); at 68.8%: 0.12. */
 #define HTAB_GROW_NUM 4
 #define HTAB_GROW_DEN 5
-/* Entry counters, one cache line each; a thread counts in one of them. */
-#define HTAB_STRIPES 64
 #define HTAB_MIN_BUCKETS 64ull
 /* Past this the index would need more than 2^42 buckets (256 TiB). */
 #define HTAB_MAX_ITEMS (1ull << 44)
@@ -132,54 +112,8 @@
 /* grow_items of a table that cannot double (HTAB_MAX_BUCKETS) */
 #define HTAB_NEVER ((int64_t)1 << 62)
 
-enum { HTAB_IDLE, HTAB_WANT, HTAB_GROWING };
-
 /* htab.h: what each htab_lock section's end releases under TSan */
 char htab_rcu_token;
-
-struct htab_table {
-    struct htab_bucket *buckets; /* nbuckets home, then nreserve spare */
-    uint64_t mask;               /* nbuckets - 1 */
-    _Atomic uint32_t state;      /* HTAB_IDLE, HTAB_WANT, HTAB_GROWING */
-    uint64_t nbuckets;           /* a power of two */
-    uint64_t nreserve;
-    size_t map_bytes; /* non-zero: buckets came from mmap, this long */
-    struct htab_table *_Atomic next; /* the doubled table, once started */
-    struct htab_table *retired_next; /* h->retired; h->grow_lock */
-    struct htab_table *all_next;     /* h->tables; h->grow_lock */
-    bool freed; /* buckets freed (htab_retired_free, htab_resize_empty) */
-    int64_t grow_items; /* doubles past this many entries; h->grow_lock */
-    /* Apart from the read-only fields above, which every lookup reads. */
-    _Atomic uint64_t reserve_next CACHE_ALIGNED;
-    _Atomic uint64_t noverflow;
-};
-
-/* One stripe of the entry count (see the top of this file). */
-struct htab_stripe {
-    _Atomic int64_t n;     /* inserted minus removed, this stripe's threads */
-    _Atomic int64_t limit; /* n past this asks for a look (WANT) */
-} CACHE_ALIGNED;
-
-struct htab {
-    struct htab_table *_Atomic tab; /* lookups start here */
-    htab_rehash_fn *rehash;         /* NULL: the table never grows */
-    void *rehash_arg;
-    unsigned help; /* home buckets a writer moves in htab_lock */
-    pthread_mutex_t grow_lock CACHE_ALIGNED;
-    uint64_t cursor;            /* next old bucket to move */
-    struct htab_table *retired; /* buckets waiting for a grace period */
-    struct htab_table *tables;  /* every descriptor, for htab_destroy */
-    _Atomic uint64_t grows;
-    int64_t seen[HTAB_STRIPES]; /* each n at the last limits; grow_lock */
-    struct htab_stripe stripe[HTAB_STRIPES];
-};
-
-/* The calling thread's stripe, as its offset in struct htab (0: none
- * yet): taken round robin at its first insert or remove, kept for good,
- * the same in every index. An offset, not a number: no arithmetic on the
- * insert's path. */
-static __thread size_t htab_stripe_tls;
-static _Atomic unsigned htab_stripe_next;
 
 static inline uint64_t
 htab_word(uint64_t hash, uint64_t loc)
@@ -211,126 +145,6 @@ htab_home_rcu(const struct htab *h, uint64_t hash)
         b = &t->buckets[hash & t->mask];
     }
     return b;
-}
-
-/* --- the entry count --- */
-
-/* The calling thread's stripe. */
-static inline struct htab_stripe *
-htab_my_stripe(struct htab *h)
-{
-    size_t off = htab_stripe_tls;
-
-    if (unlikely(off == 0)) {
-        unsigned i = atomic_fetch_add_explicit(&htab_stripe_next, 1,
-                                               memory_order_relaxed) %
-                     HTAB_STRIPES;
-
-        off = offsetof(struct htab, stripe) + i * sizeof(struct htab_stripe);
-        htab_stripe_tls = off;
-    }
-    return (struct htab_stripe *)((char *)h + off);
-}
-
-/* A stripe passed its limit: ask for a look at the count (htab_lock's help
- * or htab_grow_step takes it; not here, under a bucket lock). Only the
- * current table is asked; one that is doubling looks at the stripes when
- * the doubling ends. Context: a writer, under a bucket lock. */
-static void __attribute__((noinline, cold)) htab_want(struct htab *h)
-{
-    if (h->rehash == NULL)
-        return;
-    /* seq_cst: the stripes' protocol (top of this file); pairs with the
-     * store of h->tab at the end of a doubling and its check after. */
-    struct htab_table *t = atomic_load_explicit(&h->tab, memory_order_seq_cst);
-    uint32_t idle = HTAB_IDLE;
-
-    if (atomic_load_explicit(&t->state, memory_order_relaxed) != HTAB_IDLE)
-        return; /* asked already, or doubling */
-    atomic_compare_exchange_strong_explicit(&t->state, &idle, HTAB_WANT,
-                                            memory_order_seq_cst,
-                                            memory_order_seq_cst);
-}
-
-/* Count an entry in: one fetch_add on the thread's own stripe, one load of
- * its limit. Context: a writer, under a bucket lock. */
-static inline void
-htab_count_in(struct htab *h)
-{
-    struct htab_stripe *s = htab_my_stripe(h);
-    /* seq_cst, both: the stripes' protocol (top of this file); a locked
-     * add and a plain load on x86-64, as relaxed ones. */
-    int64_t n = atomic_fetch_add_explicit(&s->n, 1, memory_order_seq_cst) + 1;
-
-    if (unlikely(n > atomic_load_explicit(&s->limit, memory_order_seq_cst)))
-        htab_want(h);
-}
-
-/* Is some stripe past its limit? Locks: h->grow_lock. */
-static bool
-htab_over_limit(struct htab *h)
-{
-    for (unsigned i = 0; i < HTAB_STRIPES; i++)
-        /* seq_cst: after the caller's stores (the protocol) */
-        if (atomic_load_explicit(&h->stripe[i].n, memory_order_seq_cst) >
-            atomic_load_explicit(&h->stripe[i].limit, memory_order_relaxed))
-            return true;
-    return false;
-}
-
-/* Hand the room left under t->grow_items out to the stripes as limits:
- * evenly to those whose count grew since the last hand-out (a writer that
- * only removes, or stays put, gets none: its next insert asks again), to
- * all of them if none grew. The limits add up to grow_items or to what the
- * stripes hold, whichever is more. Then, should a stripe be past its new
- * limit already (an insert that read the old one), ask t for another look.
- * Without a rehash function the limits stay at INT64_MAX: nothing asks.
- * Locks: h->grow_lock. */
-static void
-htab_limits_set(struct htab *h, struct htab_table *t)
-{
-    int64_t r[HTAB_STRIPES], sum = 0, room, per, extra;
-    unsigned grew = 0, j = 0;
-
-    if (h->rehash == NULL)
-        return;
-
-    for (unsigned i = 0; i < HTAB_STRIPES; i++) {
-        r[i] = atomic_load_explicit(&h->stripe[i].n, memory_order_seq_cst);
-        sum += r[i];
-        grew += r[i] > h->seen[i];
-    }
-    room = t->grow_items > sum ? t->grow_items - sum : 0;
-    per = room / (grew ? grew : HTAB_STRIPES);
-    extra = room % (grew ? grew : HTAB_STRIPES);
-    for (unsigned i = 0; i < HTAB_STRIPES; i++) {
-        int64_t share = 0;
-
-        if (!grew || r[i] > h->seen[i])
-            share = per + (j++ < extra);
-        h->seen[i] = r[i];
-        /* seq_cst: before the check below (the protocol) */
-        atomic_store_explicit(&h->stripe[i].limit, r[i] + share,
-                              memory_order_seq_cst);
-    }
-    if (htab_over_limit(h)) {
-        uint32_t idle = HTAB_IDLE;
-
-        atomic_compare_exchange_strong_explicit(&t->state, &idle, HTAB_WANT,
-                                                memory_order_seq_cst,
-                                                memory_order_seq_cst);
-    }
-}
-
-uint64_t
-htab_count(const struct htab *h)
-{
-    int64_t n = 0;
-
-    for (unsigned i = 0; i < HTAB_STRIPES; i++)
-        n += atomic_load_explicit(&h->stripe[i].n, memory_order_relaxed);
-    /* a sum read while writers run may be a little off, never below 0 */
-    return n > 0 ? (uint64_t)n : 0;
 }
 
 #ifndef NDEBUG
@@ -579,7 +393,7 @@ htab_grow_begin_locked(struct htab *h, struct htab_table *t)
 
     if (t->nbuckets >= HTAB_MAX_BUCKETS) {
         t->grow_items = HTAB_NEVER;
-        /* seq_cst: before htab_limits_set's check (the protocol) */
+        /* seq_cst: before htab_limits_set's recheck (htab_count.c) */
         atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_seq_cst);
         htab_limits_set(h, t);
         return -ENOSPC;
@@ -704,20 +518,14 @@ htab_grow_end_locked(struct htab *h, struct htab_table *t,
                      struct htab_table *nt)
 {
     /* Release: pairs with htab_cur's acquire. seq_cst (a release, and
-     * more) for the stripes' protocol: a stripe that passed its limit
-     * while t was doubling asked t, which ignores it; either its
-     * htab_want reads nt here, or the check below sees its count. */
+     * more) for the count's protocol (htab_count.c): a stripe that
+     * passed its limit while t was doubling asked t, which ignores it;
+     * either its htab_want reads nt here, or the recheck sees its count. */
     atomic_store_explicit(&h->tab, nt, memory_order_seq_cst);
     t->retired_next = h->retired;
     h->retired = t;
     atomic_fetch_add_explicit(&h->grows, 1, memory_order_relaxed);
-    if (htab_over_limit(h)) {
-        uint32_t idle = HTAB_IDLE;
-
-        atomic_compare_exchange_strong_explicit(&nt->state, &idle, HTAB_WANT,
-                                                memory_order_seq_cst,
-                                                memory_order_seq_cst);
-    }
+    htab_count_recheck(h, nt);
 }
 
 /* Start a doubling that is due, then move up to budget buckets: 1 while
@@ -739,7 +547,7 @@ htab_grow_work_locked(struct htab *h, uint64_t budget)
          * count is exact, the sum off by at most the writes that ran
          * while it was read. */
         if ((int64_t)htab_count(h) <= t->grow_items) {
-            /* seq_cst: before htab_limits_set's check (the protocol) */
+            /* seq_cst: before htab_limits_set's recheck (htab_count.c) */
             atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_seq_cst);
             htab_limits_set(h, t);
             return 0;
@@ -1171,9 +979,7 @@ htab_remove_locked(struct htab *h, _Atomic uint64_t *slot)
     /* Release: pairs with the acquire load in htab_lookup_rcu. Nothing is
      * published by a zero, but every slot store follows the same rule. */
     atomic_store_explicit(slot, 0, memory_order_release);
-    /* Relaxed: a remove never asks for a doubling; the sum is exact
-     * whatever the order (the stripes' protocol needs only the inserts). */
-    atomic_fetch_sub_explicit(&htab_my_stripe(h)->n, 1, memory_order_relaxed);
+    htab_count_out(h);
 }
 
 /* Visit home bucket i of t and its chain, or, once it moved, the two
