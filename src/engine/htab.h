@@ -27,16 +27,16 @@
  * 2,516,582), counted exactly: each thread counts its inserts and removes
  * in a stripe of its own (one cache line of 64, no shared counter
  * written), and a stripe that passes its share of the room left asks for
- * the stripes to be summed (htab_count; see htab.c). The entries move to
- * the doubled table
- * a few home buckets at a time: by writers in htab_lock (before they take
- * their own bucket's lock) and by htab_grow_step (the maintenance thread,
- * tests). A moved bucket keeps its entries (frozen: readers that looked
- * at it before the move see them) and has its moved flag set; lookups and
- * writers that land on a moved bucket go on to the doubled table. When the
- * last bucket moved, the doubled table becomes the table and the old one
- * is retired: htab_retired_take() before a grace period,
- * htab_retired_free() after it. See htab.c for the rules.
+ * the stripes to be summed (htab_count; see htab_count.c). The entries
+ * move to the doubled table a few home buckets at a time: by writers in
+ * htab_lock (before they take their own bucket's lock) and by
+ * htab_grow_step (the maintenance thread, tests). A moved bucket keeps its
+ * entries (frozen: readers that looked at it before the move see them)
+ * and has its moved flag set; lookups and writers that land on a moved
+ * bucket go on to the doubled table. When the last bucket moved, the
+ * doubled table becomes the table and the old one is retired:
+ * htab_retired_take() before a grace period, htab_retired_free() after
+ * it. See htab.c and htab_count.c for the rules.
  */
 
 #include <stdatomic.h>
