@@ -17,7 +17,13 @@
  * each moved key from the item; the old tables are freed once the inserts
  * are done, where the engine frees them after a grace period).
  *
- * Usage: bench_htab [nkeys]   Prints figures; asserts no speed.
+ * With --fill, tables of 2^18 home buckets (1,572,864 slots) filled to 60,
+ * 70 and 80% of their slots, first with growth off (the lookup cost and
+ * the overflow buckets a home bucket at that fill), then with growth on
+ * (whether the table doubles on its way there).
+ *
+ * Usage: bench_htab [nkeys] | bench_htab --fill
+ * Prints figures; asserts no speed.
  */
 #include "src/engine/htab.h"
 
@@ -281,10 +287,13 @@ bench_run(struct bench *b, uint64_t expected, bool grow)
     }
 
     printf("expected_items %" PRIu64 "%s: %" PRIu64 " buckets + %" PRIu64
-           " overflow, fill %.1f%% of home slots\n",
+           " overflow (%.3f a home bucket), fill %.1f%% of home slots, "
+           "%" PRIu64 " doublings\n",
            expected, grow ? ", growing" : "", htab_nbuckets(h),
            htab_noverflow(h),
-           100.0 * (double)n / (double)(htab_nbuckets(h) * HTAB_SLOTS));
+           (double)htab_noverflow(h) / (double)htab_nbuckets(h),
+           100.0 * (double)n / (double)(htab_nbuckets(h) * HTAB_SLOTS),
+           htab_grows(h));
     printf("  insert       %7.2f M/s  %6.1f ns/op\n",
            (double)n / best_ins / 1e6, best_ins / (double)n * 1e9);
     printf("  lookup hit   %7.2f M/s  %6.1f ns/op  (%" PRIu64 "/%" PRIu64
@@ -306,12 +315,50 @@ bench_run(struct bench *b, uint64_t expected, bool grow)
     return hits == n && misses == n ? 0 : -EIO;
 }
 
+/* Tables of 2^18 home buckets at 60, 70 and 80% of their slots: growth
+ * off, then on. */
+static int
+bench_fills(void)
+{
+    const uint64_t nbuckets = 1ull << 18;
+    /* htab_create's sizing gives 2^18 buckets for 2^20 items (4 a bucket) */
+    const uint64_t expected = nbuckets * 4;
+    static const unsigned fills[] = {60, 70, 80};
+    int rc = 0;
+
+    for (unsigned i = 0; i < sizeof(fills) / sizeof(fills[0]) && !rc; i++) {
+        struct bench b = {0};
+        uint64_t nkeys = nbuckets * HTAB_SLOTS * fills[i] / 100;
+
+        rc = bench_setup(&b, nkeys);
+        if (rc == 0) {
+            printf("bench_htab --fill: %u%% of %" PRIu64 " buckets: %" PRIu64
+                   " keys, 1 thread, best of %d\n",
+                   fills[i], nbuckets, nkeys, BENCH_ROUNDS);
+            rc = bench_run(&b, expected, false);
+        }
+        if (rc == 0)
+            rc = bench_run(&b, expected, true);
+        bench_teardown(&b);
+    }
+    return rc;
+}
+
 int
 main(int argc, char **argv)
 {
-    uint64_t nkeys = argc > 1 ? strtoull(argv[1], NULL, 0) : 1000000;
+    uint64_t nkeys = 1000000;
     struct bench b = {0};
     int rc;
+
+    if (argc > 1 && strcmp(argv[1], "--fill") == 0) {
+        rc = bench_fills();
+        if (rc != 0)
+            fprintf(stderr, "bench_htab: failed: %s\n", strerror(-rc));
+        return rc != 0;
+    }
+    if (argc > 1)
+        nkeys = strtoull(argv[1], NULL, 0);
 
     if (nkeys == 0 || nkeys > 100000000) {
         fprintf(stderr, "bench_htab: nkeys must be 1..100000000\n");

@@ -518,7 +518,7 @@ drop_dead(struct cache_thread *t, const struct cand *cd)
         /* the index holds it, so it is not freed under us */
         dead = cache_item_dead(c, cache_item_at(c, cd->off), clock_now());
         if (dead != CACHE_LIVE)
-            htab_remove_locked(slot);
+            htab_remove_locked(c->htab, slot);
         else
             slot = NULL;
     }

@@ -4,16 +4,17 @@
  * Concurrency:
  *   h->tab           the table lookups start from: release store when a
  *                    doubling ends (under h->grow_lock), acquire loads
- *   table fields     buckets, mask, nbuckets, nreserve, map_bytes, grow_at:
+ *   table fields     buckets, mask, nbuckets, nreserve, map_bytes:
  *                    set before the table is published, read-only after;
  *                    a table's descriptor lives until htab_destroy (its
  *                    buckets are freed after a grace period once retired),
  *                    so a stale descriptor is always readable
  *   t->next          the doubled table: release store under h->grow_lock
  *                    before any of t's buckets is marked moved; acquire
- *   t->state         IDLE, WANT (a writer saw overflow pass grow_at:
- *                    CAS from IDLE), GROWING (under h->grow_lock); relaxed,
- *                    a hint for htab_lock to help
+ *   t->state         IDLE, WANT (a writer's stripe passed its limit:
+ *                    CAS from IDLE), GROWING (under h->grow_lock); a hint
+ *                    for htab_lock to help (relaxed loads there); the
+ *                    count's protocol (htab_count.c) uses seq_cst on it
  *   bucket->slot[i]  written only under the home bucket's spin lock
  *                    (LOCK_RANK_BUCKET), with release stores; read by
  *                    lock-free readers with acquire loads, by lock holders
@@ -37,7 +38,10 @@
  *                    one writer (whatever home lock it holds); the bucket's
  *                    words are zero from the table's creation and published
  *                    by the release store of next
- *   t->noverflow     relaxed counter: stats, and the trigger of a doubling
+ *   t->noverflow     relaxed counter: stats only
+ *   t->grow_items    entries past which t doubles: h->grow_lock
+ *   h->stripe, seen  the entry count that asks for a doubling: see
+ *                    htab_count.c
  *   h->grow_lock     a mutex, only ever tried (htab_lock's help) or taken
  *                    with no bucket lock held: starts and ends a doubling,
  *                    h->cursor (the next old bucket to move; one mover at a
@@ -52,11 +56,13 @@
  *   lock order       index bucket -> slab class -> page pool (lock.h);
  *                    only aligned_alloc (past the overflow reserve) is
  *                    called under a bucket lock; h->grow_lock -> one index
- *                    bucket at a time (the mover)
+ *                    bucket at a time (the mover); the stripe counters are
+ *                    atomics, no lock
  *   No PMEM access here except through the caller's match and rehash
  *   functions.
  */
 #include "src/engine/htab.h"
+#include "src/engine/htab_int.h"
 
 #include "src/base/err.h"
 #include "src/base/hugemap.h"
@@ -81,65 +87,32 @@
 /* Sizing: HTAB_SLOTS * 0.7 entries a bucket at expected_items. */
 #define HTAB_FILL_NUM 7
 #define HTAB_FILL_DEN 10
+/* Doubling: past HTAB_SLOTS * 0.8 entries a bucket, counted exactly (the
+ * stripes below). 2^19 buckets then hold 2,516,582 entries: the 2,164,480
+ * packed 16/100-byte items of a 256 MiB pool (68.8% of the slots) stay in
+ * them with 16% to spare. Overflow buckets at 80%: about 0.21 a home
+ * bucket (keys spread evenly, Poisson 4.8 > 6); at 68.8%: 0.12. */
+#define HTAB_GROW_NUM 4
+#define HTAB_GROW_DEN 5
 #define HTAB_MIN_BUCKETS 64ull
 /* Past this the index would need more than 2^42 buckets (256 TiB). */
 #define HTAB_MAX_ITEMS (1ull << 44)
 #define HTAB_MAX_BUCKETS (1ull << 42)
 /* Overflow buckets are carved from a reserve after the home buckets, one
  * fetch_add each: aligned_alloc(64, 64) costs glibc 128-192 bytes of heap a
- * bucket and a malloc under the bucket lock. Measured overflow is about 9% of
- * the home buckets at 64% fill; past the reserve, aligned_alloc. */
+ * bucket and a malloc under the bucket lock. Measured overflow is 0.09 of
+ * the home buckets at 64% fill, 0.21 at 80% (where a table doubles);
+ * past the reserve (a quarter; mmap'd, so backed only as it is handed
+ * out), aligned_alloc. */
 #define HTAB_RESERVE_DIV 4
-/* A table is looked at once its overflow buckets pass nbuckets / GROW_DIV
- * (with keys spread evenly, 6 slots a bucket, about 68% full), and again
- * after every nbuckets / RECHECK_DIV more: it doubles if a sample of
- * SAMPLE home buckets (and their chains) is more than 70% full
- * (HTAB_FILL_NUM / HTAB_FILL_DEN). Overflow alone is no measure under
- * churn: chains are never unlinked, so a table at a steady fill keeps
- * adding the overflow buckets of whichever buckets crowd for a moment.
- * The reserve (a quarter) still has room for the growth past that while
- * the move runs. */
-#define HTAB_GROW_DIV 8
-#define HTAB_RECHECK_DIV 16
-#define HTAB_SAMPLE 1024ull
-/* A failed start (no memory) tries again after this many more overflow
- * buckets (nbuckets / RETRY_DIV). */
+/* A failed start (no memory) tries again after this many more entries:
+ * nbuckets * HTAB_SLOTS / RETRY_DIV. */
 #define HTAB_RETRY_DIV 32
-
-enum { HTAB_IDLE, HTAB_WANT, HTAB_GROWING };
+/* grow_items of a table that cannot double (HTAB_MAX_BUCKETS) */
+#define HTAB_NEVER ((int64_t)1 << 62)
 
 /* htab.h: what each htab_lock section's end releases under TSan */
 char htab_rcu_token;
-
-struct htab_table {
-    struct htab_bucket *buckets; /* nbuckets home, then nreserve spare */
-    uint64_t mask;               /* nbuckets - 1 */
-    _Atomic uint32_t state;      /* HTAB_IDLE, HTAB_WANT, HTAB_GROWING */
-    uint64_t nbuckets;           /* a power of two */
-    uint64_t nreserve;
-    size_t map_bytes; /* non-zero: buckets came from mmap, this long */
-    struct htab_table *_Atomic next; /* the doubled table, once started */
-    struct htab_table *retired_next; /* h->retired; h->grow_lock */
-    struct htab_table *all_next;     /* h->tables; h->grow_lock */
-    bool freed; /* buckets freed (htab_retired_free, htab_resize_empty) */
-    _Atomic uint64_t grow_at; /* noverflow that asks for a doubling */
-    /* Apart from the read-only fields above, which every lookup reads. */
-    _Atomic uint64_t reserve_next CACHE_ALIGNED;
-    _Atomic uint64_t noverflow;
-};
-
-struct htab {
-    struct htab_table *_Atomic tab; /* lookups start here */
-    htab_rehash_fn *rehash;         /* NULL: the table never grows */
-    void *rehash_arg;
-    unsigned help; /* home buckets a writer moves in htab_lock */
-    pthread_mutex_t grow_lock CACHE_ALIGNED;
-    uint64_t cursor;            /* next old bucket to move */
-    uint64_t sample_at;         /* where the next fill sample starts */
-    struct htab_table *retired; /* buckets waiting for a grace period */
-    struct htab_table *tables;  /* every descriptor, for htab_destroy */
-    _Atomic uint64_t grows;
-};
 
 static inline uint64_t
 htab_word(uint64_t hash, uint64_t loc)
@@ -223,7 +196,10 @@ htab_table_create(uint64_t nbuckets, struct htab_table **out)
     t->map_bytes = bytes;
     atomic_init(&t->state, HTAB_IDLE);
     atomic_init(&t->next, NULL);
-    atomic_init(&t->grow_at, MAX(nbuckets / HTAB_GROW_DIV, 1ull));
+    t->grow_items =
+        nbuckets >= HTAB_MAX_BUCKETS
+            ? HTAB_NEVER
+            : (int64_t)(nbuckets * HTAB_SLOTS * HTAB_GROW_NUM / HTAB_GROW_DEN);
     atomic_init(&t->reserve_next, 0);
     atomic_init(&t->noverflow, 0);
     *out = t;
@@ -312,6 +288,11 @@ htab_create(uint64_t expected_items, struct htab **out)
     h->tables = t;
     atomic_init(&h->tab, t);
     atomic_init(&h->grows, 0);
+    /* no limits (nothing asks) until htab_set_grow hands them out */
+    for (unsigned i = 0; i < HTAB_STRIPES; i++) {
+        atomic_init(&h->stripe[i].n, 0);
+        atomic_init(&h->stripe[i].limit, INT64_MAX);
+    }
     *out = h;
     return 0;
 
@@ -349,6 +330,9 @@ htab_set_grow(struct htab *h, htab_rehash_fn *fn, void *arg, unsigned help)
     h->rehash = fn;
     h->rehash_arg = arg;
     h->help = help;
+    pthread_mutex_lock(&h->grow_lock);
+    htab_limits_set(h, atomic_load_explicit(&h->tab, memory_order_relaxed));
+    pthread_mutex_unlock(&h->grow_lock);
 }
 
 /* The table whose home bucket b is: the current one or the doubled one (a
@@ -376,17 +360,19 @@ htab_grow_begin_locked(struct htab *h, struct htab_table *t)
     int rc;
 
     if (t->nbuckets >= HTAB_MAX_BUCKETS) {
-        atomic_store_explicit(&t->grow_at, UINT64_MAX, memory_order_relaxed);
-        atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_relaxed);
+        t->grow_items = HTAB_NEVER;
+        /* seq_cst: before htab_limits_set's recheck (htab_count.c) */
+        atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_seq_cst);
+        htab_limits_set(h, t);
         return -ENOSPC;
     }
     rc = htab_table_create(t->nbuckets * 2, &nt);
     if (rc != 0) {
-        /* ask again after some more overflow, not at every write */
-        atomic_fetch_add_explicit(&t->grow_at,
-                                  MAX(t->nbuckets / HTAB_RETRY_DIV, 1ull),
-                                  memory_order_relaxed);
-        atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_relaxed);
+        /* ask again after some more entries, not at every write */
+        t->grow_items +=
+            (int64_t)MAX(t->nbuckets * HTAB_SLOTS / HTAB_RETRY_DIV, 1ull);
+        atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_seq_cst);
+        htab_limits_set(h, t);
         return rc;
     }
     nt->all_next = h->tables;
@@ -396,6 +382,8 @@ htab_grow_begin_locked(struct htab *h, struct htab_table *t)
      * moved bucket of t; nt's zeroed words come before. */
     atomic_store_explicit(&t->next, nt, memory_order_release);
     atomic_store_explicit(&t->state, HTAB_GROWING, memory_order_relaxed);
+    /* the limits of the doubled table: nt asks once it is current */
+    htab_limits_set(h, nt);
     return 0;
 }
 
@@ -497,36 +485,15 @@ static void
 htab_grow_end_locked(struct htab *h, struct htab_table *t,
                      struct htab_table *nt)
 {
-    /* Release: pairs with htab_cur's acquire. */
-    atomic_store_explicit(&h->tab, nt, memory_order_release);
+    /* Release: pairs with htab_cur's acquire. seq_cst (a release, and
+     * more) for the count's protocol (htab_count.c): a stripe that
+     * passed its limit while t was doubling asked t, which ignores it;
+     * either its htab_want reads nt here, or the recheck sees its count. */
+    atomic_store_explicit(&h->tab, nt, memory_order_seq_cst);
     t->retired_next = h->retired;
     h->retired = t;
     atomic_fetch_add_explicit(&h->grows, 1, memory_order_relaxed);
-}
-
-/* Is t more than 70% full? A sample of HTAB_SAMPLE home buckets (all of a
- * smaller table) and their chains, at a window that moves on each time
- * (keys are spread evenly by the hash: any window is a fair sample). Slots
- * are read as a reader does; t cannot be retired meanwhile.
- * Locks: h->grow_lock. */
-static bool
-htab_fill_high(struct htab *h, struct htab_table *t)
-{
-    uint64_t n = MIN(t->nbuckets, HTAB_SAMPLE), entries = 0;
-
-    for (uint64_t i = 0; i < n; i++) {
-        struct htab_bucket *b = &t->buckets[(h->sample_at + i) & t->mask];
-
-        do {
-            for (int j = 0; j < HTAB_SLOTS; j++)
-                entries += atomic_load_explicit(&b->slot[j],
-                                                memory_order_relaxed) != 0;
-            /* Acquire: as in htab_lookup_rcu. */
-            b = atomic_load_explicit(&b->next, memory_order_acquire);
-        } while (b != NULL);
-    }
-    h->sample_at += n;
-    return entries * HTAB_FILL_DEN > n * HTAB_SLOTS * HTAB_FILL_NUM;
+    htab_count_recheck(h, nt);
 }
 
 /* Start a doubling that is due, then move up to budget buckets: 1 while
@@ -542,14 +509,15 @@ htab_grow_work_locked(struct htab *h, uint64_t budget)
     case HTAB_IDLE:
         return 0;
     case HTAB_WANT:
-        if (!htab_fill_high(h, t)) {
-            /* crowded chains, not a full table: look again later */
-            atomic_store_explicit(
-                &t->grow_at,
-                atomic_load_explicit(&t->noverflow, memory_order_relaxed) +
-                    MAX(t->nbuckets / HTAB_RECHECK_DIV, 1ull),
-                memory_order_relaxed);
-            atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_relaxed);
+        /* A stripe passed its limit: the table doubles once it holds more
+         * than grow_items entries, counted; else the room left is handed
+         * out again. The sum is read while writers run: each stripe's
+         * count is exact, the sum off by at most the writes that ran
+         * while it was read. */
+        if ((int64_t)htab_count(h) <= t->grow_items) {
+            /* seq_cst: before htab_limits_set's recheck (htab_count.c) */
+            atomic_store_explicit(&t->state, HTAB_IDLE, memory_order_seq_cst);
+            htab_limits_set(h, t);
             return 0;
         }
         rc = htab_grow_begin_locked(h, t);
@@ -659,6 +627,7 @@ htab_resize_empty(struct htab *h, uint64_t nbuckets)
     nt->all_next = h->tables;
     h->tables = nt;
     atomic_store_explicit(&h->tab, nt, memory_order_release);
+    htab_limits_set(h, nt);
     /* no other thread uses h: the old buckets go at once */
     htab_table_free_buckets(t, false);
     t->freed = true;
@@ -928,7 +897,6 @@ htab_insert_locked(struct htab *h, struct htab_bucket *b, uint64_t hash,
     struct htab_bucket *last;
     struct htab_bucket *nb;
     struct htab_table *t;
-    uint64_t n;
 
     assert(loc != 0 && loc <= HTAB_LOC_MASK);
     assert(htab_is_locked(b));
@@ -939,6 +907,7 @@ htab_insert_locked(struct htab *h, struct htab_bucket *b, uint64_t hash,
                 /* Release: pairs with the acquire load in htab_lookup_rcu;
                  * publishes the item written before this call. */
                 atomic_store_explicit(&b->slot[i], word, memory_order_release);
+                htab_count_in(h);
                 return 0;
             }
         }
@@ -955,17 +924,8 @@ htab_insert_locked(struct htab *h, struct htab_bucket *b, uint64_t hash,
     atomic_store_explicit(&nb->slot[0], word, memory_order_relaxed);
     /* Release: pairs with the acquire load of next in htab_lookup_rcu. */
     atomic_store_explicit(&last->next, nb, memory_order_release);
-    n = atomic_fetch_add_explicit(&t->noverflow, 1, memory_order_relaxed);
-    /* Crowded: ask for a doubling (htab_lock's help or htab_grow_step
-     * starts it; not here, under a bucket lock). */
-    if (unlikely(n + 1 >=
-                 atomic_load_explicit(&t->grow_at, memory_order_relaxed)) &&
-        h->rehash != NULL) {
-        uint32_t idle = HTAB_IDLE;
-        atomic_compare_exchange_strong_explicit(&t->state, &idle, HTAB_WANT,
-                                                memory_order_relaxed,
-                                                memory_order_relaxed);
-    }
+    atomic_fetch_add_explicit(&t->noverflow, 1, memory_order_relaxed);
+    htab_count_in(h);
     return 0;
 }
 
@@ -981,12 +941,13 @@ htab_replace_locked(_Atomic uint64_t *slot, uint64_t hash, uint64_t loc)
 }
 
 void
-htab_remove_locked(_Atomic uint64_t *slot)
+htab_remove_locked(struct htab *h, _Atomic uint64_t *slot)
 {
     assert(atomic_load_explicit(slot, memory_order_relaxed) != 0);
     /* Release: pairs with the acquire load in htab_lookup_rcu. Nothing is
      * published by a zero, but every slot store follows the same rule. */
     atomic_store_explicit(slot, 0, memory_order_release);
+    htab_count_out(h);
 }
 
 /* Visit home bucket i of t and its chain, or, once it moved, the two

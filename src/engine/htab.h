@@ -23,17 +23,20 @@
  *
  * Growth: expected_items sizes the first table (about 70% full at that
  * count). Once a rehash function is set (htab_set_grow), the table doubles
- * when a sample of it is more than 70% full (looked at once its overflow
- * buckets pass an eighth of its home buckets, and after every sixteenth
- * more: see htab.c), and the entries move to the doubled table
- * a few home buckets at a time: by writers in htab_lock (before they take
- * their own bucket's lock) and by htab_grow_step (the maintenance thread,
- * tests). A moved bucket keeps its entries (frozen: readers that looked
- * at it before the move see them) and has its moved flag set; lookups and
- * writers that land on a moved bucket go on to the doubled table. When the
- * last bucket moved, the doubled table becomes the table and the old one
- * is retired: htab_retired_take() before a grace period,
- * htab_retired_free() after it. See htab.c for the rules.
+ * when it holds more entries than 80% of its home slots (2^19 buckets:
+ * 2,516,582), counted exactly: each thread counts its inserts and removes
+ * in a stripe of its own (one cache line of 64, no shared counter
+ * written), and a stripe that passes its share of the room left asks for
+ * the stripes to be summed (htab_count; see htab_count.c). The entries
+ * move to the doubled table a few home buckets at a time: by writers in
+ * htab_lock (before they take their own bucket's lock) and by
+ * htab_grow_step (the maintenance thread, tests). A moved bucket keeps its
+ * entries (frozen: readers that looked at it before the move see them)
+ * and has its moved flag set; lookups and writers that land on a moved
+ * bucket go on to the doubled table. When the last bucket moved, the
+ * doubled table becomes the table and the old one is retired:
+ * htab_retired_take() before a grace period, htab_retired_free() after
+ * it. See htab.c and htab_count.c for the rules.
  */
 
 #include <stdatomic.h>
@@ -229,8 +232,8 @@ int htab_insert_locked(struct htab *h, struct htab_bucket *b, uint64_t hash,
                        uint64_t loc);
 /* Point an existing slot at a new location (same key). Locks: b. */
 void htab_replace_locked(_Atomic uint64_t *slot, uint64_t hash, uint64_t loc);
-/* Empty a slot. Locks: b. */
-void htab_remove_locked(_Atomic uint64_t *slot);
+/* Empty a slot (h: its entry count). Locks: b. */
+void htab_remove_locked(struct htab *h, _Atomic uint64_t *slot);
 
 static inline uint64_t
 htab_slot_loc(uint64_t word)
@@ -274,4 +277,7 @@ int htab_bucket_visit_rcu(struct htab *h, uint64_t i, htab_visit_fn *fn,
  * doubling is under way; htab_bucket_visit_rcu takes numbers below it). */
 uint64_t htab_nbuckets(const struct htab *h);
 uint64_t htab_noverflow(const struct htab *h); /* overflow buckets */
+/* Entries in the index: the stripes' counts summed (exact when no writer
+ * runs; off by the writes that ran while it was read otherwise). */
+uint64_t htab_count(const struct htab *h);
 uint64_t htab_dram_bytes(const struct htab *h);

@@ -349,7 +349,7 @@ unlink_victim(struct cache *c, const struct victim *v, bool dead_only,
     if (slot) {
         *dead = cache_item_dead(c, item_at(c->base, v->head), clock_now());
         if (!dead_only || *dead != CACHE_LIVE) {
-            htab_remove_locked(slot);
+            htab_remove_locked(c->htab, slot);
             taken = true;
         }
     }

@@ -1086,7 +1086,7 @@ delete_key(struct cache_thread *t, const void *key, uint32_t klen,
             rc = TC_EXISTS;
             loc = 0;
         } else {
-            htab_remove_locked(slot);
+            htab_remove_locked(c->htab, slot);
             rc = dead == CACHE_LIVE ? TC_OK : TC_NOT_FOUND;
         }
     }

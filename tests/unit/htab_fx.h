@@ -178,7 +178,7 @@ remove_key(struct htab *h, struct fake_store *st, uint64_t hash, uint64_t key)
     _Atomic uint64_t *slot = htab_find_locked(b, hash, fake_match, &p);
 
     if (slot != NULL)
-        htab_remove_locked(slot);
+        htab_remove_locked(h, slot);
     htab_unlock(b);
     return slot != NULL;
 }

@@ -17,14 +17,16 @@ test_sizing(void **state)
     assert_int_equal(htab_nbuckets(f->h), 64);
     assert_int_equal(htab_noverflow(f->h), 0);
     assert_true(htab_dram_bytes(f->h) >= 64 * sizeof(struct htab_bucket));
+    /* the rest: the descriptors and the entry count's 64 stripes */
     assert_true(htab_dram_bytes(f->h) <=
-                64 * sizeof(struct htab_bucket) + 4096);
+                64 * sizeof(struct htab_bucket) + 12288);
+    assert_int_equal(htab_count(f->h), 0);
 
     /* 1M items at 4.2 a bucket: 238096 -> 262144 buckets (mmap path). */
     assert_int_equal(htab_create(1000000, &h), 0);
     assert_int_equal(htab_nbuckets(h), 262144);
     assert_true(htab_dram_bytes(h) >= 262144ull * 64);
-    assert_true(htab_dram_bytes(h) <= 262144ull * 64 + 4096);
+    assert_true(htab_dram_bytes(h) <= 262144ull * 64 + 12288);
     /* the mmap'd table is zeroed and works */
     for (uint64_t k = 0; k < 1000; k++)
         assert_int_equal(insert(h, key_hash(k), fake_put(&f->st, k)), 0);
@@ -185,7 +187,7 @@ test_colliding_tags(void **state)
         uint64_t nloc;
 
         assert_non_null(slot);
-        htab_remove_locked(slot);
+        htab_remove_locked(f->h, slot);
         htab_unlock(b);
         assert_int_equal(lookup(f->h, st, hash, 1008), 0);
         for (uint64_t k = 0; k < 20; k++)
@@ -235,7 +237,7 @@ test_find_loc_locked(void **state)
     assert_null(htab_find_loc_locked(b, 500));
     assert_null(htab_find_loc_locked(b, 0));
     assert_null(htab_find_loc_locked(b, HTAB_LOC_MASK));
-    htab_remove_locked(htab_find_loc_locked(b, locs[9])); /* overflow */
+    htab_remove_locked(f->h, htab_find_loc_locked(b, locs[9])); /* overflow */
     assert_null(htab_find_loc_locked(b, locs[9]));
     htab_unlock(b);
 
@@ -273,7 +275,7 @@ test_holds_rcu(void **state)
     assert_int_equal(st->match_calls, calls);
     /* gone once removed (the last one sits in the overflow bucket) */
     struct htab_bucket *b = htab_lock(f->h, hash);
-    htab_remove_locked(htab_find_loc_locked(b, locs[9]));
+    htab_remove_locked(f->h, htab_find_loc_locked(b, locs[9]));
     htab_unlock(b);
     assert_false(htab_holds_rcu(f->h, hash, locs[9]));
     assert_true(htab_holds_rcu(f->h, hash, locs[8]));

@@ -1,7 +1,8 @@
 /*
  * The htab (src/engine/htab.c) under lock-free readers on other threads:
- * one writer and one reader, then doublings under readers and writers
- * (htab_fx.h). TSan checks the release/acquire pairing.
+ * one writer and one reader, then doublings under readers and writers, and
+ * the entry count under two writers (htab_fx.h). TSan checks the
+ * release/acquire pairing.
  */
 #include "htab_fx.h"
 
@@ -85,7 +86,7 @@ cc_writer(void *arg)
         } else if (k < CC_NSTABLE || rng_next(&s) % 2) {
             htab_replace_locked(slot, hash, loc);
         } else {
-            htab_remove_locked(slot);
+            htab_remove_locked(cs->h, slot);
         }
         htab_unlock(b);
     }
@@ -293,7 +294,7 @@ gc_writer_run(void *arg)
             htab_replace_locked(slot, hash, loc);
             gs->live[k] = loc;
         } else {
-            htab_remove_locked(slot);
+            htab_remove_locked(gs->h, slot);
             gs->live[k] = 0;
         }
         htab_unlock(b);
@@ -440,6 +441,117 @@ test_grow_concurrent_helped(void **state)
     grow_concurrent(4);
 }
 
+/*
+ * The entry count under two writers: each flips random keys of one shared
+ * set (insert if absent, else remove), so each removes entries the other
+ * inserted and one thread's stripe goes below zero; writers' help doubles
+ * the table as it fills. Afterwards the count is the number of live keys
+ * and of walked entries, and the table is the smallest that holds them
+ * under 80%: CT_NKEYS never fills 512 buckets (2,457 entries) past it.
+ */
+#define CT_NKEYS 2400
+#define CT_WRITERS 2
+#define CT_OPS 40000
+
+struct ct_state {
+    struct htab *h;
+    struct fake_store st;
+    uint64_t live[CT_NKEYS]; /* under the key's bucket lock */
+    uint64_t seed;
+};
+
+struct ct_writer {
+    struct ct_state *cs;
+    unsigned id;
+    uint64_t next, end; /* this writer's locations */
+    uint64_t inserts, removes;
+    int err;
+};
+
+static void *
+ct_writer_run(void *arg)
+{
+    struct ct_writer *w = arg;
+    struct ct_state *cs = w->cs;
+    uint64_t s = cs->seed + 1000 * (w->id + 1);
+
+    while (w->next < w->end) {
+        /* the first writer favours inserts, the second removes */
+        uint64_t k = rng_next(&s) % CT_NKEYS;
+        uint64_t hash = key_hash(k);
+        struct probe p = {&cs->st, k};
+        struct htab_bucket *b;
+        _Atomic uint64_t *slot;
+        uint64_t loc = w->next++;
+
+        cs->st.items[loc].key = k; /* complete before it is published */
+        cs->st.items[loc].payload = ~k;
+        b = htab_lock(cs->h, hash);
+        slot = htab_find_locked(b, hash, gc_match, &p);
+        if (slot == NULL && (w->id == 0 || rng_next(&s) % 4 == 0)) {
+            if (htab_insert_locked(cs->h, b, hash, loc) != 0)
+                w->err = 1;
+            cs->live[k] = loc;
+            w->inserts++;
+        } else if (slot != NULL && (w->id == 1 || rng_next(&s) % 4 == 0)) {
+            htab_remove_locked(cs->h, slot);
+            cs->live[k] = 0;
+            w->removes++;
+        }
+        htab_unlock(b);
+    }
+    return NULL;
+}
+
+static void
+test_count_two_writers(void **state)
+{
+    (void)state;
+    struct ct_state *cs = calloc(1, sizeof(*cs));
+    struct ct_writer w[CT_WRITERS];
+    pthread_t th[CT_WRITERS];
+    uint64_t nlive = 0;
+
+    assert_non_null(cs);
+    cs->seed = test_seed;
+    store_init(&cs->st, 1 + CT_WRITERS * CT_OPS);
+    assert_int_equal(htab_create(0, &cs->h), 0); /* 64 buckets */
+    htab_set_grow(cs->h, fake_rehash, &cs->st, 4);
+    for (unsigned i = 0; i < CT_WRITERS; i++) {
+        w[i] = (struct ct_writer){
+            cs, i, 1 + i * CT_OPS, 1 + (i + 1) * CT_OPS, 0, 0, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, ct_writer_run, &w[i]), 0);
+    }
+    for (unsigned i = 0; i < CT_WRITERS; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    /* a doubling the last writes asked for, or left under way */
+    while (htab_grow_step(cs->h, UINT64_MAX) == 1)
+        ;
+    htab_retired_free(cs->h, htab_retired_take(cs->h));
+    for (unsigned i = 0; i < CT_WRITERS; i++)
+        assert_int_equal(w[i].err, 0);
+    for (uint64_t k = 0; k < CT_NKEYS; k++)
+        nlive += cs->live[k] != 0;
+    print_message(
+        "count, two writers: seed %llu, %llu + %llu inserts, "
+        "%llu + %llu removes, %llu live, %llu buckets\n",
+        (unsigned long long)test_seed, (unsigned long long)w[0].inserts,
+        (unsigned long long)w[1].inserts, (unsigned long long)w[0].removes,
+        (unsigned long long)w[1].removes, (unsigned long long)nlive,
+        (unsigned long long)htab_nbuckets(cs->h));
+    assert_true(w[1].removes > 0 && w[0].inserts > 0);
+    assert_int_equal(htab_count(cs->h), nlive);
+    check_all(cs->h, &cs->st, cs->live, CT_NKEYS, "two writers");
+    /* the smallest table holding nlive under 80%: never past 512 */
+    uint64_t nb = htab_nbuckets(cs->h);
+    assert_true(nb <= 512);
+    assert_true(nlive <= nb * HTAB_SLOTS * 4 / 5);
+    assert_true(nb == 64 || htab_grows(cs->h) > 0);
+    htab_destroy(cs->h);
+    free(cs->st.items);
+    free(cs);
+}
+
 int
 main(void)
 {
@@ -448,6 +560,7 @@ main(void)
                                         teardown),
         cmocka_unit_test(test_grow_concurrent_driven),
         cmocka_unit_test(test_grow_concurrent_helped),
+        cmocka_unit_test(test_count_two_writers),
     };
 
     seed_from_env();

@@ -593,8 +593,7 @@ assert_presized(struct tc_cache *c)
     struct tc_stats s = stats(c);
     assert_int_equal(s.curr_items, PRESIZE_ITEMS);
     assert_false(s.index_growing);
-    assert_int_equal(s.index_buckets,
-                     htab_buckets_for(PRESIZE_ITEMS + PRESIZE_ITEMS / 8));
+    assert_int_equal(s.index_buckets, htab_buckets_for(PRESIZE_ITEMS));
     assert_int_equal(tc_check(c), 0);
 }
 
