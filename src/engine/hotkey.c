@@ -192,6 +192,7 @@ hotkey_create(struct cache *c)
     }
     c->hot = h;
     c->dram = h->pool;
+    c->divert = true; /* a store may go to the hot pool (store.c) */
     return 0;
 
 err_free:
@@ -219,6 +220,7 @@ hotkey_destroy(struct cache *c)
     free(h);
     c->hot = NULL;
     c->dram = NULL;
+    c->divert = c->seg != NULL;
 }
 
 int
