@@ -15,6 +15,7 @@
  *   store.c fetch.c   writes and deletes; reads and touches
  *   ext.c hotkey.c    the NVMe tier; hot keys and the DRAM hot pool
  *   reclaim.c         allocation, eviction, expiry sweep, page moves
+ *   packed.c          the packed small-item store's writes and evictions
  *   cache.c           contexts, frees, accounting, rules, memory
  * Where a lower file must reach a higher one, the higher one registers a
  * hook: per-thread state and teardown (struct cache_module), eviction's

@@ -41,6 +41,7 @@
 #include "src/base/crashpoint.h"
 #include "src/base/clock.h"
 #include "src/engine/cache.h"
+#include "src/engine/packed.h"
 #include "tier/pm.h"
 
 #include <errno.h>
@@ -126,6 +127,10 @@ alloc_chunk_slow(struct cache_thread *t, unsigned cls,
             continue;
         if (t->in_admin)
             break; /* a drain's own copy: it must not move pages */
+        /* the packed store's oldest segment gives its page back (a
+         * class with no page to evict from would else fail) */
+        if (c->seg && c->cfg.evict && packed_evict_oldest(t))
+            continue;
         /* a page with room elsewhere (with -M too: its items move into
          * free chunks, none is evicted) */
         int rc = reassign(t, -1, (int)cls, RECLAIM_WAIT, plan_classes(c, plan));
