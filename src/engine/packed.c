@@ -27,7 +27,13 @@
  * item's slot removed if it still names it (bucket lock); after one grace
  * period the page goes back to the pool. No index entry outlives its
  * segment: an item is published only while its segment is its writer's
- * open one, and only sealed segments are evicted.
+ * open one, and only sealed segments are evicted. An item another thread
+ * unlinked (a replace, a delete, a reader's reap) is invalidated and
+ * accounted by that thread after its unlink, reading and writing the
+ * segment: it holds a read section from before the unlink (store.c's
+ * publish and delete, fetch.c's reap, packed_rewrite_exp) until then, so
+ * the grace period covers it too, though the walk no longer sees the
+ * item in the index.
  *
  * Concurrency: no state of its own beyond struct cache's seg (alloc/seg.c
  * states its lock) and each thread's struct seg_open (its owner's only).
@@ -205,6 +211,9 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
     packed_write(c, head, &it);
     cache_account(t, head, 1);
 
+    /* the old item's segment outlives its invalidation: a read section
+     * from before the unlink (packed_evict_oldest waits for it) */
+    cache_read_lock();
     struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot = htab_find_loc_locked(b, loc);
     if (slot)
@@ -218,5 +227,6 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
     else
         cache_account(t, head, -1);
     cache_defer_free(t, gone);
+    cache_read_unlock();
     return slot ? TC_OK : -EAGAIN;
 }
