@@ -475,8 +475,8 @@ cache_off_dram(uint64_t off)
  * path handles a packed item's "offset" like a chunk's until it must look
  * at the item. Nothing but the cache_packed_* helpers may read one.
  */
-#define CACHE_LOC_PACKED (1ull << 46)
-#define CACHE_LOC_PBITS (0xfull << 42)
+#define CACHE_LOC_PACKED HTAB_LOC_KIND
+#define CACHE_LOC_PBITS HTAB_LOC_VOLATILE
 #define CACHE_PACKED_OFF (1ull << 49)
 /* DRAM or packed: not a slab chunk */
 #define CACHE_SPECIAL_OFF (CACHE_DRAM_OFF | CACHE_PACKED_OFF)

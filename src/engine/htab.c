@@ -749,11 +749,15 @@ htab_holds_rcu(struct htab *h, uint64_t hash, uint64_t loc)
     struct htab_bucket *b = htab_home_rcu(h, hash);
 
     do {
-        for (int i = 0; i < HTAB_SLOTS; i++)
+        for (int i = 0; i < HTAB_SLOTS; i++) {
             /* Acquire: as htab_lookup_rcu, the item is complete before
              * the caller reads it. */
-            if (atomic_load_explicit(&b->slot[i], memory_order_acquire) == word)
+            uint64_t w =
+                atomic_load_explicit(&b->slot[i], memory_order_acquire);
+            if ((w >> HTAB_LOC_BITS) == (word >> HTAB_LOC_BITS) &&
+                htab_loc_same(loc, w))
                 return true;
+        }
         b = atomic_load_explicit(&b->next, memory_order_acquire);
     } while (b != NULL);
     return false;
@@ -922,7 +926,7 @@ htab_find_loc_locked(struct htab_bucket *b, uint64_t loc)
             uint64_t w =
                 atomic_load_explicit(&b->slot[i], memory_order_relaxed);
 
-            if ((w & HTAB_LOC_MASK) == loc)
+            if (w != 0 && htab_loc_same(loc, w))
                 return &b->slot[i];
         }
         b = atomic_load_explicit(&b->next, memory_order_relaxed);

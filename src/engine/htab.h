@@ -238,6 +238,20 @@ htab_slot_loc(uint64_t word)
     return word & HTAB_LOC_MASK;
 }
 
+/* Location bits that change in place, without a new location: with bit
+ * HTAB_LOC_KIND set (the engine's packed items, src/engine/cache.h), bits
+ * 45..42 (REF, FETCHED, WIN, spare). Comparisons of locations ignore them
+ * (htab_find_loc_locked, htab_holds_rcu). */
+#define HTAB_LOC_KIND (1ull << 46)
+#define HTAB_LOC_VOLATILE (0xfull << 42)
+
+static inline bool
+htab_loc_same(uint64_t a, uint64_t b)
+{
+    uint64_t ignore = (a & HTAB_LOC_KIND) ? HTAB_LOC_VOLATILE : 0;
+    return ((a ^ b) & HTAB_LOC_MASK & ~ignore) == 0;
+}
+
 /* htab_find_locked, trying first the first slot a peek found (hint): when
  * the locked bucket is the one peeked and that slot still holds what the
  * peek saw, match() decides without a scan (an overwrite's usual case:
