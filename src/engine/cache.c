@@ -964,6 +964,11 @@ open_packed(struct cache *c)
         .page_open = seg_page_open,
         .page_arg = c,
     };
+    c->packed_time = calloc(pool_npages(c->pool), sizeof(*c->packed_time));
+    if (!c->packed_time) {
+        err_set("no DRAM for the packed store's segment times");
+        return -ENOMEM;
+    }
     int rc = seg_create(&sc, c->pool, &c->seg);
     if (rc)
         return rc;
@@ -1030,6 +1035,7 @@ close_memory(struct cache *c)
     cache_hotspot_close(c);
     if (c->seg)
         seg_destroy(c->seg);
+    free(c->packed_time);
     htab_destroy(c->htab);
     slab_destroy(c->slab);
     pool_destroy(c->pool);

@@ -277,6 +277,10 @@ struct cache {
     bool divert;                 /* hot || seg: a store may go elsewhere than
                                     a slab (set at open: cache.c, hotkey.c) */
     _Atomic uint32_t seg_owners; /* numbers for struct seg_open */
+    /* per pool page: the latest time an item of its segment was stored
+     * or read (meta l of a packed item: never above its true age);
+     * relaxed, stored only when it changes */
+    _Atomic uint32_t *packed_time;
 
     struct ext *ext; /* the NVMe tier (src/engine/ext.c), NULL when off */
     struct nvs *nvs; /* its store (tier/nvs.h): flash headers point into
@@ -477,6 +481,9 @@ cache_off_dram(uint64_t off)
  */
 #define CACHE_LOC_PACKED HTAB_LOC_KIND
 #define CACHE_LOC_PBITS HTAB_LOC_VOLATILE
+#define CACHE_LOC_REF (1ull << 45)     /* read since stored (merge: later) */
+#define CACHE_LOC_FETCHED (1ull << 44) /* meta h */
+#define CACHE_LOC_WIN (1ull << 43)     /* the recache win handed out */
 #define CACHE_PACKED_OFF (1ull << 49)
 /* DRAM or packed: not a slab chunk */
 #define CACHE_SPECIAL_OFF (CACHE_DRAM_OFF | CACHE_PACKED_OFF)
@@ -512,6 +519,26 @@ static inline void *
 cache_dram_ptr(uint64_t off)
 {
     return (void *)(uintptr_t)(off & ~CACHE_DRAM_OFF);
+}
+
+/* A packed item at pool offset poff was stored or read at now. */
+static inline void
+cache_packed_touch(struct cache *c, uint64_t poff, uint32_t now)
+{
+    _Atomic uint32_t *p = &c->packed_time[poff >> POOL_PAGE_SHIFT];
+    if (atomic_load_explicit(p, memory_order_relaxed) != now)
+        atomic_store_explicit(p, now, memory_order_relaxed);
+}
+
+/* Seconds since an item of the packed item's segment was last stored or
+ * read (at most its own last access's age). */
+static inline uint32_t
+cache_packed_age(const struct cache *c, uint64_t poff, uint32_t now)
+{
+    uint32_t t = atomic_load_explicit(&c->packed_time[poff >> POOL_PAGE_SHIFT],
+                                      memory_order_relaxed);
+    uint32_t age = now > t ? now - t : 0;
+    return age < TC_LAST_ACCESS_CAP ? age : TC_LAST_ACCESS_CAP;
 }
 
 /* The key compare of an item in DRAM or packed (a slab chunk's is

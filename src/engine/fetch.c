@@ -260,15 +260,17 @@ packed_touch_rcu(struct cache *c, uint64_t off, struct pitem_view *v,
     return dead;
 }
 
-/* fetch_rcu_loc for a packed item: served from its segment. It has no
- * CLOCK bit, access time, fetched or win bit yet (the slot's, a later
- * slice): it reads as unfetched, just accessed, with no win to hand out.
+/* fetch_rcu_loc for a packed item: served from its segment. Its fetched
+ * and win bits are its index slot's (set by a compare-and-swap of the slot:
+ * htab_set_bits_rcu), its access time its segment's (cache_packed_age).
  * Out of line: a slab item's get pays only the test that sends it here. */
 static __attribute__((noinline)) void
-fetch_packed_rcu(struct cache *c, uint64_t off, const struct tc_get_opts *o,
-                 uint32_t now, tc_value_fn *fn, void *arg,
-                 const struct copy_at *ca, struct fetch_res *r)
+fetch_packed_rcu(struct cache *c, uint64_t loc, uint64_t hash,
+                 const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn,
+                 void *arg, const struct copy_at *ca, struct fetch_res *r)
 {
+    uint64_t off = cache_off(loc);
+    uint64_t poff = cache_packed_pool(off);
     struct pitem_view v;
     struct tc_item_info info;
     uint32_t exp = o->touch ? cache_exptime(o->exptime, now) : 0;
@@ -285,7 +287,30 @@ fetch_packed_rcu(struct cache *c, uint64_t off, const struct tc_get_opts *o,
     info.cas = v.cas;
     info.vlen = v.vlen;
     info.stale = (v.iflags & PITEM_STALE) != 0;
+    info.fetched = (loc & CACHE_LOC_FETCHED) != 0;
+    info.last_access = cache_packed_age(c, poff, now);
+    /* the recache win, as win_state: taken, not for this reader, not due,
+     * or claimed now by setting the slot's bit */
     info.win = TC_WIN_NONE;
+    if (loc & CACHE_LOC_WIN) {
+        info.win = TC_WIN_TAKEN;
+    } else if (!o->no_win) {
+        uint32_t e =
+            o->recache_before_touch ? info.exptime_before : info.exptime;
+        bool due = info.stale || (o->recache_below && e != 0 &&
+                                  (e <= now || e - now < o->recache_below));
+        if (due)
+            info.win = htab_set_bits_rcu(c->htab, hash, loc, CACHE_LOC_WIN)
+                           ? TC_WIN_YOU
+                           : TC_WIN_TAKEN;
+    }
+    if (!o->no_bump) {
+        if ((loc & (CACHE_LOC_REF | CACHE_LOC_FETCHED)) !=
+            (CACHE_LOC_REF | CACHE_LOC_FETCHED))
+            htab_set_bits_rcu(c->htab, hash, loc,
+                              CACHE_LOC_REF | CACHE_LOC_FETCHED);
+        cache_packed_touch(c, poff, now);
+    }
     pm_note_read(v.value, v.vlen);
     if (ca) {
         if (ca->cp->info)
@@ -318,7 +343,7 @@ fetch_rcu_loc(struct cache *c, uint64_t loc, uint64_t hash,
     struct item_hdr *it;
     if (unlikely(off & CACHE_SPECIAL_OFF)) {
         if (cache_off_packed(off)) {
-            fetch_packed_rcu(c, off, o, now, fn, arg, ca, r);
+            fetch_packed_rcu(c, r->loc, hash, o, now, fn, arg, ca, r);
             return;
         }
         it = (struct item_hdr *)cache_dram_ptr(off);
@@ -662,6 +687,8 @@ fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
         struct pitem_view v;
         dead = packed_touch_rcu(c, cache_off(loc), &v, true,
                                 cache_exptime(exptime, now), now, &rewrite);
+        if (dead == CACHE_LIVE) /* an access, as a slab item's */
+            cache_packed_touch(c, cache_packed_pool(cache_off(loc)), now);
     } else if (loc) {
         struct item_hdr *it =
             (struct item_hdr *)cache_item_at(c, cache_off(loc));

@@ -763,6 +763,32 @@ htab_holds_rcu(struct htab *h, uint64_t hash, uint64_t loc)
     return false;
 }
 
+bool
+htab_set_bits_rcu(struct htab *h, uint64_t hash, uint64_t loc, uint64_t bits)
+{
+    const uint64_t tag = htab_tag(hash);
+    struct htab_bucket *b = htab_home_rcu(h, hash);
+
+    do {
+        for (int i = 0; i < HTAB_SLOTS; i++) {
+            uint64_t w =
+                atomic_load_explicit(&b->slot[i], memory_order_acquire);
+            /* the word changes only by a writer (a new entry: not ours
+             * any more) or by another setter (retry with its bits) */
+            while ((w >> HTAB_LOC_BITS) == tag && htab_loc_same(loc, w)) {
+                if ((w & bits) == bits)
+                    return false;
+                if (atomic_compare_exchange_weak_explicit(
+                        &b->slot[i], &w, w | bits, memory_order_relaxed,
+                        memory_order_relaxed))
+                    return true;
+            }
+        }
+        b = atomic_load_explicit(&b->next, memory_order_acquire);
+    } while (b != NULL);
+    return false;
+}
+
 /* The current table's home bucket, not looked at (a doubling may have
  * moved it): for prefetching only. */
 static inline const struct htab_bucket *

@@ -163,6 +163,16 @@ htab_lookup_rcu_inline(struct htab *h, uint64_t hash, htab_match_fn *match,
  * inside an RCU read-side section; true is valid only there. */
 bool htab_holds_rcu(struct htab *h, uint64_t hash, uint64_t loc);
 
+/* Set bits (within HTAB_LOC_VOLATILE) of the slot holding (hash's tag,
+ * loc), the volatile bits ignored, by a compare-and-swap from the word
+ * read: true when this call set them (none of them was set), false when
+ * they were set already or the slot is gone. A writer's store, or a
+ * doubling's copy of the bucket, may drop bits set meanwhile: they are
+ * hints (a packed item's REF, FETCHED, WIN). Context: inside an RCU
+ * read-side section. */
+bool htab_set_bits_rcu(struct htab *h, uint64_t hash, uint64_t loc,
+                       uint64_t bits);
+
 /* Start loading the home bucket (a writer does this before writing its
  * item, so the bucket is in cache by the time it takes the lock). */
 void htab_prefetch(struct htab *h, uint64_t hash);

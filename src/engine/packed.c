@@ -136,6 +136,7 @@ packed_write(struct cache *c, uint64_t head, const struct packed_item *it)
     /* PMEM: header, key and value, the next slot's zero word, a fence,
      * the commit: no lock held */
     pitem_write(c->base + page, POOL_PAGE_SIZE, in, seq_base, &d, false);
+    cache_packed_touch(c, poff, clock_now()); /* a store is an access */
     return it->cas ? it->cas : seq_base + in / 4;
 }
 

@@ -118,7 +118,8 @@ decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
             return TC_NOT_FOUND;
         return old_cas(c, cache_off(old)) == r->cas_in ? TC_OK : TC_EXISTS;
     case STORE_SWAP:
-        if (old != r->expect)
+        /* a packed location's REF/FETCHED/WIN bits may have been set */
+        if (!htab_loc_same(r->expect, old))
             return -EAGAIN;
         if (r->check_exptime &&
             cache_off_exptime(c, cache_off(old)) != r->expect_exptime)
@@ -749,8 +750,9 @@ store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
         r.hdr.iflags |= ITEM_STALE;
         r.cas_new = cas_new;
         /* memcached marks the item in place: still fetched if it was */
-        r.keep_fetched = !cache_loc_packed(r.expect) &&
-                         cache_bit_fetched(t->cache, cache_off(r.expect));
+        r.keep_fetched = cache_loc_packed(r.expect)
+                             ? (r.expect & CACHE_LOC_FETCHED) != 0
+                             : cache_bit_fetched(t->cache, cache_off(r.expect));
         if (exptime >= 0)
             r.hdr.exptime = cache_exptime(exptime, clock_now());
         int rc = rewrite(t, &r, &old, NULL, 0, true, exptime < 0, NULL);
@@ -770,7 +772,7 @@ static bool
 claimed_rcu(struct cache *c, uint64_t loc, uint64_t cas)
 {
     if (cache_loc_packed(loc))
-        return false; /* no win bit yet (the slot's, a later slice) */
+        return (loc & CACHE_LOC_WIN) != 0; /* the slot's bit, as read */
     cache_read_lock();
     bool claimed = item_cas(cache_item_at(c, cache_off(loc))) == cas &&
                    cache_bit_claimed(c, cache_off(loc));
@@ -1103,6 +1105,9 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
             /* its result goes to a slab (STORE_SWAP is never packed) */
             struct pitem_view pv;
             same = cache_packed_view(c, xoff, &pv) == 0 && pv.cas == old.cas;
+            /* the slot's bits, as the snapshot read them */
+            claimed = same && (r.expect & CACHE_LOC_WIN);
+            fetched = same && (r.expect & CACHE_LOC_FETCHED);
             if (same) {
                 pm_read(digits, pv.value, head);
                 cur_exp = pv.exp32;
