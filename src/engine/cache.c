@@ -487,10 +487,6 @@ cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
 void
 cache_account_replaced(struct cache_thread *t, uint64_t head, int dead)
 {
-    if (unlikely(cache_off_packed(head))) {
-        cache_account_unlink(t, head, dead, UNLINK_REPLACED);
-        return;
-    }
     account_unlink(t, head, dead, UNLINK_REPLACED);
 }
 
@@ -822,7 +818,10 @@ cache_defer_free_special(struct cache_thread *t, uint64_t head)
     struct cache *c = t->cache;
     if (cache_off_packed(head)) {
         /* PMEM: commit = 1 before the unlink is answered; the span is
-         * reclaimed with its segment */
+         * reclaimed with its segment. The unlinker's last touch of the
+         * item: FIFO eviction waits for it (the release orders this
+         * thread's reads of it before, for TSan; x86 keeps that order) */
+        TSAN_RELEASE(c->base + cache_packed_pool(head) + PITEM_COMMIT_OFFSET);
         pitem_invalidate(c->base, cache_packed_pool(head));
         return;
     }

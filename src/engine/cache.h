@@ -471,22 +471,26 @@ cache_off_dram(uint64_t off)
 
 /*
  * Packed items (src/engine/packed.c, doc/design/small-items.md): their
- * index location is CACHE_LOC_PACKED | the pool offset / 4, bits 45..42
- * (CACHE_LOC_PBITS: REF, FETCHED, WIN, spare) masked wherever one is
- * decoded. cache_off() of such a location has bit 49 set
- * (CACHE_PACKED_OFF) and the pool offset in a form cache_packed_pool()
- * undoes; cache_loc() of it gives the location back, so that the store
- * path handles a packed item's "offset" like a chunk's until it must look
- * at the item. Nothing but the cache_packed_* helpers may read one.
+ * index location is bits 47 and 46 (CACHE_LOC_PACKED) | the pool offset
+ * / 4, bits 45..42 (CACHE_LOC_PBITS: REF, FETCHED, WIN, spare) masked
+ * wherever one is decoded or compared (htab_loc_same). A DRAM location
+ * never has bit 46 (its address / 8 is below 2^44). cache_off() of a
+ * packed location has bits 50 and 49 set (CACHE_PACKED_OFF), so that the
+ * one test of bit 50 that the hot paths make anyway (cache_off_dram: "not
+ * a slab chunk") sends packed items off the slab path too: whatever may
+ * meet a packed offset tests cache_off_packed() (bit 49) before it treats
+ * the offset as a DRAM item's. cache_packed_pool() undoes the encoding;
+ * cache_loc() of a packed offset gives the location back, so that the
+ * store path handles it as an offset until it must look at the item.
  */
-#define CACHE_LOC_PACKED HTAB_LOC_KIND
+#define CACHE_LOC_PACKED ((1ull << 47) | HTAB_LOC_KIND)
 #define CACHE_LOC_PBITS HTAB_LOC_VOLATILE
 #define CACHE_LOC_REF (1ull << 45)     /* read since stored (merge: later) */
 #define CACHE_LOC_FETCHED (1ull << 44) /* meta h */
 #define CACHE_LOC_WIN (1ull << 43)     /* the recache win handed out */
 #define CACHE_PACKED_OFF (1ull << 49)
-/* DRAM or packed: not a slab chunk */
-#define CACHE_SPECIAL_OFF (CACHE_DRAM_OFF | CACHE_PACKED_OFF)
+/* DRAM or packed: not a slab chunk (one bit: both have it) */
+#define CACHE_SPECIAL_OFF CACHE_DRAM_OFF
 
 static inline bool
 cache_off_packed(uint64_t off)
@@ -497,7 +501,7 @@ cache_off_packed(uint64_t off)
 static inline bool
 cache_loc_packed(uint64_t loc)
 {
-    return (loc & CACHE_LOC_PACKED) != 0;
+    return (loc & HTAB_LOC_KIND) != 0;
 }
 
 /* The pool offset of a packed item's engine offset (cache_off of its
@@ -514,6 +518,10 @@ cache_packed_off(uint64_t poff)
 {
     return ((CACHE_LOC_PACKED | (poff >> 2)) - 1) << 3;
 }
+
+_Static_assert((((CACHE_LOC_PACKED | 1) - 1) << 3) ==
+                   (CACHE_DRAM_OFF | CACHE_PACKED_OFF),
+               "a packed offset has the DRAM bit and its own");
 
 static inline void *
 cache_dram_ptr(uint64_t off)
@@ -881,7 +889,7 @@ enum cache_unlink {
 void cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
                           enum cache_unlink why);
 /* cache_account_unlink(UNLINK_REPLACED), its tests of why folded: every
- * replacing set's path. */
+ * replacing set's path. Not for a packed item (cache_account_unlink). */
 void cache_account_replaced(struct cache_thread *t, uint64_t head, int dead);
 
 /* Bytes an item accounts for in the "bytes" stat. */

@@ -42,17 +42,10 @@ static void
 reap_dead(struct cache_thread *t, uint64_t hash, uint64_t loc,
           enum cache_dead dead)
 {
-    /* a packed item's segment must outlive its invalidation: a read
-     * section from before the unlink (FIFO eviction waits for it) */
-    bool packed = cache_loc_packed(loc);
-    if (packed)
-        cache_read_lock();
-    if (cache_unlink_loc(t->cache, hash, loc)) {
-        cache_account_unlink(t, cache_off(loc), dead, UNLINK_REAPED);
-        cache_defer_free(t, cache_off(loc));
-    }
-    if (packed)
-        cache_read_unlock();
+    if (!cache_unlink_loc(t->cache, hash, loc))
+        return;
+    cache_account_unlink(t, cache_off(loc), dead, UNLINK_REAPED);
+    cache_defer_free(t, cache_off(loc));
 }
 
 /* Whether this reader should recache (meta W), someone already got that

@@ -28,12 +28,14 @@
  * period the page goes back to the pool. No index entry outlives its
  * segment: an item is published only while its segment is its writer's
  * open one, and only sealed segments are evicted. An item another thread
- * unlinked (a replace, a delete, a reader's reap) is invalidated and
- * accounted by that thread after its unlink, reading and writing the
- * segment: it holds a read section from before the unlink (store.c's
- * publish and delete, fetch.c's reap, packed_rewrite_exp) until then, so
- * the grace period covers it too, though the walk no longer sees the
- * item in the index.
+ * unlinked (a replace, a delete, a reader's reap, a touch's rewrite) is
+ * accounted and invalidated by that thread after its unlink, reading and
+ * writing the segment: the walk finds such an item committed but no
+ * longer in the index, and waits until its commit reads dead (the
+ * unlinker's last touch of it) before the page may go. Every committed
+ * item of a sealed segment is either in the index or being retired so:
+ * its writer published it or invalidated it (a failed store) before it
+ * reserved again, and only a reserve seals.
  *
  * Concurrency: no state of its own beyond struct cache's seg (alloc/seg.c
  * states its lock) and each thread's struct seg_open (its owner's only).
@@ -56,6 +58,8 @@
 #include "tier/pm.h"
 
 #include <errno.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <urcu/urcu-memb.h>
 
@@ -140,6 +144,22 @@ packed_write(struct cache *c, uint64_t head, const struct packed_item *it)
     return it->cas ? it->cas : seq_base + in / 4;
 }
 
+/* Until the item at off of a segment is dead (commit 1). */
+static void
+wait_dead(char *seg, uint32_t off)
+{
+    const _Atomic uint16_t *commit =
+        (const _Atomic uint16_t *)(seg + off + PITEM_COMMIT_OFFSET);
+    for (unsigned i = 0; i < (1u << 24); i++) {
+        if (atomic_load_explicit(commit, memory_order_acquire) ==
+            PITEM_COMMIT_DEAD) {
+            TSAN_ACQUIRE((void *)commit);
+            return;
+        }
+        sched_yield();
+    }
+}
+
 int
 packed_evict_oldest(struct cache_thread *t)
 {
@@ -161,8 +181,12 @@ packed_evict_oldest(struct cache_thread *t)
         uint64_t off = cache_packed_off(pbase + v.off);
         uint64_t hash = cache_hash(c, v.key, v.klen);
         gone += v.size;
-        if (!cache_unlink_loc(c, hash, cache_loc(off)))
-            continue; /* replaced or deleted: its writer counted it */
+        if (!cache_unlink_loc(c, hash, cache_loc(off))) {
+            /* replaced or deleted: its unlinker counts and invalidates it
+             * (a few instructions after its unlink; bounded, in case) */
+            wait_dead(c->base + pbase, v.off);
+            continue;
+        }
         cache_account_unlink(t, off, cache_packed_dead(c, off, &v, now),
                              UNLINK_EVICTED);
     }
@@ -212,9 +236,6 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
     packed_write(c, head, &it);
     cache_account(t, head, 1);
 
-    /* the old item's segment outlives its invalidation: a read section
-     * from before the unlink (packed_evict_oldest waits for it) */
-    cache_read_lock();
     struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot = htab_find_loc_locked(b, loc);
     if (slot)
@@ -228,6 +249,5 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
     else
         cache_account(t, head, -1);
     cache_defer_free(t, gone);
-    cache_read_unlock();
     return slot ? TC_OK : -EAGAIN;
 }

@@ -168,13 +168,9 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
              : 0;
     int rc = decide_locked(c, r, old, now);
     if (rc == TC_OK) {
-        if (slot) {
+        if (slot)
             htab_replace_locked(slot, r->hash, loc);
-            /* a packed item's segment must outlive its invalidation
-             * (retire_old): a read section from before its unlink */
-            if (unlikely(cache_loc_packed(old)))
-                cache_read_lock();
-        } else if (htab_insert_locked(c->htab, b, r->hash, loc) != 0)
+        else if (htab_insert_locked(c->htab, b, r->hash, loc) != 0)
             rc = -ENOMEM;
     }
     htab_unlock(b);
@@ -362,6 +358,16 @@ commit(struct cache_thread *t, struct store_req *r,
     return TC_OK;
 }
 
+/* retire_old of a DRAM or packed item (a packed one is invalidated now:
+ * packed_evict_oldest waits for that before it frees its segment). */
+static __attribute__((noinline)) void
+retire_special(struct cache_thread *t, uint64_t off, uint32_t now)
+{
+    int dead = cache_off_dead(t->cache, off, now);
+    cache_account_unlink(t, off, dead, UNLINK_REPLACED);
+    cache_defer_free(t, off);
+}
+
 /* Account for and free (after a grace period) the item a store replaced. */
 static inline __attribute__((always_inline)) void
 retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
@@ -369,13 +375,14 @@ retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
     struct cache *c = t->cache;
     if (!old)
         return;
-    int dead = old_dead(c, cache_off(old), now);
-    cache_account_replaced(t, cache_off(old), dead);
-    cache_defer_free(t, cache_off(old));
-    /* publish's read section for a packed item: FIFO eviction frees a
-     * segment only after a grace period from the unlink it did not see */
-    if (unlikely(cache_loc_packed(old)))
-        cache_read_unlock();
+    uint64_t off = cache_off(old);
+    if (unlikely(off & CACHE_SPECIAL_OFF)) {
+        retire_special(t, off, now);
+        return;
+    }
+    int dead = cache_item_dead(c, item_at(c->base, off), now);
+    cache_account_replaced(t, off, dead);
+    cache_defer_free(t, off);
 }
 
 /* Start loading the items the publish step will compare keys with: their
@@ -1195,18 +1202,12 @@ delete_key(struct cache_thread *t, const void *key, uint32_t klen,
     int rc = TC_NOT_FOUND;
     uint64_t loc = 0;
     enum cache_dead dead = CACHE_LIVE;
-    bool rcu_held = false;
 
     cache_flush_check(c, now);
     struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot = htab_find_locked(b, hash, cache_match_key, &k);
     if (slot) {
         loc = htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed));
-        /* a packed item's segment outlives its invalidation below (as
-         * publish: a read section from before the unlink) */
-        rcu_held = cache_loc_packed(loc);
-        if (rcu_held)
-            cache_read_lock();
         dead = old_dead(c, cache_off(loc), now);
         if (dead == CACHE_LIVE && cas_in &&
             old_cas(c, cache_off(loc)) != cas_in) {
@@ -1227,8 +1228,7 @@ delete_key(struct cache_thread *t, const void *key, uint32_t klen,
         cache_account_unlink(t, cache_off(loc), dead, UNLINK_DELETED);
         cache_defer_free(t, cache_off(loc));
     }
-    if (rcu_held)
-        cache_read_unlock();
+
     if (count && rc == TC_OK)
         cache_cls_inc(t, cls, CLS_DELETE_HITS);
     else if (count)
