@@ -241,10 +241,18 @@ cache_thread_get_slow(struct cache *c)
 void
 cache_thread_quiesce(struct cache_thread *t)
 {
-    t->quota_gen =
-        atomic_load_explicit(&t->cache->quota_gen, memory_order_relaxed);
+    struct cache *c = t->cache;
+    t->quota_gen = atomic_load_explicit(&c->quota_gen, memory_order_relaxed);
     quota_flush(t->quota);
     cache_defer_flush(t);
+    /* a pool shrink waits for open segments above its target: sealed
+     * here, the shrink evicts them */
+    uint32_t target =
+        atomic_load_explicit(&c->shrink_target, memory_order_relaxed);
+    if (c->seg && target)
+        for (unsigned b = 0; b < SEG_NBUCKETS; b++)
+            if (t->so.page[b] != SEG_NO_PAGE && t->so.page[b] >= target)
+                seg_seal(c->seg, &t->so, b);
 }
 
 bool

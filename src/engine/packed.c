@@ -160,14 +160,12 @@ wait_dead(char *seg, uint32_t off)
     }
 }
 
-int
-packed_evict_oldest(struct cache_thread *t)
+/* The items of a segment seg_evict took leave the index; its page goes
+ * back to the pool after a grace period. */
+static void
+evict_walk(struct cache_thread *t, uint32_t page)
 {
     struct cache *c = t->cache;
-    uint32_t page;
-
-    if (seg_evict_oldest(c->seg, &page) != 0)
-        return 0;
     uint64_t pbase = (uint64_t)page << POOL_PAGE_SHIFT;
     uint32_t now = clock_now();
     struct pitem_walk w;
@@ -199,7 +197,38 @@ packed_evict_oldest(struct cache_thread *t)
     seg_free(c->seg, page);
     count_segment(t, -1);
     cache_stat_inc(t, ST_PACKED_SEGS_EVICTED);
+}
+
+int
+packed_evict_oldest(struct cache_thread *t)
+{
+    uint32_t page;
+    if (seg_evict_oldest(t->cache->seg, &page) != 0)
+        return 0;
+    evict_walk(t, page);
     return 1;
+}
+
+int
+packed_evict_page(struct cache_thread *t, uint32_t page)
+{
+    struct cache *c = t->cache;
+    struct seg_info si;
+    seg_info(c->seg, page, &si);
+    if (si.state != SEG_SEALED || seg_evict(c->seg, page) != 0)
+        return si.state == SEG_FREE ? 0 : -EBUSY;
+    evict_walk(t, page);
+    return 1;
+}
+
+bool
+packed_page_held(struct cache *c, uint32_t page)
+{
+    struct seg_info si;
+    if (!c->seg)
+        return false;
+    seg_info(c->seg, page, &si);
+    return si.state != SEG_FREE;
 }
 
 int

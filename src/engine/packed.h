@@ -53,6 +53,14 @@ uint64_t packed_write(struct cache *c, uint64_t head,
  * lock, no RCU read section. */
 int packed_evict_oldest(struct cache_thread *t);
 
+/* Evict the segment on page (a pool shrink): 1 when it was evicted, 0 when
+ * the page holds no segment, -EBUSY when its segment is open (its owner
+ * seals it when full, or when it leaves). Context: as
+ * packed_evict_oldest. */
+int packed_evict_page(struct cache_thread *t, uint32_t page);
+/* Whether page holds a segment (open, sealed or being evicted). */
+bool packed_page_held(struct cache *c, uint32_t page);
+
 /* A touch whose expiry the packed item at loc cannot take in place (it
  * has no exp32): a copy with the new expiry and the item's CAS, published
  * if the index still holds loc for hash (else dropped: a writer won).

@@ -370,6 +370,59 @@ test_fifo_eviction(void **state)
     check_ok(f->c);
 }
 
+/* A pool shrink evicts the segments above its new limit (an open one
+ * once its owner sealed it) and never discards a page that holds one. */
+static void
+test_shrink(void **state)
+{
+    struct fx *f = *state;
+    f->cfg.pool_size = 34 * MIB;
+    fx_reopen(f);
+    char k[24], v[100];
+    unsigned n = 24u * 8455; /* about 24 segments */
+    for (unsigned i = 0; i < n; i++) {
+        snprintf(k, sizeof(k), "shr%08u", i);
+        memset(v, 'a' + (int)(i % 26), sizeof(v));
+        memcpy(v, &i, sizeof(i));
+        put(f->c, k, v, sizeof(v), 0, 0);
+    }
+    struct tc_stats s = pstats(f->c);
+    assert_true(s.packed_segments >= 20);
+    assert_true(s.total_malloced >= 20 * MIB);
+    int rc = tc_set_mem_limit(f->c, 8 * MIB);
+    if (rc != 0 && rc != -EBUSY)
+        fail_msg("tc_set_mem_limit(8 MiB): %d (%s)", rc, tc_errmsg());
+    unsigned steps = 0;
+    s = pstats(f->c);
+    while (s.total_malloced > 8 * MIB && steps < 1000) {
+        tc_thread_quiesce(f->c);
+        tc_maintain(f->c);
+        s = pstats(f->c);
+        steps++;
+    }
+    assert_true(s.total_malloced <= 8 * MIB);
+    assert_true(s.packed_segments <= 8);
+    assert_true(s.curr_items > 0 && s.curr_items < n);
+    /* what is left reads back whole */
+    unsigned present = 0;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned char buf[128];
+        snprintf(k, sizeof(k), "shr%08u", i);
+        if (tc_get_copy(f->c, k, strlen(k), buf, sizeof(buf), NULL) != TC_OK)
+            continue;
+        unsigned got;
+        memcpy(&got, buf, sizeof(got));
+        assert_int_equal(got, i);
+        assert_int_equal(buf[99], 'a' + (int)(i % 26));
+        present++;
+    }
+    assert_int_equal(present, s.curr_items);
+    check_ok(f->c);
+    puts_(f->c, "after", "shrink");
+    check_str(f->c, "after", "shrink");
+    check_ok(f->c);
+}
+
 /* Writes of a child that then dies (no close). */
 static void
 child_work(struct fx *f)
@@ -552,6 +605,7 @@ main(void)
         PTEST(test_fifo_eviction),
         PTEST(test_restart_drops_packed),
         PTEST(test_threads_race),
+        PTEST(test_shrink),
         PTEST(test_off_by_default),
     };
     const char *filter = getenv("TC_TEST_FILTER");
