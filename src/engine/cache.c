@@ -479,14 +479,21 @@ cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
                      enum cache_unlink why)
 {
     if (unlikely(cache_off_packed(head))) {
-        /* no fetched bit yet (the slot's, a later slice): an eviction
-         * counts as of an unfetched item only when it was dead */
+        /* as account_unlink; the fetched bit is the slot's, which the
+         * offset carries when it came from the slot */
+        bool fetched = cache_packed_fetched(head);
         account_packed(t, head, -1);
+        if (dead == CACHE_EXPIRED && why != UNLINK_DELETED &&
+            why != UNLINK_REPLACED && !fetched)
+            cache_stat_inc(t, ST_EXPIRED_UNFETCHED);
         if (dead != CACHE_LIVE &&
             (why == UNLINK_REPLACED || why == UNLINK_EVICTED))
             cache_stat_inc(t, ST_RECLAIMED);
-        if (dead == CACHE_LIVE && why == UNLINK_EVICTED)
+        if (dead == CACHE_LIVE && why == UNLINK_EVICTED) {
             cache_stat_inc(t, ST_EVICTIONS);
+            if (!fetched)
+                cache_stat_inc(t, ST_EVICTED_UNFETCHED);
+        }
         return;
     }
     account_unlink(t, head, dead, why);

@@ -512,6 +512,14 @@ cache_packed_pool(uint64_t off)
     return (((off & ((1ull << 45) - 1)) >> 3) + 1) << 2;
 }
 
+/* Whether the slot a packed item's offset came from had its FETCHED bit
+ * (cache_off keeps the location's bits 45..42 in bits 48..45). */
+static inline bool
+cache_packed_fetched(uint64_t off)
+{
+    return (off & (CACHE_LOC_FETCHED << 3)) != 0;
+}
+
 /* The engine offset of the packed item at pool offset poff (4-aligned). */
 static inline uint64_t
 cache_packed_off(uint64_t poff)

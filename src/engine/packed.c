@@ -179,12 +179,21 @@ evict_walk(struct cache_thread *t, uint32_t page)
         uint64_t off = cache_packed_off(pbase + v.off);
         uint64_t hash = cache_hash(c, v.key, v.klen);
         gone += v.size;
-        if (!cache_unlink_loc(c, hash, cache_loc(off))) {
+        struct htab_bucket *b = htab_lock(c->htab, hash);
+        _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(off));
+        uint64_t word =
+            slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
+        if (slot)
+            htab_remove_locked(slot);
+        htab_unlock(b);
+        if (!slot) {
             /* replaced or deleted: its unlinker counts and invalidates it
              * (a few instructions after its unlink; bounded, in case) */
             wait_dead(c->base + pbase, v.off);
             continue;
         }
+        /* the slot's word: its FETCHED bit for evicted_unfetched */
+        off = cache_off(htab_slot_loc(word));
         cache_account_unlink(t, off, cache_packed_dead(c, off, &v, now),
                              UNLINK_EVICTED);
     }

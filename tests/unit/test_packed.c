@@ -161,6 +161,12 @@ test_flags_and_expiry(void **state)
     check_str(f->c, "ttl", "t");
     tc_clock_set(T0 + 100);
     check_miss(f->c, "ttl");
+    /* read before it expired: not counted as unfetched */
+    STAT_EQ(pstats(f->c), expired_unfetched, 0);
+    put(f->c, "ttl2", "t", 1, 0, 5);
+    tc_clock_set(T0 + 105);
+    check_miss(f->c, "ttl2");
+    STAT_EQ(pstats(f->c), expired_unfetched, 1);
     check_ok(f->c);
 }
 
@@ -334,6 +340,8 @@ test_fifo_eviction(void **state)
     assert_true(s.packed_segments_evicted >= 6);
     assert_true(s.evictions > 0);
     assert_int_equal(s.evictions, s.curr_items ? total - s.curr_items : 0);
+    /* nothing was read before it was evicted */
+    assert_int_equal(s.evicted_unfetched, s.evictions);
     assert_int_equal(s.curr_items, s.packed_items);
     assert_true(s.packed_segments <= 6);
 
