@@ -74,6 +74,8 @@ struct seg {
     _Atomic uint64_t *seq;
     struct seg_ops ops;
     uint32_t open_count;
+    void (*page_open)(void *arg, uint32_t page);
+    void *page_arg;
     uint32_t head, tail; /* age list: oldest, newest */
     uint32_t nstate[SEG_EVICTING + 1];
     uint64_t opened, freed;
@@ -121,6 +123,8 @@ seg_create(const struct seg_config *cfg, struct pool *pool, struct seg **out)
     s->seq = cfg->seq;
     s->ops = cfg->ops;
     s->open_count = cfg->open_count;
+    s->page_open = cfg->page_open;
+    s->page_arg = cfg->page_arg;
     s->head = s->tail = SEG_NO_PAGE;
     s->nstate[SEG_FREE] = npages;
     for (uint32_t p = 0; p < npages; p++)
@@ -282,6 +286,8 @@ open_segment(struct seg *s, const struct seg_open *o, unsigned b,
     link_tail_locked(s, p);
     s->opened++;
     lock_release(&s->lock);
+    if (s->page_open)
+        s->page_open(s->page_arg, p);
     write_header(s, p, r);
     *page = p;
     return 0;

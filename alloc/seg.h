@@ -66,6 +66,11 @@ struct seg_config {
     _Atomic uint64_t *seq;
     struct seg_ops ops;
     uint32_t open_count; /* stored in every header (diagnostics) */
+    /* Optional: called with a page the store just took, before its
+     * header is written, no lock held (the engine marks the page as a
+     * segment in its restart page table). */
+    void (*page_open)(void *arg, uint32_t page);
+    void *page_arg;
 };
 
 /* A thread's open segments, one per TTL bucket (SEG_NO_PAGE: none). Lives

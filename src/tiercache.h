@@ -163,6 +163,13 @@ struct tc_config {
                                 default 64, at most 1024 */
     uint32_t hotkey_sample;  /* sample one operation in this many; default
                                 16 (1 = every one) */
+    /* Packed small items (doc/design/small-items.md): a set, add, replace
+     * or cas whose item takes at most this many bytes (8 + flags above 15
+     * (4) + an expiry (4) + a chosen CAS (8) + key + value) is appended to
+     * a 1 MiB segment instead of a slab chunk; segments are evicted whole,
+     * oldest first. 0 = off (default). Packed items do not survive a
+     * restart yet. */
+    uint32_t packed_item_max;
 
     /* NVMe tier (memcached's extstore options; off while ext_npaths is 0).
      * Values of at least ext_item_size bytes that the eviction scan finds
@@ -363,6 +370,13 @@ struct tc_stats {
                                     same value already in flight */
     uint64_t ext_reads_net_ring; /* flash reads completed on the caller's
                                     io_uring (tc_async_ring) */
+    /* the packed small-item store (zero when packed_item_max is 0) */
+    uint64_t packed_items;            /* packed items in the index */
+    uint64_t packed_segments;         /* segments open or sealed */
+    uint64_t packed_bytes_live;       /* bytes of those items */
+    uint64_t packed_bytes_dead;       /* replaced or deleted, not yet
+                                         evicted with their segment */
+    uint64_t packed_segments_evicted; /* segments evicted whole */
 };
 
 /*
@@ -387,7 +401,8 @@ struct tc_stats {
 /* clang-format off */
 #define TC_STATS_COUNTERS(X)                                                   \
     TC_STATS_CMD(X) TC_STATS_HIT(X) TC_STATS_SLAB(X) TC_STATS_ITEM(X)          \
-    TC_STATS_SWEEP(X) TC_STATS_HOTKEY(X) TC_STATS_EXTSTORE(X) TC_STATS_EXT(X)
+    TC_STATS_SWEEP(X) TC_STATS_HOTKEY(X) TC_STATS_EXTSTORE(X) TC_STATS_EXT(X) \
+    TC_STATS_PACKED(X)
 
 /* the "cmd_*" lines */
 #define TC_STATS_CMD(X)                                                        \
@@ -465,6 +480,14 @@ struct tc_stats {
     X(EXT_TIMEOUTS,   ext_read_timeouts, "tc_ext_read_timeouts", COUNTER)      \
     X(EXT_SHARED,     ext_reads_shared,  "tc_ext_reads_shared",  COUNTER)      \
     X(EXT_NET_RING,   ext_reads_net_ring, "tc_ext_reads_net_ring", COUNTER)
+/* the packed small-item store (printed only with it on) */
+#define TC_STATS_PACKED(X)                                                     \
+    X(PACKED_ITEMS,      packed_items,      "packed_items",      GAUGE)        \
+    X(PACKED_SEGMENTS,   packed_segments,   "packed_segments",   GAUGE)        \
+    X(PACKED_BYTES_LIVE, packed_bytes_live, "packed_bytes_live", GAUGE)        \
+    X(PACKED_BYTES_DEAD, packed_bytes_dead, "packed_bytes_dead", GAUGE)        \
+    X(PACKED_SEGS_EVICTED, packed_segments_evicted,                            \
+                           "packed_segments_evicted", COUNTER)
 /* clang-format on */
 
 /* One key of the hot-key view (tc_hotkeys). Rates are estimates from

@@ -27,6 +27,7 @@
 #include "src/base/hash.h"
 #include "src/base/log.h"
 #include "src/engine/cache_hotspot.h"
+#include "src/engine/pitem.h"
 #include "src/engine/restart_layout.h"
 #include "tier/dpool.h"
 #include "tier/nvs.h"
@@ -128,6 +129,10 @@ ctx_destroy(struct cache *c, struct cache_thread *t)
                 atomic_load_explicit(&t->cls_cmd[i][s], memory_order_relaxed);
     c->retired_refills += quota_refills(t->quota);
     pthread_mutex_unlock(&c->threads_lock);
+    /* a thread that leaves seals its open segments: FIFO eviction may
+     * take them */
+    if (c->seg && pthread_equal(t->so.owner_thread, pthread_self()))
+        seg_seal_all(c->seg, &t->so);
     quota_destroy(t->quota);
     free(t);
 }
@@ -142,6 +147,8 @@ ctx_create(struct cache *c)
     }
     memset(t, 0, sizeof(*t));
     t->cache = c;
+    seg_open_init(&t->so, (uint16_t)atomic_fetch_add_explicit(
+                              &c->seg_owners, 1, memory_order_relaxed));
     if (quota_create(c->slab, c->cfg.quota_batch, &t->quota) != 0) {
         err_set("no DRAM for a thread quota");
         free(t);
@@ -234,10 +241,18 @@ cache_thread_get_slow(struct cache *c)
 void
 cache_thread_quiesce(struct cache_thread *t)
 {
-    t->quota_gen =
-        atomic_load_explicit(&t->cache->quota_gen, memory_order_relaxed);
+    struct cache *c = t->cache;
+    t->quota_gen = atomic_load_explicit(&c->quota_gen, memory_order_relaxed);
     quota_flush(t->quota);
     cache_defer_flush(t);
+    /* a pool shrink waits for open segments above its target: sealed
+     * here, the shrink evicts them */
+    uint32_t target =
+        atomic_load_explicit(&c->shrink_target, memory_order_relaxed);
+    if (c->seg && target)
+        for (unsigned b = 0; b < SEG_NBUCKETS; b++)
+            if (t->so.page[b] != SEG_NO_PAGE && t->so.page[b] >= target)
+                seg_seal(c->seg, &t->so, b);
 }
 
 bool
@@ -330,6 +345,8 @@ cache_class_chunks(struct cache *c, unsigned cls)
 unsigned
 cache_class_of(const struct cache *c, uint64_t off)
 {
+    if (cache_off_packed(off))
+        return SLAB_NO_CLASS;
     if (!cache_off_dram(off))
         return slab_class_of(c->slab, off);
     const struct item_hdr *it = cache_item_at(c, off);
@@ -403,9 +420,30 @@ account(struct cache_thread *t, uint64_t head, int sign)
     return cls;
 }
 
+/* A packed item entered (sign 1) or left (-1) the index; leaving, its
+ * bytes become dead bytes of its segment until the segment goes. */
+static __attribute__((noinline)) void
+account_packed(struct cache_thread *t, uint64_t head, int sign)
+{
+    struct pitem_view v;
+    int64_t size = 0;
+    if (cache_packed_view(t->cache, head, &v) == 0)
+        size = v.size;
+    cache_stat_add(t, ST_CURR_ITEMS, sign);
+    cache_stat_add(t, ST_BYTES, sign * size);
+    cache_stat_add(t, ST_PACKED_ITEMS, sign);
+    cache_stat_add(t, ST_PACKED_BYTES_LIVE, sign * size);
+    if (sign < 0)
+        cache_stat_add(t, ST_PACKED_BYTES_DEAD, size);
+}
+
 unsigned
 cache_account(struct cache_thread *t, uint64_t head, int sign)
 {
+    if (unlikely(cache_off_packed(head))) {
+        account_packed(t, head, sign);
+        return SLAB_NO_CLASS;
+    }
     return account(t, head, sign);
 }
 
@@ -440,6 +478,24 @@ void
 cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
                      enum cache_unlink why)
 {
+    if (unlikely(cache_off_packed(head))) {
+        /* as account_unlink; the fetched bit is the slot's, which the
+         * offset carries when it came from the slot */
+        bool fetched = cache_packed_fetched(head);
+        account_packed(t, head, -1);
+        if (dead == CACHE_EXPIRED && why != UNLINK_DELETED &&
+            why != UNLINK_REPLACED && !fetched)
+            cache_stat_inc(t, ST_EXPIRED_UNFETCHED);
+        if (dead != CACHE_LIVE &&
+            (why == UNLINK_REPLACED || why == UNLINK_EVICTED))
+            cache_stat_inc(t, ST_RECLAIMED);
+        if (dead == CACHE_LIVE && why == UNLINK_EVICTED) {
+            cache_stat_inc(t, ST_EVICTIONS);
+            if (!fetched)
+                cache_stat_inc(t, ST_EVICTED_UNFETCHED);
+        }
+        return;
+    }
     account_unlink(t, head, dead, why);
 }
 
@@ -515,6 +571,11 @@ cache_free_unpublished(struct cache_thread *t, const struct item_plan *plan,
                        uint64_t head, const uint64_t *tails)
 {
     struct slab *s = t->cache->slab;
+    if (cache_off_packed(head)) {
+        /* its span stays in the segment, dead */
+        pitem_invalidate(t->cache->base, cache_packed_pool(head));
+        return;
+    }
     if (cache_off_dram(head)) {
         dram_free(t->cache, head);
         return;
@@ -656,11 +717,21 @@ cache_defer_full(struct cache_thread *t)
 }
 
 bool
+cache_match_special(const struct cache_key *k, uint64_t off)
+{
+    if (cache_off_packed(off))
+        return cache_packed_key_equals(k->c, off, k->key, k->klen);
+    return item_key_equals(cache_item_at(k->c, off), k->key, k->klen);
+}
+
+bool
 cache_match_key_warm(void *arg, uint64_t loc)
 {
     const struct cache_key *k = arg;
-    return item_key_equals(cache_item_at(k->c, cache_off(loc)), k->key,
-                           k->klen);
+    uint64_t off = cache_off(loc);
+    if (unlikely(off & CACHE_SPECIAL_OFF))
+        return cache_match_special(k, off);
+    return item_key_equals(item_at(k->c->base, off), k->key, k->klen);
 }
 
 /* The index's rehash function (htab_set_grow): the full hash of the key of
@@ -670,7 +741,14 @@ uint64_t
 cache_rehash(void *arg, uint64_t loc)
 {
     const struct cache *c = arg;
-    const struct item_hdr *it = cache_item_at(c, cache_off(loc));
+    uint64_t off = cache_off(loc);
+    if (cache_off_packed(off)) {
+        struct pitem_view v;
+        if (cache_packed_view(c, off, &v) != 0)
+            return 0;
+        return cache_hash(c, v.key, v.klen);
+    }
+    const struct item_hdr *it = cache_item_at(c, off);
     return cache_hash(c, item_key(it), it->klen);
 }
 
@@ -679,10 +757,93 @@ cache_match_key(void *arg, uint64_t loc)
 {
     const struct cache_key *k = arg;
     uint64_t off = cache_off(loc);
+    if (unlikely(off & CACHE_SPECIAL_OFF))
+        return cache_match_special(k, off);
     /* overlap the miss on the chunk's CLOCK bits with the one on the item */
-    if (likely(!cache_off_dram(off)))
-        slab_prefetch(k->c->slab, off);
-    return item_key_equals(cache_item_at(k->c, off), k->key, k->klen);
+    slab_prefetch(k->c->slab, off);
+    return item_key_equals(item_at(k->c->base, off), k->key, k->klen);
+}
+
+/* --- packed items --- */
+
+int
+cache_packed_view(const struct cache *c, uint64_t off, struct pitem_view *v)
+{
+    uint64_t poff = cache_packed_pool(off);
+    uint64_t page = poff & ~(uint64_t)(POOL_PAGE_SIZE - 1);
+    return pitem_parse(c->base + page, POOL_PAGE_SIZE, seg_seq_of(c->seg, page),
+                       (uint32_t)(poff - page), v);
+}
+
+uint64_t
+cache_packed_seq(const struct cache *c, uint64_t off)
+{
+    return seg_seq_of(c->seg, cache_packed_pool(off));
+}
+
+enum cache_dead
+cache_packed_dead(const struct cache *c, uint64_t off,
+                  const struct pitem_view *v, uint32_t now)
+{
+    if (v->exp32 != 0 && v->exp32 <= now)
+        return CACHE_EXPIRED;
+    /* the derived sequence, whatever CAS the item carries (as a slab
+     * item's seq); acquire as in cache_item_dead */
+    if (cache_packed_seq(c, off) <=
+        atomic_load_explicit(&c->flush_cas, memory_order_acquire))
+        return CACHE_FLUSHED;
+    return CACHE_LIVE;
+}
+
+enum cache_dead
+cache_off_dead(const struct cache *c, uint64_t off, uint32_t now)
+{
+    if (cache_off_packed(off)) {
+        struct pitem_view v;
+        if (cache_packed_view(c, off, &v) != 0)
+            return CACHE_LOST;
+        return cache_packed_dead(c, off, &v, now);
+    }
+    return cache_item_dead(c, cache_item_at(c, off), now);
+}
+
+uint64_t
+cache_off_cas(const struct cache *c, uint64_t off)
+{
+    if (cache_off_packed(off)) {
+        struct pitem_view v;
+        return cache_packed_view(c, off, &v) == 0 ? v.cas : 0;
+    }
+    return item_cas(cache_item_at(c, off));
+}
+
+uint32_t
+cache_off_exptime(const struct cache *c, uint64_t off)
+{
+    if (cache_off_packed(off)) {
+        struct pitem_view v;
+        return cache_packed_view(c, off, &v) == 0 ? v.exp32 : 0;
+    }
+    return __atomic_load_n(&cache_item_at(c, off)->exptime, __ATOMIC_RELAXED);
+}
+
+void
+cache_defer_free_special(struct cache_thread *t, uint64_t head)
+{
+    struct cache *c = t->cache;
+    if (cache_off_packed(head)) {
+        /* PMEM: commit = 1 before the unlink is answered; the span is
+         * reclaimed with its segment. The unlinker's last touch of the
+         * item: FIFO eviction waits for it (the release orders this
+         * thread's reads of it before, for TSan; x86 keeps that order) */
+        TSAN_RELEASE(c->base + cache_packed_pool(head) + PITEM_COMMIT_OFFSET);
+        pitem_invalidate(c->base, cache_packed_pool(head));
+        return;
+    }
+    t->defer[t->ndefer++] =
+        head | (cache_item_at(c, head)->nchain ? CACHE_DEFER_CHAINED : 0);
+    if (unlikely(t->ndefer >= CACHE_DEFER_BATCH))
+        cache_defer_full(t);
 }
 
 bool
@@ -772,6 +933,63 @@ check_config(const struct tc_config *cfg)
     return 0;
 }
 
+/* The packed store's PMEM helpers (struct seg_ops). */
+static void
+seg_pm_copy(void *dst, const void *src, size_t n)
+{
+    pm_copy(dst, src, n);
+}
+
+static void
+seg_pm_store32(uint32_t *dst, uint32_t v)
+{
+    pm_store32(dst, v);
+}
+
+static void
+seg_pm_fence(void)
+{
+    pm_fence();
+}
+
+/* A page becomes a segment: its restart page table byte says so before
+ * its header is written (restart_layout.h: not a slab class, so a restart
+ * scan never reads it as slab chunks). PMEM: one byte, no lock held. */
+static void
+seg_page_open(void *arg, uint32_t page)
+{
+    struct cache *c = arg;
+    uint32_t npages;
+    uint8_t *table = region_page_table(c->region, &npages);
+    if (page < npages) {
+        uint8_t b = RESTART_PAGE_SEGMENT;
+        pm_copy(&table[page], &b, 1);
+    }
+}
+
+static int
+open_packed(struct cache *c)
+{
+    if (!c->cfg.packed_item_max)
+        return 0;
+    struct seg_config sc = {
+        .seq = &c->cas_seq,
+        .ops = {seg_pm_copy, seg_pm_store32, seg_pm_fence, nvs_crc32c},
+        .page_open = seg_page_open,
+        .page_arg = c,
+    };
+    c->packed_time = calloc(pool_npages(c->pool), sizeof(*c->packed_time));
+    if (!c->packed_time) {
+        err_set("no DRAM for the packed store's segment times");
+        return -ENOMEM;
+    }
+    int rc = seg_create(&sc, c->pool, &c->seg);
+    if (rc)
+        return rc;
+    c->packed_max = c->cfg.packed_item_max;
+    return 0;
+}
+
 static int
 open_memory(struct cache *c)
 {
@@ -818,6 +1036,10 @@ open_memory(struct cache *c)
     if (rcode)
         return rcode;
     htab_set_grow(c->htab, cache_rehash, c, CACHE_INDEX_HELP);
+    rcode = open_packed(c);
+    if (rcode)
+        return rcode;
+    c->divert = c->seg != NULL;
     return cache_hotspot_open(c);
 }
 
@@ -825,6 +1047,9 @@ static void
 close_memory(struct cache *c)
 {
     cache_hotspot_close(c);
+    if (c->seg)
+        seg_destroy(c->seg);
+    free(c->packed_time);
     htab_destroy(c->htab);
     slab_destroy(c->slab);
     pool_destroy(c->pool);
@@ -959,6 +1184,34 @@ struct check_walk {
     uint64_t ext_items, ext_bytes;
 };
 
+/* A packed entry: a committed item in a segment, found by its key. */
+static int
+check_packed(struct check_walk *w, uint64_t loc, uint64_t off)
+{
+    struct cache *c = w->c;
+    struct pitem_view v;
+    uint64_t poff = cache_packed_pool(off);
+    if (!c->seg || poff >= (uint64_t)pool_npages(c->pool) << POOL_PAGE_SHIFT ||
+        cache_packed_view(c, off, &v) != 0 || v.commit < PITEM_COMMIT_MIN) {
+        err_set("index entry names no committed packed item at offset %llu",
+                (unsigned long long)poff);
+        return -EFAULT;
+    }
+    struct cache_key k = {c, v.key, v.klen};
+    cache_read_lock();
+    uint64_t found = htab_lookup_rcu(c->htab, cache_hash(c, k.key, k.klen),
+                                     cache_match_key, &k);
+    cache_read_unlock();
+    if ((found & ~CACHE_LOC_PBITS) != (loc & ~CACHE_LOC_PBITS)) {
+        err_set("packed item at offset %llu is not where its key hashes",
+                (unsigned long long)poff);
+        return -EFAULT;
+    }
+    w->items++;
+    w->bytes += v.size;
+    return 0;
+}
+
 static int
 check_entry(void *arg, uint64_t loc)
 {
@@ -966,6 +1219,8 @@ check_entry(void *arg, uint64_t loc)
     struct cache *c = w->c;
     uint64_t off = cache_off(loc);
 
+    if (cache_off_packed(off))
+        return check_packed(w, loc, off);
     if (cache_off_dram(off)) {
         if (!c->dram || !(atomic_load_explicit(dpool_flags(cache_dram_ptr(off)),
                                                memory_order_acquire) &

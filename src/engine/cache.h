@@ -15,6 +15,7 @@
  *   store.c fetch.c   writes and deletes; reads and touches
  *   ext.c hotkey.c    the NVMe tier; hot keys and the DRAM hot pool
  *   reclaim.c         allocation, eviction, expiry sweep, page moves
+ *   packed.c          the packed small-item store's writes and evictions
  *   cache.c           contexts, frees, accounting, rules, memory
  * Where a lower file must reach a higher one, the higher one registers a
  * hook: per-thread state and teardown (struct cache_module), eviction's
@@ -68,6 +69,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <urcu/urcu-memb.h>
 /* The read-side lock and unlock inline (_urcu_memb_read_lock/unlock):
  * liburcu keeps each under ten lines so that code of any license may
@@ -87,12 +89,14 @@
 
 #include "alloc/pool.h"
 #include "alloc/quota.h"
+#include "alloc/seg.h"
 #include "alloc/slab.h"
 #include "src/base/compiler.h"
 #include "src/base/hash.h"
 #include "src/base/lock.h"
 #include "src/engine/htab.h"
 #include "src/engine/item.h"
+#include "src/engine/pitem_layout.h"
 #include "src/tiercache.h"
 #include "tier/dpool.h"
 #include "tier/region.h"
@@ -192,6 +196,8 @@ struct cache_thread {
                                           period */
     struct ext_thread *ext;            /* the flash tier's per-thread state
                                           (src/engine/ext.c), or NULL */
+    struct seg_open so; /* open packed segments (src/engine/packed.c);
+                           used only when cache->seg */
     _Atomic int64_t stat[ST_COUNT] CACHE_ALIGNED;
     _Atomic int64_t cls_chunks[SLAB_MAX_CLASSES]; /* chunks of live items */
     /* one cache line per class: a thread's hits on one class touch one */
@@ -263,6 +269,18 @@ struct cache {
                            hot pool is off */
     struct dpool *dram; /* the DRAM hot pool (tier/dpool.h) its items live
                            in, made and destroyed by hotkey.c; NULL: off */
+
+    /* the packed small-item store (src/engine/packed.c): NULL when
+     * packed_item_max is 0 */
+    struct seg *seg;
+    uint32_t packed_max;         /* cfg.packed_item_max, 0 with no store */
+    bool divert;                 /* hot || seg: a store may go elsewhere than
+                                    a slab (set at open: cache.c, hotkey.c) */
+    _Atomic uint32_t seg_owners; /* numbers for struct seg_open */
+    /* per pool page: the latest time an item of its segment was stored
+     * or read (meta l of a packed item: never above its true age);
+     * relaxed, stored only when it changes */
+    _Atomic uint32_t *packed_time;
 
     struct ext *ext; /* the NVMe tier (src/engine/ext.c), NULL when off */
     struct nvs *nvs; /* its store (tier/nvs.h): flash headers point into
@@ -451,10 +469,111 @@ cache_off_dram(uint64_t off)
     return (off & CACHE_DRAM_OFF) != 0;
 }
 
+/*
+ * Packed items (src/engine/packed.c, doc/design/small-items.md): their
+ * index location is bits 47 and 46 (CACHE_LOC_PACKED) | the pool offset
+ * / 4, bits 45..42 (CACHE_LOC_PBITS: REF, FETCHED, WIN, spare) masked
+ * wherever one is decoded or compared (htab_loc_same). A DRAM location
+ * never has bit 46 (its address / 8 is below 2^44). cache_off() of a
+ * packed location has bits 50 and 49 set (CACHE_PACKED_OFF), so that the
+ * one test of bit 50 that the hot paths make anyway (cache_off_dram: "not
+ * a slab chunk") sends packed items off the slab path too: whatever may
+ * meet a packed offset tests cache_off_packed() (bit 49) before it treats
+ * the offset as a DRAM item's. cache_packed_pool() undoes the encoding;
+ * cache_loc() of a packed offset gives the location back, so that the
+ * store path handles it as an offset until it must look at the item.
+ */
+#define CACHE_LOC_PACKED ((1ull << 47) | HTAB_LOC_KIND)
+#define CACHE_LOC_PBITS HTAB_LOC_VOLATILE
+#define CACHE_LOC_REF (1ull << 45)     /* read since stored (merge: later) */
+#define CACHE_LOC_FETCHED (1ull << 44) /* meta h */
+#define CACHE_LOC_WIN (1ull << 43)     /* the recache win handed out */
+#define CACHE_PACKED_OFF (1ull << 49)
+/* DRAM or packed: not a slab chunk (one bit: both have it) */
+#define CACHE_SPECIAL_OFF CACHE_DRAM_OFF
+
+static inline bool
+cache_off_packed(uint64_t off)
+{
+    return (off & CACHE_PACKED_OFF) != 0;
+}
+
+static inline bool
+cache_loc_packed(uint64_t loc)
+{
+    return (loc & HTAB_LOC_KIND) != 0;
+}
+
+/* The pool offset of a packed item's engine offset (cache_off of its
+ * location), the REF/FETCHED/WIN bits dropped. */
+static inline uint64_t
+cache_packed_pool(uint64_t off)
+{
+    return (((off & ((1ull << 45) - 1)) >> 3) + 1) << 2;
+}
+
+/* Whether the slot a packed item's offset came from had its FETCHED bit
+ * (cache_off keeps the location's bits 45..42 in bits 48..45). */
+static inline bool
+cache_packed_fetched(uint64_t off)
+{
+    return (off & (CACHE_LOC_FETCHED << 3)) != 0;
+}
+
+/* The engine offset of the packed item at pool offset poff (4-aligned). */
+static inline uint64_t
+cache_packed_off(uint64_t poff)
+{
+    return ((CACHE_LOC_PACKED | (poff >> 2)) - 1) << 3;
+}
+
+_Static_assert((((CACHE_LOC_PACKED | 1) - 1) << 3) ==
+                   (CACHE_DRAM_OFF | CACHE_PACKED_OFF),
+               "a packed offset has the DRAM bit and its own");
+
 static inline void *
 cache_dram_ptr(uint64_t off)
 {
     return (void *)(uintptr_t)(off & ~CACHE_DRAM_OFF);
+}
+
+/* A packed item at pool offset poff was stored or read at now. */
+static inline void
+cache_packed_touch(struct cache *c, uint64_t poff, uint32_t now)
+{
+    _Atomic uint32_t *p = &c->packed_time[poff >> POOL_PAGE_SHIFT];
+    if (atomic_load_explicit(p, memory_order_relaxed) != now)
+        atomic_store_explicit(p, now, memory_order_relaxed);
+}
+
+/* Seconds since an item of the packed item's segment was last stored or
+ * read (at most its own last access's age). */
+static inline uint32_t
+cache_packed_age(const struct cache *c, uint64_t poff, uint32_t now)
+{
+    uint32_t t = atomic_load_explicit(&c->packed_time[poff >> POOL_PAGE_SHIFT],
+                                      memory_order_relaxed);
+    uint32_t age = now > t ? now - t : 0;
+    return age < TC_LAST_ACCESS_CAP ? age : TC_LAST_ACCESS_CAP;
+}
+
+/* The key compare of an item in DRAM or packed (a slab chunk's is
+ * inline in each match function). PMEM: reads the key. */
+bool cache_match_special(const struct cache_key *k, uint64_t off);
+
+/* Whether the packed item at engine offset off has this key. PMEM: reads
+ * its header and key. */
+static inline bool
+cache_packed_key_equals(const struct cache *c, uint64_t off, const void *key,
+                        uint32_t klen)
+{
+    const unsigned char *p =
+        (const unsigned char *)c->base + cache_packed_pool(off);
+    if (p[0] != klen)
+        return false;
+    const unsigned char *k =
+        p + sizeof(struct pitem_hdr) + ((p[1] & PITEM_HAS_EXP) ? 4u : 0u);
+    return memcmp(k, key, klen) == 0;
 }
 
 static inline const struct item_hdr *
@@ -472,8 +591,10 @@ static inline bool
 cache_match_key_store(void *arg, uint64_t loc)
 {
     const struct cache_key *k = arg;
-    return item_key_equals(cache_item_at(k->c, cache_off(loc)), k->key,
-                           k->klen);
+    uint64_t off = cache_off(loc);
+    if (unlikely(off & CACHE_SPECIAL_OFF))
+        return cache_match_special(k, off);
+    return item_key_equals(item_at(k->c->base, off), k->key, k->klen);
 }
 
 static inline bool
@@ -482,9 +603,10 @@ cache_match_key_word(void *arg, uint64_t loc)
     struct cache_word_key *wk = arg;
     uint64_t off = cache_off(loc);
     wk->word = NULL;
-    if (likely(!cache_off_dram(off)))
-        wk->word = slab_prefetch_word(wk->k.c->slab, off, &wk->cls);
-    return item_key_equals(cache_item_at(wk->k.c, off), wk->k.key, wk->k.klen);
+    if (unlikely(off & CACHE_SPECIAL_OFF))
+        return cache_match_special(&wk->k, off);
+    wk->word = slab_prefetch_word(wk->k.c->slab, off, &wk->cls);
+    return item_key_equals(item_at(wk->k.c->base, off), wk->k.key, wk->k.klen);
 }
 
 /* Flag bits of a DRAM item's block (dpool_flags), in place of the slab's
@@ -564,7 +686,7 @@ unsigned cache_class_of(const struct cache *c, uint64_t off);
 static inline unsigned
 cache_class_at(const struct cache *c, uint64_t off)
 {
-    if (likely(!cache_off_dram(off)))
+    if (likely(!(off & CACHE_SPECIAL_OFF)))
         return slab_class_of(c->slab, off);
     return cache_class_of(c, off);
 }
@@ -604,7 +726,9 @@ cache_touch_cls(struct cache *c, uint64_t off, uint32_t now)
 static inline void
 cache_fresh(struct cache *c, uint64_t off, uint32_t now, unsigned bits)
 {
-    if (unlikely(cache_off_dram(off))) {
+    if (unlikely(off & CACHE_SPECIAL_OFF)) {
+        if (cache_off_packed(off)) /* no per-chunk word */
+            return;
         /* a fresh DRAM block's flags are already clear */
         if (bits & SLAB_FRESH_WIN)
             cache_bit_claim(c, off);
@@ -642,6 +766,23 @@ enum cache_dead {
     CACHE_FLUSHED = 2,
     CACHE_LOST = 3, /* a flash item whose segment was reused */
 };
+/* Packed items' fields (src/engine/pitem.h), for any engine path that
+ * meets one: off is the engine offset (cache_off of the location). The
+ * item is live for the caller (an RCU section or its bucket lock).
+ * cache_packed_view: 0, or -EBADMSG (not an item). cache_packed_seq: its
+ * derived sequence. cache_off_*: any item's (slab, DRAM or packed) death,
+ * CAS and expiry. */
+struct pitem_view;
+int cache_packed_view(const struct cache *c, uint64_t off,
+                      struct pitem_view *v);
+uint64_t cache_packed_seq(const struct cache *c, uint64_t off);
+enum cache_dead cache_packed_dead(const struct cache *c, uint64_t off,
+                                  const struct pitem_view *v, uint32_t now);
+enum cache_dead cache_off_dead(const struct cache *c, uint64_t off,
+                               uint32_t now);
+uint64_t cache_off_cas(const struct cache *c, uint64_t off);
+uint32_t cache_off_exptime(const struct cache *c, uint64_t off);
+
 /* A flash item's part of cache_item_dead: CACHE_LOST when the store
  * reused its segment, else CACHE_LIVE. */
 enum cache_dead cache_flash_dead(const struct cache *c,
@@ -692,6 +833,9 @@ void cache_free_unpublished(struct cache_thread *t,
 /* cache_defer_free's batch is full: put it on the limbo list, and wake the
  * maintenance thread or free limbo here when it has grown. */
 void cache_defer_full(struct cache_thread *t);
+/* cache_defer_free of a DRAM item (deferred as a chunk is) or a packed
+ * one (invalidated now: commit = 1; its segment's page goes whole). */
+void cache_defer_free_special(struct cache_thread *t, uint64_t head);
 /* Free an item unlinked from the index after a grace period. It is
  * invalidated in PMEM now, before the caller answers (a delete, a
  * replacing store) or the chunk can be reused. No lock may be held.
@@ -700,12 +844,16 @@ static inline void
 cache_defer_free(struct cache_thread *t, uint64_t head)
 {
     struct cache *c = t->cache;
+    if (unlikely(head & CACHE_SPECIAL_OFF)) {
+        cache_defer_free_special(t, head);
+        return;
+    }
     /* Context: the caller unlinked the item, so its header is still
      * intact, and likely in the CPU cache; PMEM: its commit word goes to 0
      * before the unlink is answered (item_layout.h) */
-    cache_invalidate(c, head);
+    item_invalidate(c->base, head);
     t->defer[t->ndefer++] =
-        head | (cache_item_at(c, head)->nchain ? CACHE_DEFER_CHAINED : 0);
+        head | (item_at(c->base, head)->nchain ? CACHE_DEFER_CHAINED : 0);
     if (unlikely(t->ndefer >= CACHE_DEFER_BATCH))
         cache_defer_full(t);
 }
@@ -749,7 +897,7 @@ enum cache_unlink {
 void cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
                           enum cache_unlink why);
 /* cache_account_unlink(UNLINK_REPLACED), its tests of why folded: every
- * replacing set's path. */
+ * replacing set's path. Not for a packed item (cache_account_unlink). */
 void cache_account_replaced(struct cache_thread *t, uint64_t head, int dead);
 
 /* Bytes an item accounts for in the "bytes" stat. */

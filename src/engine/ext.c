@@ -110,7 +110,7 @@ collect_flash(void *arg, uint64_t loc)
 {
     struct flash_list *a = arg;
     uint64_t off = cache_off(loc);
-    if (cache_off_dram(off) ||
+    if ((off & CACHE_SPECIAL_OFF) ||
         cache_item_at(a->c, off)->kind != ITEM_KIND_FLASH)
         return 0;
     if (a->n == a->cap) {
@@ -561,7 +561,7 @@ find_header_rcu(struct cache *c, const void *key, uint8_t klen,
 {
     struct cache_key k = {c, key, klen};
     uint64_t loc = htab_lookup_rcu(c->htab, hash, cache_match_key, &k);
-    if (!loc)
+    if (!loc || cache_loc_packed(loc))
         return 0;
     const struct item_hdr *it = cache_item_at(c, cache_off(loc));
     if (it->kind != ITEM_KIND_FLASH || !ext_loc_equal(item_flash_loc(it), nl))

@@ -26,6 +26,8 @@
 #include "src/engine/cache.h"
 #include "src/engine/hotkey.h"
 #include "src/engine/ext.h"
+#include "src/engine/packed.h"
+#include "src/engine/pitem.h"
 #include "tier/pm.h"
 
 #include <errno.h>
@@ -220,9 +222,102 @@ struct fetch_res {
     uint64_t loc; /* 0: no entry */
     enum cache_dead dead;
     bool flash;
-    unsigned cls;     /* a live item's class (its header's, if on flash) */
-    struct ext_hit h; /* a live flash item: its locator and description */
+    unsigned cls;      /* a live item's class (its header's, if on flash) */
+    uint32_t prewrite; /* with flash: not a flash item but a packed one
+                          whose touch needs a rewrite with this expiry */
+    struct ext_hit h;  /* a live flash item: its locator and description */
 };
+
+/* The packed item at engine offset off: its view and state. A touch to
+ * expiry exp (touch) is stored in place when the item has exp32, needs
+ * nothing when both are "never", else *rewrite gets exp (the caller
+ * rewrites it after the section: packed_rewrite_exp). Context: inside
+ * the read section that found it. PMEM: a 4-byte store for a touch. */
+static enum cache_dead
+packed_touch_rcu(struct cache *c, uint64_t off, struct pitem_view *v,
+                 bool touch, uint32_t exp, uint32_t now, uint32_t *rewrite)
+{
+    *rewrite = 0;
+    if (cache_packed_view(c, off, v) != 0)
+        return CACHE_LOST;
+    enum cache_dead dead = cache_packed_dead(c, off, v, now);
+    if (dead != CACHE_LIVE || !touch)
+        return dead;
+    if (v->iflags & PITEM_HAS_EXP) {
+        uint64_t poff = cache_packed_pool(off);
+        uint64_t page = poff & ~(uint64_t)(POOL_PAGE_SIZE - 1);
+        pitem_set_exp32(c->base + page, (uint32_t)(poff - page), exp);
+    } else if (exp != 0) {
+        *rewrite = exp;
+    }
+    return dead;
+}
+
+/* fetch_rcu_loc for a packed item: served from its segment. Its fetched
+ * and win bits are its index slot's (set by a compare-and-swap of the slot:
+ * htab_set_bits_rcu), its access time its segment's (cache_packed_age).
+ * Out of line: a slab item's get pays only the test that sends it here. */
+static __attribute__((noinline)) void
+fetch_packed_rcu(struct cache *c, uint64_t loc, uint64_t hash,
+                 const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn,
+                 void *arg, const struct copy_at *ca, struct fetch_res *r)
+{
+    uint64_t off = cache_off(loc);
+    uint64_t poff = cache_packed_pool(off);
+    struct pitem_view v;
+    struct tc_item_info info;
+    uint32_t exp = o->touch ? cache_exptime(o->exptime, now) : 0;
+
+    r->cls = SLAB_NO_CLASS;
+    r->dead = packed_touch_rcu(c, off, &v, o->touch, exp, now, &r->prewrite);
+    if (r->dead != CACHE_LIVE)
+        return;
+    r->flash = r->prewrite != 0; /* the rewrite after the section */
+    memset(&info, 0, sizeof(info));
+    info.exptime_before = v.exp32;
+    info.exptime = o->touch ? exp : v.exp32;
+    info.flags = v.flags;
+    info.cas = v.cas;
+    info.vlen = v.vlen;
+    info.stale = (v.iflags & PITEM_STALE) != 0;
+    info.fetched = (loc & CACHE_LOC_FETCHED) != 0;
+    info.last_access = cache_packed_age(c, poff, now);
+    /* the recache win, as win_state: taken, not for this reader, not due,
+     * or claimed now by setting the slot's bit */
+    info.win = TC_WIN_NONE;
+    if (loc & CACHE_LOC_WIN) {
+        info.win = TC_WIN_TAKEN;
+    } else if (!o->no_win) {
+        uint32_t e =
+            o->recache_before_touch ? info.exptime_before : info.exptime;
+        bool due = info.stale || (o->recache_below && e != 0 &&
+                                  (e <= now || e - now < o->recache_below));
+        if (due)
+            info.win = htab_set_bits_rcu(c->htab, hash, loc, CACHE_LOC_WIN)
+                           ? TC_WIN_YOU
+                           : TC_WIN_TAKEN;
+    }
+    if (!o->no_bump) {
+        if ((loc & (CACHE_LOC_REF | CACHE_LOC_FETCHED)) !=
+            (CACHE_LOC_REF | CACHE_LOC_FETCHED))
+            htab_set_bits_rcu(c->htab, hash, loc,
+                              CACHE_LOC_REF | CACHE_LOC_FETCHED);
+        cache_packed_touch(c, poff, now);
+    }
+    pm_note_read(v.value, v.vlen);
+    if (ca) {
+        if (ca->cp->info)
+            *ca->cp->info = info;
+        size_t n = MIN((size_t)v.vlen, ca->cp->cap);
+        if (n)
+            memcpy(ca->cp->buf, v.value, n);
+        return;
+    }
+    if (fn) {
+        struct iovec iov = {(void *)v.value, v.vlen};
+        fn(arg, &info, &iov, 1);
+    }
+}
 
 /* Serve what the index holds for a key at loc (0: nothing), a live plain
  * item in place (ca: copied out, see serve_rcu). Context: inside the read
@@ -237,11 +332,21 @@ fetch_rcu_loc(struct cache *c, uint64_t loc, uint64_t hash,
     r->loc = loc;
     if (!r->loc)
         return;
-    struct item_hdr *it =
-        (struct item_hdr *)cache_item_at(c, cache_off(r->loc));
+    uint64_t off = cache_off(r->loc);
+    struct item_hdr *it;
+    if (unlikely(off & CACHE_SPECIAL_OFF)) {
+        if (cache_off_packed(off)) {
+            fetch_packed_rcu(c, r->loc, hash, o, now, fn, arg, ca, r);
+            return;
+        }
+        it = (struct item_hdr *)cache_dram_ptr(off);
+    } else {
+        it = (struct item_hdr *)item_at(c->base, off);
+    }
     r->dead = cache_item_dead(c, it, now);
     r->flash = it->kind == ITEM_KIND_FLASH;
     if (r->dead == CACHE_LIVE && r->flash) {
+        r->prewrite = 0;
         flash_rcu(c, it, r->loc, hash, o, now, &r->h);
         r->cls = r->h.info.slab_class;
     } else if (r->dead == CACHE_LIVE) {
@@ -283,7 +388,11 @@ fetch_after(struct cache_thread *t, const void *key, uint32_t klen,
 
     /* the value of a flash item is read now, outside the section; a
      * failed read is a miss (counted and the header dropped by ext.c) */
-    if (loc && dead == CACHE_LIVE && r->flash) {
+    if (loc && dead == CACHE_LIVE && r->flash && r->prewrite) {
+        /* a packed item's touch that did not fit it: served already; a
+         * writer that replaced it meanwhile wins */
+        (void)packed_rewrite_exp(t, hash, loc, r->prewrite);
+    } else if (loc && dead == CACHE_LIVE && r->flash) {
         int rc = ext_get(t, key, klen, &r->h, o, fn, arg);
         if (rc == EXT_PENDING)
             return TC_OK; /* counted when the read completes */
@@ -427,10 +536,12 @@ prefetch_items(struct cache *c, uint64_t hash)
     unsigned n = htab_peek(c->htab, hash, locs);
     for (unsigned j = 0; j < n; j++) {
         uint64_t off = cache_off(locs[j]);
-        const char *it = (const char *)cache_item_at(c, off);
+        const char *it = cache_off_packed(off)
+                             ? c->base + cache_packed_pool(off)
+                             : (const char *)cache_item_at(c, off);
         for (int l = 0; l < FETCH_ITEM_LINES; l++)
             __builtin_prefetch(it + l * CACHE_LINE, 0, 3);
-        if (likely(!cache_off_dram(off)))
+        if (likely(!(off & CACHE_SPECIAL_OFF)))
             slab_prefetch(c->slab, off);
     }
     return n == 1 ? locs[0] : 0;
@@ -559,12 +670,19 @@ fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
     uint32_t now = clock_now();
     enum cache_dead dead = CACHE_LIVE;
     unsigned cls = SLAB_NO_CLASS;
+    uint32_t rewrite = 0;
 
     cache_flush_check(c, now);
     cache_stat_inc(t, ST_CMD_TOUCH);
     cache_read_lock();
     uint64_t loc = htab_lookup_rcu(c->htab, hash, cache_match_key, &k);
-    if (loc) {
+    if (loc && cache_loc_packed(loc)) {
+        struct pitem_view v;
+        dead = packed_touch_rcu(c, cache_off(loc), &v, true,
+                                cache_exptime(exptime, now), now, &rewrite);
+        if (dead == CACHE_LIVE) /* an access, as a slab item's */
+            cache_packed_touch(c, cache_packed_pool(cache_off(loc)), now);
+    } else if (loc) {
         struct item_hdr *it =
             (struct item_hdr *)cache_item_at(c, cache_off(loc));
         dead = cache_item_dead(c, it, now);
@@ -576,6 +694,8 @@ fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
         }
     }
     cache_read_unlock();
+    if (rewrite && dead == CACHE_LIVE)
+        (void)packed_rewrite_exp(t, hash, loc, rewrite);
 
     if (loc && dead == CACHE_LIVE) {
         cache_cls_inc(t, cls, CLS_TOUCH_HITS);
@@ -597,6 +717,31 @@ struct walk {
     unsigned seen;
 };
 
+/* walk_entry of a packed item. */
+static int
+walk_packed(struct walk *w, uint64_t off)
+{
+    struct pitem_view v;
+    if (cache_packed_view(w->c, off, &v) != 0 ||
+        cache_packed_dead(w->c, off, &v, w->now) != CACHE_LIVE)
+        return 0;
+    struct tc_walk_item item = {
+        .key = v.key,
+        .klen = v.klen,
+        .flags = v.flags,
+        .exptime = v.exp32,
+        .last_access = 0,
+        .cas = v.cas,
+        .vlen = v.vlen,
+        .size = v.size,
+        .slab_class = 0,
+        .fetched = false,
+        .flash = false,
+    };
+    w->seen++;
+    return w->fn(w->arg, &item);
+}
+
 /* One index entry, inside the read section: a live item goes to fn,
  * described without touching it. */
 static int
@@ -605,6 +750,8 @@ walk_entry(void *arg, uint64_t loc)
     struct walk *w = arg;
     struct cache *c = w->c;
     uint64_t off = cache_off(loc);
+    if (cache_off_packed(off))
+        return walk_packed(w, off);
     const struct item_hdr *it = cache_item_at(c, off);
 
     if (cache_item_dead(c, it, w->now) != CACHE_LIVE)

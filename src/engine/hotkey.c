@@ -192,6 +192,7 @@ hotkey_create(struct cache *c)
     }
     c->hot = h;
     c->dram = h->pool;
+    c->divert = true; /* a store may go to the hot pool (store.c) */
     return 0;
 
 err_free:
@@ -219,6 +220,7 @@ hotkey_destroy(struct cache *c)
     free(h);
     c->hot = NULL;
     c->dram = NULL;
+    c->divert = c->seg != NULL;
 }
 
 int
@@ -373,8 +375,9 @@ void
 hotkey_count_store(struct cache_thread *t, uint64_t old_off, uint64_t head,
                    uint32_t vlen)
 {
-    bool was = old_off && cache_off_dram(old_off);
-    if (cache_off_dram(head)) {
+    /* a packed offset has the DRAM bit too (cache.h) */
+    bool was = old_off && cache_off_dram(old_off) && !cache_off_packed(old_off);
+    if (cache_off_dram(head) && !cache_off_packed(head)) {
         cache_stat_add(t, ST_HOT_BYTES_SAVED, vlen);
         if (!was)
             cache_stat_inc(t, ST_HOT_PROMOTIONS);
@@ -784,7 +787,8 @@ hotkey_list(struct cache *c, bool by_reads, struct tc_hotkey *out, int max)
         cache_read_lock();
         uint64_t loc =
             htab_lookup_rcu(c->htab, out[i].hash, cache_match_key, &k);
-        out[i].in_dram = loc && cache_off_dram(cache_off(loc));
+        out[i].in_dram =
+            loc && !cache_loc_packed(loc) && cache_off_dram(cache_off(loc));
         cache_read_unlock();
     }
     return (int)n;

@@ -686,11 +686,41 @@ htab_holds_rcu(struct htab *h, uint64_t hash, uint64_t loc)
     struct htab_bucket *b = htab_home_rcu(h, hash);
 
     do {
-        for (int i = 0; i < HTAB_SLOTS; i++)
+        for (int i = 0; i < HTAB_SLOTS; i++) {
             /* Acquire: as htab_lookup_rcu, the item is complete before
              * the caller reads it. */
-            if (atomic_load_explicit(&b->slot[i], memory_order_acquire) == word)
+            uint64_t w =
+                atomic_load_explicit(&b->slot[i], memory_order_acquire);
+            if ((w >> HTAB_LOC_BITS) == (word >> HTAB_LOC_BITS) &&
+                htab_loc_same(loc, w))
                 return true;
+        }
+        b = atomic_load_explicit(&b->next, memory_order_acquire);
+    } while (b != NULL);
+    return false;
+}
+
+bool
+htab_set_bits_rcu(struct htab *h, uint64_t hash, uint64_t loc, uint64_t bits)
+{
+    const uint64_t tag = htab_tag(hash);
+    struct htab_bucket *b = htab_home_rcu(h, hash);
+
+    do {
+        for (int i = 0; i < HTAB_SLOTS; i++) {
+            uint64_t w =
+                atomic_load_explicit(&b->slot[i], memory_order_acquire);
+            /* the word changes only by a writer (a new entry: not ours
+             * any more) or by another setter (retry with its bits) */
+            while ((w >> HTAB_LOC_BITS) == tag && htab_loc_same(loc, w)) {
+                if ((w & bits) == bits)
+                    return false;
+                if (atomic_compare_exchange_weak_explicit(
+                        &b->slot[i], &w, w | bits, memory_order_relaxed,
+                        memory_order_relaxed))
+                    return true;
+            }
+        }
         b = atomic_load_explicit(&b->next, memory_order_acquire);
     } while (b != NULL);
     return false;
@@ -859,7 +889,7 @@ htab_find_loc_locked(struct htab_bucket *b, uint64_t loc)
             uint64_t w =
                 atomic_load_explicit(&b->slot[i], memory_order_relaxed);
 
-            if ((w & HTAB_LOC_MASK) == loc)
+            if (w != 0 && htab_loc_same(loc, w))
                 return &b->slot[i];
         }
         b = atomic_load_explicit(&b->next, memory_order_relaxed);

@@ -166,6 +166,16 @@ htab_lookup_rcu_inline(struct htab *h, uint64_t hash, htab_match_fn *match,
  * inside an RCU read-side section; true is valid only there. */
 bool htab_holds_rcu(struct htab *h, uint64_t hash, uint64_t loc);
 
+/* Set bits (within HTAB_LOC_VOLATILE) of the slot holding (hash's tag,
+ * loc), the volatile bits ignored, by a compare-and-swap from the word
+ * read: true when this call set them (none of them was set), false when
+ * they were set already or the slot is gone. A writer's store, or a
+ * doubling's copy of the bucket, may drop bits set meanwhile: they are
+ * hints (a packed item's REF, FETCHED, WIN). Context: inside an RCU
+ * read-side section. */
+bool htab_set_bits_rcu(struct htab *h, uint64_t hash, uint64_t loc,
+                       uint64_t bits);
+
 /* Start loading the home bucket (a writer does this before writing its
  * item, so the bucket is in cache by the time it takes the lock). */
 void htab_prefetch(struct htab *h, uint64_t hash);
@@ -239,6 +249,20 @@ static inline uint64_t
 htab_slot_loc(uint64_t word)
 {
     return word & HTAB_LOC_MASK;
+}
+
+/* Location bits that change in place, without a new location: with bit
+ * HTAB_LOC_KIND set (the engine's packed items, src/engine/cache.h), bits
+ * 45..42 (REF, FETCHED, WIN, spare). Comparisons of locations ignore them
+ * (htab_find_loc_locked, htab_holds_rcu). */
+#define HTAB_LOC_KIND (1ull << 46)
+#define HTAB_LOC_VOLATILE (0xfull << 42)
+
+static inline bool
+htab_loc_same(uint64_t a, uint64_t b)
+{
+    uint64_t ignore = (a & HTAB_LOC_KIND) ? HTAB_LOC_VOLATILE : 0;
+    return ((a ^ b) & HTAB_LOC_MASK & ~ignore) == 0;
 }
 
 /* htab_find_locked, trying first the first slot a peek found (hint): when

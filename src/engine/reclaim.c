@@ -41,6 +41,7 @@
 #include "src/base/crashpoint.h"
 #include "src/base/clock.h"
 #include "src/engine/cache.h"
+#include "src/engine/packed.h"
 #include "tier/pm.h"
 
 #include <errno.h>
@@ -126,6 +127,10 @@ alloc_chunk_slow(struct cache_thread *t, unsigned cls,
             continue;
         if (t->in_admin)
             break; /* a drain's own copy: it must not move pages */
+        /* the packed store's oldest segment gives its page back (a
+         * class with no page to evict from would else fail) */
+        if (c->seg && c->cfg.evict && packed_evict_oldest(t))
+            continue;
         /* a page with room elsewhere (with -M too: its items move into
          * free chunks, none is evicted) */
         int rc = reassign(t, -1, (int)cls, RECLAIM_WAIT, plan_classes(c, plan));
@@ -921,7 +926,8 @@ discard_above(struct cache *c, uint32_t limit)
 {
     for (uint32_t p = limit; p < pool_npages(c->pool); p++)
         if (slab_class_of(c->slab, (uint64_t)p << POOL_PAGE_SHIFT) ==
-            SLAB_NO_CLASS)
+                SLAB_NO_CLASS &&
+            !packed_page_held(c, p))
             region_discard(c->region, (uint64_t)p << POOL_PAGE_SHIFT,
                            POOL_PAGE_SIZE);
 }
@@ -954,6 +960,11 @@ reclaim_shrink(struct cache_thread *t)
         if (drain_page(t, p, true, DRAIN_ROUNDS) != 0)
             rc = -EBUSY;
     }
+    /* the packed store's segments above it go whole; an open one stays
+     * until its owner seals it (the shrink is tried again) */
+    for (uint32_t p = target; target && c->seg && p < pool_npages(c->pool); p++)
+        if (packed_evict_page(t, p) < 0)
+            rc = -EBUSY;
     if (target) {
         TC_CRASH_POINT("shrink.drained");
         discard_above(c, target);

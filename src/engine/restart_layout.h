@@ -55,3 +55,7 @@ _Static_assert(sizeof(struct restart_meta) <= REGION_USER_BYTES,
 
 /* Page table byte of a page that has no class. */
 #define RESTART_PAGE_NONE 0
+/* A segment of the packed store (src/engine/packed.c). Not a class: the
+ * scan gives such a page back to the pool (packed items do not survive a
+ * restart yet). */
+#define RESTART_PAGE_SEGMENT 0x80

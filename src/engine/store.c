@@ -19,6 +19,8 @@
 #include "src/engine/cache.h"
 #include "src/engine/ext.h"
 #include "src/engine/hotkey.h"
+#include "src/engine/packed.h"
+#include "src/engine/pitem.h"
 #include "src/engine/reclaim.h"
 
 #include "src/base/crashpoint.h"
@@ -73,6 +75,25 @@ struct store_req {
 _Static_assert(sizeof(struct store_req) == 144,
                "store_plain_inline writes every field of struct store_req");
 
+/* The state of the item a store replaces or rewrites, at engine offset
+ * off, of any kind: inline for a slab chunk's (the DRAM test that
+ * cache_item_at would make, widened to packed items). */
+static inline __attribute__((always_inline)) enum cache_dead
+old_dead(const struct cache *c, uint64_t off, uint32_t now)
+{
+    if (unlikely(off & CACHE_SPECIAL_OFF))
+        return cache_off_dead(c, off, now);
+    return cache_item_dead(c, item_at(c->base, off), now);
+}
+
+static inline __attribute__((always_inline)) uint64_t
+old_cas(const struct cache *c, uint64_t off)
+{
+    if (unlikely(off & CACHE_SPECIAL_OFF))
+        return cache_off_cas(c, off);
+    return item_cas(item_at(c->base, off));
+}
+
 /* Decide under the bucket lock whether the new item may replace what the
  * index holds. Reads PMEM headers only. Returns TC_OK or a tc_result.
  * Inlined into publish(), as publish() into commit(). */
@@ -80,12 +101,11 @@ static inline __attribute__((always_inline)) int
 decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
               uint32_t now)
 {
-    bool live = old && cache_item_dead(c, cache_item_at(c, cache_off(old)),
-                                       now) == CACHE_LIVE;
+    bool live = old && old_dead(c, cache_off(old), now) == CACHE_LIVE;
     if (r->cas_check && r->mode != STORE_SWAP) {
         if (!live)
             return TC_NOT_FOUND;
-        if (item_cas(cache_item_at(c, cache_off(old))) != r->cas_in)
+        if (old_cas(c, cache_off(old)) != r->cas_in)
             return TC_EXISTS;
     }
     switch (r->mode) {
@@ -96,15 +116,13 @@ decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
     case TC_CAS:
         if (!live)
             return TC_NOT_FOUND;
-        return item_cas(cache_item_at(c, cache_off(old))) == r->cas_in
-                   ? TC_OK
-                   : TC_EXISTS;
+        return old_cas(c, cache_off(old)) == r->cas_in ? TC_OK : TC_EXISTS;
     case STORE_SWAP:
-        if (old != r->expect)
+        /* a packed location's REF/FETCHED/WIN bits may have been set */
+        if (!htab_loc_same(r->expect, old))
             return -EAGAIN;
         if (r->check_exptime &&
-            __atomic_load_n(&cache_item_at(c, cache_off(old))->exptime,
-                            __ATOMIC_RELAXED) != r->expect_exptime)
+            cache_off_exptime(c, cache_off(old)) != r->expect_exptime)
             return -EAGAIN;
         return TC_OK;
     default:
@@ -194,6 +212,33 @@ alloc_item(struct cache_thread *t, const struct item_plan *plan, uint64_t *head,
     return reclaim_alloc_head_slow(t, plan, *cls, head);
 }
 
+/* A span in the packed store for a plain store's small item: 0 with
+ * *head, else -1 (it goes to a slab). */
+static __attribute__((noinline)) int
+prepare_packed(struct cache_thread *t, const struct store_req *r,
+               uint64_t *head)
+{
+    if (r->mode > TC_CAS || r->mode == TC_APPEND || r->mode == TC_PREPEND ||
+        r->claim_win || r->recache || r->in_place ||
+        (r->hdr.iflags & ITEM_STALE))
+        return -1;
+    uint32_t size = packed_size(t->cache, r->klen, r->hdr.vlen, r->hdr.flags,
+                                r->hdr.exptime, r->cas_new);
+    if (!size || packed_reserve(t, size, head) != 0)
+        return -1;
+    return 0;
+}
+
+/* Write a packed item (prepare_packed's span): its CAS. */
+static __attribute__((noinline)) uint64_t
+commit_packed(struct cache *c, const struct store_req *r, uint64_t head)
+{
+    struct packed_item it = {r->key,         r->klen,     r->val.iov,
+                             r->val.niov,    r->hdr.vlen, r->hdr.flags,
+                             r->hdr.exptime, r->cas_new};
+    return packed_write(c, head, &it);
+}
+
 /* Memory for the item r describes. 0, -E2BIG or -ENOMEM. Context: no lock
  * and no RCU read section (allocation may wait for a grace period).
  * Inlined, as commit(), into store_one and its two other callers. */
@@ -217,9 +262,15 @@ prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
         cache_stat_inc(t, ST_STORE_TOO_LARGE);
         return -E2BIG;
     }
-    /* a write-hot key's item goes to the DRAM hot pool */
-    if (c->hot && hotkey_place(t, r->hash, r->key, r->klen, plan, head) == 0)
-        return 0;
+    if (unlikely(c->divert)) {
+        /* a write-hot key's item goes to the DRAM hot pool */
+        if (c->hot &&
+            hotkey_place(t, r->hash, r->key, r->klen, plan, head) == 0)
+            return 0;
+        /* a small one to the packed store */
+        if (c->seg && prepare_packed(t, r, head) == 0)
+            return 0;
+    }
     if (alloc_item(t, plan, head, tails, &r->cls) != 0) {
         r->cls = SLAB_NO_CLASS;
         cache_stat_inc(t, ST_STORE_NO_MEMORY);
@@ -261,9 +312,12 @@ commit(struct cache_thread *t, struct store_req *r,
     r->hdr.cas = next_cas(c, r->cas_new, &r->hdr.seq);
     /* PMEM: the item is written here, before it is visible, with no lock
      * held (DESIGN rule 2); a hot key's item goes to its DRAM block */
-    if (cache_off_dram(head))
-        hotkey_write(head, plan, &r->hdr, r->key, &r->val);
-    else if (likely(!c->cfg.ablate_init_in_lock)) {
+    if (unlikely(head & CACHE_SPECIAL_OFF)) {
+        if (cache_off_packed(head))
+            r->hdr.cas = commit_packed(c, r, head);
+        else
+            hotkey_write(head, plan, &r->hdr, r->key, &r->val);
+    } else if (likely(!c->cfg.ablate_init_in_lock)) {
         if (likely(plan->nchain == 0 && plan->head_size <= ITEM_STAGE_MAX))
             item_write_one(c->base, head, &r->hdr, r->key, &r->val, false);
         else
@@ -304,6 +358,16 @@ commit(struct cache_thread *t, struct store_req *r,
     return TC_OK;
 }
 
+/* retire_old of a DRAM or packed item (a packed one is invalidated now:
+ * packed_evict_oldest waits for that before it frees its segment). */
+static __attribute__((noinline)) void
+retire_special(struct cache_thread *t, uint64_t off, uint32_t now)
+{
+    int dead = cache_off_dead(t->cache, off, now);
+    cache_account_unlink(t, off, dead, UNLINK_REPLACED);
+    cache_defer_free(t, off);
+}
+
 /* Account for and free (after a grace period) the item a store replaced. */
 static inline __attribute__((always_inline)) void
 retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
@@ -311,9 +375,14 @@ retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
     struct cache *c = t->cache;
     if (!old)
         return;
-    int dead = cache_item_dead(c, cache_item_at(c, cache_off(old)), now);
-    cache_account_replaced(t, cache_off(old), dead);
-    cache_defer_free(t, cache_off(old));
+    uint64_t off = cache_off(old);
+    if (unlikely(off & CACHE_SPECIAL_OFF)) {
+        retire_special(t, off, now);
+        return;
+    }
+    int dead = cache_item_dead(c, item_at(c->base, off), now);
+    cache_account_replaced(t, off, dead);
+    cache_defer_free(t, off);
 }
 
 /* Start loading the items the publish step will compare keys with: their
@@ -483,6 +552,27 @@ store_set(struct cache *c, const void *key, uint32_t klen, const void *val,
                               NULL, NULL);
 }
 
+/* snapshot of a packed item: its fields as a slab item's header would
+ * give them (a rewrite of it goes to a slab). Context: inside the read
+ * section that found it. */
+static bool
+snapshot_packed(struct cache *c, uint64_t off, uint32_t now,
+                struct item_desc *hdr)
+{
+    struct pitem_view v;
+    memset(hdr, 0, sizeof(*hdr));
+    if (cache_packed_view(c, off, &v) != 0)
+        return false;
+    hdr->kind = ITEM_KIND_HEAD;
+    hdr->klen = v.klen;
+    hdr->vlen = v.vlen;
+    hdr->exptime = v.exp32;
+    hdr->flags = v.flags;
+    hdr->seq = cache_packed_seq(c, off);
+    hdr->cas = v.cas;
+    return cache_packed_dead(c, off, &v, now) == CACHE_LIVE;
+}
+
 /* The item the key maps to now, copied out: header and location. Miss when
  * absent or dead. Context: takes and leaves an RCU read section. */
 static bool
@@ -496,7 +586,9 @@ snapshot(struct cache *c, struct store_req *r, struct item_desc *hdr,
     cache_read_lock();
     *loc = htab_lookup_rcu(c->htab, r->hash, cache_match_key, &k);
     bool hit = *loc != 0;
-    if (hit) {
+    if (hit && cache_loc_packed(*loc)) {
+        hit = snapshot_packed(c, cache_off(*loc), now, hdr);
+    } else if (hit) {
         const struct item_hdr *it = cache_item_at(c, cache_off(*loc));
         hit = cache_item_dead(c, it, now) == CACHE_LIVE;
         item_hdr_load(hdr, it);
@@ -511,9 +603,9 @@ snapshot(struct cache *c, struct store_req *r, struct item_desc *hdr,
  * now and have the swap check it did not change (touch does not move the
  * CAS). Context: inside a read section, it is the old item. */
 static void
-carry_exptime(struct store_req *r, const struct item_hdr *it)
+carry_exptime(struct store_req *r, uint32_t exptime)
 {
-    r->expect_exptime = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+    r->expect_exptime = exptime;
     r->hdr.exptime = r->expect_exptime;
     r->check_exptime = true;
 }
@@ -550,21 +642,36 @@ rewrite(struct cache_thread *t, struct store_req *r,
         return rc;
     }
     cache_read_lock();
-    const struct item_hdr *it = cache_item_at(c, cache_off(r->expect));
+    uint64_t xoff = cache_off(r->expect);
     struct iovec *vi = append || !alen ? iov : iov + 1;
     int n = 1;
-    if (fbuf)
-        vi[0] = (struct iovec){fbuf, old->vlen};
-    else
-        n = item_value_iov(c->base, it, c->chunk_max, vi);
+    uint64_t cur_cas = 0;
+    uint32_t cur_exp = 0;
+    if (cache_off_packed(xoff)) {
+        /* a packed item's rewrite goes to a slab (prepare: STORE_SWAP) */
+        struct pitem_view v;
+        if (cache_packed_view(c, xoff, &v) == 0) {
+            vi[0] = (struct iovec){(void *)v.value, v.vlen};
+            cur_cas = v.cas;
+            cur_exp = v.exp32;
+        }
+    } else {
+        const struct item_hdr *it = cache_item_at(c, xoff);
+        if (fbuf)
+            vi[0] = (struct iovec){fbuf, old->vlen};
+        else
+            n = item_value_iov(c->base, it, c->chunk_max, vi);
+        cur_cas = item_cas(it);
+        cur_exp = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+    }
     if (alen && append)
         iov[n] = (struct iovec){(void *)add, alen};
     else if (alen)
         iov[0] = (struct iovec){(void *)add, alen};
     r->val = (struct item_src){iov, n + (alen ? 1 : 0)};
     if (keep_exptime)
-        carry_exptime(r, it);
-    if (item_cas(it) == old->cas) {
+        carry_exptime(r, cur_exp);
+    if (cur_cas == old->cas) {
         rc = commit(t, r, &plan, head, tails, NULL, &oldloc, cas_out);
     } else {
         cache_free_unpublished(t, &plan, head, tails);
@@ -650,7 +757,9 @@ store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
         r.hdr.iflags |= ITEM_STALE;
         r.cas_new = cas_new;
         /* memcached marks the item in place: still fetched if it was */
-        r.keep_fetched = cache_bit_fetched(t->cache, cache_off(r.expect));
+        r.keep_fetched = cache_loc_packed(r.expect)
+                             ? (r.expect & CACHE_LOC_FETCHED) != 0
+                             : cache_bit_fetched(t->cache, cache_off(r.expect));
         if (exptime >= 0)
             r.hdr.exptime = cache_exptime(exptime, clock_now());
         int rc = rewrite(t, &r, &old, NULL, 0, true, exptime < 0, NULL);
@@ -669,6 +778,8 @@ store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
 static bool
 claimed_rcu(struct cache *c, uint64_t loc, uint64_t cas)
 {
+    if (cache_loc_packed(loc))
+        return (loc & CACHE_LOC_WIN) != 0; /* the slot's bit, as read */
     cache_read_lock();
     bool claimed = item_cas(cache_item_at(c, cache_off(loc))) == cas &&
                    cache_bit_claimed(c, cache_off(loc));
@@ -994,20 +1105,37 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
                 continue; /* dropped: the retry finds it missing */
         }
         cache_read_lock();
-        const struct item_hdr *it = cache_item_at(c, cache_off(r.expect));
-        bool same = item_cas(it) == old.cas;
-        /* the chunk's DRAM bits only while it is known to be the item: a
-         * freed chunk's page may be joining another class */
-        bool claimed = same && cache_bit_claimed(c, cache_off(r.expect));
-        bool fetched = same && cache_bit_fetched(c, cache_off(r.expect));
-        if (same && fbuf)
-            memcpy(digits, fbuf, head);
-        else if (same)
-            pm_read(digits, item_value(it), head);
+        uint64_t xoff = cache_off(r.expect);
+        bool same, claimed = false, fetched = false;
+        uint32_t cur_exp = 0;
+        if (cache_off_packed(xoff)) {
+            /* its result goes to a slab (STORE_SWAP is never packed) */
+            struct pitem_view pv;
+            same = cache_packed_view(c, xoff, &pv) == 0 && pv.cas == old.cas;
+            /* the slot's bits, as the snapshot read them */
+            claimed = same && (r.expect & CACHE_LOC_WIN);
+            fetched = same && (r.expect & CACHE_LOC_FETCHED);
+            if (same) {
+                pm_read(digits, pv.value, head);
+                cur_exp = pv.exp32;
+            }
+        } else {
+            const struct item_hdr *it = cache_item_at(c, xoff);
+            same = item_cas(it) == old.cas;
+            /* the chunk's DRAM bits only while it is known to be the item:
+             * a freed chunk's page may be joining another class */
+            claimed = same && cache_bit_claimed(c, xoff);
+            fetched = same && cache_bit_fetched(c, xoff);
+            if (same && fbuf)
+                memcpy(digits, fbuf, head);
+            else if (same)
+                pm_read(digits, item_value(it), head);
+            cur_exp = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+        }
         free(fbuf);
         r.hdr = old;
         if (same && !(o && o->touch))
-            carry_exptime(&r, it);
+            carry_exptime(&r, cur_exp);
         cache_read_unlock();
         if (!same)
             continue;
@@ -1080,9 +1208,9 @@ delete_key(struct cache_thread *t, const void *key, uint32_t klen,
     _Atomic uint64_t *slot = htab_find_locked(b, hash, cache_match_key, &k);
     if (slot) {
         loc = htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed));
-        const struct item_hdr *it = cache_item_at(c, cache_off(loc));
-        dead = cache_item_dead(c, it, now);
-        if (dead == CACHE_LIVE && cas_in && item_cas(it) != cas_in) {
+        dead = old_dead(c, cache_off(loc), now);
+        if (dead == CACHE_LIVE && cas_in &&
+            old_cas(c, cache_off(loc)) != cas_in) {
             rc = TC_EXISTS;
             loc = 0;
         } else {
@@ -1100,6 +1228,7 @@ delete_key(struct cache_thread *t, const void *key, uint32_t klen,
         cache_account_unlink(t, cache_off(loc), dead, UNLINK_DELETED);
         cache_defer_free(t, cache_off(loc));
     }
+
     if (count && rc == TC_OK)
         cache_cls_inc(t, cls, CLS_DELETE_HITS);
     else if (count)

@@ -602,6 +602,12 @@ tc_stats(struct tc_cache *tc, struct tc_stats *out)
         slab_class_stats(c->slab, i, &st);
         out->total_malloced += (uint64_t)st.pages << POOL_PAGE_SHIFT;
     }
+    if (c->seg) { /* the packed store's segments are pages in use too */
+        struct seg_stats ss;
+        seg_stats(c->seg, &ss);
+        out->total_malloced += (uint64_t)(ss.open + ss.sealed + ss.evicting)
+                               << POOL_PAGE_SHIFT;
+    }
     out->pmem_is_pmem = region_is_pmem(c->region);
     out->dram_index_bytes = htab_dram_bytes(c->htab);
     out->dram_meta_bytes = slab_dram_bytes(c->slab);

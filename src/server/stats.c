@@ -193,6 +193,16 @@ general_extstore(struct obuf *out, const struct tc_stats *t)
     stat_u64(out, "tc_ext_uring", t->ext_uring);
 }
 
+/* The packed small-item store, once it held a segment (it is off, or
+ * has stored nothing, otherwise). */
+static void
+general_packed(struct obuf *out, const struct tc_stats *t)
+{
+    if (!t->packed_segments && !t->packed_segments_evicted)
+        return;
+    TC_STATS_PACKED(ENGINE_LINE)
+}
+
 /* "stats tiers": every tier's items and bytes. DRAM is the hot-key pool
  * (bytes: its blocks in use); PMEM counts flash headers in its bytes and
  * their values under NVMe. */
@@ -237,6 +247,7 @@ general(const struct stats_hooks *h, struct server *srv, struct obuf *out)
     general_tiercache(out, &t, ctr);
     general_restart(out, in.cache);
     general_extstore(out, &t);
+    general_packed(out, &t);
 }
 
 /* --- "stats slabs", "stats items" --- */

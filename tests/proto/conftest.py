@@ -347,9 +347,28 @@ def _server_binary():
                     f"or set TC_SERVER / TC_SERVER_KIND=memcached)")
 
 
+# A module that sets PACKED_TOO = True runs its tests on the shared
+# server twice: with default flags ("slab") and with the packed
+# small-item store on ("packed", doc/operating.md "Packed small items").
+PACKED_OPTS = ("-o", "packed_item_max=1024")
+
+
+def pytest_generate_tests(metafunc):
+    if (not IS_MEMCACHED and "server_opts" in metafunc.fixturenames
+            and getattr(metafunc.module, "PACKED_TOO", False)):
+        metafunc.parametrize("server_opts", [(), PACKED_OPTS], indirect=True,
+                             scope="module", ids=["slab", "packed"])
+
+
 @pytest.fixture(scope="module")
-def _module_server():
-    box = {"srv": start_server()}
+def server_opts(request):
+    """Extra flags of the module's shared server (see PACKED_TOO)."""
+    return tuple(getattr(request, "param", ()))
+
+
+@pytest.fixture(scope="module")
+def _module_server(server_opts):
+    box = {"srv": start_server(server_opts), "opts": server_opts}
     yield box
     box["srv"].stop()
 
@@ -358,7 +377,7 @@ def _replace_dead(box):
     """The shared server died: start a new one for the tests that follow
     and return the reason (exit status, stderr) of the dead one."""
     dead = box["srv"]
-    box["srv"] = start_server()
+    box["srv"] = start_server(box["opts"])
     try:
         dead.stop()
     except AssertionError as e:

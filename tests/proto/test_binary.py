@@ -8,6 +8,9 @@ import subprocess
 
 import pytest
 
+# run once more with the packed small-item store on (conftest.py)
+PACKED_TOO = True
+
 HDR = struct.Struct(">BBHBBHIIQ")
 REQ, RES = 0x80, 0x81
 MIB = 1024 * 1024

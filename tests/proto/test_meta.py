@@ -11,6 +11,9 @@ import time
 
 import pytest
 
+# run once more with the packed small-item store on (conftest.py)
+PACKED_TOO = True
+
 
 def b(s):
     return s.encode() if isinstance(s, str) else s

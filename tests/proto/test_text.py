@@ -13,6 +13,9 @@ import time
 import pytest
 from pymemcache.client.base import Client
 
+# run once more with the packed small-item store on (conftest.py)
+PACKED_TOO = True
+
 MIB = 1024 * 1024
 IS_MEMCACHED = os.environ.get("TC_SERVER_KIND") == "memcached"
 

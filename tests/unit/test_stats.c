@@ -21,20 +21,24 @@ struct row {
     const char *name;
     size_t off; /* in struct tc_stats */
     bool gauge;
-    bool ext; /* a run printed only with the NVMe tier */
+    bool ext;    /* a run printed only with the NVMe tier */
+    bool packed; /* a run printed only with the packed store in use */
 };
 
 #define ROW_COUNTER false
 #define ROW_GAUGE true
 #define ROW(id, field, name, kind)                                             \
-    {name, offsetof(struct tc_stats, field), ROW_##kind, false},
+    {name, offsetof(struct tc_stats, field), ROW_##kind, false, false},
 #define ROW_EXT(id, field, name, kind)                                         \
-    {name, offsetof(struct tc_stats, field), ROW_##kind, true},
+    {name, offsetof(struct tc_stats, field), ROW_##kind, true, false},
+/* the packed store's: printed once it held a segment */
+#define ROW_PACKED(id, field, name, kind)                                      \
+    {name, offsetof(struct tc_stats, field), ROW_##kind, false, true},
 
 static const struct row rows[] = {
     TC_STATS_CMD(ROW) TC_STATS_HIT(ROW) TC_STATS_SLAB(ROW) TC_STATS_ITEM(ROW)
         TC_STATS_SWEEP(ROW) TC_STATS_HOTKEY(ROW) TC_STATS_EXTSTORE(ROW_EXT)
-            TC_STATS_EXT(ROW_EXT)};
+            TC_STATS_EXT(ROW_EXT) TC_STATS_PACKED(ROW_PACKED)};
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
 
 /* The runs together are the whole table, in its order. */
@@ -186,6 +190,11 @@ check_general(struct tc_cache *c, bool ext)
         if (r->ext && !ext) {
             if (at)
                 fail_msg("\"%s\" printed without a tier", r->name);
+            continue;
+        }
+        if (r->packed && !t.packed_segments && !t.packed_segments_evicted) {
+            if (at)
+                fail_msg("\"%s\" printed without packed items", r->name);
             continue;
         }
         if (!at)

@@ -1,0 +1,70 @@
+#pragma once
+/*
+ * The packed small-item store in the engine (doc/design/small-items.md,
+ * slice 3): which stores it takes, the span and write of an item, its
+ * rewrite for a touch that does not fit the item's form, and FIFO
+ * eviction of whole segments. The index, the store path's publication
+ * and the reads are the engine's own (store.c, fetch.c), which call these.
+ * See packed.c for the rules.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+struct cache;
+struct cache_thread;
+
+/* The bytes a packed item of this shape takes, or 0 when it does not go
+ * to the packed store (off, too large, a value the NVMe tier could
+ * spill). exptime: absolute, 0 never; cas_new: a chosen CAS or 0. */
+uint32_t packed_size(const struct cache *c, uint32_t klen, uint64_t vlen,
+                     uint32_t flags, uint32_t exptime, uint64_t cas_new);
+
+/* A span of size bytes in the calling thread's open segment: 0 with
+ * *head (the engine offset, see cache_packed_off), or -ENOSPC when the
+ * pool has no page and no sealed segment to evict (the caller uses a
+ * slab). Evicts the oldest sealed segment when the pool has no page.
+ * Context: no lock, no RCU read section (eviction waits for a grace
+ * period). */
+int packed_reserve(struct cache_thread *t, uint32_t size, uint64_t *head);
+
+/* What packed_write stores. */
+struct packed_item {
+    const void *key;
+    uint32_t klen;
+    const struct iovec *value;
+    int nvalue;
+    uint32_t vlen;
+    uint32_t flags;
+    uint32_t exptime; /* absolute, 0 never */
+    uint64_t cas;     /* nonzero: carried in cas64, else derived */
+};
+
+/* Write the item into the span at head (packed_reserve's, the calling
+ * thread's): committed when this returns. Returns its CAS. PMEM: the
+ * item, no lock held. */
+uint64_t packed_write(struct cache *c, uint64_t head,
+                      const struct packed_item *it);
+
+/* Evict the oldest sealed segment: its items leave the index (counted as
+ * evictions or reclaimed), its page goes back to the pool after a grace
+ * period. 1 when one was evicted, 0 when none is sealed. Context: no
+ * lock, no RCU read section. */
+int packed_evict_oldest(struct cache_thread *t);
+
+/* Evict the segment on page (a pool shrink): 1 when it was evicted, 0 when
+ * the page holds no segment, -EBUSY when its segment is open (its owner
+ * seals it when full, or when it leaves). Context: as
+ * packed_evict_oldest. */
+int packed_evict_page(struct cache_thread *t, uint32_t page);
+/* Whether page holds a segment (open, sealed or being evicted). */
+bool packed_page_held(struct cache *c, uint32_t page);
+
+/* A touch whose expiry the packed item at loc cannot take in place (it
+ * has no exp32): a copy with the new expiry and the item's CAS, published
+ * if the index still holds loc for hash (else dropped: a writer won).
+ * TC_OK, -EAGAIN (changed meanwhile) or -ENOMEM. Context: no lock, no RCU
+ * read section. */
+int packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
+                       uint32_t exptime);

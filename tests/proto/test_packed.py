@@ -1,0 +1,267 @@
+"""The packed small-item store (-o packed_item_max, doc/operating.md
+"Packed small items") through the protocol: set/get/gets/cas across
+rewrites, client flags 0..15 and above, touch in place and by a rewrite,
+delete, the meta flags, FIFO eviction under a small -m, the stats rows and
+"stats settings", and a restart (kill -9, SIGTERM) that never brings back a
+deleted or wrong value (packed items do not survive one yet).
+
+Every server here is started by this file, on a pool file of its own, and
+stopped or killed by its PID. Loops are bounded by counts; nothing waits
+on a background thread.
+"""
+
+import os
+import re
+import signal
+import uuid
+
+import pytest
+
+from conftest import IS_MEMCACHED, Conn, start_server
+
+pytestmark = pytest.mark.skipif(IS_MEMCACHED,
+                                reason="tiercache's packed item store")
+
+PACKED = ("-o", "packed_item_max=1024")
+
+
+@pytest.fixture(scope="module")
+def psrv():
+    srv = start_server(PACKED)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def c(psrv):
+    conn = Conn(psrv.host, psrv.port)
+    yield conn
+    conn.close()
+
+
+def gets(c, key):
+    """(flags, value, cas) of key, or None."""
+    c.send(b"gets " + key + b"\r\n")
+    line = c.readline()
+    if line == b"END\r\n":
+        return None
+    m = re.match(rb"VALUE (\S+) (\d+) (\d+) (\d+)\r\n$", line)
+    assert m, line
+    val = c.recv_exact(int(m.group(3)) + 2)[:-2]
+    c.expect(b"END\r\n")
+    return int(m.group(2)), val, int(m.group(4))
+
+
+def stats(c, group=""):
+    return c.stats(group)
+
+
+def test_stats_settings_and_rows(c):
+    assert stats(c, "settings")["packed_item_max"] == "1024"
+    c.cmd(b"set rows 0 0 3\r\nabc\r\n", b"STORED\r\n")
+    s = stats(c)
+    for row in ("packed_items", "packed_segments", "packed_bytes_live",
+                "packed_bytes_dead", "packed_segments_evicted"):
+        assert row in s, row
+    assert int(s["packed_items"]) >= 1
+    assert int(s["packed_segments"]) >= 1
+    assert int(s["curr_items"]) >= int(s["packed_items"])
+
+
+def test_set_get_cas_across_rewrites(c):
+    before = int(stats(c)["packed_items"])
+    c.cmd(b"set pk 5 0 5\r\nhello\r\n", b"STORED\r\n")
+    assert int(stats(c)["packed_items"]) == before + 1
+    f, v, cas1 = gets(c, b"pk")
+    assert (f, v) == (5, b"hello")
+    c.cmd(b"cas pk 6 0 3 %d\r\nbye\r\n" % (cas1 + 1), b"EXISTS\r\n")
+    c.cmd(b"cas pk 6 0 3 %d\r\nbye\r\n" % cas1, b"STORED\r\n")
+    f, v, cas2 = gets(c, b"pk")
+    assert (f, v) == (6, b"bye") and cas2 != cas1
+    c.cmd(b"cas pk 0 0 1 %d\r\nx\r\n" % cas1, b"EXISTS\r\n")
+    # a large value goes to a slab, the packed copy dies; and back
+    big = b"B" * 3000
+    c.cmd(b"set pk 1 0 %d\r\n%s\r\n" % (len(big), big), b"STORED\r\n")
+    assert gets(c, b"pk")[1] == big
+    c.cmd(b"set pk 2 0 2\r\nok\r\n", b"STORED\r\n")
+    f, v, cas3 = gets(c, b"pk")
+    assert (f, v) == (2, b"ok") and cas3 not in (cas1, cas2)
+    c.cmd(b"add pk 0 0 1\r\nz\r\n", b"NOT_STORED\r\n")
+    c.cmd(b"replace pk 3 0 3\r\nrep\r\n", b"STORED\r\n")
+    c.cmd(b"get pk\r\n", b"VALUE pk 3 3\r\nrep\r\nEND\r\n")
+    # append and incr rewrite into a slab, with the right value
+    c.cmd(b"append pk 0 0 2\r\n!!\r\n", b"STORED\r\n")
+    c.cmd(b"get pk\r\n", b"VALUE pk 3 5\r\nrep!!\r\nEND\r\n")
+    c.cmd(b"set num 0 0 2\r\n41\r\n", b"STORED\r\n")
+    c.cmd(b"incr num 1\r\n", b"42\r\n")
+    c.cmd(b"get num\r\n", b"VALUE num 0 2\r\n42\r\nEND\r\n")
+
+
+@pytest.mark.parametrize("flags", [0, 1, 9, 15, 16, 255, 65536, 4294967295])
+def test_flags(c, flags):
+    key = b"fl%d" % flags
+    c.cmd(b"set %s %d 0 4\r\nflag\r\n" % (key, flags), b"STORED\r\n")
+    c.cmd(b"get %s\r\n" % key,
+          b"VALUE %s %d 4\r\nflag\r\nEND\r\n" % (key, flags))
+    c.cmd(b"mg %s f v\r\n" % key, b"VA 4 f%d\r\nflag\r\n" % flags)
+
+
+def _ttl(c, key):
+    c.send(b"mg " + key + b" t\r\n")
+    line = c.readline()
+    m = re.match(rb"HD t(-?\d+)\r\n$", line)
+    assert m, line
+    return int(m.group(1))
+
+
+def test_touch_in_place_and_by_rewrite(c):
+    # with an expiry: exp32, touched in place
+    c.cmd(b"set ta 7 100 2\r\naa\r\n", b"STORED\r\n")
+    cas = gets(c, b"ta")[2]
+    dead = int(stats(c)["packed_bytes_dead"])
+    c.cmd(b"touch ta 1000\r\n", b"TOUCHED\r\n")
+    assert 990 <= _ttl(c, b"ta") <= 1000
+    assert gets(c, b"ta") == (7, b"aa", cas)
+    assert int(stats(c)["packed_bytes_dead"]) == dead
+    # never expiring: the touch rewrites it, keeping flags, value and CAS
+    c.cmd(b"set tb 8 0 2\r\nbb\r\n", b"STORED\r\n")
+    cas = gets(c, b"tb")[2]
+    c.cmd(b"touch tb 500\r\n", b"TOUCHED\r\n")
+    assert 490 <= _ttl(c, b"tb") <= 500
+    assert gets(c, b"tb") == (8, b"bb", cas)
+    assert int(stats(c)["packed_bytes_dead"]) > dead
+    c.cmd(b"cas tb 8 0 3 %d\r\nnew\r\n" % cas, b"STORED\r\n")
+    # gat: served, then rewritten
+    c.cmd(b"set tc 0 0 2\r\ncc\r\n", b"STORED\r\n")
+    c.cmd(b"gat 300 tc\r\n", b"VALUE tc 0 2\r\ncc\r\nEND\r\n")
+    assert 290 <= _ttl(c, b"tc") <= 300
+    c.cmd(b"touch tc 0\r\n", b"TOUCHED\r\n")
+    assert _ttl(c, b"tc") == -1
+    c.cmd(b"touch nokey 10\r\n", b"NOT_FOUND\r\n")
+
+
+def test_delete(c):
+    c.cmd(b"set dk 0 0 3\r\nval\r\n", b"STORED\r\n")
+    c.cmd(b"delete dk\r\n", b"DELETED\r\n")
+    c.cmd(b"get dk\r\n", b"END\r\n")
+    c.cmd(b"delete dk\r\n", b"NOT_FOUND\r\n")
+    c.cmd(b"ms dm 3\r\nabc\r\n", b"HD\r\n")
+    c.cmd(b"md dm q\r\nmn\r\n", b"MN\r\n")
+    c.cmd(b"mg dm v\r\n", b"EN\r\n")
+
+
+def test_meta_flags(c):
+    c.cmd(b"ms mk 5 F20 T100\r\nhello\r\n", b"HD\r\n")
+    cas = gets(c, b"mk")[2]
+    c.send(b"mg mk v f c t s k\r\n")
+    line = c.readline()
+    assert line.startswith(b"VA 5 "), line
+    toks = line.split()[2:]
+    assert b"f20" in toks and b"c%d" % cas in toks and b"s5" in toks
+    assert b"kmk" in toks
+    t = [int(x[1:]) for x in toks if x.startswith(b"t")][0]
+    assert 90 <= t <= 100
+    c.expect(b"hello\r\n")
+    # h and l answer (an unfetched item, just accessed: no more than its
+    # true age)
+    c.send(b"mg mk h l\r\n")
+    line = c.readline()
+    m = re.match(rb"HD h([01]) l(\d+)\r\n$", line)
+    assert m, line
+    assert int(m.group(2)) <= 2
+    # ms with a chosen CAS (E) and mg's c report it
+    c.cmd(b"ms me 2 E987654321\r\nme\r\n", b"HD\r\n")
+    c.cmd(b"mg me c v\r\n", b"VA 2 c987654321\r\nme\r\n")
+    c.cmd(b"ms mk 2 C%d\r\nzz\r\n" % (cas + 1), b"EX\r\n")
+    c.cmd(b"ms mk 2 C%d\r\nzz\r\n" % cas, b"HD\r\n")
+    c.cmd(b"mg mk v\r\n", b"VA 2\r\nzz\r\n")
+
+
+def test_fifo_eviction(spawn):
+    """-m 8 (8 pages) filled about twice over with 16-byte keys and
+    100-byte values: whole segments go, oldest first, so what is left is
+    the newest keys, each with its own value."""
+    srv = spawn(*PACKED, mem=8, threads=1)
+    c = Conn(srv.host, srv.port)
+    n = 8 * 8455 * 2
+    batch = 2000
+    for base in range(0, n, batch):
+        req = b"".join(b"set k%015d 0 0 100 noreply\r\n%s\r\n"
+                       % (i, (b"%015d" % i) * 6 + b"x" * 10)
+                       for i in range(base, min(n, base + batch)))
+        c.send(req)
+    c.cmd(b"mn\r\n", b"MN\r\n")
+    s = stats(c)
+    assert int(s["packed_segments_evicted"]) > 0
+    assert int(s["evictions"]) > 0
+    kept = int(s["curr_items"])
+    assert 0 < kept < n
+    # FIFO: the first keys are gone, the last ones are there; every key
+    # sampled is present exactly when it is among the newest
+    first_kept = None
+    for i in range(0, n, 97):
+        c.send(b"get k%015d\r\n" % i)
+        line = c.readline()
+        if line == b"END\r\n":
+            assert first_kept is None, (
+                f"key {i} missing after key {first_kept} was kept")
+            continue
+        assert line == b"VALUE k%015d 0 100\r\n" % i, line
+        assert c.recv_exact(102) == (b"%015d" % i) * 6 + b"x" * 10 + b"\r\n"
+        c.expect(b"END\r\n")
+        if first_kept is None:
+            first_kept = i
+    assert first_kept is not None and first_kept > 0
+    c.close()
+
+
+def _pool():
+    return f"/dev/shm/tc-packed-{os.getpid()}-{uuid.uuid4().hex}.pool"
+
+
+@pytest.mark.parametrize("how", ["kill9", "sigterm"])
+def test_restart_brings_back_no_wrong_value(how):
+    pool = _pool()
+    servers = []
+    try:
+        srv = start_server(PACKED, pool=pool)
+        servers.append(srv)
+        c = Conn(srv.host, srv.port)
+        big = b"S" * 2000
+        c.cmd(b"set gone 0 0 6\r\npacked\r\n", b"STORED\r\n")
+        c.cmd(b"set del 0 0 6\r\npacked\r\n", b"STORED\r\n")
+        c.cmd(b"delete del\r\n", b"DELETED\r\n")
+        # slab first, then packed over it: neither comes back
+        c.cmd(b"set over 0 0 %d\r\n%s\r\n" % (len(big), big), b"STORED\r\n")
+        c.cmd(b"set over 0 0 3\r\nnew\r\n", b"STORED\r\n")
+        # packed first, then a slab value: the slab one comes back
+        c.cmd(b"set slab 0 0 3\r\nold\r\n", b"STORED\r\n")
+        c.cmd(b"set slab 0 0 %d\r\n%s\r\n" % (len(big), big), b"STORED\r\n")
+        c.close()
+        srv.stopped = True
+        if how == "kill9":
+            os.kill(srv.pid, signal.SIGKILL)
+            assert srv.wait_exit() == -signal.SIGKILL
+        else:
+            srv.proc.send_signal(signal.SIGTERM)
+            assert srv.wait_exit() == 0
+            srv.check_stderr()
+        srv.cleanup()
+
+        srv = start_server(PACKED, pool=pool)
+        servers.append(srv)
+        c = Conn(srv.host, srv.port)
+        for k in (b"gone", b"del", b"over"):
+            c.cmd(b"get " + k + b"\r\n", b"END\r\n")
+        c.cmd(b"get slab\r\n",
+              b"VALUE slab 0 %d\r\n%s\r\nEND\r\n" % (len(big), big))
+        c.cmd(b"set gone 0 0 5\r\nagain\r\n", b"STORED\r\n")
+        c.cmd(b"get gone\r\n", b"VALUE gone 0 5\r\nagain\r\nEND\r\n")
+        c.close()
+        srv.stop()
+    finally:
+        for s in servers:
+            s.kill()
+        for p in (pool, pool + ".meta"):
+            if os.path.exists(p):
+                os.unlink(p)
