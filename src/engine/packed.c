@@ -184,7 +184,7 @@ evict_walk(struct cache_thread *t, uint32_t page)
         uint64_t word =
             slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
         if (slot)
-            htab_remove_locked(slot);
+            htab_remove_locked(c->htab, slot);
         htab_unlock(b);
         if (!slot) {
             /* replaced or deleted: its unlinker counts and invalidates it
