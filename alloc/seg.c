@@ -435,6 +435,63 @@ seg_free(struct seg *s, uint32_t page)
     return 0;
 }
 
+/* --- restart --- */
+
+/* Link page in the age list by its seq_base: walked from the tail, since
+ * a restart adopts segments roughly in the order they were opened. */
+static void
+link_sorted_locked(struct seg *s, uint32_t page)
+{
+    struct seg_rec *r = &s->rec[page];
+    uint32_t after = s->tail;
+
+    while (after != SEG_NO_PAGE && s->rec[after].seq_base > r->seq_base)
+        after = s->rec[after].prev;
+    if (after == s->tail) {
+        link_tail_locked(s, page);
+        return;
+    }
+    r->prev = after;
+    r->next = after == SEG_NO_PAGE ? s->head : s->rec[after].next;
+    s->rec[r->next].prev = page;
+    if (after == SEG_NO_PAGE)
+        s->head = page;
+    else
+        s->rec[after].next = page;
+}
+
+int
+seg_adopt(struct seg *s, uint32_t page, uint32_t write_off)
+{
+    const struct seg_header *h;
+    struct seg_rec *r;
+
+    if (!seg_header_valid(s, page) || write_off < SEG_HEADER_SIZE ||
+        write_off > POOL_PAGE_SIZE || write_off % 4)
+        return -EINVAL;
+    h = (const struct seg_header *)page_addr(s, page);
+    r = &s->rec[page];
+    if (pool_page_take(s->pool, page) != 0)
+        return -EBUSY;
+    lock_acquire(&s->lock);
+    if (r->state != SEG_FREE) {
+        lock_release(&s->lock);
+        pool_page_put(s->pool, page);
+        return -EBUSY;
+    }
+    r->seq_base = h->seq_base;
+    r->created = h->created;
+    r->exp_base = h->exp_base;
+    r->bucket = h->ttl_bucket;
+    r->owner = 0;
+    atomic_store_explicit(&r->write_off, write_off, memory_order_relaxed);
+    set_state_locked(s, r, SEG_SEALED);
+    link_sorted_locked(s, page);
+    s->opened++;
+    lock_release(&s->lock);
+    return 0;
+}
+
 /* --- reading --- */
 
 uint64_t

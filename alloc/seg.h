@@ -152,6 +152,15 @@ int seg_evict_oldest(struct seg *s, uint32_t *page);
  * (free or open). Locks: segment, then pool, one after the other. */
 int seg_free(struct seg *s, uint32_t page);
 
+/* A restart takes page, whose PMEM header is valid (seg_header_valid), as
+ * a sealed segment: its record from the header (seq_base, created,
+ * exp_base, bucket) and write_off (where its walk ended), linked in the
+ * age list by seq_base, its page taken from the pool. 0; -EINVAL (write_off
+ * outside the page or not 4-aligned, an invalid header); -EBUSY (the record
+ * is not free, or the pool does not have the page free). Any thread: the
+ * pool, then the segment lock, one after the other. PMEM: reads only. */
+int seg_adopt(struct seg *s, uint32_t page, uint32_t write_off);
+
 /* The sequence of the span at pool offset off (of a segment not free). */
 uint64_t seg_seq_of(const struct seg *s, uint64_t off);
 

@@ -471,6 +471,67 @@ test_free_returns_pages(void **state)
     check(f);
 }
 
+/* A restart adopts segments from their PMEM headers: sealed, in the age
+ * list by seq_base whatever the adoption order, their pages taken. */
+static void
+test_adopt(void **state)
+{
+    struct fixture *f = fixture_new(5, 100);
+    struct seg_config cfg = {
+        .ops = {rec_copy, rec_store32, rec_fence, nvs_crc32c},
+        .seq = &f->seq,
+    };
+    struct seg_open o;
+    struct seg_info si;
+    uint32_t page[3], got;
+    uint64_t seq[3];
+
+    *state = f;
+    seg_open_init(&o, 1);
+    for (unsigned b = 0; b < 3; b++) {
+        uint64_t off;
+
+        assert_int_equal(seg_reserve(f->seg, &o, b, 8, &off), 0);
+        page[b] = page_of(off);
+        seq[b] = seg_seq_of(f->seg, off) - in_page(off) / 4;
+    }
+    seg_seal_all(f->seg, &o);
+    /* a restart: new DRAM state over the same pages */
+    seg_destroy(f->seg);
+    pool_destroy(f->pool);
+    assert_int_equal(pool_create(f->mem, (uint64_t)f->npages * POOL_PAGE_SIZE,
+                                 0, &f->pool),
+                     0);
+    assert_int_equal(seg_create(&cfg, f->pool, &f->seg), 0);
+
+    assert_int_equal(seg_adopt(f->seg, page[0], 12), -EINVAL); /* unaligned */
+    assert_int_equal(seg_adopt(f->seg, page[0], 4), -EINVAL); /* in header */
+    assert_int_equal(seg_adopt(f->seg, 4, 64), -EINVAL); /* no header */
+    assert_int_equal(seg_adopt(f->seg, page[2], 72), 0);
+    assert_int_equal(seg_adopt(f->seg, page[0], 64), 0);
+    assert_int_equal(seg_adopt(f->seg, page[1], POOL_PAGE_SIZE), 0);
+    assert_int_equal(seg_adopt(f->seg, page[1], 64), -EBUSY); /* twice */
+    assert_int_equal(pool_nfree(f->pool), 2);
+    check(f);
+    seg_info(f->seg, page[2], &si);
+    assert_int_equal(si.state, SEG_SEALED);
+    assert_int_equal(si.seq_base, seq[2]);
+    assert_int_equal(si.write_off, 72);
+    assert_int_equal(si.bucket, 2);
+    assert_int_equal(si.exp_base, FAKE_NOW + seg_bucket_ttl_lo(2));
+    assert_int_equal(seg_seq_of(f->seg, ((uint64_t)page[1] << POOL_PAGE_SHIFT) +
+                                            64),
+                     seq[1] + 16);
+    /* oldest first, whatever the adoption order */
+    for (unsigned i = 0; i < 3; i++) {
+        assert_int_equal(seg_evict_oldest(f->seg, &got), 0);
+        assert_int_equal(got, page[i]);
+        assert_int_equal(seg_free(f->seg, got), 0);
+    }
+    assert_int_equal(pool_nfree(f->pool), 5);
+    check(f);
+}
+
 /* An empty pool: the reserve fails and the open segment stays as it was;
  * a page freed lets it through. */
 static void
@@ -795,6 +856,7 @@ main(void)
         cmocka_unit_test_teardown(test_free_returns_pages, teardown),
         cmocka_unit_test_teardown(test_enospc_keeps_open, teardown),
         cmocka_unit_test_teardown(test_header, teardown),
+        cmocka_unit_test_teardown(test_adopt, teardown),
         cmocka_unit_test_teardown(test_two_threads, teardown),
         cmocka_unit_test_teardown(test_evict_while_reserving, teardown),
     };
