@@ -573,7 +573,7 @@ cache_free_unpublished(struct cache_thread *t, const struct item_plan *plan,
     struct slab *s = t->cache->slab;
     if (cache_off_packed(head)) {
         /* its span stays in the segment, dead */
-        pitem_invalidate(t->cache->base, cache_packed_pool(head));
+        cache_packed_invalidate(t->cache, head);
         return;
     }
     if (cache_off_dram(head)) {
@@ -775,6 +775,15 @@ cache_packed_view(const struct cache *c, uint64_t off, struct pitem_view *v)
                        (uint32_t)(poff - page), v);
 }
 
+void
+cache_packed_invalidate(struct cache *c, uint64_t off)
+{
+    /* the segment and the offset in it: a pool offset may pass 4 GiB */
+    uint64_t poff = cache_packed_pool(off);
+    uint64_t page = poff & ~(uint64_t)(POOL_PAGE_SIZE - 1);
+    pitem_invalidate(c->base + page, (uint32_t)(poff - page));
+}
+
 uint64_t
 cache_packed_seq(const struct cache *c, uint64_t off)
 {
@@ -837,7 +846,7 @@ cache_defer_free_special(struct cache_thread *t, uint64_t head)
          * item: FIFO eviction waits for it (the release orders this
          * thread's reads of it before, for TSan; x86 keeps that order) */
         TSAN_RELEASE(c->base + cache_packed_pool(head) + PITEM_COMMIT_OFFSET);
-        pitem_invalidate(c->base, cache_packed_pool(head));
+        cache_packed_invalidate(c, head);
         return;
     }
     t->defer[t->ndefer++] =

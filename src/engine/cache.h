@@ -776,6 +776,9 @@ struct pitem_view;
 int cache_packed_view(const struct cache *c, uint64_t off,
                       struct pitem_view *v);
 uint64_t cache_packed_seq(const struct cache *c, uint64_t off);
+/* commit = 1 for the packed item at off (pitem_invalidate on its
+ * segment). PMEM: one 2-byte store, no lock held. */
+void cache_packed_invalidate(struct cache *c, uint64_t off);
 enum cache_dead cache_packed_dead(const struct cache *c, uint64_t off,
                                   const struct pitem_view *v, uint32_t now);
 enum cache_dead cache_off_dead(const struct cache *c, uint64_t off,

@@ -42,12 +42,21 @@
  * Locks: a bucket lock at a time, for DRAM work only. PMEM writes (items,
  * a touch's exp32, commit = 1) with no lock held.
  *
- * Not built yet (the design's later slices): restart (packed items are
- * gone after one: their pages are marked RESTART_PAGE_SEGMENT, which the
- * scan gives back), TTL buckets and eager expiry, exp16, merge eviction
- * with the slot's REF bit, the slot's FETCHED and WIN bits (meta h, N, R
- * read as for an unfetched item without a win), donor rules between
- * slabs and segments.
+ * Copies (a touch's rewrite): written pending (commit 2), published, then
+ * committed by a compare-and-swap 2 -> check16 in a read section; a
+ * writer that replaced or removed the copy meanwhile stored 1, so the swap
+ * fails and a crash never brings back a copy that lost to it.
+ *
+ * Restart: segment pages are marked RESTART_PAGE_SEGMENT before their
+ * header is written; the restart scan (restart.c, scan_segment) walks a
+ * segment with a valid header, stores 1 over pending copies, restores its
+ * committed items newest-wins against slab items and other copies by the
+ * derived sequence, and adopts the segment sealed (seg_adopt).
+ *
+ * Not built yet (the design's later slices): TTL buckets and eager expiry,
+ * exp16, merge eviction with the slot's REF bit, the slot's FETCHED and WIN
+ * bits (meta h, N, R read as for an unfetched item without a win), donor rules
+ * between slabs and segments.
  */
 #include "src/engine/packed.h"
 
@@ -118,8 +127,11 @@ packed_reserve(struct cache_thread *t, uint32_t size, uint64_t *head)
     return rc;
 }
 
-uint64_t
-packed_write(struct cache *c, uint64_t head, const struct packed_item *it)
+/* packed_write's body; pending: commit = 2 (a copy that a
+ * compare-and-swap commits after its publication). Returns check16. */
+static uint16_t
+write_item(struct cache *c, uint64_t head, const struct packed_item *it,
+           bool pending)
 {
     uint64_t poff = cache_packed_pool(head);
     uint64_t page = poff & ~(uint64_t)(POOL_PAGE_SIZE - 1);
@@ -139,9 +151,31 @@ packed_write(struct cache *c, uint64_t head, const struct packed_item *it)
     };
     /* PMEM: header, key and value, the next slot's zero word, a fence,
      * the commit: no lock held */
-    pitem_write(c->base + page, POOL_PAGE_SIZE, in, seq_base, &d, false);
+    uint16_t check =
+        pitem_write(c->base + page, POOL_PAGE_SIZE, in, seq_base, &d, pending);
     cache_packed_touch(c, poff, clock_now()); /* a store is an access */
-    return it->cas ? it->cas : seq_base + in / 4;
+    return check;
+}
+
+uint64_t
+packed_write(struct cache *c, uint64_t head, const struct packed_item *it)
+{
+    write_item(c, head, it, false);
+    return it->cas ? it->cas : cache_packed_seq(c, head);
+}
+
+/* A pending copy at head, published: committed (2 -> check16) unless a
+ * writer that replaced or removed it meanwhile stored 1 (then that writer
+ * accounted it). Inside a read section, as the design's pending rule
+ * asks. PMEM: one 2-byte compare-and-swap, no lock held. */
+static void
+commit_copy(struct cache *c, uint64_t head, uint16_t check)
+{
+    uint64_t poff = cache_packed_pool(head);
+    uint64_t page = poff & ~(uint64_t)(POOL_PAGE_SIZE - 1);
+    cache_read_lock();
+    (void)pitem_commit_pending(c->base + page, (uint32_t)(poff - page), check);
+    cache_read_unlock();
 }
 
 /* Until the item at off of a segment is dead (commit 1). */
@@ -271,7 +305,9 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
     struct iovec iov = {vbuf, v.vlen};
     struct packed_item it = {kbuf,   v.klen,  &iov,    1,
                              v.vlen, v.flags, exptime, v.cas};
-    packed_write(c, head, &it);
+    /* pending until published: after a crash it never outranks a set that
+     * replaced it before committing (the design's "Pending copies") */
+    uint16_t check = write_item(c, head, &it, true);
     cache_account(t, head, 1);
 
     struct htab_bucket *b = htab_lock(c->htab, hash);
@@ -279,6 +315,8 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
     if (slot)
         htab_replace_locked(slot, hash, cache_loc(head));
     htab_unlock(b);
+    if (slot)
+        commit_copy(c, head, check);
     uint64_t gone = slot ? off : head;
     /* the loser (the old item, or the copy when a writer won) is
      * invalidated before the answer */

@@ -43,6 +43,7 @@
 #include "src/base/compiler.h"
 #include "src/base/err.h"
 #include "src/base/log.h"
+#include "src/engine/pitem.h"
 #include "src/engine/restart_layout.h"
 #include "src/engine/restart_save.h"
 #include "tier/pm.h"
@@ -134,6 +135,7 @@ struct scan {
     uint32_t now;
     const uint8_t *table;
     uint32_t npages;
+    uint32_t limit;   /* pool pages that may be in use */
     bool all_flushed; /* a delayed flush came due while stopped */
     uint64_t flush_cas;
     uint64_t **used; /* per page with a class: chunk bits of restored items
@@ -158,6 +160,8 @@ struct scan_part {
      * it: one part may go negative, the sum does not) */
     int64_t items, bytes, ext_items, ext_bytes;
     int64_t cls_chunks[SLAB_MAX_CLASSES];
+    /* packed items: counted from the segments after the scan (account) */
+    int64_t pitems, pbytes, pdead, psegs;
     uint64_t dropped_expired, dropped_flushed, dropped_older, dropped_torn,
         dropped_flash, dropped_no_room;
 };
@@ -275,17 +279,47 @@ mark_item(struct scan_part *p, uint64_t off, bool used)
     }
 }
 
-/* Put the item at off into the index, or count why not; a loser is
- * invalidated and its chunks are not in use. Any scan thread: the bucket
- * lock orders two copies of a key found by two threads; the chunk marks
- * (DRAM) are made under it, the invalidation (PMEM) after it. */
+/* The sequence newest-wins compares: a slab item's store sequence, a
+ * packed item's derived one (where it was written: seq_base + offset / 4,
+ * whatever CAS it carries, as cache_packed_dead's flush test). */
+static uint64_t
+entry_seq(const struct cache *c, uint64_t off)
+{
+    if (cache_off_packed(off))
+        return cache_packed_seq(c, off);
+    return item_seq(item_at(c->base, off));
+}
+
+/* A packed item's figures are counted from its segment after the scan
+ * (account_segment): only a slab item's marks and counts here. */
 static void
-restore_one(struct scan_part *p, uint64_t off, uint64_t hash)
+mark_entry(struct scan_part *p, uint64_t off, bool used)
+{
+    if (!cache_off_packed(off))
+        mark_item(p, off, used);
+}
+
+static void
+invalidate_entry(struct cache *c, uint64_t off)
+{
+    if (cache_off_packed(off))
+        cache_packed_invalidate(c, off);
+    else
+        item_invalidate(c->base, off);
+}
+
+/* Put the item (slab head or packed location) at off with key and
+ * sequence seq into the index, or count why not; a loser is invalidated
+ * and its chunks are not in use. Any scan thread: the bucket lock orders
+ * two copies of a key found by two threads; the chunk marks (DRAM) are
+ * made under it, the invalidation (PMEM) after it. */
+static void
+restore_entry(struct scan_part *p, uint64_t off, uint64_t hash, const char *key,
+              uint32_t klen, uint64_t seq)
 {
     struct scan *s = p->s;
     struct cache *c = s->c;
-    const struct item_hdr *it = item_at(c->base, off);
-    struct cache_key k = {c, item_key(it), it->klen};
+    struct cache_key k = {c, key, klen};
     uint64_t loser = off; /* offset 0 is a chunk too: no "0 = none" */
     bool lost = false;    /* a copy (this one or the older) loses */
 
@@ -295,9 +329,8 @@ restore_one(struct scan_part *p, uint64_t off, uint64_t hash)
     if (slot) {
         uint64_t old = cache_off(
             htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed)));
-        const struct item_hdr *o = item_at(c->base, old);
         lost = true;
-        if (item_seq_newer(item_seq(it), item_seq(o))) {
+        if (item_seq_newer(seq, entry_seq(c, old))) {
             htab_replace_locked(slot, hash, cache_loc(off));
             loser = old;
         }
@@ -306,14 +339,107 @@ restore_one(struct scan_part *p, uint64_t off, uint64_t hash)
         p->dropped_no_room++;
     }
     if (!lost || loser != off)
-        mark_item(p, off, true);
+        mark_entry(p, off, true);
     if (lost && loser != off)
-        mark_item(p, loser, false);
+        mark_entry(p, loser, false);
     htab_unlock(b);
     if (lost) {
         if (slot)
             p->dropped_older++;
-        item_invalidate(c->base, loser);
+        invalidate_entry(c, loser);
+    }
+}
+
+static void
+restore_one(struct scan_part *p, uint64_t off, uint64_t hash)
+{
+    const struct item_hdr *it = item_at(p->s->c->base, off);
+    restore_entry(p, off, hash, item_key(it), it->klen, item_seq(it));
+}
+
+/* Whether a packed item (v, of a segment with header h) has expired. */
+static bool
+packed_expired(const struct seg_header *h, const struct pitem_view *v,
+               uint32_t now)
+{
+    if (v->iflags & PITEM_HAS_EXP)
+        return v->exp32 != 0 && v->exp32 <= now;
+    return v->exp16 != 0 && h->exp_base + v->exp16 - 1u <= now;
+}
+
+/*
+ * A segment page (RESTART_PAGE_SEGMENT): its items back into the index.
+ * A header that is not a valid one of this page (hcrc 0: evicted or never
+ * committed) is a free page. The first pass settles the segment in PMEM:
+ * pending copies (commit 2, never committed by a compare-and-swap after
+ * their publication) become dead, expired and flushed items are
+ * invalidated, and an item whose lengths or, after a crash, check16 fail
+ * ends the segment (its slot's commit stored 0: no later walk reads past
+ * it, since its lengths are not to be trusted). The record is then adopted
+ * sealed (never reopened) up to where that pass ended, and the second pass
+ * inserts the committed items, newest wins. Any scan thread.
+ */
+static void
+scan_segment(struct scan_part *p, uint32_t pg)
+{
+    struct scan *s = p->s;
+    struct cache *c = s->c;
+    uint64_t pbase = (uint64_t)pg << POOL_PAGE_SHIFT;
+    char *seg = c->base + pbase;
+    const struct seg_header *h = (const struct seg_header *)seg;
+    struct pitem_view v;
+
+    if (!seg_header_valid(c->seg, pg))
+        return;
+    uint64_t seq_base = h->seq_base;
+    if (seq_base + SEG_SEQ_BLOCK > p->max_cas)
+        p->max_cas = seq_base + SEG_SEQ_BLOCK;
+    uint32_t off = PITEM_SEG_START;
+    while (POOL_PAGE_SIZE - off >= PITEM_SIZE_MIN) {
+        /* a zero commit ends the segment before its lengths are read:
+         * the slot after the last item has only its bytes 4..7 zeroed */
+        if (__atomic_load_n(
+                (const uint16_t *)(const void *)(seg + off +
+                                                 PITEM_COMMIT_OFFSET),
+                __ATOMIC_RELAXED) == PITEM_COMMIT_NONE)
+            break;
+        if (pitem_parse(seg, POOL_PAGE_SIZE, seq_base, off, &v) != 0) {
+            p->dropped_torn++;
+            pitem_zero_slot(seg, off);
+            break;
+        }
+        if (v.commit == PITEM_COMMIT_NONE)
+            break;
+        if (v.commit == PITEM_COMMIT_PENDING) {
+            pitem_invalidate(seg, off);
+        } else if (v.commit != PITEM_COMMIT_DEAD) {
+            if (!s->trust_commit && !pitem_verify(seg, seq_base, &v)) {
+                p->dropped_torn++;
+                pitem_zero_slot(seg, off);
+                break;
+            }
+            if (v.cas > p->max_cas)
+                p->max_cas = v.cas; /* a client's (meta E) */
+            uint64_t *count = NULL;
+            if (packed_expired(h, &v, s->now))
+                count = &p->dropped_expired;
+            else if (s->all_flushed || seq_base + off / 4 <= s->flush_cas)
+                count = &p->dropped_flushed;
+            if (count) {
+                (*count)++;
+                pitem_invalidate(seg, off);
+            }
+        }
+        off += v.size;
+    }
+    if (seg_adopt(c->seg, pg, MIN(off, POOL_PAGE_SIZE)) != 0)
+        return; /* not ours (cannot be: a header names one page) */
+    struct pitem_walk w;
+    pitem_walk_init(&w, seg, POOL_PAGE_SIZE, seq_base, false);
+    while (pitem_walk_next(&w, &v) == 1) {
+        uint64_t hash = cache_hash(c, v.key, v.klen);
+        restore_entry(p, cache_packed_off(pbase + v.off), hash, v.key, v.klen,
+                      seq_base + v.off / 4);
     }
 }
 
@@ -418,6 +544,9 @@ scan_main(void *arg)
         for (uint32_t pg = lo; pg < hi; pg++)
             if (s->used[pg])
                 scan_page(p, pg, s->table[pg] - 1u);
+            else if (s->table[pg] == RESTART_PAGE_SEGMENT && s->c->seg &&
+                     pg < s->limit)
+                scan_segment(p, pg);
     return NULL;
 }
 
@@ -441,6 +570,46 @@ fresh_page(struct scan *s, uint32_t pg)
     }
 }
 
+/* An adopted segment after the scan: its committed items are the restored
+ * ones (every other was invalidated), counted as cache_account would; its
+ * dead and pending bytes are its dead bytes. One with no item left goes
+ * back to the pool (no reader yet: no grace period). */
+static void
+account_segment(struct scan_part *p, struct cache_thread *t, uint32_t pg)
+{
+    struct cache *c = p->s->c;
+    uint64_t pbase = (uint64_t)pg << POOL_PAGE_SHIFT;
+    struct seg_info si;
+    struct pitem_walk w;
+    struct pitem_view v;
+    int64_t n = 0, bytes = 0;
+
+    seg_info(c->seg, pg, &si);
+    if (si.state != SEG_SEALED)
+        return;
+    pitem_walk_init(&w, c->base + pbase, POOL_PAGE_SIZE, si.seq_base, false);
+    while (pitem_walk_next(&w, &v) == 1) {
+        n++;
+        bytes += v.size;
+    }
+    if (n == 0) {
+        seg_free(c->seg, pg);
+        return;
+    }
+    int64_t dead = (int64_t)w.dead_bytes + (int64_t)w.pending_bytes;
+    cache_packed_touch(c, pbase, p->s->now);
+    cache_stat_add(t, ST_PACKED_ITEMS, n);
+    cache_stat_add(t, ST_PACKED_BYTES_LIVE, bytes);
+    cache_stat_add(t, ST_PACKED_BYTES_DEAD, dead);
+    cache_stat_add(t, ST_PACKED_SEGMENTS, 1);
+    p->items += n;
+    p->bytes += bytes;
+    p->pitems += n;
+    p->pbytes += bytes;
+    p->pdead += dead;
+    p->psegs++;
+}
+
 /* An accounting thread: the chunk words of a range of pages at a time, and
  * the figures its part counted in the scan (cache_account's), into its own
  * thread context (its counts go to the cache's retired ones when it is put
@@ -456,12 +625,16 @@ account_main(void *arg)
         p->rc = -ENOMEM;
         return NULL;
     }
+    int64_t items = p->items, bytes = p->bytes; /* the slab items' */
     while (take_pages(s, &lo, &hi))
         for (uint32_t pg = lo; pg < hi; pg++)
             if (s->used[pg] && s->table[pg] != RESTART_PAGE_NONE)
                 fresh_page(s, pg);
-    cache_stat_add(t, ST_CURR_ITEMS, p->items);
-    cache_stat_add(t, ST_BYTES, p->bytes);
+            else if (s->table[pg] == RESTART_PAGE_SEGMENT && s->c->seg &&
+                     pg < s->limit)
+                account_segment(p, t, pg);
+    cache_stat_add(t, ST_CURR_ITEMS, items + p->pitems);
+    cache_stat_add(t, ST_BYTES, bytes + p->pbytes);
     cache_stat_add(t, ST_EXT_ITEMS, p->ext_items);
     cache_stat_add(t, ST_EXT_BYTES, p->ext_bytes);
     for (unsigned i = 0; i < SLAB_MAX_CLASSES; i++) {
@@ -624,6 +797,7 @@ scan_pool(struct cache *c, struct scan *s, struct scan_part *sum)
 
     memset(sum, 0, sizeof(*sum));
     s->table = table;
+    s->limit = limit;
     s->used = calloc(s->npages, sizeof(*s->used));
     if (!s->used) {
         err_set("no DRAM for the restart scan");
@@ -633,6 +807,10 @@ scan_pool(struct cache *c, struct scan *s, struct scan_part *sum)
         uint8_t b = table[pg];
         if (b == RESTART_PAGE_NONE)
             continue;
+        if (b == RESTART_PAGE_SEGMENT && c->seg && pg < limit) {
+            nclassed++; /* scan_segment */
+            continue;
+        }
         if (pg < limit && b <= slab_nclasses(c->slab)) {
             /* chunk bits, then head bits */
             s->used[pg] =
@@ -679,6 +857,17 @@ scan_pool(struct cache *c, struct scan *s, struct scan_part *sum)
     run_parts(parts, nparts, account_main);
     sum_parts(parts, nparts, sum);
     rc = sum->rc;
+    /* segments that came back empty or not at all: their pages are free */
+    for (uint32_t pg = 0; pg < s->npages && c->seg; pg++) {
+        struct seg_info si;
+        if (table[pg] != RESTART_PAGE_SEGMENT || pg >= limit)
+            continue;
+        seg_info(c->seg, pg, &si);
+        if (si.state != SEG_FREE)
+            continue;
+        uint8_t none = RESTART_PAGE_NONE;
+        pm_copy(&table[pg], &none, 1);
+    }
 out:
     free(parts);
     for (uint32_t pg = 0; pg < s->npages; pg++)

@@ -30,8 +30,11 @@
  * header; 3: the 24-byte header, client flags and a client's CAS in opt,
  * the 64-bit store sequence split over the header and the 8-byte commit
  * word (src/engine/item_layout.h). (2 was an unreleased 24-byte header with
- * a 4-byte commit word.) Another version: a cold start. */
-#define RESTART_VERSION 3u
+ * a 4-byte commit word.) 4: as 3, and segment pages (RESTART_PAGE_SEGMENT)
+ * whose packed items the scan restores: a version 3 pool may hold packed
+ * copies written committed before their publication, which must not come
+ * back. Another version: a cold start. */
+#define RESTART_VERSION 4u
 
 struct restart_meta {
     uint64_t magic;         /* RESTART_MAGIC once formatted */
@@ -56,6 +59,6 @@ _Static_assert(sizeof(struct restart_meta) <= REGION_USER_BYTES,
 /* Page table byte of a page that has no class. */
 #define RESTART_PAGE_NONE 0
 /* A segment of the packed store (src/engine/packed.c). Not a class: the
- * scan gives such a page back to the pool (packed items do not survive a
- * restart yet). */
+ * scan walks its items (a valid segment header) or gives the page back
+ * (no valid header, no packed store configured, beyond the memory limit). */
 #define RESTART_PAGE_SEGMENT 0x80

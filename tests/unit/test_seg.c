@@ -499,14 +499,14 @@ test_adopt(void **state)
     /* a restart: new DRAM state over the same pages */
     seg_destroy(f->seg);
     pool_destroy(f->pool);
-    assert_int_equal(pool_create(f->mem, (uint64_t)f->npages * POOL_PAGE_SIZE,
-                                 0, &f->pool),
-                     0);
+    assert_int_equal(
+        pool_create(f->mem, (uint64_t)f->npages * POOL_PAGE_SIZE, 0, &f->pool),
+        0);
     assert_int_equal(seg_create(&cfg, f->pool, &f->seg), 0);
 
     assert_int_equal(seg_adopt(f->seg, page[0], 12), -EINVAL); /* unaligned */
-    assert_int_equal(seg_adopt(f->seg, page[0], 4), -EINVAL); /* in header */
-    assert_int_equal(seg_adopt(f->seg, 4, 64), -EINVAL); /* no header */
+    assert_int_equal(seg_adopt(f->seg, page[0], 4), -EINVAL);  /* in header */
+    assert_int_equal(seg_adopt(f->seg, 4, 64), -EINVAL);       /* no header */
     assert_int_equal(seg_adopt(f->seg, page[2], 72), 0);
     assert_int_equal(seg_adopt(f->seg, page[0], 64), 0);
     assert_int_equal(seg_adopt(f->seg, page[1], POOL_PAGE_SIZE), 0);
@@ -519,9 +519,9 @@ test_adopt(void **state)
     assert_int_equal(si.write_off, 72);
     assert_int_equal(si.bucket, 2);
     assert_int_equal(si.exp_base, FAKE_NOW + seg_bucket_ttl_lo(2));
-    assert_int_equal(seg_seq_of(f->seg, ((uint64_t)page[1] << POOL_PAGE_SHIFT) +
-                                            64),
-                     seq[1] + 16);
+    assert_int_equal(
+        seg_seq_of(f->seg, ((uint64_t)page[1] << POOL_PAGE_SHIFT) + 64),
+        seq[1] + 16);
     /* oldest first, whatever the adoption order */
     for (unsigned i = 0; i < 3; i++) {
         assert_int_equal(seg_evict_oldest(f->seg, &got), 0);

@@ -1,0 +1,143 @@
+/*
+ * Packed items across a restart (src/engine/restart.c, scan_segment):
+ * after a crash (a forked child that _exits without closing) and after a
+ * clean close, every acknowledged item comes back with its value, flags,
+ * expiry and CAS, packed or in a slab, and never a deleted or replaced
+ * one; a touch's rewrite (a pending copy committed after its publication)
+ * comes back with its new expiry and its CAS. Fixture: restart_fx.h with
+ * packed_item_max = 1024: keys of up to about 1000 value bytes are packed,
+ * larger ones go to slabs, and a replacement may move a key across.
+ */
+
+#include "tests/unit/restart_fx.h"
+
+#define PACKED_MAX 1024
+#define TOUCHED 7u /* keys 0, 7, 14... get an expiry by a rewrite */
+
+static struct tc_stats
+pstats(struct tc_cache *c)
+{
+    struct tc_stats s;
+    tc_stats(c, &s);
+    return s;
+}
+
+/* restart_fx.h's workload, then a touch of every live TOUCHED-th key: a
+ * packed one without an expiry is rewritten (a pending copy). */
+static void
+work(struct fx *f, struct truth *t)
+{
+    workload(f, t);
+    for (unsigned i = 0; i < NKEYS; i += TOUCHED) {
+        char k[16];
+        key_of(k, i);
+        assert_int_equal(tc_touch(f->c, k, strlen(k), 1000),
+                         t->live[i] ? TC_OK : TC_NOT_FOUND);
+    }
+    assert_true(pstats(f->c).packed_items > NKEYS / 4);
+}
+
+/* Every key as the truth says, the touched ones' expiry, and extra more
+ * items than the truth's. */
+static void
+judge_packed(struct fx *f, const struct truth *t, unsigned extra)
+{
+    unsigned nlive = 0, want = 0;
+    uint32_t ref = 0;
+    judge(f->c, t, &nlive);
+    for (unsigned i = 0; i < NKEYS; i++)
+        want += t->live[i];
+    assert_int_equal(nlive, want);
+    for (unsigned i = 0; i < NKEYS; i += TOUCHED) {
+        char k[16];
+        struct got g;
+        unsigned char buf[4096];
+        if (!t->live[i] || t->vlen[i] > sizeof(buf))
+            continue;
+        key_of(k, i);
+        assert_int_equal(get_cb(f->c, k, &g, buf, sizeof(buf)), TC_OK);
+        /* all touched within a few seconds of each other (the clock may
+         * be the fixture's) */
+        if (!ref)
+            ref = g.info.exptime;
+        assert_true(g.info.exptime != 0 && g.info.exptime + 5 >= ref &&
+                    g.info.exptime <= ref + 5);
+        if (i + 1 < NKEYS && t->live[i + 1] && t->vlen[i + 1] <= sizeof(buf)) {
+            key_of(k, i + 1); /* untouched: no expiry */
+            assert_int_equal(get_cb(f->c, k, &g, buf, sizeof(buf)), TC_OK);
+            assert_int_equal(g.info.exptime, 0);
+        }
+    }
+    assert_true(ref != 0);
+    struct tc_stats s = pstats(f->c);
+    assert_true(s.packed_items > NKEYS / 4);
+    assert_int_equal(s.curr_items, want + extra);
+    check_ok(f->c);
+}
+
+static void
+test_crash_brings_back_packed(void **state)
+{
+    struct fx *f = *state;
+    struct truth *t = truth_new();
+    struct tc_open_info info;
+
+    f->cfg.packed_item_max = PACKED_MAX;
+    run_child(f, t, work);
+    reopen(f, &info);
+    assert_int_equal(info.kind, TC_START_RECOVERED);
+    assert_int_equal(info.dropped_torn, 0);
+    judge_packed(f, t, 0);
+    /* the CAS counter resumed above every item's */
+    uint64_t cas = 0;
+    assert_int_equal(store_s(f->c, TC_SET, "after", "x", 0, 0, 0, &cas), TC_OK);
+    assert_true(cas > t->max_cas);
+    /* and a second crash-free round: a clean close, then warm */
+    tc_close(f->c);
+    f->c = NULL;
+    reopen(f, &info);
+    assert_int_equal(info.kind, TC_START_WARM);
+    judge_packed(f, t, 1); /* and "after" */
+    check_str(f->c, "after", "x");
+    close_clean(f, meta_path(f), t);
+}
+
+/* A deleted packed key, then the pool reopened without the packed store:
+ * its segments are given back, slab items still come back. */
+static void
+test_packed_off_gives_pages_back(void **state)
+{
+    struct fx *f = *state;
+    struct tc_open_info info;
+
+    f->cfg.packed_item_max = PACKED_MAX;
+    assert_int_equal(fx_open(f), 0);
+    assert_int_equal(store_s(f->c, TC_SET, "p", "small", 0, 0, 0, NULL), TC_OK);
+    assert_int_equal(store_s(f->c, TC_SET, "d", "small", 0, 0, 0, NULL), TC_OK);
+    assert_int_equal(tc_delete(f->c, "d", 1, 0), TC_OK);
+    assert_int_equal(pstats(f->c).packed_items, 1);
+    tc_close(f->c);
+    f->c = NULL;
+    reopen(f, &info);
+    check_str(f->c, "p", "small");
+    check_miss(f->c, "d");
+    assert_int_equal(pstats(f->c).packed_items, 1);
+    tc_close(f->c);
+    f->c = NULL;
+    f->cfg.packed_item_max = 0;
+    reopen(f, &info);
+    check_miss(f->c, "p");
+    assert_int_equal(pstats(f->c).curr_items, 0);
+    check_ok(f->c);
+    close_clean(f, meta_path(f), NULL);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        TC_TEST_NOOPEN(test_crash_brings_back_packed),
+        TC_TEST_NOOPEN(test_packed_off_gives_pages_back),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
