@@ -2,8 +2,8 @@
 "Packed small items") through the protocol: set/get/gets/cas across
 rewrites, client flags 0..15 and above, touch in place and by a rewrite,
 delete, the meta flags, FIFO eviction under a small -m, the stats rows and
-"stats settings", and a restart (kill -9, SIGTERM) that never brings back a
-deleted or wrong value (packed items do not survive one yet).
+"stats settings", and a restart (kill -9, SIGTERM) that brings packed items
+back with their flags, expiry and CAS, never a deleted or replaced one.
 
 Every server here is started by this file, on a pool file of its own, and
 stopped or killed by its PID. Loops are bounded by counts; nothing waits
@@ -220,7 +220,7 @@ def _pool():
 
 
 @pytest.mark.parametrize("how", ["kill9", "sigterm"])
-def test_restart_brings_back_no_wrong_value(how):
+def test_restart_brings_back_packed(how):
     pool = _pool()
     servers = []
     try:
@@ -228,10 +228,25 @@ def test_restart_brings_back_no_wrong_value(how):
         servers.append(srv)
         c = Conn(srv.host, srv.port)
         big = b"S" * 2000
-        c.cmd(b"set gone 0 0 6\r\npacked\r\n", b"STORED\r\n")
+        c.cmd(b"set kept 21 0 6\r\npacked\r\n", b"STORED\r\n")
+        c.cmd(b"set ttl 3 3000 3\r\nexp\r\n", b"STORED\r\n")
+        # a touch that rewrites (no expiry before): a pending copy
+        c.cmd(b"set tch 0 0 3\r\ntch\r\n", b"STORED\r\n")
+        c.cmd(b"touch tch 3000\r\n", b"TOUCHED\r\n")
+        cas = {}
+        for k in (b"kept", b"ttl", b"tch"):
+            c.send(b"gets " + k + b"\r\n")
+            line = c.read_until(b"END\r\n").split(b"\r\n")[0]
+            cas[k] = int(line.split()[-1])
+        exp = {}
+        for k in (b"ttl", b"tch"):
+            c.send(b"mg " + k + b" t\r\n")
+            line = c.readline().strip()
+            exp[k] = int(line.split()[-1][1:])
+            assert 2900 < exp[k] <= 3000
         c.cmd(b"set del 0 0 6\r\npacked\r\n", b"STORED\r\n")
         c.cmd(b"delete del\r\n", b"DELETED\r\n")
-        # slab first, then packed over it: neither comes back
+        # slab first, then packed over it: the packed one comes back
         c.cmd(b"set over 0 0 %d\r\n%s\r\n" % (len(big), big), b"STORED\r\n")
         c.cmd(b"set over 0 0 3\r\nnew\r\n", b"STORED\r\n")
         # packed first, then a slab value: the slab one comes back
@@ -251,12 +266,24 @@ def test_restart_brings_back_no_wrong_value(how):
         srv = start_server(PACKED, pool=pool)
         servers.append(srv)
         c = Conn(srv.host, srv.port)
-        for k in (b"gone", b"del", b"over"):
-            c.cmd(b"get " + k + b"\r\n", b"END\r\n")
+        c.cmd(b"get del\r\n", b"END\r\n")
+        c.cmd(b"gets kept\r\n",
+              b"VALUE kept 21 6 %d\r\npacked\r\nEND\r\n" % cas[b"kept"])
+        c.cmd(b"gets ttl\r\n",
+              b"VALUE ttl 3 3 %d\r\nexp\r\nEND\r\n" % cas[b"ttl"])
+        c.cmd(b"gets tch\r\n",
+              b"VALUE tch 0 3 %d\r\ntch\r\nEND\r\n" % cas[b"tch"])
+        for k in (b"ttl", b"tch"):
+            c.send(b"mg " + k + b" t\r\n")
+            line = c.readline().strip()
+            assert 0 < int(line.split()[-1][1:]) <= exp[k]
+        c.cmd(b"get over\r\n", b"VALUE over 0 3\r\nnew\r\nEND\r\n")
         c.cmd(b"get slab\r\n",
               b"VALUE slab 0 %d\r\n%s\r\nEND\r\n" % (len(big), big))
-        c.cmd(b"set gone 0 0 5\r\nagain\r\n", b"STORED\r\n")
-        c.cmd(b"get gone\r\n", b"VALUE gone 0 5\r\nagain\r\nEND\r\n")
+        c.cmd(b"set del 0 0 5\r\nagain\r\n", b"STORED\r\n")
+        c.cmd(b"get del\r\n", b"VALUE del 0 5\r\nagain\r\nEND\r\n")
+        st = c.stats()
+        assert int(st["packed_items"]) == 5  # kept ttl tch over del
         c.close()
         srv.stop()
     finally:
