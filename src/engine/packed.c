@@ -62,6 +62,7 @@
 
 #include "src/base/clock.h"
 #include "src/base/compiler.h"
+#include "src/base/crashpoint.h"
 #include "src/engine/cache.h"
 #include "src/engine/pitem.h"
 #include "tier/pm.h"
@@ -315,8 +316,10 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
     if (slot)
         htab_replace_locked(slot, hash, cache_loc(head));
     htab_unlock(b);
-    if (slot)
+    if (slot) {
+        TC_CRASH_POINT("packed.copy.published"); /* still pending */
         commit_copy(c, head, check);
+    }
     uint64_t gone = slot ? off : head;
     /* the loser (the old item, or the copy when a writer won) is
      * invalidated before the answer */

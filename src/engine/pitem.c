@@ -6,6 +6,7 @@
 #include "src/engine/pitem.h"
 
 #include "src/base/compiler.h"
+#include "src/base/crashpoint.h"
 #include "tier/nvs.h"
 #include "tier/pm.h"
 
@@ -125,6 +126,7 @@ pitem_write(char *seg, uint32_t seg_size, uint32_t off, uint64_t seq_base,
     /* Everything above lands before the commit (pm_copy may be
      * non-temporal; x86 orders the rest). */
     pm_fence();
+    TC_CRASH_POINT("pitem.written"); /* all but the commit */
     pm_store16((uint16_t *)(void *)(it + PITEM_COMMIT_OFFSET),
                pending ? (uint16_t)PITEM_COMMIT_PENDING : check);
     return check;

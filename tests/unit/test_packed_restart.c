@@ -7,9 +7,14 @@
  * comes back with its new expiry and its CAS. Fixture: restart_fx.h with
  * packed_item_max = 1024: keys of up to about 1000 value bytes are packed,
  * larger ones go to slabs, and a replacement may move a key across.
+ * Crash points (debug builds): a write cut before its commit and a touch's
+ * copy published but still pending do not come back; what they would
+ * have replaced does.
  */
 
 #include "tests/unit/restart_fx.h"
+
+#include "src/base/crashpoint.h"
 
 #define PACKED_MAX 1024
 #define TOUCHED 7u /* keys 0, 7, 14... get an expiry by a rewrite */
@@ -132,12 +137,98 @@ test_packed_off_gives_pages_back(void **state)
     close_clean(f, meta_path(f), NULL);
 }
 
+#ifdef TC_CRASHPOINTS
+static const char *crash_at;
+
+static void
+crash_hook(const char *name)
+{
+    if (crash_at && strcmp(name, crash_at) == 0)
+        _exit(77);
+}
+
+/* In a child: "a" and "t" stored packed (CAS in *cas), then op dies at
+ * point: the parent judges what came back. */
+static void
+crash_child(struct fx *f, const char *point, int op, uint64_t *cas)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (fx_open(f) != 0)
+            _exit(2);
+        if (store_s(f->c, TC_SET, "a", "old", 5, 0, 0, NULL) != TC_OK ||
+            store_s(f->c, TC_SET, "t", "val", 6, 0, 0, cas) != TC_OK)
+            _exit(3);
+        crashpoint_hook = crash_hook;
+        crash_at = point;
+        if (op == 0)
+            store_s(f->c, TC_SET, "a", "new", 5, 0, 0, NULL);
+        else if (op == 1)
+            store_s(f->c, TC_SET, "b", "cut", 5, 0, 0, NULL);
+        else
+            tc_touch(f->c, "t", 1, 1000);
+        _exit(4); /* the point was not reached */
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 77);
+}
+
+static void
+test_cut_write_and_pending_copy_gone(void **state)
+{
+    struct fx *f = *state;
+    struct tc_open_info info;
+    uint64_t *cas = mmap(NULL, sizeof(*cas), PROT_READ | PROT_WRITE,
+                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(cas != MAP_FAILED);
+
+    f->cfg.packed_item_max = PACKED_MAX;
+    for (int op = 0; op < 3; op++) {
+        unlink(f->path);
+        crash_child(f, op < 2 ? "pitem.written" : "packed.copy.published", op,
+                    cas);
+        reopen(f, &info);
+        assert_int_equal(info.kind, TC_START_RECOVERED);
+        /* the cut write: the old value (op 0), no key (op 1) */
+        check_str(f->c, "a", "old");
+        check_miss(f->c, "b");
+        /* the pending copy: the source, without the touch's expiry */
+        struct tc_item_info in = check_str(f->c, "t", "val");
+        assert_int_equal(in.exptime, 0);
+        assert_int_equal(in.flags, 6);
+        assert_true(in.cas == *cas);
+        assert_int_equal(pstats(f->c).packed_items, 2);
+        check_ok(f->c);
+        /* the store goes on past the cut in a new segment */
+        assert_int_equal(store_s(f->c, TC_SET, "a", "again", 0, 0, 0, NULL),
+                         TC_OK);
+        check_str(f->c, "a", "again");
+        tc_close(f->c);
+        f->c = NULL;
+        reopen(f, &info);
+        check_str(f->c, "a", "again");
+        check_str(f->c, "t", "val");
+        check_miss(f->c, "b");
+        tc_close(f->c);
+        f->c = NULL;
+    }
+    unlink(meta_path(f));
+    munmap(cas, sizeof(*cas));
+}
+#endif
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         TC_TEST_NOOPEN(test_crash_brings_back_packed),
         TC_TEST_NOOPEN(test_packed_off_gives_pages_back),
+#ifdef TC_CRASHPOINTS
+        TC_TEST_NOOPEN(test_cut_write_and_pending_copy_gone),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
