@@ -137,6 +137,35 @@ test_packed_off_gives_pages_back(void **state)
     close_clean(f, meta_path(f), NULL);
 }
 
+/* flush_all, then a crash: what the flush took stays gone, what was
+ * stored after it (in a segment opened after it) comes back. */
+static void
+flush_work(struct fx *f, struct truth *t)
+{
+    (void)t;
+    assert_int_equal(store_s(f->c, TC_SET, "p1", "one", 0, 0, 0, NULL), TC_OK);
+    assert_int_equal(tc_flush_all(f->c, 0), TC_OK);
+    assert_int_equal(store_s(f->c, TC_SET, "p2", "two", 0, 0, 0, NULL), TC_OK);
+}
+
+static void
+test_flush_then_crash(void **state)
+{
+    struct fx *f = *state;
+    struct tc_open_info info;
+    struct truth *t = truth_new();
+
+    f->cfg.packed_item_max = PACKED_MAX;
+    run_child(f, t, flush_work);
+    reopen(f, &info);
+    assert_int_equal(info.kind, TC_START_RECOVERED);
+    check_miss(f->c, "p1");
+    check_str(f->c, "p2", "two");
+    assert_int_equal(pstats(f->c).packed_items, 1);
+    check_ok(f->c);
+    close_clean(f, meta_path(f), t);
+}
+
 #ifdef TC_CRASHPOINTS
 static const char *crash_at;
 
@@ -226,6 +255,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         TC_TEST_NOOPEN(test_crash_brings_back_packed),
         TC_TEST_NOOPEN(test_packed_off_gives_pages_back),
+        TC_TEST_NOOPEN(test_flush_then_crash),
 #ifdef TC_CRASHPOINTS
         TC_TEST_NOOPEN(test_cut_write_and_pending_copy_gone),
 #endif
