@@ -1193,7 +1193,8 @@ struct check_walk {
     uint64_t ext_items, ext_bytes;
 };
 
-/* A packed entry: a committed item in a segment, found by its key. */
+/* A packed entry: a committed item in a segment, found by its key (or a
+ * copy between its publication and its commit: pending). */
 static int
 check_packed(struct check_walk *w, uint64_t loc, uint64_t off)
 {
@@ -1201,7 +1202,7 @@ check_packed(struct check_walk *w, uint64_t loc, uint64_t off)
     struct pitem_view v;
     uint64_t poff = cache_packed_pool(off);
     if (!c->seg || poff >= (uint64_t)pool_npages(c->pool) << POOL_PAGE_SHIFT ||
-        cache_packed_view(c, off, &v) != 0 || v.commit < PITEM_COMMIT_MIN) {
+        cache_packed_view(c, off, &v) != 0 || v.commit < PITEM_COMMIT_PENDING) {
         err_set("index entry names no committed packed item at offset %llu",
                 (unsigned long long)poff);
         return -EFAULT;
