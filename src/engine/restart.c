@@ -357,6 +357,13 @@ restore_one(struct scan_part *p, uint64_t off, uint64_t hash)
     restore_entry(p, off, hash, item_key(it), it->klen, item_seq(it));
 }
 
+/* Whether page pg is a segment page the scan walks. */
+static bool
+scan_walks_segment(const struct scan *s, uint32_t pg)
+{
+    return s->table[pg] == RESTART_PAGE_SEGMENT && s->c->seg && pg < s->limit;
+}
+
 /* Whether a packed item (v, of a segment with header h) has expired. */
 static bool
 packed_expired(const struct seg_header *h, const struct pitem_view *v,
@@ -544,8 +551,7 @@ scan_main(void *arg)
         for (uint32_t pg = lo; pg < hi; pg++)
             if (s->used[pg])
                 scan_page(p, pg, s->table[pg] - 1u);
-            else if (s->table[pg] == RESTART_PAGE_SEGMENT && s->c->seg &&
-                     pg < s->limit)
+            else if (scan_walks_segment(s, pg))
                 scan_segment(p, pg);
     return NULL;
 }
@@ -630,8 +636,7 @@ account_main(void *arg)
         for (uint32_t pg = lo; pg < hi; pg++)
             if (s->used[pg] && s->table[pg] != RESTART_PAGE_NONE)
                 fresh_page(s, pg);
-            else if (s->table[pg] == RESTART_PAGE_SEGMENT && s->c->seg &&
-                     pg < s->limit)
+            else if (scan_walks_segment(s, pg))
                 account_segment(p, t, pg);
     cache_stat_add(t, ST_CURR_ITEMS, items + p->pitems);
     cache_stat_add(t, ST_BYTES, bytes + p->pbytes);
@@ -717,6 +722,36 @@ count_heads(const struct cache *c, uint32_t pg, uint32_t cs)
     return n;
 }
 
+/* Committed packed items in a sample of the segment pages (every
+ * segment's, up to SCAN_SAMPLE_PAGES of them), scaled to all of them. */
+static uint64_t
+segment_estimate(const struct cache *c, const struct scan *s)
+{
+    uint32_t nseg = 0, seen = 0, taken = 0;
+    uint64_t items = 0;
+    for (uint32_t pg = 0; pg < s->npages; pg++)
+        nseg += scan_walks_segment(s, pg);
+    if (!nseg)
+        return 0;
+    uint32_t stride = (nseg + SCAN_SAMPLE_PAGES - 1) / SCAN_SAMPLE_PAGES;
+    for (uint32_t pg = 0; pg < s->npages; pg++) {
+        if (!scan_walks_segment(s, pg) || seen++ % stride != 0)
+            continue;
+        taken++;
+        if (!seg_header_valid(c->seg, pg))
+            continue;
+        const struct seg_header *h =
+            (const void *)(c->base + ((uint64_t)pg << POOL_PAGE_SHIFT));
+        struct pitem_walk w;
+        struct pitem_view v;
+        pitem_walk_init(&w, (const char *)h, POOL_PAGE_SIZE, h->seq_base,
+                        false);
+        while (pitem_walk_next(&w, &v) == 1)
+            items++;
+    }
+    return (items * nseg + taken - 1) / taken;
+}
+
 /* Items the scan will likely insert: the count a clean close saved, or
  * after a crash an estimate from a sample of each class's pages (exact for
  * a class of at most SCAN_SAMPLE_PAGES pages; the pages of a class fill one
@@ -752,7 +787,7 @@ scan_estimate(const struct cache *c, const struct scan *s)
     for (unsigned i = 0; i < ncls; i++)
         if (taken[i])
             est += (heads[i] * pages[i] + taken[i] - 1) / taken[i];
-    return est;
+    return est + segment_estimate(c, s);
 }
 
 /* Give the empty index the size of what the scan will insert (about 70%
