@@ -29,6 +29,14 @@
  * word neither 0 nor pending), which are what keep the scan inside the
  * pool. After a crash every committed item's CRC is checked (item_check).
  *
+ * Segment pages of the packed store (RESTART_PAGE_SEGMENT) are a unit of
+ * the same threads: scan_segment walks one (its items carry a 2-byte
+ * commit, src/engine/pitem_layout.h; check16 checked after a crash only),
+ * adopts it sealed (seg_adopt) and inserts its items under the same bucket
+ * locks; newest wins by sequence, a packed item's being its derived one.
+ * Its figures are counted by a second walk in the accounting pass
+ * (account_segment), when every loser is already invalidated.
+ *
  * The index is sized before the threads start (presize_index) so the scan
  * rarely doubles it. The scan threads are not RCU-registered; their
  * htab_lock read sections protect nothing, and need not: a doubling the
