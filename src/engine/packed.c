@@ -95,9 +95,16 @@ packed_reserve(struct cache_thread *t, uint32_t size, uint64_t *head)
 
     for (int tries = 0; tries < 4; tries++) {
         rc = seg_reserve(c->seg, &t->so, 0, size, &off);
+        if (rc == -EUSERS) /* the cap of open segments: a slab takes it */
+            return -ENOSPC;
         if (rc == -ENOSPC) {
-            if (!packed_evict_oldest(t))
+            if (packed_evict_oldest(t))
+                continue;
+            /* every segment is open: this thread's own (too full for
+             * this item) is sealed, to be evicted on the next round */
+            if (t->so.page[0] == SEG_NO_PAGE)
                 return -ENOSPC;
+            seg_seal(c->seg, &t->so, 0);
             continue;
         }
         if (rc)

@@ -582,6 +582,65 @@ test_threads_race(void **state)
     check_ok(f->c);
 }
 
+/* Many threads over a pool of 8 pages: open segments stay under the cap
+ * (1/8 of the pages), the rest are sealed and evictable, so every set
+ * answers OK (a set past the cap goes to a slab), never out of memory. */
+#define SMALL_THREADS 6
+#define SMALL_OPS 40000
+
+struct small {
+    struct tc_cache *c;
+    unsigned id;
+    unsigned failed;
+    int last_rc;
+};
+
+static void *
+small_main(void *arg)
+{
+    struct small *r = arg;
+    char k[32], v[120];
+    tc_thread_register(r->c);
+    for (unsigned i = 0; i < SMALL_OPS; i++) {
+        int klen = snprintf(k, sizeof(k), "sm%u_%u", r->id, i);
+        memset(v, 'a' + (int)(i % 26), sizeof(v));
+        int rc = tc_set(r->c, k, (size_t)klen, v, 60 + i % 60, 0, 0);
+        if (rc != TC_OK) {
+            r->failed++;
+            r->last_rc = rc;
+        }
+    }
+    tc_thread_unregister(r->c);
+    return NULL;
+}
+
+static void
+test_small_pool_threads(void **state)
+{
+    struct fx *f = *state;
+    f->cfg.pool_size = 8 * MIB;
+    fx_reopen(f);
+    pthread_t th[SMALL_THREADS];
+    struct small r[SMALL_THREADS];
+    for (unsigned i = 0; i < SMALL_THREADS; i++) {
+        r[i] = (struct small){f->c, i, 0, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, small_main, &r[i]), 0);
+    }
+    for (unsigned i = 0; i < SMALL_THREADS; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (unsigned i = 0; i < SMALL_THREADS; i++)
+        if (r[i].failed)
+            fail_msg("thread %u: %u sets failed, the last with %d", i,
+                     r[i].failed, r[i].last_rc);
+    struct tc_stats s = pstats(f->c);
+    assert_true(s.packed_segments_evicted > 0);
+    assert_true(s.packed_segments_open <= 1); /* 8 pages: a cap of 1 */
+    assert_true(s.packed_items > 0);
+    check_ok(f->c);
+    puts_(f->c, "after", "threads");
+    check_str(f->c, "after", "threads");
+}
+
 /* Off (the default): nothing is packed. */
 static void
 test_off_by_default(void **state)
@@ -614,6 +673,7 @@ main(void)
         PTEST(test_restart_drops_packed),
         PTEST(test_threads_race),
         PTEST(test_shrink),
+        PTEST(test_small_pool_threads),
         PTEST(test_off_by_default),
     };
     const char *filter = getenv("TC_TEST_FILTER");
