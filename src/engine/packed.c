@@ -20,7 +20,13 @@
  * its segment opens, so a segment opened before a flush_all would give
  * later items sequences at or below the flush watermark: a reservation in
  * such a segment is dropped (its slot stays 0: the segment's items end
- * there) and the segment sealed, the item goes to a new one.
+ * there) and the segment sealed, the item goes to a new one. A delayed
+ * flush that is due is applied before the reservation (store.c's
+ * prepare_packed), so a set that finds it due is never covered by it. One
+ * that another thread fires between a set's reservation and its
+ * publication covers that item (at most one a thread): the set ran
+ * concurrently with the flush, as a slab item whose CAS was taken just
+ * before it fired.
  *
  * Eviction (FIFO): with no free page, the oldest sealed segment is taken
  * (seg_evict_oldest stores hcrc = 0 first), walked, and each committed

@@ -641,6 +641,26 @@ test_small_pool_threads(void **state)
     check_str(f->c, "after", "threads");
 }
 
+/* A delayed flush that the set itself finds due (the first command at its
+ * time) takes effect before the set's span is reserved: the segment open
+ * from before is sealed and the new item, in a new one, is not flushed. */
+static void
+test_flush_delay_then_set(void **state)
+{
+    struct fx *f = *state;
+    puts_(f->c, "a", "1");
+    assert_int_equal(tc_flush_all(f->c, 10), 0);
+    tc_clock_advance(10);
+    puts_(f->c, "b", "2");
+    check_miss(f->c, "a");
+    check_str(f->c, "b", "2");
+    struct tc_stats s = pstats(f->c);
+    STAT_EQ(s, packed_items, 1);
+    STAT_EQ(s, packed_segments_open, 1);
+    assert_true(s.packed_segments >= 2);
+    check_ok(f->c);
+}
+
 /* Off (the default): nothing is packed. */
 static void
 test_off_by_default(void **state)
@@ -674,6 +694,7 @@ main(void)
         PTEST(test_threads_race),
         PTEST(test_shrink),
         PTEST(test_small_pool_threads),
+        PTEST(test_flush_delay_then_set),
         PTEST(test_off_by_default),
     };
     const char *filter = getenv("TC_TEST_FILTER");
