@@ -13,6 +13,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 
 #define PACKED_MAX 1024
@@ -588,6 +589,8 @@ test_threads_race(void **state)
 #define SMALL_THREADS 6
 #define SMALL_OPS 40000
 
+static _Atomic unsigned small_done;
+
 struct small {
     struct tc_cache *c;
     unsigned id;
@@ -604,13 +607,15 @@ small_main(void *arg)
     for (unsigned i = 0; i < SMALL_OPS; i++) {
         int klen = snprintf(k, sizeof(k), "sm%u_%u", r->id, i);
         memset(v, 'a' + (int)(i % 26), sizeof(v));
-        int rc = tc_set(r->c, k, (size_t)klen, v, 60 + i % 60, 0, 0);
+        /* half expire in a second: the sweep races the writers */
+        int rc = tc_set(r->c, k, (size_t)klen, v, 60 + i % 60, 0, i & 1);
         if (rc != TC_OK) {
             r->failed++;
             r->last_rc = rc;
         }
     }
     tc_thread_unregister(r->c);
+    atomic_fetch_add(&small_done, 1);
     return NULL;
 }
 
@@ -626,16 +631,28 @@ test_small_pool_threads(void **state)
         r[i] = (struct small){f->c, i, 0, 0};
         assert_int_equal(pthread_create(&th[i], NULL, small_main, &r[i]), 0);
     }
+    /* meanwhile: time moves and the sweep runs (it unlinks what the
+     * writers' evictions also walk); bounded, the threads' end or not */
+    for (unsigned step = 0;
+         step < 100000 && atomic_load(&small_done) < SMALL_THREADS; step++) {
+        tc_clock_advance(1);
+        tc_maintain(f->c);
+    }
     for (unsigned i = 0; i < SMALL_THREADS; i++)
         assert_int_equal(pthread_join(th[i], NULL), 0);
+    atomic_store(&small_done, 0);
     for (unsigned i = 0; i < SMALL_THREADS; i++)
         if (r[i].failed)
             fail_msg("thread %u: %u sets failed, the last with %d", i,
                      r[i].failed, r[i].last_rc);
     struct tc_stats s = pstats(f->c);
+    print_message("swept %" PRIu64 ", evicted %" PRIu64 " segments\n",
+                  s.sweep_reclaimed, s.packed_segments_evicted);
     assert_true(s.packed_segments_evicted > 0);
     assert_true(s.packed_segments_open <= 1); /* 8 pages: a cap of 1 */
-    assert_true(s.packed_items > 0);
+    /* slab stores may have evicted every segment since: no count of
+     * packed items is certain */
+    assert_true(s.curr_items >= s.packed_items);
     check_ok(f->c);
     puts_(f->c, "after", "threads");
     check_str(f->c, "after", "threads");
