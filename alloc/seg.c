@@ -16,7 +16,11 @@
  * hcrc last). The new segment is the calling thread's alone until it seals
  * it, so nothing reads the header before it is written. The old segment of
  * the bucket is sealed only once the new one exists: with no free page the
- * caller keeps its segment and gets -ENOSPC.
+ * caller keeps its segment and gets -ENOSPC. With cfg->open_max, a thread
+ * opens only while fewer segments are open (its own, about to be sealed,
+ * not counted), checked under s->lock before the page is taken and again
+ * after (a page taken past the cap goes back): -EUSERS. Two threads that
+ * each replace their own may pass the cap by one for an instant.
  *
  * Concurrency:
  *   s->lock (LOCK_RANK_CLASS: the packed store is one more claimant of
@@ -76,6 +80,7 @@ struct seg {
     uint32_t open_count;
     void (*page_open)(void *arg, uint32_t page);
     void *page_arg;
+    uint32_t open_max;   /* 0: no cap */
     uint32_t head, tail; /* age list: oldest, newest */
     uint32_t nstate[SEG_EVICTING + 1];
     uint64_t opened, freed;
@@ -125,6 +130,7 @@ seg_create(const struct seg_config *cfg, struct pool *pool, struct seg **out)
     s->open_count = cfg->open_count;
     s->page_open = cfg->page_open;
     s->page_arg = cfg->page_arg;
+    s->open_max = cfg->open_max;
     s->head = s->tail = SEG_NO_PAGE;
     s->nstate[SEG_FREE] = npages;
     for (uint32_t p = 0; p < npages; p++)
@@ -258,22 +264,44 @@ write_header(struct seg *s, uint32_t page, const struct seg_rec *r)
     s->ops.store32(&h->hcrc, crc ? crc : 1);
 }
 
-/* A new segment for bucket b owned by o: 0 with *page, or -ENOSPC. */
+/* Whether one more segment may open; replacing: the caller seals one of
+ * its own right after. Under s->lock. */
+static bool
+may_open_locked(const struct seg *s, bool replacing)
+{
+    return s->open_max == 0 ||
+           s->nstate[SEG_OPEN] - (replacing ? 1u : 0u) < s->open_max;
+}
+
+/* A new segment for bucket b owned by o: 0 with *page, -ENOSPC or -EUSERS
+ * (the cap; replacing as for may_open_locked). */
 static int
 open_segment(struct seg *s, const struct seg_open *o, unsigned b,
-             uint32_t *page)
+             bool replacing, uint32_t *page)
 {
     uint32_t now = clock_now();
     struct seg_rec *r;
     uint32_t p;
     int rc;
 
+    if (s->open_max) { /* no page taken and put back in the common case */
+        lock_acquire(&s->lock);
+        bool may = may_open_locked(s, replacing);
+        lock_release(&s->lock);
+        if (!may)
+            return -EUSERS;
+    }
     rc = pool_page_get(s->pool, &p);
     if (rc != 0)
         return rc;
     r = &s->rec[p];
     lock_acquire(&s->lock);
     assert(r->state == SEG_FREE);
+    if (!may_open_locked(s, replacing)) { /* others opened meanwhile */
+        lock_release(&s->lock);
+        pool_page_put(s->pool, p);
+        return -EUSERS;
+    }
     r->seq_base =
         atomic_fetch_add_explicit(s->seq, SEG_SEQ_BLOCK, memory_order_relaxed) +
         1;
@@ -323,7 +351,7 @@ seg_reserve(struct seg *s, struct seg_open *o, unsigned b, uint32_t n,
         if (likely(n4 <= POOL_PAGE_SIZE - woff))
             goto take;
     }
-    rc = open_segment(s, o, b, &fresh);
+    rc = open_segment(s, o, b, page != SEG_NO_PAGE, &fresh);
     if (rc != 0)
         return rc;
     if (page != SEG_NO_PAGE)
@@ -542,11 +570,18 @@ seg_stats(struct seg *s, struct seg_stats *out)
 {
     lock_acquire(&s->lock);
     out->open = s->nstate[SEG_OPEN];
+    out->open_max = s->open_max;
     out->sealed = s->nstate[SEG_SEALED];
     out->evicting = s->nstate[SEG_EVICTING];
     out->opened = s->opened;
     out->freed = s->freed;
     lock_release(&s->lock);
+}
+
+uint64_t
+seg_dram_bytes(const struct seg *s)
+{
+    return sizeof(*s) + (uint64_t)s->npages * sizeof(*s->rec);
 }
 
 /* A broken rule: its sentence in err_msg(), -EUCLEAN. */

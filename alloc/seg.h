@@ -71,6 +71,9 @@ struct seg_config {
      * segment in its restart page table). */
     void (*page_open)(void *arg, uint32_t page);
     void *page_arg;
+    /* At most this many segments open at once (0: no cap). A small pool
+     * whose every page is some thread's open segment has none to evict. */
+    uint32_t open_max;
 };
 
 /* A thread's open segments, one per TTL bucket (SEG_NO_PAGE: none). Lives
@@ -101,6 +104,7 @@ struct seg_info {
 
 struct seg_stats {
     uint32_t open;
+    uint32_t open_max; /* the cap, 0 none */
     uint32_t sealed;
     uint32_t evicting;
     uint64_t opened; /* segments opened since create */
@@ -126,8 +130,9 @@ void seg_open_init(struct seg_open *o, uint16_t owner);
  * the offset at least SEG_HEADER_SIZE and 4-aligned). When it does not fit
  * (or o has no segment for b) a new segment is opened and the old one
  * sealed. 0; -EINVAL (b out of range, n 0); -E2BIG (n > SEG_PAYLOAD);
- * -ENOSPC (the pool has no free page: o's segment of b, if any, stays open
- * and untouched). Context: o's owner. Locks: none while the span fits,
+ * -ENOSPC (the pool has no free page) or -EUSERS (open_max segments are
+ * open and o has none for b to give up): o's segment of b, if any, stays
+ * open and untouched. Context: o's owner. Locks: none while the span fits,
  * else pool, then the segment lock, one after the other. PMEM: the new
  * segment's header, no lock held. */
 int seg_reserve(struct seg *s, struct seg_open *o, unsigned b, uint32_t n,
@@ -178,3 +183,5 @@ int seg_check(struct seg *s);
 /* Snapshots. Locks: the segment lock. */
 void seg_info(struct seg *s, uint32_t page, struct seg_info *out);
 void seg_stats(struct seg *s, struct seg_stats *out);
+/* The DRAM the store keeps (its records and itself), in bytes. */
+uint64_t seg_dram_bytes(const struct seg *s);

@@ -310,7 +310,8 @@ struct tc_stats {
     uint64_t pmem_pages_free;  /* pages in the pool, not in any class */
     bool pmem_is_pmem;         /* libpmem says real PMEM */
     uint64_t dram_index_bytes; /* hash index (buckets + overflow) */
-    uint64_t dram_meta_bytes;  /* page info, bitmaps, class tables */
+    uint64_t dram_meta_bytes;  /* page info, bitmaps, class tables,
+                                  segment records */
     uint64_t quota_refills;    /* batches taken by thread quotas */
     uint64_t index_buckets;    /* home buckets of the index now */
     uint64_t index_overflow_buckets;
@@ -373,6 +374,8 @@ struct tc_stats {
     /* the packed small-item store (zero when packed_item_max is 0) */
     uint64_t packed_items;            /* packed items in the index */
     uint64_t packed_segments;         /* segments open or sealed */
+    uint64_t packed_segments_open;    /* of those, open (capped at 1/8
+                                         of the pages) */
     uint64_t packed_bytes_live;       /* bytes of those items */
     uint64_t packed_bytes_dead;       /* replaced or deleted, not yet
                                          evicted with their segment */
@@ -484,6 +487,7 @@ struct tc_stats {
 #define TC_STATS_PACKED(X)                                                     \
     X(PACKED_ITEMS,      packed_items,      "packed_items",      GAUGE)        \
     X(PACKED_SEGMENTS,   packed_segments,   "packed_segments",   GAUGE)        \
+    X(PACKED_SEGS_OPEN,  packed_segments_open, "packed_segments_open", GAUGE)  \
     X(PACKED_BYTES_LIVE, packed_bytes_live, "packed_bytes_live", GAUGE)        \
     X(PACKED_BYTES_DEAD, packed_bytes_dead, "packed_bytes_dead", GAUGE)        \
     X(PACKED_SEGS_EVICTED, packed_segments_evicted,                            \

@@ -987,6 +987,11 @@ open_packed(struct cache *c)
         .page_open = seg_page_open,
         .page_arg = c,
     };
+    /* open segments at most 1/8 of the pages (one at least): beyond it a
+     * store goes to a slab, so that sealed segments are left to evict
+     * (doc/design/small-items.md, "Risks") */
+    uint32_t pages = pool_limit(c->pool);
+    sc.open_max = pages / 8 ? pages / 8 : 1;
     c->packed_time = calloc(pool_npages(c->pool), sizeof(*c->packed_time));
     if (!c->packed_time) {
         err_set("no DRAM for the packed store's segment times");

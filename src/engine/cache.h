@@ -231,6 +231,7 @@ struct cache {
     pthread_mutex_t admin CACHE_ALIGNED;
     struct slab_cursor sweep_cur[SLAB_MAX_CLASSES];
     unsigned sweep_cls;
+    uint32_t packed_sweep_page;     /* the next page the sweep looks at */
     _Atomic uint32_t shrink_target; /* pages wanted after a pending shrink,
                                        0 none */
     /* Page moves waiting for chunks other threads hold (their stashes,

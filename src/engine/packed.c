@@ -20,7 +20,13 @@
  * its segment opens, so a segment opened before a flush_all would give
  * later items sequences at or below the flush watermark: a reservation in
  * such a segment is dropped (its slot stays 0: the segment's items end
- * there) and the segment sealed, the item goes to a new one.
+ * there) and the segment sealed, the item goes to a new one. A delayed
+ * flush that is due is applied before the reservation (store.c's
+ * prepare_packed), so a set that finds it due is never covered by it. One
+ * that another thread fires between a set's reservation and its
+ * publication covers that item (at most one a thread): the set ran
+ * concurrently with the flush, as a slab item whose CAS was taken just
+ * before it fired.
  *
  * Eviction (FIFO): with no free page, the oldest sealed segment is taken
  * (seg_evict_oldest stores hcrc = 0 first), walked, and each committed
@@ -36,6 +42,18 @@
  * item of a sealed segment is either in the index or being retired so:
  * its writer published it or invalidated it (a failed store) before it
  * reserved again, and only a reserve seals.
+ *
+ * Open segments: at most seg's open_max (the engine: 1/8 of the pages);
+ * a store past it goes to a slab (seg_reserve's -EUSERS), so that a small
+ * pool with many threads keeps sealed segments to evict. With no free page
+ * and nothing sealed, a thread seals its own full segment and evicts it.
+ *
+ * Expiry sweep (packed_sweep, under the sweep's c->admin): sealed
+ * segments' committed items, each expired or flushed one unlinked if its
+ * slot still names it (bucket lock), counted as UNLINK_SWEPT and
+ * invalidated (commit = 1) as any unlinker's. The walk runs inside an RCU
+ * read section begun before it saw the segment sealed: its eviction waits
+ * for a grace period before the page goes. Open segments are not walked.
  *
  * Concurrency: no state of its own beyond struct cache's seg (alloc/seg.c
  * states its lock) and each thread's struct seg_open (its owner's only).
@@ -53,10 +71,9 @@
  * committed items newest-wins against slab items and other copies by the
  * derived sequence, and adopts the segment sealed (seg_adopt).
  *
- * Not built yet (the design's later slices): TTL buckets and eager expiry,
- * exp16, merge eviction with the slot's REF bit, the slot's FETCHED and WIN
- * bits (meta h, N, R read as for an unfetched item without a win), donor rules
- * between slabs and segments.
+ * Not built yet (the design's later slices): TTL buckets and eager expiry
+ * of whole segments, exp16, merge eviction with the slot's REF bit, shared
+ * segments past the open cap, donor rules between slabs and segments.
  */
 #include "src/engine/packed.h"
 
@@ -105,9 +122,16 @@ packed_reserve(struct cache_thread *t, uint32_t size, uint64_t *head)
 
     for (int tries = 0; tries < 4; tries++) {
         rc = seg_reserve(c->seg, &t->so, 0, size, &off);
+        if (rc == -EUSERS) /* the cap of open segments: a slab takes it */
+            return -ENOSPC;
         if (rc == -ENOSPC) {
-            if (!packed_evict_oldest(t))
+            if (packed_evict_oldest(t))
+                continue;
+            /* every segment is open: this thread's own (too full for
+             * this item) is sealed, to be evicted on the next round */
+            if (t->so.page[0] == SEG_NO_PAGE)
                 return -ENOSPC;
+            seg_seal(c->seg, &t->so, 0);
             continue;
         }
         if (rc)
@@ -263,6 +287,71 @@ packed_evict_page(struct cache_thread *t, uint32_t page)
         return si.state == SEG_FREE ? 0 : -EBUSY;
     evict_walk(t, page);
     return 1;
+}
+
+/* packed_sweep on one page: the items walked, *n the ones unlinked. */
+static unsigned
+sweep_page(struct cache_thread *t, uint32_t page, uint32_t now, int *n)
+{
+    struct cache *c = t->cache;
+    uint64_t pbase = (uint64_t)page << POOL_PAGE_SHIFT;
+    struct seg_info si;
+    struct pitem_walk w;
+    struct pitem_view v;
+    unsigned walked = 0;
+
+    /* a sealed segment seen inside the section stays until it ends: its
+     * eviction waits for a grace period before the page goes */
+    cache_read_lock();
+    seg_info(c->seg, page, &si);
+    if (si.state != SEG_SEALED) {
+        cache_read_unlock();
+        return 0;
+    }
+    pitem_walk_init(&w, c->base + pbase, POOL_PAGE_SIZE, si.seq_base, false);
+    while (pitem_walk_next(&w, &v) == 1) {
+        walked++;
+        uint64_t off = cache_packed_off(pbase + v.off);
+        enum cache_dead dead = cache_packed_dead(c, off, &v, now);
+        if (dead == CACHE_LIVE)
+            continue;
+        struct htab_bucket *b =
+            htab_lock(c->htab, cache_hash(c, v.key, v.klen));
+        _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(off));
+        uint64_t word =
+            slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
+        if (slot)
+            htab_remove_locked(c->htab, slot);
+        htab_unlock(b);
+        if (!slot)
+            continue; /* replaced, deleted, reaped or evicted meanwhile */
+        /* the slot's word: its FETCHED bit for expired_unfetched */
+        off = cache_off(htab_slot_loc(word));
+        cache_account_unlink(t, off, dead, UNLINK_SWEPT);
+        cache_stat_inc(t, ST_SWEEP_RECLAIMED);
+        cache_defer_free(t, off); /* commit = 1: an eviction waits for it */
+        (*n)++;
+    }
+    cache_read_unlock();
+    return walked;
+}
+
+int
+packed_sweep(struct cache_thread *t, unsigned budget)
+{
+    struct cache *c = t->cache;
+    if (!c->seg)
+        return 0;
+    uint32_t npages = pool_npages(c->pool);
+    uint32_t now = clock_now();
+    unsigned walked = 0;
+    int n = 0;
+    for (uint32_t i = 0; i < npages && walked < budget; i++) {
+        uint32_t page = c->packed_sweep_page;
+        c->packed_sweep_page = page + 1 < npages ? page + 1 : 0;
+        walked += sweep_page(t, page, now, &n);
+    }
+    return n;
 }
 
 bool

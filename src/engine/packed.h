@@ -58,6 +58,14 @@ int packed_evict_oldest(struct cache_thread *t);
  * seals it when full, or when it leaves). Context: as
  * packed_evict_oldest. */
 int packed_evict_page(struct cache_thread *t, uint32_t page);
+/* The expiry sweep's part: the expired (or flushed) items of sealed
+ * segments leave the index, counted as the slab sweep's are
+ * (expired_unfetched, tc_sweep_reclaimed) and invalidated. Looks at pages
+ * from a cursor until it walked about budget items or every page once.
+ * The number unlinked. Context: the sweep's (c->admin held), no lock, no
+ * RCU read section. */
+int packed_sweep(struct cache_thread *t, unsigned budget);
+
 /* Whether page holds a segment (open, sealed or being evicted). */
 bool packed_page_held(struct cache *c, uint32_t page);
 

@@ -415,6 +415,7 @@ reclaim_sweep(struct cache_thread *t, unsigned budget)
     uint64_t offs[64];
     int reclaimed = 0;
     unsigned ncls = slab_nclasses(c->slab);
+    unsigned packed_budget = budget;
 
     pthread_mutex_lock(&c->admin);
     for (unsigned step = 0; step < ncls && budget > 0; step++) {
@@ -438,6 +439,8 @@ reclaim_sweep(struct cache_thread *t, unsigned budget)
         if (c->sweep_cur[cls].page_idx == 0 && c->sweep_cur[cls].chunk < look)
             c->sweep_cls = (cls + 1) % ncls;
     }
+    /* the packed store's sealed segments, as many items again */
+    reclaimed += packed_sweep(t, packed_budget);
     pthread_mutex_unlock(&c->admin);
     cache_defer_flush(t);
     return reclaimed;

@@ -224,7 +224,13 @@ prepare_packed(struct cache_thread *t, const struct store_req *r,
         return -1;
     uint32_t size = packed_size(t->cache, r->klen, r->hdr.vlen, r->hdr.flags,
                                 r->hdr.exptime, r->cas_new);
-    if (!size || packed_reserve(t, size, head) != 0)
+    if (!size)
+        return -1;
+    /* a delayed flush due now takes effect before the span is reserved
+     * (commit's check would be too late: the span's sequence is fixed at
+     * its segment's open, so packed_reserve seals a segment it covers) */
+    cache_flush_check(t->cache, r->now);
+    if (packed_reserve(t, size, head) != 0)
         return -1;
     return 0;
 }

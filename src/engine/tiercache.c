@@ -607,10 +607,16 @@ tc_stats(struct tc_cache *tc, struct tc_stats *out)
         seg_stats(c->seg, &ss);
         out->total_malloced += (uint64_t)(ss.open + ss.sealed + ss.evicting)
                                << POOL_PAGE_SHIFT;
+        /* the row's counter is never moved: the records know */
+        out->packed_segments_open = ss.open;
     }
     out->pmem_is_pmem = region_is_pmem(c->region);
     out->dram_index_bytes = htab_dram_bytes(c->htab);
     out->dram_meta_bytes = slab_dram_bytes(c->slab);
+    if (c->seg) /* the segment records and each page's packed time */
+        out->dram_meta_bytes +=
+            seg_dram_bytes(c->seg) +
+            (uint64_t)pool_npages(c->pool) * sizeof(*c->packed_time);
     out->index_buckets = htab_nbuckets(c->htab);
     out->index_overflow_buckets = htab_noverflow(c->htab);
     out->index_growing = htab_growing(c->htab);

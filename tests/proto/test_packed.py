@@ -60,11 +60,18 @@ def test_stats_settings_and_rows(c):
     assert stats(c, "settings")["packed_item_max"] == "1024"
     c.cmd(b"set rows 0 0 3\r\nabc\r\n", b"STORED\r\n")
     s = stats(c)
-    for row in ("packed_items", "packed_segments", "packed_bytes_live",
-                "packed_bytes_dead", "packed_segments_evicted"):
+    for row in ("packed_items", "packed_segments", "packed_segments_open",
+                "packed_bytes_live", "packed_bytes_dead",
+                "packed_segments_evicted"):
         assert row in s, row
     assert int(s["packed_items"]) >= 1
     assert int(s["packed_segments"]) >= 1
+    # the connection's worker holds one open; at most 1/8 of the pages
+    pages = int(s["tc_pmem_pages_total"])
+    assert 1 <= int(s["packed_segments_open"]) <= max(1, pages // 8)
+    assert int(s["packed_segments_open"]) <= int(s["packed_segments"])
+    # the segment records (64 bytes a page) are in the DRAM metadata
+    assert int(s["tc_dram_meta_bytes"]) >= 64 * pages
     assert int(s["curr_items"]) >= int(s["packed_items"])
 
 

@@ -362,6 +362,52 @@ test_stats_reset(void **state)
     STAT_EQ(s, cmd_get, 1);
 }
 
+/* The sweep visits packed items too: those of sealed segments that
+ * expired leave the index, counted as the slab sweep's are. */
+static void
+test_sweep_packed(void **state)
+{
+    struct fx *f = *state;
+    f->cfg.packed_item_max = 1024;
+    fx_reopen(f);
+    char k[24], v[100];
+    const unsigned n = 12000; /* more than a segment (about 8,455) */
+    memset(v, 'x', sizeof(v));
+    for (unsigned i = 0; i < n; i++) {
+        snprintf(k, sizeof(k), "sw%06u", i);
+        put(f->c, k, v, sizeof(v), 0, i < 10000 ? 10 : 0);
+    }
+    /* ten read before they expire: not unfetched */
+    for (unsigned i = 0; i < 10; i++) {
+        snprintf(k, sizeof(k), "sw%06u", i);
+        check_val(f->c, k, v, sizeof(v));
+    }
+    struct tc_stats s = stats(f->c);
+    assert_true(s.packed_items == n);
+    assert_true(s.packed_segments >= 2);
+    tc_clock_advance(11);
+    uint64_t swept = 0;
+    for (unsigned step = 0; step < 64; step++) {
+        tc_maintain(f->c);
+        s = stats(f->c);
+        if (s.sweep_reclaimed == swept && swept > 0)
+            break;
+        swept = s.sweep_reclaimed;
+    }
+    /* at least the first segment's (sealed) expired items are gone; the
+     * open segment's wait for the next reader or their segment's end */
+    assert_true(s.sweep_reclaimed >= 8000);
+    assert_true(s.sweep_reclaimed <= 10000);
+    STAT_EQ(s, expired_unfetched, s.sweep_reclaimed - 10);
+    STAT_EQ(s, packed_items, n - s.sweep_reclaimed);
+    STAT_EQ(s, curr_items, n - s.sweep_reclaimed);
+    STAT_EQ(s, evictions, 0);
+    check_miss(f->c, "sw000000");
+    snprintf(k, sizeof(k), "sw%06u", n - 1);
+    check_val(f->c, k, v, sizeof(v));
+    check_ok(f->c);
+}
+
 int
 main(void)
 {
@@ -375,6 +421,7 @@ main(void)
         TC_TEST(test_flush_all_replaces_pending),
         TC_TEST(test_stats_counters),
         TC_TEST(test_stats_reset),
+        TC_TEST(test_sweep_packed),
     };
     /* TC_TEST_FILTER=<glob> runs only the matching tests */
     const char *filter = getenv("TC_TEST_FILTER");

@@ -87,6 +87,8 @@ struct fixture {
     uint32_t *seen; /* bitmap over the pool, one bit per 4 bytes */
 };
 
+static uint32_t fixture_open_max; /* the next fixture's cap (0: none) */
+
 static struct fixture *
 fixture_new(uint32_t npages, uint64_t seq0)
 {
@@ -95,6 +97,7 @@ fixture_new(uint32_t npages, uint64_t seq0)
     struct seg_config cfg = {
         .ops = {rec_copy, rec_store32, rec_fence, nvs_crc32c},
         .open_count = 7,
+        .open_max = fixture_open_max,
     };
 
     assert_non_null(f);
@@ -564,6 +567,45 @@ test_enospc_keeps_open(void **state)
     check(f);
 }
 
+/* With open_max 2, a third owner gets -EUSERS and takes no page; an
+ * owner at the cap may still replace its full segment; once one seals,
+ * the third opens. */
+static void
+test_open_cap(void **state)
+{
+    fixture_open_max = 2;
+    struct fixture *f = fixture_new(8, 0);
+    fixture_open_max = 0;
+    struct seg_open o1, o2, o3;
+    struct seg_stats st;
+    uint64_t a, b, c;
+
+    *state = f;
+    seg_open_init(&o1, 1);
+    seg_open_init(&o2, 2);
+    seg_open_init(&o3, 3);
+    assert_int_equal(seg_reserve(f->seg, &o1, 0, SEG_PAYLOAD, &a), 0);
+    assert_int_equal(seg_reserve(f->seg, &o2, 0, 8, &b), 0);
+    uint32_t nfree = pool_nfree(f->pool);
+    assert_int_equal(seg_reserve(f->seg, &o3, 0, 8, &c), -EUSERS);
+    assert_int_equal(pool_nfree(f->pool), nfree);
+    assert_int_equal(o3.page[0], SEG_NO_PAGE);
+    /* o1's segment is full: its next one replaces it */
+    assert_int_equal(seg_reserve(f->seg, &o1, 0, 8, &c), 0);
+    assert_int_equal(state_of(f, page_of(a)), SEG_SEALED);
+    seg_stats(f->seg, &st);
+    assert_int_equal(st.open, 2);
+    assert_int_equal(st.open_max, 2);
+    /* a second bucket of o2 is one more segment: refused */
+    assert_int_equal(seg_reserve(f->seg, &o2, 1, 8, &c), -EUSERS);
+    seg_seal(f->seg, &o2, 0);
+    assert_int_equal(seg_reserve(f->seg, &o3, 0, 8, &c), 0);
+    seg_stats(f->seg, &st);
+    assert_int_equal(st.open, 2);
+    assert_true(seg_dram_bytes(f->seg) >= 8 * 64);
+    check(f);
+}
+
 static uint32_t
 expect_hcrc(const struct seg_header *h)
 {
@@ -855,6 +897,7 @@ main(void)
         cmocka_unit_test_teardown(test_age_order, teardown),
         cmocka_unit_test_teardown(test_free_returns_pages, teardown),
         cmocka_unit_test_teardown(test_enospc_keeps_open, teardown),
+        cmocka_unit_test_teardown(test_open_cap, teardown),
         cmocka_unit_test_teardown(test_header, teardown),
         cmocka_unit_test_teardown(test_adopt, teardown),
         cmocka_unit_test_teardown(test_two_threads, teardown),

@@ -235,6 +235,28 @@ test_general_follows_table(void **state)
     check_general(f->c, false);
 }
 
+/* With the packed store: its rows printed (packed_segments_open among
+ * them) with tc_stats()'s values, one segment open, and its records in
+ * tc_dram_meta_bytes. */
+static void
+test_general_packed(void **state)
+{
+    struct fx *f = *state;
+    uint64_t meta_off = stats(f->c).dram_meta_bytes;
+    tc_close(f->c);
+    f->c = NULL;
+    f->cfg.packed_item_max = 1024;
+    assert_int_equal(fx_open(f), 0);
+    traffic(f->c);
+    struct tc_stats t = stats(f->c);
+    assert_true(t.packed_segments >= 1);
+    assert_int_equal(t.packed_segments_open, 1);
+    /* a 64-byte record for each page at least */
+    assert_true(t.dram_meta_bytes >=
+                meta_off + t.pmem_pages_total * (uint64_t)64);
+    check_general(f->c, false);
+}
+
 static void
 test_general_with_tier(void **state)
 {
@@ -460,6 +482,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         TC_TEST(test_general_follows_table),
+        TC_TEST(test_general_packed),
         TC_TEST(test_general_with_tier),
         TC_TEST(test_reset_zeroes_counters_only),
         TC_TEST(test_class_counters),
