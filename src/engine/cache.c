@@ -649,7 +649,7 @@ cache_reclaim_limbo(struct cache_thread *t)
      * hints may still prefetch through them (alloc/slab.h) */
     struct slab_retired *tables = slab_retired_take(c->slab);
     /* and the index's old tables, once a doubling ended */
-    struct htab_table *index = htab_retired_take(c->htab);
+    struct htab_retired *index = htab_retired_take(c->htab);
     if (!list && !tables && !index)
         return 0;
     /* every item on the list was unlinked before it was queued, and every

@@ -37,7 +37,11 @@ struct htab_table {
     int64_t grow_items; /* doubles past this many entries; h->grow_lock */
     /* Apart from the read-only fields above, which every lookup reads. */
     _Atomic uint64_t reserve_next CACHE_ALIGNED;
-    _Atomic uint64_t noverflow;
+    _Atomic uint64_t noverflow; /* overflow buckets linked in chains */
+    _Atomic uint64_t nheap;     /* of them, from aligned_alloc */
+    /* unlinked reserve buckets back after their grace period, linked
+     * through ->home: h->ovf_lock (relaxed loads to peek without it) */
+    struct htab_bucket *_Atomic free_head;
 };
 
 /* One stripe of the entry count (htab_count.c). */
@@ -57,6 +61,14 @@ struct htab {
     struct htab_table *tables;  /* every descriptor, for htab_destroy */
     _Atomic uint64_t grows;
     int64_t seen[HTAB_STRIPES]; /* each n at the last limits; grow_lock */
+    /* innermost: taken under a bucket lock or h->grow_lock, takes none */
+    pthread_mutex_t ovf_lock;
+    /* unlinked overflow buckets waiting for htab_retired_take, linked
+     * through ->home: ovf_lock (relaxed loads to peek without it) */
+    struct htab_bucket *_Atomic pend;
+    uint64_t npend; /* on pend: ovf_lock */
+    /* heap buckets unlinked and not yet freed: htab_dram_bytes */
+    _Atomic uint64_t pend_heap;
     struct htab_stripe stripe[HTAB_STRIPES];
 };
 
