@@ -734,6 +734,19 @@ cache_match_key_warm(void *arg, uint64_t loc)
     return item_key_equals(item_at(k->c->base, off), k->key, k->klen);
 }
 
+/* The index's pend hook (htab_set_pend_hook): overflow buckets it
+ * unlinked pile up for a grace period; the maintenance thread takes them
+ * (cache_reclaim_limbo) at its next kick instead of its next second.
+ * Under a bucket lock: an exchange and a signal, no lock. */
+static void
+cache_index_kick(void *arg)
+{
+    struct cache *c = arg;
+    if (c->bg_running &&
+        !atomic_exchange_explicit(&c->bg_kick, true, memory_order_relaxed))
+        pthread_cond_signal(&c->bg_cond);
+}
+
 /* The index's rehash function (htab_set_grow): the full hash of the key of
  * the item at loc, which its home bucket's lock keeps indexed (so not
  * freed). PMEM: reads the key. */
@@ -1036,6 +1049,7 @@ open_memory(struct cache *c)
     if (rcode)
         return rcode;
     htab_set_grow(c->htab, cache_rehash, c, CACHE_INDEX_HELP);
+    htab_set_pend_hook(c->htab, cache_index_kick, c);
     rcode = open_packed(c);
     if (rcode)
         return rcode;

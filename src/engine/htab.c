@@ -60,8 +60,12 @@
  *   t->noverflow     relaxed counters: stats and htab_dram_bytes
  *   t->nheap
  *   h->ovf_lock      a mutex, innermost (taken under a bucket lock or
- *                    h->grow_lock, takes nothing): h->pend, h->npend,
- *                    every t->free_head
+ *                    h->grow_lock, takes nothing): h->pend, h->npend
+ *                    (read relaxed without it: a bound), every
+ *                    t->free_head. The remover that brings h->npend to
+ *                    the kick mark calls h->pend_hook (set before other
+ *                    threads run) under its bucket lock, after ovf_lock;
+ *                    past the cap it leaves an emptied bucket linked
  *   t->grow_items    entries past which t doubles: h->grow_lock
  *   h->stripe, seen  the entry count that asks for a doubling: see
  *                    htab_count.c
@@ -129,6 +133,17 @@
  * past the reserve (a quarter; mmap'd, so backed only as it is handed
  * out), aligned_alloc. */
 #define HTAB_RESERVE_DIV 4
+/* Unlinked overflow buckets waiting for a grace period: past a table's
+ * home buckets / KICK_DIV (or PEND_MIN) the pend hook asks for a take
+ * (htab_set_pend_hook); at most home buckets / PEND_DIV (or PEND_MIN)
+ * wait. Past that a bucket left empty stays linked (its chain reuses it;
+ * it is unlinked once a later remove empties it again), so a caller that
+ * takes them seldom holds a bounded number, not a growing pile of heap
+ * buckets past the used reserve. Under churn about one insert in ten
+ * makes an overflow bucket (a home bucket at 4 entries of 6 on average). */
+#define HTAB_KICK_DIV 64
+#define HTAB_PEND_DIV 8
+#define HTAB_PEND_MIN 64
 /* A failed start (no memory) tries again after this many more entries:
  * nbuckets * HTAB_SLOTS / RETRY_DIV. */
 #define HTAB_RETRY_DIV 32
@@ -267,7 +282,7 @@ htab_pend_drop(struct htab *h)
         atomic_load_explicit(&h->pend, memory_order_relaxed);
 
     atomic_store_explicit(&h->pend, NULL, memory_order_relaxed);
-    h->npend = 0;
+    atomic_store_explicit(&h->npend, 0, memory_order_relaxed);
     while (b != NULL) {
         struct htab_bucket *next = b->home;
 
@@ -347,6 +362,7 @@ htab_create(uint64_t expected_items, struct htab **out)
     }
     atomic_init(&h->pend, NULL);
     atomic_init(&h->pend_heap, 0);
+    atomic_init(&h->npend, 0);
     h->tables = t;
     atomic_init(&h->tab, t);
     atomic_init(&h->grows, 0);
@@ -386,6 +402,13 @@ htab_destroy(struct htab *h)
     pthread_mutex_destroy(&h->ovf_lock);
     pthread_mutex_destroy(&h->grow_lock);
     free(h);
+}
+
+void
+htab_set_pend_hook(struct htab *h, htab_pend_fn *fn, void *arg)
+{
+    h->pend_hook = fn;
+    h->pend_arg = arg;
 }
 
 void
@@ -752,7 +775,7 @@ htab_retired_take(struct htab *h)
 
     pthread_mutex_lock(&h->grow_lock);
     pthread_mutex_lock(&h->ovf_lock);
-    n = h->npend;
+    n = atomic_load_explicit(&h->npend, memory_order_relaxed);
     if (h->retired != NULL || n > 0)
         r = malloc(sizeof(*r) + n * sizeof(r->bucket[0]));
     if (r != NULL) {
@@ -766,7 +789,7 @@ htab_retired_take(struct htab *h)
         assert(b == NULL);
         r->nbuckets = n;
         atomic_store_explicit(&h->pend, NULL, memory_order_relaxed);
-        h->npend = 0;
+        atomic_store_explicit(&h->npend, 0, memory_order_relaxed);
         r->tables = h->retired;
         h->retired = NULL;
     }
@@ -1114,6 +1137,10 @@ htab_unlink_empty(struct htab *h, struct htab_bucket *b)
         if (b >= t->buckets && b < t->buckets + t->nbuckets)
             return;
     home = b->home;
+    t = htab_table_of(h, home);
+    if (atomic_load_explicit(&h->npend, memory_order_relaxed) >=
+        MAX(t->nbuckets / HTAB_PEND_DIV, HTAB_PEND_MIN))
+        return;
     assert(htab_is_locked(home));
     assert(!atomic_load_explicit(&home->moved, memory_order_relaxed));
     p = home;
@@ -1132,7 +1159,6 @@ htab_unlink_empty(struct htab *h, struct htab_bucket *b)
     atomic_store_explicit(&p->next,
                           atomic_load_explicit(&b->next, memory_order_relaxed),
                           memory_order_release);
-    t = htab_table_of(h, home);
     atomic_fetch_sub_explicit(&t->noverflow, 1, memory_order_relaxed);
     if (!htab_in_reserve(t, b)) {
         atomic_fetch_sub_explicit(&t->nheap, 1, memory_order_relaxed);
@@ -1141,8 +1167,12 @@ htab_unlink_empty(struct htab *h, struct htab_bucket *b)
     pthread_mutex_lock(&h->ovf_lock);
     b->home = atomic_load_explicit(&h->pend, memory_order_relaxed);
     atomic_store_explicit(&h->pend, b, memory_order_relaxed);
-    h->npend++;
+    uint64_t n = atomic_load_explicit(&h->npend, memory_order_relaxed) + 1;
+    atomic_store_explicit(&h->npend, n, memory_order_relaxed);
     pthread_mutex_unlock(&h->ovf_lock);
+    if (n == MAX(t->nbuckets / HTAB_KICK_DIV, HTAB_PEND_MIN) &&
+        h->pend_hook != NULL)
+        h->pend_hook(h->pend_arg);
 }
 
 void

@@ -115,6 +115,12 @@ int htab_resize_empty(struct htab *h, uint64_t nbuckets);
  * then): htab_create's rule, for htab_resize_empty. */
 uint64_t htab_buckets_for(uint64_t items);
 
+/* Called when enough unlinked overflow buckets wait for a take (a
+ * caller that takes them seldom can be asked to take them now). Context:
+ * a writer, under a bucket lock: it must not block. Set before other
+ * threads use h. */
+typedef void htab_pend_fn(void *arg);
+void htab_set_pend_hook(struct htab *h, htab_pend_fn *fn, void *arg);
 /* Old tables and unlinked overflow buckets: take them before a grace
  * period (NULL: nothing to free), free them after it (reserve buckets go
  * back to their table for reuse). */

@@ -54,7 +54,9 @@ struct htab {
     struct htab_table *_Atomic tab; /* lookups start here */
     htab_rehash_fn *rehash;         /* NULL: the table never grows */
     void *rehash_arg;
-    unsigned help; /* home buckets a writer moves in htab_lock */
+    unsigned help;           /* home buckets a writer moves in htab_lock */
+    htab_pend_fn *pend_hook; /* set before other threads use h */
+    void *pend_arg;
     pthread_mutex_t grow_lock CACHE_ALIGNED;
     uint64_t cursor;            /* next old bucket to move */
     struct htab_table *retired; /* buckets waiting for a grace period */
@@ -66,7 +68,8 @@ struct htab {
     /* unlinked overflow buckets waiting for htab_retired_take, linked
      * through ->home: ovf_lock (relaxed loads to peek without it) */
     struct htab_bucket *_Atomic pend;
-    uint64_t npend; /* on pend: ovf_lock */
+    /* on pend: written under ovf_lock, read without it (a bound) */
+    _Atomic uint64_t npend;
     /* heap buckets unlinked and not yet freed: htab_dram_bytes */
     _Atomic uint64_t pend_heap;
     struct htab_stripe stripe[HTAB_STRIPES];

@@ -563,6 +563,52 @@ test_unlink_mid_chain(void **state)
                 locs[k]);
 }
 
+static unsigned pend_calls;
+
+static void
+count_pend(void *arg)
+{
+    (void)arg;
+    pend_calls++;
+}
+
+/* The pend hook is called once as the unlinked buckets waiting reach 64
+ * (a 64-bucket table); past the most that may wait (64 too) an emptied
+ * bucket stays linked, and its chain reuses it. */
+static void
+test_pend_hook_and_cap(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    const uint64_t hash = craft_hash(0x4242, 7);
+    const uint64_t n = HTAB_SLOTS * 71; /* home and 70 overflow buckets */
+    uint64_t base = st->next;
+    struct htab_bucket *b;
+
+    assert_int_equal(htab_create(0, &f->h), 0);
+    pend_calls = 0;
+    htab_set_pend_hook(f->h, count_pend, NULL);
+    for (uint64_t k = 0; k < n; k++)
+        assert_int_equal(insert(f->h, hash, fake_put(st, k)), 0);
+    assert_int_equal(htab_noverflow(f->h), 70);
+    b = htab_lock(f->h, hash);
+    for (uint64_t k = 0; k < n; k++)
+        htab_remove_locked(f->h, htab_find_loc_locked(b, base + k));
+    htab_unlock(b);
+    assert_int_equal(pend_calls, 1);
+    assert_int_equal(htab_noverflow(f->h), 70 - 64);
+    htab_retired_free(f->h, htab_retired_take(f->h));
+    assert_null(htab_retired_take(f->h));
+    /* the 6 left linked take new entries first: no bucket is added */
+    for (uint64_t k = 0; k < HTAB_SLOTS * 7; k++)
+        assert_int_equal(insert(f->h, hash, fake_put(st, n + k)), 0);
+    assert_int_equal(htab_noverflow(f->h), 6);
+    for (uint64_t k = 0; k < HTAB_SLOTS * 7; k++) {
+        struct probe p = {st, n + k};
+        assert_int_not_equal(htab_lookup_rcu(f->h, hash, fake_match, &p), 0);
+    }
+}
+
 int
 main(void)
 {
@@ -574,6 +620,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_churn_unlinks_overflow, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unlink_mid_chain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pend_hook_and_cap, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_colliding_tags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_find_loc_locked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_holds_rcu, setup, teardown),
