@@ -649,7 +649,7 @@ cache_reclaim_limbo(struct cache_thread *t)
      * hints may still prefetch through them (alloc/slab.h) */
     struct slab_retired *tables = slab_retired_take(c->slab);
     /* and the index's old tables, once a doubling ended */
-    struct htab_table *index = htab_retired_take(c->htab);
+    struct htab_retired *index = htab_retired_take(c->htab);
     if (!list && !tables && !index)
         return 0;
     /* every item on the list was unlinked before it was queued, and every
@@ -732,6 +732,19 @@ cache_match_key_warm(void *arg, uint64_t loc)
     if (unlikely(off & CACHE_SPECIAL_OFF))
         return cache_match_special(k, off);
     return item_key_equals(item_at(k->c->base, off), k->key, k->klen);
+}
+
+/* The index's pend hook (htab_set_pend_hook): overflow buckets it
+ * unlinked pile up for a grace period; the maintenance thread takes them
+ * (cache_reclaim_limbo) at its next kick instead of its next second.
+ * Under a bucket lock: an exchange and a signal, no lock. */
+static void
+cache_index_kick(void *arg)
+{
+    struct cache *c = arg;
+    if (c->bg_running &&
+        !atomic_exchange_explicit(&c->bg_kick, true, memory_order_relaxed))
+        pthread_cond_signal(&c->bg_cond);
 }
 
 /* The index's rehash function (htab_set_grow): the full hash of the key of
@@ -1050,6 +1063,7 @@ open_memory(struct cache *c)
     if (rcode)
         return rcode;
     htab_set_grow(c->htab, cache_rehash, c, CACHE_INDEX_HELP);
+    htab_set_pend_hook(c->htab, cache_index_kick, c);
     rcode = open_packed(c);
     if (rcode)
         return rcode;

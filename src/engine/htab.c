@@ -29,16 +29,43 @@
  *                    the flag as 0 and walks the chain sees the entries as
  *                    they were when the move took them (as if its lookup
  *                    ran just before the move)
- *   bucket->next     written once per bucket, under the home bucket's lock,
- *                    with a release store after the new bucket is filled;
- *                    read with acquire loads; never unlinked while its
- *                    table lives, so readers need no grace period for it
- *   overflow ->lock  unused: every chain is guarded by its home bucket's lock
+ *   bucket->next     written under the home bucket's lock: set with a
+ *                    release store after the new bucket is filled (its
+ *                    own next NULL); read with acquire loads
+ *   unlink           a remove that leaves an overflow bucket b with every
+ *                    slot empty (htab_remove_locked, under the home lock)
+ *                    sets its predecessor's next to b->next (release) and
+ *                    leaves b->next as it was: a reader standing on b goes
+ *                    on to the rest of the chain, and sees every entry
+ *                    there (entries never move within a chain; a new one
+ *                    is put in a reachable bucket, never in b). b goes on
+ *                    h->pend, is taken by htab_retired_take and reused or
+ *                    freed by htab_retired_free after a grace period, so
+ *                    no reader is still on it. A moved bucket's chain is
+ *                    never unlinked: an unlink needs the home's lock held
+ *                    and the home unmoved, and the mover reads a chain
+ *                    under that same lock, so a doubling needs no rule
+ *   overflow ->home  (the lock's and moved's words of a home bucket) the
+ *                    home bucket, set when linked, read by the unlink,
+ *                    both under the home lock; once unlinked, the link of
+ *                    h->pend or t->free_head (h->ovf_lock). Overflow
+ *                    buckets' locks are unused: every chain is guarded by
+ *                    its home bucket's lock
  *   t->reserve_next  relaxed fetch_add: hands each reserve bucket to exactly
  *                    one writer (whatever home lock it holds); the bucket's
  *                    words are zero from the table's creation and published
  *                    by the release store of next
- *   t->noverflow     relaxed counter: stats only
+ *   t->free_head     reserve buckets unlinked and past their grace period,
+ *                    all slots zero, for reuse: h->ovf_lock
+ *   t->noverflow     relaxed counters: stats and htab_dram_bytes
+ *   t->nheap
+ *   h->ovf_lock      a mutex, innermost (taken under a bucket lock or
+ *                    h->grow_lock, takes nothing): h->pend, h->npend
+ *                    (read relaxed without it: a bound), every
+ *                    t->free_head. The remover that brings h->npend to
+ *                    the kick mark calls h->pend_hook (set before other
+ *                    threads run) under its bucket lock, after ovf_lock;
+ *                    past the cap it leaves an emptied bucket linked
  *   t->grow_items    entries past which t doubles: h->grow_lock
  *   h->stripe, seen  the entry count that asks for a doubling: see
  *                    htab_count.c
@@ -54,9 +81,10 @@
  *                    peek outside any section reads stale or zero slots,
  *                    never unmapped memory
  *   lock order       index bucket -> slab class -> page pool (lock.h);
- *                    only aligned_alloc (past the overflow reserve) is
- *                    called under a bucket lock; h->grow_lock -> one index
- *                    bucket at a time (the mover); the stripe counters are
+ *                    only aligned_alloc (past the overflow reserve) and
+ *                    h->ovf_lock are taken under a bucket lock;
+ *                    h->grow_lock -> one index bucket at a time (the
+ *                    mover) -> h->ovf_lock; the stripe counters are
  *                    atomics, no lock
  *   No PMEM access here except through the caller's match and rehash
  *   functions.
@@ -105,6 +133,17 @@
  * past the reserve (a quarter; mmap'd, so backed only as it is handed
  * out), aligned_alloc. */
 #define HTAB_RESERVE_DIV 4
+/* Unlinked overflow buckets waiting for a grace period: past a table's
+ * home buckets / KICK_DIV (or PEND_MIN) the pend hook asks for a take
+ * (htab_set_pend_hook); at most home buckets / PEND_DIV (or PEND_MIN)
+ * wait. Past that a bucket left empty stays linked (its chain reuses it;
+ * it is unlinked once a later remove empties it again), so a caller that
+ * takes them seldom holds a bounded number, not a growing pile of heap
+ * buckets past the used reserve. Under churn about one insert in ten
+ * makes an overflow bucket (a home bucket at 4 entries of 6 on average). */
+#define HTAB_KICK_DIV 64
+#define HTAB_PEND_DIV 8
+#define HTAB_PEND_MIN 64
 /* A failed start (no memory) tries again after this many more entries:
  * nbuckets * HTAB_SLOTS / RETRY_DIV. */
 #define HTAB_RETRY_DIV 32
@@ -223,16 +262,47 @@ htab_in_reserve(const struct htab_table *t, const struct htab_bucket *b)
     return b >= r && b < r + t->nreserve;
 }
 
+/* The table whose reserve b is in, or NULL (b came from aligned_alloc).
+ * Locks: h->grow_lock, or no other thread uses h. */
+static struct htab_table *
+htab_reserve_of(struct htab *h, const struct htab_bucket *b)
+{
+    for (struct htab_table *t = h->tables; t != NULL; t = t->all_next)
+        if (htab_in_reserve(t, b))
+            return t;
+    return NULL;
+}
+
+/* Free the unlinked buckets not yet taken: heap ones freed, reserve ones
+ * dropped (their table goes with its pages). No other thread uses h. */
+static void
+htab_pend_drop(struct htab *h)
+{
+    struct htab_bucket *b =
+        atomic_load_explicit(&h->pend, memory_order_relaxed);
+
+    atomic_store_explicit(&h->pend, NULL, memory_order_relaxed);
+    atomic_store_explicit(&h->npend, 0, memory_order_relaxed);
+    while (b != NULL) {
+        struct htab_bucket *next = b->home;
+
+        if (htab_reserve_of(h, b) == NULL) {
+            free(b);
+            atomic_fetch_sub_explicit(&h->pend_heap, 1, memory_order_relaxed);
+        }
+        b = next;
+    }
+}
+
 /* Free a table's overflow buckets and give back its pages: unmapped
  * (htab_destroy) or left mapped, reading zero (a retired table: see
  * htab_peek). Not its descriptor. */
 static void
 htab_table_free_buckets(struct htab_table *t, bool unmap)
 {
-    /* Nothing to free if every overflow bucket came from the reserve:
-     * spares walking (and faulting in) a big mmap'd table. */
-    if (atomic_load_explicit(&t->noverflow, memory_order_relaxed) >
-        htab_reserve_used(t)) {
+    /* Nothing to free if every linked overflow bucket came from the
+     * reserve: spares walking (and faulting in) a big mmap'd table. */
+    if (atomic_load_explicit(&t->nheap, memory_order_relaxed) > 0) {
         for (uint64_t i = 0; i < t->nbuckets; i++) {
             struct htab_bucket *b =
                 atomic_load_explicit(&t->buckets[i].next, memory_order_relaxed);
@@ -279,12 +349,20 @@ htab_create(uint64_t expected_items, struct htab **out)
     if (rc != 0)
         goto err_free;
     rc = pthread_mutex_init(&h->grow_lock, NULL);
+    if (rc == 0) {
+        rc = pthread_mutex_init(&h->ovf_lock, NULL);
+        if (rc != 0)
+            pthread_mutex_destroy(&h->grow_lock);
+    }
     if (rc != 0) {
         rc = -rc;
         htab_table_free_buckets(t, true);
         free(t);
         goto err_free;
     }
+    atomic_init(&h->pend, NULL);
+    atomic_init(&h->pend_heap, 0);
+    atomic_init(&h->npend, 0);
     h->tables = t;
     atomic_init(&h->tab, t);
     atomic_init(&h->grows, 0);
@@ -310,6 +388,7 @@ htab_destroy(struct htab *h)
 {
     if (h == NULL)
         return;
+    htab_pend_drop(h);
     while (h->tables != NULL) {
         struct htab_table *t = h->tables;
 
@@ -320,8 +399,16 @@ htab_destroy(struct htab *h)
             munmap(t->buckets, t->map_bytes);
         free(t);
     }
+    pthread_mutex_destroy(&h->ovf_lock);
     pthread_mutex_destroy(&h->grow_lock);
     free(h);
+}
+
+void
+htab_set_pend_hook(struct htab *h, htab_pend_fn *fn, void *arg)
+{
+    h->pend_hook = fn;
+    h->pend_arg = arg;
 }
 
 void
@@ -348,6 +435,50 @@ htab_table_of(struct htab *h, const struct htab_bucket *b)
         assert(t != NULL);
     }
     return t;
+}
+
+/* A bucket of t with every word zero but ->home, not yet reachable by
+ * anyone, for the chain of home (set as its ->home); NULL if out of
+ * memory. Locks: home, or the mover's old bucket (home is private). */
+static struct htab_bucket *
+htab_overflow_alloc(struct htab *h, struct htab_table *t,
+                    struct htab_bucket *home)
+{
+    struct htab_bucket *nb = NULL;
+    uint64_t i;
+
+    /* an unlinked reserve bucket, past its grace period: slots zero */
+    if (atomic_load_explicit(&t->free_head, memory_order_relaxed) != NULL) {
+        pthread_mutex_lock(&h->ovf_lock);
+        nb = atomic_load_explicit(&t->free_head, memory_order_relaxed);
+        if (nb != NULL)
+            atomic_store_explicit(&t->free_head, nb->home,
+                                  memory_order_relaxed);
+        pthread_mutex_unlock(&h->ovf_lock);
+        if (nb != NULL) {
+            /* Relaxed: published by the release store of the link. */
+            atomic_store_explicit(&nb->next, NULL, memory_order_relaxed);
+            nb->home = home;
+            return nb;
+        }
+    }
+    if (atomic_load_explicit(&t->reserve_next, memory_order_relaxed) <
+        t->nreserve) {
+        i = atomic_fetch_add_explicit(&t->reserve_next, 1,
+                                      memory_order_relaxed);
+        if (i < t->nreserve) {
+            nb = &t->buckets[t->nbuckets + i];
+            nb->home = home;
+            return nb;
+        }
+    }
+    nb = aligned_alloc(CACHE_LINE, sizeof(*nb));
+    if (nb == NULL)
+        return NULL;
+    memset(nb, 0, sizeof(*nb));
+    nb->home = home;
+    atomic_fetch_add_explicit(&t->nheap, 1, memory_order_relaxed);
+    return nb;
 }
 
 /* --- growth --- */
@@ -390,8 +521,10 @@ htab_grow_begin_locked(struct htab *h, struct htab_table *t)
 /* Append word to the chain of b, a home bucket of nt nobody else reaches
  * yet: 0 or -ENOMEM. */
 static int
-htab_put_private(struct htab_table *nt, struct htab_bucket *b, uint64_t word)
+htab_put_private(struct htab *h, struct htab_table *nt, struct htab_bucket *b,
+                 uint64_t word)
 {
+    struct htab_bucket *home = b;
     struct htab_bucket *last;
 
     do {
@@ -406,20 +539,9 @@ htab_put_private(struct htab_table *nt, struct htab_bucket *b, uint64_t word)
         b = atomic_load_explicit(&b->next, memory_order_relaxed);
     } while (b != NULL);
 
-    struct htab_bucket *nb = NULL;
-    if (atomic_load_explicit(&nt->reserve_next, memory_order_relaxed) <
-        nt->nreserve) {
-        uint64_t i = atomic_fetch_add_explicit(&nt->reserve_next, 1,
-                                               memory_order_relaxed);
-        if (i < nt->nreserve)
-            nb = &nt->buckets[nt->nbuckets + i];
-    }
-    if (nb == NULL) {
-        nb = aligned_alloc(CACHE_LINE, sizeof(*nb));
-        if (nb == NULL)
-            return -ENOMEM;
-        memset(nb, 0, sizeof(*nb));
-    }
+    struct htab_bucket *nb = htab_overflow_alloc(h, nt, home);
+    if (nb == NULL)
+        return -ENOMEM;
     atomic_store_explicit(&nb->slot[0], word, memory_order_relaxed);
     atomic_store_explicit(&last->next, nb, memory_order_relaxed);
     atomic_fetch_add_explicit(&nt->noverflow, 1, memory_order_relaxed);
@@ -462,7 +584,7 @@ htab_move_bucket(struct htab *h, struct htab_table *t, struct htab_table *nt,
             hash = h->rehash(h->rehash_arg, w & HTAB_LOC_MASK);
             assert((hash & t->mask) == i);
             assert(htab_word(hash, w & HTAB_LOC_MASK) == w);
-            rc = htab_put_private(nt, (hash & nt->mask) == i ? lo : hi, w);
+            rc = htab_put_private(h, nt, (hash & nt->mask) == i ? lo : hi, w);
             if (rc != 0)
                 break;
         }
@@ -629,30 +751,81 @@ htab_resize_empty(struct htab *h, uint64_t nbuckets)
     atomic_store_explicit(&h->tab, nt, memory_order_release);
     htab_limits_set(h, nt);
     /* no other thread uses h: the old buckets go at once */
+    htab_pend_drop(h);
     htab_table_free_buckets(t, false);
     t->freed = true;
     pthread_mutex_unlock(&h->grow_lock);
     return 0;
 }
 
-struct htab_table *
+/* What htab_retired_take hands out: the buckets in an array, so that
+ * htab_retired_free reads no link in them (a reserve bucket's table may
+ * be freed by then, by another caller's htab_retired_free). */
+struct htab_retired {
+    struct htab_table *tables;
+    uint64_t nbuckets;
+    struct htab_bucket *bucket[];
+};
+
+struct htab_retired *
 htab_retired_take(struct htab *h)
 {
-    struct htab_table *list;
+    struct htab_retired *r = NULL;
+    uint64_t n;
 
     pthread_mutex_lock(&h->grow_lock);
-    list = h->retired;
-    h->retired = NULL;
+    pthread_mutex_lock(&h->ovf_lock);
+    n = atomic_load_explicit(&h->npend, memory_order_relaxed);
+    if (h->retired != NULL || n > 0)
+        r = malloc(sizeof(*r) + n * sizeof(r->bucket[0]));
+    if (r != NULL) {
+        /* Every table a bucket on pend is in lives: it was retired after
+         * the unlink, and a take that took the table took the bucket. */
+        struct htab_bucket *b =
+            atomic_load_explicit(&h->pend, memory_order_relaxed);
+
+        for (uint64_t i = 0; i < n; i++, b = b->home)
+            r->bucket[i] = b;
+        assert(b == NULL);
+        r->nbuckets = n;
+        atomic_store_explicit(&h->pend, NULL, memory_order_relaxed);
+        atomic_store_explicit(&h->npend, 0, memory_order_relaxed);
+        r->tables = h->retired;
+        h->retired = NULL;
+    }
+    /* out of memory: everything stays for the next take */
+    pthread_mutex_unlock(&h->ovf_lock);
     pthread_mutex_unlock(&h->grow_lock);
-    return list;
+    return r;
 }
 
 void
-htab_retired_free(struct htab *h, struct htab_table *list)
+htab_retired_free(struct htab *h, struct htab_retired *r)
 {
+    if (r == NULL)
+        return;
     /* the grace period has ended: every htab_lock section that could see
-     * these tables is over (TSan is told so) */
+     * these tables and buckets is over (TSan is told so) */
     TSAN_ACQUIRE(&htab_rcu_token);
+    pthread_mutex_lock(&h->grow_lock);
+    for (uint64_t i = 0; i < r->nbuckets; i++) {
+        struct htab_bucket *b = r->bucket[i];
+        struct htab_table *t = htab_reserve_of(h, b);
+
+        if (t == NULL) {
+            free(b);
+            atomic_fetch_sub_explicit(&h->pend_heap, 1, memory_order_relaxed);
+        } else if (!t->freed) {
+            /* back to its table, for reuse (dropped if the table went) */
+            pthread_mutex_lock(&h->ovf_lock);
+            b->home = atomic_load_explicit(&t->free_head, memory_order_relaxed);
+            atomic_store_explicit(&t->free_head, b, memory_order_relaxed);
+            pthread_mutex_unlock(&h->ovf_lock);
+        }
+    }
+    pthread_mutex_unlock(&h->grow_lock);
+    struct htab_table *list = r->tables;
+    free(r);
     while (list != NULL) {
         struct htab_table *t = list;
 
@@ -897,27 +1070,6 @@ htab_find_loc_locked(struct htab_bucket *b, uint64_t loc)
     return NULL;
 }
 
-/* A zeroed bucket of t, not yet reachable by anyone; NULL if out of
- * memory. */
-static struct htab_bucket *
-htab_overflow_alloc(struct htab_table *t)
-{
-    struct htab_bucket *nb;
-    uint64_t i;
-
-    if (atomic_load_explicit(&t->reserve_next, memory_order_relaxed) <
-        t->nreserve) {
-        i = atomic_fetch_add_explicit(&t->reserve_next, 1,
-                                      memory_order_relaxed);
-        if (i < t->nreserve)
-            return &t->buckets[t->nbuckets + i];
-    }
-    nb = aligned_alloc(CACHE_LINE, sizeof(*nb));
-    if (nb != NULL)
-        memset(nb, 0, sizeof(*nb));
-    return nb;
-}
-
 int
 htab_insert_locked(struct htab *h, struct htab_bucket *b, uint64_t hash,
                    uint64_t loc)
@@ -947,7 +1099,7 @@ htab_insert_locked(struct htab *h, struct htab_bucket *b, uint64_t hash,
 
     t = htab_table_of(h, home);
     assert(home == &t->buckets[hash & t->mask]);
-    nb = htab_overflow_alloc(t);
+    nb = htab_overflow_alloc(h, t, home);
     if (nb == NULL)
         return -ENOMEM;
     /* Relaxed: published by the release store of last->next below. */
@@ -970,14 +1122,78 @@ htab_replace_locked(_Atomic uint64_t *slot, uint64_t hash, uint64_t loc)
     atomic_store_explicit(slot, htab_word(hash, loc), memory_order_release);
 }
 
+/* b, an overflow bucket of its home's chain with every slot empty: take
+ * it out of the chain (see "unlink" at the top) onto h->pend; nothing if
+ * b is a home bucket. Locks: b's home. */
+static void __attribute__((noinline))
+htab_unlink_empty(struct htab *h, struct htab_bucket *b)
+{
+    struct htab_table *t;
+    struct htab_bucket *home, *p;
+
+    /* the locked home is in the current table or the doubled one */
+    for (t = htab_cur(h); t != NULL;
+         t = atomic_load_explicit(&t->next, memory_order_acquire))
+        if (b >= t->buckets && b < t->buckets + t->nbuckets)
+            return;
+    home = b->home;
+    t = htab_table_of(h, home);
+    if (atomic_load_explicit(&h->npend, memory_order_relaxed) >=
+        MAX(t->nbuckets / HTAB_PEND_DIV, HTAB_PEND_MIN))
+        return;
+    assert(htab_is_locked(home));
+    assert(!atomic_load_explicit(&home->moved, memory_order_relaxed));
+    p = home;
+    for (;;) {
+        /* Relaxed: the home lock orders us after every writer. */
+        struct htab_bucket *n =
+            atomic_load_explicit(&p->next, memory_order_relaxed);
+        assert(n != NULL);
+        if (n == b)
+            break;
+        p = n;
+    }
+    /* Release: pairs with the readers' acquire load of next (what follows
+     * b was published before, by the link of that bucket). b->next stays:
+     * a reader on b goes on from there. */
+    atomic_store_explicit(&p->next,
+                          atomic_load_explicit(&b->next, memory_order_relaxed),
+                          memory_order_release);
+    atomic_fetch_sub_explicit(&t->noverflow, 1, memory_order_relaxed);
+    if (!htab_in_reserve(t, b)) {
+        atomic_fetch_sub_explicit(&t->nheap, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&h->pend_heap, 1, memory_order_relaxed);
+    }
+    pthread_mutex_lock(&h->ovf_lock);
+    b->home = atomic_load_explicit(&h->pend, memory_order_relaxed);
+    atomic_store_explicit(&h->pend, b, memory_order_relaxed);
+    uint64_t n = atomic_load_explicit(&h->npend, memory_order_relaxed) + 1;
+    atomic_store_explicit(&h->npend, n, memory_order_relaxed);
+    pthread_mutex_unlock(&h->ovf_lock);
+    if (n == MAX(t->nbuckets / HTAB_KICK_DIV, HTAB_PEND_MIN) &&
+        h->pend_hook != NULL)
+        h->pend_hook(h->pend_arg);
+}
+
 void
 htab_remove_locked(struct htab *h, _Atomic uint64_t *slot)
 {
+    /* buckets are cache-line aligned: the one holding the slot */
+    struct htab_bucket *b =
+        (struct htab_bucket *)((uintptr_t)slot & ~(uintptr_t)(CACHE_LINE - 1));
+    uint64_t any = 0;
+
     assert(atomic_load_explicit(slot, memory_order_relaxed) != 0);
     /* Release: pairs with the acquire load in htab_lookup_rcu. Nothing is
      * published by a zero, but every slot store follows the same rule. */
     atomic_store_explicit(slot, 0, memory_order_release);
     htab_count_out(h);
+    /* Relaxed: the home lock orders us after every writer. */
+#pragma GCC unroll 8
+    for (int i = 0; i < HTAB_SLOTS; i++)
+        any |= atomic_load_explicit(&b->slot[i], memory_order_relaxed);
+    if (unlikely(any == 0))
+        htab_unlink_empty(h, b);
 }
 
 /* Visit home bucket i of t and its chain, or, once it moved, the two
@@ -1061,28 +1277,28 @@ htab_noverflow(const struct htab *h)
     return n;
 }
 
-/* Home buckets, the reserve as far as it is backed (all of it when zeroed
- * by memset, the used part when mmap'd), and overflow buckets past it (not
- * counting malloc's own overhead for those). */
+/* Home buckets, the reserve as far as it is backed (the used part: it is
+ * mmap'd, backed as it is handed out, linked or not), and linked overflow
+ * buckets past it (not counting malloc's own overhead for those). */
 static uint64_t
 htab_table_bytes(const struct htab_table *t)
 {
-    uint64_t used = htab_reserve_used(t);
-    uint64_t n = t->nbuckets +
-                 atomic_load_explicit(&t->noverflow, memory_order_relaxed) -
-                 used;
+    uint64_t n = t->nbuckets + htab_reserve_used(t) +
+                 atomic_load_explicit(&t->nheap, memory_order_relaxed);
 
-    n += used; /* the reserve is backed as it is handed out */
     return n * sizeof(struct htab_bucket);
 }
 
-/* The current table, the doubled one while a doubling runs, and old
- * tables waiting for their grace period. */
+/* The current table, the doubled one while a doubling runs, old tables
+ * waiting for their grace period, and unlinked heap buckets waiting for
+ * theirs. */
 uint64_t
 htab_dram_bytes(const struct htab *h)
 {
     struct htab *m = (struct htab *)h;
-    uint64_t n = sizeof(*h);
+    uint64_t n =
+        sizeof(*h) + atomic_load_explicit(&m->pend_heap, memory_order_relaxed) *
+                         sizeof(struct htab_bucket);
 
     pthread_mutex_lock(&m->grow_lock);
     for (const struct htab_table *t = m->tables; t != NULL; t = t->all_next)

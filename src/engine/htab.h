@@ -15,10 +15,13 @@
  *               chain; slots are written with release stores, one word at a
  *               time, so a reader sees the old or the new entry.
  *   overflow    buckets are allocated under the home bucket's lock and
- *               linked with a release store; they are never unlinked while
- *               the table lives (freed with their table: at htab_destroy, or
- *               after a grace period once a doubling retired it), so
- *               readers need no grace period for them.
+ *               linked with a release store. A remove that leaves one with
+ *               every slot empty unlinks it (under the home lock; its own
+ *               next kept, so a reader standing on it goes on along the
+ *               chain) and hands it to htab_retired_take: it is reused
+ *               (reserve) or freed only after a grace period, by
+ *               htab_retired_free, so under churn the overflow buckets stay
+ *               about as many as the entries need.
  *   No PMEM writes happen here; the lock is held for DRAM work only.
  *
  * Growth: expected_items sizes the first table (about 70% full at that
@@ -54,10 +57,19 @@
 #define HTAB_LOC_MASK ((1ull << HTAB_LOC_BITS) - 1)
 
 struct htab_bucket {
-    struct spin lock;
-    /* home buckets of a table being doubled: non-zero once this bucket's
-     * entries are in the doubled table (set under lock, release store) */
-    _Atomic uint32_t moved;
+    union {
+        struct {
+            struct spin lock;
+            /* home buckets of a table being doubled: non-zero once this
+             * bucket's entries are in the doubled table (set under lock,
+             * release store) */
+            _Atomic uint32_t moved;
+        };
+        /* overflow buckets (no lock, never moved): their home bucket
+         * while linked (under its lock); once unlinked, the next on the
+         * list waiting for a grace period or for reuse (htab.c) */
+        struct htab_bucket *home;
+    };
     struct htab_bucket *_Atomic next;
     _Atomic uint64_t slot[HTAB_SLOTS];
 } CACHE_ALIGNED;
@@ -103,10 +115,18 @@ int htab_resize_empty(struct htab *h, uint64_t nbuckets);
  * then): htab_create's rule, for htab_resize_empty. */
 uint64_t htab_buckets_for(uint64_t items);
 
-/* Old tables: take them before a grace period, free them after it. */
-struct htab_table;
-struct htab_table *htab_retired_take(struct htab *h);
-void htab_retired_free(struct htab *h, struct htab_table *list);
+/* Called when enough unlinked overflow buckets wait for a take (a
+ * caller that takes them seldom can be asked to take them now). Context:
+ * a writer, under a bucket lock: it must not block. Set before other
+ * threads use h. */
+typedef void htab_pend_fn(void *arg);
+void htab_set_pend_hook(struct htab *h, htab_pend_fn *fn, void *arg);
+/* Old tables and unlinked overflow buckets: take them before a grace
+ * period (NULL: nothing to free), free them after it (reserve buckets go
+ * back to their table for reuse). */
+struct htab_retired;
+struct htab_retired *htab_retired_take(struct htab *h);
+void htab_retired_free(struct htab *h, struct htab_retired *r);
 
 static inline uint16_t
 htab_tag(uint64_t hash)
@@ -242,7 +262,9 @@ int htab_insert_locked(struct htab *h, struct htab_bucket *b, uint64_t hash,
                        uint64_t loc);
 /* Point an existing slot at a new location (same key). Locks: b. */
 void htab_replace_locked(_Atomic uint64_t *slot, uint64_t hash, uint64_t loc);
-/* Empty a slot (h: its entry count). Locks: b. */
+/* Empty a slot (h: its entry count); an overflow bucket left empty is
+ * unlinked from b's chain (freed after a grace period: htab_retired_take).
+ * The slot pointer is invalid after. Locks: b. */
 void htab_remove_locked(struct htab *h, _Atomic uint64_t *slot);
 
 static inline uint64_t

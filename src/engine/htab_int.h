@@ -37,7 +37,11 @@ struct htab_table {
     int64_t grow_items; /* doubles past this many entries; h->grow_lock */
     /* Apart from the read-only fields above, which every lookup reads. */
     _Atomic uint64_t reserve_next CACHE_ALIGNED;
-    _Atomic uint64_t noverflow;
+    _Atomic uint64_t noverflow; /* overflow buckets linked in chains */
+    _Atomic uint64_t nheap;     /* of them, from aligned_alloc */
+    /* unlinked reserve buckets back after their grace period, linked
+     * through ->home: h->ovf_lock (relaxed loads to peek without it) */
+    struct htab_bucket *_Atomic free_head;
 };
 
 /* One stripe of the entry count (htab_count.c). */
@@ -50,13 +54,24 @@ struct htab {
     struct htab_table *_Atomic tab; /* lookups start here */
     htab_rehash_fn *rehash;         /* NULL: the table never grows */
     void *rehash_arg;
-    unsigned help; /* home buckets a writer moves in htab_lock */
+    unsigned help;           /* home buckets a writer moves in htab_lock */
+    htab_pend_fn *pend_hook; /* set before other threads use h */
+    void *pend_arg;
     pthread_mutex_t grow_lock CACHE_ALIGNED;
     uint64_t cursor;            /* next old bucket to move */
     struct htab_table *retired; /* buckets waiting for a grace period */
     struct htab_table *tables;  /* every descriptor, for htab_destroy */
     _Atomic uint64_t grows;
     int64_t seen[HTAB_STRIPES]; /* each n at the last limits; grow_lock */
+    /* innermost: taken under a bucket lock or h->grow_lock, takes none */
+    pthread_mutex_t ovf_lock;
+    /* unlinked overflow buckets waiting for htab_retired_take, linked
+     * through ->home: ovf_lock (relaxed loads to peek without it) */
+    struct htab_bucket *_Atomic pend;
+    /* on pend: written under ovf_lock, read without it (a bound) */
+    _Atomic uint64_t npend;
+    /* heap buckets unlinked and not yet freed: htab_dram_bytes */
+    _Atomic uint64_t pend_heap;
     struct htab_stripe stripe[HTAB_STRIPES];
 };
 

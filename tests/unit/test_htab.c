@@ -423,6 +423,192 @@ test_resize_empty(void **state)
     assert_int_equal(lookup(f->h, &f->st, hash, 5), loc);
 }
 
+/* Churn at a steady count: overflow buckets left empty are unlinked and,
+ * after "a grace period" (retired_take/free), reused, so their number
+ * stays about what the entries need instead of growing towards one for
+ * every home bucket that ever overflowed. */
+static void
+test_churn_unlinks_overflow(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    const uint64_t nkeys = 512, nlive = 256; /* 4 a bucket in 64 */
+    uint64_t *live = calloc(nkeys, sizeof(*live));
+    uint64_t s = test_seed, live_n = 0, peak = 0, dram0;
+
+    assert_non_null(live);
+    assert_int_equal(htab_create(0, &f->h), 0);
+    assert_int_equal(htab_nbuckets(f->h), 64);
+    for (uint64_t k = 0; k < nlive; k++, live_n++) {
+        live[k] = fake_put(st, k);
+        assert_int_equal(insert(f->h, key_hash(k), live[k]), 0);
+    }
+    dram0 = htab_dram_bytes(f->h);
+    /* 40 turnovers: each step removes a live key and adds a dead one */
+    for (uint64_t op = 0; op < 40 * nlive; op++) {
+        uint64_t out, in;
+
+        do
+            out = rng_next(&s) % nkeys;
+        while (live[out] == 0);
+        do
+            in = rng_next(&s) % nkeys;
+        while (live[in] != 0);
+        assert_true(remove_key(f->h, st, key_hash(out), out));
+        live[out] = 0;
+        live[in] = fake_put(st, in);
+        assert_int_equal(insert(f->h, key_hash(in), live[in]), 0);
+        if (op % 64 == 63)
+            htab_retired_free(f->h, htab_retired_take(f->h));
+        if (htab_noverflow(f->h) > peak)
+            peak = htab_noverflow(f->h);
+    }
+    htab_retired_free(f->h, htab_retired_take(f->h));
+    assert_null(htab_retired_take(f->h));
+    check_all(f->h, st, live, nkeys, "after churn");
+    print_message("churn: %llu overflow buckets (peak %llu) in 64 home "
+                  "buckets, %llu -> %llu bytes\n",
+                  (unsigned long long)htab_noverflow(f->h),
+                  (unsigned long long)peak, (unsigned long long)dram0,
+                  (unsigned long long)htab_dram_bytes(f->h));
+    /* Poisson(4) past 6 slots: ~0.11 of the buckets overflow at a time;
+     * without unlinking nearly every one of the 64 keeps one */
+    assert_true(peak < 32);
+    /* the reserve (16 buckets) covers it: nothing from the heap, the
+     * index no bigger than its reserve */
+    assert_true(htab_dram_bytes(f->h) <= dram0 + 16 * 64);
+
+    /* emptied: no overflow bucket left linked */
+    for (uint64_t k = 0; k < nkeys; k++)
+        if (live[k] != 0) {
+            assert_true(remove_key(f->h, st, key_hash(k), k));
+            live[k] = 0;
+        }
+    assert_int_equal(htab_noverflow(f->h), 0);
+    htab_retired_free(f->h, htab_retired_take(f->h));
+    check_all(f->h, st, live, nkeys, "emptied");
+    free(live);
+}
+
+/* An overflow bucket in the middle of a chain, emptied, is unlinked; the
+ * entries after it stay found, and the bucket is reused once its grace
+ * period passed. Heap buckets past the reserve are freed. */
+static void
+test_unlink_mid_chain(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    const uint64_t hash = craft_hash(0xbeef, 5);
+    uint64_t locs[24];
+    struct htab_bucket *b;
+
+    assert_int_equal(htab_create(0, &f->h), 0);
+    for (uint64_t k = 0; k < 24; k++) {
+        locs[k] = fake_put(st, 1000 + k);
+        assert_int_equal(insert(f->h, hash, locs[k]), 0);
+    }
+    assert_int_equal(htab_noverflow(f->h), 3); /* 6 a bucket */
+    /* empty the second bucket (entries 6..11) */
+    b = htab_lock(f->h, hash);
+    for (uint64_t k = 6; k < 12; k++)
+        htab_remove_locked(f->h, htab_find_loc_locked(b, locs[k]));
+    htab_unlock(b);
+    assert_int_equal(htab_noverflow(f->h), 2);
+    for (uint64_t k = 0; k < 24; k++)
+        assert_int_equal(lookup(f->h, st, hash, 1000 + k),
+                         k >= 6 && k < 12 ? 0 : locs[k]);
+    /* the last bucket too: the chain ends at the third */
+    b = htab_lock(f->h, hash);
+    for (uint64_t k = 18; k < 24; k++)
+        htab_remove_locked(f->h, htab_find_loc_locked(b, locs[k]));
+    htab_unlock(b);
+    assert_int_equal(htab_noverflow(f->h), 1);
+    for (uint64_t k = 12; k < 18; k++)
+        assert_int_equal(lookup(f->h, st, hash, 1000 + k), locs[k]);
+    uint64_t dram = htab_dram_bytes(f->h);
+    struct htab_retired *r = htab_retired_take(f->h);
+    assert_non_null(r);
+    htab_retired_free(f->h, r);
+    /* reserve buckets: back for reuse, the index no smaller or bigger */
+    assert_int_equal(htab_dram_bytes(f->h), dram);
+    for (uint64_t k = 6; k < 12; k++) {
+        locs[k] = fake_put(st, 2000 + k);
+        assert_int_equal(insert(f->h, hash, locs[k]), 0);
+    }
+    assert_int_equal(htab_noverflow(f->h), 2);
+    assert_int_equal(htab_dram_bytes(f->h), dram);
+    for (uint64_t k = 6; k < 18; k++)
+        assert_int_equal(lookup(f->h, st, hash, k < 12 ? 2000 + k : 1000 + k),
+                         locs[k]);
+
+    /* past the reserve (16 buckets for 64 home ones): heap buckets,
+     * counted while linked or waiting, freed after their grace period */
+    uint64_t n = 6 * 30, base = st->next;
+    for (uint64_t k = 0; k < n; k++)
+        assert_int_equal(insert(f->h, hash, fake_put(st, 5000 + k)), 0);
+    assert_true(htab_noverflow(f->h) > 16);
+    uint64_t full = htab_dram_bytes(f->h);
+    b = htab_lock(f->h, hash);
+    for (uint64_t k = 0; k < n; k++)
+        htab_remove_locked(f->h, htab_find_loc_locked(b, base + k));
+    htab_unlock(b);
+    assert_int_equal(htab_dram_bytes(f->h), full); /* waiting */
+    htab_retired_free(f->h, htab_retired_take(f->h));
+    assert_true(htab_dram_bytes(f->h) < full);
+    assert_int_equal(htab_noverflow(f->h), 2);
+    for (uint64_t k = 0; k < 24; k++)
+        if (k < 18)
+            assert_int_equal(
+                lookup(f->h, st, hash, k >= 6 && k < 12 ? 2000 + k : 1000 + k),
+                locs[k]);
+}
+
+static unsigned pend_calls;
+
+static void
+count_pend(void *arg)
+{
+    (void)arg;
+    pend_calls++;
+}
+
+/* The pend hook is called once as the unlinked buckets waiting reach 64
+ * (a 64-bucket table); past the most that may wait (64 too) an emptied
+ * bucket stays linked, and its chain reuses it. */
+static void
+test_pend_hook_and_cap(void **state)
+{
+    struct fixture *f = *state;
+    struct fake_store *st = &f->st;
+    const uint64_t hash = craft_hash(0x4242, 7);
+    const uint64_t n = HTAB_SLOTS * 71; /* home and 70 overflow buckets */
+    uint64_t base = st->next;
+    struct htab_bucket *b;
+
+    assert_int_equal(htab_create(0, &f->h), 0);
+    pend_calls = 0;
+    htab_set_pend_hook(f->h, count_pend, NULL);
+    for (uint64_t k = 0; k < n; k++)
+        assert_int_equal(insert(f->h, hash, fake_put(st, k)), 0);
+    assert_int_equal(htab_noverflow(f->h), 70);
+    b = htab_lock(f->h, hash);
+    for (uint64_t k = 0; k < n; k++)
+        htab_remove_locked(f->h, htab_find_loc_locked(b, base + k));
+    htab_unlock(b);
+    assert_int_equal(pend_calls, 1);
+    assert_int_equal(htab_noverflow(f->h), 70 - 64);
+    htab_retired_free(f->h, htab_retired_take(f->h));
+    assert_null(htab_retired_take(f->h));
+    /* the 6 left linked take new entries first: no bucket is added */
+    for (uint64_t k = 0; k < HTAB_SLOTS * 7; k++)
+        assert_int_equal(insert(f->h, hash, fake_put(st, n + k)), 0);
+    assert_int_equal(htab_noverflow(f->h), 6);
+    for (uint64_t k = 0; k < HTAB_SLOTS * 7; k++) {
+        struct probe p = {st, n + k};
+        assert_int_not_equal(htab_lookup_rcu(f->h, hash, fake_match, &p), 0);
+    }
+}
+
 int
 main(void)
 {
@@ -431,6 +617,11 @@ main(void)
         cmocka_unit_test_setup_teardown(test_insert_lookup_replace_remove,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_overflow_chains, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_churn_unlinks_overflow, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_unlink_mid_chain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pend_hook_and_cap, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_colliding_tags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_find_loc_locked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_holds_rcu, setup, teardown),

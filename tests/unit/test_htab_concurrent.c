@@ -6,9 +6,13 @@
  */
 #include "htab_fx.h"
 
+#include "src/base/compiler.h"
+
+#include <assert.h>
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
+#include <urcu/urcu-memb.h>
 
 /*
  * One writer inserting, replacing and removing under the bucket lock; one
@@ -552,6 +556,170 @@ test_count_two_writers(void **state)
     free(cs);
 }
 
+/*
+ * Unlinks under readers: every key in one home bucket's chain; a few
+ * stable keys, inserted after a full overflow bucket of churn keys, sit
+ * deeper in the chain and are never removed; the writer removes and
+ * inserts churn keys, so overflow buckets before, between and after them
+ * empty and are unlinked, and every few writes it takes what was unlinked,
+ * waits for a grace period and frees it (reserve buckets come back for
+ * reuse). Readers, registered with RCU, look keys up inside read-side
+ * sections: a stable key is always found, a found key is at a location
+ * holding it. TSan sees the frees after the readers' sections (the
+ * htab_rcu_token, as htab_lock's sections).
+ */
+#define UL_NCHURN 40
+#define UL_NSTABLE 4
+#define UL_WRITER_OPS 100000
+#define UL_READERS 2
+#define UL_HASH(k) craft_hash((uint16_t)(0x100 + (k) % 7), 9)
+
+struct ul_state {
+    struct htab *h;
+    struct fake_store st;
+    uint64_t seed;
+    _Atomic int done;
+    uint64_t takes, max_overflow;
+    struct ul_reader {
+        struct ul_state *us;
+        uint64_t reads, stable_miss, bad;
+    } r[UL_READERS];
+};
+
+static uint64_t
+ul_put(struct fake_store *st, uint64_t k)
+{
+    uint64_t loc = st->next++;
+
+    assert(loc < st->nitems);
+    st->items[loc].key = k;
+    st->items[loc].payload = mix64(loc) ^ k;
+    return loc;
+}
+
+static void *
+ul_reader(void *arg)
+{
+    struct ul_reader *r = arg;
+    struct ul_state *us = r->us;
+    uint64_t s = us->seed ^ (uint64_t)(uintptr_t)r;
+
+    urcu_memb_register_thread();
+    /* Acquire: pairs with the writer's release store of done. */
+    while (!atomic_load_explicit(&us->done, memory_order_acquire)) {
+        uint64_t k = rng_next(&s) % (UL_NCHURN + UL_NSTABLE);
+        struct probe p = {&us->st, k};
+
+        urcu_memb_read_lock();
+        uint64_t loc = htab_lookup_rcu(us->h, UL_HASH(k), cc_match, &p);
+        if (loc == 0 ? k >= UL_NCHURN
+                     : us->st.items[loc].key != k ||
+                           us->st.items[loc].payload != (mix64(loc) ^ k)) {
+            if (loc == 0)
+                r->stable_miss++;
+            else
+                r->bad++;
+        }
+        TSAN_RELEASE(&htab_rcu_token);
+        urcu_memb_read_unlock();
+        r->reads++;
+    }
+    urcu_memb_unregister_thread();
+    return NULL;
+}
+
+static void
+test_unlink_under_readers(void **state)
+{
+    struct ul_state *us = calloc(1, sizeof(*us));
+    uint64_t live[UL_NCHURN + UL_NSTABLE] = {0};
+    uint64_t s;
+    pthread_t rt[UL_READERS];
+
+    (void)state;
+    assert_non_null(us);
+    us->seed = s = test_seed;
+    store_init(&us->st, UL_WRITER_OPS + UL_NCHURN + UL_NSTABLE + 2);
+    assert_int_equal(htab_create(0, &us->h), 0);
+    /* home and one overflow bucket of churn keys, then the stable ones */
+    for (uint64_t k = 0; k < 2 * HTAB_SLOTS; k++) {
+        live[k] = ul_put(&us->st, k);
+        assert_int_equal(insert(us->h, UL_HASH(k), live[k]), 0);
+    }
+    for (uint64_t k = UL_NCHURN; k < UL_NCHURN + UL_NSTABLE; k++) {
+        live[k] = ul_put(&us->st, k);
+        assert_int_equal(insert(us->h, UL_HASH(k), live[k]), 0);
+    }
+    atomic_init(&us->done, 0);
+    for (int i = 0; i < UL_READERS; i++) {
+        us->r[i].us = us;
+        assert_int_equal(pthread_create(&rt[i], NULL, ul_reader, &us->r[i]), 0);
+    }
+    urcu_memb_register_thread();
+    for (uint64_t op = 0; op < UL_WRITER_OPS; op++) {
+        uint64_t k = rng_next(&s) % UL_NCHURN;
+        struct probe p = {&us->st, k};
+        struct htab_bucket *b = htab_lock(us->h, UL_HASH(k));
+
+        if (live[k] != 0) {
+            _Atomic uint64_t *slot =
+                htab_find_locked(b, UL_HASH(k), cc_match, &p);
+            assert_non_null(slot);
+            htab_remove_locked(us->h, slot);
+            live[k] = 0;
+        } else {
+            live[k] = ul_put(&us->st, k);
+            assert_int_equal(htab_insert_locked(us->h, b, UL_HASH(k), live[k]),
+                             0);
+        }
+        htab_unlock(b);
+        if (htab_noverflow(us->h) > us->max_overflow)
+            us->max_overflow = htab_noverflow(us->h);
+        if (op % 32 == 31) {
+            struct htab_retired *r = htab_retired_take(us->h);
+            if (r != NULL) {
+                urcu_memb_synchronize_rcu();
+                htab_retired_free(us->h, r);
+                us->takes++;
+            }
+        }
+    }
+    /* Release: pairs with the readers' acquire load of done. */
+    atomic_store_explicit(&us->done, 1, memory_order_release);
+    for (int i = 0; i < UL_READERS; i++)
+        assert_int_equal(pthread_join(rt[i], NULL), 0);
+    urcu_memb_unregister_thread();
+
+    uint64_t reads = 0;
+    for (int i = 0; i < UL_READERS; i++) {
+        reads += us->r[i].reads;
+        if (us->r[i].stable_miss || us->r[i].bad)
+            fail_msg("seed %llu: reader %d: %llu stable misses, %llu bad",
+                     (unsigned long long)test_seed, i,
+                     (unsigned long long)us->r[i].stable_miss,
+                     (unsigned long long)us->r[i].bad);
+    }
+    print_message("unlinks under readers: seed %llu, %llu reads, %llu "
+                  "takes, at most %llu overflow buckets\n",
+                  (unsigned long long)test_seed, (unsigned long long)reads,
+                  (unsigned long long)us->takes,
+                  (unsigned long long)us->max_overflow);
+    /* overflow buckets were unlinked and freed or reused meanwhile */
+    assert_true(us->takes > 0);
+    /* 44 keys at most, 6 a bucket: a chain of 8 at most, plus the
+     * buckets that emptied between two takes */
+    assert_true(us->max_overflow <= 16);
+    for (uint64_t k = 0; k < UL_NCHURN + UL_NSTABLE; k++) {
+        struct probe p = {&us->st, k};
+        assert_int_equal(htab_lookup_rcu(us->h, UL_HASH(k), cc_match, &p),
+                         live[k]);
+    }
+    htab_retired_free(us->h, htab_retired_take(us->h));
+    htab_destroy(us->h);
+    free(us->st.items);
+    free(us);
+}
+
 int
 main(void)
 {
@@ -561,6 +729,7 @@ main(void)
         cmocka_unit_test(test_grow_concurrent_driven),
         cmocka_unit_test(test_grow_concurrent_helped),
         cmocka_unit_test(test_count_two_writers),
+        cmocka_unit_test(test_unlink_under_readers),
     };
 
     seed_from_env();

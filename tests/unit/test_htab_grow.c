@@ -77,7 +77,7 @@ test_grow_stepwise(void **state)
 
     /* the old table is retired once: freed after "a grace period" */
     uint64_t before = htab_dram_bytes(f->h);
-    struct htab_table *old = htab_retired_take(f->h);
+    struct htab_retired *old = htab_retired_take(f->h);
     assert_non_null(old);
     assert_null(htab_retired_take(f->h));
     htab_retired_free(f->h, old);
