@@ -219,6 +219,23 @@ wait_dead(char *seg, uint32_t off)
     }
 }
 
+/* Remove the index entry of the packed item v (engine offset off) if its
+ * slot still names it: the slot's word (its FETCHED bit tells the
+ * unfetched counters), or 0 when another unlinker (a replace, a delete, a
+ * reap, the sweep or an eviction) took it first and will invalidate it.
+ * Locks: the key's bucket, DRAM only. */
+static uint64_t
+unlink_named(struct cache *c, const struct pitem_view *v, uint64_t off)
+{
+    struct htab_bucket *b = htab_lock(c->htab, cache_hash(c, v->key, v->klen));
+    _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(off));
+    uint64_t word = slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
+    if (slot)
+        htab_remove_locked(c->htab, slot);
+    htab_unlock(b);
+    return word;
+}
+
 /* The items of a segment seg_evict took leave the index; its page goes
  * back to the pool after a grace period. */
 static void
@@ -236,16 +253,9 @@ evict_walk(struct cache_thread *t, uint32_t page)
                     seg_seq_of(c->seg, pbase), false);
     while (pitem_walk_next(&w, &v) == 1) {
         uint64_t off = cache_packed_off(pbase + v.off);
-        uint64_t hash = cache_hash(c, v.key, v.klen);
         gone += v.size;
-        struct htab_bucket *b = htab_lock(c->htab, hash);
-        _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(off));
-        uint64_t word =
-            slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
-        if (slot)
-            htab_remove_locked(c->htab, slot);
-        htab_unlock(b);
-        if (!slot) {
+        uint64_t word = unlink_named(c, &v, off);
+        if (!word) {
             /* replaced or deleted: its unlinker counts and invalidates it
              * (a few instructions after its unlink; bounded, in case) */
             wait_dead(c->base + pbase, v.off);
@@ -315,15 +325,8 @@ sweep_page(struct cache_thread *t, uint32_t page, uint32_t now, int *n)
         enum cache_dead dead = cache_packed_dead(c, off, &v, now);
         if (dead == CACHE_LIVE)
             continue;
-        struct htab_bucket *b =
-            htab_lock(c->htab, cache_hash(c, v.key, v.klen));
-        _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(off));
-        uint64_t word =
-            slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
-        if (slot)
-            htab_remove_locked(c->htab, slot);
-        htab_unlock(b);
-        if (!slot)
+        uint64_t word = unlink_named(c, &v, off);
+        if (!word)
             continue; /* replaced, deleted, reaped or evicted meanwhile */
         /* the slot's word: its FETCHED bit for expired_unfetched */
         off = cache_off(htab_slot_loc(word));
