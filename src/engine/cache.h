@@ -337,8 +337,6 @@ void cache_log_open(const struct cache *c);
 /* Register a module's hooks (see struct cache_module): 0 or -ENOSPC.
  * Context: at open, before any thread context exists. */
 int cache_add_module(struct cache *c, const struct cache_module *m);
-/* tc_check(): index <-> items <-> stats <-> slabs. No writer may run. */
-int cache_check(struct cache *c);
 
 /* Key comparison for htab lookups. */
 struct cache_key {
@@ -767,25 +765,6 @@ enum cache_dead {
     CACHE_FLUSHED = 2,
     CACHE_LOST = 3, /* a flash item whose segment was reused */
 };
-/* Packed items' fields (src/engine/pitem.h), for any engine path that
- * meets one: off is the engine offset (cache_off of the location). The
- * item is live for the caller (an RCU section or its bucket lock).
- * cache_packed_view: 0, or -EBADMSG (not an item). cache_packed_seq: its
- * derived sequence. cache_off_*: any item's (slab, DRAM or packed) death,
- * CAS and expiry. */
-struct pitem_view;
-int cache_packed_view(const struct cache *c, uint64_t off,
-                      struct pitem_view *v);
-uint64_t cache_packed_seq(const struct cache *c, uint64_t off);
-/* commit = 1 for the packed item at off (pitem_invalidate on its
- * segment). PMEM: one 2-byte store, no lock held. */
-void cache_packed_invalidate(struct cache *c, uint64_t off);
-enum cache_dead cache_packed_dead(const struct cache *c, uint64_t off,
-                                  const struct pitem_view *v, uint32_t now);
-enum cache_dead cache_off_dead(const struct cache *c, uint64_t off,
-                               uint32_t now);
-uint64_t cache_off_cas(const struct cache *c, uint64_t off);
-uint32_t cache_off_exptime(const struct cache *c, uint64_t off);
 
 /* A flash item's part of cache_item_dead: CACHE_LOST when the store
  * reused its segment, else CACHE_LIVE. */

@@ -24,6 +24,7 @@
 #include "src/base/clock.h"
 #include "src/base/compiler.h"
 #include "src/engine/cache.h"
+#include "src/engine/cache_packed.h"
 #include "src/engine/hotkey.h"
 #include "src/engine/ext.h"
 #include "src/engine/packed.h"

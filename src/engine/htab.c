@@ -159,14 +159,6 @@ htab_word(uint64_t hash, uint64_t loc)
     return (uint64_t)htab_tag(hash) << HTAB_LOC_BITS | loc;
 }
 
-static inline struct htab_table *
-htab_cur(const struct htab *h)
-{
-    /* Acquire: pairs with the release store at the end of a doubling, so
-     * the doubled table's buckets are visible. */
-    return atomic_load_explicit(&((struct htab *)h)->tab, memory_order_acquire);
-}
-
 /* The home bucket where a reader finds hash: the current table's, or, once
  * that one moved, the doubled table's (and so on). */
 static inline struct htab_bucket *
@@ -243,15 +235,6 @@ htab_table_create(uint64_t nbuckets, struct htab_table **out)
     atomic_init(&t->noverflow, 0);
     *out = t;
     return 0;
-}
-
-/* Reserve buckets handed out (reserve_next may run past the end). */
-static uint64_t
-htab_reserve_used(const struct htab_table *t)
-{
-    uint64_t n = atomic_load_explicit(&t->reserve_next, memory_order_relaxed);
-
-    return MIN(n, t->nreserve);
 }
 
 static bool
@@ -1194,115 +1177,4 @@ htab_remove_locked(struct htab *h, _Atomic uint64_t *slot)
         any |= atomic_load_explicit(&b->slot[i], memory_order_relaxed);
     if (unlikely(any == 0))
         htab_unlink_empty(h, b);
-}
-
-/* Visit home bucket i of t and its chain, or, once it moved, the two
- * buckets of the doubled table it moved to. */
-static int
-htab_visit_home_rcu(struct htab_table *t, uint64_t i, htab_visit_fn *fn,
-                    void *arg)
-{
-    struct htab_bucket *b = &t->buckets[i];
-    int rc;
-
-    /* Acquire: as in htab_home_rcu. */
-    if (atomic_load_explicit(&b->moved, memory_order_acquire)) {
-        struct htab_table *nt =
-            atomic_load_explicit(&t->next, memory_order_acquire);
-
-        rc = htab_visit_home_rcu(nt, i, fn, arg);
-        return rc != 0 ? rc : htab_visit_home_rcu(nt, i + t->nbuckets, fn, arg);
-    }
-    do {
-        for (int j = 0; j < HTAB_SLOTS; j++) {
-            /* Acquire: as in htab_lookup_rcu. */
-            uint64_t w =
-                atomic_load_explicit(&b->slot[j], memory_order_acquire);
-
-            if (w == 0)
-                continue;
-            rc = fn(arg, w & HTAB_LOC_MASK);
-            if (rc != 0)
-                return rc;
-        }
-        /* Acquire: as in htab_lookup_rcu. */
-        b = atomic_load_explicit(&b->next, memory_order_acquire);
-    } while (b != NULL);
-    return 0;
-}
-
-/* Numbers i are of the current table; should a doubling end between two
- * calls, bucket i of the doubled table holds only half of what old bucket
- * i held (a walk over a table that grows may miss entries, as it may miss
- * entries written while it runs). */
-int
-htab_bucket_visit_rcu(struct htab *h, uint64_t i, htab_visit_fn *fn, void *arg)
-{
-    struct htab_table *t = htab_cur(h);
-
-    if (i >= t->nbuckets)
-        return 0;
-    return htab_visit_home_rcu(t, i, fn, arg);
-}
-
-int
-htab_foreach(struct htab *h, htab_visit_fn *fn, void *arg)
-{
-    struct htab_table *t = htab_cur(h);
-
-    for (uint64_t i = 0; i < t->nbuckets; i++) {
-        int rc = htab_visit_home_rcu(t, i, fn, arg);
-        if (rc != 0)
-            return rc;
-    }
-    return 0;
-}
-
-uint64_t
-htab_nbuckets(const struct htab *h)
-{
-    return htab_cur(h)->nbuckets;
-}
-
-/* The current table and the doubled one, if any. */
-uint64_t
-htab_noverflow(const struct htab *h)
-{
-    uint64_t n = 0;
-
-    for (const struct htab_table *t = htab_cur(h); t != NULL;
-         t = atomic_load_explicit(&((struct htab_table *)t)->next,
-                                  memory_order_acquire))
-        n += atomic_load_explicit(&t->noverflow, memory_order_relaxed);
-    return n;
-}
-
-/* Home buckets, the reserve as far as it is backed (the used part: it is
- * mmap'd, backed as it is handed out, linked or not), and linked overflow
- * buckets past it (not counting malloc's own overhead for those). */
-static uint64_t
-htab_table_bytes(const struct htab_table *t)
-{
-    uint64_t n = t->nbuckets + htab_reserve_used(t) +
-                 atomic_load_explicit(&t->nheap, memory_order_relaxed);
-
-    return n * sizeof(struct htab_bucket);
-}
-
-/* The current table, the doubled one while a doubling runs, old tables
- * waiting for their grace period, and unlinked heap buckets waiting for
- * theirs. */
-uint64_t
-htab_dram_bytes(const struct htab *h)
-{
-    struct htab *m = (struct htab *)h;
-    uint64_t n =
-        sizeof(*h) + atomic_load_explicit(&m->pend_heap, memory_order_relaxed) *
-                         sizeof(struct htab_bucket);
-
-    pthread_mutex_lock(&m->grow_lock);
-    for (const struct htab_table *t = m->tables; t != NULL; t = t->all_next)
-        n += sizeof(*t) + (t->freed ? 0 : htab_table_bytes(t));
-    pthread_mutex_unlock(&m->grow_lock);
-    return n;
 }

@@ -1,8 +1,9 @@
 #pragma once
 /*
  * Internals of the hash index shared by src/engine/htab.c (tables, lookups,
- * writers, the doubling) and src/engine/htab_count.c (the entry count that
- * decides when a table doubles). Not for use elsewhere: the engine sees the
+ * writers, the doubling), src/engine/htab_count.c (the entry count that
+ * decides when a table doubles) and src/engine/htab_walk.c (walks and
+ * sizes). Not for use elsewhere: the engine sees the
  * index through src/engine/htab.h. The concurrency rules of each field are
  * at the top of the file that writes it: the tables and struct htab in
  * htab.c, the stripes and h->seen in htab_count.c.
@@ -123,4 +124,21 @@ static inline void
 htab_count_out(struct htab *h)
 {
     atomic_fetch_sub_explicit(&htab_my_stripe(h)->n, 1, memory_order_relaxed);
+}
+
+static inline struct htab_table *
+htab_cur(const struct htab *h)
+{
+    /* Acquire: pairs with the release store at the end of a doubling, so
+     * the doubled table's buckets are visible. */
+    return atomic_load_explicit(&((struct htab *)h)->tab, memory_order_acquire);
+}
+
+/* Reserve buckets handed out (reserve_next may run past the end). */
+static inline uint64_t
+htab_reserve_used(const struct htab_table *t)
+{
+    uint64_t n = atomic_load_explicit(&t->reserve_next, memory_order_relaxed);
+
+    return MIN(n, t->nreserve);
 }

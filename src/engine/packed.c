@@ -81,6 +81,7 @@
 #include "src/base/compiler.h"
 #include "src/base/crashpoint.h"
 #include "src/engine/cache.h"
+#include "src/engine/cache_packed.h"
 #include "src/engine/pitem.h"
 #include "tier/pm.h"
 

@@ -51,6 +51,7 @@
 #include "src/base/compiler.h"
 #include "src/base/err.h"
 #include "src/base/log.h"
+#include "src/engine/cache_packed.h"
 #include "src/engine/pitem.h"
 #include "src/engine/restart_layout.h"
 #include "src/engine/restart_save.h"

@@ -15,8 +15,10 @@
  * allocation (allocation may wait for a grace period).
  */
 #include "src/engine/store.h"
+#include "src/engine/store_int.h"
 
 #include "src/engine/cache.h"
+#include "src/engine/cache_packed.h"
 #include "src/engine/ext.h"
 #include "src/engine/hotkey.h"
 #include "src/engine/packed.h"
@@ -34,46 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <urcu/urcu-memb.h>
-
-#define RMW_RETRIES 64
-
-/* STORE_SWAP: publish only if the index still holds `expect`. */
-#define STORE_SWAP 100
-
-/* Laid out without holes (8-byte fields, then 4-byte, then flags) so
- * that req_init zeroes 144 bytes, not 176 (a set's path). */
-struct store_req {
-    const void *key;
-    uint64_t hash;
-    struct item_desc hdr; /* flags, exptime, vlen, klen filled by caller */
-    struct item_src val;
-    uint64_t cas_in;
-    uint64_t cas_new; /* nonzero: the new item's CAS (meta E; a recache:
-                         its source's, when not its sequence) */
-    uint64_t expect;  /* loc, for STORE_SWAP */
-    int mode;         /* enum tc_store_mode or STORE_SWAP */
-    uint32_t klen;
-    uint32_t expect_exptime;
-    unsigned cls;        /* the new item's class once it has a chunk, for
-                            the per-class counters; else SLAB_NO_CLASS */
-    uint32_t now;        /* the clock when the request began: one read for
-                            its expiry, flush check, freshness and the
-                            replaced item's books (the clock counts
-                            seconds; a store takes microseconds) */
-    bool cas_check;      /* compare cas_in whatever the mode (meta C) */
-    bool claim_win;      /* the storer holds the recache win (vivify) */
-    bool keep_fetched;   /* the new chunk starts fetched (meta h): what
-                            memcached rewrites in place stays fetched */
-    bool check_exptime;  /* STORE_SWAP also needs the old item's exptime
-                            unchanged (a touch meanwhile must not be lost) */
-    bool recache;        /* a flash value copied back: not a new item */
-    bool in_place;       /* what memcached rewrites in place (an incr that
-                            fits): not counted in total_items */
-    struct nvs_loc xloc; /* snapshot of a flash item: its locator */
-};
-/* store_plain_inline writes each field by hand: one added must be there */
-_Static_assert(sizeof(struct store_req) == 144,
-               "store_plain_inline writes every field of struct store_req");
 
 /* The state of the item a store replaces or rewrites, at engine offset
  * off, of any kind: inline for a slab chunk's (the DRAM test that
@@ -424,7 +386,7 @@ store_one_inline(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     return rc;
 }
 
-static int
+int
 store_one(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
 {
     return store_one_inline(t, r, cas_out);
@@ -445,24 +407,6 @@ req_class(struct cache *c, const struct store_req *r)
     return cls < 0 ? SLAB_NO_CLASS : (unsigned)cls;
 }
 
-/* Inline: the hash and the clock read are then the caller's own code. */
-static inline __attribute__((always_inline)) void
-req_init(struct store_req *r, struct cache_thread *t, int mode, const void *key,
-         uint32_t klen)
-{
-    memset(r, 0, sizeof(*r));
-    r->mode = mode;
-    r->key = key;
-    r->klen = klen;
-    r->hash = cache_hash(t->cache, key, klen);
-    r->hdr.klen = (uint8_t)klen;
-    r->cls = SLAB_NO_CLASS;
-    r->now = clock_now();
-}
-
-static bool snapshot(struct cache *c, struct store_req *r,
-                     struct item_desc *hdr, uint64_t *loc);
-
 /* A store whose outcome the index already decides (add on a live key, a
  * CAS that cannot match, replace of a missing key) is answered without
  * allocating: under memory pressure that would evict for nothing, or fail
@@ -473,7 +417,7 @@ precheck_index(struct cache_thread *t, struct store_req *r, bool cas)
 {
     struct item_desc old;
     uint64_t loc;
-    bool hit = snapshot(t->cache, r, &old, &loc);
+    bool hit = store_snapshot(t->cache, r, &old, &loc);
     if (cas)
         return !hit ? TC_NOT_FOUND : old.cas != r->cas_in ? TC_EXISTS : TC_OK;
     if (r->mode == TC_ADD)
@@ -581,9 +525,9 @@ snapshot_packed(struct cache *c, uint64_t off, uint32_t now,
 
 /* The item the key maps to now, copied out: header and location. Miss when
  * absent or dead. Context: takes and leaves an RCU read section. */
-static bool
-snapshot(struct cache *c, struct store_req *r, struct item_desc *hdr,
-         uint64_t *loc)
+bool
+store_snapshot(struct cache *c, struct store_req *r, struct item_desc *hdr,
+               uint64_t *loc)
 {
     struct cache_key k = {c, r->key, r->klen};
     uint32_t now = r->now;
@@ -608,8 +552,8 @@ snapshot(struct cache *c, struct store_req *r, struct item_desc *hdr,
 /* The new item keeps the old one's expiry as it is at publication: read it
  * now and have the swap check it did not change (touch does not move the
  * CAS). Context: inside a read section, it is the old item. */
-static void
-carry_exptime(struct store_req *r, uint32_t exptime)
+void
+store_carry_exptime(struct store_req *r, uint32_t exptime)
 {
     r->expect_exptime = exptime;
     r->hdr.exptime = r->expect_exptime;
@@ -676,7 +620,7 @@ rewrite(struct cache_thread *t, struct store_req *r,
         iov[0] = (struct iovec){(void *)add, alen};
     r->val = (struct item_src){iov, n + (alen ? 1 : 0)};
     if (keep_exptime)
-        carry_exptime(r, cur_exp);
+        store_carry_exptime(r, cur_exp);
     if (cur_cas == old->cas) {
         rc = commit(t, r, &plan, head, tails, NULL, &oldloc, cas_out);
     } else {
@@ -704,7 +648,7 @@ concat(struct cache_thread *t, bool append, const void *key, uint32_t klen,
     *cls = req_class(t->cache, &r);
     for (int i = 0; i < RMW_RETRIES; i++) {
         req_init(&r, t, STORE_SWAP, key, klen);
-        if (!snapshot(t->cache, &r, &old, &r.expect)) {
+        if (!store_snapshot(t->cache, &r, &old, &r.expect)) {
             if (!o || !o->vivify)
                 return TC_NOT_STORED;
             /* meta N: a miss stores the value as a new item */
@@ -755,7 +699,7 @@ store_invalidate(struct cache_thread *t, const void *key, uint32_t klen,
 
     for (int i = 0; i < RMW_RETRIES; i++) {
         req_init(&r, t, STORE_SWAP, key, klen);
-        if (!snapshot(t->cache, &r, &old, &r.expect))
+        if (!store_snapshot(t->cache, &r, &old, &r.expect))
             return TC_NOT_FOUND;
         if (cas_in && old.cas != cas_in)
             return TC_EXISTS;
@@ -808,7 +752,7 @@ store_or_stale(struct cache_thread *t, const void *key, uint32_t klen,
     for (int i = 0; i < RMW_RETRIES; i++) {
         req_init(&r, t, STORE_SWAP, key, klen);
         r.hdr.vlen = (uint32_t)vlen;
-        if (!snapshot(t->cache, &r, &old, &r.expect)) {
+        if (!store_snapshot(t->cache, &r, &old, &r.expect)) {
             rc = TC_NOT_FOUND;
             break;
         }
@@ -988,211 +932,6 @@ store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
     r.claim_win = true;
     r.cas_new = cas_new;
     return store_one(t, &r, cas_out);
-}
-
-/* memcached's rule for a number (safe_strtoull): optional leading spaces,
- * digits, then the end or a space (a decr may have left trailing spaces,
- * and memcached ignores what follows a space). */
-static bool
-parse_u64(const char *s, size_t n, uint64_t *out)
-{
-    uint64_t v = 0;
-    size_t i = 0, digits;
-    while (i < n && s[i] == ' ')
-        i++;
-    digits = num_scan_u64(s + i, n - i, &v);
-    i += digits;
-    if (!digits || (i < n && s[i] != ' ' && s[i] != '\r' && s[i] != '\n'))
-        return false;
-    *out = v;
-    return true;
-}
-
-/* Where the number parse_u64 read ends: after its leading spaces and
- * digits. */
-static size_t
-number_end(const char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n && s[i] == ' ')
-        i++;
-    while (i < n && s[i] >= '0' && s[i] <= '9')
-        i++;
-    return i;
-}
-
-static void
-fill_info(struct tc_item_info *info, const struct item_desc *h)
-{
-    if (!info)
-        return;
-    memset(info, 0, sizeof(*info));
-    info->flags = h->flags;
-    info->exptime = h->exptime;
-    info->cas = h->cas;
-    info->vlen = h->vlen;
-    info->stale = h->iflags & ITEM_STALE;
-}
-
-/* Bytes of a value an incr reads its number from (20 digits and room for
- * the spaces memcached's strtoull skips before them). */
-#define ARITH_HEAD 64u
-
-/* meta ma N/J: a miss creates the item with the initial value. */
-static int
-arith_vivify(struct cache_thread *t, const void *key, uint32_t klen,
-             const struct tc_arith_opts *o, uint64_t *value,
-             struct tc_item_info *info)
-{
-    char digits[24];
-    int len = snprintf(digits, sizeof(digits), "%llu",
-                       (unsigned long long)o->initial);
-    struct iovec iov = {digits, (size_t)len};
-    struct store_req r;
-
-    req_init(&r, t, TC_ADD, key, klen);
-    r.hdr.vlen = (uint32_t)len;
-    r.hdr.exptime = cache_exptime(o->vivify_exptime, clock_now());
-    r.val = (struct item_src){&iov, 1};
-    r.cas_new = o->cas_new;
-    int rc = store_one(t, &r, NULL);
-    if (rc == TC_OK) {
-        *value = o->initial;
-        fill_info(info, &r.hdr);
-        if (o->vivified)
-            *o->vivified = true;
-    }
-    return rc;
-}
-
-int
-store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
-            uint64_t delta, const struct tc_arith_opts *o, uint64_t *value,
-            struct tc_item_info *info)
-{
-    struct cache *c = t->cache;
-    struct store_req r;
-    struct item_desc old;
-    enum cache_stat miss = incr ? ST_INCR_MISSES : ST_DECR_MISSES;
-
-    if (o && o->vivified)
-        *o->vivified = false;
-    for (int i = 0; i < RMW_RETRIES; i++) {
-        char digits[72];
-        uint64_t v;
-        req_init(&r, t, STORE_SWAP, key, klen);
-        if (!snapshot(c, &r, &old, &r.expect)) {
-            int rc = TC_NOT_FOUND;
-            if (o && o->vivify &&
-                (rc = arith_vivify(t, key, klen, o, value, info)) ==
-                    TC_NOT_STORED)
-                continue; /* created meanwhile: count on it */
-            if (rc == TC_NOT_FOUND)
-                cache_stat_inc(t, miss);
-            return rc;
-        }
-        /* memcached's order: an empty or chained value is not a number,
-         * then the CAS, then the digits */
-        if (old.vlen == 0 || old.nchain)
-            return TC_NON_NUMERIC;
-        if (o && o->cas_in && old.cas != o->cas_in)
-            return TC_EXISTS;
-        /* the number is read from the value's first bytes: memcached's
-         * strtoull ignores what follows a space (a padded number with an
-         * append behind it still counts) */
-        uint32_t head = old.vlen < ARITH_HEAD ? old.vlen : ARITH_HEAD;
-        char *fbuf = NULL;
-        if (old.kind == ITEM_KIND_FLASH) {
-            int frc =
-                ext_read_copy(t, key, klen, r.hash, r.expect, &r.xloc, &fbuf);
-            if (frc == -ENOMEM)
-                return frc;
-            if (frc)
-                continue; /* dropped: the retry finds it missing */
-        }
-        cache_read_lock();
-        uint64_t xoff = cache_off(r.expect);
-        bool same, claimed = false, fetched = false;
-        uint32_t cur_exp = 0;
-        if (cache_off_packed(xoff)) {
-            /* its result goes to a slab (STORE_SWAP is never packed) */
-            struct pitem_view pv;
-            same = cache_packed_view(c, xoff, &pv) == 0 && pv.cas == old.cas;
-            /* the slot's bits, as the snapshot read them */
-            claimed = same && (r.expect & CACHE_LOC_WIN);
-            fetched = same && (r.expect & CACHE_LOC_FETCHED);
-            if (same) {
-                pm_read(digits, pv.value, head);
-                cur_exp = pv.exp32;
-            }
-        } else {
-            const struct item_hdr *it = cache_item_at(c, xoff);
-            same = item_cas(it) == old.cas;
-            /* the chunk's DRAM bits only while it is known to be the item:
-             * a freed chunk's page may be joining another class */
-            claimed = same && cache_bit_claimed(c, xoff);
-            fetched = same && cache_bit_fetched(c, xoff);
-            if (same && fbuf)
-                memcpy(digits, fbuf, head);
-            else if (same)
-                pm_read(digits, item_value(it), head);
-            cur_exp = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
-        }
-        free(fbuf);
-        r.hdr = old;
-        if (same && !(o && o->touch))
-            carry_exptime(&r, cur_exp);
-        cache_read_unlock();
-        if (!same)
-            continue;
-        if (!parse_u64(digits, head, &v) ||
-            (head < old.vlen && number_end(digits, head) == head))
-            return TC_NON_NUMERIC; /* runs on past what we read */
-        v = incr ? v + delta : (delta > v ? 0 : v - delta);
-        int len =
-            snprintf(digits, sizeof(digits), "%llu", (unsigned long long)v);
-        struct iovec iov[2] = {{digits, (size_t)len}};
-        int niov = 1;
-        char *pad = NULL;
-        /* a number that fits is rewritten in place by memcached: the old
-         * length, space padded, the stale mark and the recache win kept;
-         * a longer one is a new item */
-        if ((uint32_t)len <= old.vlen) {
-            size_t sp = old.vlen - (uint32_t)len;
-            if (sp <= sizeof(digits) - (size_t)len) {
-                memset(digits + len, ' ', sp);
-                iov[0].iov_len += sp;
-            } else if ((pad = malloc(sp)) != NULL) {
-                memset(pad, ' ', sp);
-                iov[niov++] = (struct iovec){pad, sp};
-            } else {
-                return -ENOMEM;
-            }
-            r.claim_win = claimed;
-            r.keep_fetched = fetched;
-            r.in_place = true;
-        } else {
-            r.hdr.iflags &= (uint8_t)~ITEM_STALE;
-        }
-        r.hdr.vlen = (uint32_t)(iov[0].iov_len + (pad ? iov[1].iov_len : 0));
-        if (o && o->touch)
-            r.hdr.exptime = cache_exptime(o->exptime, clock_now());
-        r.cas_new = o ? o->cas_new : 0;
-        r.val = (struct item_src){iov, niov};
-        int rc = store_one(t, &r, NULL);
-        free(pad);
-        if (rc == -EAGAIN)
-            continue;
-        if (rc == TC_OK) {
-            cache_cls_inc(t, r.cls, incr ? CLS_INCR_HITS : CLS_DECR_HITS);
-            *value = v;
-            fill_info(info, &r.hdr);
-            if (info)
-                info->exptime_before = old.exptime;
-        }
-        return rc;
-    }
-    return -EBUSY;
 }
 
 /* --- delete --- */

@@ -14,6 +14,7 @@
 #include "src/base/compiler.h"
 #include "src/base/err.h"
 #include "src/engine/cache.h"
+#include "src/engine/cache_check.h"
 #include "src/engine/ext.h"
 #include "src/engine/fetch.h"
 #include "src/engine/hotkey.h"
