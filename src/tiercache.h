@@ -167,8 +167,8 @@ struct tc_config {
      * or cas whose item takes at most this many bytes (8 + flags above 15
      * (4) + an expiry (4) + a chosen CAS (8) + key + value) is appended to
      * a 1 MiB segment instead of a slab chunk; segments are evicted whole,
-     * oldest first. 0 = off (default). Packed items do not survive a
-     * restart yet. */
+     * oldest first; they survive a restart as slab items do. 0 = off
+     * (default). */
     uint32_t packed_item_max;
 
     /* NVMe tier (memcached's extstore options; off while ext_npaths is 0).
