@@ -406,8 +406,13 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
 
     struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot = htab_find_loc_locked(b, loc);
-    if (slot)
-        htab_replace_locked(slot, hash, cache_loc(head));
+    if (slot) {
+        /* a touch keeps what the item had: fetched (meta h), the recache
+         * win handed out, the reference for eviction */
+        uint64_t bits =
+            atomic_load_explicit(slot, memory_order_relaxed) & CACHE_LOC_PBITS;
+        htab_replace_locked(slot, hash, cache_loc(head) | bits);
+    }
     htab_unlock(b);
     if (slot) {
         TC_CRASH_POINT("packed.copy.published"); /* still pending */

@@ -147,6 +147,24 @@ def test_touch_in_place_and_by_rewrite(c):
     c.cmd(b"touch nokey 10\r\n", b"NOT_FOUND\r\n")
 
 
+def test_touch_rewrite_keeps_fetched_and_win(c):
+    """A touch that rewrites a packed item (here: it had no expiry) keeps
+    what memcached keeps on a touch: fetched (h), and the recache win (W
+    handed out once, Z after)."""
+    c.cmd(b"set th 0 0 2\r\nhh\r\n", b"STORED\r\n")
+    c.cmd(b"mg th T1000 v\r\n", b"VA 2\r\nhh\r\n")  # fetch, rewrite
+    c.cmd(b"mg th h\r\n", b"HD h1\r\n")
+    assert 990 <= _ttl(c, b"th") <= 1000
+    c.cmd(b"set ts 0 0 2\r\nss\r\n", b"STORED\r\n")
+    c.cmd(b"mg ts T1000 s\r\n", b"HD s2\r\n")
+    c.cmd(b"mg ts h\r\n", b"HD h1\r\n")
+    c.cmd(b"set tw 0 0 2\r\nww\r\n", b"STORED\r\n")
+    c.cmd(b"md tw I\r\n", b"HD\r\n")
+    c.cmd(b"mg tw\r\n", b"HD X W\r\n")  # the win handed out
+    c.cmd(b"mg tw T30\r\n", b"HD Z X\r\n")  # then rewritten
+    c.cmd(b"mg tw t\r\n", b"HD t30 Z X\r\n")
+
+
 def test_delete(c):
     c.cmd(b"set dk 0 0 3\r\nval\r\n", b"STORED\r\n")
     c.cmd(b"delete dk\r\n", b"DELETED\r\n")
