@@ -380,6 +380,9 @@ struct tc_stats {
     uint64_t packed_bytes_dead;       /* replaced or deleted, not yet
                                          evicted with their segment */
     uint64_t packed_segments_evicted; /* segments evicted whole */
+    uint64_t packed_cas_lifted;       /* packed stores given a CAS of their own
+                                         (8 bytes): the derived one was not above
+                                         the replaced version's */
 };
 
 /*
@@ -491,7 +494,8 @@ struct tc_stats {
     X(PACKED_BYTES_LIVE, packed_bytes_live, "packed_bytes_live", GAUGE)        \
     X(PACKED_BYTES_DEAD, packed_bytes_dead, "packed_bytes_dead", GAUGE)        \
     X(PACKED_SEGS_EVICTED, packed_segments_evicted,                            \
-                           "packed_segments_evicted", COUNTER)
+                           "packed_segments_evicted", COUNTER)                 \
+    X(PACKED_CAS_LIFTED, packed_cas_lifted, "packed_cas_lifted", COUNTER)
 /* clang-format on */
 
 /* One key of the hot-key view (tc_hotkeys). Rates are estimates from

@@ -129,6 +129,13 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
         slot ? htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed))
              : 0;
     int rc = decide_locked(c, r, old, now);
+    /* a packed item's derived CAS comes from its segment's block, taken
+     * when the segment opened: the version it replaces may have a higher
+     * one (a slab store, a segment opened later); a key's CAS only grows
+     * (memcached's, which meta's I mode compares) */
+    if (unlikely(cache_off_packed(head)) && rc == TC_OK && old && !r->cas_new &&
+        old_cas(c, cache_off(old)) >= r->hdr.cas)
+        rc = STORE_CAS_LOW;
     if (rc == TC_OK) {
         if (slot)
             htab_replace_locked(slot, r->hash, loc);
@@ -366,6 +373,19 @@ prefetch_old(struct cache *c, uint64_t hash, struct htab_hint *hint)
             cache_item_at(c, cache_off(htab_slot_loc(hint->word[i]))), 0, 3);
 }
 
+/* A packed item's derived CAS was not above the CAS of the version it was
+ * to replace (publish: STORE_CAS_LOW): store it again with the counter's
+ * next value as its own (cas64 in a packed item, 8 bytes), above every
+ * CAS given so far. Out of line: a set of a key last written by a slab
+ * store or a thread whose segment opened later. */
+static __attribute__((noinline)) int
+store_cas_above(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
+{
+    cache_stat_inc(t, ST_PACKED_CAS_LIFTED);
+    r->cas_new = cache_seq_next(t->cache);
+    return store_one(t, r, cas_out);
+}
+
 /* Prepare, commit and retire: one whole store. Inlined into store_plain
  * (every set's path); the other callers share store_one's copy. */
 static inline __attribute__((always_inline)) int
@@ -381,6 +401,8 @@ store_one_inline(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     struct htab_hint hint;
     prefetch_old(t->cache, r->hash, &hint);
     rc = commit(t, r, &plan, head, tails, &hint, &old, cas_out);
+    if (unlikely(rc == STORE_CAS_LOW))
+        return store_cas_above(t, r, cas_out);
     TC_CRASH_POINT("set.published");
     retire_old(t, old, r->now);
     return rc;

@@ -12,6 +12,7 @@
 #include "src/base/clock.h"
 #include "tier/nvs.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -20,6 +21,9 @@
 
 /* STORE_SWAP: publish only if the index still holds `expect`. */
 #define STORE_SWAP 100
+/* publish(): a packed item's derived CAS is not above the replaced
+ * version's; stored again with a CAS of its own (store_cas_above) */
+#define STORE_CAS_LOW (-ERANGE)
 
 /* Laid out without holes (8-byte fields, then 4-byte, then flags) so
  * that req_init zeroes 144 bytes, not 176 (a set's path). */

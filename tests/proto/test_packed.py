@@ -62,7 +62,7 @@ def test_stats_settings_and_rows(c):
     s = stats(c)
     for row in ("packed_items", "packed_segments", "packed_segments_open",
                 "packed_bytes_live", "packed_bytes_dead",
-                "packed_segments_evicted"):
+                "packed_segments_evicted", "packed_cas_lifted"):
         assert row in s, row
     assert int(s["packed_items"]) >= 1
     assert int(s["packed_segments"]) >= 1
@@ -163,6 +163,24 @@ def test_touch_rewrite_keeps_fetched_and_win(c):
     c.cmd(b"mg tw\r\n", b"HD X W\r\n")  # the win handed out
     c.cmd(b"mg tw T30\r\n", b"HD Z X\r\n")  # then rewritten
     c.cmd(b"mg tw t\r\n", b"HD t30 Z X\r\n")
+
+
+def test_cas_grows_per_key(c):
+    """A key's CAS only grows, as memcached's: meta's I mode ("a CAS older
+    than the item's stores a stale item") relies on it, also when a slab
+    item is replaced by a packed one."""
+    big = b"b" * 2000
+    # the connection's worker opens its segment (takes its CAS block) first
+    c.cmd(b"set gk_open 0 0 1\r\no\r\n", b"STORED\r\n")
+    c.cmd(b"set gk 0 0 2000\r\n" + big + b"\r\n", b"STORED\r\n")
+    older = gets(c, b"gk")[2]
+    lifted = int(stats(c).get("packed_cas_lifted", "0"))
+    c.cmd(b"set gk 0 0 5\r\nsmall\r\n", b"STORED\r\n")
+    newer = gets(c, b"gk")[2]
+    assert newer > older
+    assert int(stats(c)["packed_cas_lifted"]) == lifted + 1
+    c.cmd(b"ms gk 3 C%d I\r\nold\r\n" % older, b"HD\r\n")
+    c.cmd(b"mg gk v\r\n", b"VA 3 X W\r\nold\r\n")
 
 
 def test_delete(c):

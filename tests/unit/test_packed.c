@@ -131,6 +131,92 @@ test_cas_modes(void **state)
     check_ok(f->c);
 }
 
+/* A key's CAS only grows, as memcached's: a packed item's derived CAS
+ * (its segment's block, taken at the segment's open) below the replaced
+ * version's is replaced by a CAS of its own. */
+static void
+test_cas_grows_per_key(void **state)
+{
+    struct fx *f = *state;
+    uint64_t a = 0, b = 0, c = 0;
+    char big[2000];
+    memset(big, 'g', sizeof(big));
+
+    puts_(f->c, "open", "a segment"); /* its block is taken now */
+    assert_int_equal(
+        tc_store(f->c, TC_SET, "k", 1, big, sizeof(big), 0, 0, 0, &a), TC_OK);
+    assert_int_equal(store_s(f->c, TC_SET, "k", "small", 0, 0, 0, &b), TC_OK);
+    assert_true(b > a);
+    STAT_EQ(pstats(f->c), packed_items, 2);
+    STAT_EQ(pstats(f->c), packed_cas_lifted, 1);
+    assert_int_equal(check_str(f->c, "k", "small").cas, b);
+    assert_int_equal(store_s(f->c, TC_SET, "k", "again", 0, 0, 0, &c), TC_OK);
+    assert_true(c > b);
+    assert_int_equal(check_str(f->c, "k", "again").cas, c);
+    /* a fresh key keeps its derived CAS, and the one CAS test in
+     * decide_locked sees the lifted one */
+    assert_int_equal(store_s(f->c, TC_CAS, "k", "v3", 0, 0, b, NULL),
+                     TC_EXISTS);
+    assert_int_equal(store_s(f->c, TC_CAS, "k", "v3", 0, 0, c, &a), TC_OK);
+    assert_true(a > c);
+    STAT_EQ(pstats(f->c), packed_cas_lifted, 3);
+    puts_(f->c, "fresh", "key");
+    STAT_EQ(pstats(f->c), packed_cas_lifted, 3);
+    check_ok(f->c);
+}
+
+struct cas_step {
+    struct tc_cache *c;
+    const char *key;
+    uint64_t cas;
+};
+
+static void *
+cas_step_run(void *arg)
+{
+    struct cas_step *st = arg;
+    assert_int_equal(store_s(st->c, TC_SET, st->key, "v", 0, 0, 0, &st->cas),
+                     TC_OK);
+    return NULL;
+}
+
+/* One store on a thread of its own, joined before the next step: the
+ * thread opens a segment (a block newer than any before) and, leaving,
+ * seals it. */
+static void
+cas_step(struct tc_cache *c, pthread_t *th, struct cas_step *st,
+         const char *key)
+{
+    *st = (struct cas_step){c, key, 0};
+    assert_int_equal(pthread_create(th, NULL, cas_step_run, st), 0);
+    assert_int_equal(pthread_join(*th, NULL), 0);
+}
+
+/* Across threads: a thread whose segment opened first writes a key last
+ * written into a segment opened later; the key's CAS still grows. */
+static void
+test_cas_grows_across_segments(void **state)
+{
+    struct fx *f = *state;
+    pthread_t th;
+    struct cas_step st;
+    uint64_t first = 0, later = 0;
+
+    /* this thread's segment opens first, another thread's later */
+    assert_int_equal(store_s(f->c, TC_SET, "x", "v", 0, 0, 0, &first), TC_OK);
+    cas_step(f->c, &th, &st, "y");
+    assert_true(st.cas > first);
+    cas_step(f->c, &th, &st, "shared"); /* a thread that has left sealed
+                                           its segment: a newer block */
+    uint64_t theirs = st.cas;
+    assert_int_equal(store_s(f->c, TC_SET, "shared", "mine", 0, 0, 0, &later),
+                     TC_OK);
+    assert_true(later > theirs);
+    assert_int_equal(check_str(f->c, "shared", "mine").cas, later);
+    assert_true(pstats(f->c).packed_cas_lifted >= 1);
+    check_ok(f->c);
+}
+
 /* Client flags 0..15 inline, above in flags32; exptime in exp32. */
 static void
 test_flags_and_expiry(void **state)
@@ -462,7 +548,9 @@ check_after_restart(struct fx *f)
     STAT_EQ(s, packed_items, 2);
     STAT_EQ(s, curr_items, 3);
     STAT_EQ(s, packed_segments, 1);
-    STAT_EQ(s, packed_bytes_live, (8 + 4 + 6 + 2) + (8 + 4 + 3 + 1));
+    /* "over" carries a CAS of its own (cas64): its slab version's CAS
+     * was above the segment's block */
+    STAT_EQ(s, packed_bytes_live, (8 + 4 + 6 + 2) + (8 + 4 + 3 + 8 + 1));
     assert_true(s.packed_bytes_dead > 0); /* del, and "slab"'s old copy */
     check_ok(f->c);
     /* the store appends again, in a new segment */
@@ -704,6 +792,8 @@ main(void)
     const struct CMUnitTest tests[] = {
         PTEST(test_small_packed_large_slab),
         PTEST(test_cas_modes),
+        PTEST(test_cas_grows_per_key),
+        PTEST(test_cas_grows_across_segments),
         PTEST(test_flags_and_expiry),
         PTEST(test_touch),
         PTEST(test_delete),
