@@ -251,10 +251,12 @@ evict_walk(struct cache_thread *t, uint32_t page)
     /* hcrc is 0 already: after a crash none of these comes back */
     pitem_walk_init(&w, c->base + pbase, POOL_PAGE_SIZE,
                     seg_seq_of(c->seg, pbase), false);
+    TC_CRASH_POINT("packed.evict.cleared"); /* hcrc 0, every item linked */
     while (pitem_walk_next(&w, &v) == 1) {
         uint64_t off = cache_packed_off(pbase + v.off);
         gone += v.size;
         uint64_t word = unlink_named(c, &v, off);
+        TC_CRASH_POINT("packed.evict.unlinked");
         if (!word) {
             /* replaced or deleted: its unlinker counts and invalidates it
              * (a few instructions after its unlink; bounded, in case) */
