@@ -195,8 +195,9 @@ packed_write(struct cache *c, uint64_t head, const struct packed_item *it)
 /* A pending copy at head, published, its source invalidated: committed
  * (2 -> check16) unless a writer that replaced or removed it stored 1
  * meanwhile (then that writer accounted it; it waits for this commit, so
- * only when its bounded wait ran out). Inside a read section, as the design's pending rule
- * asks. PMEM: one 2-byte compare-and-swap, no lock held. */
+ * only when its bounded wait ran out). Inside a read section, as the
+ * design's pending rule asks. PMEM: one 2-byte compare-and-swap, no lock
+ * held. */
 static void
 commit_copy(struct cache *c, uint64_t head, uint16_t check)
 {

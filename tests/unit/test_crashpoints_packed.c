@@ -217,8 +217,8 @@ evict_rounds(struct fx *f, const char *point, unsigned max, unsigned rounds)
                 fail_msg("%s: %s of the evicted segment came back (flags %u)",
                          what, k, g.info.flags);
             if (E->present[i] && !E->in_seg[i] && rc != TC_OK)
-                fail_msg("%s: %s, held outside the evicted segment, lost",
-                         what, k);
+                fail_msg("%s: %s, held outside the evicted segment, lost", what,
+                         k);
         }
         struct verdict v = judge(f->c); /* the values, and nothing else */
         assert_int_equal(v.live, want);
