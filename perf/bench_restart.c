@@ -9,8 +9,11 @@
  *
  * Usage: bench_restart [--items N] [--value-size V] [--pool-mib M]
  *                      [--clean [--scan]] [--path FILE] [--threads T]
+ *                      [--packed B]
  * --threads: the scan's threads (tc_config.restart_threads; 0, the
- * default: one per CPU).
+ * default: one per CPU). --packed: tc_config.packed_item_max (0, the
+ * default: off): items of at most B bytes go to the packed store's
+ * segments, which the restart walks instead of slab pages.
  * Prints figures; asserts no speed. The pool file is removed at the end.
  */
 #include "src/tiercache.h"
@@ -31,6 +34,7 @@ struct bench_args {
     int scan;
     const char *path;
     unsigned threads;
+    uint32_t packed;
 };
 
 static int
@@ -53,6 +57,9 @@ parse(int argc, char **argv, struct bench_args *a)
             i++;
         } else if (v && !strcmp(argv[i], "--path")) {
             a->path = v;
+            i++;
+        } else if (v && !strcmp(argv[i], "--packed")) {
+            a->packed = (uint32_t)strtoul(v, NULL, 10);
             i++;
         } else if (v && !strcmp(argv[i], "--threads")) {
             a->threads = (unsigned)strtoul(v, NULL, 10);
@@ -107,6 +114,7 @@ main(int argc, char **argv)
     if (a.clean && !a.scan)
         cfg.restart_file = meta;
     cfg.restart_threads = a.threads;
+    cfg.packed_item_max = a.packed;
     unlink(a.path);
 
     pid_t pid = fork();
@@ -135,12 +143,15 @@ main(int argc, char **argv)
     struct tc_open_info oi;
     tc_open_info(c, &oi);
     static const char *const kinds[] = {"cold", "warm", "recovered"};
+    struct tc_stats ts;
+    tc_stats(c, &ts);
     printf("restart %s: %" PRIu64 " items (%" PRIu64 " bytes) of %" PRIu64
            " restored, %" PRIu64 " dropped, %.3f s, %.2f M items/s, pool "
-           "%" PRIu64 " MiB, %u-byte values, %u scan threads\n",
+           "%" PRIu64 " MiB, %u-byte values, %u scan threads, %" PRIu64
+           " packed items in %" PRIu64 " segments\n",
            kinds[oi.kind], oi.items, oi.bytes, a.items, oi.dropped, oi.seconds,
            oi.seconds > 0 ? (double)oi.items / oi.seconds / 1e6 : 0, a.pool_mib,
-           a.vsize, oi.scan_threads);
+           a.vsize, oi.scan_threads, ts.packed_items, ts.packed_segments);
     /* the whole tc_open; CPU time as well, which a machine shared with
      * other work does not stretch as it stretches wall time */
     double cpu = (double)(cpu1.tv_sec - cpu0.tv_sec) +

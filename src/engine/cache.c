@@ -35,6 +35,8 @@
 #include "tier/pm.h"
 
 #include <errno.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <urcu/urcu-memb.h>
@@ -768,11 +770,33 @@ cache_match_key(void *arg, uint64_t loc)
     return item_key_equals(item_at(k->c->base, off), k->key, k->klen);
 }
 
+/* Until the packed item at head is not a pending copy: one a writer
+ * unlinked may be a touch's copy whose publisher has yet to invalidate its
+ * source and commit it (packed_rewrite_exp), a few instructions away. An
+ * answer after its invalidation must not leave that source valid behind
+ * (a restart would bring it back). Bounded, in case. */
+static void
+wait_not_pending(struct cache *c, uint64_t head)
+{
+    const _Atomic uint16_t *commit =
+        (const _Atomic uint16_t *)(void *)(c->base + cache_packed_pool(head) +
+                                           PITEM_COMMIT_OFFSET);
+    for (unsigned i = 0; i < (1u << 24); i++) {
+        /* acquire: pairs with the publisher's compare-and-swap, after
+         * its store over the source */
+        if (atomic_load_explicit(commit, memory_order_acquire) !=
+            PITEM_COMMIT_PENDING)
+            return;
+        sched_yield();
+    }
+}
+
 void
 cache_defer_free_special(struct cache_thread *t, uint64_t head)
 {
     struct cache *c = t->cache;
     if (cache_off_packed(head)) {
+        wait_not_pending(c, head);
         /* PMEM: commit = 1 before the unlink is answered; the span is
          * reclaimed with its segment. The unlinker's last touch of the
          * item: FIFO eviction waits for it (the release orders this

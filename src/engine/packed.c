@@ -60,10 +60,13 @@
  * Locks: a bucket lock at a time, for DRAM work only. PMEM writes (items,
  * a touch's exp32, commit = 1) with no lock held.
  *
- * Copies (a touch's rewrite): written pending (commit 2), published, then
- * committed by a compare-and-swap 2 -> check16 in a read section; a
- * writer that replaced or removed the copy meanwhile stored 1, so the swap
- * fails and a crash never brings back a copy that lost to it.
+ * Copies (a touch's rewrite): written pending (commit 2), published, the
+ * source invalidated, then committed by a compare-and-swap 2 -> check16 in
+ * a read section. A writer that replaces or removes a pending copy waits
+ * (cache_defer_free) until it is committed before it stores 1 and
+ * answers: by then the source is dead, so a crash after that answer brings
+ * back neither the copy nor its source (whose derived sequence may be
+ * above the writer's item: "derived order is not real-time order").
  *
  * Restart: segment pages are marked RESTART_PAGE_SEGMENT before their
  * header is written; the restart scan (restart.c, scan_segment) walks a
@@ -190,10 +193,12 @@ packed_write(struct cache *c, uint64_t head, const struct packed_item *it)
     return it->cas ? it->cas : cache_packed_seq(c, head);
 }
 
-/* A pending copy at head, published: committed (2 -> check16) unless a
- * writer that replaced or removed it meanwhile stored 1 (then that writer
- * accounted it). Inside a read section, as the design's pending rule
- * asks. PMEM: one 2-byte compare-and-swap, no lock held. */
+/* A pending copy at head, published, its source invalidated: committed
+ * (2 -> check16) unless a writer that replaced or removed it stored 1
+ * meanwhile (then that writer accounted it; it waits for this commit, so
+ * only when its bounded wait ran out). Inside a read section, as the
+ * design's pending rule asks. PMEM: one 2-byte compare-and-swap, no lock
+ * held. */
 static void
 commit_copy(struct cache *c, uint64_t head, uint16_t check)
 {
@@ -252,10 +257,12 @@ evict_walk(struct cache_thread *t, uint32_t page)
     /* hcrc is 0 already: after a crash none of these comes back */
     pitem_walk_init(&w, c->base + pbase, POOL_PAGE_SIZE,
                     seg_seq_of(c->seg, pbase), false);
+    TC_CRASH_POINT("packed.evict.cleared"); /* hcrc 0, every item linked */
     while (pitem_walk_next(&w, &v) == 1) {
         uint64_t off = cache_packed_off(pbase + v.off);
         gone += v.size;
         uint64_t word = unlink_named(c, &v, off);
+        TC_CRASH_POINT("packed.evict.unlinked");
         if (!word) {
             /* replaced or deleted: its unlinker counts and invalidates it
              * (a few instructions after its unlink; bounded, in case) */
@@ -414,17 +421,23 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
         htab_replace_locked(slot, hash, cache_loc(head) | bits);
     }
     htab_unlock(b);
-    if (slot) {
-        TC_CRASH_POINT("packed.copy.published"); /* still pending */
-        commit_copy(c, head, check);
-    }
-    uint64_t gone = slot ? off : head;
-    /* the loser (the old item, or the copy when a writer won) is
-     * invalidated before the answer */
-    if (slot)
-        cache_account_unlink(t, off, CACHE_LIVE, UNLINK_REPLACED);
-    else
+    if (!slot) {
+        /* a writer replaced or removed the source first and retires it;
+         * the copy, never seen, dies here (not by cache_defer_free, which
+         * would wait for this thread to commit it) */
         cache_account(t, head, -1);
-    cache_defer_free(t, gone);
-    return slot ? TC_OK : -EAGAIN;
+        cache_packed_invalidate(c, head);
+        return -EAGAIN;
+    }
+    TC_CRASH_POINT("packed.copy.published"); /* still pending */
+    /* The source dies before the copy commits, and a writer that replaces
+     * or deletes the copy waits for that commit before it invalidates the
+     * copy and answers (cache_defer_free): no answer leaves the source
+     * valid behind it, whose derived sequence may outrank that writer's
+     * item at a restart (a delete leaves nothing to outrank it). A crash
+     * between the two loses the key: a miss, as a page move's. */
+    cache_account_unlink(t, off, CACHE_LIVE, UNLINK_REPLACED);
+    cache_defer_free(t, off);
+    commit_copy(c, head, check);
+    return TC_OK;
 }

@@ -373,6 +373,11 @@ scan_walks_segment(const struct scan *s, uint32_t pg)
     return s->table[pg] == RESTART_PAGE_SEGMENT && s->c->seg && pg < s->limit;
 }
 
+/* Items whose index bucket is being loaded ahead of their insertion: the
+ * insertions are the scan's DRAM misses (one per item, at random), and a
+ * few in flight overlap them. */
+#define SCAN_AHEAD 16u
+
 /* Whether a packed item (v, of a segment with header h) has expired. */
 static bool
 packed_expired(const struct seg_header *h, const struct pitem_view *v,
@@ -381,6 +386,19 @@ packed_expired(const struct seg_header *h, const struct pitem_view *v,
     if (v->iflags & PITEM_HAS_EXP)
         return v->exp32 != 0 && v->exp32 <= now;
     return v->exp16 != 0 && h->exp_base + v->exp16 - 1u <= now;
+}
+
+/* The committed item at off of the segment seg (pool offset pbase) into
+ * the index: scan_segment's insertion. */
+static void
+restore_packed(struct scan_part *p, const char *seg, uint64_t pbase,
+               uint64_t seq_base, uint32_t off, uint64_t hash)
+{
+    struct pitem_view v;
+    if (pitem_parse(seg, POOL_PAGE_SIZE, seq_base, off, &v) != 0)
+        return; /* cannot be: the walk parsed it */
+    restore_entry(p, cache_packed_off(pbase + off), hash, v.key, v.klen,
+                  seq_base + off / 4);
 }
 
 /*
@@ -450,19 +468,35 @@ scan_segment(struct scan_part *p, uint32_t pg)
     }
     if (seg_adopt(c->seg, pg, MIN(off, POOL_PAGE_SIZE)) != 0)
         return; /* not ours (cannot be: a header names one page) */
+    /* the insertions, each bucket prefetched SCAN_AHEAD items before (as
+     * scan_page's); an item is parsed again at its insertion, its header
+     * still in the cache */
     struct pitem_walk w;
+    uint32_t ahead_off[SCAN_AHEAD];
+    uint64_t ahead_hash[SCAN_AHEAD];
+    unsigned nahead = 0, head = 0;
     pitem_walk_init(&w, seg, POOL_PAGE_SIZE, seq_base, false);
-    while (pitem_walk_next(&w, &v) == 1) {
+    for (;;) {
+        bool more = pitem_walk_next(&w, &v) == 1;
+        if (nahead == SCAN_AHEAD || (!more && nahead > 0)) {
+            restore_packed(p, seg, pbase, seq_base, ahead_off[head],
+                           ahead_hash[head]);
+            head = (head + 1) % SCAN_AHEAD;
+            nahead--;
+        }
+        if (!more) {
+            if (nahead == 0)
+                break;
+            continue;
+        }
         uint64_t hash = cache_hash(c, v.key, v.klen);
-        restore_entry(p, cache_packed_off(pbase + v.off), hash, v.key, v.klen,
-                      seq_base + v.off / 4);
+        htab_prefetch(c->htab, hash);
+        unsigned at = (head + nahead) % SCAN_AHEAD;
+        ahead_off[at] = v.off;
+        ahead_hash[at] = hash;
+        nahead++;
     }
 }
-
-/* Items whose index bucket is being loaded ahead of their insertion: the
- * insertions are the scan's DRAM misses (one per item, at random), and a
- * few in flight overlap them. */
-#define SCAN_AHEAD 16u
 
 /* Look at every chunk of page pg (class cls). */
 static void

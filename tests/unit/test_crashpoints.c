@@ -3,7 +3,7 @@
  * classes (slab reassign), a shrink, and a promotion to and a demotion from
  * the DRAM hot pool, each hit at a drawn count (crashpoints_fx.h). The races
  * of a copy against a client are test_crashpoints_race.c, the flash paths
- * test_crashpoints_flash.c.
+ * test_crashpoints_flash.c, the packed store's test_crashpoints_packed.c.
  */
 
 #include "crashpoints_fx.h"
