@@ -49,7 +49,6 @@ struct region {
     bool is_pmem;
     bool was_clean;
     bool reattached;
-    bool huge; /* the header's 2 MiB page is mapped by one entry */
     char *path;
 };
 
@@ -322,7 +321,7 @@ err_unmap:
 int
 region_advise_huge(const struct region *r)
 {
-    if (r->huge) {
+    if (region_huge(r)) {
         log_info("large pages: pool %s is on 2 MiB pages", r->path);
         return 0;
     }
@@ -436,18 +435,18 @@ region_open(const struct region_config *cfg, struct region **out)
         goto err_unmap;
 
     r->fd = f.fd;
-    /* the header's page is mapped now (read and written above): whether
-     * one entry maps its 2 MiB says which pages the pool got */
-    r->huge = hugemap_huge_bytes(r->base, HUGEMAP_BYTES) > 0;
-    log_info("pool %s: %" PRIu64 " data bytes, %s, %s, %s", r->path,
-             r->data_size, r->is_pmem ? "pmem" : "not pmem",
-             !r->reattached ? "new"
-             : r->was_clean ? "reattached after a clean close"
-                            : "reattached after an unclean stop",
-             r->huge      ? "on 2 MiB pages"
-             : r->is_pmem ? "DAX (its 2 MiB pages are not shown in smaps)"
-                          : "on 4 KiB pages (doc/operating.md: 2 MiB pages "
-                            "for the pool)");
+    /* smaps is read only for the line (it costs a walk of the process's
+     * page tables below the pool: once per open, but fuzzers open often) */
+    if (log_get_level() >= LOG_INFO)
+        log_info("pool %s: %" PRIu64 " data bytes, %s, %s, %s", r->path,
+                 r->data_size, r->is_pmem ? "pmem" : "not pmem",
+                 !r->reattached ? "new"
+                 : r->was_clean ? "reattached after a clean close"
+                                : "reattached after an unclean stop",
+                 region_huge(r) ? "on 2 MiB pages"
+                 : r->is_pmem   ? "DAX (its 2 MiB pages are not shown in smaps)"
+                              : "on 4 KiB pages (doc/operating.md: 2 MiB pages "
+                                "for the pool)");
     *out = r;
     return 0;
 
@@ -513,10 +512,12 @@ region_is_pmem(const struct region *r)
     return r->is_pmem;
 }
 
+/* The header's page is mapped from the open on (read and written there):
+ * whether one entry maps its 2 MiB says which pages the pool got. */
 bool
 region_huge(const struct region *r)
 {
-    return r->huge;
+    return hugemap_huge_bytes(r->base, HUGEMAP_BYTES) > 0;
 }
 
 bool

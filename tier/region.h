@@ -51,9 +51,10 @@ uint64_t region_data_size(const struct region *r);
 /* libpmem's is_pmem answer for the mapping (false on /dev/shm). */
 bool region_is_pmem(const struct region *r);
 
-/* Whether the kernel maps the pool with 2 MiB pages, as seen at open on
- * the header's page (smaps; the open's log line says it). False on 4 KiB
- * pages, and on DAX, whose 2 MiB entries smaps does not show. */
+/* Whether the kernel maps the pool with 2 MiB pages, as seen on the
+ * header's page, mapped since the open (reads smaps: not for a hot path;
+ * the open's log line with -v says it). False on 4 KiB pages, and on DAX,
+ * whose 2 MiB entries smaps does not show. */
 bool region_huge(const struct region *r);
 
 /* Whether the previous holder closed the file gracefully (false for a file

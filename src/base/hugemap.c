@@ -84,9 +84,11 @@ hugemap_huge_bytes(const void *p, size_t len)
     if (f == NULL)
         return errno ? -errno : -EIO;
     while (fgets(line, sizeof(line), f) != NULL) {
-        if (smaps_range(line, &lo, &hi))
-            inside = lo < end && hi > start;
-        else if (inside && smaps_huge_counter(line, &kb))
+        if (smaps_range(line, &lo, &hi)) {
+            if (lo >= end)
+                break; /* in address order: the rest is past the range */
+            inside = hi > start;
+        } else if (inside && smaps_huge_counter(line, &kb))
             total += kb << 10;
         /* a line longer than the buffer: its rest is read as a line of
          * its own, which matches neither form (only a path is that long) */

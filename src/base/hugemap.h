@@ -27,6 +27,6 @@ void hugemap_unmap(void *p, size_t bytes);
  * ShmemPmdMapped, FilePmdMapped), whole mappings counted; 0 for memory on
  * the base page size or not yet touched; -errno when smaps cannot be read.
  * A DAX file's 2 MiB entries are not counted there (smaps shows none).
- * Reads a file of a few KiB per mapping of the process: setup and
- * reporting only, not a hot path. */
+ * The kernel walks the page tables of every mapping below the range to
+ * produce the file: setup and reporting only, never a hot path. */
 long long hugemap_huge_bytes(const void *p, size_t len);
