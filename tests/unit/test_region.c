@@ -529,7 +529,7 @@ test_mapping_ready_for_2m_pages(void **state)
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         struct region *r = open_ok(fx->path, sizes[i]);
         char *base = region_map_base(r);
-        char flags[256];
+        char flags[512];
 
         assert_int_equal((uintptr_t)base % HUGEMAP_BYTES, 0);
         assert_int_equal((uintptr_t)region_data(r) % HUGEMAP_BYTES, 0);
