@@ -123,9 +123,11 @@ struct tc_config {
     bool background;         /* run the maintenance thread (expiry sweep, page
                                 reassignment); default true. Off, the embedder
                                 calls tc_maintain(). */
-    bool large_pages;        /* ask for transparent huge pages on the pool
-                                mapping (memcached's -L); default false.
-                                Where the system refuses, one log line. */
+    bool large_pages;        /* memcached's -L: log which pages the pool
+                                got, a warning with the remedy when not
+                                2 MiB ones; default false. The pool is
+                                always mapped 2 MiB-aligned and advised
+                                for huge pages. */
     uint32_t sweep_budget;   /* chunks the expiry sweep looks at per step;
                                 default 1024 */
     /* Write-hotspot tracking and PMEM latency emulation (doc/hotspots.md,

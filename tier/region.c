@@ -22,6 +22,7 @@
 
 #include "src/base/compiler.h"
 #include "src/base/err.h"
+#include "src/base/hugemap.h"
 #include "src/base/log.h"
 #include "tier/pm.h"
 #include "tier/region_layout.h"
@@ -30,7 +31,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libpmem.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -247,6 +247,31 @@ region_undo_file(const char *path, const struct region_file *f)
     close(f->fd);
 }
 
+/*
+ * 2 MiB pages for the items where the system gives them: a get lands on a
+ * random item, and on 4 KiB pages each one costs a page walk of its own.
+ * The kernel maps a 2 MiB page only where the address and the file offset
+ * agree modulo 2 MiB (the data area starts at 2 MiB of the file).
+ * libpmem's pmem_map_file picks a 2 MiB-aligned address for a file this
+ * size, for DAX's sake (test_region checks it); an address that is not is
+ * one warning. A DAX file then gets 2 MiB pages with nothing else; a tmpfs
+ * file needs its mount's huge= or the system's shmem_enabled to allow
+ * them, and MADV_HUGEPAGE is what shmem_enabled=advise asks for
+ * (doc/operating.md, "2 MiB pages for the pool"). Advice only: a refusal
+ * is no error.
+ */
+static void
+region_ask_huge(const struct region *r)
+{
+    if ((uintptr_t)r->base % HUGEMAP_BYTES != 0) {
+        log_warn("pool %s was mapped at %p, not 2 MiB aligned: it stays on "
+                 "the system's page size",
+                 r->path, (void *)r->base);
+        return;
+    }
+    (void)madvise(r->base, r->mapped_len, MADV_HUGEPAGE);
+}
+
 static int
 region_map(struct region *r)
 {
@@ -281,6 +306,7 @@ region_map(struct region *r)
         goto err_unmap;
     }
     r->data_size = region_data_bytes(len);
+    region_ask_huge(r);
     return 0;
 
 err_unmap:
@@ -289,51 +315,28 @@ err_unmap:
     return rc;
 }
 
-/* The kernel's huge page mode for a mapping like r's: shmem_enabled for a
- * file on tmpfs (the emulation), enabled otherwise. The bracketed word of
- * the file, into buf; false when it cannot be read. */
-static bool
-thp_mode(const struct region *r, char *buf, size_t n, const char **file)
-{
-    char line[128];
-    *file = r->is_pmem ? "/sys/kernel/mm/transparent_hugepage/enabled"
-                       : "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
-    FILE *f = fopen(*file, "r");
-    if (!f)
-        return false;
-    bool ok = fgets(line, sizeof(line), f) != NULL;
-    fclose(f);
-    const char *open_b = ok ? strchr(line, '[') : NULL;
-    const char *close_b = open_b ? strchr(open_b, ']') : NULL;
-    if (!close_b || (size_t)(close_b - open_b) >= n)
-        return false;
-    memcpy(buf, open_b + 1, (size_t)(close_b - open_b - 1));
-    buf[close_b - open_b - 1] = '\0';
-    return true;
-}
-
+/* What the open saw (region_huge), as one line: the mount's huge= option
+ * decides for a tmpfs file, not shmem_enabled (which covers shared
+ * anonymous memory), so the page the header sits on is the answer. */
 int
 region_advise_huge(const struct region *r)
 {
-    char mode[32];
-    const char *file;
-    if (madvise(r->base, r->mapped_len, MADV_HUGEPAGE) != 0) {
-        int rc = -errno;
-        log_warn("large pages: not available for pool %s (madvise: %s); "
-                 "it stays on the system's page size",
-                 r->path, strerror(errno));
-        return rc;
+    if (region_huge(r)) {
+        log_info("large pages: pool %s is on 2 MiB pages", r->path);
+        return 0;
     }
-    if (thp_mode(r, mode, sizeof(mode), &file) &&
-        (!strcmp(mode, "never") || !strcmp(mode, "deny"))) {
-        log_warn("large pages: the system does not give huge pages to pool "
-                 "%s (%s is '%s'); it stays on the system's page size",
-                 r->path, file, mode);
-        return -EOPNOTSUPP;
+    if (r->is_pmem) {
+        log_info("large pages: pool %s is DAX: 2 MiB pages where its "
+                 "namespace and file system are 2 MiB aligned (smaps does "
+                 "not show them)",
+                 r->path);
+        return 0;
     }
-    log_info("large pages: pool %s advised for transparent huge pages",
+    log_warn("large pages: pool %s is on the system's page size: put it on "
+             "a tmpfs mounted with huge=always (doc/operating.md, \"2 MiB "
+             "pages for the pool\")",
              r->path);
-    return 0;
+    return -EOPNOTSUPP;
 }
 
 /* pmem_persist() on real PMEM, msync() otherwise (libpmem's rule). */
@@ -432,11 +435,18 @@ region_open(const struct region_config *cfg, struct region **out)
         goto err_unmap;
 
     r->fd = f.fd;
-    log_info("pool %s: %" PRIu64 " data bytes, %s, %s", r->path, r->data_size,
-             r->is_pmem ? "pmem" : "not pmem",
-             !r->reattached ? "new"
-             : r->was_clean ? "reattached after a clean close"
-                            : "reattached after an unclean stop");
+    /* smaps is read only for the line (it costs a walk of the process's
+     * page tables below the pool: once per open, but fuzzers open often) */
+    if (log_get_level() >= LOG_INFO)
+        log_info("pool %s: %" PRIu64 " data bytes, %s, %s, %s", r->path,
+                 r->data_size, r->is_pmem ? "pmem" : "not pmem",
+                 !r->reattached ? "new"
+                 : r->was_clean ? "reattached after a clean close"
+                                : "reattached after an unclean stop",
+                 region_huge(r) ? "on 2 MiB pages"
+                 : r->is_pmem   ? "DAX (its 2 MiB pages are not shown in smaps)"
+                              : "on 4 KiB pages (doc/operating.md: 2 MiB pages "
+                                "for the pool)");
     *out = r;
     return 0;
 
@@ -500,6 +510,14 @@ bool
 region_is_pmem(const struct region *r)
 {
     return r->is_pmem;
+}
+
+/* The header's page is mapped from the open on (read and written there):
+ * whether one entry maps its 2 MiB says which pages the pool got. */
+bool
+region_huge(const struct region *r)
+{
+    return hugemap_huge_bytes(r->base, HUGEMAP_BYTES) > 0;
 }
 
 bool

@@ -34,10 +34,10 @@ struct region;
  * locked), -EIO (mapping failure), -ENOMEM. *out set on success. */
 int region_open(const struct region_config *cfg, struct region **out);
 
-/* Ask for transparent huge pages over the whole mapping (madvise
- * MADV_HUGEPAGE) and log one line: advised, or why not (the call refused,
- * or the system's setting for this kind of mapping is "never"). 0 when
- * advised and the setting allows it, else a negative errno. */
+/* Log one line on the pool's pages (memcached's -L): on 2 MiB pages, DAX,
+ * or a warning that it is not and how to get them. Every open already maps
+ * the pool 2 MiB-aligned and advises MADV_HUGEPAGE. 0, or -EOPNOTSUPP when
+ * the pool is on the base page size. */
 int region_advise_huge(const struct region *r);
 
 /* Mark clean, unmap, free. NULL is a no-op. */
@@ -50,6 +50,12 @@ uint64_t region_data_size(const struct region *r);
 
 /* libpmem's is_pmem answer for the mapping (false on /dev/shm). */
 bool region_is_pmem(const struct region *r);
+
+/* Whether the kernel maps the pool with 2 MiB pages, as seen on the
+ * header's page, mapped since the open (reads smaps: not for a hot path;
+ * the open's log line with -v says it). False on 4 KiB pages, and on DAX,
+ * whose 2 MiB entries smaps does not show. */
+bool region_huge(const struct region *r);
 
 /* Whether the previous holder closed the file gracefully (false for a file
  * created by this open). The open's log line says it; tests check it

@@ -3,7 +3,11 @@
 
 #include "src/base/compiler.h"
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 
 void *
@@ -38,4 +42,57 @@ hugemap_unmap(void *p, size_t bytes)
 {
     if (p)
         munmap(p, bytes);
+}
+
+/* Whether an smaps line is a mapping's first ("lo-hi perms ..."): its
+ * range into *lo, *hi. A counter line ("AnonHugePages:   0 kB") is not:
+ * no '-' after its leading hex-looking letters. */
+static bool
+smaps_range(const char *line, uintptr_t *lo, uintptr_t *hi)
+{
+    unsigned long a, b;
+    int n = 0;
+    if (sscanf(line, "%lx-%lx %n", &a, &b, &n) != 2 || n == 0)
+        return false;
+    *lo = a;
+    *hi = b;
+    return true;
+}
+
+static bool
+smaps_huge_counter(const char *line, long long *kb)
+{
+    static const char *const names[] = {
+        "AnonHugePages:", "ShmemPmdMapped:", "FilePmdMapped:"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        size_t n = strlen(names[i]);
+        if (strncmp(line, names[i], n) == 0)
+            return sscanf(line + n, "%lld", kb) == 1;
+    }
+    return false;
+}
+
+long long
+hugemap_huge_bytes(const void *p, size_t len)
+{
+    uintptr_t start = (uintptr_t)p, end = start + len, lo, hi;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    bool inside = false;
+    long long total = 0, kb;
+
+    if (f == NULL)
+        return errno ? -errno : -EIO;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (smaps_range(line, &lo, &hi)) {
+            if (lo >= end)
+                break; /* in address order: the rest is past the range */
+            inside = hi > start;
+        } else if (inside && smaps_huge_counter(line, &kb))
+            total += kb << 10;
+        /* a line longer than the buffer: its rest is read as a line of
+         * its own, which matches neither form (only a path is that long) */
+    }
+    fclose(f);
+    return total;
 }

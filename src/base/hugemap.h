@@ -21,3 +21,12 @@ void *hugemap_map(size_t *bytes);
 
 /* Unmap what hugemap_map gave (bytes as it returned them). */
 void hugemap_unmap(void *p, size_t bytes);
+
+/* Bytes of the mappings that [p, p + len) overlaps which the kernel maps
+ * with 2 MiB page-table entries now (/proc/self/smaps: AnonHugePages,
+ * ShmemPmdMapped, FilePmdMapped), whole mappings counted; 0 for memory on
+ * the base page size or not yet touched; -errno when smaps cannot be read.
+ * A DAX file's 2 MiB entries are not counted there (smaps shows none).
+ * The kernel walks the page tables of every mapping below the range to
+ * produce the file: setup and reporting only, never a hot path. */
+long long hugemap_huge_bytes(const void *p, size_t len);

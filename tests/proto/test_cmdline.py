@@ -318,6 +318,13 @@ def test_large_pages_one_line(spawn):
     lines = [ln for ln in srv.stderr_text().splitlines()
              if "large pages: " in ln]
     assert len(lines) == 1, srv.stderr_text()
+    # what it says agrees with the open's line on the pool's pages
+    opened = [ln for ln in srv.stderr_text().splitlines()
+              if " data bytes, " in ln]
+    assert len(opened) == 1, srv.stderr_text()
+    huge = "is on 2 MiB pages" in lines[0]
+    assert huge or "DAX" in lines[0] or "page size" in lines[0], lines[0]
+    assert huge == opened[0].endswith("on 2 MiB pages"), srv.stderr_text()
 
 
 # --- flags a client sees -----------------------------------------------------

@@ -9,6 +9,7 @@
 #include "tier/region.h"
 
 #include "src/base/err.h"
+#include "src/base/hugemap.h"
 #include "tier/pm.h"
 #include "tier/region_layout.h"
 
@@ -488,6 +489,65 @@ test_data_alignment(void **state)
     }
 }
 
+/* The VmFlags line of the mapping holding p ("rd wr sh mr ... hg"), or
+ * false when /proc is not there. */
+static bool
+vm_flags(const void *p, char *out, size_t n)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    bool inside = false, found = false;
+
+    if (!f)
+        return false;
+    while (!found && fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        int k = 0;
+        if (sscanf(line, "%lx-%lx %n", &lo, &hi, &k) == 2 && k > 0)
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+            snprintf(out, n, "%s", line + 8);
+            found = true;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* The pool is placed for 2 MiB pages and asks for them, whatever the
+ * system then gives: the mapping and the data area 2 MiB-aligned (so a
+ * file offset and its address agree modulo 2 MiB), MADV_HUGEPAGE on the
+ * mapping ("hg" in its VmFlags, where the kernel has transparent huge
+ * pages at all), and region_huge() agreeing with smaps. */
+static void
+test_mapping_ready_for_2m_pages(void **state)
+{
+    struct fx *fx = *state;
+    const uint64_t sizes[] = {REGION_MIN_SIZE, 64 * MIB_ + 4096};
+    bool thp = access("/sys/kernel/mm/transparent_hugepage", F_OK) == 0;
+
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        struct region *r = open_ok(fx->path, sizes[i]);
+        char *base = region_map_base(r);
+        char flags[512];
+
+        assert_int_equal((uintptr_t)base % HUGEMAP_BYTES, 0);
+        assert_int_equal((uintptr_t)region_data(r) % HUGEMAP_BYTES, 0);
+        if (thp && vm_flags(base, flags, sizeof(flags)))
+            assert_non_null(strstr(flags, " hg"));
+        long long huge = hugemap_huge_bytes(base, region_map_len(r));
+        if (huge >= 0) {
+            assert_int_equal(huge % (long long)HUGEMAP_BYTES, 0);
+            assert_true(huge <= (long long)region_map_len(r));
+            /* the header's page was touched at open */
+            assert_int_equal(region_huge(r),
+                             hugemap_huge_bytes(base, HUGEMAP_BYTES) > 0);
+        }
+        region_close(r);
+        assert_int_equal(unlink(fx->path), 0);
+    }
+}
+
 static void
 test_discard(void **state)
 {
@@ -664,6 +724,7 @@ main(void)
         T(test_corrupt_header_rewritten),
         T(test_resize_gives_fresh_pool),
         T(test_data_alignment),
+        T(test_mapping_ready_for_2m_pages),
         T(test_discard),
         T(test_map_failure_new_file),
         T(test_map_failure_keeps_existing_pool),
