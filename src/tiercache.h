@@ -380,6 +380,9 @@ struct tc_stats {
     uint64_t packed_bytes_dead;       /* replaced or deleted, not yet
                                          evicted with their segment */
     uint64_t packed_segments_evicted; /* segments evicted whole */
+    uint64_t packed_segments_expired; /* segments freed whole because
+                                         every item in them had expired
+                                         (or was flushed) */
 };
 
 /*
@@ -491,7 +494,9 @@ struct tc_stats {
     X(PACKED_BYTES_LIVE, packed_bytes_live, "packed_bytes_live", GAUGE)        \
     X(PACKED_BYTES_DEAD, packed_bytes_dead, "packed_bytes_dead", GAUGE)        \
     X(PACKED_SEGS_EVICTED, packed_segments_evicted,                            \
-                           "packed_segments_evicted", COUNTER)
+                           "packed_segments_evicted", COUNTER)                 \
+    X(PACKED_SEGS_EXPIRED, packed_segments_expired,                            \
+                           "packed_segments_expired", COUNTER)
 /* clang-format on */
 
 /* One key of the hot-key view (tc_hotkeys). Rates are estimates from

@@ -106,43 +106,77 @@ packed_size(const struct cache *c, uint32_t klen, uint64_t vlen, uint32_t flags,
     return size <= c->packed_max ? size : 0;
 }
 
-/* A segment was opened (its first span) or freed. */
-static void
-count_segment(struct cache_thread *t, int sign)
+/* The TTL bucket of a set whose expiry is exptime (absolute, 0 never). */
+static unsigned
+ttl_bucket(uint32_t exptime, uint32_t now)
 {
-    cache_stat_add(t, ST_PACKED_SEGMENTS, sign);
+    if (exptime == 0)
+        return 0;
+    return seg_bucket_of(exptime > now ? exptime - now : 1);
+}
+
+/* Whether the span at pool offset poff takes exptime as exp16. */
+static inline bool
+span_exp16(const struct cache *c, uint64_t poff, uint32_t exptime)
+{
+    return pitem_exp16_fits(seg_exp_base(c->seg, poff), exptime);
+}
+
+/* One segment fewer: an expired one (exp_max passed, decided in DRAM),
+ * else the oldest sealed (FIFO). 1 when one went, else 0. */
+static int
+evict_one(struct cache_thread *t)
+{
+    return packed_evict_expired(t, PACKED_EXPIRE_LOOK) ||
+           packed_evict_oldest(t);
 }
 
 int
-packed_reserve(struct cache_thread *t, uint32_t size, uint64_t *head)
+packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
+               uint64_t *head)
 {
     struct cache *c = t->cache;
+    uint32_t now = clock_now();
+    unsigned b = ttl_bucket(exptime, now);
+    /* size has exp32 when the item expires; exp16 takes 4 bytes less.
+     * The form follows the segment the span lands in (its exp_base), so
+     * the span's size is guessed from the segment it would take now and
+     * given back and taken again when the reserve opened another one:
+     * packed_write finds the form again from the span's segment. */
+    uint32_t base = seg_open_exp_base(c->seg, &t->so, b);
+    bool want16 =
+        pitem_exp16_fits(base ? base : now + seg_bucket_ttl_lo(b), exptime);
     uint64_t off;
     int rc = -ENOSPC;
 
-    for (int tries = 0; tries < 4; tries++) {
-        rc = seg_reserve(c->seg, &t->so, 0, size, &off);
+    for (int tries = 0; tries < 8; tries++) {
+        uint32_t n = want16 && exptime ? size - 4 : size;
+        rc = seg_reserve(c->seg, &t->so, b, n, &off);
         if (rc == -EUSERS) /* the cap of open segments: a slab takes it */
             return -ENOSPC;
         if (rc == -ENOSPC) {
-            if (packed_evict_oldest(t))
+            if (evict_one(t))
                 continue;
             /* every segment is open: this thread's own (too full for
              * this item) is sealed, to be evicted on the next round */
-            if (t->so.page[0] == SEG_NO_PAGE)
+            if (!seg_seal_for(c->seg, &t->so, b))
                 return -ENOSPC;
-            seg_seal(c->seg, &t->so, 0);
             continue;
         }
         if (rc)
             return rc;
-        if ((off & (POOL_PAGE_SIZE - 1)) == PITEM_SEG_START)
-            count_segment(t, 1);
         /* opened before a flush_all: later sequences would read flushed */
         if (unlikely(
                 seg_seq_of(c->seg, off) <=
                 atomic_load_explicit(&c->flush_cas, memory_order_acquire))) {
-            seg_seal(c->seg, &t->so, 0);
+            seg_seal_page(c->seg, &t->so, (uint32_t)(off >> POOL_PAGE_SHIFT));
+            rc = -ENOSPC;
+            continue;
+        }
+        bool fits = span_exp16(c, off, exptime);
+        if (exptime && fits != want16) { /* another segment than guessed */
+            seg_unreserve(c->seg, &t->so, off, n);
+            want16 = fits;
             rc = -ENOSPC;
             continue;
         }
@@ -169,8 +203,9 @@ write_item(struct cache *c, uint64_t head, const struct packed_item *it,
         .nvalue = (unsigned)it->nvalue,
         .vlen = it->vlen,
         .flags = it->flags,
-        .has_exp32 = it->exptime != 0,
+        .has_exp32 = !span_exp16(c, poff, it->exptime),
         .exp32 = it->exptime,
+        .exp16 = pitem_exp16_of(seg_exp_base(c->seg, poff), it->exptime),
         .has_cas = it->cas != 0,
         .cas = it->cas,
     };
@@ -178,6 +213,8 @@ write_item(struct cache *c, uint64_t head, const struct packed_item *it,
      * the commit: no lock held */
     uint16_t check =
         pitem_write(c->base + page, POOL_PAGE_SIZE, in, seq_base, &d, pending);
+    /* DRAM: the segment lasts as long as its latest item */
+    seg_exp_raise(c->seg, poff, it->exptime ? it->exptime : UINT32_MAX);
     cache_packed_touch(c, poff, clock_now()); /* a store is an access */
     return check;
 }
@@ -239,7 +276,7 @@ unlink_named(struct cache *c, const struct pitem_view *v, uint64_t off)
 /* The items of a segment seg_evict took leave the index; its page goes
  * back to the pool after a grace period. */
 static void
-evict_walk(struct cache_thread *t, uint32_t page)
+evict_walk(struct cache_thread *t, uint32_t page, bool expired)
 {
     struct cache *c = t->cache;
     uint64_t pbase = (uint64_t)page << POOL_PAGE_SHIFT;
@@ -273,8 +310,8 @@ evict_walk(struct cache_thread *t, uint32_t page)
     urcu_memb_synchronize_rcu();
     cache_rcu_synced();
     seg_free(c->seg, page);
-    count_segment(t, -1);
-    cache_stat_inc(t, ST_PACKED_SEGS_EVICTED);
+    cache_stat_inc(t,
+                   expired ? ST_PACKED_SEGS_EXPIRED : ST_PACKED_SEGS_EVICTED);
 }
 
 int
@@ -283,7 +320,21 @@ packed_evict_oldest(struct cache_thread *t)
     uint32_t page;
     if (seg_evict_oldest(t->cache->seg, &page) != 0)
         return 0;
-    evict_walk(t, page);
+    evict_walk(t, page, false);
+    return 1;
+}
+
+int
+packed_evict_expired(struct cache_thread *t, uint32_t look)
+{
+    struct cache *c = t->cache;
+    uint32_t page;
+    if (!c->seg || seg_evict_expired(c->seg, clock_now(),
+                                     atomic_load_explicit(&c->flush_cas,
+                                                          memory_order_acquire),
+                                     look, &page) != 0)
+        return 0;
+    evict_walk(t, page, true);
     return 1;
 }
 
@@ -295,7 +346,7 @@ packed_evict_page(struct cache_thread *t, uint32_t page)
     seg_info(c->seg, page, &si);
     if (si.state != SEG_SEALED || seg_evict(c->seg, page) != 0)
         return si.state == SEG_FREE ? 0 : -EBUSY;
-    evict_walk(t, page);
+    evict_walk(t, page, false);
     return 1;
 }
 
@@ -349,6 +400,11 @@ packed_sweep(struct cache_thread *t, unsigned budget)
     uint32_t now = clock_now();
     unsigned walked = 0;
     int n = 0;
+    /* whole segments whose items all expired first: no PMEM read to
+     * decide, and what they free the item walk need not look at */
+    for (unsigned i = 0; i < PACKED_EXPIRE_STEP; i++)
+        if (!packed_evict_expired(t, npages))
+            break;
     for (uint32_t i = 0; i < npages && walked < budget; i++) {
         uint32_t page = c->packed_sweep_page;
         c->packed_sweep_page = page + 1 < npages ? page + 1 : 0;
@@ -393,7 +449,7 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
         pitem_size_of(v.klen, v.vlen,
                       (v.flags > PITEM_CFLAGS_MASK ? PITEM_HAS_FLAGS : 0u) |
                           (exptime ? PITEM_HAS_EXP : 0u) | PITEM_HAS_CAS);
-    if (packed_reserve(t, size, &head) != 0)
+    if (packed_reserve(t, size, exptime, &head) != 0)
         return -ENOMEM;
     struct iovec iov = {vbuf, v.vlen};
     struct packed_item it = {kbuf,   v.klen,  &iov,    1,
