@@ -10,11 +10,16 @@
  * store.c, whose publication finds and replaces the packed entry, and
  * invalidates the packed copy before it answers.
  *
- * Write: a span reserved in the calling thread's open segment
- * (alloc/seg.c, TTL bucket 0 until TTL buckets are built: items carry
- * exp32 when they expire), pitem_write (the 2-byte commit last), then
- * store.c's publication under the bucket lock, then the replaced item's
- * invalidation (commit = 1 for a packed one) before the answer.
+ * Write: a span reserved in one of the calling thread's open segments,
+ * the one of the set's TTL bucket where it can (alloc/seg.c: at most 4
+ * open a thread, a fifth bucket to the nearest longer one's), 4 bytes
+ * shorter when the expiry fits the segment's exp16 (the span's size is
+ * guessed from the segment the reserve would take, given back and taken
+ * again when it took another: packed_write finds the form from the span's
+ * segment), pitem_write (the 2-byte commit last), the segment's exp_max
+ * raised (DRAM), then store.c's publication under the bucket lock, then
+ * the replaced item's invalidation (commit = 1 for a packed one) before
+ * the answer.
  *
  * Flush: a packed item's sequence (seq_base + offset / 4) is fixed when
  * its segment opens, so a segment opened before a flush_all would give
@@ -27,6 +32,12 @@
  * publication covers that item (at most one a thread): the set ran
  * concurrently with the flush, as a slab item whose CAS was taken just
  * before it fired.
+ *
+ * Eager expiry: a sealed segment whose exp_max (DRAM, raised by every
+ * write and in-place touch) has passed, or whose whole sequence block a
+ * flush_all covered, is evicted as below, chosen without reading PMEM
+ * (seg_evict_expired), by the maintenance step and by a store or slab
+ * class that needs a page before FIFO; counted in packed_segments_expired.
  *
  * Eviction (FIFO): with no free page, the oldest sealed segment is taken
  * (seg_evict_oldest stores hcrc = 0 first), walked, and each committed
@@ -48,17 +59,18 @@
  * pool with many threads keeps sealed segments to evict. With no free page
  * and nothing sealed, a thread seals its own full segment and evicts it.
  *
- * Expiry sweep (packed_sweep, under the sweep's c->admin): sealed
- * segments' committed items, each expired or flushed one unlinked if its
- * slot still names it (bucket lock), counted as UNLINK_SWEPT and
- * invalidated (commit = 1) as any unlinker's. The walk runs inside an RCU
- * read section begun before it saw the segment sealed: its eviction waits
- * for a grace period before the page goes. Open segments are not walked.
+ * Expiry sweep (packed_sweep, under the sweep's c->admin): expired
+ * segments whole first (above), then sealed segments' committed items, each
+ * expired or flushed one unlinked if its slot still names it (bucket lock),
+ * counted as UNLINK_SWEPT and invalidated (commit = 1) as any unlinker's. The
+ * walk runs inside an RCU read section begun before it saw the segment sealed:
+ * its eviction waits for a grace period before the page goes. Open segments are
+ * not walked.
  *
  * Concurrency: no state of its own beyond struct cache's seg (alloc/seg.c
  * states its lock) and each thread's struct seg_open (its owner's only).
  * Locks: a bucket lock at a time, for DRAM work only. PMEM writes (items,
- * a touch's exp32, commit = 1) with no lock held.
+ * a touch's exp16 or exp32, commit = 1) with no lock held.
  *
  * Copies (a touch's rewrite): written pending (commit 2), published, then
  * committed by a compare-and-swap 2 -> check16 in a read section; a
@@ -71,9 +83,9 @@
  * committed items newest-wins against slab items and other copies by the
  * derived sequence, and adopts the segment sealed (seg_adopt).
  *
- * Not built yet (the design's later slices): TTL buckets and eager expiry
- * of whole segments, exp16, merge eviction with the slot's REF bit, shared
- * segments past the open cap, donor rules between slabs and segments.
+ * Not built yet (the design's later slices): merge eviction with the
+ * slot's REF bit, shared segments past the open cap, donor rules between
+ * slabs and segments.
  */
 #include "src/engine/packed.h"
 

@@ -87,8 +87,9 @@ int packed_sweep(struct cache_thread *t, unsigned budget);
 /* Whether page holds a segment (open, sealed or being evicted). */
 bool packed_page_held(struct cache *c, uint32_t page);
 
-/* A touch whose expiry the packed item at loc cannot take in place (it
- * has no exp32): a copy with the new expiry and the item's CAS, published
+/* A touch whose expiry the packed item at loc cannot take in place (its
+ * exp16 does not reach it): a copy with the new expiry (exp16 or exp32,
+ * as its new segment allows) and the item's CAS, published
  * if the index still holds loc for hash (else dropped: a writer won).
  * TC_OK, -EAGAIN (changed meanwhile) or -ENOMEM. Context: no lock, no RCU
  * read section. */
