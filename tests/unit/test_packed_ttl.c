@@ -18,6 +18,9 @@
 #include "alloc/seg.h"
 #include "src/engine/cache.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #define PACKED_MAX 1024
 #define POOL (48 * MIB)
 
@@ -359,13 +362,108 @@ test_exp16_across_crash(void **state)
     close_clean(f, meta_path(f), NULL);
 }
 
+/* Threads setting keys with six TTLs (more buckets than a thread keeps
+ * open, more open segments than the cap allows them all), touching and
+ * reading them, while one more advances the clock and runs maintenance
+ * steps (eager expiry, the sweep): every read is a miss or the key's own
+ * value, the index stays consistent, and once the clock is far past
+ * every TTL the sealed segments go whole. Bounded by counts. */
+#define TTL_THREADS 3
+#define TTL_OPS 30000
+
+struct ttl_race {
+    struct tc_cache *c;
+    unsigned id;
+    unsigned bad;
+};
+
+static _Atomic unsigned ttl_writers;
+
+static void *
+ttl_race_main(void *arg)
+{
+    static const int64_t ttls[] = {0, 5, 40, 300, 3000, 100000};
+    struct ttl_race *r = arg;
+    char k[32], v[500];
+    unsigned char buf[512];
+    uint32_t x = 2463534242u + r->id;
+    tc_thread_register(r->c);
+    for (unsigned i = 0; i < TTL_OPS; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        unsigned key = x % 4000, op = (x >> 16) % 8;
+        int klen = snprintf(k, sizeof(k), "r%u", key);
+        if (op < 4) {
+            memset(v, 'a' + (int)(key % 26), sizeof(v));
+            memcpy(v, &key, sizeof(key));
+            (void)tc_set(r->c, k, (size_t)klen, v, sizeof(v), 0,
+                         ttls[(x >> 8) % 6]);
+        } else if (op < 7) {
+            struct tc_item_info in;
+            if (tc_get_copy(r->c, k, (size_t)klen, buf, sizeof(buf), &in) !=
+                TC_OK)
+                continue;
+            unsigned got;
+            memcpy(&got, buf, sizeof(got));
+            if (got != key || in.vlen != sizeof(v) ||
+                buf[sizeof(v) - 1] != 'a' + (int)(key % 26))
+                r->bad++;
+        } else {
+            /* never touched to "never": that keeps a segment for good */
+            (void)tc_touch(r->c, k, (size_t)klen, ttls[1 + (x >> 8) % 5]);
+        }
+    }
+    tc_thread_unregister(r->c);
+    atomic_fetch_sub(&ttl_writers, 1);
+    return NULL;
+}
+
+static void
+test_threads_expire_race(void **state)
+{
+    struct fx *f = *state;
+    f->cfg.pool_size = 66 * MIB; /* 64 pages: the cap is 8 open */
+    assert_int_equal(fx_open(f), 0);
+    pthread_t th[TTL_THREADS];
+    struct ttl_race r[TTL_THREADS];
+    atomic_store(&ttl_writers, TTL_THREADS);
+    for (unsigned i = 0; i < TTL_THREADS; i++) {
+        r[i] = (struct ttl_race){f->c, i, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, ttl_race_main, &r[i]), 0);
+    }
+    /* the clock moves 7 s a step: TTL 5 and 40 expire while written */
+    for (unsigned step = 0; step < 2000 && atomic_load(&ttl_writers) > 0;
+         step++) {
+        tc_clock_advance(7);
+        tc_maintain(f->c);
+    }
+    for (unsigned i = 0; i < TTL_THREADS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(r[i].bad, 0);
+    }
+    /* every sealed segment without a never-expiring item expires */
+    check_ok(f->c);
+    tc_clock_advance(200000);
+    tc_maintain(f->c);
+    struct tc_stats s = pstats(f->c);
+    print_message("expired segments %" PRIu64 ", evicted %" PRIu64
+                  ", segments %" PRIu64 ", packed items %" PRIu64
+                  ", items %" PRIu64 "\n",
+                  s.packed_segments_expired, s.packed_segments_evicted,
+                  s.packed_segments, s.packed_items, s.curr_items);
+    assert_true(s.packed_segments_expired > 0);
+    assert_true(s.packed_segments_open <= 8);
+    check_ok(f->c);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         TTEST(test_buckets_and_forms),  TTEST(test_exp16_touch),
         TTEST(test_eager_expiry),       TTEST(test_store_takes_expired_first),
-        TTEST(test_exp16_across_crash),
+        TTEST(test_exp16_across_crash), TTEST(test_threads_expire_race),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
