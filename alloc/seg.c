@@ -22,6 +22,19 @@
  * after (a page taken past the cap goes back): -EUSERS. Two threads that
  * each replace their own may pass the cap by one for an instant.
  *
+ * TTL buckets (doc/design/small-items.md, "Expiry and TTL buckets"): a
+ * thread keeps at most SEG_OPEN_PER_THREAD open segments, its latest
+ * buckets. A set of a fifth bucket goes to the nearest longer bucket's
+ * segment (its items then expire later than they could, never sooner);
+ * only when none is longer does it open one of its own, sealing the least
+ * recently used. Replacing instead would seal a segment per set under a
+ * load that cycles through five buckets; this way the open set settles.
+ *
+ * Eager expiry: exp_max, the latest expiry of a segment's items, lives in
+ * the record (DRAM) and only rises (seg_exp_raise, an atomic max). A
+ * sealed segment whose exp_max has passed holds only expired items, and
+ * seg_evict_expired hands it out for eviction without reading PMEM.
+ *
  * Concurrency:
  *   s->lock (LOCK_RANK_CLASS: the packed store is one more claimant of
  *     pool pages, never held with a slab class lock) guards every record's
@@ -31,6 +44,11 @@
  *   rec->seq_base, created, exp_base
  *     written under s->lock at open, before the page is handed to its
  *     owner; read-only until the record is freed.
+ *   rec->exp_max
+ *     a relaxed atomic: 0 at open, raised (compare-and-swap max) by any
+ *     thread that writes or touches an item of it, UINT32_MAX once free.
+ *     seg_evict_expired reads it with no lock, then checks the state and
+ *     reads it again under s->lock before it takes the segment.
  *   rec->write_off
  *     the owner's while open (its reserves need no lock); a relaxed atomic
  *     so that snapshots (seg_info) may read it at any time. Once sealed
@@ -62,7 +80,10 @@ struct seg_rec {
     uint32_t exp_base;
     uint32_t created;
     _Atomic uint32_t write_off; /* next free byte in the page */
-    uint32_t prev, next;        /* age list, SEG_NO_PAGE at the ends */
+    /* latest expiry of an item (UINT32_MAX: one never expires; a free
+     * record's too, so that a scan for expired ones steps over it) */
+    _Atomic uint32_t exp_max;
+    uint32_t prev, next; /* age list, SEG_NO_PAGE at the ends */
     uint16_t owner;
     uint8_t state;  /* enum seg_state */
     uint8_t bucket; /* TTL bucket */
@@ -80,8 +101,9 @@ struct seg {
     uint32_t open_count;
     void (*page_open)(void *arg, uint32_t page);
     void *page_arg;
-    uint32_t open_max;   /* 0: no cap */
-    uint32_t head, tail; /* age list: oldest, newest */
+    uint32_t open_max;           /* 0: no cap */
+    uint32_t head, tail;         /* age list: oldest, newest */
+    _Atomic uint32_t exp_cursor; /* seg_evict_expired's next record */
     uint32_t nstate[SEG_EVICTING + 1];
     uint64_t opened, freed;
     struct seg_rec *rec;
@@ -133,8 +155,10 @@ seg_create(const struct seg_config *cfg, struct pool *pool, struct seg **out)
     s->open_max = cfg->open_max;
     s->head = s->tail = SEG_NO_PAGE;
     s->nstate[SEG_FREE] = npages;
-    for (uint32_t p = 0; p < npages; p++)
+    for (uint32_t p = 0; p < npages; p++) {
         s->rec[p].prev = s->rec[p].next = SEG_NO_PAGE;
+        atomic_init(&s->rec[p].exp_max, UINT32_MAX);
+    }
     *out = s;
     return 0;
 
@@ -308,6 +332,7 @@ open_segment(struct seg *s, const struct seg_open *o, unsigned b,
     r->created = now;
     r->exp_base = now + seg_bucket_ttl_lo(b);
     atomic_store_explicit(&r->write_off, SEG_HEADER_SIZE, memory_order_relaxed);
+    atomic_store_explicit(&r->exp_max, 0, memory_order_relaxed);
     r->owner = o->owner;
     r->bucket = (uint8_t)b;
     set_state_locked(s, r, SEG_OPEN);
@@ -330,12 +355,107 @@ seal_page(struct seg *s, uint32_t page)
     lock_release(&s->lock);
 }
 
+/* The rank of a bucket by TTL: 0 (no expiry) is the longest. */
+static inline unsigned
+bucket_rank(unsigned b)
+{
+    return b == 0 ? SEG_NBUCKETS : b;
+}
+
+/* o's open bucket of the lowest rank above b's (longer: up) or the
+ * highest below it, or SEG_NBUCKETS when there is none. */
+static unsigned
+nearest_open(const struct seg_open *o, unsigned b, bool up)
+{
+    unsigned best = SEG_NBUCKETS;
+
+    for (unsigned x = 0; x < SEG_NBUCKETS; x++) {
+        if (x == b || o->page[x] == SEG_NO_PAGE)
+            continue;
+        bool beyond = up ? bucket_rank(x) > bucket_rank(b)
+                         : bucket_rank(x) < bucket_rank(b);
+        if (!beyond)
+            continue;
+        if (best == SEG_NBUCKETS || (up ? bucket_rank(x) < bucket_rank(best)
+                                        : bucket_rank(x) > bucket_rank(best)))
+            best = x;
+    }
+    return best;
+}
+
+/* o's least recently used open bucket (SEG_NBUCKETS: none). */
+static unsigned
+lru_open(const struct seg_open *o)
+{
+    unsigned best = SEG_NBUCKETS;
+
+    for (unsigned x = 0; x < SEG_NBUCKETS; x++)
+        if (o->page[x] != SEG_NO_PAGE &&
+            (best == SEG_NBUCKETS || (int32_t)(o->used[x] - o->used[best]) < 0))
+            best = x;
+    return best;
+}
+
+unsigned
+seg_pick_bucket(const struct seg_open *o, unsigned b)
+{
+    if (o->page[b] != SEG_NO_PAGE || o->nopen < SEG_OPEN_PER_THREAD)
+        return b;
+    unsigned up = nearest_open(o, b, true);
+    return up != SEG_NBUCKETS ? up : b;
+}
+
+uint32_t
+seg_open_exp_base(const struct seg *s, const struct seg_open *o, unsigned b)
+{
+    uint32_t page = o->page[seg_pick_bucket(o, b)];
+
+    return page == SEG_NO_PAGE ? 0 : s->rec[page].exp_base;
+}
+
+/* A span of n4 bytes in o's segment of bucket b, opening one (replacing
+ * b's full one, or, with victim < SEG_NBUCKETS, o's segment of victim). */
+static int
+reserve_in(struct seg *s, struct seg_open *o, unsigned b, unsigned victim,
+           uint32_t n4, uint64_t *off)
+{
+    uint32_t page = o->page[b], woff, fresh;
+    struct seg_rec *r;
+    int rc;
+
+    if (likely(page != SEG_NO_PAGE)) {
+        r = &s->rec[page];
+        woff = atomic_load_explicit(&r->write_off, memory_order_relaxed);
+        if (likely(n4 <= POOL_PAGE_SIZE - woff))
+            goto take;
+    }
+    rc = open_segment(s, o, b, page != SEG_NO_PAGE || victim < SEG_NBUCKETS,
+                      &fresh);
+    if (rc != 0)
+        return rc;
+    if (page != SEG_NO_PAGE) {
+        seal_page(s, page);
+    } else {
+        o->nopen++;
+        if (victim < SEG_NBUCKETS)
+            seg_seal(s, o, victim);
+    }
+    o->page[b] = page = fresh;
+    r = &s->rec[page];
+    woff = SEG_HEADER_SIZE;
+take:
+    atomic_store_explicit(&r->write_off, woff + n4, memory_order_relaxed);
+    o->used[b] = ++o->tick;
+    *off = ((uint64_t)page << POOL_PAGE_SHIFT) | woff;
+    return 0;
+}
+
 int
 seg_reserve(struct seg *s, struct seg_open *o, unsigned b, uint32_t n,
             uint64_t *off)
 {
-    uint32_t n4, page, woff, fresh;
-    struct seg_rec *r;
+    unsigned tb, victim = SEG_NBUCKETS;
+    uint32_t n4;
     int rc;
 
     assert_owner(o);
@@ -344,25 +464,35 @@ seg_reserve(struct seg *s, struct seg_open *o, unsigned b, uint32_t n,
     if (n > SEG_PAYLOAD)
         return -E2BIG;
     n4 = (n + 3) & ~3u;
-    page = o->page[b];
-    if (likely(page != SEG_NO_PAGE)) {
-        r = &s->rec[page];
-        woff = atomic_load_explicit(&r->write_off, memory_order_relaxed);
-        if (likely(n4 <= POOL_PAGE_SIZE - woff))
-            goto take;
-    }
-    rc = open_segment(s, o, b, page != SEG_NO_PAGE, &fresh);
-    if (rc != 0)
+    tb = seg_pick_bucket(o, b);
+    if (tb == b && o->page[b] == SEG_NO_PAGE && o->nopen >= SEG_OPEN_PER_THREAD)
+        victim = lru_open(o);
+    rc = reserve_in(s, o, tb, victim, n4, off);
+    if (rc != -EUSERS || o->page[tb] != SEG_NO_PAGE)
         return rc;
-    if (page != SEG_NO_PAGE)
-        seal_page(s, page);
-    o->page[b] = page = fresh;
-    r = &s->rec[page];
-    woff = SEG_HEADER_SIZE;
-take:
-    atomic_store_explicit(&r->write_off, woff + n4, memory_order_relaxed);
-    *off = ((uint64_t)page << POOL_PAGE_SHIFT) | woff;
-    return 0;
+    /* the cap refused a segment that replaces none: o's nearest */
+    tb = nearest_open(o, b, true);
+    if (tb == SEG_NBUCKETS)
+        tb = nearest_open(o, b, false);
+    if (tb == SEG_NBUCKETS)
+        return -EUSERS;
+    return reserve_in(s, o, tb, SEG_NBUCKETS, n4, off);
+}
+
+void
+seg_unreserve(struct seg *s, struct seg_open *o, uint64_t off, uint32_t n)
+{
+    uint32_t page = (uint32_t)(off >> POOL_PAGE_SHIFT);
+    uint32_t in = (uint32_t)(off & (POOL_PAGE_SIZE - 1));
+    struct seg_rec *r = &s->rec[page];
+
+    assert_owner(o);
+    assert(r->state == SEG_OPEN && r->owner == o->owner);
+    assert(atomic_load_explicit(&r->write_off, memory_order_relaxed) ==
+           in + ((n + 3) & ~3u));
+    (void)o;
+    (void)n;
+    atomic_store_explicit(&r->write_off, in, memory_order_relaxed);
 }
 
 void
@@ -373,6 +503,7 @@ seg_seal(struct seg *s, struct seg_open *o, unsigned b)
         return;
     seal_page(s, o->page[b]);
     o->page[b] = SEG_NO_PAGE;
+    o->nopen--;
 }
 
 void
@@ -380,6 +511,27 @@ seg_seal_all(struct seg *s, struct seg_open *o)
 {
     for (unsigned b = 0; b < SEG_NBUCKETS; b++)
         seg_seal(s, o, b);
+}
+
+void
+seg_seal_page(struct seg *s, struct seg_open *o, uint32_t page)
+{
+    for (unsigned b = 0; b < SEG_NBUCKETS; b++)
+        if (o->page[b] == page)
+            seg_seal(s, o, b);
+}
+
+bool
+seg_seal_for(struct seg *s, struct seg_open *o, unsigned b)
+{
+    unsigned tb = seg_pick_bucket(o, b);
+
+    if (o->page[tb] == SEG_NO_PAGE)
+        tb = lru_open(o);
+    if (tb == SEG_NBUCKETS)
+        return false;
+    seg_seal(s, o, tb);
+    return true;
 }
 
 /* --- evict, free --- */
@@ -437,6 +589,60 @@ seg_evict_oldest(struct seg *s, uint32_t *page)
     return 0;
 }
 
+/* Whether sealed record r may go as expired or flushed. Under s->lock. */
+static bool
+expired_locked(const struct seg_rec *r, uint32_t now, uint64_t flush_seq)
+{
+    return r->state == SEG_SEALED &&
+           (atomic_load_explicit(&r->exp_max, memory_order_relaxed) <= now ||
+            r->seq_base + SEG_SEQ_BLOCK - 1 <= flush_seq);
+}
+
+int
+seg_evict_expired(struct seg *s, uint32_t now, uint64_t flush_seq,
+                  uint32_t budget, uint32_t *page)
+{
+    uint32_t p = SEG_NO_PAGE;
+
+    /* flushed: the oldest sealed segment first (the list is in seq_base
+     * order, so a flushed one is found there or not at all) */
+    if (flush_seq) {
+        lock_acquire(&s->lock);
+        for (p = s->head; p != SEG_NO_PAGE; p = s->rec[p].next)
+            if (s->rec[p].state == SEG_SEALED)
+                break;
+        if (p != SEG_NO_PAGE && expired_locked(&s->rec[p], 0, flush_seq))
+            goto take_locked;
+        lock_release(&s->lock);
+    }
+    if (budget > s->npages)
+        budget = s->npages;
+    uint32_t at = atomic_load_explicit(&s->exp_cursor, memory_order_relaxed);
+    for (uint32_t i = 0; i < budget; i++, at++) {
+        if (at >= s->npages)
+            at = 0;
+        if (atomic_load_explicit(&s->rec[at].exp_max, memory_order_relaxed) >
+            now)
+            continue; /* free records hold UINT32_MAX */
+        lock_acquire(&s->lock);
+        if (expired_locked(&s->rec[at], now, 0)) {
+            p = at;
+            atomic_store_explicit(&s->exp_cursor, at + 1, memory_order_relaxed);
+            goto take_locked;
+        }
+        lock_release(&s->lock);
+    }
+    atomic_store_explicit(&s->exp_cursor, at, memory_order_relaxed);
+    return -ENOENT;
+
+take_locked:
+    evict_locked(s, p);
+    lock_release(&s->lock);
+    clear_hcrc(s, p);
+    *page = p;
+    return 0;
+}
+
 int
 seg_free(struct seg *s, uint32_t page)
 {
@@ -453,6 +659,7 @@ seg_free(struct seg *s, uint32_t page)
     if (was_sealed)
         unlink_locked(s, page);
     set_state_locked(s, r, SEG_FREE);
+    atomic_store_explicit(&r->exp_max, UINT32_MAX, memory_order_relaxed);
     s->freed++;
     lock_release(&s->lock);
     /* Free in DRAM, but the page is not back in the pool yet: nobody can
@@ -512,6 +719,7 @@ seg_adopt(struct seg *s, uint32_t page, uint32_t write_off)
     r->exp_base = h->exp_base;
     r->bucket = h->ttl_bucket;
     r->owner = 0;
+    atomic_store_explicit(&r->exp_max, 0, memory_order_relaxed);
     atomic_store_explicit(&r->write_off, write_off, memory_order_relaxed);
     set_state_locked(s, r, SEG_SEALED);
     link_sorted_locked(s, page);
@@ -521,6 +729,29 @@ seg_adopt(struct seg *s, uint32_t page, uint32_t write_off)
 }
 
 /* --- reading --- */
+
+uint32_t
+seg_exp_base(const struct seg *s, uint64_t off)
+{
+    uint32_t page = (uint32_t)(off >> POOL_PAGE_SHIFT);
+
+    assert(page < s->npages);
+    return s->rec[page].exp_base;
+}
+
+void
+seg_exp_raise(struct seg *s, uint64_t off, uint32_t exp)
+{
+    uint32_t page = (uint32_t)(off >> POOL_PAGE_SHIFT);
+    _Atomic uint32_t *m = &s->rec[page].exp_max;
+    uint32_t cur = atomic_load_explicit(m, memory_order_relaxed);
+
+    assert(page < s->npages);
+    while (cur < exp &&
+           !atomic_compare_exchange_weak_explicit(
+               m, &cur, exp, memory_order_relaxed, memory_order_relaxed))
+        ;
+}
 
 uint64_t
 seg_seq_of(const struct seg *s, uint64_t off)
@@ -561,6 +792,7 @@ seg_info(struct seg *s, uint32_t page, struct seg_info *out)
     out->write_off = atomic_load_explicit(&r->write_off, memory_order_relaxed);
     out->created = r->created;
     out->exp_base = r->exp_base;
+    out->exp_max = atomic_load_explicit(&r->exp_max, memory_order_relaxed);
     out->seq_base = r->seq_base;
     lock_release(&s->lock);
 }

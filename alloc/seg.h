@@ -40,6 +40,8 @@
 
 #define SEG_SEQ_BLOCK (1ull << 18) /* POOL_PAGE_SIZE / 4 positions */
 #define SEG_NBUCKETS 16u
+/* Open segments a thread keeps at most (its latest buckets). */
+#define SEG_OPEN_PER_THREAD 4u
 #define SEG_NO_PAGE POOL_NO_PAGE
 /* Largest span: the page after its header. */
 #define SEG_PAYLOAD (POOL_PAGE_SIZE - SEG_HEADER_SIZE)
@@ -76,10 +78,14 @@ struct seg_config {
     uint32_t open_max;
 };
 
-/* A thread's open segments, one per TTL bucket (SEG_NO_PAGE: none). Lives
- * in the thread's context; only its owner uses it. */
+/* A thread's open segments, at most one per TTL bucket (SEG_NO_PAGE:
+ * none) and SEG_OPEN_PER_THREAD in all. Lives in the thread's context;
+ * only its owner uses it. */
 struct seg_open {
     uint32_t page[SEG_NBUCKETS];
+    uint32_t used[SEG_NBUCKETS]; /* tick of the bucket's last reserve */
+    uint32_t tick;
+    uint16_t nopen;         /* pages that are not SEG_NO_PAGE */
     uint16_t owner;         /* the thread's number, kept in its records */
     pthread_t owner_thread; /* debug checks */
 };
@@ -99,6 +105,7 @@ struct seg_info {
     uint32_t write_off; /* next free byte in the page */
     uint32_t created;
     uint32_t exp_base;
+    uint32_t exp_max; /* the latest expiry of its items (seg_exp_raise) */
     uint64_t seq_base;
 };
 
@@ -125,23 +132,65 @@ unsigned seg_bucket_of(uint32_t ttl);
 /* An empty set of open segments for the calling thread, numbered owner. */
 void seg_open_init(struct seg_open *o, uint16_t owner);
 
-/* A span of n bytes (rounded up to 4) in o's open segment of bucket b:
- * *off is its pool offset (page << POOL_PAGE_SHIFT | offset in the page,
- * the offset at least SEG_HEADER_SIZE and 4-aligned). When it does not fit
- * (or o has no segment for b) a new segment is opened and the old one
- * sealed. 0; -EINVAL (b out of range, n 0); -E2BIG (n > SEG_PAYLOAD);
- * -ENOSPC (the pool has no free page) or -EUSERS (open_max segments are
- * open and o has none for b to give up): o's segment of b, if any, stays
- * open and untouched. Context: o's owner. Locks: none while the span fits,
- * else pool, then the segment lock, one after the other. PMEM: the new
- * segment's header, no lock held. */
+/* A span of n bytes (rounded up to 4) for a set of TTL bucket b: *off is
+ * its pool offset (page << POOL_PAGE_SHIFT | offset in the page, the
+ * offset at least SEG_HEADER_SIZE and 4-aligned). The segment it takes
+ * (seg_pick_bucket): o's open one of b; with SEG_OPEN_PER_THREAD others
+ * open, the nearest longer bucket's (0, no expiry, is the longest), else
+ * a new one of b that replaces o's least recently used (sealed). When the
+ * span does not fit a new segment of that bucket is opened and the full
+ * one sealed; when the cap of open segments (open_max) refuses a new one
+ * that replaces none, o's nearest other open segment takes the span. 0;
+ * -EINVAL (b out of range, n 0); -E2BIG (n > SEG_PAYLOAD); -ENOSPC (the
+ * pool has no free page) or -EUSERS (the cap, and o has no segment to
+ * take it): o's segments stay as they were. Context: o's owner. Locks:
+ * none while the span fits, else pool, then the segment lock, one after
+ * the other. PMEM: the new segment's header, no lock held. */
 int seg_reserve(struct seg *s, struct seg_open *o, unsigned b, uint32_t n,
                 uint64_t *off);
+
+/* The bucket whose segment a reserve for b uses (it may need opening). */
+unsigned seg_pick_bucket(const struct seg_open *o, unsigned b);
+
+/* The exp_base of the open segment a reserve for b takes now, or 0 when
+ * it would open one (whose exp_base is then about now + the bucket's
+ * lowest TTL). Context: o's owner. */
+uint32_t seg_open_exp_base(const struct seg *s, const struct seg_open *o,
+                           unsigned b);
+
+/* Give back the span at off of n bytes, the last one o reserved (its
+ * segment still o's open one): the next reserve may take the place
+ * again. Context: o's owner. No lock, no PMEM. */
+void seg_unreserve(struct seg *s, struct seg_open *o, uint64_t off, uint32_t n);
+
+/* The exp_base of the segment holding pool offset off (not free). */
+uint32_t seg_exp_base(const struct seg *s, uint64_t off);
+
+/* An item of the segment holding pool offset off (open or sealed)
+ * expires at exp (UINT32_MAX: never): its exp_max rises to it if below.
+ * A relaxed atomic max, any thread, no lock (a store, a touch in place,
+ * a restart's scan). */
+void seg_exp_raise(struct seg *s, uint64_t off, uint32_t exp);
+
+/* Take a sealed segment whose items have all expired (exp_max <= now) or
+ * are all flushed (its whole sequence block at or below flush_seq) out of
+ * the age list for eviction, as seg_evict: 0 with *page, or -ENOENT. Looks
+ * at about budget records from a cursor the callers share (the flushed
+ * one is the oldest sealed: looked at first), reading exp_max with no
+ * lock and taking the segment lock for a candidate only. */
+int seg_evict_expired(struct seg *s, uint32_t now, uint64_t flush_seq,
+                      uint32_t budget, uint32_t *page);
 
 /* Seal o's open segment of bucket b (none: nothing), or all of them (a
  * thread that leaves). Context: o's owner. Locks: the segment lock. */
 void seg_seal(struct seg *s, struct seg_open *o, unsigned b);
 void seg_seal_all(struct seg *s, struct seg_open *o);
+/* Seal o's open segment on page (none: nothing). */
+void seg_seal_page(struct seg *s, struct seg_open *o, uint32_t page);
+/* No page and nothing sealed: seal the segment a reserve for b would use
+ * or replace (else o's least recently used) so that it can be evicted.
+ * False when o has none open. */
+bool seg_seal_for(struct seg *s, struct seg_open *o, unsigned b);
 
 /* Take a sealed segment out of the age list for eviction: hcrc = 0 stored
  * after the state change, with no lock held, before this returns, so its
@@ -159,7 +208,8 @@ int seg_free(struct seg *s, uint32_t page);
 
 /* A restart takes page, whose PMEM header is valid (seg_header_valid), as
  * a sealed segment: its record from the header (seq_base, created,
- * exp_base, bucket) and write_off (where its walk ended), linked in the
+ * exp_base, bucket), exp_max 0 (the scan raises it for each item it
+ * restores: seg_exp_raise) and write_off (where its walk ended), linked in the
  * age list by seq_base, its page taken from the pool. 0; -EINVAL (write_off
  * outside the page or not 4-aligned, an invalid header); -EBUSY (the record
  * is not free, or the pool does not have the page free). Any thread: the

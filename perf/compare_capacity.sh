@@ -42,6 +42,8 @@
 #   FILL           sets sent, as a multiple of MEM_MB MiB / (key + value)
 #                  [1.5]
 #   TC_ARGS        extra tiercached arguments [none]
+#   TTL            the sets' exptime, seconds [0: none]; both servers get
+#                  it (tiercached's packed store sorts items by TTL)
 #   PORT_BASE      first port tried [21700]; 100 ports are tried
 #   POOL_DIR       where tiercached's pool file (-e) goes [/dev/shm]
 #   FILL_TIMEOUT   seconds one fill may take [300]
@@ -79,6 +81,7 @@ SIZES=${SIZES:-100 300 1000}
 KEY_LEN=${KEY_LEN:-16}
 FILL=${FILL:-1.5}
 TC_ARGS=${TC_ARGS:-}
+TTL=${TTL:-0}
 PORT_BASE=${PORT_BASE:-21700}
 POOL_DIR=${POOL_DIR:-/dev/shm}
 FILL_TIMEOUT=${FILL_TIMEOUT:-300}
@@ -140,16 +143,16 @@ start_server() {
 
 # fill port vsize nsets: sets, then one RESULT line from stats
 fill() {
-    "$PYTHON" - "$1" "$2" "$3" "$KEY_LEN" "$FILL_TIMEOUT" <<'EOF'
+    "$PYTHON" - "$1" "$2" "$3" "$KEY_LEN" "$FILL_TIMEOUT" "$TTL" <<'EOF'
 import socket, sys, time
 
-port, vsize, nsets, klen, timeout = (int(a) for a in sys.argv[1:6])
+port, vsize, nsets, klen, timeout, ttl = (int(a) for a in sys.argv[1:7])
 if nsets > 16 ** (klen - 4):
     sys.exit("%d keys do not fit in %d hex digits: raise KEY_LEN" %
              (nsets, klen - 4))
 s = socket.create_connection(("127.0.0.1", port), timeout=30)
 value = b"v" * vsize
-head = b" 0 0 %d noreply\r\n" % vsize
+head = b" 0 %d %d noreply\r\n" % (ttl, vsize)
 tail = value + b"\r\n"
 deadline = time.monotonic() + timeout
 batch = 200
@@ -207,7 +210,7 @@ EOF
 }
 
 log "# compare_capacity.sh $(date -u '+%Y-%m-%d %H:%M') UTC, -m $MEM_MB," \
-    "keys of $KEY_LEN bytes, fill $FILL x"
+    "keys of $KEY_LEN bytes, fill $FILL x, TTL $TTL"
 log "# memcached: $MEMCACHED ($("$MEMCACHED" -V 2>/dev/null))"
 log "# tiercached: $TIERCACHED $TC_ARGS"
 

@@ -382,6 +382,9 @@ struct tc_stats {
     uint64_t packed_bytes_dead;       /* replaced or deleted, not yet
                                          evicted with their segment */
     uint64_t packed_segments_evicted; /* segments evicted whole */
+    uint64_t packed_segments_expired; /* segments freed whole because
+                                         every item in them had expired
+                                         (or was flushed) */
     uint64_t packed_cas_lifted;       /* packed stores given a CAS of their own
                                          (8 bytes): the derived one was not above
                                          the replaced version's */
@@ -497,6 +500,8 @@ struct tc_stats {
     X(PACKED_BYTES_DEAD, packed_bytes_dead, "packed_bytes_dead", GAUGE)        \
     X(PACKED_SEGS_EVICTED, packed_segments_evicted,                            \
                            "packed_segments_evicted", COUNTER)                 \
+    X(PACKED_SEGS_EXPIRED, packed_segments_expired,                            \
+                           "packed_segments_expired", COUNTER)                 \
     X(PACKED_CAS_LIFTED, packed_cas_lifted, "packed_cas_lifted", COUNTER)
 /* clang-format on */
 

@@ -28,6 +28,15 @@ cache_packed_invalidate(struct cache *c, uint64_t off)
     pitem_invalidate(c->base + page, (uint32_t)(poff - page));
 }
 
+uint32_t
+cache_packed_exp(const struct cache *c, uint64_t off,
+                 const struct pitem_view *v)
+{
+    if (v->iflags & PITEM_HAS_EXP || !v->exp16)
+        return v->exp32; /* exp32, or 0: never */
+    return pitem_view_exp(v, seg_exp_base(c->seg, cache_packed_pool(off)));
+}
+
 uint64_t
 cache_packed_seq(const struct cache *c, uint64_t off)
 {
@@ -38,7 +47,8 @@ enum cache_dead
 cache_packed_dead(const struct cache *c, uint64_t off,
                   const struct pitem_view *v, uint32_t now)
 {
-    if (v->exp32 != 0 && v->exp32 <= now)
+    uint32_t exp = cache_packed_exp(c, off, v);
+    if (exp != 0 && exp <= now)
         return CACHE_EXPIRED;
     /* the derived sequence, whatever CAS the item carries (as a slab
      * item's seq); acquire as in cache_item_dead */
@@ -75,7 +85,8 @@ cache_off_exptime(const struct cache *c, uint64_t off)
 {
     if (cache_off_packed(off)) {
         struct pitem_view v;
-        return cache_packed_view(c, off, &v) == 0 ? v.exp32 : 0;
+        return cache_packed_view(c, off, &v) == 0 ? cache_packed_exp(c, off, &v)
+                                                  : 0;
     }
     return __atomic_load_n(&cache_item_at(c, off)->exptime, __ATOMIC_RELAXED);
 }

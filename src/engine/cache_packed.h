@@ -14,6 +14,10 @@ struct pitem_view;
 int cache_packed_view(const struct cache *c, uint64_t off,
                       struct pitem_view *v);
 uint64_t cache_packed_seq(const struct cache *c, uint64_t off);
+/* The absolute expiry (0 never) of a packed item cache_packed_view read:
+ * its exp32, or its exp16 counted from its segment's exp_base. */
+uint32_t cache_packed_exp(const struct cache *c, uint64_t off,
+                          const struct pitem_view *v);
 /* commit = 1 for the packed item at off (pitem_invalidate on its
  * segment). PMEM: one 2-byte store, no lock held. */
 void cache_packed_invalidate(struct cache *c, uint64_t off);

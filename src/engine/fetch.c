@@ -230,10 +230,13 @@ struct fetch_res {
 };
 
 /* The packed item at engine offset off: its view and state. A touch to
- * expiry exp (touch) is stored in place when the item has exp32, needs
- * nothing when both are "never", else *rewrite gets exp (the caller
- * rewrites it after the section: packed_rewrite_exp). Context: inside
- * the read section that found it. PMEM: a 4-byte store for a touch. */
+ * expiry exp (touch) is stored in place when it fits the item's form
+ * (exp32 takes any; exp16 one in [exp_base, exp_base + 65534], or never),
+ * its segment's exp_max raised first (DRAM) so that eager expiry does not
+ * take the segment from under it; else *rewrite gets exp (the caller
+ * rewrites it after the section: packed_rewrite_exp). Context: inside the
+ * read section that found it. PMEM: a 2- or 4-byte store for a touch that
+ * changes the expiry. */
 static enum cache_dead
 packed_touch_rcu(struct cache *c, uint64_t off, struct pitem_view *v,
                  bool touch, uint32_t exp, uint32_t now, uint32_t *rewrite)
@@ -244,12 +247,25 @@ packed_touch_rcu(struct cache *c, uint64_t off, struct pitem_view *v,
     enum cache_dead dead = cache_packed_dead(c, off, v, now);
     if (dead != CACHE_LIVE || !touch)
         return dead;
+    uint64_t poff = cache_packed_pool(off);
+    uint64_t page = poff & ~(uint64_t)(POOL_PAGE_SIZE - 1);
+    uint32_t in = (uint32_t)(poff - page);
     if (v->iflags & PITEM_HAS_EXP) {
-        uint64_t poff = cache_packed_pool(off);
-        uint64_t page = poff & ~(uint64_t)(POOL_PAGE_SIZE - 1);
-        pitem_set_exp32(c->base + page, (uint32_t)(poff - page), exp);
-    } else if (exp != 0) {
+        if (v->exp32 == exp)
+            return dead;
+        seg_exp_raise(c->seg, poff, exp ? exp : UINT32_MAX);
+        pitem_set_exp32(c->base + page, in, exp);
+        return dead;
+    }
+    uint32_t base = seg_exp_base(c->seg, poff);
+    if (!pitem_exp16_fits(base, exp)) {
         *rewrite = exp;
+        return dead;
+    }
+    uint16_t e16 = pitem_exp16_of(base, exp);
+    if (v->exp16 != e16) {
+        seg_exp_raise(c->seg, poff, exp ? exp : UINT32_MAX);
+        pitem_set_exp16(c->base + page, in, e16);
     }
     return dead;
 }
@@ -275,8 +291,8 @@ fetch_packed_rcu(struct cache *c, uint64_t loc, uint64_t hash,
         return;
     r->flash = r->prewrite != 0; /* the rewrite after the section */
     memset(&info, 0, sizeof(info));
-    info.exptime_before = v.exp32;
-    info.exptime = o->touch ? exp : v.exp32;
+    info.exptime_before = cache_packed_exp(c, off, &v);
+    info.exptime = o->touch ? exp : info.exptime_before;
     info.flags = v.flags;
     info.cas = v.cas;
     info.vlen = v.vlen;
@@ -730,7 +746,7 @@ walk_packed(struct walk *w, uint64_t off)
         .key = v.key,
         .klen = v.klen,
         .flags = v.flags,
-        .exptime = v.exp32,
+        .exptime = cache_packed_exp(w->c, off, &v),
         .last_access = 0,
         .cas = v.cas,
         .vlen = v.vlen,

@@ -10,11 +10,16 @@
  * store.c, whose publication finds and replaces the packed entry, and
  * invalidates the packed copy before it answers.
  *
- * Write: a span reserved in the calling thread's open segment
- * (alloc/seg.c, TTL bucket 0 until TTL buckets are built: items carry
- * exp32 when they expire), pitem_write (the 2-byte commit last), then
- * store.c's publication under the bucket lock, then the replaced item's
- * invalidation (commit = 1 for a packed one) before the answer.
+ * Write: a span reserved in one of the calling thread's open segments,
+ * the one of the set's TTL bucket where it can (alloc/seg.c: at most 4
+ * open a thread, a fifth bucket to the nearest longer one's), 4 bytes
+ * shorter when the expiry fits the segment's exp16 (the span's size is
+ * guessed from the segment the reserve would take, given back and taken
+ * again when it took another: packed_write finds the form from the span's
+ * segment), pitem_write (the 2-byte commit last), the segment's exp_max
+ * raised (DRAM), then store.c's publication under the bucket lock, then
+ * the replaced item's invalidation (commit = 1 for a packed one) before
+ * the answer.
  *
  * Flush: a packed item's sequence (seq_base + offset / 4) is fixed when
  * its segment opens, so a segment opened before a flush_all would give
@@ -27,6 +32,12 @@
  * publication covers that item (at most one a thread): the set ran
  * concurrently with the flush, as a slab item whose CAS was taken just
  * before it fired.
+ *
+ * Eager expiry: a sealed segment whose exp_max (DRAM, raised by every
+ * write and in-place touch) has passed, or whose whole sequence block a
+ * flush_all covered, is evicted as below, chosen without reading PMEM
+ * (seg_evict_expired), by the maintenance step and by a store or slab
+ * class that needs a page before FIFO; counted in packed_segments_expired.
  *
  * Eviction (FIFO): with no free page, the oldest sealed segment is taken
  * (seg_evict_oldest stores hcrc = 0 first), walked, and each committed
@@ -48,17 +59,18 @@
  * pool with many threads keeps sealed segments to evict. With no free page
  * and nothing sealed, a thread seals its own full segment and evicts it.
  *
- * Expiry sweep (packed_sweep, under the sweep's c->admin): sealed
- * segments' committed items, each expired or flushed one unlinked if its
- * slot still names it (bucket lock), counted as UNLINK_SWEPT and
- * invalidated (commit = 1) as any unlinker's. The walk runs inside an RCU
- * read section begun before it saw the segment sealed: its eviction waits
- * for a grace period before the page goes. Open segments are not walked.
+ * Expiry sweep (packed_sweep, under the sweep's c->admin): expired
+ * segments whole first (above), then sealed segments' committed items, each
+ * expired or flushed one unlinked if its slot still names it (bucket lock),
+ * counted as UNLINK_SWEPT and invalidated (commit = 1) as any unlinker's. The
+ * walk runs inside an RCU read section begun before it saw the segment sealed:
+ * its eviction waits for a grace period before the page goes. Open segments are
+ * not walked.
  *
  * Concurrency: no state of its own beyond struct cache's seg (alloc/seg.c
  * states its lock) and each thread's struct seg_open (its owner's only).
  * Locks: a bucket lock at a time, for DRAM work only. PMEM writes (items,
- * a touch's exp32, commit = 1) with no lock held.
+ * a touch's exp16 or exp32, commit = 1) with no lock held.
  *
  * Copies (a touch's rewrite): written pending (commit 2), published, the
  * source invalidated, then committed by a compare-and-swap 2 -> check16 in
@@ -74,9 +86,9 @@
  * committed items newest-wins against slab items and other copies by the
  * derived sequence, and adopts the segment sealed (seg_adopt).
  *
- * Not built yet (the design's later slices): TTL buckets and eager expiry
- * of whole segments, exp16, merge eviction with the slot's REF bit, shared
- * segments past the open cap, donor rules between slabs and segments.
+ * Not built yet (the design's later slices): merge eviction with the
+ * slot's REF bit, shared segments past the open cap, donor rules between
+ * slabs and segments.
  */
 #include "src/engine/packed.h"
 
@@ -110,43 +122,77 @@ packed_size(const struct cache *c, uint32_t klen, uint64_t vlen, uint32_t flags,
     return size <= c->packed_max ? size : 0;
 }
 
-/* A segment was opened (its first span) or freed. */
-static void
-count_segment(struct cache_thread *t, int sign)
+/* The TTL bucket of a set whose expiry is exptime (absolute, 0 never). */
+static unsigned
+ttl_bucket(uint32_t exptime, uint32_t now)
 {
-    cache_stat_add(t, ST_PACKED_SEGMENTS, sign);
+    if (exptime == 0)
+        return 0;
+    return seg_bucket_of(exptime > now ? exptime - now : 1);
+}
+
+/* Whether the span at pool offset poff takes exptime as exp16. */
+static inline bool
+span_exp16(const struct cache *c, uint64_t poff, uint32_t exptime)
+{
+    return pitem_exp16_fits(seg_exp_base(c->seg, poff), exptime);
+}
+
+/* One segment fewer: an expired one (exp_max passed, decided in DRAM),
+ * else the oldest sealed (FIFO). 1 when one went, else 0. */
+static int
+evict_one(struct cache_thread *t)
+{
+    return packed_evict_expired(t, PACKED_EXPIRE_LOOK) ||
+           packed_evict_oldest(t);
 }
 
 int
-packed_reserve(struct cache_thread *t, uint32_t size, uint64_t *head)
+packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
+               uint64_t *head)
 {
     struct cache *c = t->cache;
+    uint32_t now = clock_now();
+    unsigned b = ttl_bucket(exptime, now);
+    /* size has exp32 when the item expires; exp16 takes 4 bytes less.
+     * The form follows the segment the span lands in (its exp_base), so
+     * the span's size is guessed from the segment it would take now and
+     * given back and taken again when the reserve opened another one:
+     * packed_write finds the form again from the span's segment. */
+    uint32_t base = seg_open_exp_base(c->seg, &t->so, b);
+    bool want16 =
+        pitem_exp16_fits(base ? base : now + seg_bucket_ttl_lo(b), exptime);
     uint64_t off;
     int rc = -ENOSPC;
 
-    for (int tries = 0; tries < 4; tries++) {
-        rc = seg_reserve(c->seg, &t->so, 0, size, &off);
+    for (int tries = 0; tries < 8; tries++) {
+        uint32_t n = want16 && exptime ? size - 4 : size;
+        rc = seg_reserve(c->seg, &t->so, b, n, &off);
         if (rc == -EUSERS) /* the cap of open segments: a slab takes it */
             return -ENOSPC;
         if (rc == -ENOSPC) {
-            if (packed_evict_oldest(t))
+            if (evict_one(t))
                 continue;
             /* every segment is open: this thread's own (too full for
              * this item) is sealed, to be evicted on the next round */
-            if (t->so.page[0] == SEG_NO_PAGE)
+            if (!seg_seal_for(c->seg, &t->so, b))
                 return -ENOSPC;
-            seg_seal(c->seg, &t->so, 0);
             continue;
         }
         if (rc)
             return rc;
-        if ((off & (POOL_PAGE_SIZE - 1)) == PITEM_SEG_START)
-            count_segment(t, 1);
         /* opened before a flush_all: later sequences would read flushed */
         if (unlikely(
                 seg_seq_of(c->seg, off) <=
                 atomic_load_explicit(&c->flush_cas, memory_order_acquire))) {
-            seg_seal(c->seg, &t->so, 0);
+            seg_seal_page(c->seg, &t->so, (uint32_t)(off >> POOL_PAGE_SHIFT));
+            rc = -ENOSPC;
+            continue;
+        }
+        bool fits = span_exp16(c, off, exptime);
+        if (exptime && fits != want16) { /* another segment than guessed */
+            seg_unreserve(c->seg, &t->so, off, n);
+            want16 = fits;
             rc = -ENOSPC;
             continue;
         }
@@ -173,8 +219,9 @@ write_item(struct cache *c, uint64_t head, const struct packed_item *it,
         .nvalue = (unsigned)it->nvalue,
         .vlen = it->vlen,
         .flags = it->flags,
-        .has_exp32 = it->exptime != 0,
+        .has_exp32 = !span_exp16(c, poff, it->exptime),
         .exp32 = it->exptime,
+        .exp16 = pitem_exp16_of(seg_exp_base(c->seg, poff), it->exptime),
         .has_cas = it->cas != 0,
         .cas = it->cas,
     };
@@ -182,6 +229,8 @@ write_item(struct cache *c, uint64_t head, const struct packed_item *it,
      * the commit: no lock held */
     uint16_t check =
         pitem_write(c->base + page, POOL_PAGE_SIZE, in, seq_base, &d, pending);
+    /* DRAM: the segment lasts as long as its latest item */
+    seg_exp_raise(c->seg, poff, it->exptime ? it->exptime : UINT32_MAX);
     cache_packed_touch(c, poff, clock_now()); /* a store is an access */
     return check;
 }
@@ -245,7 +294,7 @@ unlink_named(struct cache *c, const struct pitem_view *v, uint64_t off)
 /* The items of a segment seg_evict took leave the index; its page goes
  * back to the pool after a grace period. */
 static void
-evict_walk(struct cache_thread *t, uint32_t page)
+evict_walk(struct cache_thread *t, uint32_t page, bool expired)
 {
     struct cache *c = t->cache;
     uint64_t pbase = (uint64_t)page << POOL_PAGE_SHIFT;
@@ -281,8 +330,8 @@ evict_walk(struct cache_thread *t, uint32_t page)
     urcu_memb_synchronize_rcu();
     cache_rcu_synced();
     seg_free(c->seg, page);
-    count_segment(t, -1);
-    cache_stat_inc(t, ST_PACKED_SEGS_EVICTED);
+    cache_stat_inc(t,
+                   expired ? ST_PACKED_SEGS_EXPIRED : ST_PACKED_SEGS_EVICTED);
 }
 
 int
@@ -291,7 +340,21 @@ packed_evict_oldest(struct cache_thread *t)
     uint32_t page;
     if (seg_evict_oldest(t->cache->seg, &page) != 0)
         return 0;
-    evict_walk(t, page);
+    evict_walk(t, page, false);
+    return 1;
+}
+
+int
+packed_evict_expired(struct cache_thread *t, uint32_t look)
+{
+    struct cache *c = t->cache;
+    uint32_t page;
+    if (!c->seg || seg_evict_expired(c->seg, clock_now(),
+                                     atomic_load_explicit(&c->flush_cas,
+                                                          memory_order_acquire),
+                                     look, &page) != 0)
+        return 0;
+    evict_walk(t, page, true);
     return 1;
 }
 
@@ -303,7 +366,7 @@ packed_evict_page(struct cache_thread *t, uint32_t page)
     seg_info(c->seg, page, &si);
     if (si.state != SEG_SEALED || seg_evict(c->seg, page) != 0)
         return si.state == SEG_FREE ? 0 : -EBUSY;
-    evict_walk(t, page);
+    evict_walk(t, page, false);
     return 1;
 }
 
@@ -357,6 +420,11 @@ packed_sweep(struct cache_thread *t, unsigned budget)
     uint32_t now = clock_now();
     unsigned walked = 0;
     int n = 0;
+    /* whole segments whose items all expired first: no PMEM read to
+     * decide, and what they free the item walk need not look at */
+    for (unsigned i = 0; i < PACKED_EXPIRE_STEP; i++)
+        if (!packed_evict_expired(t, npages))
+            break;
     for (uint32_t i = 0; i < npages && walked < budget; i++) {
         uint32_t page = c->packed_sweep_page;
         c->packed_sweep_page = page + 1 < npages ? page + 1 : 0;
@@ -401,7 +469,7 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
         pitem_size_of(v.klen, v.vlen,
                       (v.flags > PITEM_CFLAGS_MASK ? PITEM_HAS_FLAGS : 0u) |
                           (exptime ? PITEM_HAS_EXP : 0u) | PITEM_HAS_CAS);
-    if (packed_reserve(t, size, &head) != 0)
+    if (packed_reserve(t, size, exptime, &head) != 0)
         return -ENOMEM;
     struct iovec iov = {vbuf, v.vlen};
     struct packed_item it = {kbuf,   v.klen,  &iov,    1,

@@ -21,13 +21,22 @@ struct cache_thread;
 uint32_t packed_size(const struct cache *c, uint32_t klen, uint64_t vlen,
                      uint32_t flags, uint32_t exptime, uint64_t cas_new);
 
-/* A span of size bytes in the calling thread's open segment: 0 with
+/* Segment records seg_evict_expired looks at for a store that needs a
+ * page, and expired segments the maintenance step evicts at most. */
+#define PACKED_EXPIRE_LOOK 256u
+#define PACKED_EXPIRE_STEP 64u
+
+/* A span for an item of size bytes (packed_size's: with exp32 when
+ * exptime, the absolute expiry, is not 0) in one of the calling thread's
+ * open segments, the one of exptime's TTL bucket where it can: 0 with
  * *head (the engine offset, see cache_packed_off), or -ENOSPC when the
  * pool has no page and no sealed segment to evict (the caller uses a
- * slab). Evicts the oldest sealed segment when the pool has no page.
- * Context: no lock, no RCU read section (eviction waits for a grace
- * period). */
-int packed_reserve(struct cache_thread *t, uint32_t size, uint64_t *head);
+ * slab). The span is 4 bytes shorter when exptime fits its segment's
+ * exp16 (packed_write writes that form). Evicts an expired segment, else
+ * the oldest sealed one, when the pool has no page. Context: no lock, no
+ * RCU read section (eviction waits for a grace period). */
+int packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
+                   uint64_t *head);
 
 /* What packed_write stores. */
 struct packed_item {
@@ -41,9 +50,10 @@ struct packed_item {
     uint64_t cas;     /* nonzero: carried in cas64, else derived */
 };
 
-/* Write the item into the span at head (packed_reserve's, the calling
- * thread's): committed when this returns. Returns its CAS. PMEM: the
- * item, no lock held. */
+/* Write the item into the span at head (packed_reserve's for its size
+ * and exptime, the calling thread's): committed when this returns, its
+ * segment's exp_max raised. Returns its CAS. PMEM: the item, no lock
+ * held. */
 uint64_t packed_write(struct cache *c, uint64_t head,
                       const struct packed_item *it);
 
@@ -53,24 +63,33 @@ uint64_t packed_write(struct cache *c, uint64_t head,
  * lock, no RCU read section. */
 int packed_evict_oldest(struct cache_thread *t);
 
+/* Evict a sealed segment whose items have all expired (its exp_max has
+ * passed) or are all flushed, found among about look records (DRAM
+ * only): its items leave the index, counted as expired (or evicted, one
+ * a touch raced), and packed_segments_expired rises. 1 when one went,
+ * else 0. Context: as packed_evict_oldest. */
+int packed_evict_expired(struct cache_thread *t, uint32_t look);
+
 /* Evict the segment on page (a pool shrink): 1 when it was evicted, 0 when
  * the page holds no segment, -EBUSY when its segment is open (its owner
  * seals it when full, or when it leaves). Context: as
  * packed_evict_oldest. */
 int packed_evict_page(struct cache_thread *t, uint32_t page);
-/* The expiry sweep's part: the expired (or flushed) items of sealed
- * segments leave the index, counted as the slab sweep's are
- * (expired_unfetched, tc_sweep_reclaimed) and invalidated. Looks at pages
- * from a cursor until it walked about budget items or every page once.
- * The number unlinked. Context: the sweep's (c->admin held), no lock, no
+/* The expiry sweep's part: sealed segments whose items all expired go
+ * whole (packed_evict_expired, up to PACKED_EXPIRE_STEP), then the
+ * expired (or flushed) items of sealed segments leave the index, counted as the
+ * slab sweep's are (expired_unfetched, tc_sweep_reclaimed) and invalidated.
+ * Looks at pages from a cursor until it walked about budget items or every page
+ * once. The number unlinked. Context: the sweep's (c->admin held), no lock, no
  * RCU read section. */
 int packed_sweep(struct cache_thread *t, unsigned budget);
 
 /* Whether page holds a segment (open, sealed or being evicted). */
 bool packed_page_held(struct cache *c, uint32_t page);
 
-/* A touch whose expiry the packed item at loc cannot take in place (it
- * has no exp32): a copy with the new expiry and the item's CAS, published
+/* A touch whose expiry the packed item at loc cannot take in place (its
+ * exp16 does not reach it): a copy with the new expiry (exp16 or exp32,
+ * as its new segment allows) and the item's CAS, published
  * if the index still holds loc for hash (else dropped: a writer won).
  * TC_OK, -EAGAIN (changed meanwhile) or -ENOMEM. Context: no lock, no RCU
  * read section. */

@@ -54,6 +54,35 @@ struct pitem_view {
     const char *value;
 };
 
+/* exp16 (pitem_layout.h): an expiry relative to the segment's exp_base,
+ * 1..65535 for exp_base .. exp_base + 65534, 0 for never. */
+#define PITEM_EXP16_SPAN 65534u
+
+/* Whether absolute expiry exp (0 never) fits exp16 in a segment whose
+ * exp_base is exp_base. */
+static inline bool
+pitem_exp16_fits(uint32_t exp_base, uint32_t exp)
+{
+    return exp == 0 || (exp >= exp_base && exp - exp_base <= PITEM_EXP16_SPAN);
+}
+
+/* exp16 of an expiry that fits. */
+static inline uint16_t
+pitem_exp16_of(uint32_t exp_base, uint32_t exp)
+{
+    return exp == 0 ? 0 : (uint16_t)(exp - exp_base + 1);
+}
+
+/* The absolute expiry (0 never) of a parsed item of a segment whose
+ * exp_base is exp_base: exp32, or exp16 counted from exp_base. */
+static inline uint32_t
+pitem_view_exp(const struct pitem_view *v, uint32_t exp_base)
+{
+    if (v->iflags & PITEM_HAS_EXP)
+        return v->exp32;
+    return v->exp16 ? exp_base + v->exp16 - 1u : 0;
+}
+
 /* iflags a description gives. */
 unsigned pitem_iflags(const struct pitem_desc *d);
 

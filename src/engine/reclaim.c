@@ -127,8 +127,11 @@ alloc_chunk_slow(struct cache_thread *t, unsigned cls,
             continue;
         if (t->in_admin)
             break; /* a drain's own copy: it must not move pages */
-        /* the packed store's oldest segment gives its page back (a
-         * class with no page to evict from would else fail) */
+        /* the packed store gives a page back: a segment whose items all
+         * expired, else its oldest (a class with no page to evict from
+         * would else fail) */
+        if (c->seg && packed_evict_expired(t, PACKED_EXPIRE_LOOK))
+            continue;
         if (c->seg && c->cfg.evict && packed_evict_oldest(t))
             continue;
         /* a page with room elsewhere (with -M too: its items move into

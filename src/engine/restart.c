@@ -620,7 +620,8 @@ fresh_page(struct scan *s, uint32_t pg)
 }
 
 /* An adopted segment after the scan: its committed items are the restored
- * ones (every other was invalidated), counted as cache_account would; its
+ * ones (every other was invalidated), counted as cache_account would and
+ * giving the record its exp_max; its
  * dead and pending bytes are its dead bytes. One with no item left goes
  * back to the pool (no reader yet: no grace period). */
 static void
@@ -640,6 +641,10 @@ account_segment(struct scan_part *p, struct cache_thread *t, uint32_t pg)
     while (pitem_walk_next(&w, &v) == 1) {
         n++;
         bytes += v.size;
+        /* exp_max, which eager expiry trusts, from the items kept (exp16
+         * counted from the header's exp_base, which the record holds) */
+        uint32_t exp = pitem_view_exp(&v, si.exp_base);
+        seg_exp_raise(c->seg, pbase + v.off, exp ? exp : UINT32_MAX);
     }
     if (n == 0) {
         seg_free(c->seg, pg);
@@ -650,7 +655,6 @@ account_segment(struct scan_part *p, struct cache_thread *t, uint32_t pg)
     cache_stat_add(t, ST_PACKED_ITEMS, n);
     cache_stat_add(t, ST_PACKED_BYTES_LIVE, bytes);
     cache_stat_add(t, ST_PACKED_BYTES_DEAD, dead);
-    cache_stat_add(t, ST_PACKED_SEGMENTS, 1);
     p->items += n;
     p->bytes += bytes;
     p->pitems += n;

@@ -33,8 +33,11 @@
  * a 4-byte commit word.) 4: as 3, and segment pages (RESTART_PAGE_SEGMENT)
  * whose packed items the scan restores: a version 3 pool may hold packed
  * copies written committed before their publication, which must not come
- * back. Another version: a cold start. */
-#define RESTART_VERSION 4u
+ * back. 5: as 4, and packed items may carry exp16 (an expiry relative to
+ * their segment header's exp_base, TTL buckets): a version 4 engine reads
+ * only exp32 at run time and would serve such items past their expiry.
+ * Another version: a cold start. */
+#define RESTART_VERSION 5u
 
 struct restart_meta {
     uint64_t magic;         /* RESTART_MAGIC once formatted */

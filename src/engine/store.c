@@ -199,7 +199,7 @@ prepare_packed(struct cache_thread *t, const struct store_req *r,
      * (commit's check would be too late: the span's sequence is fixed at
      * its segment's open, so packed_reserve seals a segment it covers) */
     cache_flush_check(t->cache, r->now);
-    if (packed_reserve(t, size, head) != 0)
+    if (packed_reserve(t, size, r->hdr.exptime, head) != 0)
         return -1;
     return 0;
 }
@@ -538,7 +538,7 @@ snapshot_packed(struct cache *c, uint64_t off, uint32_t now,
     hdr->kind = ITEM_KIND_HEAD;
     hdr->klen = v.klen;
     hdr->vlen = v.vlen;
-    hdr->exptime = v.exp32;
+    hdr->exptime = cache_packed_exp(c, off, &v);
     hdr->flags = v.flags;
     hdr->seq = cache_packed_seq(c, off);
     hdr->cas = v.cas;
@@ -625,7 +625,7 @@ rewrite(struct cache_thread *t, struct store_req *r,
         if (cache_packed_view(c, xoff, &v) == 0) {
             vi[0] = (struct iovec){(void *)v.value, v.vlen};
             cur_cas = v.cas;
-            cur_exp = v.exp32;
+            cur_exp = cache_packed_exp(c, xoff, &v);
         }
     } else {
         const struct item_hdr *it = cache_item_at(c, xoff);

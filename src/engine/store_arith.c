@@ -156,7 +156,7 @@ store_arith(struct cache_thread *t, bool incr, const void *key, uint32_t klen,
             fetched = same && (r.expect & CACHE_LOC_FETCHED);
             if (same) {
                 pm_read(digits, pv.value, head);
-                cur_exp = pv.exp32;
+                cur_exp = cache_packed_exp(c, xoff, &pv);
             }
         } else {
             const struct item_hdr *it = cache_item_at(c, xoff);

@@ -608,8 +608,9 @@ tc_stats(struct tc_cache *tc, struct tc_stats *out)
         seg_stats(c->seg, &ss);
         out->total_malloced += (uint64_t)(ss.open + ss.sealed + ss.evicting)
                                << POOL_PAGE_SHIFT;
-        /* the row's counter is never moved: the records know */
+        /* the rows' counters are never moved: the records know */
         out->packed_segments_open = ss.open;
+        out->packed_segments = ss.open + ss.sealed;
     }
     out->pmem_is_pmem = region_is_pmem(c->region);
     out->dram_index_bytes = htab_dram_bytes(c->htab);

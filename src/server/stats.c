@@ -198,7 +198,8 @@ general_extstore(struct obuf *out, const struct tc_stats *t)
 static void
 general_packed(struct obuf *out, const struct tc_stats *t)
 {
-    if (!t->packed_segments && !t->packed_segments_evicted)
+    if (!t->packed_segments && !t->packed_segments_evicted &&
+        !t->packed_segments_expired)
         return;
     TC_STATS_PACKED(ENGINE_LINE)
 }

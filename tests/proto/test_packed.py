@@ -13,6 +13,7 @@ on a background thread.
 import os
 import re
 import signal
+import time
 import uuid
 
 import pytest
@@ -62,7 +63,8 @@ def test_stats_settings_and_rows(c):
     s = stats(c)
     for row in ("packed_items", "packed_segments", "packed_segments_open",
                 "packed_bytes_live", "packed_bytes_dead",
-                "packed_segments_evicted", "packed_cas_lifted"):
+                "packed_segments_evicted", "packed_segments_expired",
+                "packed_cas_lifted"):
         assert row in s, row
     assert int(s["packed_items"]) >= 1
     assert int(s["packed_segments"]) >= 1
@@ -122,7 +124,7 @@ def _ttl(c, key):
 
 
 def test_touch_in_place_and_by_rewrite(c):
-    # with an expiry: exp32, touched in place
+    # with an expiry (exp16 here), touched in place
     c.cmd(b"set ta 7 100 2\r\naa\r\n", b"STORED\r\n")
     cas = gets(c, b"ta")[2]
     dead = int(stats(c)["packed_bytes_dead"])
@@ -130,15 +132,20 @@ def test_touch_in_place_and_by_rewrite(c):
     assert 990 <= _ttl(c, b"ta") <= 1000
     assert gets(c, b"ta") == (7, b"aa", cas)
     assert int(stats(c)["packed_bytes_dead"]) == dead
-    # never expiring: the touch rewrites it, keeping flags, value and CAS
+    # never expiring (exp16 0): a touch within exp16's reach (65,534 s
+    # from its segment's exp_base) is in place too
     c.cmd(b"set tb 8 0 2\r\nbb\r\n", b"STORED\r\n")
     cas = gets(c, b"tb")[2]
     c.cmd(b"touch tb 500\r\n", b"TOUCHED\r\n")
     assert 490 <= _ttl(c, b"tb") <= 500
+    assert int(stats(c)["packed_bytes_dead"]) == dead
+    # beyond it: the touch rewrites it, keeping flags, value and CAS
+    c.cmd(b"touch tb 100000\r\n", b"TOUCHED\r\n")
+    assert 99990 <= _ttl(c, b"tb") <= 100000
     assert gets(c, b"tb") == (8, b"bb", cas)
     assert int(stats(c)["packed_bytes_dead"]) > dead
     c.cmd(b"cas tb 8 0 3 %d\r\nnew\r\n" % cas, b"STORED\r\n")
-    # gat: served, then rewritten
+    # gat: served (in place, within exp16's reach)
     c.cmd(b"set tc 0 0 2\r\ncc\r\n", b"STORED\r\n")
     c.cmd(b"gat 300 tc\r\n", b"VALUE tc 0 2\r\ncc\r\nEND\r\n")
     assert 290 <= _ttl(c, b"tc") <= 300
@@ -218,6 +225,38 @@ def test_meta_flags(c):
     c.cmd(b"ms mk 2 C%d\r\nzz\r\n" % (cas + 1), b"EX\r\n")
     c.cmd(b"ms mk 2 C%d\r\nzz\r\n" % cas, b"HD\r\n")
     c.cmd(b"mg mk v\r\n", b"VA 2\r\nzz\r\n")
+
+
+def test_segment_expires_whole(spawn):
+    """Two segments' worth of 16-byte keys with a 1-second TTL (their own
+    TTL bucket), then a key without one: once the TTL has passed, the
+    maintenance thread (a step a second) evicts the sealed one whole,
+    counted in packed_segments_expired; the key without a TTL stays.
+    Waits for the count, at most 20 s."""
+    srv = spawn(*PACKED, mem=64, threads=1)
+    c = Conn(srv.host, srv.port)
+    n = 2 * 8455
+    batch = 2000
+    for base in range(0, n, batch):
+        req = b"".join(b"set t%015d 0 1 100 noreply\r\n%s\r\n"
+                       % (i, b"v" * 100)
+                       for i in range(base, min(n, base + batch)))
+        c.send(req)
+    c.cmd(b"set keep 0 0 4\r\nkeep\r\n", b"STORED\r\n")
+    s = stats(c)
+    assert int(s["packed_segments_expired"]) == 0
+    assert int(s["packed_segments"]) >= 3  # 1 sealed, 2 open
+    for _ in range(200):
+        s = stats(c)
+        if int(s["packed_segments_expired"]) >= 1:
+            break
+        time.sleep(0.1)
+    assert int(s["packed_segments_expired"]) >= 1
+    assert int(s["packed_segments_evicted"]) == 0
+    assert int(s["evictions"]) == 0
+    assert int(s["curr_items"]) < n - 8000
+    c.cmd(b"get keep\r\n", b"VALUE keep 0 4\r\nkeep\r\nEND\r\n")
+    c.cmd(b"get t%015d\r\n" % 0, b"END\r\n")
 
 
 def test_fifo_eviction(spawn):

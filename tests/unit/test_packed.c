@@ -280,10 +280,17 @@ test_touch(void **state)
     assert_int_equal(tc_touch(f->c, "a", 1, 0), TC_OK);
     assert_int_equal(check_str(f->c, "a", "aa").exptime, 0);
 
-    /* no exp32: a rewrite, the CAS carried over */
+    /* exp16 (no expiry yet, a young segment): in place too */
     assert_int_equal(tc_touch(f->c, "b", 1, 200), TC_OK);
     in = check_str(f->c, "b", "bb");
     assert_int_equal(in.exptime, T0 + 200);
+    assert_int_equal(in.cas, cas_b);
+    STAT_EQ(pstats(f->c), packed_bytes_dead, dead0);
+    /* past exp16's reach (65,534 s from the segment's exp_base): a
+     * rewrite with exp32, the CAS carried over */
+    assert_int_equal(tc_touch(f->c, "b", 1, 100000), TC_OK);
+    in = check_str(f->c, "b", "bb");
+    assert_int_equal(in.exptime, T0 + 100000);
     assert_int_equal(in.cas, cas_b);
     assert_int_equal(in.flags, 5);
     struct tc_stats s = pstats(f->c);
@@ -294,19 +301,26 @@ test_touch(void **state)
                      TC_OK);
     check_str(f->c, "b", "b2");
 
-    /* gat on an item without exp32: served, then rewritten */
+    /* gat past exp16's reach: served, then rewritten */
     assert_int_equal(store_s(f->c, TC_SET, "g", "gg", 0, 0, 0, &cas_a), TC_OK);
+    uint64_t dead1 = pstats(f->c).packed_bytes_dead;
     struct got g;
     unsigned char buf[8];
     memset(&g, 0, sizeof(g));
     g.buf = buf;
     g.cap = sizeof(buf);
-    assert_int_equal(tc_gat(f->c, "g", 1, 50, got_fn, &g), TC_OK);
+    assert_int_equal(tc_gat(f->c, "g", 1, 70000, got_fn, &g), TC_OK);
     assert_int_equal(g.len, 2);
-    assert_int_equal(g.info.exptime, T0 + 50);
+    assert_int_equal(g.info.exptime, T0 + 70000);
+    assert_true(pstats(f->c).packed_bytes_dead > dead1);
     in = check_str(f->c, "g", "gg");
-    assert_int_equal(in.exptime, T0 + 50);
+    assert_int_equal(in.exptime, T0 + 70000);
     assert_int_equal(in.cas, cas_a);
+    /* and back in place (exp32 takes any expiry) */
+    dead1 = pstats(f->c).packed_bytes_dead;
+    assert_int_equal(tc_gat(f->c, "g", 1, 50, got_fn, &g), TC_OK);
+    assert_int_equal(check_str(f->c, "g", "gg").exptime, T0 + 50);
+    STAT_EQ(pstats(f->c), packed_bytes_dead, dead1);
     tc_clock_set(T0 + 50);
     check_miss(f->c, "g");
     check_ok(f->c);

@@ -393,16 +393,17 @@ static void
 test_age_order(void **state)
 {
     struct fixture *f = fixture_new(8, 0);
-    struct seg_open o;
+    struct seg_open o, o4;
     uint32_t page[5], got;
     static const unsigned seal_order[] = {3, 1, 0, 2};
 
     *state = f;
     seg_open_init(&o, 1);
+    seg_open_init(&o4, 2); /* a thread keeps 4 open: bucket 4 another's */
     for (unsigned b = 0; b < 5; b++) {
         uint64_t off;
 
-        assert_int_equal(seg_reserve(f->seg, &o, b, 64, &off), 0);
+        assert_int_equal(seg_reserve(f->seg, b < 4 ? &o : &o4, b, 64, &off), 0);
         page[b] = page_of(off);
     }
     assert_int_equal(seg_evict_oldest(f->seg, &got), -ENOENT);
@@ -420,7 +421,7 @@ test_age_order(void **state)
 
     /* an evicting segment freed, then a later one sealed and evicted */
     assert_int_equal(seg_free(f->seg, page[0]), 0);
-    seg_seal(f->seg, &o, 4);
+    seg_seal(f->seg, &o4, 4);
     assert_int_equal(seg_evict_oldest(f->seg, &got), 0);
     assert_int_equal(got, page[4]);
     check(f);
@@ -596,8 +597,11 @@ test_open_cap(void **state)
     seg_stats(f->seg, &st);
     assert_int_equal(st.open, 2);
     assert_int_equal(st.open_max, 2);
-    /* a second bucket of o2 is one more segment: refused */
-    assert_int_equal(seg_reserve(f->seg, &o2, 1, 8, &c), -EUSERS);
+    /* a second bucket of o2 would be one more segment: its open one takes
+     * the span instead */
+    assert_int_equal(seg_reserve(f->seg, &o2, 1, 8, &c), 0);
+    assert_int_equal(page_of(c), page_of(b));
+    assert_int_equal(o2.page[1], SEG_NO_PAGE);
     seg_seal(f->seg, &o2, 0);
     assert_int_equal(seg_reserve(f->seg, &o3, 0, 8, &c), 0);
     seg_stats(f->seg, &st);
@@ -885,6 +889,113 @@ test_evict_while_reserving(void **state)
     check(f);
 }
 
+/* TTL buckets: 4 open a thread; a fifth bucket's span goes to the nearest
+ * longer bucket's segment (0, no expiry, the longest), or, with none
+ * longer, to a new segment of its own that replaces the least recently
+ * used; a span given back is taken again. */
+static void
+test_bucket_policy(void **state)
+{
+    struct fixture *f = fixture_new(12, 0);
+    struct seg_open o;
+    uint64_t off[SEG_NBUCKETS], x, y;
+    static const unsigned open4[] = {3, 5, 7, 9};
+
+    *state = f;
+    seg_open_init(&o, 1);
+    for (unsigned i = 0; i < 4; i++)
+        assert_int_equal(seg_reserve(f->seg, &o, open4[i], 8, &off[open4[i]]),
+                         0);
+    assert_int_equal(o.nopen, 4);
+    /* bucket 4: 5 is the nearest longer */
+    assert_int_equal(seg_pick_bucket(&o, 4), 5);
+    assert_int_equal(seg_open_exp_base(f->seg, &o, 4),
+                     FAKE_NOW + seg_bucket_ttl_lo(5));
+    assert_int_equal(seg_reserve(f->seg, &o, 4, 8, &x), 0);
+    assert_int_equal(page_of(x), page_of(off[5]));
+    assert_int_equal(o.page[4], SEG_NO_PAGE);
+    /* bucket 1: 3 */
+    assert_int_equal(seg_reserve(f->seg, &o, 1, 8, &x), 0);
+    assert_int_equal(page_of(x), page_of(off[3]));
+    /* given back: the next span takes its place */
+    seg_unreserve(f->seg, &o, x, 8);
+    assert_int_equal(seg_reserve(f->seg, &o, 1, 12, &y), 0);
+    assert_int_equal(y, x);
+    /* bucket 12: none longer open: its own, replacing the least recently
+     * used (7: 3 and 5 took spans since, 9 was opened after it) */
+    assert_int_equal(seg_pick_bucket(&o, 12), 12);
+    assert_int_equal(seg_open_exp_base(f->seg, &o, 12), 0);
+    assert_int_equal(seg_reserve(f->seg, &o, 12, 8, &x), 0);
+    assert_int_equal(o.nopen, 4);
+    assert_int_equal(o.page[7], SEG_NO_PAGE);
+    assert_int_equal(state_of(f, page_of(off[7])), SEG_SEALED);
+    assert_int_equal(o.page[12], page_of(x));
+    /* bucket 0 is longer than any: a set of it replaces one too (9, now
+     * the least recently used), and then takes bucket 15's sets */
+    assert_int_equal(seg_reserve(f->seg, &o, 0, 8, &x), 0);
+    assert_int_equal(o.page[9], SEG_NO_PAGE);
+    assert_int_equal(o.nopen, 4);
+    assert_int_equal(seg_reserve(f->seg, &o, 15, 8, &y), 0);
+    assert_int_equal(page_of(y), page_of(x));
+    /* no page left for a fifth bucket's own: seg_seal_for seals the one
+     * it would replace */
+    assert_true(seg_seal_for(f->seg, &o, 14));
+    assert_int_equal(o.nopen, 3);
+    seg_seal_all(f->seg, &o);
+    assert_int_equal(o.nopen, 0);
+    assert_false(seg_seal_for(f->seg, &o, 14));
+    check(f);
+}
+
+/* exp_max: raised to the latest expiry, never lowered; a sealed segment
+ * goes once it has passed, an open one never, a flushed one (its whole
+ * block) at once. */
+static void
+test_evict_expired(void **state)
+{
+    struct fixture *f = fixture_new(8, 0);
+    struct seg_open o;
+    struct seg_info si;
+    uint64_t a, b, c;
+    uint32_t got;
+
+    *state = f;
+    seg_open_init(&o, 1);
+    assert_int_equal(seg_reserve(f->seg, &o, 2, 8, &a), 0);
+    assert_int_equal(seg_reserve(f->seg, &o, 3, 8, &b), 0);
+    assert_int_equal(seg_reserve(f->seg, &o, 4, 8, &c), 0);
+    seg_exp_raise(f->seg, a, FAKE_NOW + 20);
+    seg_exp_raise(f->seg, a, FAKE_NOW + 10); /* never lowered */
+    seg_exp_raise(f->seg, b, FAKE_NOW + 30);
+    seg_exp_raise(f->seg, c, FAKE_NOW + 5);
+    seg_info(f->seg, page_of(a), &si);
+    assert_int_equal(si.exp_max, FAKE_NOW + 20);
+    /* c's is open: never handed out */
+    assert_int_equal(seg_evict_expired(f->seg, FAKE_NOW + 100, 0, 8, &got),
+                     -ENOENT);
+    seg_seal(f->seg, &o, 2);
+    seg_seal(f->seg, &o, 3);
+    assert_int_equal(seg_evict_expired(f->seg, FAKE_NOW + 19, 0, 8, &got),
+                     -ENOENT);
+    assert_int_equal(seg_evict_expired(f->seg, FAKE_NOW + 20, 0, 8, &got), 0);
+    assert_int_equal(got, page_of(a));
+    assert_int_equal(state_of(f, got), SEG_EVICTING);
+    assert_int_equal(seg_free(f->seg, got), 0);
+    seg_info(f->seg, got, &si);
+    assert_int_equal(si.exp_max, UINT32_MAX); /* free: never a candidate */
+    /* b's segment: not expired, but a flush covered its whole block */
+    seg_info(f->seg, page_of(b), &si);
+    assert_int_equal(
+        seg_evict_expired(f->seg, FAKE_NOW + 20, si.seq_base, 8, &got),
+        -ENOENT);
+    assert_int_equal(seg_evict_expired(f->seg, FAKE_NOW + 20,
+                                       si.seq_base + SEG_SEQ_BLOCK - 1, 8,
+                                       &got),
+                     0);
+    assert_int_equal(got, page_of(b));
+    check(f);
+}
+
 int
 main(void)
 {
@@ -898,6 +1009,8 @@ main(void)
         cmocka_unit_test_teardown(test_free_returns_pages, teardown),
         cmocka_unit_test_teardown(test_enospc_keeps_open, teardown),
         cmocka_unit_test_teardown(test_open_cap, teardown),
+        cmocka_unit_test_teardown(test_bucket_policy, teardown),
+        cmocka_unit_test_teardown(test_evict_expired, teardown),
         cmocka_unit_test_teardown(test_header, teardown),
         cmocka_unit_test_teardown(test_adopt, teardown),
         cmocka_unit_test_teardown(test_two_threads, teardown),

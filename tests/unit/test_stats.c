@@ -192,7 +192,8 @@ check_general(struct tc_cache *c, bool ext)
                 fail_msg("\"%s\" printed without a tier", r->name);
             continue;
         }
-        if (r->packed && !t.packed_segments && !t.packed_segments_evicted) {
+        if (r->packed && !t.packed_segments && !t.packed_segments_evicted &&
+            !t.packed_segments_expired) {
             if (at)
                 fail_msg("\"%s\" printed without packed items", r->name);
             continue;
