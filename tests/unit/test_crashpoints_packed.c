@@ -320,8 +320,9 @@ copy_work(struct fx *f, uint64_t *rng)
     role = 2;
     char k[16];
     key_of(k, 0);
-    /* no expiry yet: an expiry does not fit in place, a copy is written */
-    int rc = tc_touch(f->c, k, strlen(k), 1000);
+    /* an expiry past what 16 bits hold from the segment's exp_base
+     * (65,534 s) does not fit in place: a copy with exp32 is written */
+    int rc = tc_touch(f->c, k, strlen(k), 2000000);
     if (rewriter_goes_on && role == 0) { /* the copy was published */
         T->hits = client_answered(20000);
         _exit(CRASHED);
