@@ -28,7 +28,10 @@
  * concurrently with the flush, as a slab item whose CAS was taken just
  * before it fired.
  *
- * Eviction (FIFO): with no free page, the oldest sealed segment is taken
+ * Eviction: merge (packed_merge.c, registered in c->packed_evict), or
+ * FIFO (-o packed_evict=fifo, and a pool shrink's pages).
+ *
+ * FIFO: with no free page, the oldest sealed segment is taken
  * (seg_evict_oldest stores hcrc = 0 first), walked, and each committed
  * item's slot removed if it still names it (bucket lock); after one grace
  * period the page goes back to the pool. No index entry outlives its
@@ -72,7 +75,7 @@
  * derived sequence, and adopts the segment sealed (seg_adopt).
  *
  * Not built yet (the design's later slices): TTL buckets and eager expiry
- * of whole segments, exp16, merge eviction with the slot's REF bit, shared
+ * of whole segments, exp16, shared
  * segments past the open cap, donor rules between slabs and segments.
  */
 #include "src/engine/packed.h"
@@ -189,12 +192,18 @@ packed_write(struct cache *c, uint64_t head, const struct packed_item *it)
     return it->cas ? it->cas : cache_packed_seq(c, head);
 }
 
+uint16_t
+packed_write_copy(struct cache *c, uint64_t head, const struct packed_item *it)
+{
+    return write_item(c, head, it, true);
+}
+
 /* A pending copy at head, published: committed (2 -> check16) unless a
  * writer that replaced or removed it meanwhile stored 1 (then that writer
  * accounted it). Inside a read section, as the design's pending rule
  * asks. PMEM: one 2-byte compare-and-swap, no lock held. */
-static void
-commit_copy(struct cache *c, uint64_t head, uint16_t check)
+void
+packed_commit_copy(struct cache *c, uint64_t head, uint16_t check)
 {
     uint64_t poff = cache_packed_pool(head);
     uint64_t page = poff & ~(uint64_t)(POOL_PAGE_SIZE - 1);
@@ -203,9 +212,8 @@ commit_copy(struct cache *c, uint64_t head, uint16_t check)
     cache_read_unlock();
 }
 
-/* Until the item at off of a segment is dead (commit 1). */
-static void
-wait_dead(char *seg, uint32_t off)
+void
+packed_wait_dead(char *seg, uint32_t off)
 {
     const _Atomic uint16_t *commit =
         (const _Atomic uint16_t *)(seg + off + PITEM_COMMIT_OFFSET);
@@ -219,13 +227,8 @@ wait_dead(char *seg, uint32_t off)
     }
 }
 
-/* Remove the index entry of the packed item v (engine offset off) if its
- * slot still names it: the slot's word (its FETCHED bit tells the
- * unfetched counters), or 0 when another unlinker (a replace, a delete, a
- * reap, the sweep or an eviction) took it first and will invalidate it.
- * Locks: the key's bucket, DRAM only. */
-static uint64_t
-unlink_named(struct cache *c, const struct pitem_view *v, uint64_t off)
+uint64_t
+packed_unlink_named(struct cache *c, const struct pitem_view *v, uint64_t off)
 {
     struct htab_bucket *b = htab_lock(c->htab, cache_hash(c, v->key, v->klen));
     _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(off));
@@ -254,11 +257,11 @@ evict_walk(struct cache_thread *t, uint32_t page)
     while (pitem_walk_next(&w, &v) == 1) {
         uint64_t off = cache_packed_off(pbase + v.off);
         gone += v.size;
-        uint64_t word = unlink_named(c, &v, off);
+        uint64_t word = packed_unlink_named(c, &v, off);
         if (!word) {
             /* replaced or deleted: its unlinker counts and invalidates it
              * (a few instructions after its unlink; bounded, in case) */
-            wait_dead(c->base + pbase, v.off);
+            packed_wait_dead(c->base + pbase, v.off);
             continue;
         }
         /* the slot's word: its FETCHED bit for evicted_unfetched */
@@ -279,6 +282,15 @@ evict_walk(struct cache_thread *t, uint32_t page)
 
 int
 packed_evict_oldest(struct cache_thread *t)
+{
+    /* merge eviction registers itself at open (packed_merge.c) */
+    if (t->cache->packed_evict)
+        return t->cache->packed_evict(t);
+    return packed_evict_fifo(t);
+}
+
+int
+packed_evict_fifo(struct cache_thread *t)
 {
     uint32_t page;
     if (seg_evict_oldest(t->cache->seg, &page) != 0)
@@ -325,7 +337,7 @@ sweep_page(struct cache_thread *t, uint32_t page, uint32_t now, int *n)
         enum cache_dead dead = cache_packed_dead(c, off, &v, now);
         if (dead == CACHE_LIVE)
             continue;
-        uint64_t word = unlink_named(c, &v, off);
+        uint64_t word = packed_unlink_named(c, &v, off);
         if (!word)
             continue; /* replaced, deleted, reaped or evicted meanwhile */
         /* the slot's word: its FETCHED bit for expired_unfetched */
@@ -402,6 +414,7 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
      * replaced it before committing (the design's "Pending copies") */
     uint16_t check = write_item(c, head, &it, true);
     cache_account(t, head, 1);
+    cache_stat_inc(t, ST_PACKED_COPIES);
 
     struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot = htab_find_loc_locked(b, loc);
@@ -410,7 +423,7 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
     htab_unlock(b);
     if (slot) {
         TC_CRASH_POINT("packed.copy.published"); /* still pending */
-        commit_copy(c, head, check);
+        packed_commit_copy(c, head, check);
     }
     uint64_t gone = slot ? off : head;
     /* the loser (the old item, or the copy when a writer won) is
