@@ -246,7 +246,8 @@ test_merge_races_set_delete(void **state)
  * never an older one nor a deleted key back: merges' copies never win over
  * a set or a delete, in any schedule. */
 #define MT_THREADS 4
-#define MT_OPS 50000
+#define MT_OPS 120000
+#define MT_VLEN 250
 #define MT_KEYS 6000
 
 struct mt {
@@ -262,7 +263,7 @@ mt_main(void *arg)
     struct mt *r = arg;
     uint64_t rng = 0x9e3779b97f4a7c15ull * (r->id + 1);
     char k[32];
-    unsigned char v[120], buf[128];
+    unsigned char v[MT_VLEN], buf[MT_VLEN + 8];
     tc_thread_register(r->c);
     for (unsigned i = 0; i < MT_OPS; i++) {
         uint64_t x = rng_next(&rng);
@@ -284,7 +285,7 @@ mt_main(void *arg)
                 continue;
             uint32_t ver;
             memcpy(&ver, buf, 4);
-            if (in.vlen != sizeof(v) || buf[119] != 'a' + (int)(key % 26))
+            if (in.vlen != sizeof(v) || buf[MT_VLEN - 1] != 'a' + (int)(key % 26))
                 r->bad++;
             else if (owner == r->id && ver != r->ver[key])
                 r->bad++;
@@ -302,7 +303,8 @@ test_merge_threads(void **state)
 {
     struct fx *f = *state;
     pthread_t th[MT_THREADS];
-    f->cfg.mem_limit = 6 * MIB;
+    /* 32 pages: each thread may hold an open segment (a cap of 4) */
+    f->cfg.pool_size = 34 * MIB;
     fx_reopen(f);
     struct mt *r = calloc(MT_THREADS, sizeof(*r));
     assert_non_null(r);
