@@ -285,7 +285,8 @@ mt_main(void *arg)
                 continue;
             uint32_t ver;
             memcpy(&ver, buf, 4);
-            if (in.vlen != sizeof(v) || buf[MT_VLEN - 1] != 'a' + (int)(key % 26))
+            if (in.vlen != sizeof(v) ||
+                buf[MT_VLEN - 1] != 'a' + (int)(key % 26))
                 r->bad++;
             else if (owner == r->id && ver != r->ver[key])
                 r->bad++;

@@ -317,8 +317,9 @@ test_merge_crash(void **state)
     struct tc_open_info info;
     static const char *points[] = {"packed.merge.copied",
                                    "packed.merge.published", NULL};
-    uint64_t *cas = mmap(NULL, (MKEYS + 1) * sizeof(*cas), PROT_READ | PROT_WRITE,
-                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    uint64_t *cas =
+        mmap(NULL, (MKEYS + 1) * sizeof(*cas), PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(cas != MAP_FAILED);
 
     f->cfg.packed_item_max = PACKED_MAX;
