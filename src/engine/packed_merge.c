@@ -126,10 +126,10 @@ merge_victims(struct seg *s, uint32_t *pages, unsigned n)
     return k;
 }
 
-/* A span for a copy in the merge's open segment of bucket b: 0 with *head
- * (an engine offset), or -ENOSPC/-EUSERS (no page, the cap of open
- * segments). A segment opened before a flush_all is sealed: its
- * sequences would read flushed (packed_reserve's rule). */
+/* A span for a copy in the merge's open segment of r's bucket: 0 with
+ * *head (an engine offset), or -ENOSPC (no page, even the spare taken by
+ * another thread first). A segment opened before a flush_all is sealed:
+ * its sequences would read flushed (packed_reserve's rule). */
 static int
 reserve_copy(struct merge_run *r, uint32_t size, uint64_t *head)
 {
