@@ -127,18 +127,19 @@ for round in $(seq 1 "$ROUNDS"); do
             --keys "$KEYS" --value-size "$VSIZE" --ratio "$RATIO" \
             --key-dist zipf --zipf-s "$ZIPF_S" --duration "$DURATION" \
             --warmup on --label "$cfg" 2>>"$out" | grep '^RESULT')
-        st=$(server_stats "$port" curr_items evictions packed_items \
-            packed_items_merged packed_copies packed_segments_evicted)
+        st=$(server_stats "$port" curr_items evictions packed_segments \
+            packed_bytes_live packed_bytes_dead packed_items_merged \
+            packed_copies packed_segments_evicted)
         stop_server
         hit=$(kv "$res" hit)
         hits[$cfg]="${hits[$cfg]:-} $hit"
-        log "round $round $cfg: hit=$hit ops=$(kv "$res" ops_per_sec)$st"
+        log "round $round $cfg: hit=$hit ops=$(kv "$res" ops)$st"
     done
 done
 for cfg in $CONFIGS; do
     # shellcheck disable=SC2086
-    med=$(printf '%s\n' ${hits[$cfg]} | sort -n |
-        awk '{v[NR]=$1} END {if (NR) print (NR % 2 ? v[(NR+1)/2] :
-            (v[NR/2] + v[NR/2+1]) / 2); else print "-"}')
+    med=$(printf '%s\n' ${hits[$cfg]} | sort -n | awk '{ v[NR] = $1 }
+        END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
+              else printf "%.4f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
     log "median $cfg: hit=$med (runs:${hits[$cfg]})"
 done
