@@ -75,8 +75,8 @@
  * derived sequence, and adopts the segment sealed (seg_adopt).
  *
  * Not built yet (the design's later slices): TTL buckets and eager expiry
- * of whole segments, exp16, shared
- * segments past the open cap, donor rules between slabs and segments.
+ * of whole segments, exp16, shared segments past the open cap, donor
+ * rules between slabs and segments.
  */
 #include "src/engine/packed.h"
 
