@@ -308,7 +308,8 @@ open_segment(struct seg *s, const struct seg_open *o, unsigned b,
     uint32_t p;
     int rc;
 
-    if (s->open_max) { /* no page taken and put back in the common case */
+    if (s->open_max && !o->uncapped) { /* no page taken and put back in the
+                                          common case */
         lock_acquire(&s->lock);
         bool may = may_open_locked(s, replacing);
         lock_release(&s->lock);
@@ -321,7 +322,8 @@ open_segment(struct seg *s, const struct seg_open *o, unsigned b,
     r = &s->rec[p];
     lock_acquire(&s->lock);
     assert(r->state == SEG_FREE);
-    if (!may_open_locked(s, replacing)) { /* others opened meanwhile */
+    if (!o->uncapped &&
+        !may_open_locked(s, replacing)) { /* others opened meanwhile */
         lock_release(&s->lock);
         pool_page_put(s->pool, p);
         return -EUSERS;

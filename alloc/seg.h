@@ -88,6 +88,8 @@ struct seg_open {
     uint16_t nopen;         /* pages that are not SEG_NO_PAGE */
     uint16_t owner;         /* the thread's number, kept in its records */
     pthread_t owner_thread; /* debug checks */
+    bool uncapped;          /* opens past cfg->open_max (the engine's merge
+                               eviction: one segment a bucket, not a thread's) */
 };
 
 enum seg_state {

@@ -95,6 +95,12 @@ enum tc_store_mode {
     TC_CAS = 5,     /* store only if the item's CAS equals cas_in */
 };
 
+/* tc_config.packed_evict (doc/design/small-items.md, "Eviction") */
+enum tc_packed_evict {
+    TC_PACKED_EVICT_MERGE = 0,
+    TC_PACKED_EVICT_FIFO = 1,
+};
+
 enum tc_durability {
     TC_DURABILITY_PROCESS = 0, /* ordered stores: a process crash */
     TC_DURABILITY_POWER = 1,   /* flushed and drained: power loss */
@@ -172,6 +178,10 @@ struct tc_config {
      * oldest first; they survive a restart as slab items do. 0 = off
      * (default). */
     uint32_t packed_item_max;
+    /* How the packed store makes room: TC_PACKED_EVICT_MERGE (default)
+     * merges the oldest 4 segments into one, keeping the items read since
+     * their last merge; TC_PACKED_EVICT_FIFO drops the oldest segment. */
+    enum tc_packed_evict packed_evict;
 
     /* NVMe tier (memcached's extstore options; off while ext_npaths is 0).
      * Values of at least ext_item_size bytes that the eviction scan finds
@@ -388,6 +398,10 @@ struct tc_stats {
     uint64_t packed_cas_lifted;       /* packed stores given a CAS of their own
                                          (8 bytes): the derived one was not above
                                          the replaced version's */
+    uint64_t packed_items_merged;     /* items a merge eviction kept (copied
+                                         into a new segment) */
+    uint64_t packed_copies;           /* pending copies written (merges,
+                                         touches that rewrite) */
 };
 
 /*
@@ -502,7 +516,10 @@ struct tc_stats {
                            "packed_segments_evicted", COUNTER)                 \
     X(PACKED_SEGS_EXPIRED, packed_segments_expired,                            \
                            "packed_segments_expired", COUNTER)                 \
-    X(PACKED_CAS_LIFTED, packed_cas_lifted, "packed_cas_lifted", COUNTER)
+    X(PACKED_CAS_LIFTED, packed_cas_lifted, "packed_cas_lifted", COUNTER)     \
+    X(PACKED_ITEMS_MERGED, packed_items_merged,                                \
+                           "packed_items_merged", COUNTER)                     \
+    X(PACKED_COPIES,     packed_copies,     "packed_copies",     COUNTER)
 /* clang-format on */
 
 /* One key of the hot-key view (tc_hotkeys). Rates are estimates from

@@ -15,6 +15,7 @@
  *   store.c fetch.c   writes and deletes; reads and touches
  *   ext.c hotkey.c    the NVMe tier; hot keys and the DRAM hot pool
  *   reclaim.c         allocation, eviction, expiry sweep, page moves
+ *   packed_merge.c    merge eviction of packed segments (a hook in packed.c)
  *   packed.c          the packed small-item store's writes and evictions
  *   cache.c           contexts, frees, accounting, rules, memory
  * Where a lower file must reach a higher one, the higher one registers a
@@ -282,6 +283,11 @@ struct cache {
      * or read (meta l of a packed item: never above its true age);
      * relaxed, stored only when it changes */
     _Atomic uint32_t *packed_time;
+    /* how the packed store makes room: NULL, FIFO (packed.c); else the
+     * hook merge eviction (src/engine/packed_merge.c, above packed.c)
+     * registers at open, with its state. Read-only after open. */
+    int (*packed_evict)(struct cache_thread *t);
+    struct packed_merge *merge;
 
     struct ext *ext; /* the NVMe tier (src/engine/ext.c), NULL when off */
     struct nvs *nvs; /* its store (tier/nvs.h): flash headers point into

@@ -39,7 +39,10 @@
  * (seg_evict_expired), by the maintenance step and by a store or slab
  * class that needs a page before FIFO; counted in packed_segments_expired.
  *
- * Eviction (FIFO): with no free page, the oldest sealed segment is taken
+ * Eviction: merge (packed_merge.c, registered in c->packed_evict), or
+ * FIFO (-o packed_evict=fifo, and a pool shrink's pages).
+ *
+ * FIFO: with no free page, the oldest sealed segment is taken
  * (seg_evict_oldest stores hcrc = 0 first), walked, and each committed
  * item's slot removed if it still names it (bucket lock); after one grace
  * period the page goes back to the pool. No index entry outlives its
@@ -86,9 +89,8 @@
  * committed items newest-wins against slab items and other copies by the
  * derived sequence, and adopts the segment sealed (seg_adopt).
  *
- * Not built yet (the design's later slices): merge eviction with the
- * slot's REF bit, shared segments past the open cap, donor rules between
- * slabs and segments.
+ * Not built yet (the design's later slices): shared segments past the
+ * open cap, donor rules between slabs and segments.
  */
 #include "src/engine/packed.h"
 
@@ -219,7 +221,8 @@ write_item(struct cache *c, uint64_t head, const struct packed_item *it,
         .nvalue = (unsigned)it->nvalue,
         .vlen = it->vlen,
         .flags = it->flags,
-        .has_exp32 = !span_exp16(c, poff, it->exptime),
+        .has_exp32 =
+            it->exp32 ? it->exptime != 0 : !span_exp16(c, poff, it->exptime),
         .exp32 = it->exptime,
         .exp16 = pitem_exp16_of(seg_exp_base(c->seg, poff), it->exptime),
         .has_cas = it->cas != 0,
@@ -242,14 +245,20 @@ packed_write(struct cache *c, uint64_t head, const struct packed_item *it)
     return it->cas ? it->cas : cache_packed_seq(c, head);
 }
 
+uint16_t
+packed_write_copy(struct cache *c, uint64_t head, const struct packed_item *it)
+{
+    return write_item(c, head, it, true);
+}
+
 /* A pending copy at head, published, its source invalidated: committed
  * (2 -> check16) unless a writer that replaced or removed it stored 1
  * meanwhile (then that writer accounted it; it waits for this commit, so
  * only when its bounded wait ran out). Inside a read section, as the
  * design's pending rule asks. PMEM: one 2-byte compare-and-swap, no lock
  * held. */
-static void
-commit_copy(struct cache *c, uint64_t head, uint16_t check)
+void
+packed_commit_copy(struct cache *c, uint64_t head, uint16_t check)
 {
     uint64_t poff = cache_packed_pool(head);
     uint64_t page = poff & ~(uint64_t)(POOL_PAGE_SIZE - 1);
@@ -258,9 +267,8 @@ commit_copy(struct cache *c, uint64_t head, uint16_t check)
     cache_read_unlock();
 }
 
-/* Until the item at off of a segment is dead (commit 1). */
-static void
-wait_dead(char *seg, uint32_t off)
+void
+packed_wait_dead(char *seg, uint32_t off)
 {
     const _Atomic uint16_t *commit =
         (const _Atomic uint16_t *)(seg + off + PITEM_COMMIT_OFFSET);
@@ -274,13 +282,8 @@ wait_dead(char *seg, uint32_t off)
     }
 }
 
-/* Remove the index entry of the packed item v (engine offset off) if its
- * slot still names it: the slot's word (its FETCHED bit tells the
- * unfetched counters), or 0 when another unlinker (a replace, a delete, a
- * reap, the sweep or an eviction) took it first and will invalidate it.
- * Locks: the key's bucket, DRAM only. */
-static uint64_t
-unlink_named(struct cache *c, const struct pitem_view *v, uint64_t off)
+uint64_t
+packed_unlink_named(struct cache *c, const struct pitem_view *v, uint64_t off)
 {
     struct htab_bucket *b = htab_lock(c->htab, cache_hash(c, v->key, v->klen));
     _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(off));
@@ -310,12 +313,12 @@ evict_walk(struct cache_thread *t, uint32_t page, bool expired)
     while (pitem_walk_next(&w, &v) == 1) {
         uint64_t off = cache_packed_off(pbase + v.off);
         gone += v.size;
-        uint64_t word = unlink_named(c, &v, off);
+        uint64_t word = packed_unlink_named(c, &v, off);
         TC_CRASH_POINT("packed.evict.unlinked");
         if (!word) {
             /* replaced or deleted: its unlinker counts and invalidates it
              * (a few instructions after its unlink; bounded, in case) */
-            wait_dead(c->base + pbase, v.off);
+            packed_wait_dead(c->base + pbase, v.off);
             continue;
         }
         /* the slot's word: its FETCHED bit for evicted_unfetched */
@@ -336,6 +339,15 @@ evict_walk(struct cache_thread *t, uint32_t page, bool expired)
 
 int
 packed_evict_oldest(struct cache_thread *t)
+{
+    /* merge eviction registers itself at open (packed_merge.c) */
+    if (t->cache->packed_evict)
+        return t->cache->packed_evict(t);
+    return packed_evict_fifo(t);
+}
+
+int
+packed_evict_fifo(struct cache_thread *t)
 {
     uint32_t page;
     if (seg_evict_oldest(t->cache->seg, &page) != 0)
@@ -396,7 +408,7 @@ sweep_page(struct cache_thread *t, uint32_t page, uint32_t now, int *n)
         enum cache_dead dead = cache_packed_dead(c, off, &v, now);
         if (dead == CACHE_LIVE)
             continue;
-        uint64_t word = unlink_named(c, &v, off);
+        uint64_t word = packed_unlink_named(c, &v, off);
         if (!word)
             continue; /* replaced, deleted, reaped or evicted meanwhile */
         /* the slot's word: its FETCHED bit for expired_unfetched */
@@ -472,12 +484,13 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
     if (packed_reserve(t, size, exptime, &head) != 0)
         return -ENOMEM;
     struct iovec iov = {vbuf, v.vlen};
-    struct packed_item it = {kbuf,   v.klen,  &iov,    1,
-                             v.vlen, v.flags, exptime, v.cas};
+    struct packed_item it = {kbuf,    v.klen,  &iov,  1,    v.vlen,
+                             v.flags, exptime, v.cas, false};
     /* pending until published: after a crash it never outranks a set that
      * replaced it before committing (the design's "Pending copies") */
     uint16_t check = write_item(c, head, &it, true);
     cache_account(t, head, 1);
+    cache_stat_inc(t, ST_PACKED_COPIES);
 
     struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot = htab_find_loc_locked(b, loc);
@@ -506,6 +519,6 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
      * between the two loses the key: a miss, as a page move's. */
     cache_account_unlink(t, off, CACHE_LIVE, UNLINK_REPLACED);
     cache_defer_free(t, off);
-    commit_copy(c, head, check);
+    packed_commit_copy(c, head, check);
     return TC_OK;
 }

@@ -48,6 +48,10 @@ struct packed_item {
     uint32_t flags;
     uint32_t exptime; /* absolute, 0 never */
     uint64_t cas;     /* nonzero: carried in cas64, else derived */
+    bool exp32;       /* an expiry in exp32 whatever the span's segment
+                         (a merge's copy: its size is fixed before the
+                         segment is known, and a touch is carried over
+                         into exp32 after it) */
 };
 
 /* Write the item into the span at head (packed_reserve's for its size
@@ -57,9 +61,9 @@ struct packed_item {
 uint64_t packed_write(struct cache *c, uint64_t head,
                       const struct packed_item *it);
 
-/* Evict the oldest sealed segment: its items leave the index (counted as
- * evictions or reclaimed), its page goes back to the pool after a grace
- * period. 1 when one was evicted, 0 when none is sealed. Context: no
+/* Make room: c->packed_evict's (merge eviction, packed_merge.c) when
+ * registered, else packed_evict_fifo. 1 when pages were freed (or another
+ * thread's merge just made some), 0 when nothing is sealed. Context: no
  * lock, no RCU read section. */
 int packed_evict_oldest(struct cache_thread *t);
 
@@ -69,6 +73,39 @@ int packed_evict_oldest(struct cache_thread *t);
  * a touch raced), and packed_segments_expired rises. 1 when one went,
  * else 0. Context: as packed_evict_oldest. */
 int packed_evict_expired(struct cache_thread *t, uint32_t look);
+
+/* FIFO: evict the oldest sealed segment: its items leave the index
+ * (counted as evictions or reclaimed), its page goes back to the pool
+ * after a grace period. 1 when one was evicted, 0 when none is sealed.
+ * Context: as packed_evict_oldest. */
+int packed_evict_fifo(struct cache_thread *t);
+
+/* For eviction walks (here and packed_merge.c). */
+
+/* Remove the index entry of the packed item v (engine offset off) if its
+ * slot still names it: the slot's word (its FETCHED bit tells the
+ * unfetched counters), or 0 when another unlinker (a replace, a delete, a
+ * reap, the sweep or an eviction) took it first and will invalidate it.
+ * Locks: the key's bucket, DRAM only. */
+struct pitem_view;
+uint64_t packed_unlink_named(struct cache *c, const struct pitem_view *v,
+                             uint64_t off);
+
+/* Until the item at off of the segment at seg is dead (commit 1): an
+ * unlinker's last touch of it (bounded, in case). */
+void packed_wait_dead(char *seg, uint32_t off);
+
+/* packed_write's pending form: commit = 2, for a copy that
+ * packed_commit_copy commits once it is published. Returns its check16.
+ * PMEM: the item, no lock held. */
+uint16_t packed_write_copy(struct cache *c, uint64_t head,
+                           const struct packed_item *it);
+
+/* A pending copy at head, published: committed (2 -> check16) unless a
+ * writer that replaced or removed it meanwhile stored 1 (then that writer
+ * accounted it). Inside a read section of its own, as the design's
+ * pending rule asks. PMEM: one 2-byte compare-and-swap, no lock held. */
+void packed_commit_copy(struct cache *c, uint64_t head, uint16_t check);
 
 /* Evict the segment on page (a pool shrink): 1 when it was evicted, 0 when
  * the page holds no segment, -EBUSY when its segment is open (its owner

@@ -210,7 +210,7 @@ commit_packed(struct cache *c, const struct store_req *r, uint64_t head)
 {
     struct packed_item it = {r->key,         r->klen,     r->val.iov,
                              r->val.niov,    r->hdr.vlen, r->hdr.flags,
-                             r->hdr.exptime, r->cas_new};
+                             r->hdr.exptime, r->cas_new,  false};
     return packed_write(c, head, &it);
 }
 

@@ -19,6 +19,7 @@
 #include "src/engine/fetch.h"
 #include "src/engine/hotkey.h"
 #include "src/engine/maint.h"
+#include "src/engine/packed_merge.h"
 #include "src/engine/reclaim.h"
 #include "src/engine/restart.h"
 #include "src/engine/store.h"
@@ -109,7 +110,8 @@ tc_open(const struct tc_config *cfg, struct tc_cache **out)
     int rc = cache_open(cfg, &c);
     if (rc)
         return rc;
-    if ((rc = restart_attach(c)) != 0 || (rc = hotkey_create(c)) != 0 ||
+    if ((rc = restart_attach(c)) != 0 || (rc = packed_merge_open(c)) != 0 ||
+        (rc = hotkey_create(c)) != 0 ||
         (rc = ext_open(c, store_recache)) != 0 ||
         (c->cfg.background && (rc = maint_start(c)) != 0)) {
         cache_close(c); /* closes the modules that opened */

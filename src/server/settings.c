@@ -760,6 +760,17 @@ check_durability(const struct settings *s)
     return -EINVAL;
 }
 
+/* -o packed_evict: merge or fifo */
+static int
+check_packed_evict(const struct settings *s)
+{
+    if (!strcmp(s->packed_evict, "merge") || !strcmp(s->packed_evict, "fifo"))
+        return 0;
+    err_set("-o packed_evict: expected merge or fifo, got '%s'",
+            s->packed_evict);
+    return -EINVAL;
+}
+
 /* -S and -Y against -B. SASL runs over the binary protocol, so -S alone
  * means -B binary and refuses the text protocol, as memcached does; the -Y
  * login is a text command, so -B binary leaves nothing to log in with.
@@ -848,6 +859,8 @@ finish(struct settings *s)
     int rc = check_protocol(s);
     if (!rc)
         rc = check_durability(s);
+    if (!rc)
+        rc = check_packed_evict(s);
     if (!rc)
         rc = check_auth(s);
     if (!rc)
@@ -1125,6 +1138,9 @@ settings_to_config(const struct settings *s, struct tc_config *cfg)
         cfg->no_restart = true;
     cfg->durability = !strcmp(s->durability, "power") ? TC_DURABILITY_POWER
                                                       : TC_DURABILITY_PROCESS;
+    cfg->packed_evict = !strcmp(s->packed_evict, "fifo")
+                            ? TC_PACKED_EVICT_FIFO
+                            : TC_PACKED_EVICT_MERGE;
     cfg->ext_npaths = s->ext_npaths;
     for (unsigned i = 0; i < s->ext_npaths; i++) {
         cfg->ext_path[i] = s->ext_path[i];

@@ -411,6 +411,16 @@ def test_bad_binding():
     assert "auto, binary, or ascii" in err
 
 
+@pytest.mark.skipif(IS_MEMCACHED, reason="tiercache's packed store")
+def test_bad_packed_evict():
+    """-o packed_evict takes merge or fifo; anything else exits with one
+    line that says so."""
+    rc, err = _run_exit(["-U", "0", "-o", "packed_evict=lru"]
+                        + (["-u", "root"] if IS_ROOT else []))
+    assert rc == 64
+    assert "packed_evict: expected merge or fifo" in _one_line(err)
+
+
 def test_backlog(spawn):
     """-b: the listen queue's limit, as ss shows it (Send-Q of a listening
     socket)."""

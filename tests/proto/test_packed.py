@@ -379,3 +379,41 @@ def test_restart_brings_back_packed(how):
         for p in (pool, pool + ".meta"):
             if os.path.exists(p):
                 os.unlink(p)
+
+
+def _fill(c, prefix, n, batch=2000):
+    for base in range(0, n, batch):
+        req = b"".join(b"set %s%014d 0 0 100 noreply\r\n%s\r\n"
+                       % (prefix, i, (b"%015d" % i) * 6 + b"x" * 10)
+                       for i in range(base, min(n, base + batch)))
+        c.send(req)
+    c.cmd(b"mn\r\n", b"MN\r\n")
+
+
+@pytest.mark.parametrize("policy", ["merge", "fifo"])
+def test_merge_eviction(spawn, policy):
+    """-m 8, the first 2000 keys written, every other one read, then the
+    pool filled twice over with unread keys: merge keeps the read ones
+    (packed_items_merged, packed_copies), with their CAS; fifo drops both
+    halves. The unread half is gone either way."""
+    srv = spawn(*PACKED, "-o", "packed_evict=" + policy, mem=8, threads=1)
+    c = Conn(srv.host, srv.port)
+    assert stats(c, "settings")["packed_evict"] == policy
+    _fill(c, b"a", 2000)
+    cas = {}
+    for i in range(0, 2000, 2):
+        cas[i] = gets(c, b"a%014d" % i)[2]
+    _fill(c, b"f", 8 * 8455 * 2)
+    s = stats(c)
+    assert int(s["packed_segments_evicted"]) > 0
+    merged, copies = int(s["packed_items_merged"]), int(s["packed_copies"])
+    for i in range(0, 2000):
+        got = gets(c, b"a%014d" % i)
+        if i % 2 or policy == "fifo":
+            assert got is None, i
+        else:
+            assert got == (0, (b"%015d" % i) * 6 + b"x" * 10, cas[i]), i
+    if policy == "merge":
+        assert merged >= 1000 and copies >= merged
+    else:
+        assert merged == 0 and copies == 0

@@ -9,12 +9,17 @@
  * larger ones go to slabs, and a replacement may move a key across.
  * Crash points (debug builds): a write cut before its commit and a touch's
  * copy published but still pending do not come back; what they would
- * have replaced does.
+ * have replaced does. A merge eviction cut after a copy was written, or
+ * published but not committed, brings back nothing of its victim; one
+ * that finished brings back the kept items as they were, and not one that
+ * a set or a delete replaced after it.
  */
 
 #include "tests/unit/restart_fx.h"
 
 #include "src/base/crashpoint.h"
+#include "src/engine/cache.h"
+#include "src/engine/packed.h"
 
 #define PACKED_MAX 1024
 #define TOUCHED 7u /* keys 0, 7, 14... get an expiry by a rewrite */
@@ -250,6 +255,111 @@ test_cut_write_and_pending_copy_gone(void **state)
 }
 #endif
 
+#ifdef TC_CRASHPOINTS
+#define MKEYS 200u
+
+/* In a child: keys m0..m199 (flags i, CAS in cas[]) in the first segment,
+ * the even ones read (REF), the segment sealed by filler, then one merge
+ * driven from here, cut at point (NULL: it finishes, then m0 is set and
+ * m2 deleted, and the child dies). */
+static void
+merge_child(struct fx *f, const char *point, uint64_t *cas)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char k[24], v[32];
+        if (fx_open(f) != 0)
+            _exit(2);
+        for (unsigned i = 0; i < MKEYS; i++) {
+            snprintf(k, sizeof(k), "m%u", i);
+            snprintf(v, sizeof(v), "val%u", i);
+            if (store_s(f->c, TC_SET, k, v, i, 0, 0, &cas[i]) != TC_OK)
+                _exit(3);
+        }
+        for (unsigned i = 0; i < MKEYS; i += 2) {
+            snprintf(k, sizeof(k), "m%u", i);
+            if (tc_get_copy(f->c, k, strlen(k), v, sizeof(v), NULL) != TC_OK)
+                _exit(3);
+        }
+        memset(v, 'f', sizeof(v));
+        for (unsigned i = 0; i < 60000; i++) {
+            struct tc_stats s;
+            tc_stats(f->c, &s);
+            if (s.packed_segments >= 2)
+                break;
+            snprintf(k, sizeof(k), "seal%05u", i);
+            if (tc_set(f->c, k, strlen(k), v, sizeof(v), 0, 0) != TC_OK)
+                _exit(3);
+            cas[MKEYS] = i; /* the last: in the second segment */
+        }
+        crashpoint_hook = crash_hook;
+        crash_at = point;
+        struct cache *c = (struct cache *)f->c;
+        if (packed_evict_oldest(cache_thread_get(c)) != 1)
+            _exit(5);
+        if (point)
+            _exit(4); /* the point was not reached */
+        if (store_s(f->c, TC_SET, "m0", "new", 0, 0, 0, NULL) != TC_OK ||
+            tc_delete(f->c, "m2", 2, 0) != TC_OK)
+            _exit(6);
+        _exit(77);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 77);
+}
+
+static void
+test_merge_crash(void **state)
+{
+    struct fx *f = *state;
+    struct tc_open_info info;
+    static const char *points[] = {"packed.merge.copied",
+                                   "packed.merge.published", NULL};
+    uint64_t *cas =
+        mmap(NULL, (MKEYS + 1) * sizeof(*cas), PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(cas != MAP_FAILED);
+
+    f->cfg.packed_item_max = PACKED_MAX;
+    for (int p = 0; p < 3; p++) {
+        unlink(f->path);
+        merge_child(f, points[p], cas);
+        reopen(f, &info);
+        assert_int_equal(info.kind, TC_START_RECOVERED);
+        for (unsigned i = 0; i < MKEYS; i++) {
+            char k[24], v[32];
+            snprintf(k, sizeof(k), "m%u", i);
+            snprintf(v, sizeof(v), "val%u", i);
+            /* cut: nothing of the victim; finished: the kept ones, less
+             * what was replaced or deleted after */
+            if (points[p] || i % 2 || i == 2) {
+                check_miss(f->c, k);
+                continue;
+            }
+            if (i == 0) {
+                check_str(f->c, k, "new");
+                continue;
+            }
+            struct tc_item_info in = check_str(f->c, k, v);
+            assert_int_equal(in.flags, i);
+            assert_int_equal(in.cas, cas[i]);
+            assert_int_equal(in.exptime, 0);
+        }
+        char k[24];
+        snprintf(k, sizeof(k), "seal%05u", (unsigned)cas[MKEYS]);
+        check_str(f->c, k, "ffffffffffffffffffffffffffffffff");
+        check_ok(f->c);
+        tc_close(f->c);
+        f->c = NULL;
+    }
+    unlink(meta_path(f));
+    munmap(cas, (MKEYS + 1) * sizeof(*cas));
+}
+#endif
+
 int
 main(void)
 {
@@ -259,6 +369,7 @@ main(void)
         TC_TEST_NOOPEN(test_flush_then_crash),
 #ifdef TC_CRASHPOINTS
         TC_TEST_NOOPEN(test_cut_write_and_pending_copy_gone),
+        TC_TEST_NOOPEN(test_merge_crash),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
