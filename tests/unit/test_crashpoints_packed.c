@@ -238,6 +238,9 @@ test_packed_eviction(void **state)
     SKIP_WITHOUT_POINTS();
     struct fx *f = *state;
     packed_cfg(f, 8 * MIB);
+    /* FIFO's walk (a merge's crashes: test_packed_restart's
+     * test_merge_crash) */
+    f->cfg.packed_evict = TC_PACKED_EVICT_FIFO;
     evict_rounds(f, "packed.evict.cleared", 12, 4);
     /* about 100 live items a segment, some 20 segments evicted */
     evict_rounds(f, "packed.evict.unlinked", 1000, 4);
