@@ -269,6 +269,19 @@ write_in_lock(struct cache *c, uint64_t head, const struct item_plan *plan,
     slab_ablate_unlock(c->slab, cls);
 }
 
+/* A packed item's derived CAS was not above the CAS of the version it was
+ * to replace (publish: STORE_CAS_LOW): store it again with the counter's
+ * next value as its own (cas64 in a packed item, 8 bytes), above every
+ * CAS given so far. Out of line: a set of a key last written by a slab
+ * store or a thread whose segment opened later. */
+static __attribute__((noinline)) int
+store_cas_above(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
+{
+    cache_stat_inc(t, ST_PACKED_CAS_LIFTED);
+    r->cas_new = cache_seq_next(t->cache);
+    return store_one(t, r, cas_out);
+}
+
 /* Write the prepared item and publish it; on failure its chunks go back.
  * *old receives the replaced item's location (0 if none), which the caller
  * retires with retire_old() once outside any RCU read section. hint: the
@@ -322,6 +335,9 @@ commit(struct cache_thread *t, struct store_req *r,
     if (rc != TC_OK) {
         cache_account(t, head, -1);
         cache_free_unpublished(t, plan, head, tails);
+        /* out of line, and off the published path's instructions */
+        if (unlikely(rc == STORE_CAS_LOW))
+            return store_cas_above(t, r, cas_out);
         return rc;
     }
     if (!r->recache && !r->in_place)
@@ -373,19 +389,6 @@ prefetch_old(struct cache *c, uint64_t hash, struct htab_hint *hint)
             cache_item_at(c, cache_off(htab_slot_loc(hint->word[i]))), 0, 3);
 }
 
-/* A packed item's derived CAS was not above the CAS of the version it was
- * to replace (publish: STORE_CAS_LOW): store it again with the counter's
- * next value as its own (cas64 in a packed item, 8 bytes), above every
- * CAS given so far. Out of line: a set of a key last written by a slab
- * store or a thread whose segment opened later. */
-static __attribute__((noinline)) int
-store_cas_above(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
-{
-    cache_stat_inc(t, ST_PACKED_CAS_LIFTED);
-    r->cas_new = cache_seq_next(t->cache);
-    return store_one(t, r, cas_out);
-}
-
 /* Prepare, commit and retire: one whole store. Inlined into store_plain
  * (every set's path); the other callers share store_one's copy. */
 static inline __attribute__((always_inline)) int
@@ -401,8 +404,6 @@ store_one_inline(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     struct htab_hint hint;
     prefetch_old(t->cache, r->hash, &hint);
     rc = commit(t, r, &plan, head, tails, &hint, &old, cas_out);
-    if (unlikely(rc == STORE_CAS_LOW))
-        return store_cas_above(t, r, cas_out);
     TC_CRASH_POINT("set.published");
     retire_old(t, old, r->now);
     return rc;
