@@ -415,6 +415,14 @@ seg_open_exp_base(const struct seg *s, const struct seg_open *o, unsigned b)
     return page == SEG_NO_PAGE ? 0 : s->rec[page].exp_base;
 }
 
+uint64_t
+seg_open_seq_base(const struct seg *s, const struct seg_open *o, unsigned b)
+{
+    uint32_t page = o->page[seg_pick_bucket(o, b)];
+
+    return page == SEG_NO_PAGE ? UINT64_MAX : s->rec[page].seq_base;
+}
+
 /* A span of n4 bytes in o's segment of bucket b, opening one (replacing
  * b's full one, or, with victim < SEG_NBUCKETS, o's segment of victim). */
 static int

@@ -159,6 +159,11 @@ unsigned seg_pick_bucket(const struct seg_open *o, unsigned b);
  * lowest TTL). Context: o's owner. */
 uint32_t seg_open_exp_base(const struct seg *s, const struct seg_open *o,
                            unsigned b);
+/* The seq_base of that segment, or UINT64_MAX when a reserve for b would
+ * open one (its block is then above every sequence given so far).
+ * Context: o's owner. */
+uint64_t seg_open_seq_base(const struct seg *s, const struct seg_open *o,
+                           unsigned b);
 
 /* Give back the span at off of n bytes, the last one o reserved (its
  * segment still o's open one): the next reserve may take the place

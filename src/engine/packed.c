@@ -149,6 +149,13 @@ evict_one(struct cache_thread *t)
            packed_evict_oldest(t);
 }
 
+bool
+packed_cas_below(struct cache_thread *t, uint32_t exptime, uint64_t old_cas)
+{
+    unsigned b = ttl_bucket(exptime, clock_now());
+    return old_cas && old_cas >= seg_open_seq_base(t->cache->seg, &t->so, b);
+}
+
 int
 packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
                uint64_t *head)

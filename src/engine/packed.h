@@ -35,6 +35,14 @@ uint32_t packed_size(const struct cache *c, uint32_t klen, uint64_t vlen,
  * exp16 (packed_write writes that form). Evicts an expired segment, else
  * the oldest sealed one, when the pool has no page. Context: no lock, no
  * RCU read section (eviction waits for a grace period). */
+/* Whether a packed store of expiry exptime replacing a version whose CAS
+ * is old_cas should carry a CAS of its own: the thread's open segment for
+ * it took its sequence block before old_cas was given (a derived CAS
+ * would not be above it). A hint, read before the span is reserved: the
+ * publication checks again (store.c). Context: the calling thread's. */
+bool packed_cas_below(struct cache_thread *t, uint32_t exptime,
+                      uint64_t old_cas);
+
 int packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
                    uint64_t *head);
 

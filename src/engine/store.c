@@ -183,16 +183,33 @@ alloc_item(struct cache_thread *t, const struct item_plan *plan, uint64_t *head,
 
 /* A span in the packed store for a plain store's small item: 0 with
  * *head, else -1 (it goes to a slab). */
+/* The CAS of the version a store would replace, 0 when none: a hint read
+ * before the write (publish decides). Context: takes and leaves an RCU
+ * read section, as allocation allows before it starts. */
+static uint64_t
+peek_cas(struct cache_thread *t, const struct store_req *r)
+{
+    struct cache *c = t->cache;
+    struct cache_key k = {c, r->key, r->klen};
+    cache_read_lock();
+    uint64_t loc = htab_lookup_rcu(c->htab, r->hash, cache_match_key, &k);
+    uint64_t cas = loc ? cache_off_cas(c, cache_off(loc)) : 0;
+    cache_read_unlock();
+    return cas;
+}
+
 static __attribute__((noinline)) int
-prepare_packed(struct cache_thread *t, const struct store_req *r,
-               uint64_t *head)
+prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head)
 {
     if (r->mode > TC_CAS || r->mode == TC_APPEND || r->mode == TC_PREPEND ||
         r->claim_win || r->recache || r->in_place ||
         (r->hdr.iflags & ITEM_STALE))
         return -1;
+    uint64_t lift = 0;
+    if (!r->cas_new && packed_cas_below(t, r->hdr.exptime, peek_cas(t, r)))
+        lift = cache_seq_next(t->cache);
     uint32_t size = packed_size(t->cache, r->klen, r->hdr.vlen, r->hdr.flags,
-                                r->hdr.exptime, r->cas_new);
+                                r->hdr.exptime, r->cas_new | lift);
     if (!size)
         return -1;
     /* a delayed flush due now takes effect before the span is reserved
@@ -201,6 +218,10 @@ prepare_packed(struct cache_thread *t, const struct store_req *r,
     cache_flush_check(t->cache, r->now);
     if (packed_reserve(t, size, r->hdr.exptime, head) != 0)
         return -1;
+    if (lift) { /* only now: a slab item takes its CAS as prepare planned */
+        r->cas_new = lift;
+        cache_stat_inc(t, ST_PACKED_CAS_LIFTED);
+    }
     return 0;
 }
 

@@ -149,6 +149,9 @@ test_cas_grows_per_key(void **state)
     assert_true(b > a);
     STAT_EQ(pstats(f->c), packed_items, 2);
     STAT_EQ(pstats(f->c), packed_cas_lifted, 1);
+    /* chosen before the write (a peek at the old version): no span
+     * written in vain */
+    STAT_EQ(pstats(f->c), packed_bytes_dead, 0);
     assert_int_equal(check_str(f->c, "k", "small").cas, b);
     assert_int_equal(store_s(f->c, TC_SET, "k", "again", 0, 0, 0, &c), TC_OK);
     assert_true(c > b);
