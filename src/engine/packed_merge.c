@@ -34,16 +34,17 @@
  * answers). A crash between a copy's write and its commit loses the item
  * (a miss), never brings back one that a later set or delete replaced.
  *
- * Touch in place (exp32, fetch.c) races a copy: a touch that found the
- * source before the publication stores its expiry there. After the grace
- * period that ends every such touch, each copy whose source's expiry
- * changed is given it, by a compare-and-swap from the value copied (a
- * touch of the copy since then wins). A touch that must rewrite (an item
- * without exp32) and loses the race to a merge is dropped, as against a
- * writer (packed_rewrite_exp's -EAGAIN).
+ * Touch in place (exp16 or exp32, fetch.c) races a copy: a touch that
+ * found the source before the publication stores its expiry there. After
+ * the grace period that ends every such touch, each copy with an expiry
+ * whose source's expiry changed is given it, by a compare-and-swap of the
+ * copy's exp32 (a copy always carries its expiry in exp32) from the value
+ * copied (a touch of the copy since then wins). A touch that must rewrite
+ * (an expiry its item's form cannot hold) and loses the race to a merge is
+ * dropped, as against a writer (packed_rewrite_exp's -EAGAIN).
  *
  * The merge's open segment: struct packed_merge's seg_open (one segment
- * per TTL bucket, bucket 0 until TTL buckets are built), kept open from
+ * per TTL bucket, the victim's, with seg's policy for a fifth), kept open from
  * one merge to the next so that a merge that copies little does not seal
  * a nearly empty segment. It is not counted in seg's cap of open
  * segments (seg_open's uncapped: the cap is on threads'); a pool shrink
@@ -116,8 +117,10 @@ struct merge_run {
 };
 
 /* The victims: the oldest n sealed segments, each out of the age list and
- * its hcrc 0 (seg_evict_oldest). With TTL buckets: of one bucket. How many
- * it took. Locks: the segment lock, in seg_evict_oldest. */
+ * its hcrc 0 (seg_evict_oldest), of any TTL bucket (the design's "of one
+ * bucket" is not built: copies go to their own bucket's segment, and
+ * carry exp32, so a mixed merge is correct, only less eager). How many it
+ * took. Locks: the segment lock, in seg_evict_oldest. */
 static unsigned
 merge_victims(struct seg *s, uint32_t *pages, unsigned n)
 {
@@ -147,8 +150,6 @@ reserve_copy(struct merge_run *r, uint32_t size, uint64_t *head)
         }
         if (rc)
             return rc;
-        if ((off & (POOL_PAGE_SIZE - 1)) == PITEM_SEG_START)
-            cache_stat_add(r->t, ST_PACKED_SEGMENTS, 1);
         if (seg_seq_of(c->seg, off) >
             atomic_load_explicit(&c->flush_cas, memory_order_acquire)) {
             *head = cache_packed_off(off);
@@ -335,7 +336,6 @@ merge_segment(struct merge_run *r, uint32_t page)
     cache_rcu_synced();
     fix_expiries(c, r->m);
     seg_free(c->seg, page);
-    cache_stat_add(t, ST_PACKED_SEGMENTS, -1);
     cache_stat_inc(t, ST_PACKED_SEGS_EVICTED);
 }
 

@@ -10,40 +10,12 @@
  */
 
 #include "tests/unit/engine_fx.h"
+#include "tests/unit/packed_fx.h"
 
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
-
-#define PACKED_MAX 1024
-
-static struct tc_stats
-pstats(struct tc_cache *c)
-{
-    struct tc_stats s;
-    tc_stats(c, &s);
-    return s;
-}
-
-static int
-psetup(void **state)
-{
-    int rc = setup_noopen(state);
-    if (rc)
-        return rc;
-    struct fx *f = *state;
-    f->cfg.packed_item_max = PACKED_MAX;
-    if (fx_open(f) != 0) {
-        unlink(f->path);
-        free(f);
-        return -1;
-    }
-    return 0;
-}
-
-#define PTEST(fn)                                                              \
-    cmocka_unit_test_prestate_setup_teardown(fn, psetup, teardown, #fn)
 
 /* A small set is packed; a large one is not; the counts follow. */
 static void

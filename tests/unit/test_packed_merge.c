@@ -10,6 +10,7 @@
  */
 
 #include "tests/unit/engine_fx.h"
+#include "tests/unit/packed_fx.h"
 
 #include "src/base/crashpoint.h"
 #include "src/engine/cache.h"
@@ -17,36 +18,8 @@
 
 #include <pthread.h>
 
-#define PACKED_MAX 1024
 #define NA 2000u /* keys of the first segment */
 #define VLEN 100u
-
-static struct tc_stats
-pstats(struct tc_cache *c)
-{
-    struct tc_stats s;
-    tc_stats(c, &s);
-    return s;
-}
-
-static int
-psetup(void **state)
-{
-    int rc = setup_noopen(state);
-    if (rc)
-        return rc;
-    struct fx *f = *state;
-    f->cfg.packed_item_max = PACKED_MAX;
-    if (fx_open(f) != 0) {
-        unlink(f->path);
-        free(f);
-        return -1;
-    }
-    return 0;
-}
-
-#define PTEST(fn)                                                              \
-    cmocka_unit_test_prestate_setup_teardown(fn, psetup, teardown, #fn)
 
 static void
 akey(char *k, size_t n, unsigned i)

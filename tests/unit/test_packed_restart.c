@@ -16,21 +16,13 @@
  */
 
 #include "tests/unit/restart_fx.h"
+#include "tests/unit/packed_fx.h"
 
 #include "src/base/crashpoint.h"
 #include "src/engine/cache.h"
 #include "src/engine/packed.h"
 
-#define PACKED_MAX 1024
 #define TOUCHED 7u /* keys 0, 7, 14... get an expiry by a rewrite */
-
-static struct tc_stats
-pstats(struct tc_cache *c)
-{
-    struct tc_stats s;
-    tc_stats(c, &s);
-    return s;
-}
 
 /* restart_fx.h's workload, then a touch of every live TOUCHED-th key: a
  * packed one without an expiry is rewritten (a pending copy). */

@@ -14,6 +14,7 @@
  */
 
 #include "tests/unit/restart_fx.h"
+#include "tests/unit/packed_fx.h"
 
 #include "alloc/seg.h"
 #include "src/engine/cache.h"
@@ -21,16 +22,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#define PACKED_MAX 1024
 #define POOL (48 * MIB)
-
-static struct tc_stats
-pstats(struct tc_cache *c)
-{
-    struct tc_stats s;
-    tc_stats(c, &s);
-    return s;
-}
 
 static int
 tsetup(void **state)
