@@ -166,16 +166,20 @@ $(foreach v,$(VARIANTS),$(eval $(call VARIANT_RULES,$(v))))
 # ---- benchmarks (always release) ---------------------------------------------
 
 BENCH_BINS := $(patsubst %.c,build/release/%,$(BENCH_SRCS))
-BENCH_OBJS := $(BENCH_BINS:=.o)
+# perf/be_*.c: parts of a benchmark kept in files of their own, linked
+# into every benchmark (a few KiB; bench_engine is their user)
+BENCH_PARTS := $(patsubst %.c,build/release/%.o,$(wildcard perf/be_*.c))
+BENCH_OBJS := $(BENCH_BINS:=.o) $(BENCH_PARTS)
 DEPS += $(BENCH_OBJS:.o=.d)
 
 $(BENCH_OBJS): build/release/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_release) -c $< -o $@
 
-$(BENCH_BINS): build/release/perf/%: build/release/perf/%.o \
+$(BENCH_BINS): build/release/perf/%: build/release/perf/%.o $(BENCH_PARTS) \
 		build/release/libtiercache.a
-	$(CC) $(LDFLAGS_release) -o $@ $< build/release/libtiercache.a $(LIBS)
+	$(CC) $(LDFLAGS_release) -o $@ $< $(BENCH_PARTS) \
+		build/release/libtiercache.a $(LIBS)
 
 # A perf tool of several files: perf/<tool>/*.c (with a main.c) is linked
 # into build/release/perf/bench_<tool>, without the library (the tools are
