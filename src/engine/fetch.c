@@ -697,8 +697,16 @@ fetch_touch(struct cache_thread *t, const void *key, uint32_t klen,
         struct pitem_view v;
         dead = packed_touch_rcu(c, cache_off(loc), &v, true,
                                 cache_exptime(exptime, now), now, &rewrite);
-        if (dead == CACHE_LIVE) /* an access, as a slab item's */
+        if (dead == CACHE_LIVE) {
+            /* an access, as a slab item's (cache_bit_ref): fetched and
+             * referenced, as memcached's touch marks its item fetched;
+             * a rewrite below keeps the bits */
+            if ((loc & (CACHE_LOC_REF | CACHE_LOC_FETCHED)) !=
+                (CACHE_LOC_REF | CACHE_LOC_FETCHED))
+                htab_set_bits_rcu(c->htab, hash, loc,
+                                  CACHE_LOC_REF | CACHE_LOC_FETCHED);
             cache_packed_touch(c, cache_packed_pool(cache_off(loc)), now);
+        }
     } else if (loc) {
         struct item_hdr *it =
             (struct item_hdr *)cache_item_at(c, cache_off(loc));
@@ -734,7 +742,14 @@ struct walk {
     unsigned seen;
 };
 
-/* walk_entry of a packed item. */
+/* walk_entry of a packed item. Its fetched bit is its slot's (off keeps
+ * the location's bits: cache_packed_fetched), set by a read since the key
+ * was last written, kept by a touch's rewrite and a merge's copy, as
+ * memcached's ITEM_FETCHED; its access time its segment's, as meta l's
+ * (cache_packed_age: never older than its own). It has no slab class: it
+ * reports the one its slab form would take, as a hot-pool item does
+ * (cache_class_of), so that a class list finds it; its size is its packed
+ * bytes (header, opt, key, value). */
 static int
 walk_packed(struct walk *w, uint64_t off)
 {
@@ -742,17 +757,19 @@ walk_packed(struct walk *w, uint64_t off)
     if (cache_packed_view(w->c, off, &v) != 0 ||
         cache_packed_dead(w->c, off, &v, w->now) != CACHE_LIVE)
         return 0;
+    int cls = slab_class_for(w->c->slab, (uint32_t)(TC_ITEM_HEADER_SIZE +
+                                                    v.klen + (uint64_t)v.vlen));
     struct tc_walk_item item = {
         .key = v.key,
         .klen = v.klen,
         .flags = v.flags,
         .exptime = cache_packed_exp(w->c, off, &v),
-        .last_access = 0,
+        .last_access = cache_packed_age(w->c, cache_packed_pool(off), w->now),
         .cas = v.cas,
         .vlen = v.vlen,
         .size = v.size,
-        .slab_class = 0,
-        .fetched = false,
+        .slab_class = (uint8_t)(cls < 0 ? 0 : cls),
+        .fetched = cache_packed_fetched(off),
         .flash = false,
     };
     w->seen++;

@@ -27,6 +27,9 @@ from conftest import start_server
 # memcached itself the side-specific checks (tiercached lists every item)
 # and its crawler's timing would not hold.
 pytestmark = pytest.mark.tiercache_only
+# and once more with the packed small-item store on (conftest's
+# server_opts): its items' fetch, la, cls and size come from elsewhere
+PACKED_TOO = True
 
 MEMCACHED = conftest.MEMCACHED
 TOOL = Path("/usr/share/memcached/scripts/memcached-tool")
@@ -40,11 +43,11 @@ def start_memcached():
 
 
 @pytest.fixture(scope="module")
-def pair():
+def pair(server_opts):
     if not MEMCACHED.exists():
         pytest.skip(f"{MEMCACHED} not installed (Debian package memcached)")
     mc = start_memcached()
-    tc = start_server(mem=64)
+    tc = start_server(server_opts, mem=64)
     yield mc, tc
     tc.stop()
     mc.stop(expect_status=None)
@@ -247,7 +250,14 @@ META = re.compile(rb"key=(\S+) exp=(-?\d+) la=(\d+) cas=(\d+) fetch=(yes|no)"
 ITEM = re.compile(rb"ITEM (\S+) \[(\d+) b; (\d+) s\]")
 
 KEYS = [(b"adm:plain", b"abc", 7, 0), (b"adm:sp%20ace", b"hi", 0, 300),
-        (b"adm:fetched", b"xyz" * 5, 3, 0), (b"adm:+/=&?", b"q", 0, 0)]
+        (b"adm:fetched", b"xyz" * 5, 3, 0), (b"adm:+/=&?", b"q", 0, 0),
+        (b"adm:touched", b"tt", 0, 2592000), (b"adm:reset", b"r", 0, 0)]
+# stored with no expiry, then touched to theirs: memcached's touch marks
+# the item fetched; with the packed store on, an expiry 30 days out does
+# not fit the item's 16-bit one and the touch rewrites it (a copy)
+TOUCHED = {b"adm:touched"}
+# read, then stored again: fetch=no (fetched since written)
+RESET = {b"adm:reset"}
 
 
 def metadump(c, what=b"all"):
@@ -277,9 +287,15 @@ def loaded(conns):
         c.send(b"flush_all\r\n")
         assert c.until((b"\r\n",)) == b"OK\r\n"
         for k, v, f, e in KEYS:
-            c.set(k, v, f, e)
-        c.send(b"get adm:fetched\r\n")
-        c.until((b"END\r\n",))
+            c.set(k, v, f, 0 if k in TOUCHED else e)
+        for k in [b"adm:fetched"] + sorted(RESET):
+            c.send(b"get %s\r\n" % k)
+            c.until((b"END\r\n",))
+        for k, v, f, e in KEYS:
+            if k in TOUCHED:
+                assert c.line(b"touch %s %d" % (k, e)) == b"TOUCHED\r\n"
+            if k in RESET:
+                c.set(k, v, f, e)
     return conns
 
 
