@@ -15,7 +15,9 @@
  *                   c->reset_cls_cmd.
  *   c->cas_seq      relaxed fetch_add: uniqueness is all CAS needs; order
  *                   with the index comes from the bucket lock.
- *   c->flush_at / flush_cas: see cache_flush_check().
+ *   c->flush_at / flush_cas: see cache_flush_check(); flush_epoch (odd
+ *                   while a flush sets flush_cas, one flush at a time):
+ *                   see cache_flush_set().
  *   c->modules      written by cache_add_module at open, before any thread
  *                   context exists; read-only after.
  */
@@ -537,10 +539,53 @@ cache_flush_apply(struct cache *c, uint32_t now)
         return;
     if (atomic_compare_exchange_strong_explicit(
             &c->flush_at, &at, 0, memory_order_acq_rel, memory_order_acquire)) {
-        uint64_t seq = atomic_load_explicit(&c->cas_seq, memory_order_relaxed);
-        atomic_store_explicit(&c->flush_cas, seq, memory_order_release);
+        cache_flush_set(c);
         cache_flush_persist(c); /* Context: callers hold no lock */
     }
+}
+
+/*
+ * A copy (a touch's rewrite, a merge's) reads its source, then reserves a
+ * span whose segment may open after a flush_all read the counter: its
+ * derived sequence is then above the watermark while its source's is
+ * below, and the copy would bring the flushed key back, live and after a
+ * restart. So the flush marks the span between its counter read and its
+ * watermark store (flush_epoch odd), and a copy checks, under its bucket
+ * lock just before it publishes, that no flush is in that span and that
+ * the stored watermark is below its source (cache_flush_spares_copy).
+ * Fences X (the copy's, after its block was taken) and Y (the flush's,
+ * after its epoch went odd) are ordered one way or the other: Y first,
+ * the copy sees the odd epoch or a later one, and then the watermark the
+ * flush stored before it went even; X first, the flush's counter read
+ * sees the copy's block taken, and its watermark covers the copy.
+ */
+void
+cache_flush_set(struct cache *c)
+{
+    uint64_t e = atomic_load_explicit(&c->flush_epoch, memory_order_relaxed);
+    /* one flush at a time: the epoch's parity says whether one is in its
+     * span (bounded by how long another takes to store two words) */
+    while ((e & 1) || !atomic_compare_exchange_weak_explicit(
+                          &c->flush_epoch, &e, e + 1, memory_order_seq_cst,
+                          memory_order_relaxed)) {
+        sched_yield();
+        e = atomic_load_explicit(&c->flush_epoch, memory_order_relaxed);
+    }
+    atomic_thread_fence(memory_order_seq_cst); /* Y */
+    uint64_t seq = atomic_load_explicit(&c->cas_seq, memory_order_relaxed);
+    TC_CRASH_POINT("cache.flush.read"); /* the counter read, not stored */
+    /* release pairs with the acquire in cache_item_dead() */
+    atomic_store_explicit(&c->flush_cas, seq, memory_order_release);
+    atomic_store_explicit(&c->flush_epoch, e + 2, memory_order_release);
+}
+
+bool
+cache_flush_spares_copy(const struct cache *c, uint64_t src_seq)
+{
+    atomic_thread_fence(memory_order_seq_cst); /* X */
+    if (cache_flush_busy(c))
+        return false;
+    return src_seq > atomic_load_explicit(&c->flush_cas, memory_order_acquire);
 }
 
 uint64_t
@@ -1075,6 +1120,7 @@ cache_open(const struct tc_config *cfg, struct cache **out)
     c->cfg = *cfg;
     c->hash_seed = 0x9e3779b97f4a7c15ull ^ (uint64_t)clock_nsec();
     atomic_init(&c->cas_seq, 0);
+    atomic_init(&c->flush_epoch, 0);
     pthread_mutex_init(&c->admin, NULL);
     for (unsigned i = 0; i < CACHE_MOVES_MAX; i++)
         atomic_init(&c->move[i].page, UINT32_MAX);

@@ -221,6 +221,8 @@ struct cache {
 
     _Atomic uint64_t cas_seq CACHE_ALIGNED;
     _Atomic uint64_t flush_cas;   /* items with cas <= this are flushed */
+    _Atomic uint64_t flush_epoch; /* odd while a flush sets flush_cas
+                                     (cache_flush_set; one at a time) */
     _Atomic uint32_t flush_at;    /* pending delayed flush time, 0 none */
     _Atomic uint32_t quota_gen;   /* bumped by a page drain: every thread
                                      gives its stashed chunks back at its
@@ -752,6 +754,30 @@ uint32_t cache_exptime(int64_t exptime, uint32_t now);
 /* Applies a delayed flush whose time has come. Call before any decision
  * that depends on flush state, with no lock held. */
 void cache_flush_apply(struct cache *c, uint32_t now);
+
+/* A flush's watermark: flush_cas = the counter now, inside an odd
+ * flush_epoch (flushes take turns on it). With no lock held. */
+void cache_flush_set(struct cache *c);
+
+/* Whether a copy of an item whose derived sequence is src_seq (a touch's
+ * rewrite, a merge's copy) may replace it in the index: false when a
+ * flush_all covers the source, or is setting its watermark now (its
+ * counter read may precede the copy's sequence block, and then the
+ * watermark would not cover the copy as it covers the source). Call after
+ * the copy's span was reserved (its segment's block taken by this thread,
+ * or under a lock its opener released), just before the publication,
+ * under the bucket lock. With the seq_cst fences of this and
+ * cache_flush_set, a copy published with true is either below the
+ * watermark of every later flush (its block taken before that flush read
+ * the counter) or judged against a watermark already stored. */
+bool cache_flush_spares_copy(const struct cache *c, uint64_t src_seq);
+
+/* Whether a flush is setting its watermark now (cache_flush_set). */
+static inline bool
+cache_flush_busy(const struct cache *c)
+{
+    return atomic_load_explicit(&c->flush_epoch, memory_order_acquire) & 1;
+}
 static inline __attribute__((always_inline)) void
 cache_flush_check(struct cache *c, uint32_t now)
 {

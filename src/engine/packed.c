@@ -77,11 +77,14 @@
  *
  * Copies (a touch's rewrite): written pending (commit 2), published, the
  * source invalidated, then committed by a compare-and-swap 2 -> check16 in
- * a read section. A writer that replaces or removes a pending copy waits
- * (cache_defer_free) until it is committed before it stores 1 and
- * answers: by then the source is dead, so a crash after that answer brings
- * back neither the copy nor its source (whose derived sequence may be
- * above the writer's item: "derived order is not real-time order").
+ * a read section. A copy whose source a flush_all covers is not published
+ * (cache_flush_spares_copy, under the bucket lock): its own sequence may
+ * be above the watermark when its span came after the flush. A writer that
+ * replaces or removes a pending copy waits (cache_defer_free) until it is
+ * committed before it stores 1 and answers: by then the source is dead, so a
+ * crash after that answer brings back neither the copy nor its source (whose
+ * derived sequence may be above the writer's item: "derived order is not
+ * real-time order").
  *
  * Restart: segment pages are marked RESTART_PAGE_SEGMENT before their
  * header is written; the restart scan (restart.c, scan_segment) walks a
@@ -484,6 +487,10 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
     cache_read_unlock();
     if (!held)
         return -EAGAIN;
+    /* the source's sequence: what a flush_all judges it by, and so its
+     * copy too (cache_flush_spares_copy) */
+    uint64_t src_seq = cache_packed_seq(c, off);
+    TC_CRASH_POINT("packed.copy.read"); /* the source read, no span yet */
     uint32_t size =
         pitem_size_of(v.klen, v.vlen,
                       (v.flags > PITEM_CFLAGS_MASK ? PITEM_HAS_FLAGS : 0u) |
@@ -499,9 +506,16 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
     cache_account(t, head, 1);
     cache_stat_inc(t, ST_PACKED_COPIES);
 
+    /* a flush setting its watermark takes a few stores: waited out
+     * (bounded), so that the check below rarely drops the touch for it */
+    for (unsigned i = 0; i < PACKED_FLUSH_WAIT && cache_flush_busy(c); i++)
+        sched_yield();
     struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot = htab_find_loc_locked(b, loc);
-    if (slot) {
+    /* a flush_all that covers the source covers the copy: not published
+     * (the source stays, flushed), as the design's flush rule for copies */
+    bool spared = slot && cache_flush_spares_copy(c, src_seq);
+    if (spared) {
         /* a touch keeps what the item had: fetched (meta h), the recache
          * win handed out, the reference for eviction */
         uint64_t bits =
@@ -509,10 +523,11 @@ packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
         htab_replace_locked(slot, hash, cache_loc(head) | bits);
     }
     htab_unlock(b);
-    if (!slot) {
-        /* a writer replaced or removed the source first and retires it;
-         * the copy, never seen, dies here (not by cache_defer_free, which
-         * would wait for this thread to commit it) */
+    if (!spared) {
+        /* a writer replaced or removed the source first and retires it,
+         * or a flush covers it (a reader reaps it); the copy, never seen,
+         * dies here (not by cache_defer_free, which would wait for this
+         * thread to commit it) */
         cache_account(t, head, -1);
         cache_packed_invalidate(c, head);
         return -EAGAIN;

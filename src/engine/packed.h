@@ -26,6 +26,10 @@ uint32_t packed_size(const struct cache *c, uint32_t klen, uint64_t vlen,
 #define PACKED_EXPIRE_LOOK 256u
 #define PACKED_EXPIRE_STEP 64u
 
+/* Yields a copy waits at most for a flush setting its watermark before it
+ * checks the flush (cache_flush_spares_copy), past which it is dropped. */
+#define PACKED_FLUSH_WAIT 64u
+
 /* A span for an item of size bytes (packed_size's: with exp32 when
  * exptime, the absolute expiry, is not 0) in one of the calling thread's
  * open segments, the one of exptime's TTL bucket where it can: 0 with
@@ -135,8 +139,9 @@ bool packed_page_held(struct cache *c, uint32_t page);
 /* A touch whose expiry the packed item at loc cannot take in place (its
  * exp16 does not reach it): a copy with the new expiry (exp16 or exp32,
  * as its new segment allows) and the item's CAS, published
- * if the index still holds loc for hash (else dropped: a writer won).
- * TC_OK, -EAGAIN (changed meanwhile) or -ENOMEM. Context: no lock, no RCU
- * read section. */
+ * if the index still holds loc for hash (else dropped: a writer won) and
+ * no flush_all covers the item read (else dropped: the flush covers it,
+ * the touch came before it). TC_OK, -EAGAIN (changed or flushed
+ * meanwhile) or -ENOMEM. Context: no lock, no RCU read section. */
 int packed_rewrite_exp(struct cache_thread *t, uint64_t hash, uint64_t loc,
                        uint32_t exptime);

@@ -18,7 +18,10 @@
  *     cas64, its client flags and absolute expiry, appended to the merge's
  *     own open segment; then published (the slot replaced, under the
  *     bucket lock, only if it still names the source: a set or a delete
- *     that came first wins, and the copy is invalidated unpublished); then
+ *     that came first wins, and the copy is invalidated unpublished; and
+ *     only if no flush_all covers the source since it was judged, whose
+ *     watermark may be below the copy: cache_flush_spares_copy, else the
+ *     copy is invalidated unpublished and the item dropped); then
  *     committed (2 -> check16, packed_commit_copy: a writer that replaced
  *     or removed the copy meanwhile stored 1, and the swap fails). The new
  *     slot has REF clear (read again, or the next merge drops it) and keeps
@@ -178,7 +181,9 @@ note_fix(struct packed_merge *m, uint64_t hash, uint64_t src, uint64_t dst,
 }
 
 /* The item v (engine offset off) copied, published and committed: 0; or
- * -ENOSPC, no room (nothing written, the caller drops it). When a writer
+ * -ENOSPC, no room (nothing written, the caller drops it); or -ESTALE, a
+ * flush_all covers the item since it was judged (cache_flush_spares_copy:
+ * the copy dies unpublished, the caller drops the item). When a writer
  * replaced or removed the source first, the copy dies unpublished and the
  * source is left to that writer: 0 too. */
 static int
@@ -212,13 +217,23 @@ copy_item(struct merge_run *r, const struct pitem_view *v, uint64_t off,
     struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(off));
     uint64_t word = slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
+    /* a flush_all since the item was judged live covers it, and so its
+     * copy (judged above the watermark by its own sequence otherwise):
+     * not published, the item dropped by the caller */
+    bool flushed =
+        slot && !cache_flush_spares_copy(c, cache_packed_seq(c, off));
     /* REF clear in the new location, FETCHED and WIN kept */
-    if (slot)
+    if (slot && !flushed)
         htab_replace_locked(
             slot, hash,
             cache_loc(head) |
                 (htab_slot_loc(word) & (CACHE_LOC_FETCHED | CACHE_LOC_WIN)));
     htab_unlock(b);
+    if (flushed) {
+        cache_account(t, head, -1);
+        cache_packed_invalidate(c, head);
+        return -ESTALE;
+    }
     if (!slot) {
         /* the writer that came first unlinked the source and invalidates
          * it; the copy was never seen */
@@ -262,9 +277,13 @@ merge_item(struct merge_run *r, const struct pitem_view *v)
         return;
     }
     if (keep) {
-        if (copy_item(r, v, off, hash) == 0)
+        TC_CRASH_POINT("packed.merge.judged"); /* live, not yet copied */
+        int rc = copy_item(r, v, off, hash);
+        if (rc == 0)
             return;
-        /* no room: dropped, as FIFO would */
+        /* no room, or flushed since judged: dropped, as FIFO would */
+        if (rc == -ESTALE)
+            dead = cache_packed_dead(c, off, v, r->now);
         word = packed_unlink_named(c, v, off);
         if (!word) {
             packed_wait_dead(c->base + r->pbase, v->off);

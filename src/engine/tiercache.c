@@ -490,9 +490,7 @@ tc_flush_all(struct tc_cache *tc, int64_t delay)
         return TC_OK;
     }
     atomic_store_explicit(&c->flush_at, 0, memory_order_release);
-    uint64_t seq = atomic_load_explicit(&c->cas_seq, memory_order_relaxed);
-    /* release pairs with the acquire in cache_item_dead() */
-    atomic_store_explicit(&c->flush_cas, seq, memory_order_release);
+    cache_flush_set(c);
     cache_flush_persist(c); /* before the answer: a restart keeps it */
     return TC_OK;
 }
