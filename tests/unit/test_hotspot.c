@@ -402,8 +402,9 @@ struct efx {
     char path[160];
 };
 
+/* The engine with packed_item_max as given (UINT32_MAX: the default). */
 static int
-esetup(void **state)
+esetup_store(void **state, uint32_t packed_max)
 {
     struct efx *e = calloc(1, sizeof(*e));
 
@@ -417,12 +418,29 @@ esetup(void **state)
     e->cfg.pool_size = 16u << 20;
     e->cfg.background = false;
     e->cfg.hotspot_dimms = 4;
+    if (packed_max != UINT32_MAX)
+        e->cfg.packed_item_max = packed_max;
     if (tc_open(&e->cfg, &e->c) != 0) {
         print_message("tc_open: %s\n", tc_errmsg());
         return -1;
     }
     *state = e;
     return 0;
+}
+
+static int
+esetup(void **state)
+{
+    return esetup_store(state, UINT32_MAX);
+}
+
+/* The slab store named (packed_item_max 0): tests that count the bytes
+ * and blocks of the slabs' item layout (a header, its commit word, an
+ * exptime rewritten in place). */
+static int
+esetup_slab(void **state)
+{
+    return esetup_store(state, 0);
 }
 
 static int
@@ -641,10 +659,10 @@ main(void)
         cmocka_unit_test_setup_teardown(test_top_and_dump, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verdict, setup, teardown),
         cmocka_unit_test_setup_teardown(test_attach, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_engine_attribution, esetup,
+        cmocka_unit_test_setup_teardown(test_engine_attribution, esetup_slab,
                                         eteardown),
-        cmocka_unit_test_setup_teardown(test_engine_touch_hot_block, esetup,
-                                        eteardown),
+        cmocka_unit_test_setup_teardown(test_engine_touch_hot_block,
+                                        esetup_slab, eteardown),
         cmocka_unit_test_setup_teardown(test_engine_threads, esetup, eteardown),
         cmocka_unit_test(test_engine_bad_options),
     };
