@@ -27,9 +27,14 @@
  *     exists, not found, non-numeric, too large; incr/decr give the model's
  *     value plus or minus the delta); -ENOMEM is always allowed for an
  *     operation that allocates (and a set that fails drops the old value);
- *   - a new CAS is larger than every CAS seen before (E gives exactly the
- *     client's) and never above the engine's CAS counter, which stays at
- *     or above every CAS handed out (an E above it lifts it). The counter
+ *   - a new CAS is larger than the key's previous one while the engine
+ *     still indexes that version (the model holds it live and nothing was
+ *     lost since), differs from every CAS the engine chose before, of any
+ *     key (E gives exactly the client's), and is never above the engine's
+ *     CAS counter, which stays at or above every CAS handed out (an E
+ *     above it lifts it). CAS values of different keys are not ordered in
+ *     time: a packed item's derives from its segment's block
+ *     (doc/design/small-items.md, "Risks"). The counter
  *     is read from the engine: besides the operations' stores it moves
  *     once per item the engine writes on its own (a page move's copy, a
  *     flash header, a value copied back from flash: the commit word's
