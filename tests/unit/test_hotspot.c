@@ -402,9 +402,11 @@ struct efx {
     char path[160];
 };
 
-/* The engine with packed_item_max as given (UINT32_MAX: the default). */
+/* The engine on the slab store (packed_item_max 0, whatever the default):
+ * the tests count the bytes and blocks of the slabs' item layout (a
+ * header, its commit word, an exptime rewritten in place). */
 static int
-esetup_store(void **state, uint32_t packed_max)
+esetup_slab(void **state)
 {
     struct efx *e = calloc(1, sizeof(*e));
 
@@ -418,29 +420,13 @@ esetup_store(void **state, uint32_t packed_max)
     e->cfg.pool_size = 16u << 20;
     e->cfg.background = false;
     e->cfg.hotspot_dimms = 4;
-    if (packed_max != UINT32_MAX)
-        e->cfg.packed_item_max = packed_max;
+    e->cfg.packed_item_max = 0;
     if (tc_open(&e->cfg, &e->c) != 0) {
         print_message("tc_open: %s\n", tc_errmsg());
         return -1;
     }
     *state = e;
     return 0;
-}
-
-static int
-esetup(void **state)
-{
-    return esetup_store(state, UINT32_MAX);
-}
-
-/* The slab store named (packed_item_max 0): tests that count the bytes
- * and blocks of the slabs' item layout (a header, its commit word, an
- * exptime rewritten in place). */
-static int
-esetup_slab(void **state)
-{
-    return esetup_store(state, 0);
 }
 
 static int
@@ -583,7 +569,8 @@ writer_main(void *arg)
 }
 
 /* Two writers at once (TSan runs this too): every byte is counted once,
- * and the per-DIMM and per-block views agree. */
+ * and the per-DIMM and per-block views agree. The slabs' items (their
+ * sizes bound the bytes counted): esetup_slab. */
 static void
 test_engine_threads(void **state)
 {
@@ -663,7 +650,8 @@ main(void)
                                         eteardown),
         cmocka_unit_test_setup_teardown(test_engine_touch_hot_block,
                                         esetup_slab, eteardown),
-        cmocka_unit_test_setup_teardown(test_engine_threads, esetup, eteardown),
+        cmocka_unit_test_setup_teardown(test_engine_threads, esetup_slab,
+                                        eteardown),
         cmocka_unit_test(test_engine_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
