@@ -144,12 +144,14 @@ span_exp16(const struct cache *c, uint64_t poff, uint32_t exptime)
 }
 
 /* One segment fewer: an expired one (exp_max passed, decided in DRAM),
- * else the oldest sealed (FIFO). 1 when one went, else 0. */
+ * else the oldest sealed (merge or FIFO), unless eviction is off (-M: a
+ * full cache answers -ENOMEM, as the slabs' reclaim does). 1 when one
+ * went, else 0. */
 static int
 evict_one(struct cache_thread *t)
 {
     return packed_evict_expired(t, PACKED_EXPIRE_LOOK) ||
-           packed_evict_oldest(t);
+           (t->cache->cfg.evict && packed_evict_oldest(t));
 }
 
 bool

@@ -267,19 +267,49 @@ fz_lost(struct fz *f, unsigned k, const char *what)
     m->present = false;
 }
 
+uint64_t
+fz_cas_floor(const struct fz *f, unsigned k)
+{
+    const struct fz_item *m = &f->m[k];
+    return fz_live(f, k) && f->losses == m->loss_at ? m->cas : 0;
+}
+
+/* Record a CAS the engine chose: false when it chose it before. */
+static bool
+fz_cas_unseen(struct fz *f, uint64_t cas)
+{
+    uint32_t i = (uint32_t)((cas * 0x9e3779b97f4a7c15ull) >> 40);
+    for (unsigned n = 0; n < FZ_CAS_SEEN; n++, i++) {
+        uint64_t *slot = &f->cas_seen[i & (FZ_CAS_SEEN - 1)];
+        if (*slot == cas)
+            return false;
+        if (*slot == 0) {
+            if (f->ncas_seen < FZ_CAS_SEEN / 4 * 3) {
+                *slot = cas;
+                f->ncas_seen++;
+            }
+            return true;
+        }
+    }
+    return true;
+}
+
 /* A CAS the engine handed out for a new item. */
 void
-fz_new_cas(struct fz *f, uint64_t cas, uint64_t explicit_cas)
+fz_new_cas(struct fz *f, uint64_t cas, uint64_t explicit_cas, uint64_t floor)
 {
-    if (explicit_cas)
+    if (explicit_cas) {
         FUZZ_CHECK(cas == explicit_cas,
                    "op %u: CAS %" PRIu64 ", the client asked %" PRIu64, f->op,
                    cas, explicit_cas);
-    else
-        FUZZ_CHECK(cas > f->cas_max && cas <= fz_engine_cas(f),
+    } else {
+        FUZZ_CHECK(cas > floor && cas <= fz_engine_cas(f),
                    "op %u: new CAS %" PRIu64 " not in (%" PRIu64 ", %" PRIu64
-                   "] (above every CAS seen, at most the counter)",
-                   f->op, cas, f->cas_max, fz_engine_cas(f));
+                   "] (above the key's previous CAS, at most the counter)",
+                   f->op, cas, floor, fz_engine_cas(f));
+        FUZZ_CHECK(fz_cas_unseen(f, cas),
+                   "op %u: new CAS %" PRIu64 " handed out before", f->op, cas);
+    }
     if (cas > f->cas_max)
         f->cas_max = cas;
     fz_cas_sync(f);
@@ -379,7 +409,7 @@ fz_check_miss(struct fz *f, unsigned k, const char *what)
 /* The CAS of an item the API did not report (vivify, invalidate): read
  * without marking it used. */
 void
-fz_learn_cas(struct fz *f, unsigned k)
+fz_learn_cas(struct fz *f, unsigned k, uint64_t floor)
 {
     struct tc_get_opts o = {.no_bump = true, .head_only = true};
     struct fz_got g = {0};
@@ -390,7 +420,7 @@ fz_learn_cas(struct fz *f, unsigned k)
         return;
     }
     FUZZ_CHECK(rc == TC_OK && g.called, "op %u: learn cas: %d", f->op, rc);
-    fz_new_cas(f, g.info.cas, 0);
+    fz_new_cas(f, g.info.cas, 0, floor);
     f->m[k].cas = g.info.cas;
     fz_check_hit(f, k, &g.info, NULL, 0, false, "learn cas");
 }

@@ -22,6 +22,9 @@
 #define FZ_ITEM_MAX 4096u
 #define FZ_CHUNK_MAX 1024u
 #define FZ_VAL_MAX (FZ_ITEM_MAX + 512) /* values a little too large too */
+/* Slots of the set of CAS values the engine chose (struct fz, cas_seen):
+ * a power of two; it stops taking values at 3/4 full. */
+#define FZ_CAS_SEEN 8192u
 #define FZ_NKEYS 12
 #define FZ_DAYS30 TC_EXPTIME_RELATIVE_MAX
 
@@ -45,7 +48,7 @@ struct fz {
     unsigned op; /* operations run, for messages */
     uint32_t now;
     uint32_t flush_at; /* a pending delayed flush, 0 = none */
-    uint64_t cas_max;  /* largest CAS seen: a new one is larger */
+    uint64_t cas_max;  /* largest CAS seen: the counter is not below it */
     /* Bound on the engine's CAS counter: what the operations' own writes
      * could have used, raised to the counter after each operation. The
      * counter gives the commit word's store sequence to every item written
@@ -64,6 +67,10 @@ struct fz {
     uint64_t limit;   /* the memory limit, bytes */
     bool trace;
     struct fz_item m[FZ_NKEYS];
+    /* The CAS values the engine chose (not the client's, meta E) for the
+     * model's keys, open addressing, 0 = empty: no two are the same. */
+    unsigned ncas_seen;
+    uint64_t cas_seen[FZ_CAS_SEEN];
 };
 
 /* The keys: short ones, the shortest, the longest, two long ones that
@@ -118,9 +125,19 @@ void fz_flush_check(struct fz *f);
  * never more often than it lost things. */
 void fz_lost(struct fz *f, unsigned k, const char *what);
 
-/* A CAS the engine handed out for a new item: above every CAS seen and
- * at most the engine's counter (E: exactly the client's). */
-void fz_new_cas(struct fz *f, uint64_t cas, uint64_t explicit_cas);
+/* What key k's next CAS must be above: the CAS of its version the
+ * engine still indexes, or 0 when the model cannot tell that it does (not
+ * live, or the cache lost something since the model last saw it). */
+uint64_t fz_cas_floor(const struct fz *f, unsigned k);
+
+/* A CAS the engine handed out for a new item of a key whose CAS was
+ * `floor` (fz_cas_floor before the model took the new item): above floor,
+ * at most the engine's counter and none it chose before, of any key (E:
+ * exactly the client's). CAS values of different keys are not ordered in
+ * time: a packed item's derives from its segment's block
+ * (doc/design/small-items.md, "Risks"). */
+void fz_new_cas(struct fz *f, uint64_t cas, uint64_t explicit_cas,
+                uint64_t floor);
 
 /* After an operation: the engine's CAS counter is at least every CAS
  * handed out (an E above it lifted it); cas_hi rises to it. */
@@ -150,8 +167,8 @@ void fz_trace_read(const struct fz *f, unsigned k, int rc,
                    const struct tc_item_info *info);
 
 /* The CAS of an item the API did not report (vivify, invalidate): read
- * without marking it used. */
-void fz_learn_cas(struct fz *f, unsigned k);
+ * without marking it used. floor: fz_new_cas's. */
+void fz_learn_cas(struct fz *f, unsigned k, uint64_t floor);
 
 /* ---- stores and other results ---- */
 

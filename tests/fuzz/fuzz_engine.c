@@ -27,9 +27,14 @@
  *     exists, not found, non-numeric, too large; incr/decr give the model's
  *     value plus or minus the delta); -ENOMEM is always allowed for an
  *     operation that allocates (and a set that fails drops the old value);
- *   - a new CAS is larger than every CAS seen before (E gives exactly the
- *     client's) and never above the engine's CAS counter, which stays at
- *     or above every CAS handed out (an E above it lifts it). The counter
+ *   - a new CAS is larger than the key's previous one while the engine
+ *     still indexes that version (the model holds it live and nothing was
+ *     lost since), differs from every CAS the engine chose before, of any
+ *     key (E gives exactly the client's), and is never above the engine's
+ *     CAS counter, which stays at or above every CAS handed out (an E
+ *     above it lifts it). CAS values of different keys are not ordered in
+ *     time: a packed item's derives from its segment's block
+ *     (doc/design/small-items.md, "Risks"). The counter
  *     is read from the engine: besides the operations' stores it moves
  *     once per item the engine writes on its own (a page move's copy, a
  *     flash header, a value copied back from flash: the commit word's
@@ -211,14 +216,15 @@ fz_run_store(struct fz *f, struct fz_store *s)
         f->m[k].present = false;
     if (rc != TC_OK)
         return;
+    uint64_t floor = fz_cas_floor(f, k);
     if (plain_set) {
         fz_put(f, k, s->val, s->vlen, 0, fz_abs_exptime(s->exptime, f->now), 0,
                false);
         if (fz_live(f, k))
-            fz_learn_cas(f, k);
+            fz_learn_cas(f, k, floor);
         return;
     }
-    fz_new_cas(f, cas, s->o.cas_new);
+    fz_new_cas(f, cas, s->o.cas_new, floor);
     if (concat) {
         if (live && !fz_concat_appended(f, s)) {
             fz_lost(f, k, "concat");
@@ -364,7 +370,7 @@ fz_op_get_ex(struct fz *f)
         fz_put(f, k, NULL, 0, 0, fz_abs_exptime(o.vivify_exptime, f->now), 0,
                false);
         if (fz_live(f, k))
-            fz_learn_cas(f, k);
+            fz_learn_cas(f, k, 0);
     }
 }
 
@@ -582,7 +588,7 @@ fz_op_arith(struct fz *f)
     bool live = fz_judge(f, k, rc, want, alt, true, "arith");
     if (rc != TC_OK)
         return;
-    fz_new_cas(f, cas, 0);
+    fz_new_cas(f, cas, 0, fz_cas_floor(f, k));
     /* with N both a live item and a lost one give TC_OK: the header says
      * which (a longer number is a new item: no longer stale) */
     if (live && o.vivify &&
@@ -637,11 +643,12 @@ fz_op_invalidate(struct fz *f)
         f->m[k].present = false;
     if (rc != TC_OK)
         return;
+    uint64_t floor = fz_cas_floor(f, k);
     f->m[k].stale = true;
     if (e >= 0)
         f->m[k].exptime = fz_abs_exptime(e, f->now);
     if (fz_live(f, k))
-        fz_learn_cas(f, k);
+        fz_learn_cas(f, k, floor);
     else
         f->m[k].present = false;
 }

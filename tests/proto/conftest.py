@@ -347,17 +347,47 @@ def _server_binary():
                     f"or set TC_SERVER / TC_SERVER_KIND=memcached)")
 
 
+def _packed_default():
+    """The server's default packed_item_max, as its -h prints it
+    (src/server/options.def): 0 when the packed store is off by default.
+    0 for memcached and for a binary that is not there (_server_binary
+    fails the session)."""
+    if IS_MEMCACHED or not SERVER_BIN.exists():
+        return 0
+    out = subprocess.run([str(SERVER_BIN), "-h"], capture_output=True,
+                         text=True, timeout=60, stdin=subprocess.DEVNULL).stdout
+    m = re.search(r"^\s*packed_item_max=\S*\n.*\n\s*default (\d+)", out,
+                  re.M)
+    if not m:
+        raise RuntimeError(f"{SERVER_BIN} -h shows no packed_item_max "
+                           f"default")
+    return int(m.group(1))
+
+
+# The store a test names when it tests slab internals (chunks, classes,
+# `stats slabs`/`items` counts, page moves): the slabs only, whatever the
+# server's default (doc/design/small-items.md, slice 8); memcached has
+# nothing else.
+SLAB_OPTS = () if IS_MEMCACHED else ("-o", "packed_item_max=0")
+PACKED_DEFAULT = _packed_default()
+
 # A module that sets PACKED_TOO = True runs its tests on the shared
-# server twice: with default flags ("slab") and with the packed
-# small-item store on ("packed", doc/operating.md "Packed small items").
-PACKED_OPTS = ("-o", "packed_item_max=1024")
+# server twice: with default flags and with the other store, so that both
+# stay tested whichever is the default: the packed small-item store on
+# (doc/operating.md "Packed small items") where the default is off, the
+# slabs only where it is on. The ids name the store of each run.
+if PACKED_DEFAULT:
+    _STORE_RUNS = [((), "packed"), (SLAB_OPTS, "slab")]
+else:
+    _STORE_RUNS = [((), "slab"), (("-o", "packed_item_max=1024"), "packed")]
 
 
 def pytest_generate_tests(metafunc):
     if (not IS_MEMCACHED and "server_opts" in metafunc.fixturenames
             and getattr(metafunc.module, "PACKED_TOO", False)):
-        metafunc.parametrize("server_opts", [(), PACKED_OPTS], indirect=True,
-                             scope="module", ids=["slab", "packed"])
+        metafunc.parametrize("server_opts", [o for o, _ in _STORE_RUNS],
+                             indirect=True, scope="module",
+                             ids=[i for _, i in _STORE_RUNS])
 
 
 @pytest.fixture(scope="module")

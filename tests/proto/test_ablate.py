@@ -5,6 +5,8 @@ and one line."""
 
 import pytest
 
+from conftest import SLAB_OPTS
+
 pytestmark = pytest.mark.tiercache_only
 
 SWITCHES = ("ablate_meta_in_pmem", "ablate_init_in_lock")
@@ -75,7 +77,9 @@ def test_meta_in_pmem_hot_spot_in_stats_hotspot(spawn, connect):
     skews = {}
     for opts in ("hotspot_dimms=4,ablate_meta_in_pmem",
                  "hotspot_dimms=4"):
-        srv = spawn("-o", opts)
+        # the page starts of slab pages: the slabs only (a packed segment
+        # writes no page info)
+        srv = spawn("-o", opts, *SLAB_OPTS)
         mc = connect(srv)
         for i in range(3000):
             mc.set(f"h{i}", b"v" * 100)

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-# run once more with the packed small-item store on (conftest.py)
+# run once more with the store that is not the default (conftest.py)
 PACKED_TOO = True
 
 HDR = struct.Struct(">BBHBBHIIQ")

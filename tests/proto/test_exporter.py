@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import (IS_MEMCACHED, MEM_MIB, flash_file,  # noqa: E402
-                      start_server)
+from conftest import (IS_MEMCACHED, MEM_MIB, SLAB_OPTS,  # noqa: E402
+                      flash_file, start_server)
 from test_diff import MEMCACHED, start_memcached  # noqa: E402
 
 TIMEOUT = 10.0
@@ -167,7 +167,8 @@ def replies():
     mc_srv = start_memcached()
     tc_srv = None
     try:
-        tc_srv = start_server(mem=MEM_MIB, threads=2)
+        # class by class against memcached's slabs: the slabs only
+        tc_srv = start_server(SLAB_OPTS, mem=MEM_MIB, threads=2)
         out = {}
         for kind, srv in (("memcached", mc_srv), ("tiercached", tc_srv)):
             c = Conn(srv)

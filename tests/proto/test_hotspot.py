@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from conftest import Conn
+from conftest import SLAB_OPTS, Conn
 
 pytestmark = pytest.mark.tiercache_only
 
@@ -74,8 +74,9 @@ def test_off_by_default(server):
 
 
 def test_stats_and_dump_after_sets(spawn):
+    # bytes of slab items (header, key, value): the slabs only
     srv = spawn("-o", "hotspot_dimms=4,hotspot_interleave=4096,"
-                "hotspot_sample=1")
+                "hotspot_sample=1", *SLAB_OPTS)
     c = Conn(srv.host, srv.port)
     set_items(c, 200)
     st = stats_group(c, b"hotspot")

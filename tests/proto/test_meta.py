@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-# run once more with the packed small-item store on (conftest.py)
+# run once more with the store that is not the default (conftest.py)
 PACKED_TOO = True
 
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import IS_MEMCACHED, MEM_MIB, start_server  # noqa: E402
 from test_diff import MEMCACHED, start_memcached  # noqa: E402
 
-# run once more with the packed small-item store on (conftest.py)
+# run once more with the store that is not the default (conftest.py)
 PACKED_TOO = True
 
 TIMEOUT = 10.0

@@ -13,7 +13,9 @@ import time
 import pytest
 from pymemcache.client.base import Client
 
-# run once more with the packed small-item store on (conftest.py)
+from conftest import SLAB_OPTS
+
+# run once more with the store that is not the default (conftest.py)
 PACKED_TOO = True
 
 MIB = 1024 * 1024
@@ -536,7 +538,7 @@ def test_stats_settings(spawn, connect):
 
 
 def test_stats_slabs_items(spawn, connect, key):
-    srv = spawn()
+    srv = spawn(*SLAB_OPTS)  # counts of slab classes: the slabs only
     mc = connect(srv)
     mc.set(key, "x" * 100)
     mc.set(key + "-big", "y" * 5000)

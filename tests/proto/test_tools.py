@@ -16,7 +16,8 @@ import zlib
 
 import pytest
 
-from conftest import IS_ASAN, ROOT, SERVER_BIN, free_port, remove_pool
+from conftest import (IS_ASAN, ROOT, SERVER_BIN, SLAB_OPTS, free_port,
+                      remove_pool)
 
 pytestmark = pytest.mark.tiercache_only
 
@@ -96,7 +97,8 @@ def test_tc_hotspot_rejects_bad_input(tmp_path):
 
 
 def test_tc_hotspot_from_server(spawn, tmp_path):
-    srv = spawn("-o", "hotspot_dimms=4")
+    # bytes of slab items (header, key, value): the slabs only
+    srv = spawn("-o", "hotspot_dimms=4", *SLAB_OPTS)
     sets(srv.host, srv.port, 300)
     r = run_tool("tc-hotspot", "--server", f"{srv.host}:{srv.port}", "-o",
                  tmp_path, "--save", tmp_path / "live.csv")
@@ -128,7 +130,8 @@ def pcm_could_run():
 
 
 def test_tc_pcm_falls_back_to_tracker(spawn, tmp_path):
-    srv = spawn("-o", "hotspot_dimms=4,hotspot_interleave=4096")
+    # the tracker's view of slab items: the slabs only
+    srv = spawn("-o", "hotspot_dimms=4,hotspot_interleave=4096", *SLAB_OPTS)
     bench = [sys.executable, "-c",
              "import socket,sys\n"
              f"s=socket.create_connection(('{srv.host}',{srv.port}))\n"

@@ -105,6 +105,26 @@ setup_noopen(void **state)
     return setup_common(state, false);
 }
 
+/* The fixture with the slab store named (packed_item_max = 0, whatever
+ * the default): for tests of slab internals (chunks and classes, page
+ * moves, CLOCK eviction, slab reassign, the slabs' restart), which assume
+ * every item is in a slab chunk. */
+static inline int
+setup_slab(void **state)
+{
+    int rc = setup_noopen(state);
+    if (rc)
+        return rc;
+    struct fx *f = *state;
+    f->cfg.packed_item_max = 0;
+    if (fx_open(f) != 0) {
+        unlink(f->path);
+        free(f);
+        return -1;
+    }
+    return 0;
+}
+
 static inline int
 teardown(void **state)
 {
@@ -360,3 +380,6 @@ store_find_class(struct tc_cache *c, const char *k, size_t vlen)
 
 #define TC_TEST(fn)                                                            \
     cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, #fn)
+/* a test of slab internals: setup_slab's fixture */
+#define TC_TEST_SLAB(fn)                                                       \
+    cmocka_unit_test_prestate_setup_teardown(fn, setup_slab, teardown, #fn)

@@ -142,6 +142,7 @@ test_page_move(void **state)
     SKIP_WITHOUT_POINTS();
     struct fx *f = *state;
     f->cfg.pool_size = 16 * MIB;
+    f->cfg.packed_item_max = 0; /* a page move moves slab chunks */
     crash_rounds(f, move_work, "move.copied", 20, 4);
     /* the copy published, its commit word not yet stored */
     crash_rounds(f, move_work, "move.published", 20, 2);

@@ -170,6 +170,7 @@ test_move_against_set(void **state)
     SKIP_WITHOUT_POINTS();
     struct fx *f = *state;
     f->cfg.pool_size = 16 * MIB;
+    f->cfg.packed_item_max = 0; /* a page move moves slab chunks */
     race_promote = false;
     race_run(f, race_work);
     assert_int_equal(T->acked[0] > 1, true);
@@ -184,7 +185,8 @@ test_move_against_promotion(void **state)
 {
     SKIP_WITHOUT_POINTS();
     struct fx *f = *state;
-    hot_cfg(f, 1024); /* key 0 stays among the setup's keys */
+    hot_cfg(f, 1024);           /* key 0 stays among the setup's keys */
+    f->cfg.packed_item_max = 0; /* a page move moves slab chunks */
     race_promote = true;
     race_run(f, race_work);
     race_promote = false;

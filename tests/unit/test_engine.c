@@ -475,16 +475,33 @@ test_cas(void **state)
     check_str(f->c, "c", "v5");
 }
 
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A key's CAS only grows, and no two stores hand out the same CAS. CAS
+ * values of different keys are not ordered in time: a packed item's CAS
+ * derives from its segment's block (doc/design/small-items.md, "Risks"),
+ * so a store into an older open segment gets a lower CAS than one a
+ * moment before into a newer segment or a slab chunk. */
 static void
 test_cas_unique_increasing(void **state)
 {
+    enum { NOPS = 2000, NKEYS = 97 };
     struct fx *f = *state;
-    uint64_t last = 0, cas = 0, val;
+    /* last[NKEYS] is the counter "n" */
+    uint64_t last[NKEYS + 1] = {0}, cas = 0, val;
+    static uint64_t seen[NOPS];
+    unsigned nseen = 0;
     char key[16];
 
     puts_(f->c, "n", "0");
-    for (int i = 0; i < 2000; i++) {
-        snprintf(key, sizeof(key), "k%d", i % 97);
+    for (int i = 0; i < NOPS; i++) {
+        unsigned k = (unsigned)(i % NKEYS);
+        snprintf(key, sizeof(key), "k%u", k);
         int op = i % 5;
         int rc;
         if (op == 0) {
@@ -498,20 +515,27 @@ test_cas_unique_increasing(void **state)
             if (rc == TC_NOT_STORED)
                 continue;
         } else if (op == 3) {
+            k = NKEYS;
             rc = tc_incr(f->c, "n", 1, 1, &val, &cas);
         } else {
             struct tc_item_info info;
             unsigned char b[4];
             if (tc_get_copy(f->c, key, strlen(key), b, 0, &info) != TC_OK)
                 continue;
+            assert_int_equal(info.cas, last[k]);
             rc = store_s(f->c, TC_CAS, key, "c", 0, 0, info.cas, &cas);
         }
         assert_int_equal(rc, TC_OK);
-        if (cas <= last)
-            fail_msg("op %d (%d): cas %" PRIu64 " after %" PRIu64, i, op, cas,
-                     last);
-        last = cas;
+        if (cas <= last[k])
+            fail_msg("op %d (%d): key %u cas %" PRIu64 " after %" PRIu64, i, op,
+                     k, cas, last[k]);
+        last[k] = cas;
+        seen[nseen++] = cas;
     }
+    qsort(seen, nseen, sizeof(seen[0]), cmp_u64);
+    for (unsigned j = 1; j < nseen; j++)
+        if (seen[j] == seen[j - 1])
+            fail_msg("cas %" PRIu64 " handed out twice", seen[j]);
 }
 
 /* --------------------------------------------------------- incr / decr */

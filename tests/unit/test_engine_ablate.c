@@ -4,7 +4,9 @@
  * delete / evict workload stays correct with each switch on (debug builds
  * also prove that their in-lock PMEM writes pass the helpers' check only on
  * the ablation paths), and the PMEM write pattern at page starts is what
- * each layout promises, seen through the PMEM helpers' write hook.
+ * each layout promises, seen through the PMEM helpers' write hook. The
+ * switches are of the slabs' item layout: every test opens the slab store
+ * (packed_item_max 0), whatever the default.
  */
 
 #include "engine_fx.h"
@@ -114,6 +116,7 @@ static void
 open_with(struct fx *f, bool meta, bool in_lock)
 {
     f->cfg.pool_size = 8 * MIB; /* 6 MiB of pages */
+    f->cfg.packed_item_max = 0;
     f->cfg.ablate_meta_in_pmem = meta;
     f->cfg.ablate_init_in_lock = in_lock;
     assert_int_equal(fx_open(f), 0);
@@ -189,6 +192,7 @@ tracked_run(struct fx *f, bool meta, double *skew, const char **top_what,
     struct tc_hotspot h;
     struct tc_hotspot_block top[4];
     f->cfg.pool_size = 8 * MIB;
+    f->cfg.packed_item_max = 0;
     f->cfg.ablate_meta_in_pmem = meta;
     f->cfg.hotspot_dimms = 4;
     f->cfg.hotspot_interleave = 4096;
@@ -276,6 +280,7 @@ test_two_threads_both_on(void **state)
 {
     struct fx *f = *state;
     f->cfg.pool_size = 8 * MIB;
+    f->cfg.packed_item_max = 0;
     f->cfg.ablate_meta_in_pmem = true;
     f->cfg.ablate_init_in_lock = true;
     assert_int_equal(fx_open(f), 0);

@@ -1,7 +1,9 @@
 /*
  * Engine unit tests: eviction, no-evict, get_copy, maintenance, memory limit,
  * page reassignment, open failures, a model-based random test. Fixture and
- * helpers: engine_fx.h.
+ * helpers: engine_fx.h. The tests of slab internals (CLOCK, a chunk freed
+ * by a delete, class counters, the slab sweep, memory limit, page
+ * reassignment) open the slab store (TC_TEST_SLAB).
  */
 
 #include "tests/unit/engine_fx.h"
@@ -960,13 +962,13 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        TC_TEST(test_eviction_clock),
-        TC_TEST(test_no_evict_enomem),
+        TC_TEST_SLAB(test_eviction_clock),
+        TC_TEST_SLAB(test_no_evict_enomem),
         TC_TEST(test_get_copy_prefix),
-        TC_TEST(test_get_copy_bare),
-        TC_TEST(test_maintain_sweep),
-        TC_TEST(test_mem_limit),
-        TC_TEST(test_slab_reassign),
+        TC_TEST_SLAB(test_get_copy_bare),
+        TC_TEST_SLAB(test_maintain_sweep),
+        TC_TEST_SLAB(test_mem_limit),
+        TC_TEST_SLAB(test_slab_reassign),
         TC_TEST(test_model_random),
         TC_TEST(test_maintenance_thread_keeps_no_stash),
         cmocka_unit_test_prestate_setup_teardown(

@@ -9,7 +9,8 @@
  * The scan maps the pool file read-only beside the open cache (a MAP_SHARED
  * mapping of the same /dev/shm file sees the same pages) and tries every
  * 8-aligned offset: a false match would need a valid kind byte and a
- * matching CRC32C in value bytes.
+ * matching CRC32C in value bytes. The scan knows the slabs' item format:
+ * the tests of a cache open the slab store (TC_TEST_SLAB).
  */
 
 #include "engine_fx.h"
@@ -522,10 +523,10 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        TC_TEST(test_committed_copies),
-        TC_TEST(test_chained_and_sequence),
-        TC_TEST(test_evicted_invalidated),
-        TC_TEST(test_page_table_and_flush),
+        TC_TEST_SLAB(test_committed_copies),
+        TC_TEST_SLAB(test_chained_and_sequence),
+        TC_TEST_SLAB(test_evicted_invalidated),
+        TC_TEST_SLAB(test_page_table_and_flush),
         cmocka_unit_test(test_every_key_length),
         cmocka_unit_test(test_torn_item),
         cmocka_unit_test(test_no_opt),

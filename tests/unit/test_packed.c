@@ -758,6 +758,52 @@ test_flush_delay_then_set(void **state)
     check_ok(f->c);
 }
 
+/* Eviction off (-M): a full store answers -ENOMEM and keeps every item
+ * (no segment of live items goes, merged or whole), as the slabs do
+ * (test_engine_memory's test_no_evict_enomem); only expired segments may
+ * go. */
+static void
+test_no_evict_enomem(void **state)
+{
+    struct fx *f = *state;
+    f->cfg.pool_size = 8 * MIB;
+    f->cfg.evict = false;
+    fx_reopen(f);
+    const unsigned total = 3u * 8 * 1024; /* 3x the pool in 1 KiB items */
+    char k[24], v[900];
+    unsigned stored = 0, nomem = 0;
+    for (unsigned i = 0; i < total && nomem < 100; i++) {
+        snprintf(k, sizeof(k), "ne%07u", i);
+        memset(v, 'a' + (int)(i % 26), sizeof(v));
+        memcpy(v, &i, sizeof(i));
+        int rc = tc_set(f->c, k, strlen(k), v, sizeof(v), 0, 0);
+        if (rc == -ENOMEM) {
+            nomem++;
+            continue;
+        }
+        assert_int_equal(rc, TC_OK);
+        if (nomem > 0)
+            fail_msg("store %u succeeded after %u -ENOMEM", i, nomem);
+        stored++;
+    }
+    struct tc_stats s = pstats(f->c);
+    assert_true(nomem > 0);
+    assert_true(s.packed_items > 1000);
+    STAT_EQ(s, evictions, 0);
+    STAT_EQ(s, packed_segments_evicted, 0);
+    STAT_EQ(s, curr_items, stored);
+    for (unsigned i = 0; i < stored; i++) {
+        snprintf(k, sizeof(k), "ne%07u", i);
+        unsigned char buf[sizeof(v)];
+        assert_int_equal(
+            tc_get_copy(f->c, k, strlen(k), buf, sizeof(buf), NULL), TC_OK);
+        unsigned got;
+        memcpy(&got, buf, sizeof(got));
+        assert_int_equal(got, i);
+    }
+    check_ok(f->c);
+}
+
 /* Off (the default): nothing is packed. */
 static void
 test_off_by_default(void **state)
@@ -789,6 +835,7 @@ main(void)
         PTEST(test_rewrites_to_slab),
         PTEST(test_many_walk_flush),
         PTEST(test_fifo_eviction),
+        PTEST(test_no_evict_enomem),
         PTEST(test_restart_keeps_packed),
         PTEST(test_threads_race),
         PTEST(test_shrink),

@@ -38,8 +38,9 @@ struct fx {
     size_t inlen;
 };
 
+/* The cache with packed_item_max as given (UINT32_MAX: the default). */
 static int
-setup(void **state)
+setup_store(void **state, uint32_t packed_max)
 {
     struct fx *f = calloc(1, sizeof(*f));
     struct tc_config cfg;
@@ -54,6 +55,8 @@ setup(void **state)
     cfg.pool_size = 16u << 20;
     cfg.item_size_max = 64u << 10;
     cfg.background = false;
+    if (packed_max != UINT32_MAX)
+        cfg.packed_item_max = packed_max;
     tc_clock_set(T0);
     if (tc_open(&cfg, &f->c) != 0) {
         fprintf(stderr, "tc_open: %s\n", tc_errmsg());
@@ -68,6 +71,20 @@ setup(void **state)
     obuf_init(&f->out);
     *state = f;
     return 0;
+}
+
+static int
+setup(void **state)
+{
+    return setup_store(state, UINT32_MAX);
+}
+
+/* The slab store named (packed_item_max 0): a script whose expected
+ * replies hold the counter's CAS values and slab classes. */
+static int
+setup_slab(void **state)
+{
+    return setup_store(state, 0);
 }
 
 static int
@@ -537,9 +554,14 @@ test_ms_cas(void **state)
     EXPECT(f, "mg foo v\r\n", "VA 4\r\nhaxy\r\n");
     /* c on a failure is 0 */
     EXPECT(f, "ms foo 1 C1 c\r\nz\r\n", "EX c0\r\n");
-    /* counter CAS values stay above explicit ones */
+    /* a key's CAS stays above an explicit one; another key's is unique,
+     * not above (a packed item's derives from its segment's block) */
+    uint64_t before = cas_of(f, "foo");
+    EXPECT(f, "ms foo 1\r\nz\r\n", "HD\r\n");
+    assert_true(cas_of(f, "foo") > before && before >= 3000);
     EXPECT(f, "ms later 1\r\nz\r\n", "HD\r\n");
-    assert_true(cas_of(f, "later") > 3000);
+    assert_true(cas_of(f, "later") != cas_of(f, "foo"));
+    assert_true(cas_of(f, "later") != 3000);
 }
 
 static void
@@ -902,7 +924,7 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_mg_cas_compare, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quiet, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_base64_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_base64_keys, setup_slab, teardown),
         cmocka_unit_test_setup_teardown(test_opaque, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_while_revalidate, setup,
                                         teardown),

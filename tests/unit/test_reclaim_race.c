@@ -287,7 +287,8 @@ set_len(struct tc_cache *c, const char *name, unsigned char *v, uint32_t len)
  * the move itself or take a page it does not hold, never wait for a
  * thread that is not there. Every such store succeeds (the small items'
  * pages can be emptied); alloc_wait_ms bounds the test if one waits for
- * nothing (it then fails with -ENOMEM).
+ * nothing (it then fails with -ENOMEM). Slab pages and classes: the slab
+ * store (TC_TEST_SLAB).
  */
 static void
 test_one_thread_waits_on_nobody(void **state)
@@ -365,7 +366,7 @@ main(void)
         TC_TEST(test_race_background_on),
         TC_TEST(test_chained_sizes_one_thread),
         TC_TEST(test_no_evict_still_refuses),
-        TC_TEST(test_one_thread_waits_on_nobody),
+        TC_TEST_SLAB(test_one_thread_waits_on_nobody),
         TC_TEST(test_too_few_pages_refused_at_once),
     };
     const char *filter = getenv("TC_TEST_FILTER");

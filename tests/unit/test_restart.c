@@ -239,6 +239,7 @@ test_torn_dropped(void **state)
     struct truth *t = truth_new();
     struct tc_open_info info;
 
+    f->cfg.packed_item_max = 0; /* the slabs' restart (items in chunks) */
     run_child(f, t, two_keys_work);
     int fd = open(f->path, O_RDWR);
     assert_true(fd >= 0);
@@ -296,6 +297,7 @@ test_clean_start_trusts_commit(void **state)
     struct tc_open_info info;
     size_t len;
 
+    f->cfg.packed_item_max = 0; /* the slabs' restart (items in chunks) */
     assert_int_equal(fx_open(f), 0);
     assert_int_equal(tc_set(f->c, "tornkey", 7, "v1", 2, 0, 0), TC_OK);
     assert_int_equal(tc_set(f->c, "longval", 7, "v2", 2, 0, 0), TC_OK);
@@ -458,6 +460,7 @@ test_client_cas_survives(void **state)
     static const uint32_t flags[] = {0, 9, 0, 7, 0};
     unsigned char buf[16];
     struct got g;
+    f->cfg.packed_item_max = 0; /* the slabs' restart (items in chunks) */
 
     run_child(f, t, client_cas_work);
     reopen(f, &info);
@@ -534,6 +537,7 @@ test_parallel_scan(void **state)
     char copy[sizeof(f->path) + 8];
     unsigned nlive;
 
+    f->cfg.packed_item_max = 0;  /* the slabs' restart (items in chunks) */
     f->cfg.pool_size = 64 * MIB; /* no eviction: every key is judged */
     run_child(f, t, workload);
     snprintf(copy, sizeof(copy), "%s.copy", f->path);

@@ -183,6 +183,7 @@ test_saved_index_hot_pool_full(void **state)
     hot_cfg(f);
     f->cfg.pool_size = 8 * MIB;
     f->cfg.evict = false;
+    f->cfg.packed_item_max = 0; /* no slab chunk left for a demotion */
     f->cfg.restart_file = meta;
     assert_int_equal(fx_open(f), 0);
     hot_keys_in_dram(f, cas);

@@ -243,6 +243,8 @@ static void
 test_general_packed(void **state)
 {
     struct fx *f = *state;
+    f->cfg.packed_item_max = 0; /* the store off, whatever the default */
+    fx_reopen(f);
     uint64_t meta_off = stats(f->c).dram_meta_bytes;
     tc_close(f->c);
     f->c = NULL;
@@ -486,7 +488,7 @@ main(void)
         TC_TEST(test_general_packed),
         TC_TEST(test_general_with_tier),
         TC_TEST(test_reset_zeroes_counters_only),
-        TC_TEST(test_class_counters),
+        TC_TEST_SLAB(test_class_counters),
         TC_TEST(test_class_counters_invalidating_store),
         TC_TEST(test_other_groups),
     };
