@@ -428,10 +428,8 @@ account(struct cache_thread *t, uint64_t head, int sign)
 static __attribute__((noinline)) void
 account_packed(struct cache_thread *t, uint64_t head, int sign)
 {
-    struct pitem_view v;
-    int64_t size = 0;
-    if (cache_packed_view(t->cache, head, &v) == 0)
-        size = v.size;
+    /* the lengths only: the item is the index's, or its writer's */
+    int64_t size = pitem_size_at(t->cache->base + cache_packed_pool(head));
     cache_stat_add(t, ST_CURR_ITEMS, sign);
     cache_stat_add(t, ST_BYTES, sign * size);
     cache_stat_add(t, ST_PACKED_ITEMS, sign);
@@ -956,6 +954,7 @@ open_packed(struct cache *c)
     int rc = seg_create(&sc, c->pool, &c->seg);
     if (rc)
         return rc;
+    c->seg_rec = seg_records(c->seg);
     c->packed_max = c->cfg.packed_item_max;
     return 0;
 }
