@@ -22,12 +22,8 @@ cache_packed_invalidate(struct cache *c, uint64_t off)
 enum cache_dead
 cache_off_dead(const struct cache *c, uint64_t off, uint32_t now)
 {
-    if (cache_off_packed(off)) {
-        struct pitem_view v;
-        if (cache_packed_view(c, off, &v) != 0)
-            return CACHE_LOST;
-        return cache_packed_dead(c, off, &v, now);
-    }
+    if (cache_off_packed(off))
+        return cache_packed_state(c, off, now, NULL);
     return cache_item_dead(c, cache_item_at(c, off), now);
 }
 
@@ -35,8 +31,9 @@ uint64_t
 cache_off_cas(const struct cache *c, uint64_t off)
 {
     if (cache_off_packed(off)) {
-        struct pitem_view v;
-        return cache_packed_view(c, off, &v) == 0 ? v.cas : 0;
+        uint64_t cas = 0;
+        (void)cache_packed_state(c, off, 0, &cas);
+        return cas;
     }
     return item_cas(cache_item_at(c, off));
 }

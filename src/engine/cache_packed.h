@@ -57,6 +57,34 @@ cache_packed_dead(const struct cache *c, uint64_t off,
     return CACHE_LIVE;
 }
 
+/* cache_packed_view and cache_packed_dead from one look at the header
+ * (pitem_peek): the state of the packed item at off, and its CAS (*cas,
+ * when cas is not NULL and the item is not CACHE_LOST). A store's checks
+ * of the version it replaces and its retirement. */
+static inline __attribute__((always_inline)) enum cache_dead
+cache_packed_state(const struct cache *c, uint64_t off, uint32_t now,
+                   uint64_t *cas)
+{
+    uint64_t poff = cache_packed_pool(off);
+    uint32_t in = (uint32_t)(poff & (POOL_PAGE_SIZE - 1));
+    const char *it = c->base + poff;
+    uint32_t vat, vlen, exp;
+    if (!pitem_peek(it, POOL_PAGE_SIZE - in, seg_rec_exp_base(c->seg_rec, poff),
+                    &vat, &vlen, &exp))
+        return CACHE_LOST;
+    uint64_t seq = seg_rec_seq_base(c->seg_rec, poff) + in / 4;
+    if (cas) {
+        *cas = seq; /* derived, or cas64: the 8 bytes before the value */
+        if ((uint8_t)it[1] & PITEM_HAS_CAS)
+            __builtin_memcpy(cas, it + vat - 8, 8);
+    }
+    if (exp != 0 && exp <= now)
+        return CACHE_EXPIRED;
+    if (seq <= atomic_load_explicit(&c->flush_cas, memory_order_acquire))
+        return CACHE_FLUSHED;
+    return CACHE_LIVE;
+}
+
 /* commit = 1 for the packed item at off (pitem_invalidate on its
  * segment). PMEM: one 2-byte store, no lock held. */
 void cache_packed_invalidate(struct cache *c, uint64_t off);

@@ -363,6 +363,55 @@ fetch_packed_rcu(struct cache *c, uint64_t loc, uint64_t hash,
     }
 }
 
+/* fetch_packed_rcu for a plain tc_get_copy that wants no description
+ * (its usual call): the item's state and value from one look at its
+ * header (pitem_peek) and its segment's record, then the bump and the
+ * copy, as fetch_packed_rcu's. */
+static __attribute__((noinline)) void
+copy_packed_rcu(struct cache *c, uint64_t loc, _Atomic uint64_t *slot,
+                uint32_t now, struct fetch_copy *cp, struct fetch_res *r)
+{
+    uint64_t poff = cache_packed_pool(cache_off(loc));
+    uint32_t in = (uint32_t)(poff & (POOL_PAGE_SIZE - 1));
+    const char *it = c->base + poff;
+    uint32_t vat, vlen, exp;
+
+    r->cls = SLAB_NO_CLASS;
+    r->prewrite = 0;
+    if (unlikely(!pitem_peek(it, POOL_PAGE_SIZE - in,
+                             seg_rec_exp_base(c->seg_rec, poff), &vat, &vlen,
+                             &exp))) {
+        r->dead = CACHE_LOST;
+        return;
+    }
+    /* cache_packed_dead: the expiry, then the derived sequence against
+     * the flush watermark */
+    if (exp != 0 && exp <= now) {
+        r->dead = CACHE_EXPIRED;
+        return;
+    }
+    if (seg_rec_seq_base(c->seg_rec, poff) + in / 4 <=
+        atomic_load_explicit(&c->flush_cas, memory_order_acquire)) {
+        r->dead = CACHE_FLUSHED;
+        return;
+    }
+    /* one compare-and-swap from the word the lookup saw: a slot changed
+     * meanwhile keeps what it has (the bits are hints) */
+    const uint64_t bits = CACHE_LOC_REF | CACHE_LOC_FETCHED;
+    if ((loc & bits) != bits) {
+        uint64_t w = atomic_load_explicit(slot, memory_order_relaxed);
+        if ((w & HTAB_LOC_MASK) == loc)
+            atomic_compare_exchange_strong_explicit(
+                slot, &w, w | bits, memory_order_relaxed, memory_order_relaxed);
+    }
+    cache_packed_touch(c, poff, now);
+    if (unlikely(pm_reads_noted())) /* latency emulation: the read */
+        pm_note_read(it + vat, vlen);
+    size_t n = MIN((size_t)vlen, cp->cap);
+    if (n)
+        memcpy(cp->buf, it + vat, n);
+}
+
 /* Serve what the index holds for a key at loc (0: nothing), a live plain
  * item in place (ca: copied out, see serve_rcu). Context: inside the read
  * section that found loc. */
@@ -381,7 +430,13 @@ fetch_rcu_loc(struct cache *c, uint64_t loc, uint64_t hash,
     struct item_hdr *it;
     if (unlikely(off & CACHE_SPECIAL_OFF)) {
         if (cache_off_packed(off)) {
-            fetch_packed_rcu(c, r->loc, hash, slot, o, now, fn, arg, ca, r);
+            /* (o is a constant where ca is not NULL: only the info test
+             * is left) */
+            if (ca && slot && !o->touch && o->no_win && !o->no_bump &&
+                !ca->cp->info)
+                copy_packed_rcu(c, r->loc, slot, now, ca->cp, r);
+            else
+                fetch_packed_rcu(c, r->loc, hash, slot, o, now, fn, arg, ca, r);
             return;
         }
         it = (struct item_hdr *)cache_dram_ptr(off);

@@ -149,6 +149,42 @@ pitem_size_at(const char *it)
                          (uint8_t)it[1] & PITEM_IFLAGS_MASK);
 }
 
+/* What a get that copies the value out needs of the item at it, room
+ * bytes of its segment from it (exp_base: its segment's): the value's
+ * offset from it (*vat) and length (*vlen), its absolute expiry (*exp, 0
+ * never). False where pitem_parse fails (the lengths do not fit). The
+ * header's first word once, exp16 or exp32 with a relaxed atomic load (a
+ * touch may store it); nothing else (a tc_get_copy wanting no
+ * description: pitem_parse and the view cost it some 60 instructions). */
+static inline __attribute__((always_inline)) bool
+pitem_peek(const char *it, uint32_t room, uint32_t exp_base, uint32_t *vat,
+           uint32_t *vlen, uint32_t *exp)
+{
+    uint32_t h;
+    __builtin_memcpy(&h, it, 4); /* klen, cflags/iflags, vlen */
+    uint32_t klen = h & 0xffu, fl = h >> 8, vl = h >> 16;
+    uint32_t at = (uint32_t)sizeof(struct pitem_hdr) + klen +
+                  (fl & PITEM_HAS_EXP ? 4u : 0u) +
+                  (fl & PITEM_HAS_FLAGS ? 4u : 0u) +
+                  (fl & PITEM_HAS_CAS ? 8u : 0u);
+    if (klen == 0 || klen > PITEM_KLEN_MAX ||
+        ((at + vl + PITEM_ALIGN - 1) & ~(PITEM_ALIGN - 1)) > room)
+        return false;
+    if (fl & PITEM_HAS_EXP) {
+        *exp = __atomic_load_n(
+            (const uint32_t *)(const void *)(it + sizeof(struct pitem_hdr)),
+            __ATOMIC_RELAXED);
+    } else {
+        uint32_t e = __atomic_load_n(
+            (const uint16_t *)(const void *)(it + PITEM_EXP16_OFFSET),
+            __ATOMIC_RELAXED);
+        *exp = e ? exp_base + e - 1u : 0;
+    }
+    *vat = at;
+    *vlen = vl;
+    return true;
+}
+
 /* pitem_parse inline, for the engine's get and set (src/engine/
  * cache_packed.h): exp16, exp32 and commit, which a touch or an unlink
  * may store meanwhile, with relaxed atomic loads; the rest is fixed once

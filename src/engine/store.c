@@ -191,7 +191,6 @@ peek_cas(struct cache_thread *t, const struct store_req *r)
 {
     struct cache *c = t->cache;
     struct cache_key k = {c, r->key, r->klen};
-    struct pitem_view v;
     uint64_t cas = 0;
     /* the scan and compare inline (cache_match_key_store: no prefetch of
      * a chunk's word, which nothing here reads), as is a packed item's
@@ -202,7 +201,7 @@ peek_cas(struct cache_thread *t, const struct store_req *r)
     if (loc) {
         uint64_t off = cache_off(loc);
         if (cache_off_packed(off))
-            cas = cache_packed_view(c, off, &v) == 0 ? v.cas : 0;
+            (void)cache_packed_state(c, off, 0, &cas);
         else
             cas = cache_off_cas(c, off);
     }
