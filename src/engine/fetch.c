@@ -367,7 +367,7 @@ fetch_packed_rcu(struct cache *c, uint64_t loc, uint64_t hash,
  * (its usual call): the item's state and value from one look at its
  * header (pitem_peek) and its segment's record, then the bump and the
  * copy, as fetch_packed_rcu's. */
-static __attribute__((noinline)) void
+static inline __attribute__((always_inline)) void
 copy_packed_rcu(struct cache *c, uint64_t loc, _Atomic uint64_t *slot,
                 uint32_t now, struct fetch_copy *cp, struct fetch_res *r)
 {

@@ -63,6 +63,11 @@ static inline __attribute__((always_inline)) int
 decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
               uint32_t now)
 {
+    /* a plain set (any mode but these, no CAS to check) replaces what is
+     * there whatever its state: not looked at (a call for a packed item) */
+    if (!r->cas_check && r->mode != TC_ADD && r->mode != TC_REPLACE &&
+        r->mode != TC_CAS && r->mode != STORE_SWAP)
+        return TC_OK;
     bool live = old && old_dead(c, cache_off(old), now) == CACHE_LIVE;
     if (r->cas_check && r->mode != STORE_SWAP) {
         if (!live)
