@@ -501,6 +501,17 @@ cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
 }
 
 void
+cache_retire_packed(struct cache_thread *t, uint64_t head, uint32_t now)
+{
+    /* cache_account_unlink's packed case with why REPLACED: the counters
+     * of expired_unfetched and evictions do not apply */
+    if (cache_packed_state(t->cache, head, now, NULL) != CACHE_LIVE)
+        cache_stat_inc(t, ST_RECLAIMED);
+    account_packed(t, head, -1);
+    cache_defer_free_special(t, head);
+}
+
+void
 cache_account_replaced(struct cache_thread *t, uint64_t head, int dead)
 {
     account_unlink(t, head, dead, UNLINK_REPLACED);

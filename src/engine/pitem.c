@@ -5,6 +5,8 @@
  */
 #include "src/engine/pitem.h"
 
+#include "src/engine/item.h"
+
 #include "src/base/compiler.h"
 #include "src/base/crashpoint.h"
 #include "tier/nvs.h"
@@ -114,7 +116,7 @@ stage(char *b, const struct pitem_desc *d, uint32_t *ko)
         at += 4;
     }
     *ko = at;
-    memcpy(b + at, d->key, d->klen);
+    copy_key(b + at, d->key, d->klen); /* inline for 8..32 bytes */
     at += d->klen;
     if (iflags & PITEM_HAS_FLAGS) {
         memcpy(b + at, &d->flags, 4);

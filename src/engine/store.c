@@ -400,6 +400,10 @@ commit(struct cache_thread *t, struct store_req *r,
 static __attribute__((noinline)) void
 retire_special(struct cache_thread *t, uint64_t off, uint32_t now)
 {
+    if (cache_off_packed(off)) {
+        cache_retire_packed(t, off, now);
+        return;
+    }
     int dead = cache_off_dead(t->cache, off, now);
     cache_account_unlink(t, off, dead, UNLINK_REPLACED);
     cache_defer_free(t, off);
