@@ -89,7 +89,10 @@ struct seg_rec {
     uint8_t bucket; /* TTL bucket */
 } CACHE_ALIGNED;
 
-_Static_assert(sizeof(struct seg_rec) == 64, "a record is one line");
+_Static_assert(sizeof(struct seg_rec) == SEG_REC_SIZE &&
+                   offsetof(struct seg_rec, seq_base) == SEG_REC_SEQ_BASE &&
+                   offsetof(struct seg_rec, exp_base) == SEG_REC_EXP_BASE,
+               "a record is one line; seg.h reads seq_base and exp_base");
 
 struct seg {
     struct lock lock;
@@ -761,6 +764,12 @@ seg_exp_raise(struct seg *s, uint64_t off, uint32_t exp)
            !atomic_compare_exchange_weak_explicit(
                m, &cur, exp, memory_order_relaxed, memory_order_relaxed))
         ;
+}
+
+const char *
+seg_records(const struct seg *s)
+{
+    return (const char *)s->rec;
 }
 
 uint64_t

@@ -173,6 +173,41 @@ void seg_unreserve(struct seg *s, struct seg_open *o, uint64_t off, uint32_t n);
 /* The exp_base of the segment holding pool offset off (not free). */
 uint32_t seg_exp_base(const struct seg *s, uint64_t off);
 
+/* The fields of a segment's record that the engine's get and set read
+ * for every packed item, inline (a call each cost a get some 20
+ * instructions): seg_records() gives the array of records, one of
+ * SEG_REC_SIZE bytes a pool page, fixed for s's life; seq_base and
+ * exp_base sit at these offsets in a record (seg.c asserts them). Read
+ * as seg_seq_of and seg_exp_base do: plain loads of fields written at the
+ * segment's open, before any of its items was published. */
+#define SEG_REC_SIZE 64u
+#define SEG_REC_SEQ_BASE 0u
+#define SEG_REC_EXP_BASE 8u
+const char *seg_records(const struct seg *s);
+
+/* seg_seq_of's segment part: the seq_base of the segment holding pool
+ * offset off, from seg_records' array. */
+static inline uint64_t
+seg_rec_seq_base(const char *recs, uint64_t off)
+{
+    uint64_t v;
+    __builtin_memcpy(
+        &v, recs + (off >> POOL_PAGE_SHIFT) * SEG_REC_SIZE + SEG_REC_SEQ_BASE,
+        sizeof(v));
+    return v;
+}
+
+/* seg_exp_base from seg_records' array. */
+static inline uint32_t
+seg_rec_exp_base(const char *recs, uint64_t off)
+{
+    uint32_t v;
+    __builtin_memcpy(
+        &v, recs + (off >> POOL_PAGE_SHIFT) * SEG_REC_SIZE + SEG_REC_EXP_BASE,
+        sizeof(v));
+    return v;
+}
+
 /* An item of the segment holding pool offset off (open or sealed)
  * expires at exp (UINT32_MAX: never): its exp_max rises to it if below.
  * A relaxed atomic max, any thread, no lock (a store, a touch in place,

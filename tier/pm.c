@@ -130,7 +130,7 @@ pm_set(void *pmem_dst, int c, size_t n)
     pm_note_write(pmem_dst, n);
 }
 
-/* Out of line in every build (only the packed items' commit uses it). */
+#ifndef NDEBUG /* release builds: inline in pm.h */
 void
 pm_store16(uint16_t *pmem_dst, uint16_t v)
 {
@@ -140,6 +140,7 @@ pm_store16(uint16_t *pmem_dst, uint16_t v)
     __atomic_store_n(pmem_dst, v, __ATOMIC_RELAXED);
     pm_note_write(pmem_dst, sizeof(v));
 }
+#endif
 
 #ifndef NDEBUG /* release builds: inline in pm.h */
 void

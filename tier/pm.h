@@ -24,7 +24,6 @@
 #include <string.h>
 
 void pm_set(void *pmem_dst, int c, size_t n);
-void pm_store16(uint16_t *pmem_dst, uint16_t v); /* one atomic 2-byte store */
 /* What a write helper does past its store when pm_slow is set (any hook,
  * latency emulation or persistence on; pm.c sets it, at setup): calls the
  * hook, waits, flushes. */
@@ -60,7 +59,16 @@ pm_store64(uint64_t *pmem_dst, uint64_t v)
     __atomic_store_n(pmem_dst, v, __ATOMIC_RELAXED);
     pm_note_write(pmem_dst, sizeof(v));
 }
+/* one atomic 2-byte store (relaxed, as pm_store32): a packed item's
+ * commit, on every packed set and unlink */
+static inline void
+pm_store16(uint16_t *pmem_dst, uint16_t v)
+{
+    __atomic_store_n(pmem_dst, v, __ATOMIC_RELAXED);
+    pm_note_write(pmem_dst, sizeof(v));
+}
 #else
+void pm_store16(uint16_t *pmem_dst, uint16_t v); /* one atomic 2-byte store */
 void pm_copy(void *pmem_dst, const void *src, size_t n);
 void pm_store32(uint32_t *pmem_dst, uint32_t v); /* one atomic 4-byte store */
 void pm_store64(uint64_t *pmem_dst, uint64_t v); /* one atomic 8-byte store */

@@ -430,10 +430,8 @@ account(struct cache_thread *t, uint64_t head, int sign)
 static __attribute__((noinline)) void
 account_packed(struct cache_thread *t, uint64_t head, int sign)
 {
-    struct pitem_view v;
-    int64_t size = 0;
-    if (cache_packed_view(t->cache, head, &v) == 0)
-        size = v.size;
+    /* the lengths only: the item is the index's, or its writer's */
+    int64_t size = pitem_size_at(t->cache->base + cache_packed_pool(head));
     cache_stat_add(t, ST_CURR_ITEMS, sign);
     cache_stat_add(t, ST_BYTES, sign * size);
     cache_stat_add(t, ST_PACKED_ITEMS, sign);
@@ -502,6 +500,17 @@ cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
         return;
     }
     account_unlink(t, head, dead, why);
+}
+
+void
+cache_retire_packed(struct cache_thread *t, uint64_t head, uint32_t now)
+{
+    /* cache_account_unlink's packed case with why REPLACED: the counters
+     * of expired_unfetched and evictions do not apply */
+    if (cache_packed_state(t->cache, head, now, NULL) != CACHE_LIVE)
+        cache_stat_inc(t, ST_RECLAIMED);
+    account_packed(t, head, -1);
+    cache_defer_free_special(t, head);
 }
 
 void
@@ -1001,6 +1010,7 @@ open_packed(struct cache *c)
     int rc = seg_create(&sc, c->pool, &c->seg);
     if (rc)
         return rc;
+    c->seg_rec = seg_records(c->seg);
     c->packed_max = c->cfg.packed_item_max;
     return 0;
 }

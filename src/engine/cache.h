@@ -277,9 +277,10 @@ struct cache {
     /* the packed small-item store (src/engine/packed.c): NULL when
      * packed_item_max is 0 */
     struct seg *seg;
-    uint32_t packed_max;         /* cfg.packed_item_max, 0 with no store */
-    bool divert;                 /* hot || seg: a store may go elsewhere than
-                                    a slab (set at open: cache.c, hotkey.c) */
+    const char *seg_rec; /* seg_records(seg): its records, read inline */
+    uint32_t packed_max; /* cfg.packed_item_max, 0 with no store */
+    bool divert;         /* hot || seg: a store may go elsewhere than
+                            a slab (set at open: cache.c, hotkey.c) */
     _Atomic uint32_t seg_owners; /* numbers for struct seg_open */
     /* per pool page: the latest time an item of its segment was stored
      * or read (meta l of a packed item: never above its true age);
@@ -372,7 +373,8 @@ struct cache_word_key {
     void *word;
     unsigned cls;
 };
-static inline bool cache_match_key_word(void *arg, uint64_t loc);
+static inline __attribute__((always_inline)) bool
+cache_match_key_word(void *arg, uint64_t loc);
 
 /* The calling thread's context for c, registering it on first use; NULL
  * only when DRAM runs out (err_msg says so). */
@@ -580,7 +582,7 @@ cache_packed_key_equals(const struct cache *c, uint64_t off, const void *key,
         return false;
     const unsigned char *k =
         p + sizeof(struct pitem_hdr) + ((p[1] & PITEM_HAS_EXP) ? 4u : 0u);
-    return memcmp(k, key, klen) == 0;
+    return item_key_bytes_equal(k, key, klen);
 }
 
 static inline const struct item_hdr *
@@ -594,24 +596,28 @@ cache_item_at(const struct cache *c, uint64_t off)
 /* cache_match_key without the chunk word's prefetch, inline: a store's
  * compare under its bucket lock (nothing on a store's path reads the
  * replaced chunk's DRAM word: its books take the page's class). */
-static inline bool
+static inline __attribute__((always_inline)) bool
 cache_match_key_store(void *arg, uint64_t loc)
 {
     const struct cache_key *k = arg;
     uint64_t off = cache_off(loc);
     if (unlikely(off & CACHE_SPECIAL_OFF))
-        return cache_match_special(k, off);
+        return cache_off_packed(off)
+                   ? cache_packed_key_equals(k->c, off, k->key, k->klen)
+                   : cache_match_special(k, off);
     return item_key_equals(item_at(k->c->base, off), k->key, k->klen);
 }
 
-static inline bool
+static inline __attribute__((always_inline)) bool
 cache_match_key_word(void *arg, uint64_t loc)
 {
     struct cache_word_key *wk = arg;
     uint64_t off = cache_off(loc);
     wk->word = NULL;
     if (unlikely(off & CACHE_SPECIAL_OFF))
-        return cache_match_special(&wk->k, off);
+        return cache_off_packed(off) ? cache_packed_key_equals(
+                                           wk->k.c, off, wk->k.key, wk->k.klen)
+                                     : cache_match_special(&wk->k, off);
     wk->word = slab_prefetch_word(wk->k.c->slab, off, &wk->cls);
     return item_key_equals(item_at(wk->k.c->base, off), wk->k.key, wk->k.klen);
 }
@@ -914,6 +920,11 @@ void cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
 /* cache_account_unlink(UNLINK_REPLACED), its tests of why folded: every
  * replacing set's path. Not for a packed item (cache_account_unlink). */
 void cache_account_replaced(struct cache_thread *t, uint64_t head, int dead);
+/* A store replaced the packed item at head (engine offset): its state
+ * looked at once, then as cache_account_unlink(UNLINK_REPLACED) and
+ * cache_defer_free (commit = 1 before the store answers). PMEM: a 2-byte
+ * store, no lock held. */
+void cache_retire_packed(struct cache_thread *t, uint64_t head, uint32_t now);
 
 /* Bytes an item accounts for in the "bytes" stat. */
 uint64_t cache_item_bytes(const struct cache *c, const struct item_hdr *it);

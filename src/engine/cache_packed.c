@@ -10,15 +10,6 @@
 #include "src/engine/pitem.h"
 #include "tier/nvs.h"
 
-int
-cache_packed_view(const struct cache *c, uint64_t off, struct pitem_view *v)
-{
-    uint64_t poff = cache_packed_pool(off);
-    uint64_t page = poff & ~(uint64_t)(POOL_PAGE_SIZE - 1);
-    return pitem_parse(c->base + page, POOL_PAGE_SIZE, seg_seq_of(c->seg, page),
-                       (uint32_t)(poff - page), v);
-}
-
 void
 cache_packed_invalidate(struct cache *c, uint64_t off)
 {
@@ -28,45 +19,11 @@ cache_packed_invalidate(struct cache *c, uint64_t off)
     pitem_invalidate(c->base + page, (uint32_t)(poff - page));
 }
 
-uint32_t
-cache_packed_exp(const struct cache *c, uint64_t off,
-                 const struct pitem_view *v)
-{
-    if (v->iflags & PITEM_HAS_EXP || !v->exp16)
-        return v->exp32; /* exp32, or 0: never */
-    return pitem_view_exp(v, seg_exp_base(c->seg, cache_packed_pool(off)));
-}
-
-uint64_t
-cache_packed_seq(const struct cache *c, uint64_t off)
-{
-    return seg_seq_of(c->seg, cache_packed_pool(off));
-}
-
-enum cache_dead
-cache_packed_dead(const struct cache *c, uint64_t off,
-                  const struct pitem_view *v, uint32_t now)
-{
-    uint32_t exp = cache_packed_exp(c, off, v);
-    if (exp != 0 && exp <= now)
-        return CACHE_EXPIRED;
-    /* the derived sequence, whatever CAS the item carries (as a slab
-     * item's seq); acquire as in cache_item_dead */
-    if (cache_packed_seq(c, off) <=
-        atomic_load_explicit(&c->flush_cas, memory_order_acquire))
-        return CACHE_FLUSHED;
-    return CACHE_LIVE;
-}
-
 enum cache_dead
 cache_off_dead(const struct cache *c, uint64_t off, uint32_t now)
 {
-    if (cache_off_packed(off)) {
-        struct pitem_view v;
-        if (cache_packed_view(c, off, &v) != 0)
-            return CACHE_LOST;
-        return cache_packed_dead(c, off, &v, now);
-    }
+    if (cache_off_packed(off))
+        return cache_packed_state(c, off, now, NULL);
     return cache_item_dead(c, cache_item_at(c, off), now);
 }
 
@@ -74,8 +31,9 @@ uint64_t
 cache_off_cas(const struct cache *c, uint64_t off)
 {
     if (cache_off_packed(off)) {
-        struct pitem_view v;
-        return cache_packed_view(c, off, &v) == 0 ? v.cas : 0;
+        uint64_t cas = 0;
+        (void)cache_packed_state(c, off, 0, &cas);
+        return cas;
     }
     return item_cas(cache_item_at(c, off));
 }

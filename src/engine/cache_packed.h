@@ -3,6 +3,7 @@
  * (src/engine/cache_packed.c). */
 
 #include "src/engine/cache.h"
+#include "src/engine/pitem.h"
 
 /* Packed items' fields (src/engine/pitem.h), for any engine path that
  * meets one: off is the engine offset (cache_off of the location). The
@@ -10,19 +11,83 @@
  * cache_packed_view: 0, or -EBADMSG (not an item). cache_packed_seq: its
  * derived sequence. cache_off_*: any item's (slab, DRAM or packed) death,
  * CAS and expiry. */
-struct pitem_view;
-int cache_packed_view(const struct cache *c, uint64_t off,
-                      struct pitem_view *v);
-uint64_t cache_packed_seq(const struct cache *c, uint64_t off);
+
+/* Inline: a packed get and set read each of these once or more; a call
+ * and seg.c's calls for the record cost a get some 100 instructions. */
+static inline __attribute__((always_inline)) int
+cache_packed_view(const struct cache *c, uint64_t off, struct pitem_view *v)
+{
+    uint64_t poff = cache_packed_pool(off);
+    uint32_t in = (uint32_t)(poff & (POOL_PAGE_SIZE - 1));
+    return pitem_parse_inline(c->base + (poff - in), POOL_PAGE_SIZE,
+                              seg_rec_seq_base(c->seg_rec, poff), in, v);
+}
+
+static inline uint64_t
+cache_packed_seq(const struct cache *c, uint64_t off)
+{
+    uint64_t poff = cache_packed_pool(off);
+    return seg_rec_seq_base(c->seg_rec, poff) +
+           (poff & (POOL_PAGE_SIZE - 1)) / 4;
+}
+
 /* The absolute expiry (0 never) of a packed item cache_packed_view read:
  * its exp32, or its exp16 counted from its segment's exp_base. */
-uint32_t cache_packed_exp(const struct cache *c, uint64_t off,
-                          const struct pitem_view *v);
+static inline uint32_t
+cache_packed_exp(const struct cache *c, uint64_t off,
+                 const struct pitem_view *v)
+{
+    if (v->iflags & PITEM_HAS_EXP || !v->exp16)
+        return v->exp32; /* exp32, or 0: never */
+    return seg_rec_exp_base(c->seg_rec, cache_packed_pool(off)) + v->exp16 - 1u;
+}
+
+static inline enum cache_dead
+cache_packed_dead(const struct cache *c, uint64_t off,
+                  const struct pitem_view *v, uint32_t now)
+{
+    uint32_t exp = cache_packed_exp(c, off, v);
+    if (exp != 0 && exp <= now)
+        return CACHE_EXPIRED;
+    /* the derived sequence, whatever CAS the item carries (as a slab
+     * item's seq); acquire as in cache_item_dead */
+    if (cache_packed_seq(c, off) <=
+        atomic_load_explicit(&c->flush_cas, memory_order_acquire))
+        return CACHE_FLUSHED;
+    return CACHE_LIVE;
+}
+
+/* cache_packed_view and cache_packed_dead from one look at the header
+ * (pitem_peek): the state of the packed item at off, and its CAS (*cas,
+ * when cas is not NULL and the item is not CACHE_LOST). A store's checks
+ * of the version it replaces and its retirement. */
+static inline __attribute__((always_inline)) enum cache_dead
+cache_packed_state(const struct cache *c, uint64_t off, uint32_t now,
+                   uint64_t *cas)
+{
+    uint64_t poff = cache_packed_pool(off);
+    uint32_t in = (uint32_t)(poff & (POOL_PAGE_SIZE - 1));
+    const char *it = c->base + poff;
+    uint32_t vat, vlen, exp;
+    if (!pitem_peek(it, POOL_PAGE_SIZE - in, seg_rec_exp_base(c->seg_rec, poff),
+                    &vat, &vlen, &exp))
+        return CACHE_LOST;
+    uint64_t seq = seg_rec_seq_base(c->seg_rec, poff) + in / 4;
+    if (cas) {
+        *cas = seq; /* derived, or cas64: the 8 bytes before the value */
+        if ((uint8_t)it[1] & PITEM_HAS_CAS)
+            __builtin_memcpy(cas, it + vat - 8, 8);
+    }
+    if (exp != 0 && exp <= now)
+        return CACHE_EXPIRED;
+    if (seq <= atomic_load_explicit(&c->flush_cas, memory_order_acquire))
+        return CACHE_FLUSHED;
+    return CACHE_LIVE;
+}
+
 /* commit = 1 for the packed item at off (pitem_invalidate on its
  * segment). PMEM: one 2-byte store, no lock held. */
 void cache_packed_invalidate(struct cache *c, uint64_t off);
-enum cache_dead cache_packed_dead(const struct cache *c, uint64_t off,
-                                  const struct pitem_view *v, uint32_t now);
 enum cache_dead cache_off_dead(const struct cache *c, uint64_t off,
                                uint32_t now);
 uint64_t cache_off_cas(const struct cache *c, uint64_t off);

@@ -270,58 +270,85 @@ packed_touch_rcu(struct cache *c, uint64_t off, struct pitem_view *v,
     return dead;
 }
 
+/* A live packed item's description (fetch_packed_rcu), and its recache
+ * win (as win_state: taken, not for this reader, not due, or claimed now
+ * by setting the slot's bit). exp: a touch's new expiry. */
+static void
+packed_info(struct cache *c, uint64_t loc, uint64_t hash,
+            const struct pitem_view *v, const struct tc_get_opts *o,
+            uint32_t now, uint32_t exp, struct tc_item_info *info)
+{
+    uint64_t off = cache_off(loc);
+    memset(info, 0, sizeof(*info));
+    info->exptime_before = cache_packed_exp(c, off, v);
+    info->exptime = o->touch ? exp : info->exptime_before;
+    info->flags = v->flags;
+    info->cas = v->cas;
+    info->vlen = v->vlen;
+    info->stale = (v->iflags & PITEM_STALE) != 0;
+    info->fetched = (loc & CACHE_LOC_FETCHED) != 0;
+    info->last_access = cache_packed_age(c, cache_packed_pool(off), now);
+    info->win = TC_WIN_NONE;
+    if (loc & CACHE_LOC_WIN) {
+        info->win = TC_WIN_TAKEN;
+    } else if (!o->no_win) {
+        uint32_t e =
+            o->recache_before_touch ? info->exptime_before : info->exptime;
+        bool due = info->stale || (o->recache_below && e != 0 &&
+                                   (e <= now || e - now < o->recache_below));
+        if (due)
+            info->win = htab_set_bits_rcu(c->htab, hash, loc, CACHE_LOC_WIN)
+                            ? TC_WIN_YOU
+                            : TC_WIN_TAKEN;
+    }
+}
+
 /* fetch_rcu_loc for a packed item: served from its segment. Its fetched
  * and win bits are its index slot's (set by a compare-and-swap of the slot:
- * htab_set_bits_rcu), its access time its segment's (cache_packed_age).
- * Out of line: a slab item's get pays only the test that sends it here. */
+ * slot, the one the lookup found it in, or NULL: htab_set_bits_rcu), its
+ * access time its segment's (cache_packed_age). A copy out that wants no
+ * description (tc_get_copy's usual call) builds none. Out of line: a slab
+ * item's get pays only the test that sends it here. */
 static __attribute__((noinline)) void
 fetch_packed_rcu(struct cache *c, uint64_t loc, uint64_t hash,
-                 const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn,
-                 void *arg, const struct copy_at *ca, struct fetch_res *r)
+                 _Atomic uint64_t *slot, const struct tc_get_opts *o,
+                 uint32_t now, tc_value_fn *fn, void *arg,
+                 const struct copy_at *ca, struct fetch_res *r)
 {
     uint64_t off = cache_off(loc);
     uint64_t poff = cache_packed_pool(off);
     struct pitem_view v;
     struct tc_item_info info;
-    uint32_t exp = o->touch ? cache_exptime(o->exptime, now) : 0;
+    uint32_t exp = 0;
 
     r->cls = SLAB_NO_CLASS;
-    r->dead = packed_touch_rcu(c, off, &v, o->touch, exp, now, &r->prewrite);
+    if (o->touch) {
+        exp = cache_exptime(o->exptime, now);
+        r->dead = packed_touch_rcu(c, off, &v, true, exp, now, &r->prewrite);
+    } else {
+        r->prewrite = 0;
+        r->dead = likely(cache_packed_view(c, off, &v) == 0)
+                      ? cache_packed_dead(c, off, &v, now)
+                      : CACHE_LOST;
+    }
     if (r->dead != CACHE_LIVE)
         return;
     r->flash = r->prewrite != 0; /* the rewrite after the section */
-    memset(&info, 0, sizeof(info));
-    info.exptime_before = cache_packed_exp(c, off, &v);
-    info.exptime = o->touch ? exp : info.exptime_before;
-    info.flags = v.flags;
-    info.cas = v.cas;
-    info.vlen = v.vlen;
-    info.stale = (v.iflags & PITEM_STALE) != 0;
-    info.fetched = (loc & CACHE_LOC_FETCHED) != 0;
-    info.last_access = cache_packed_age(c, poff, now);
-    /* the recache win, as win_state: taken, not for this reader, not due,
-     * or claimed now by setting the slot's bit */
-    info.win = TC_WIN_NONE;
-    if (loc & CACHE_LOC_WIN) {
-        info.win = TC_WIN_TAKEN;
-    } else if (!o->no_win) {
-        uint32_t e =
-            o->recache_before_touch ? info.exptime_before : info.exptime;
-        bool due = info.stale || (o->recache_below && e != 0 &&
-                                  (e <= now || e - now < o->recache_below));
-        if (due)
-            info.win = htab_set_bits_rcu(c->htab, hash, loc, CACHE_LOC_WIN)
-                           ? TC_WIN_YOU
-                           : TC_WIN_TAKEN;
-    }
+    bool described = !ca || ca->cp->info;
+    if (described) /* before the bump: the age before this access */
+        packed_info(c, loc, hash, &v, o, now, exp, &info);
     if (!o->no_bump) {
-        if ((loc & (CACHE_LOC_REF | CACHE_LOC_FETCHED)) !=
-            (CACHE_LOC_REF | CACHE_LOC_FETCHED))
-            htab_set_bits_rcu(c->htab, hash, loc,
-                              CACHE_LOC_REF | CACHE_LOC_FETCHED);
+        const uint64_t bits = CACHE_LOC_REF | CACHE_LOC_FETCHED;
+        if ((loc & bits) != bits) {
+            if (slot)
+                htab_slot_set_bits_rcu(slot, loc, bits);
+            else
+                htab_set_bits_rcu(c->htab, hash, loc, bits);
+        }
         cache_packed_touch(c, poff, now);
     }
-    pm_note_read(v.value, v.vlen);
+    if (unlikely(pm_reads_noted())) /* latency emulation: the read */
+        pm_note_read(v.value, v.vlen);
     if (ca) {
         if (ca->cp->info)
             *ca->cp->info = info;
@@ -336,13 +363,63 @@ fetch_packed_rcu(struct cache *c, uint64_t loc, uint64_t hash,
     }
 }
 
+/* fetch_packed_rcu for a plain tc_get_copy that wants no description
+ * (its usual call): the item's state and value from one look at its
+ * header (pitem_peek) and its segment's record, then the bump and the
+ * copy, as fetch_packed_rcu's. */
+static inline __attribute__((always_inline)) void
+copy_packed_rcu(struct cache *c, uint64_t loc, _Atomic uint64_t *slot,
+                uint32_t now, struct fetch_copy *cp, struct fetch_res *r)
+{
+    uint64_t poff = cache_packed_pool(cache_off(loc));
+    uint32_t in = (uint32_t)(poff & (POOL_PAGE_SIZE - 1));
+    const char *it = c->base + poff;
+    uint32_t vat, vlen, exp;
+
+    r->cls = SLAB_NO_CLASS;
+    r->prewrite = 0;
+    if (unlikely(!pitem_peek(it, POOL_PAGE_SIZE - in,
+                             seg_rec_exp_base(c->seg_rec, poff), &vat, &vlen,
+                             &exp))) {
+        r->dead = CACHE_LOST;
+        return;
+    }
+    /* cache_packed_dead: the expiry, then the derived sequence against
+     * the flush watermark */
+    if (exp != 0 && exp <= now) {
+        r->dead = CACHE_EXPIRED;
+        return;
+    }
+    if (seg_rec_seq_base(c->seg_rec, poff) + in / 4 <=
+        atomic_load_explicit(&c->flush_cas, memory_order_acquire)) {
+        r->dead = CACHE_FLUSHED;
+        return;
+    }
+    /* one compare-and-swap from the word the lookup saw: a slot changed
+     * meanwhile keeps what it has (the bits are hints) */
+    const uint64_t bits = CACHE_LOC_REF | CACHE_LOC_FETCHED;
+    if ((loc & bits) != bits) {
+        uint64_t w = atomic_load_explicit(slot, memory_order_relaxed);
+        if ((w & HTAB_LOC_MASK) == loc)
+            atomic_compare_exchange_strong_explicit(
+                slot, &w, w | bits, memory_order_relaxed, memory_order_relaxed);
+    }
+    cache_packed_touch(c, poff, now);
+    if (unlikely(pm_reads_noted())) /* latency emulation: the read */
+        pm_note_read(it + vat, vlen);
+    size_t n = MIN((size_t)vlen, cp->cap);
+    if (n)
+        memcpy(cp->buf, it + vat, n);
+}
+
 /* Serve what the index holds for a key at loc (0: nothing), a live plain
  * item in place (ca: copied out, see serve_rcu). Context: inside the read
  * section that found loc. */
 static inline __attribute__((always_inline)) void
 fetch_rcu_loc(struct cache *c, uint64_t loc, uint64_t hash,
-              const struct tc_get_opts *o, uint32_t now, tc_value_fn *fn,
-              void *arg, const struct copy_at *ca, struct fetch_res *r)
+              _Atomic uint64_t *slot, const struct tc_get_opts *o, uint32_t now,
+              tc_value_fn *fn, void *arg, const struct copy_at *ca,
+              struct fetch_res *r)
 {
     r->dead = CACHE_LIVE;
     r->flash = false;
@@ -353,7 +430,13 @@ fetch_rcu_loc(struct cache *c, uint64_t loc, uint64_t hash,
     struct item_hdr *it;
     if (unlikely(off & CACHE_SPECIAL_OFF)) {
         if (cache_off_packed(off)) {
-            fetch_packed_rcu(c, r->loc, hash, o, now, fn, arg, ca, r);
+            /* (o is a constant where ca is not NULL: only the info test
+             * is left) */
+            if (ca && slot && !o->touch && o->no_win && !o->no_bump &&
+                !ca->cp->info)
+                copy_packed_rcu(c, r->loc, slot, now, ca->cp, r);
+            else
+                fetch_packed_rcu(c, r->loc, hash, slot, o, now, fn, arg, ca, r);
             return;
         }
         it = (struct item_hdr *)cache_dram_ptr(off);
@@ -380,10 +463,13 @@ fetch_rcu(struct cache *c, struct cache_key *k, uint64_t hash,
           tc_value_fn *fn, void *arg, const struct copy_at *ca,
           struct fetch_res *r)
 {
-    /* a copy's compare is inline (cache_match_key_word), so its scan is */
-    uint64_t loc = ca ? htab_lookup_rcu_inline(c->htab, hash, match, k)
-                      : htab_lookup_rcu(c->htab, hash, match, k);
-    fetch_rcu_loc(c, loc, hash, o, now, fn, arg, ca, r);
+    /* a copy's compare is inline (cache_match_key_word), so its scan is,
+     * which gives a packed item's bump the slot */
+    _Atomic uint64_t *slot = NULL;
+    uint64_t loc =
+        ca ? htab_lookup_slot_rcu_inline(c->htab, hash, match, k, &slot)
+           : htab_lookup_rcu(c->htab, hash, match, k);
+    fetch_rcu_loc(c, loc, hash, slot, o, now, fn, arg, ca, r);
 }
 
 /* Does fetch_after have more to do than count (read flash, unlink)? */
@@ -603,7 +689,8 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
             struct cache_key k = {c, key, klen};
             fetch_count(t, o);
             if (fresh && hint[i] && cache_match_key_warm(&k, hint[i]))
-                fetch_rcu_loc(c, hint[i], hash[i], o, now, vfn, call, NULL, &r);
+                fetch_rcu_loc(c, hint[i], hash[i], NULL, o, now, vfn, call,
+                              NULL, &r);
             else
                 fetch_rcu(c, &k, hash[i], cache_match_key_warm, o, now, vfn,
                           call, NULL, &r);

@@ -178,6 +178,31 @@ htab_lookup_rcu_inline(struct htab *h, uint64_t hash, htab_match_fn *match,
                                  arg);
 }
 
+/* htab_lookup_rcu_inline that also gives the slot it found the entry in
+ * (*slot, set on a hit only), for htab_slot_set_bits_rcu. */
+static inline __attribute__((always_inline)) uint64_t
+htab_lookup_slot_rcu_inline(struct htab *h, uint64_t hash, htab_match_fn *match,
+                            void *arg, _Atomic uint64_t **slot)
+{
+    const uint64_t tag = htab_tag(hash);
+    struct htab_bucket *b = htab_home_bucket_rcu(h, hash);
+
+    do {
+#pragma GCC unroll 8 /* every slot (HTAB_SLOTS): no loop counter */
+        for (int i = 0; i < HTAB_SLOTS; i++) {
+            uint64_t w =
+                atomic_load_explicit(&b->slot[i], memory_order_acquire);
+            if ((w >> HTAB_LOC_BITS) == tag &&
+                likely(match(arg, w & HTAB_LOC_MASK))) {
+                *slot = &b->slot[i];
+                return w & HTAB_LOC_MASK;
+            }
+        }
+        b = atomic_load_explicit(&b->next, memory_order_acquire);
+    } while (b != NULL);
+    return 0;
+}
+
 /* Whether the index holds the entry (hash's tag, loc) in hash's chain,
  * found without reading the item: a caller that has a location from
  * elsewhere (a chunk scan) reads the item only once this is true, since
@@ -285,6 +310,23 @@ htab_loc_same(uint64_t a, uint64_t b)
 {
     uint64_t ignore = (a & HTAB_LOC_KIND) ? HTAB_LOC_VOLATILE : 0;
     return ((a ^ b) & HTAB_LOC_MASK & ~ignore) == 0;
+}
+
+/* htab_set_bits_rcu on the slot a lookup in this same read section found
+ * the entry in (htab_lookup_slot_rcu_inline), inline, without a second
+ * scan: for hint bits only (REF, FETCHED), since a doubling that moved
+ * the entry meanwhile leaves this slot behind, so the bits may be set
+ * where nobody reads them again (lost, as htab_set_bits_rcu's may be). A
+ * slot is memory of its table or overflow bucket until a grace period
+ * after it was retired, and names loc only while it holds that entry. */
+static inline void
+htab_slot_set_bits_rcu(_Atomic uint64_t *slot, uint64_t loc, uint64_t bits)
+{
+    uint64_t w = atomic_load_explicit(slot, memory_order_relaxed);
+    while (htab_loc_same(loc, w) && (w & bits) != bits &&
+           !atomic_compare_exchange_weak_explicit(
+               slot, &w, w | bits, memory_order_relaxed, memory_order_relaxed))
+        ;
 }
 
 /* htab_find_locked, trying first the first slot a peek found (hint): when

@@ -140,7 +140,7 @@ ttl_bucket(uint32_t exptime, uint32_t now)
 static inline bool
 span_exp16(const struct cache *c, uint64_t poff, uint32_t exptime)
 {
-    return pitem_exp16_fits(seg_exp_base(c->seg, poff), exptime);
+    return pitem_exp16_fits(seg_rec_exp_base(c->seg_rec, poff), exptime);
 }
 
 /* One segment fewer: an expired one (exp_max passed, decided in DRAM),
@@ -155,18 +155,27 @@ evict_one(struct cache_thread *t)
 }
 
 bool
-packed_cas_below(struct cache_thread *t, uint32_t exptime, uint64_t old_cas)
+packed_cas_below(struct cache_thread *t, uint32_t exptime, uint32_t now,
+                 uint64_t old_cas)
 {
-    unsigned b = ttl_bucket(exptime, clock_now());
-    return old_cas && old_cas >= seg_open_seq_base(t->cache->seg, &t->so, b);
+    if (!old_cas)
+        return false;
+    unsigned b = ttl_bucket(exptime, now);
+    return old_cas >= seg_open_seq_base(t->cache->seg, &t->so, b);
 }
 
 int
 packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
                uint64_t *head)
 {
+    return packed_reserve_at(t, size, exptime, clock_now(), head);
+}
+
+int
+packed_reserve_at(struct cache_thread *t, uint32_t size, uint32_t exptime,
+                  uint32_t now, uint64_t *head)
+{
     struct cache *c = t->cache;
-    uint32_t now = clock_now();
     unsigned b = ttl_bucket(exptime, now);
     /* size has exp32 when the item expires; exp16 takes 4 bytes less.
      * The form follows the segment the span lands in (its exp_base), so
@@ -197,7 +206,8 @@ packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
             return rc;
         /* opened before a flush_all: later sequences would read flushed */
         if (unlikely(
-                seg_seq_of(c->seg, off) <=
+                seg_rec_seq_base(c->seg_rec, off) +
+                    (off & (POOL_PAGE_SIZE - 1)) / 4 <=
                 atomic_load_explicit(&c->flush_cas, memory_order_acquire))) {
             seg_seal_page(c->seg, &t->so, (uint32_t)(off >> POOL_PAGE_SHIFT));
             rc = -ENOSPC;
@@ -219,13 +229,14 @@ packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
 /* packed_write's body; pending: commit = 2 (a copy that a
  * compare-and-swap commits after its publication). Returns check16. */
 static uint16_t
-write_item(struct cache *c, uint64_t head, const struct packed_item *it,
-           bool pending)
+write_item_at(struct cache *c, uint64_t head, const struct packed_item *it,
+              bool pending, uint32_t now)
 {
     uint64_t poff = cache_packed_pool(head);
     uint64_t page = poff & ~(uint64_t)(POOL_PAGE_SIZE - 1);
     uint32_t in = (uint32_t)(poff - page);
-    uint64_t seq_base = seg_seq_of(c->seg, page);
+    uint64_t seq_base = seg_rec_seq_base(c->seg_rec, page);
+    uint32_t exp_base = seg_rec_exp_base(c->seg_rec, page);
     struct pitem_desc d = {
         .key = it->key,
         .klen = it->klen,
@@ -233,10 +244,10 @@ write_item(struct cache *c, uint64_t head, const struct packed_item *it,
         .nvalue = (unsigned)it->nvalue,
         .vlen = it->vlen,
         .flags = it->flags,
-        .has_exp32 =
-            it->exp32 ? it->exptime != 0 : !span_exp16(c, poff, it->exptime),
+        .has_exp32 = it->exp32 ? it->exptime != 0
+                               : !pitem_exp16_fits(exp_base, it->exptime),
         .exp32 = it->exptime,
-        .exp16 = pitem_exp16_of(seg_exp_base(c->seg, poff), it->exptime),
+        .exp16 = pitem_exp16_of(exp_base, it->exptime),
         .has_cas = it->cas != 0,
         .cas = it->cas,
     };
@@ -246,15 +257,30 @@ write_item(struct cache *c, uint64_t head, const struct packed_item *it,
         pitem_write(c->base + page, POOL_PAGE_SIZE, in, seq_base, &d, pending);
     /* DRAM: the segment lasts as long as its latest item */
     seg_exp_raise(c->seg, poff, it->exptime ? it->exptime : UINT32_MAX);
-    cache_packed_touch(c, poff, clock_now()); /* a store is an access */
+    cache_packed_touch(c, poff, now); /* a store is an access */
     return check;
+}
+
+/* write_item_at the clock's time */
+static uint16_t
+write_item(struct cache *c, uint64_t head, const struct packed_item *it,
+           bool pending)
+{
+    return write_item_at(c, head, it, pending, clock_now());
+}
+
+uint64_t
+packed_write_at(struct cache *c, uint64_t head, const struct packed_item *it,
+                uint32_t now)
+{
+    write_item_at(c, head, it, false, now);
+    return it->cas ? it->cas : cache_packed_seq(c, head);
 }
 
 uint64_t
 packed_write(struct cache *c, uint64_t head, const struct packed_item *it)
 {
-    write_item(c, head, it, false);
-    return it->cas ? it->cas : cache_packed_seq(c, head);
+    return packed_write_at(c, head, it, clock_now());
 }
 
 uint16_t

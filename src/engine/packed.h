@@ -44,11 +44,15 @@ uint32_t packed_size(const struct cache *c, uint32_t klen, uint64_t vlen,
  * it took its sequence block before old_cas was given (a derived CAS
  * would not be above it). A hint, read before the span is reserved: the
  * publication checks again (store.c). Context: the calling thread's. */
-bool packed_cas_below(struct cache_thread *t, uint32_t exptime,
+bool packed_cas_below(struct cache_thread *t, uint32_t exptime, uint32_t now,
                       uint64_t old_cas);
 
 int packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
                    uint64_t *head);
+/* packed_reserve at now, the caller's clock_now() (a store's: one read
+ * of the clock a store, not one a step). */
+int packed_reserve_at(struct cache_thread *t, uint32_t size, uint32_t exptime,
+                      uint32_t now, uint64_t *head);
 
 /* What packed_write stores. */
 struct packed_item {
@@ -69,9 +73,14 @@ struct packed_item {
 /* Write the item into the span at head (packed_reserve's for its size
  * and exptime, the calling thread's): committed when this returns, its
  * segment's exp_max raised. Returns its CAS. PMEM: the item, no lock
- * held. */
+ * held (and fenced: the caller's fence before its publication is not
+ * needed for it). */
 uint64_t packed_write(struct cache *c, uint64_t head,
                       const struct packed_item *it);
+/* packed_write at now, the store's clock_now() (its segment's access
+ * time). */
+uint64_t packed_write_at(struct cache *c, uint64_t head,
+                         const struct packed_item *it, uint32_t now);
 
 /* Make room: c->packed_evict's (merge eviction, packed_merge.c) when
  * registered, else packed_evict_fifo. 1 when pages were freed (or another

@@ -5,6 +5,8 @@
  */
 #include "src/engine/pitem.h"
 
+#include "src/engine/item.h"
+
 #include "src/base/compiler.h"
 #include "src/base/crashpoint.h"
 #include "tier/nvs.h"
@@ -36,18 +38,59 @@ pitem_size(const struct pitem_desc *d)
     return pitem_size_of(d->klen, d->vlen, pitem_iflags(d));
 }
 
+#if defined(__x86_64__)
+/* check_of's CRC32C with the SSE4.2 instruction inline (a set's three
+ * nvs_crc32c calls cost it some 130 instructions): the same bytes in the
+ * same order, 8 at a time (the CRC of a stream does not depend on how it
+ * is cut), so the same value. */
+__attribute__((target("sse4.2"))) static uint32_t
+check_crc_hw(uint64_t seq_base, uint32_t off, const void *p, const void *q,
+             size_t m)
+{
+    uint32_t h;
+    memcpy(&h, p, 4);
+    uint64_t c = __builtin_ia32_crc32di(0xffffffffu, seq_base);
+    c = __builtin_ia32_crc32di(c, (uint64_t)off | (uint64_t)h << 32);
+    const unsigned char *b = q;
+    for (; m >= 8; m -= 8, b += 8) {
+        uint64_t w;
+        memcpy(&w, b, 8);
+        c = __builtin_ia32_crc32di(c, w);
+    }
+    uint32_t c32 = (uint32_t)c;
+    if (m >= 4) {
+        uint32_t w;
+        memcpy(&w, b, 4);
+        c32 = __builtin_ia32_crc32si(c32, w);
+        b += 4;
+        m -= 4;
+    }
+    while (m-- > 0)
+        c32 = __builtin_ia32_crc32qi(c32, *b++);
+    return ~c32;
+}
+#endif
+
 /* check16 from the CRC32C of seq_base, off, then n bytes at p (header
  * bytes 0..3), then m bytes at q (key and flags32/cas64). */
 static uint16_t
 check_of(uint64_t seq_base, uint32_t off, const void *p, size_t n,
          const void *q, size_t m)
 {
-    char pre[12];
-    memcpy(pre, &seq_base, 8);
-    memcpy(pre + 8, &off, 4);
-    uint32_t crc = nvs_crc32c(0, pre, sizeof(pre));
-    crc = nvs_crc32c(crc, p, n);
-    crc = nvs_crc32c(crc, q, m);
+    uint32_t crc;
+#if defined(__x86_64__)
+    if (likely(n == PITEM_CHECKED_HDR && __builtin_cpu_supports("sse4.2"))) {
+        crc = check_crc_hw(seq_base, off, p, q, m);
+    } else
+#endif
+    {
+        char pre[12];
+        memcpy(pre, &seq_base, 8);
+        memcpy(pre + 8, &off, 4);
+        crc = nvs_crc32c(0, pre, sizeof(pre));
+        crc = nvs_crc32c(crc, p, n);
+        crc = nvs_crc32c(crc, q, m);
+    }
     uint16_t c = (uint16_t)crc;
     /* 0 none, 1 dead, 2 pending */
     return c < PITEM_COMMIT_MIN ? (uint16_t)(c + PITEM_COMMIT_MIN) : c;
@@ -73,7 +116,7 @@ stage(char *b, const struct pitem_desc *d, uint32_t *ko)
         at += 4;
     }
     *ko = at;
-    memcpy(b + at, d->key, d->klen);
+    copy_key(b + at, d->key, d->klen); /* inline for 8..32 bytes */
     at += d->klen;
     if (iflags & PITEM_HAS_FLAGS) {
         memcpy(b + at, &d->flags, 4);
@@ -176,47 +219,7 @@ int
 pitem_parse(const char *seg, uint32_t seg_size, uint64_t seq_base, uint32_t off,
             struct pitem_view *v)
 {
-    const char *it = seg + off;
-    if (off > seg_size || seg_size - off < PITEM_SIZE_MIN)
-        return -EBADMSG;
-    uint8_t klen = (uint8_t)it[0], fl = (uint8_t)it[1];
-    uint16_t vlen;
-    memcpy(&vlen, it + 2, 2);
-    if (klen == 0 || klen > PITEM_KLEN_MAX)
-        return -EBADMSG;
-    unsigned iflags = fl & PITEM_IFLAGS_MASK;
-    uint32_t size = pitem_size_of(klen, vlen, iflags);
-    if (size > seg_size - off)
-        return -EBADMSG;
-
-    v->off = off;
-    v->size = size;
-    v->commit = load16(it + PITEM_COMMIT_OFFSET);
-    v->iflags = (uint8_t)iflags;
-    v->klen = klen;
-    v->vlen = vlen;
-    v->exp16 = load16(it + PITEM_EXP16_OFFSET);
-    uint32_t at = sizeof(struct pitem_hdr);
-    v->exp32 = 0;
-    if (iflags & PITEM_HAS_EXP) {
-        v->exp32 = __atomic_load_n((const uint32_t *)(const void *)(it + at),
-                                   __ATOMIC_RELAXED);
-        at += 4;
-    }
-    v->key = it + at;
-    at += klen;
-    v->flags = fl & PITEM_CFLAGS_MASK;
-    if (iflags & PITEM_HAS_FLAGS) {
-        memcpy(&v->flags, it + at, 4);
-        at += 4;
-    }
-    v->cas = seq_base + off / 4;
-    if (iflags & PITEM_HAS_CAS) {
-        memcpy(&v->cas, it + at, 8);
-        at += 8;
-    }
-    v->value = it + at;
-    return 0;
+    return pitem_parse_inline(seg, seg_size, seq_base, off, v);
 }
 
 bool

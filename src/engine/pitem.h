@@ -18,6 +18,7 @@
 
 #include "src/engine/pitem_layout.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -135,6 +136,109 @@ void pitem_set_exp32(char *seg, uint32_t off, uint32_t exp32);
  */
 int pitem_parse(const char *seg, uint32_t seg_size, uint64_t seq_base,
                 uint32_t off, struct pitem_view *v);
+
+/* The size of the item at it (pitem_size_of its header's lengths and
+ * flags), read without the checks of pitem_parse: for an item the index
+ * holds or its writer just wrote (the engine's accounting). */
+static inline uint32_t
+pitem_size_at(const char *it)
+{
+    uint16_t vlen;
+    __builtin_memcpy(&vlen, it + 2, 2);
+    return pitem_size_of((uint8_t)it[0], vlen,
+                         (uint8_t)it[1] & PITEM_IFLAGS_MASK);
+}
+
+/* What a get that copies the value out needs of the item at it, room
+ * bytes of its segment from it (exp_base: its segment's): the value's
+ * offset from it (*vat) and length (*vlen), its absolute expiry (*exp, 0
+ * never). False where pitem_parse fails (the lengths do not fit). The
+ * header's first word once, exp16 or exp32 with a relaxed atomic load (a
+ * touch may store it); nothing else (a tc_get_copy wanting no
+ * description: pitem_parse and the view cost it some 60 instructions). */
+static inline __attribute__((always_inline)) bool
+pitem_peek(const char *it, uint32_t room, uint32_t exp_base, uint32_t *vat,
+           uint32_t *vlen, uint32_t *exp)
+{
+    uint32_t h;
+    __builtin_memcpy(&h, it, 4); /* klen, cflags/iflags, vlen */
+    uint32_t klen = h & 0xffu, fl = h >> 8, vl = h >> 16;
+    uint32_t at = (uint32_t)sizeof(struct pitem_hdr) + klen +
+                  (fl & PITEM_HAS_EXP ? 4u : 0u) +
+                  (fl & PITEM_HAS_FLAGS ? 4u : 0u) +
+                  (fl & PITEM_HAS_CAS ? 8u : 0u);
+    if (klen == 0 || klen > PITEM_KLEN_MAX ||
+        ((at + vl + PITEM_ALIGN - 1) & ~(PITEM_ALIGN - 1)) > room)
+        return false;
+    if (fl & PITEM_HAS_EXP) {
+        *exp = __atomic_load_n(
+            (const uint32_t *)(const void *)(it + sizeof(struct pitem_hdr)),
+            __ATOMIC_RELAXED);
+    } else {
+        uint32_t e = __atomic_load_n(
+            (const uint16_t *)(const void *)(it + PITEM_EXP16_OFFSET),
+            __ATOMIC_RELAXED);
+        *exp = e ? exp_base + e - 1u : 0;
+    }
+    *vat = at;
+    *vlen = vl;
+    return true;
+}
+
+/* pitem_parse inline, for the engine's get and set (src/engine/
+ * cache_packed.h): exp16, exp32 and commit, which a touch or an unlink
+ * may store meanwhile, with relaxed atomic loads; the rest is fixed once
+ * the item is published. */
+static inline __attribute__((always_inline)) int
+pitem_parse_inline(const char *seg, uint32_t seg_size, uint64_t seq_base,
+                   uint32_t off, struct pitem_view *v)
+{
+    const char *it = seg + off;
+    if (off > seg_size || seg_size - off < PITEM_SIZE_MIN)
+        return -EBADMSG;
+    uint8_t klen = (uint8_t)it[0], fl = (uint8_t)it[1];
+    uint16_t vlen;
+    __builtin_memcpy(&vlen, it + 2, 2);
+    if (klen == 0 || klen > PITEM_KLEN_MAX)
+        return -EBADMSG;
+    unsigned iflags = fl & PITEM_IFLAGS_MASK;
+    uint32_t size = pitem_size_of(klen, vlen, iflags);
+    if (size > seg_size - off)
+        return -EBADMSG;
+
+    v->off = off;
+    v->size = size;
+    v->commit = __atomic_load_n(
+        (const uint16_t *)(const void *)(it + PITEM_COMMIT_OFFSET),
+        __ATOMIC_RELAXED);
+    v->iflags = (uint8_t)iflags;
+    v->klen = klen;
+    v->vlen = vlen;
+    v->exp16 = __atomic_load_n(
+        (const uint16_t *)(const void *)(it + PITEM_EXP16_OFFSET),
+        __ATOMIC_RELAXED);
+    uint32_t at = sizeof(struct pitem_hdr);
+    v->exp32 = 0;
+    if (iflags & PITEM_HAS_EXP) {
+        v->exp32 = __atomic_load_n((const uint32_t *)(const void *)(it + at),
+                                   __ATOMIC_RELAXED);
+        at += 4;
+    }
+    v->key = it + at;
+    at += klen;
+    v->flags = fl & PITEM_CFLAGS_MASK;
+    if (iflags & PITEM_HAS_FLAGS) {
+        __builtin_memcpy(&v->flags, it + at, 4);
+        at += 4;
+    }
+    v->cas = seq_base + off / 4;
+    if (iflags & PITEM_HAS_CAS) {
+        __builtin_memcpy(&v->cas, it + at, 8);
+        at += 8;
+    }
+    v->value = it + at;
+    return 0;
+}
 
 /* Whether a parsed item's commit is its check16. */
 bool pitem_verify(const char *seg, uint64_t seq_base,

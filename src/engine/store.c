@@ -63,6 +63,11 @@ static inline __attribute__((always_inline)) int
 decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
               uint32_t now)
 {
+    /* a plain set (any mode but these, no CAS to check) replaces what is
+     * there whatever its state: not looked at (a call for a packed item) */
+    if (!r->cas_check && r->mode != TC_ADD && r->mode != TC_REPLACE &&
+        r->mode != TC_CAS && r->mode != STORE_SWAP)
+        return TC_OK;
     bool live = old && old_dead(c, cache_off(old), now) == CACHE_LIVE;
     if (r->cas_check && r->mode != STORE_SWAP) {
         if (!live)
@@ -191,9 +196,20 @@ peek_cas(struct cache_thread *t, const struct store_req *r)
 {
     struct cache *c = t->cache;
     struct cache_key k = {c, r->key, r->klen};
+    uint64_t cas = 0;
+    /* the scan and compare inline (cache_match_key_store: no prefetch of
+     * a chunk's word, which nothing here reads), as is a packed item's
+     * CAS, an overwrite's usual case */
     cache_read_lock();
-    uint64_t loc = htab_lookup_rcu(c->htab, r->hash, cache_match_key, &k);
-    uint64_t cas = loc ? cache_off_cas(c, cache_off(loc)) : 0;
+    uint64_t loc =
+        htab_lookup_rcu_inline(c->htab, r->hash, cache_match_key_store, &k);
+    if (loc) {
+        uint64_t off = cache_off(loc);
+        if (cache_off_packed(off))
+            (void)cache_packed_state(c, off, 0, &cas);
+        else
+            cas = cache_off_cas(c, off);
+    }
     cache_read_unlock();
     return cas;
 }
@@ -206,7 +222,8 @@ prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head)
         (r->hdr.iflags & ITEM_STALE))
         return -1;
     uint64_t lift = 0;
-    if (!r->cas_new && packed_cas_below(t, r->hdr.exptime, peek_cas(t, r)))
+    if (!r->cas_new &&
+        packed_cas_below(t, r->hdr.exptime, r->now, peek_cas(t, r)))
         lift = cache_seq_next(t->cache);
     uint32_t size = packed_size(t->cache, r->klen, r->hdr.vlen, r->hdr.flags,
                                 r->hdr.exptime, r->cas_new | lift);
@@ -216,7 +233,7 @@ prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head)
      * (commit's check would be too late: the span's sequence is fixed at
      * its segment's open, so packed_reserve seals a segment it covers) */
     cache_flush_check(t->cache, r->now);
-    if (packed_reserve(t, size, r->hdr.exptime, head) != 0)
+    if (packed_reserve_at(t, size, r->hdr.exptime, r->now, head) != 0)
         return -1;
     if (lift) { /* only now: a slab item takes its CAS as prepare planned */
         r->cas_new = lift;
@@ -232,7 +249,7 @@ commit_packed(struct cache *c, const struct store_req *r, uint64_t head)
     struct packed_item it = {r->key,         r->klen,     r->val.iov,
                              r->val.niov,    r->hdr.vlen, r->hdr.flags,
                              r->hdr.exptime, r->cas_new,  false};
-    return packed_write(c, head, &it);
+    return packed_write_at(c, head, &it, r->now);
 }
 
 /* Memory for the item r describes. 0, -E2BIG or -ENOMEM. Context: no lock
@@ -318,22 +335,30 @@ commit(struct cache_thread *t, struct store_req *r,
     /* a delayed flush whose time has come takes effect before this item
      * gets its CAS: its watermark must not cover an item stored after it */
     cache_flush_check(c, now);
-    r->hdr.cas = next_cas(c, r->cas_new, &r->hdr.seq);
     /* PMEM: the item is written here, before it is visible, with no lock
      * held (DESIGN rule 2); a hot key's item goes to its DRAM block */
     if (unlikely(head & CACHE_SPECIAL_OFF)) {
+        /* a packed item's CAS and sequence are its place in its segment's
+         * block: no value of the counter, unless a chosen CAS (meta E, a
+         * lift) must lift it */
+        if (!cache_off_packed(head) || r->cas_new)
+            r->hdr.cas = next_cas(c, r->cas_new, &r->hdr.seq);
         if (cache_off_packed(head))
             r->hdr.cas = commit_packed(c, r, head);
         else
             hotkey_write(head, plan, &r->hdr, r->key, &r->val);
-    } else if (likely(!c->cfg.ablate_init_in_lock)) {
-        if (likely(plan->nchain == 0 && plan->head_size <= ITEM_STAGE_MAX))
-            item_write_one(c->base, head, &r->hdr, r->key, &r->val, false);
-        else
-            item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val,
-                       false);
-    } else
-        write_in_lock(c, head, plan, tails, r);
+    } else {
+        r->hdr.cas = next_cas(c, r->cas_new, &r->hdr.seq);
+        if (likely(!c->cfg.ablate_init_in_lock)) {
+            if (likely(plan->nchain == 0 && plan->head_size <= ITEM_STAGE_MAX))
+                item_write_one(c->base, head, &r->hdr, r->key, &r->val, false);
+            else
+                item_write(c->base, head, plan, tails, &r->hdr, r->key, &r->val,
+                           false);
+        } else {
+            write_in_lock(c, head, plan, tails, r);
+        }
+    }
     pm_fence(); /* the bytes are in place before the index points at them */
     TC_CRASH_POINT("set.written");
     /* DRAM, before anyone can read it: a reused chunk starts unreferenced,
@@ -375,6 +400,10 @@ commit(struct cache_thread *t, struct store_req *r,
 static __attribute__((noinline)) void
 retire_special(struct cache_thread *t, uint64_t off, uint32_t now)
 {
+    if (cache_off_packed(off)) {
+        cache_retire_packed(t, off, now);
+        return;
+    }
     int dead = cache_off_dead(t->cache, off, now);
     cache_account_unlink(t, off, dead, UNLINK_REPLACED);
     cache_defer_free(t, off);

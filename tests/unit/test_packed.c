@@ -232,6 +232,66 @@ test_flags_and_expiry(void **state)
     check_ok(f->c);
 }
 
+/* tc_get_copy with no description wanted (its own path, copy_packed_rcu
+ * in fetch.c): the value of each form of item (flags32, exp16, exp32),
+ * cut at the buffer's size; the copy marks the item fetched (the slot's
+ * bit, seen by a described get after it); an expired or flushed item is a
+ * miss counted as such, found dead by the copy itself. */
+static void
+test_copy_no_info(void **state)
+{
+    struct fx *f = *state;
+    static const struct {
+        const char *k;
+        uint32_t flags;
+        int64_t ttl;
+    } it[] = {
+        {"plain", 0, 0},
+        {"flags32", 0xdeadbeefu, 0},
+        {"exp16", 5, 100},
+        {"exp32", 0, 200000}, /* bucket 15: past exp16's reach */
+    };
+    char v[64], buf[64];
+    memset(v, 0, sizeof(v));
+    for (unsigned i = 0; i < 4; i++) {
+        snprintf(v, sizeof(v), "value of %s, some bytes", it[i].k);
+        put(f->c, it[i].k, v, strlen(v), it[i].flags, it[i].ttl);
+    }
+    for (unsigned i = 0; i < 4; i++) {
+        snprintf(v, sizeof(v), "value of %s, some bytes", it[i].k);
+        memset(buf, 0, sizeof(buf));
+        assert_int_equal(
+            tc_get_copy(f->c, it[i].k, strlen(it[i].k), buf, sizeof(buf), NULL),
+            TC_OK);
+        assert_string_equal(buf, v);
+        memset(buf, 0, sizeof(buf));
+        assert_int_equal(
+            tc_get_copy(f->c, it[i].k, strlen(it[i].k), buf, 5, NULL), TC_OK);
+        assert_memory_equal(buf, v, 5);
+        assert_int_equal(buf[5], 0);
+        struct tc_item_info in;
+        assert_int_equal(
+            tc_get_copy(f->c, it[i].k, strlen(it[i].k), buf, sizeof(buf), &in),
+            TC_OK);
+        assert_true(in.fetched); /* set by the copies above */
+        assert_int_equal(in.flags, it[i].flags);
+        assert_int_equal(in.vlen, strlen(v));
+    }
+    tc_clock_set(T0 + 100); /* exp16's item expires */
+    uint64_t expired = pstats(f->c).get_expired;
+    assert_int_equal(tc_get_copy(f->c, "exp16", 5, buf, sizeof(buf), NULL),
+                     TC_NOT_FOUND);
+    assert_int_equal(pstats(f->c).get_expired, expired + 1);
+    assert_int_equal(tc_get_copy(f->c, "exp32", 5, buf, sizeof(buf), NULL),
+                     TC_OK);
+    assert_int_equal(tc_flush_all(f->c, 0), TC_OK);
+    uint64_t flushed = pstats(f->c).get_flushed;
+    assert_int_equal(tc_get_copy(f->c, "plain", 5, buf, sizeof(buf), NULL),
+                     TC_NOT_FOUND);
+    assert_int_equal(pstats(f->c).get_flushed, flushed + 1);
+    check_ok(f->c);
+}
+
 /* touch: in place when the item has exp32 (CAS and place unchanged), else
  * a rewrite that keeps the CAS; gat likewise. */
 static void
@@ -830,6 +890,7 @@ main(void)
         PTEST(test_cas_grows_per_key),
         PTEST(test_cas_grows_across_segments),
         PTEST(test_flags_and_expiry),
+        PTEST(test_copy_no_info),
         PTEST(test_touch),
         PTEST(test_delete),
         PTEST(test_rewrites_to_slab),
