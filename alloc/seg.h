@@ -101,6 +101,7 @@ enum seg_state {
 
 /* A snapshot of one record. */
 struct seg_info {
+    uint32_t dead; /* bytes dead (seg_dead_add) */
     enum seg_state state;
     uint8_t bucket;
     uint16_t owner;
@@ -242,6 +243,18 @@ bool seg_seal_for(struct seg *s, struct seg_open *o, unsigned b);
  * the segment lock. */
 int seg_evict(struct seg *s, uint32_t page);
 int seg_evict_oldest(struct seg *s, uint32_t *page);
+/* As seg_evict_oldest, but of the oldest window sealed segments the one
+ * with the fewest live bytes (its span written less its dead bytes,
+ * seg_dead_add), the oldest of those on a tie, and only if those are at
+ * most live_max: -ENOENT otherwise. O(window) records under the segment
+ * lock, DRAM only. */
+int seg_evict_emptiest(struct seg *s, uint32_t window, uint32_t live_max,
+                       uint32_t *page);
+
+/* n bytes of the segment holding pool offset off are dead (an item that
+ * left the index, a span never committed): they count against its live
+ * bytes until it is freed. A relaxed atomic add, any thread, no lock. */
+void seg_dead_add(struct seg *s, uint64_t off, uint32_t n);
 
 /* Free a sealed or evicting segment: its page goes back to the pool, hcrc
  * 0 first if not yet (the caller has waited out any readers). 0, or -EBUSY

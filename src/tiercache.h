@@ -402,6 +402,9 @@ struct tc_stats {
                                          into a new segment) */
     uint64_t packed_copies;           /* pending copies written (merges,
                                          touches that rewrite) */
+    uint64_t packed_segments_compacted; /* mostly dead segments a merge
+                                           freed by copying every live
+                                           item out of them */
 };
 
 /*
@@ -519,7 +522,9 @@ struct tc_stats {
     X(PACKED_CAS_LIFTED, packed_cas_lifted, "packed_cas_lifted", COUNTER)     \
     X(PACKED_ITEMS_MERGED, packed_items_merged,                                \
                            "packed_items_merged", COUNTER)                     \
-    X(PACKED_COPIES,     packed_copies,     "packed_copies",     COUNTER)
+    X(PACKED_COPIES,     packed_copies,     "packed_copies",     COUNTER)      \
+    X(PACKED_SEGS_COMPACTED, packed_segments_compacted,                        \
+                           "packed_segments_compacted", COUNTER)
 /* clang-format on */
 
 /* One key of the hot-key view (tc_hotkeys). Rates are estimates from

@@ -296,7 +296,8 @@ test_merge_threads(void **state)
                   s.packed_copies);
     for (unsigned i = 0; i < MT_THREADS; i++)
         assert_int_equal(r[i].bad, 0);
-    assert_true(s.packed_segments_evicted > 0);
+    /* merged or compacted (the threads rewrite their keys: mostly dead) */
+    assert_true(s.packed_segments_evicted + s.packed_segments_compacted > 0);
     assert_true(s.packed_items_merged <= s.packed_copies);
     free(r);
     check_ok(f->c);
