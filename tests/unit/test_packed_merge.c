@@ -138,6 +138,51 @@ test_fifo_drops_referenced(void **state)
     check_ok(f->c);
 }
 
+/* Compaction: under rewrites of a few keys every sealed segment but the
+ * first is almost all dead, so each page a store needs comes from one of
+ * those (their few live items copied) and the unread keys of the first
+ * outlive the pool written over three times (a merge of the oldest would
+ * have dropped them at once). */
+static void
+test_compact_keeps_unread(void **state)
+{
+    struct fx *f = *state;
+    uint64_t cas[NA];
+    char k[24];
+    unsigned char v[VLEN];
+    write_a(f->c, cas);
+    memset(v, 'h', sizeof(v));
+    size_t rounds = 3 * f->cfg.pool_size / (VLEN + 24);
+    unsigned cold = 0;
+    for (size_t i = 0; i < rounds; i++) {
+        if (i % 1000 == 999) /* a few live ones in every segment */
+            snprintf(k, sizeof(k), "cold%05u", cold++);
+        else
+            snprintf(k, sizeof(k), "hot%03zu", i % 64);
+        put(f->c, k, v, sizeof(v), 0, 0);
+    }
+    struct tc_stats s = pstats(f->c);
+    print_message("compacted %" PRIu64 " evicted %" PRIu64 " copies %" PRIu64
+                  "\n",
+                  s.packed_segments_compacted, s.packed_segments_evicted,
+                  s.packed_copies);
+    assert_true(s.packed_segments_compacted > 0);
+    assert_int_equal(s.packed_segments_evicted, 0);
+    assert_true(s.packed_copies > 0);
+    for (unsigned i = 0; i < cold; i++) {
+        snprintf(k, sizeof(k), "cold%05u", i);
+        check_val(f->c, k, v, VLEN);
+    }
+    for (unsigned i = 0; i < NA; i++) {
+        akey(k, sizeof(k), i);
+        aval(v, i);
+        struct tc_item_info in = check_val(f->c, k, v, VLEN);
+        assert_int_equal(in.cas, cas[i]);
+        assert_int_equal(in.flags, i % 40);
+    }
+    check_ok(f->c);
+}
+
 #ifdef TC_CRASHPOINTS
 /* What the hook does at its point, once. */
 static const char *race_point;
@@ -307,8 +352,8 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        PTEST(test_merge_keeps_referenced),
-        PTEST(test_fifo_drops_referenced),
+        PTEST(test_merge_keeps_referenced), PTEST(test_fifo_drops_referenced),
+        PTEST(test_compact_keeps_unread),
 #ifdef TC_CRASHPOINTS
         PTEST(test_merge_races_set_delete),
 #endif
