@@ -870,8 +870,10 @@ cache_unlink_loc(struct cache *c, uint64_t hash, uint64_t loc)
 {
     struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot = htab_find_loc_locked(b, loc);
-    if (slot)
+    if (slot) {
+        cache_floor_unlink(c, hash, cache_off(loc));
         htab_remove_locked(c->htab, slot);
+    }
     htab_unlock(b);
     return slot != NULL;
 }
@@ -1007,6 +1009,12 @@ open_packed(struct cache *c)
         err_set("no DRAM for the packed store's segment times");
         return -ENOMEM;
     }
+    /* empty after a restart too: cache_packed.h says why that is right */
+    c->cas_floor = calloc(CACHE_FLOOR_N, sizeof(*c->cas_floor));
+    if (!c->cas_floor) {
+        err_set("no DRAM for the packed store's CAS floor");
+        return -ENOMEM;
+    }
     int rc = seg_create(&sc, c->pool, &c->seg);
     if (rc)
         return rc;
@@ -1076,6 +1084,7 @@ close_memory(struct cache *c)
     if (c->seg)
         seg_destroy(c->seg);
     free(c->packed_time);
+    free(c->cas_floor);
     htab_destroy(c->htab);
     slab_destroy(c->slab);
     pool_destroy(c->pool);

@@ -286,6 +286,11 @@ struct cache {
      * or read (meta l of a packed item: never above its true age);
      * relaxed, stored only when it changes */
     _Atomic uint32_t *packed_time;
+    /* CACHE_FLOOR_N words (NULL with no packed store): the highest CAS of
+     * an item removed other than by a replacement, by hash bits of its key
+     * (src/engine/cache_packed.h, cache_floor_*); raised and read under
+     * the key's bucket lock, relaxed */
+    _Atomic uint64_t *cas_floor;
     /* how the packed store makes room: NULL, FIFO (packed.c); else the
      * hook merge eviction (src/engine/packed_merge.c, above packed.c)
      * registers at open, with its state. Read-only after open. */
@@ -930,5 +935,6 @@ void cache_retire_packed(struct cache_thread *t, uint64_t head, uint32_t now);
 uint64_t cache_item_bytes(const struct cache *c, const struct item_hdr *it);
 
 /* Unlink the item at loc if the index still holds it for this hash: true
- * when this call removed it (the caller then frees it). */
+ * when this call removed it (the caller then frees it). A removal: the
+ * key's CAS floor is raised (cache_floor_unlink). */
 bool cache_unlink_loc(struct cache *c, uint64_t hash, uint64_t loc);
