@@ -1009,12 +1009,6 @@ open_packed(struct cache *c)
         err_set("no DRAM for the packed store's segment times");
         return -ENOMEM;
     }
-    /* empty after a restart too: cache_packed.h says why that is right */
-    c->cas_floor = calloc(CACHE_FLOOR_N, sizeof(*c->cas_floor));
-    if (!c->cas_floor) {
-        err_set("no DRAM for the packed store's CAS floor");
-        return -ENOMEM;
-    }
     int rc = seg_create(&sc, c->pool, &c->seg);
     if (rc)
         return rc;
@@ -1084,7 +1078,6 @@ close_memory(struct cache *c)
     if (c->seg)
         seg_destroy(c->seg);
     free(c->packed_time);
-    free(c->cas_floor);
     htab_destroy(c->htab);
     slab_destroy(c->slab);
     pool_destroy(c->pool);

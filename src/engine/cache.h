@@ -208,6 +208,10 @@ struct cache_thread {
 /* Page moves that may wait at once (src/engine/reclaim.c) */
 #define CACHE_MOVES_MAX 2
 
+/* Words of the packed store's CAS floor (struct cache's cas_floor) */
+#define CACHE_FLOOR_BITS 12
+#define CACHE_FLOOR_N (1u << CACHE_FLOOR_BITS)
+
 struct cache {
     uint64_t id; /* unique per open, so a stale thread slot never matches */
     struct tc_config cfg;
@@ -286,11 +290,6 @@ struct cache {
      * or read (meta l of a packed item: never above its true age);
      * relaxed, stored only when it changes */
     _Atomic uint32_t *packed_time;
-    /* CACHE_FLOOR_N words (NULL with no packed store): the highest CAS of
-     * an item removed other than by a replacement, by hash bits of its key
-     * (src/engine/cache_packed.h, cache_floor_*); raised and read under
-     * the key's bucket lock, relaxed */
-    _Atomic uint64_t *cas_floor;
     /* how the packed store makes room: NULL, FIFO (packed.c); else the
      * hook merge eviction (src/engine/packed_merge.c, above packed.c)
      * registers at open, with its state. Read-only after open. */
@@ -308,6 +307,13 @@ struct cache {
 
     struct tc_open_info start; /* what the open found (src/engine/restart.c);
                                   read-only after open */
+
+    /* the packed store's CAS floor (used only with c->seg): the highest
+     * CAS of an item removed other than by a replacement, by the top
+     * CACHE_FLOOR_BITS of its key's hash (src/engine/cache_packed.h,
+     * cache_floor_*); raised and read under the key's bucket lock,
+     * relaxed. Inline: a set reads it with no pointer to load. */
+    _Atomic uint64_t cas_floor[CACHE_FLOOR_N] CACHE_ALIGNED;
 };
 
 /* --- cache.c --- */

@@ -94,7 +94,8 @@ uint64_t cache_off_cas(const struct cache *c, uint64_t off);
 uint32_t cache_off_exptime(const struct cache *c, uint64_t off);
 
 /*
- * The CAS floor (c->cas_floor, DRAM, with the packed store only): a
+ * The CAS floor (c->cas_floor, 32 KiB of DRAM, used with the packed
+ * store only): a
  * packed item's CAS is its place in its segment's block, taken when the
  * segment opened, so a key created again into an older open segment
  * would get a CAS below the one of its version that was removed (delete,
@@ -118,21 +119,15 @@ uint32_t cache_off_exptime(const struct cache *c, uint64_t off);
  * itself may give a slab item a CAS again: the same case, not the
  * floor's.
  */
-#define CACHE_FLOOR_BITS 12
-#define CACHE_FLOOR_N (1u << CACHE_FLOOR_BITS)
-
-static inline _Atomic uint64_t *
-cache_floor_word(const struct cache *c, uint64_t hash)
-{
-    /* bits the bucket index (low) and the slot tag (high) use little */
-    return &c->cas_floor[(hash >> 40) & (CACHE_FLOOR_N - 1)];
-}
+/* The word of hash's key: the top bits, one shift (the slot tag's too;
+ * any bits would do) */
+#define CACHE_FLOOR_IDX(hash) ((hash) >> (64 - CACHE_FLOOR_BITS))
 
 /* The floor of hash's key. Locks: its bucket lock held. */
 static inline uint64_t
 cache_floor_of(const struct cache *c, uint64_t hash)
 {
-    return atomic_load_explicit(cache_floor_word(c, hash),
+    return atomic_load_explicit(&c->cas_floor[CACHE_FLOOR_IDX(hash)],
                                 memory_order_relaxed);
 }
 
@@ -141,7 +136,7 @@ cache_floor_of(const struct cache *c, uint64_t hash)
 static inline void
 cache_floor_raise(struct cache *c, uint64_t hash, uint64_t cas)
 {
-    _Atomic uint64_t *w = cache_floor_word(c, hash);
+    _Atomic uint64_t *w = &c->cas_floor[CACHE_FLOOR_IDX(hash)];
     uint64_t cur = atomic_load_explicit(w, memory_order_relaxed);
     while (cur < cas &&
            !atomic_compare_exchange_weak_explicit(
@@ -156,6 +151,6 @@ cache_floor_raise(struct cache *c, uint64_t hash, uint64_t cas)
 static inline void
 cache_floor_unlink(struct cache *c, uint64_t hash, uint64_t off)
 {
-    if (c->cas_floor)
+    if (c->seg)
         cache_floor_raise(c, hash, cache_off_cas(c, off));
 }

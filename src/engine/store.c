@@ -213,8 +213,7 @@ peek_cas(struct cache_thread *t, const struct store_req *r)
         else
             cas = cache_off_cas(c, off);
     } else {
-        /* none: the CAS of one removed (publish checks it again); a
-         * packed store has the table */
+        /* none: the CAS of one removed (publish checks it again) */
         cas = cache_floor_of(c, r->hash);
     }
     cache_read_unlock();
