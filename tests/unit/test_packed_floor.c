@@ -2,7 +2,8 @@
  * A key's CAS never goes down across its removal and re-creation with the
  * packed store on (the CAS floor, src/engine/cache_packed.h): the key's
  * version is removed (delete, expiry met by a reader, slab eviction,
- * packed segment eviction, flush_all) and the key stored again into a
+ * packed segment eviction, flush_all; and a delete racing a set on two
+ * threads) and the key stored again into a
  * segment whose block is older than the removed version's CAS (this
  * thread's bucket-0 segment, opened first); the new CAS must be above the
  * old. Fixture: engine_fx.h with packed_item_max = 1024.
@@ -201,13 +202,59 @@ test_floor_segment_evict(void **state)
     check_ok(f->c);
 }
 
+struct racer {
+    struct tc_cache *c;
+    unsigned id;
+    unsigned bad; /* a store whose CAS was not above this thread's last */
+};
+
+static void *
+racer_run(void *arg)
+{
+    struct racer *r = arg;
+    uint64_t last = 0;
+    /* each thread's own segment: blocks taken at different times; one
+     * key set and deleted by both, each store published after the last
+     * one this thread saw published */
+    for (unsigned i = 0; i < 3000; i++) {
+        uint64_t cas = 0;
+        if (store_s(r->c, TC_SET, "race", r->id ? "b" : "a", 0, 0, 0, &cas) !=
+            TC_OK)
+            continue;
+        if (cas <= last)
+            r->bad++;
+        last = cas;
+        if (i % 2 == r->id)
+            (void)tc_delete(r->c, "race", 4, 0);
+    }
+    return NULL;
+}
+
+/* A delete and a set of one key racing on two threads: the bucket lock
+ * orders them, so the set sees the old version or the raised floor, and
+ * the CAS each thread gets only grows (bounded: 3,000 stores each). */
+static void
+test_floor_race(void **state)
+{
+    struct fx *f = *state;
+    pthread_t th[2];
+    struct racer r[2] = {{f->c, 0, 0}, {f->c, 1, 0}};
+    for (unsigned i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, racer_run, &r[i]), 0);
+    for (unsigned i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    assert_int_equal(r[0].bad, 0);
+    assert_int_equal(r[1].bad, 0);
+    check_ok(f->c);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         FTEST(test_floor_delete),        FTEST(test_floor_expiry),
         FTEST(test_floor_flush),         FTEST(test_floor_slab_evict),
-        FTEST(test_floor_segment_evict),
+        FTEST(test_floor_segment_evict), FTEST(test_floor_race),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
