@@ -2,11 +2,11 @@
  * A key's CAS never goes down across its removal and re-creation with the
  * packed store on (the CAS floor, src/engine/cache_packed.h): the key's
  * version is removed (delete, expiry met by a reader, slab eviction,
- * packed segment eviction, flush_all; and a delete racing a set on two
- * threads) and the key stored again into a
+ * packed segment eviction, flush_all) and the key stored again into a
  * segment whose block is older than the removed version's CAS (this
  * thread's bucket-0 segment, opened first); the new CAS must be above the
- * old. Fixture: engine_fx.h with packed_item_max = 1024.
+ * old. Also a delete racing a set of one key on two threads. Fixture:
+ * engine_fx.h with packed_item_max = 1024, on a 40 MiB pool.
  */
 
 #include "tests/unit/engine_fx.h"
