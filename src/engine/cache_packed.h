@@ -94,14 +94,13 @@ uint64_t cache_off_cas(const struct cache *c, uint64_t off);
 uint32_t cache_off_exptime(const struct cache *c, uint64_t off);
 
 /*
- * The CAS floor (c->cas_floor, 32 KiB of DRAM, used with the packed
- * store only): a
- * packed item's CAS is its place in its segment's block, taken when the
- * segment opened, so a key created again into an older open segment
- * would get a CAS below the one of its version that was removed (delete,
- * eviction, expiry's reap or sweep) and memcached's CAS only grows (meta
- * I compares them). Every such removal raises the floor word of the key's
- * hash bits to the removed item's CAS, under the key's bucket lock; a
+ * The CAS floor (c->cas_floor, 32 KiB of DRAM, used with the packed store
+ * only): a packed item's CAS is its place in its segment's block, taken
+ * when the segment opened, so a key created again into an older open
+ * segment would get a CAS below the one of its version that was removed
+ * (delete, eviction, expiry's reap or sweep) and memcached's CAS only
+ * grows (meta I compares them). Every such removal raises the floor word of the
+ * key's hash bits to the removed item's CAS, under the key's bucket lock; a
  * packed store that finds no version to replace compares its CAS with
  * that word under the same lock (store.c's publish) and is stored again
  * with a CAS of the counter (cas64) when not above it. A replacement
@@ -119,6 +118,7 @@ uint32_t cache_off_exptime(const struct cache *c, uint64_t off);
  * itself may give a slab item a CAS again: the same case, not the
  * floor's.
  */
+
 /* The word of hash's key: the top bits, one shift (the slot tag's too;
  * any bits would do) */
 #define CACHE_FLOOR_IDX(hash) ((hash) >> (64 - CACHE_FLOOR_BITS))

@@ -192,8 +192,8 @@ alloc_item(struct cache_thread *t, const struct item_plan *plan, uint64_t *head,
  * *head, else -1 (it goes to a slab). */
 /* The CAS of the version a store would replace, or with none the key's
  * CAS floor (cache_packed.h): a hint read before the write (publish
- * decides). Context: takes and leaves an RCU
- * read section, as allocation allows before it starts. */
+ * decides). Context: takes and leaves an RCU read section, as allocation
+ * allows before it starts. */
 static uint64_t
 peek_cas(struct cache_thread *t, const struct store_req *r)
 {
