@@ -397,7 +397,8 @@ struct tc_stats {
                                          (or was flushed) */
     uint64_t packed_cas_lifted;       /* packed stores given a CAS of their own
                                          (8 bytes): the derived one was not above
-                                         the replaced version's */
+                                         the replaced version's (or a removed
+                                         one's: the CAS floor) */
     uint64_t packed_items_merged;     /* items a merge eviction kept (copied
                                          into a new segment) */
     uint64_t packed_copies;           /* pending copies written (merges,

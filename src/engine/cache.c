@@ -873,8 +873,10 @@ cache_unlink_loc(struct cache *c, uint64_t hash, uint64_t loc)
 {
     struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot = htab_find_loc_locked(b, loc);
-    if (slot)
+    if (slot) {
+        cache_floor_unlink(c, hash, cache_off(loc));
         htab_remove_locked(c->htab, slot);
+    }
     htab_unlock(b);
     return slot != NULL;
 }

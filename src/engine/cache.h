@@ -208,6 +208,10 @@ struct cache_thread {
 /* Page moves that may wait at once (src/engine/reclaim.c) */
 #define CACHE_MOVES_MAX 2
 
+/* Words of the packed store's CAS floor (struct cache's cas_floor) */
+#define CACHE_FLOOR_BITS 12
+#define CACHE_FLOOR_N (1u << CACHE_FLOOR_BITS)
+
 struct cache {
     uint64_t id; /* unique per open, so a stale thread slot never matches */
     struct tc_config cfg;
@@ -303,6 +307,13 @@ struct cache {
 
     struct tc_open_info start; /* what the open found (src/engine/restart.c);
                                   read-only after open */
+
+    /* the packed store's CAS floor (used only with c->seg): the highest
+     * CAS of an item removed other than by a replacement, by the top
+     * CACHE_FLOOR_BITS of its key's hash (src/engine/cache_packed.h,
+     * cache_floor_*); raised and read under the key's bucket lock,
+     * relaxed. Inline: a set reads it with no pointer to load. */
+    _Atomic uint64_t cas_floor[CACHE_FLOOR_N] CACHE_ALIGNED;
 };
 
 /* --- cache.c --- */
@@ -930,5 +941,6 @@ void cache_retire_packed(struct cache_thread *t, uint64_t head, uint32_t now);
 uint64_t cache_item_bytes(const struct cache *c, const struct item_hdr *it);
 
 /* Unlink the item at loc if the index still holds it for this hash: true
- * when this call removed it (the caller then frees it). */
+ * when this call removed it (the caller then frees it). A removal: the
+ * key's CAS floor is raised (cache_floor_unlink). */
 bool cache_unlink_loc(struct cache *c, uint64_t hash, uint64_t loc);

@@ -323,11 +323,15 @@ packed_wait_dead(char *seg, uint32_t off)
 uint64_t
 packed_unlink_named(struct cache *c, const struct pitem_view *v, uint64_t off)
 {
-    struct htab_bucket *b = htab_lock(c->htab, cache_hash(c, v->key, v->klen));
+    uint64_t hash = cache_hash(c, v->key, v->klen);
+    struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(off));
     uint64_t word = slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
-    if (slot)
+    if (slot) {
+        /* the walk's view has its CAS: no second look at it */
+        cache_floor_raise(c, hash, v->cas);
         htab_remove_locked(c->htab, slot);
+    }
     htab_unlock(b);
     return word;
 }

@@ -270,8 +270,10 @@ merge_item(struct merge_run *r, const struct pitem_view *v)
     uint64_t word = slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
     bool keep = slot && (r->compact || (word & CACHE_LOC_REF)) &&
                 dead == CACHE_LIVE && r->budget > 0;
-    if (slot && !keep)
+    if (slot && !keep) {
+        cache_floor_raise(c, hash, v->cas); /* a removal: cache_packed.h */
         htab_remove_locked(c->htab, slot);
+    }
     htab_unlock(b);
     if (!slot) {
         /* replaced or deleted: its unlinker counts and invalidates it */

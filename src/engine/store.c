@@ -136,10 +136,12 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
     int rc = decide_locked(c, r, old, now);
     /* a packed item's derived CAS comes from its segment's block, taken
      * when the segment opened: the version it replaces may have a higher
-     * one (a slab store, a segment opened later); a key's CAS only grows
-     * (memcached's, which meta's I mode compares) */
-    if (unlikely(cache_off_packed(head)) && rc == TC_OK && old && !r->cas_new &&
-        old_cas(c, cache_off(old)) >= r->hdr.cas)
+     * one (a slab store, a segment opened later), and so may one removed
+     * before it (the key's CAS floor, cache_packed.h); a key's CAS only
+     * grows (memcached's, which meta's I mode compares) */
+    if (unlikely(cache_off_packed(head)) && rc == TC_OK && !r->cas_new &&
+        (old ? old_cas(c, cache_off(old)) : cache_floor_of(c, r->hash)) >=
+            r->hdr.cas)
         rc = STORE_CAS_LOW;
     if (rc == TC_OK) {
         if (slot)
@@ -188,9 +190,10 @@ alloc_item(struct cache_thread *t, const struct item_plan *plan, uint64_t *head,
 
 /* A span in the packed store for a plain store's small item: 0 with
  * *head, else -1 (it goes to a slab). */
-/* The CAS of the version a store would replace, 0 when none: a hint read
- * before the write (publish decides). Context: takes and leaves an RCU
- * read section, as allocation allows before it starts. */
+/* The CAS of the version a store would replace, or with none the key's
+ * CAS floor (cache_packed.h): a hint read before the write (publish
+ * decides). Context: takes and leaves an RCU read section, as allocation
+ * allows before it starts. */
 static uint64_t
 peek_cas(struct cache_thread *t, const struct store_req *r)
 {
@@ -209,6 +212,9 @@ peek_cas(struct cache_thread *t, const struct store_req *r)
             (void)cache_packed_state(c, off, 0, &cas);
         else
             cas = cache_off_cas(c, off);
+    } else {
+        /* none: the CAS of one removed (publish checks it again) */
+        cas = cache_floor_of(c, r->hash);
     }
     cache_read_unlock();
     return cas;
@@ -1032,6 +1038,8 @@ delete_key(struct cache_thread *t, const void *key, uint32_t klen,
             rc = TC_EXISTS;
             loc = 0;
         } else {
+            /* a set that recreates the key compares with it (publish) */
+            cache_floor_unlink(c, hash, cache_off(loc));
             htab_remove_locked(c->htab, slot);
             rc = dead == CACHE_LIVE ? TC_OK : TC_NOT_FOUND;
         }
