@@ -184,13 +184,16 @@ filler_run(void *arg)
     return NULL;
 }
 
-/* Packed eviction: the version's sealed segment is evicted (merge or
- * FIFO) by another thread's small stores; this thread's segment, open,
- * is not. */
+/* Packed eviction: the version's sealed segment is evicted by another
+ * thread's small stores; this thread's segment, open, is not. FIFO: a
+ * merge would compact the version's nearly empty segment (its one item
+ * copied, not dropped). */
 static void
 test_floor_segment_evict(void **state)
 {
     struct fx *f = *state;
+    f->cfg.packed_evict = TC_PACKED_EVICT_FIFO;
+    fx_reopen(f);
     puts_(f->c, "open", "this thread's segment: the oldest block");
     uint64_t old = set_elsewhere(f->c, "k");
     pthread_t th;
@@ -199,6 +202,41 @@ test_floor_segment_evict(void **state)
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_true(pstats(f->c).packed_segments_evicted > 0);
     recreate_above(f->c, "k", old);
+    check_ok(f->c);
+}
+
+/* set_elsewhere's, then others that fill most of its segment, so that
+ * a merge takes it rather than compacting it */
+static void *
+other_fill_run(void *arg)
+{
+    struct other_set *o = arg;
+    char k[24], v[100];
+    memset(v, 'o', sizeof(v));
+    other_set_run(o);
+    for (unsigned i = 0; i < 6000; i++) {
+        snprintf(k, sizeof(k), "other%05u", i);
+        put(o->c, k, v, sizeof(v), 0, 0);
+    }
+    return NULL;
+}
+
+/* Packed eviction by merge: the version, unread, is dropped with its
+ * mostly live segment. */
+static void
+test_floor_merge_drop(void **state)
+{
+    struct fx *f = *state;
+    puts_(f->c, "open", "this thread's segment: the oldest block");
+    pthread_t th;
+    struct other_set o = {f->c, "k", 0};
+    assert_int_equal(pthread_create(&th, NULL, other_fill_run, &o), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    struct filler fl = {f->c, 38u * 8455 * 2}; /* the pages twice over */
+    assert_int_equal(pthread_create(&th, NULL, filler_run, &fl), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_true(pstats(f->c).packed_segments_evicted > 0);
+    recreate_above(f->c, "k", o.cas);
     check_ok(f->c);
 }
 
@@ -254,7 +292,8 @@ main(void)
     const struct CMUnitTest tests[] = {
         FTEST(test_floor_delete),        FTEST(test_floor_expiry),
         FTEST(test_floor_flush),         FTEST(test_floor_slab_evict),
-        FTEST(test_floor_segment_evict), FTEST(test_floor_race),
+        FTEST(test_floor_segment_evict), FTEST(test_floor_merge_drop),
+        FTEST(test_floor_race),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
