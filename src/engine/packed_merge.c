@@ -430,12 +430,18 @@ packed_merge_evict(struct cache_thread *t)
         .now = clock_now(),
         .budget = SEG_PAYLOAD,
     };
-    /* mostly dead segments first: their pages cost no item */
+    /* mostly dead segments first: their pages cost no item. One alone
+     * may free no page at all (its copies can take the page it frees,
+     * through the spare), and a caller that waits for a page would loop
+     * on it: with fewer than two, the oldest merge as well (at least
+     * three pages for one page of copies). */
     unsigned n = merge_compact(&r, PACKED_MERGE_N);
-    if (n == 0) {
-        n = merge_victims(c->seg, pages, PACKED_MERGE_N);
-        for (unsigned i = 0; i < n; i++)
+    if (n < 2) {
+        unsigned k = merge_victims(c->seg, pages, PACKED_MERGE_N);
+        r.budget = SEG_PAYLOAD;
+        for (unsigned i = 0; i < k; i++)
             merge_segment(&r, pages[i]);
+        n += k;
     }
     /* a page for the next merge's first copies: it starts with no free
      * page, and its first victim's kept items need one */
