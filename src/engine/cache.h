@@ -277,7 +277,7 @@ struct cache {
     /* the packed small-item store (src/engine/packed.c): NULL when
      * packed_item_max is 0 */
     struct seg *seg;
-    const char *seg_rec; /* seg_records(seg): its records, read inline */
+    char *seg_rec;       /* seg_records(seg): its records, used inline */
     uint32_t packed_max; /* cfg.packed_item_max, 0 with no store */
     bool divert;         /* hot || seg: a store may go elsewhere than
                             a slab (set at open: cache.c, hotkey.c) */
