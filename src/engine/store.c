@@ -189,10 +189,13 @@ alloc_item(struct cache_thread *t, const struct item_plan *plan, uint64_t *head,
 /* A span in the packed store for a plain store's small item: 0 with
  * *head, else -1 (it goes to a slab). */
 /* The CAS of the version a store would replace, 0 when none: a hint read
- * before the write (publish decides). Context: takes and leaves an RCU
- * read section, as allocation allows before it starts. */
+ * before the write (publish decides). The home bucket's tag matches go to
+ * hint, for publish's find under the lock (prefetch_old's peek, not made
+ * again). Context: takes and leaves an RCU read section, as allocation
+ * allows before it starts. */
 static uint64_t
-peek_cas(struct cache_thread *t, const struct store_req *r)
+peek_cas(struct cache_thread *t, const struct store_req *r,
+         struct htab_hint *hint)
 {
     struct cache *c = t->cache;
     struct cache_key k = {c, r->key, r->klen};
@@ -201,8 +204,8 @@ peek_cas(struct cache_thread *t, const struct store_req *r)
      * a chunk's word, which nothing here reads), as is a packed item's
      * CAS, an overwrite's usual case */
     cache_read_lock();
-    uint64_t loc =
-        htab_lookup_rcu_inline(c->htab, r->hash, cache_match_key_store, &k);
+    uint64_t loc = htab_lookup_hint_rcu_inline(c->htab, r->hash,
+                                               cache_match_key_store, &k, hint);
     if (loc) {
         uint64_t off = cache_off(loc);
         if (cache_off_packed(off))
@@ -214,8 +217,11 @@ peek_cas(struct cache_thread *t, const struct store_req *r)
     return cas;
 }
 
+/* hint: filled (hint->home set) when the peek at the replaced version's
+ * CAS ran, whatever the result. */
 static __attribute__((noinline)) int
-prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head)
+prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head,
+               struct htab_hint *hint)
 {
     if (r->mode > TC_CAS || r->mode == TC_APPEND || r->mode == TC_PREPEND ||
         r->claim_win || r->recache || r->in_place ||
@@ -223,7 +229,7 @@ prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head)
         return -1;
     uint64_t lift = 0;
     if (!r->cas_new &&
-        packed_cas_below(t, r->hdr.exptime, r->now, peek_cas(t, r)))
+        packed_cas_below(t, r->hdr.exptime, r->now, peek_cas(t, r, hint)))
         lift = cache_seq_next(t->cache);
     uint32_t size = packed_size(t->cache, r->klen, r->hdr.vlen, r->hdr.flags,
                                 r->hdr.exptime, r->cas_new | lift);
@@ -254,10 +260,12 @@ commit_packed(struct cache *c, const struct store_req *r, uint64_t head)
 
 /* Memory for the item r describes. 0, -E2BIG or -ENOMEM. Context: no lock
  * and no RCU read section (allocation may wait for a grace period).
- * Inlined, as commit(), into store_one and its two other callers. */
+ * Inlined, as commit(), into store_one and its two other callers. hint:
+ * filled (hint->home) when a packed store's peek already read the bucket
+ * (else left as it was). */
 static inline __attribute__((always_inline)) int
 prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
-        uint64_t *head, uint64_t *tails)
+        uint64_t *head, uint64_t *tails, struct htab_hint *hint)
 {
     struct cache *c = t->cache;
 
@@ -281,7 +289,7 @@ prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
             hotkey_place(t, r->hash, r->key, r->klen, plan, head) == 0)
             return 0;
         /* a small one to the packed store */
-        if (c->seg && prepare_packed(t, r, head) == 0)
+        if (c->seg && prepare_packed(t, r, head, hint) == 0)
             return 0;
     }
     if (alloc_item(t, plan, head, tails, &r->cls) != 0) {
@@ -447,12 +455,14 @@ store_one_inline(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     struct item_plan plan;
     uint64_t head, tails[ITEM_MAX_TAILS], old = 0;
 
+    struct htab_hint hint;
+    hint.home = NULL;
     htab_prefetch(t->cache->htab, r->hash);
-    int rc = prepare(t, r, &plan, &head, tails);
+    int rc = prepare(t, r, &plan, &head, tails, &hint);
     if (rc)
         return rc;
-    struct htab_hint hint;
-    prefetch_old(t->cache, r->hash, &hint);
+    if (likely(!hint.home)) /* else a packed store's peek filled it */
+        prefetch_old(t->cache, r->hash, &hint);
     rc = commit(t, r, &plan, head, tails, &hint, &old, cas_out);
     TC_CRASH_POINT("set.published");
     retire_old(t, old, r->now);
@@ -659,7 +669,8 @@ rewrite(struct cache_thread *t, struct store_req *r,
         (rc = ext_read_copy(t, r->key, r->klen, r->hash, r->expect, &r->xloc,
                             &fbuf)) != 0)
         return rc == -ENOMEM ? rc : -EAGAIN;
-    rc = prepare(t, r, &plan, &head, tails);
+    struct htab_hint unused; /* a rewrite goes to a slab: no peek */
+    rc = prepare(t, r, &plan, &head, tails, &unused);
     if (rc) {
         free(fbuf);
         return rc;
@@ -909,7 +920,8 @@ recache_one(struct cache_thread *t, struct store_req *r)
     uint32_t word = 0;
     uint32_t now = r->now;
 
-    int rc = prepare(t, r, &plan, &head, tails);
+    struct htab_hint unused; /* a recache goes to a slab: no peek */
+    int rc = prepare(t, r, &plan, &head, tails, &unused);
     if (rc)
         return rc;
     cache_flush_check(c, now);
