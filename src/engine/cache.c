@@ -432,12 +432,7 @@ account_packed(struct cache_thread *t, uint64_t head, int sign)
 {
     /* the lengths only: the item is the index's, or its writer's */
     int64_t size = pitem_size_at(t->cache->base + cache_packed_pool(head));
-    cache_stat_add(t, ST_CURR_ITEMS, sign);
-    cache_stat_add(t, ST_BYTES, sign * size);
-    cache_stat_add(t, ST_PACKED_ITEMS, sign);
-    cache_stat_add(t, ST_PACKED_BYTES_LIVE, sign * size);
-    if (sign < 0)
-        cache_stat_add(t, ST_PACKED_BYTES_DEAD, size);
+    cache_account_packed(t, size, sign);
 }
 
 unsigned

@@ -168,7 +168,7 @@ int
 packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
                uint64_t *head)
 {
-    return packed_reserve_at(t, size, exptime, clock_now(), head);
+    return packed_reserve_at(t, size, exptime, clock_now(), head, NULL);
 }
 
 /* Whether a span at pool offset off (just reserved) lies at or below the
@@ -182,11 +182,12 @@ span_flushed(const struct cache *c, uint64_t off)
 }
 
 static int reserve_slow(struct cache_thread *t, unsigned b, uint32_t size,
-                        uint32_t exptime, uint32_t now, uint64_t *head);
+                        uint32_t exptime, uint32_t now, uint64_t *head,
+                        uint32_t *span);
 
 int
 packed_reserve_at(struct cache_thread *t, uint32_t size, uint32_t exptime,
-                  uint32_t now, uint64_t *head)
+                  uint32_t now, uint64_t *head, uint32_t *span)
 {
     struct cache *c = t->cache;
     unsigned b = ttl_bucket(exptime, now);
@@ -202,19 +203,21 @@ packed_reserve_at(struct cache_thread *t, uint32_t size, uint32_t exptime,
         if (likely(seg_reserve_open(c->seg_rec, &t->so, b, n, &off) == 0)) {
             if (likely(!span_flushed(c, off))) {
                 *head = cache_packed_off(off);
+                if (span)
+                    *span = n;
                 return 0;
             }
             seg_unreserve(c->seg, &t->so, off, n);
         }
     }
-    return reserve_slow(t, b, size, exptime, now, head);
+    return reserve_slow(t, b, size, exptime, now, head, span);
 }
 
 /* packed_reserve_at past its fast path: a new segment, another bucket's,
  * eviction, the cap, a flush_all's seal. */
 static __attribute__((noinline)) int
 reserve_slow(struct cache_thread *t, unsigned b, uint32_t size,
-             uint32_t exptime, uint32_t now, uint64_t *head)
+             uint32_t exptime, uint32_t now, uint64_t *head, uint32_t *span)
 {
     struct cache *c = t->cache;
     /* size has exp32 when the item expires; exp16 takes 4 bytes less.
@@ -258,6 +261,8 @@ reserve_slow(struct cache_thread *t, unsigned b, uint32_t size,
             continue;
         }
         *head = cache_packed_off(off);
+        if (span)
+            *span = n;
         return 0;
     }
     return rc;

@@ -31,6 +31,7 @@
 #include "src/base/num.h"
 #include "tier/pm.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,9 +220,10 @@ peek_cas(struct cache_thread *t, const struct store_req *r,
 
 /* hint: filled (hint->home set) when the peek at the replaced version's
  * CAS ran, whatever the result. */
+/* plan->total: the span's bytes (the item's size, for its books). */
 static __attribute__((noinline)) int
 prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head,
-               struct htab_hint *hint)
+               struct item_plan *plan, struct htab_hint *hint)
 {
     if (r->mode > TC_CAS || r->mode == TC_APPEND || r->mode == TC_PREPEND ||
         r->claim_win || r->recache || r->in_place ||
@@ -239,8 +241,10 @@ prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head,
      * (commit's check would be too late: the span's sequence is fixed at
      * its segment's open, so packed_reserve seals a segment it covers) */
     cache_flush_check(t->cache, r->now);
-    if (packed_reserve_at(t, size, r->hdr.exptime, r->now, head) != 0)
+    uint32_t span;
+    if (packed_reserve_at(t, size, r->hdr.exptime, r->now, head, &span) != 0)
         return -1;
+    plan->total = span;
     if (lift) { /* only now: a slab item takes its CAS as prepare planned */
         r->cas_new = lift;
         cache_stat_inc(t, ST_PACKED_CAS_LIFTED);
@@ -289,7 +293,7 @@ prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
             hotkey_place(t, r->hash, r->key, r->klen, plan, head) == 0)
             return 0;
         /* a small one to the packed store */
-        if (c->seg && prepare_packed(t, r, head, hint) == 0)
+        if (c->seg && prepare_packed(t, r, head, plan, hint) == 0)
             return 0;
     }
     if (alloc_item(t, plan, head, tails, &r->cls) != 0) {
@@ -378,16 +382,24 @@ commit(struct cache_thread *t, struct store_req *r,
 
     /* account while the chunk is still ours: once published, another
      * thread may replace, free and reuse it before we look again */
+    bool packed = cache_off_packed(head);
     if (likely(plan->nchain == 0 && r->cls != SLAB_NO_CLASS &&
                !cache_off_dram(head)))
         cache_account_new(t, r->cls, plan->total); /* prepare's class */
-    else
+    else if (packed) { /* its span's size: prepare_packed's */
+        assert(plan->total == pitem_size_at(c->base + cache_packed_pool(head)));
+        cache_account_packed(t, (int64_t)plan->total, 1);
+    } else
         r->cls = cache_account(t, head, 1);
-    if (unlikely(r->cls == SLAB_NO_CLASS)) /* DRAM: the class of its size */
+    /* DRAM: the class of its size (a packed item has none) */
+    if (unlikely(r->cls == SLAB_NO_CLASS) && !packed)
         r->cls = cache_class_of(c, head);
     int rc = publish(t, r, head, now, hint, old);
     if (rc != TC_OK) {
-        cache_account(t, head, -1);
+        if (packed)
+            cache_account_packed(t, (int64_t)plan->total, -1);
+        else
+            cache_account(t, head, -1);
         cache_free_unpublished(t, plan, head, tails);
         /* out of line, and off the published path's instructions */
         if (unlikely(rc == STORE_CAS_LOW))
