@@ -57,6 +57,21 @@ old_cas(const struct cache *c, uint64_t off)
     return item_cas(item_at(c->base, off));
 }
 
+/* The CAS of old, the version a packed store replaces: the peek's when
+ * old is the packed version it read (the same location in the same
+ * incarnation of its segment: a segment reopened on that page has
+ * another sequence block; a packed item's CAS never changes in place),
+ * else read again. */
+static inline __attribute__((always_inline)) uint64_t
+replaced_cas(const struct cache *c, const struct store_req *r, uint64_t old)
+{
+    uint64_t off = cache_off(old);
+    if (r->peek_loc && htab_loc_same(r->peek_loc, old) &&
+        cache_off_packed(off) && cache_packed_seq(c, off) == r->peek_seq)
+        return r->peek_cas;
+    return old_cas(c, off);
+}
+
 /* Decide under the bucket lock whether the new item may replace what the
  * index holds. Reads PMEM headers only. Returns TC_OK or a tc_result.
  * Inlined into publish(), as publish() into commit(). */
@@ -140,7 +155,7 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
      * one (a slab store, a segment opened later); a key's CAS only grows
      * (memcached's, which meta's I mode compares) */
     if (unlikely(cache_off_packed(head)) && rc == TC_OK && old && !r->cas_new &&
-        old_cas(c, cache_off(old)) >= r->hdr.cas)
+        replaced_cas(c, r, old) >= r->hdr.cas)
         rc = STORE_CAS_LOW;
     if (rc == TC_OK) {
         if (slot)
@@ -195,8 +210,7 @@ alloc_item(struct cache_thread *t, const struct item_plan *plan, uint64_t *head,
  * again). Context: takes and leaves an RCU read section, as allocation
  * allows before it starts. */
 static uint64_t
-peek_cas(struct cache_thread *t, const struct store_req *r,
-         struct htab_hint *hint)
+peek_cas(struct cache_thread *t, struct store_req *r, struct htab_hint *hint)
 {
     struct cache *c = t->cache;
     struct cache_key k = {c, r->key, r->klen};
@@ -209,9 +223,12 @@ peek_cas(struct cache_thread *t, const struct store_req *r,
                                                cache_match_key_store, &k, hint);
     if (loc) {
         uint64_t off = cache_off(loc);
-        if (cache_off_packed(off))
+        if (cache_off_packed(off)) {
             (void)cache_packed_state(c, off, 0, &cas);
-        else
+            r->peek_loc = loc; /* for publish: replaced_cas */
+            r->peek_seq = cache_packed_seq(c, off);
+            r->peek_cas = cas;
+        } else
             cas = cache_off_cas(c, off);
     }
     cache_read_unlock();
@@ -565,6 +582,7 @@ store_plain_inline(struct cache_thread *t, enum tc_store_mode mode,
     r.claim_win = r.keep_fetched = r.check_exptime = false;
     r.recache = r.in_place = false;
     r.xloc = (struct nvs_loc){0};
+    r.peek_loc = 0; /* peek_seq, peek_cas: read only after it is set */
     int rc = vlen > UINT32_MAX ? -E2BIG : precheck(t, &r);
     if (rc == TC_OK)
         rc = store_one_inline(t, &r, cas_out);
