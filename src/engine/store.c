@@ -204,6 +204,19 @@ alloc_item(struct cache_thread *t, const struct item_plan *plan, uint64_t *head,
 
 /* A span in the packed store for a plain store's small item: 0 with
  * *head, else -1 (it goes to a slab). */
+/* Start loading the items the publish step will compare keys with: their
+ * misses then overlap the item copy instead of stalling under the bucket
+ * lock; the peek is kept in hint, so that publish looks at those slots
+ * first instead of scanning the bucket again. */
+static inline __attribute__((always_inline)) void
+prefetch_old(struct cache *c, uint64_t hash, struct htab_hint *hint)
+{
+    unsigned n = htab_peek_hint(c->htab, hash, hint);
+    for (unsigned i = 0; i < n; i++)
+        __builtin_prefetch(
+            cache_item_at(c, cache_off(htab_slot_loc(hint->word[i]))), 0, 3);
+}
+
 /* The CAS of the version a store would replace, 0 when none: a hint read
  * before the write (publish decides). The home bucket's tag matches go to
  * hint, for publish's find under the lock (prefetch_old's peek, not made
@@ -215,6 +228,7 @@ peek_cas(struct cache_thread *t, struct store_req *r, struct htab_hint *hint)
     struct cache *c = t->cache;
     struct cache_key k = {c, r->key, r->klen};
     uint64_t cas = 0;
+    r->peek_loc = 0; /* none seen (yet) */
     /* the scan and compare inline (cache_match_key_store: no prefetch of
      * a chunk's word, which nothing here reads), as is a packed item's
      * CAS, an overwrite's usual case */
@@ -235,8 +249,8 @@ peek_cas(struct cache_thread *t, struct store_req *r, struct htab_hint *hint)
     return cas;
 }
 
-/* hint: filled (hint->home set) when the peek at the replaced version's
- * CAS ran, whatever the result. */
+/* hint: filled whenever this returns 0 (by the peek at the replaced
+ * version's CAS, or by prefetch_old's peek when there is none to make). */
 /* plan->total: the span's bytes (the item's size, for its books). */
 static __attribute__((noinline)) int
 prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head,
@@ -247,8 +261,9 @@ prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head,
         (r->hdr.iflags & ITEM_STALE))
         return -1;
     uint64_t lift = 0;
-    if (!r->cas_new &&
-        packed_cas_below(t, r->hdr.exptime, r->now, peek_cas(t, r, hint)))
+    if (r->cas_new) /* a chosen CAS: no peek, the hint as a slab store's */
+        prefetch_old(t->cache, r->hash, hint);
+    else if (packed_cas_below(t, r->hdr.exptime, r->now, peek_cas(t, r, hint)))
         lift = cache_seq_next(t->cache);
     uint32_t size = packed_size(t->cache, r->klen, r->hdr.vlen, r->hdr.flags,
                                 r->hdr.exptime, r->cas_new | lift);
@@ -349,6 +364,25 @@ store_cas_above(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     return store_one(t, r, cas_out);
 }
 
+/* commit's books for an item that is not a one-chunk slab item of
+ * prepare's class: a packed item's from its span's size (prepare_packed's
+ * plan->total: no parse of the header just written), the others' by
+ * cache_account, with the class of a DRAM item's size. */
+static inline __attribute__((always_inline)) void
+account_special(struct cache_thread *t, struct store_req *r,
+                const struct item_plan *plan, uint64_t head)
+{
+    if (cache_off_packed(head)) { /* a packed item has no class */
+        assert(plan->total ==
+               pitem_size_at(t->cache->base + cache_packed_pool(head)));
+        cache_account_packed(t, (int64_t)plan->total, 1);
+        return;
+    }
+    r->cls = cache_account(t, head, 1);
+    if (unlikely(r->cls == SLAB_NO_CLASS)) /* DRAM: the class of its size */
+        r->cls = cache_class_of(t->cache, head);
+}
+
 /* Write the prepared item and publish it; on failure its chunks go back.
  * *old receives the replaced item's location (0 if none), which the caller
  * retires with retire_old() once outside any RCU read section. hint: the
@@ -399,24 +433,14 @@ commit(struct cache_thread *t, struct store_req *r,
 
     /* account while the chunk is still ours: once published, another
      * thread may replace, free and reuse it before we look again */
-    bool packed = cache_off_packed(head);
     if (likely(plan->nchain == 0 && r->cls != SLAB_NO_CLASS &&
                !cache_off_dram(head)))
         cache_account_new(t, r->cls, plan->total); /* prepare's class */
-    else if (packed) { /* its span's size: prepare_packed's */
-        assert(plan->total == pitem_size_at(c->base + cache_packed_pool(head)));
-        cache_account_packed(t, (int64_t)plan->total, 1);
-    } else
-        r->cls = cache_account(t, head, 1);
-    /* DRAM: the class of its size (a packed item has none) */
-    if (unlikely(r->cls == SLAB_NO_CLASS) && !packed)
-        r->cls = cache_class_of(c, head);
+    else
+        account_special(t, r, plan, head);
     int rc = publish(t, r, head, now, hint, old);
     if (rc != TC_OK) {
-        if (packed)
-            cache_account_packed(t, (int64_t)plan->total, -1);
-        else
-            cache_account(t, head, -1);
+        cache_account(t, head, -1);
         cache_free_unpublished(t, plan, head, tails);
         /* out of line, and off the published path's instructions */
         if (unlikely(rc == STORE_CAS_LOW))
@@ -463,19 +487,6 @@ retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
     cache_defer_free(t, off);
 }
 
-/* Start loading the items the publish step will compare keys with: their
- * misses then overlap the item copy instead of stalling under the bucket
- * lock; the peek is kept in hint, so that publish looks at those slots
- * first instead of scanning the bucket again. */
-static inline __attribute__((always_inline)) void
-prefetch_old(struct cache *c, uint64_t hash, struct htab_hint *hint)
-{
-    unsigned n = htab_peek_hint(c->htab, hash, hint);
-    for (unsigned i = 0; i < n; i++)
-        __builtin_prefetch(
-            cache_item_at(c, cache_off(htab_slot_loc(hint->word[i]))), 0, 3);
-}
-
 /* Prepare, commit and retire: one whole store. Inlined into store_plain
  * (every set's path); the other callers share store_one's copy. */
 static inline __attribute__((always_inline)) int
@@ -485,12 +496,11 @@ store_one_inline(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     uint64_t head, tails[ITEM_MAX_TAILS], old = 0;
 
     struct htab_hint hint;
-    hint.home = NULL;
     htab_prefetch(t->cache->htab, r->hash);
     int rc = prepare(t, r, &plan, &head, tails, &hint);
     if (rc)
         return rc;
-    if (likely(!hint.home)) /* else a packed store's peek filled it */
+    if (likely(!cache_off_packed(head))) /* else prepare_packed filled it */
         prefetch_old(t->cache, r->hash, &hint);
     rc = commit(t, r, &plan, head, tails, &hint, &old, cas_out);
     TC_CRASH_POINT("set.published");
@@ -582,7 +592,7 @@ store_plain_inline(struct cache_thread *t, enum tc_store_mode mode,
     r.claim_win = r.keep_fetched = r.check_exptime = false;
     r.recache = r.in_place = false;
     r.xloc = (struct nvs_loc){0};
-    r.peek_loc = 0; /* peek_seq, peek_cas: read only after it is set */
+    /* peek_loc, peek_seq, peek_cas: a packed store's, set by its peek */
     int rc = vlen > UINT32_MAX ? -E2BIG : precheck(t, &r);
     if (rc == TC_OK)
         rc = store_one_inline(t, &r, cas_out);

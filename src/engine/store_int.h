@@ -58,8 +58,10 @@ struct store_req {
     /* a packed store's peek (store.c, peek_cas) at the packed version it
      * replaces: its location (0: none seen), its derived sequence (which
      * tells a reopened segment on the same page) and CAS; publish takes
-     * that CAS again while the same version is there. peek_seq and
-     * peek_cas are read only when peek_loc is not 0. */
+     * that CAS again while the same version is there. Set by the peek
+     * (store_plain_inline leaves them unset: publish reads them only for
+     * a packed item stored with no chosen CAS, which peeked); peek_seq
+     * and peek_cas are read only when peek_loc is not 0. */
     uint64_t peek_loc;
     uint64_t peek_seq;
     uint64_t peek_cas;
