@@ -99,8 +99,11 @@ struct seg_rec {
 
 _Static_assert(sizeof(struct seg_rec) == SEG_REC_SIZE &&
                    offsetof(struct seg_rec, seq_base) == SEG_REC_SEQ_BASE &&
-                   offsetof(struct seg_rec, exp_base) == SEG_REC_EXP_BASE,
-               "a record is one line; seg.h reads seq_base and exp_base");
+                   offsetof(struct seg_rec, exp_base) == SEG_REC_EXP_BASE &&
+                   offsetof(struct seg_rec, write_off) == SEG_REC_WRITE_OFF &&
+                   offsetof(struct seg_rec, exp_max) == SEG_REC_EXP_MAX,
+               "a record is one line; seg.h reads seq_base and exp_base, "
+               "bumps write_off and raises exp_max");
 
 struct seg {
     struct lock lock;
@@ -825,10 +828,10 @@ seg_exp_raise(struct seg *s, uint64_t off, uint32_t exp)
         ;
 }
 
-const char *
+char *
 seg_records(const struct seg *s)
 {
-    return (const char *)s->rec;
+    return (char *)s->rec;
 }
 
 uint64_t

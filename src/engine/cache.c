@@ -432,15 +432,9 @@ account_packed(struct cache_thread *t, uint64_t head, int sign)
 {
     /* the lengths only: the item is the index's, or its writer's */
     int64_t size = pitem_size_at(t->cache->base + cache_packed_pool(head));
-    cache_stat_add(t, ST_CURR_ITEMS, sign);
-    cache_stat_add(t, ST_BYTES, sign * size);
-    cache_stat_add(t, ST_PACKED_ITEMS, sign);
-    cache_stat_add(t, ST_PACKED_BYTES_LIVE, sign * size);
-    if (sign < 0) {
-        cache_stat_add(t, ST_PACKED_BYTES_DEAD, size);
-        /* its segment's own count, for merge's choice of victims */
+    cache_account_packed(t, size, sign);
+    if (sign < 0) /* its segment's own count, for merge's choice of victims */
         seg_dead_add(t->cache->seg, cache_packed_pool(head), (uint32_t)size);
-    }
 }
 
 unsigned

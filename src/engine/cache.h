@@ -281,7 +281,7 @@ struct cache {
     /* the packed small-item store (src/engine/packed.c): NULL when
      * packed_item_max is 0 */
     struct seg *seg;
-    const char *seg_rec; /* seg_records(seg): its records, read inline */
+    char *seg_rec;       /* seg_records(seg): its records, used inline */
     uint32_t packed_max; /* cfg.packed_item_max, 0 with no store */
     bool divert;         /* hot || seg: a store may go elsewhere than
                             a slab (set at open: cache.c, hotkey.c) */
@@ -426,6 +426,21 @@ cache_stat_add(struct cache_thread *t, enum cache_stat s, int64_t n)
     atomic_store_explicit(&t->stat[s], v + n, memory_order_relaxed);
 }
 #define cache_stat_inc(t, s) cache_stat_add((t), (s), 1)
+
+/* The books of a packed item of size bytes that entered (sign 1) or left
+ * (-1) the index; leaving, its bytes become dead bytes of its segment
+ * until the segment goes. Inline: a packed set's new item, whose size its
+ * writer knows (no parse of its header). */
+static inline void
+cache_account_packed(struct cache_thread *t, int64_t size, int sign)
+{
+    cache_stat_add(t, ST_CURR_ITEMS, sign);
+    cache_stat_add(t, ST_BYTES, sign * size);
+    cache_stat_add(t, ST_PACKED_ITEMS, sign);
+    cache_stat_add(t, ST_PACKED_BYTES_LIVE, sign * size);
+    if (sign < 0)
+        cache_stat_add(t, ST_PACKED_BYTES_DEAD, size);
+}
 
 /* One more event s on an item of class cls; SLAB_NO_CLASS (no item):
  * counted in the total's own slot. */
