@@ -1007,7 +1007,7 @@ test_reserve_open_inline(void **state)
     char *recs = seg_records(f->seg);
     struct seg_open o;
     struct seg_info si;
-    uint64_t a, b, x = 77;
+    uint64_t a = 0, b = 0, x = 77;
 
     *state = f;
     seg_open_init(&o, 1);
