@@ -60,6 +60,8 @@
  * at the end of a merge, from the pages it freed) and puts it back into
  * the pool just before its segment needs a new page. A pool shrink gets
  * it back at the next merge when it lies above the target, and at close.
+ * An eviction that finds no sealed segment takes back what the merge
+ * holds (merge_give_back): the spare, else its open segments, sealed.
  *
  * Concurrency:
  *   m->lock        a plain mutex, the merge's ownership token (as
@@ -390,6 +392,26 @@ merge_compact(struct merge_run *r, unsigned n)
     return k;
 }
 
+/* No sealed segment to take: the pages the merge holds go back, so that
+ * a slab class that needs a page is not refused while the merge keeps
+ * one idle (a small pool: its spare and a segment of few copies can be a
+ * third of it). The spare to the pool first; else its open segments
+ * sealed, the next call's victims. How many it gave (0 or 1). Under
+ * m->lock. */
+static unsigned
+merge_give_back(struct cache *c, struct packed_merge *m)
+{
+    if (m->spare != SEG_NO_PAGE) {
+        pool_page_put(c->pool, m->spare);
+        m->spare = SEG_NO_PAGE;
+        return 1;
+    }
+    if (m->so.nopen == 0)
+        return 0;
+    seg_seal_all(c->seg, &m->so);
+    return 1;
+}
+
 /* Takes m->lock: true when this thread waited for another's merge, which
  * left a free page (the caller retries instead of merging again). */
 static bool
@@ -443,9 +465,11 @@ packed_merge_evict(struct cache_thread *t)
             merge_segment(&r, pages[i]);
         n += k;
     }
+    if (n == 0)
+        n = merge_give_back(c, m);
     /* a page for the next merge's first copies: it starts with no free
      * page, and its first victim's kept items need one */
-    if (m->spare == SEG_NO_PAGE && pool_page_get(c->pool, &m->spare) != 0)
+    else if (m->spare == SEG_NO_PAGE && pool_page_get(c->pool, &m->spare) != 0)
         m->spare = SEG_NO_PAGE;
     pthread_mutex_unlock(&m->lock);
     return n > 0;

@@ -183,6 +183,63 @@ test_compact_keeps_unread(void **state)
     check_ok(f->c);
 }
 
+/* Sealed segments of c: the ones an eviction may take. */
+static uint64_t
+sealed(struct tc_cache *c)
+{
+    struct tc_stats s = pstats(c);
+    return s.packed_segments - s.packed_segments_open;
+}
+
+/* With no sealed segment to take, an eviction gets the pages the merge
+ * holds back: its spare page first, then its open segment of copies,
+ * sealed and merged by the next call. Else a slab class that needs a
+ * page waits while they sit idle (a small pool with every other page in
+ * the slabs: they were a third of it). */
+static void
+test_merge_gives_back(void **state)
+{
+    struct fx *f = *state;
+    uint64_t cas[NA];
+    write_a(f->c, cas);
+    read_even(f->c);
+    fill_until_evicted(f->c); /* the copies went to the merge's segment */
+    assert_int_equal(tc_flush_all(f->c, 0), 0);
+    struct cache_thread *t = cache_thread_get((struct cache *)f->c);
+    for (unsigned i = 0; i < 1000 && sealed(f->c) > 0; i++)
+        packed_evict_expired(t, PACKED_EXPIRE_LOOK);
+    struct tc_stats s0 = pstats(f->c);
+    assert_int_equal(sealed(f->c), 0);
+    assert_true(s0.packed_segments_open >= 2); /* the merge's, this thread's */
+
+    assert_int_equal(packed_evict_oldest(t), 1);
+    struct tc_stats s1 = pstats(f->c);
+    STAT_EQ(s1, pmem_pages_free, s0.pmem_pages_free + 1);
+    STAT_EQ(s1, packed_segments_open, s0.packed_segments_open);
+
+    assert_int_equal(packed_evict_oldest(t), 1);
+    struct tc_stats s2 = pstats(f->c);
+    STAT_EQ(s2, packed_segments_open, s0.packed_segments_open - 1);
+    assert_int_equal(sealed(f->c), 1);
+
+    assert_int_equal(packed_evict_oldest(t), 1); /* flushed: no copy */
+    struct tc_stats s3 = pstats(f->c);
+    /* few copies: compacted rather than merged */
+    assert_int_equal(s3.packed_segments_evicted + s3.packed_segments_compacted,
+                     s2.packed_segments_evicted + s2.packed_segments_compacted +
+                         1);
+    STAT_EQ(s3, packed_copies, s2.packed_copies);
+    assert_int_equal(sealed(f->c), 0);
+    /* what it freed is the next merge's spare; then nothing is left */
+    assert_int_equal(packed_evict_oldest(t), 1);
+    assert_int_equal(packed_evict_oldest(t), 0);
+    STAT_EQ(pstats(f->c), pmem_pages_free, s1.pmem_pages_free + 1);
+    check_miss(f->c, "a00000");
+    puts_(f->c, "after", "give back");
+    check_str(f->c, "after", "give back");
+    check_ok(f->c);
+}
+
 #ifdef TC_CRASHPOINTS
 /* What the hook does at its point, once: the set or delete runs on a
  * thread of its own, as a racing client's would. Past publication it
@@ -389,7 +446,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         PTEST(test_merge_keeps_referenced), PTEST(test_fifo_drops_referenced),
-        PTEST(test_compact_keeps_unread),
+        PTEST(test_compact_keeps_unread),   PTEST(test_merge_gives_back),
 #ifdef TC_CRASHPOINTS
         PTEST(test_merge_races_set_delete),
 #endif
