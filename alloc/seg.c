@@ -49,6 +49,11 @@
  *     thread that writes or touches an item of it, UINT32_MAX once free.
  *     seg_evict_expired reads it with no lock, then checks the state and
  *     reads it again under s->lock before it takes the segment.
+ *   rec->dead
+ *     a relaxed atomic: 0 at open (and adopt), added to by any thread
+ *     whose item of it left the index (seg_dead_add). Read with s->lock
+ *     held by seg_evict_emptiest: a count a moment stale only makes the
+ *     choice a little less exact.
  *   rec->write_off
  *     the owner's while open (its reserves need no lock); a relaxed atomic
  *     so that snapshots (seg_info) may read it at any time. Once sealed
@@ -83,6 +88,9 @@ struct seg_rec {
     /* latest expiry of an item (UINT32_MAX: one never expires; a free
      * record's too, so that a scan for expired ones steps over it) */
     _Atomic uint32_t exp_max;
+    /* bytes of items that left the index (seg_dead_add): a relaxed
+     * atomic, 0 at open; live bytes are write_off's span less these */
+    _Atomic uint32_t dead;
     uint32_t prev, next; /* age list, SEG_NO_PAGE at the ends */
     uint16_t owner;
     uint8_t state;  /* enum seg_state */
@@ -91,8 +99,11 @@ struct seg_rec {
 
 _Static_assert(sizeof(struct seg_rec) == SEG_REC_SIZE &&
                    offsetof(struct seg_rec, seq_base) == SEG_REC_SEQ_BASE &&
-                   offsetof(struct seg_rec, exp_base) == SEG_REC_EXP_BASE,
-               "a record is one line; seg.h reads seq_base and exp_base");
+                   offsetof(struct seg_rec, exp_base) == SEG_REC_EXP_BASE &&
+                   offsetof(struct seg_rec, write_off) == SEG_REC_WRITE_OFF &&
+                   offsetof(struct seg_rec, exp_max) == SEG_REC_EXP_MAX,
+               "a record is one line; seg.h reads seq_base and exp_base, "
+               "bumps write_off and raises exp_max");
 
 struct seg {
     struct lock lock;
@@ -338,6 +349,7 @@ open_segment(struct seg *s, const struct seg_open *o, unsigned b,
     r->exp_base = now + seg_bucket_ttl_lo(b);
     atomic_store_explicit(&r->write_off, SEG_HEADER_SIZE, memory_order_relaxed);
     atomic_store_explicit(&r->exp_max, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->dead, 0, memory_order_relaxed);
     r->owner = o->owner;
     r->bucket = (uint8_t)b;
     set_state_locked(s, r, SEG_OPEN);
@@ -602,6 +614,55 @@ seg_evict_oldest(struct seg *s, uint32_t *page)
     return 0;
 }
 
+/* Bytes of r's live items, as far as its count of dead ones knows. */
+static uint32_t
+live_bytes(const struct seg_rec *r)
+{
+    uint32_t used = atomic_load_explicit(&r->write_off, memory_order_relaxed) -
+                    SEG_HEADER_SIZE;
+    uint32_t dead = atomic_load_explicit(&r->dead, memory_order_relaxed);
+
+    return dead < used ? used - dead : 0;
+}
+
+int
+seg_evict_emptiest(struct seg *s, uint32_t window, uint32_t live_max,
+                   uint32_t *page)
+{
+    uint32_t p, best = SEG_NO_PAGE, best_live = UINT32_MAX, seen = 0;
+
+    lock_acquire(&s->lock);
+    /* the oldest window sealed ones (and the few open ones between) */
+    for (p = s->head; p != SEG_NO_PAGE && seen < window; p = s->rec[p].next) {
+        if (s->rec[p].state != SEG_SEALED)
+            continue;
+        seen++;
+        uint32_t live = live_bytes(&s->rec[p]);
+        if (live < best_live) { /* strictly: the older one on a tie */
+            best = p;
+            best_live = live;
+        }
+    }
+    if (best == SEG_NO_PAGE || best_live > live_max) {
+        lock_release(&s->lock);
+        return -ENOENT;
+    }
+    evict_locked(s, best);
+    lock_release(&s->lock);
+    clear_hcrc(s, best);
+    *page = best;
+    return 0;
+}
+
+void
+seg_dead_add(struct seg *s, uint64_t off, uint32_t n)
+{
+    uint32_t page = (uint32_t)(off >> POOL_PAGE_SHIFT);
+
+    assert(page < s->npages);
+    atomic_fetch_add_explicit(&s->rec[page].dead, n, memory_order_relaxed);
+}
+
 /* Whether sealed record r may go as expired or flushed. Under s->lock. */
 static bool
 expired_locked(const struct seg_rec *r, uint32_t now, uint64_t flush_seq)
@@ -733,6 +794,7 @@ seg_adopt(struct seg *s, uint32_t page, uint32_t write_off)
     r->bucket = h->ttl_bucket;
     r->owner = 0;
     atomic_store_explicit(&r->exp_max, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->dead, 0, memory_order_relaxed);
     atomic_store_explicit(&r->write_off, write_off, memory_order_relaxed);
     set_state_locked(s, r, SEG_SEALED);
     link_sorted_locked(s, page);
@@ -766,10 +828,10 @@ seg_exp_raise(struct seg *s, uint64_t off, uint32_t exp)
         ;
 }
 
-const char *
+char *
 seg_records(const struct seg *s)
 {
-    return (const char *)s->rec;
+    return (char *)s->rec;
 }
 
 uint64_t
@@ -813,6 +875,7 @@ seg_info(struct seg *s, uint32_t page, struct seg_info *out)
     out->exp_base = r->exp_base;
     out->exp_max = atomic_load_explicit(&r->exp_max, memory_order_relaxed);
     out->seq_base = r->seq_base;
+    out->dead = atomic_load_explicit(&r->dead, memory_order_relaxed);
     lock_release(&s->lock);
 }
 

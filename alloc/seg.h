@@ -29,6 +29,8 @@
  * Concurrency: see the top of alloc/seg.c.
  */
 
+#include <assert.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -101,6 +103,7 @@ enum seg_state {
 
 /* A snapshot of one record. */
 struct seg_info {
+    uint32_t dead; /* bytes dead (seg_dead_add) */
     enum seg_state state;
     uint8_t bucket;
     uint16_t owner;
@@ -179,11 +182,15 @@ uint32_t seg_exp_base(const struct seg *s, uint64_t off);
  * SEG_REC_SIZE bytes a pool page, fixed for s's life; seq_base and
  * exp_base sit at these offsets in a record (seg.c asserts them). Read
  * as seg_seq_of and seg_exp_base do: plain loads of fields written at the
- * segment's open, before any of its items was published. */
+ * segment's open, before any of its items was published. write_off and
+ * exp_max, relaxed atomics, are bumped and raised inline likewise
+ * (seg_reserve_open, seg_rec_exp_raise: a set's every reserve). */
 #define SEG_REC_SIZE 64u
 #define SEG_REC_SEQ_BASE 0u
 #define SEG_REC_EXP_BASE 8u
-const char *seg_records(const struct seg *s);
+#define SEG_REC_WRITE_OFF 16u /* _Atomic uint32_t, the owner's while open */
+#define SEG_REC_EXP_MAX 20u   /* _Atomic uint32_t, seg_exp_raise's */
+char *seg_records(const struct seg *s);
 
 /* seg_seq_of's segment part: the seq_base of the segment holding pool
  * offset off, from seg_records' array. */
@@ -214,6 +221,52 @@ seg_rec_exp_base(const char *recs, uint64_t off)
  * a restart's scan). */
 void seg_exp_raise(struct seg *s, uint64_t off, uint32_t exp);
 
+/* seg_exp_raise on seg_records' array, inline (a set's usual case is one
+ * load that finds exp_max already at or above exp). */
+static inline void
+seg_rec_exp_raise(char *recs, uint64_t off, uint32_t exp)
+{
+    _Atomic uint32_t *m =
+        (_Atomic uint32_t *)(void *)(recs +
+                                     (off >> POOL_PAGE_SHIFT) * SEG_REC_SIZE +
+                                     SEG_REC_EXP_MAX);
+    uint32_t cur = atomic_load_explicit(m, memory_order_relaxed);
+
+    while (cur < exp &&
+           !atomic_compare_exchange_weak_explicit(
+               m, &cur, exp, memory_order_relaxed, memory_order_relaxed))
+        ;
+}
+
+/* seg_reserve's fast path, inline: a span of n bytes (1..SEG_PAYLOAD,
+ * rounded up to 4) in o's open segment of bucket b itself, when it has
+ * one and the span fits: 0 with *off, as seg_reserve would give it (it
+ * picks b's own open segment first too). Else -EAGAIN and nothing
+ * changed: seg_reserve decides (a new segment, another bucket's, the
+ * cap). Context: o's owner (write_off is the owner's while open). No
+ * lock, no PMEM. */
+static inline int
+seg_reserve_open(char *recs, struct seg_open *o, unsigned b, uint32_t n,
+                 uint64_t *off)
+{
+    uint32_t page = o->page[b];
+    uint32_t n4 = (n + 3) & ~3u;
+
+    assert(pthread_equal(o->owner_thread, pthread_self()));
+    if (page == SEG_NO_PAGE || n == 0)
+        return -EAGAIN;
+    _Atomic uint32_t *w =
+        (_Atomic uint32_t *)(void *)(recs + (uint64_t)page * SEG_REC_SIZE +
+                                     SEG_REC_WRITE_OFF);
+    uint32_t woff = atomic_load_explicit(w, memory_order_relaxed);
+    if (n4 > POOL_PAGE_SIZE - woff) /* also n > SEG_PAYLOAD */
+        return -EAGAIN;
+    atomic_store_explicit(w, woff + n4, memory_order_relaxed);
+    o->used[b] = ++o->tick;
+    *off = ((uint64_t)page << POOL_PAGE_SHIFT) | woff;
+    return 0;
+}
+
 /* Take a sealed segment whose items have all expired (exp_max <= now) or
  * are all flushed (its whole sequence block at or below flush_seq) out of
  * the age list for eviction, as seg_evict: 0 with *page, or -ENOENT. Looks
@@ -242,6 +295,18 @@ bool seg_seal_for(struct seg *s, struct seg_open *o, unsigned b);
  * the segment lock. */
 int seg_evict(struct seg *s, uint32_t page);
 int seg_evict_oldest(struct seg *s, uint32_t *page);
+/* As seg_evict_oldest, but of the oldest window sealed segments the one
+ * with the fewest live bytes (its span written less its dead bytes,
+ * seg_dead_add), the oldest of those on a tie, and only if those are at
+ * most live_max: -ENOENT otherwise. O(window) records under the segment
+ * lock, DRAM only. */
+int seg_evict_emptiest(struct seg *s, uint32_t window, uint32_t live_max,
+                       uint32_t *page);
+
+/* n bytes of the segment holding pool offset off are dead (an item that
+ * left the index, a span never committed): they count against its live
+ * bytes until it is freed. A relaxed atomic add, any thread, no lock. */
+void seg_dead_add(struct seg *s, uint64_t off, uint32_t n);
 
 /* Free a sealed or evicting segment: its page goes back to the pool, hcrc
  * 0 first if not yet (the caller has waited out any readers). 0, or -EBUSY

@@ -129,7 +129,8 @@ for round in $(seq 1 "$ROUNDS"); do
             --warmup on --label "$cfg" 2>>"$out" | grep '^RESULT')
         st=$(server_stats "$port" curr_items evictions packed_segments \
             packed_bytes_live packed_bytes_dead packed_items_merged \
-            packed_copies packed_segments_evicted packed_cas_lifted cmd_set)
+            packed_copies packed_segments_evicted packed_segments_compacted \
+            packed_cas_lifted cmd_set)
         stop_server
         hit=$(kv "$res" hit)
         hits[$cfg]="${hits[$cfg]:-} $hit"

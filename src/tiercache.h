@@ -397,11 +397,15 @@ struct tc_stats {
                                          (or was flushed) */
     uint64_t packed_cas_lifted;       /* packed stores given a CAS of their own
                                          (8 bytes): the derived one was not above
-                                         the replaced version's */
+                                         the replaced version's (or a removed
+                                         one's: the CAS floor) */
     uint64_t packed_items_merged;     /* items a merge eviction kept (copied
                                          into a new segment) */
     uint64_t packed_copies;           /* pending copies written (merges,
                                          touches that rewrite) */
+    uint64_t packed_segments_compacted; /* mostly dead segments a merge
+                                           freed by copying every live
+                                           item out of them */
 };
 
 /*
@@ -519,7 +523,9 @@ struct tc_stats {
     X(PACKED_CAS_LIFTED, packed_cas_lifted, "packed_cas_lifted", COUNTER)     \
     X(PACKED_ITEMS_MERGED, packed_items_merged,                                \
                            "packed_items_merged", COUNTER)                     \
-    X(PACKED_COPIES,     packed_copies,     "packed_copies",     COUNTER)
+    X(PACKED_COPIES,     packed_copies,     "packed_copies",     COUNTER)      \
+    X(PACKED_SEGS_COMPACTED, packed_segments_compacted,                        \
+                           "packed_segments_compacted", COUNTER)
 /* clang-format on */
 
 /* One key of the hot-key view (tc_hotkeys). Rates are estimates from

@@ -432,12 +432,9 @@ account_packed(struct cache_thread *t, uint64_t head, int sign)
 {
     /* the lengths only: the item is the index's, or its writer's */
     int64_t size = pitem_size_at(t->cache->base + cache_packed_pool(head));
-    cache_stat_add(t, ST_CURR_ITEMS, sign);
-    cache_stat_add(t, ST_BYTES, sign * size);
-    cache_stat_add(t, ST_PACKED_ITEMS, sign);
-    cache_stat_add(t, ST_PACKED_BYTES_LIVE, sign * size);
-    if (sign < 0)
-        cache_stat_add(t, ST_PACKED_BYTES_DEAD, size);
+    cache_account_packed(t, size, sign);
+    if (sign < 0) /* its segment's own count, for merge's choice of victims */
+        seg_dead_add(t->cache->seg, cache_packed_pool(head), (uint32_t)size);
 }
 
 unsigned
@@ -870,8 +867,10 @@ cache_unlink_loc(struct cache *c, uint64_t hash, uint64_t loc)
 {
     struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot = htab_find_loc_locked(b, loc);
-    if (slot)
+    if (slot) {
+        cache_floor_unlink(c, hash, cache_off(loc));
         htab_remove_locked(c->htab, slot);
+    }
     htab_unlock(b);
     return slot != NULL;
 }

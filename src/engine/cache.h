@@ -208,6 +208,10 @@ struct cache_thread {
 /* Page moves that may wait at once (src/engine/reclaim.c) */
 #define CACHE_MOVES_MAX 2
 
+/* Words of the packed store's CAS floor (struct cache's cas_floor) */
+#define CACHE_FLOOR_BITS 12
+#define CACHE_FLOOR_N (1u << CACHE_FLOOR_BITS)
+
 struct cache {
     uint64_t id; /* unique per open, so a stale thread slot never matches */
     struct tc_config cfg;
@@ -277,7 +281,7 @@ struct cache {
     /* the packed small-item store (src/engine/packed.c): NULL when
      * packed_item_max is 0 */
     struct seg *seg;
-    const char *seg_rec; /* seg_records(seg): its records, read inline */
+    char *seg_rec;       /* seg_records(seg): its records, used inline */
     uint32_t packed_max; /* cfg.packed_item_max, 0 with no store */
     bool divert;         /* hot || seg: a store may go elsewhere than
                             a slab (set at open: cache.c, hotkey.c) */
@@ -303,6 +307,13 @@ struct cache {
 
     struct tc_open_info start; /* what the open found (src/engine/restart.c);
                                   read-only after open */
+
+    /* the packed store's CAS floor (used only with c->seg): the highest
+     * CAS of an item removed other than by a replacement, by the top
+     * CACHE_FLOOR_BITS of its key's hash (src/engine/cache_packed.h,
+     * cache_floor_*); raised and read under the key's bucket lock,
+     * relaxed. Inline: a set reads it with no pointer to load. */
+    _Atomic uint64_t cas_floor[CACHE_FLOOR_N] CACHE_ALIGNED;
 };
 
 /* --- cache.c --- */
@@ -415,6 +426,21 @@ cache_stat_add(struct cache_thread *t, enum cache_stat s, int64_t n)
     atomic_store_explicit(&t->stat[s], v + n, memory_order_relaxed);
 }
 #define cache_stat_inc(t, s) cache_stat_add((t), (s), 1)
+
+/* The books of a packed item of size bytes that entered (sign 1) or left
+ * (-1) the index; leaving, its bytes become dead bytes of its segment
+ * until the segment goes. Inline: a packed set's new item, whose size its
+ * writer knows (no parse of its header). */
+static inline void
+cache_account_packed(struct cache_thread *t, int64_t size, int sign)
+{
+    cache_stat_add(t, ST_CURR_ITEMS, sign);
+    cache_stat_add(t, ST_BYTES, sign * size);
+    cache_stat_add(t, ST_PACKED_ITEMS, sign);
+    cache_stat_add(t, ST_PACKED_BYTES_LIVE, sign * size);
+    if (sign < 0)
+        cache_stat_add(t, ST_PACKED_BYTES_DEAD, size);
+}
 
 /* One more event s on an item of class cls; SLAB_NO_CLASS (no item):
  * counted in the total's own slot. */
@@ -930,5 +956,6 @@ void cache_retire_packed(struct cache_thread *t, uint64_t head, uint32_t now);
 uint64_t cache_item_bytes(const struct cache *c, const struct item_hdr *it);
 
 /* Unlink the item at loc if the index still holds it for this hash: true
- * when this call removed it (the caller then frees it). */
+ * when this call removed it (the caller then frees it). A removal: the
+ * key's CAS floor is raised (cache_floor_unlink). */
 bool cache_unlink_loc(struct cache *c, uint64_t hash, uint64_t loc);

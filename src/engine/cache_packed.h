@@ -92,3 +92,65 @@ enum cache_dead cache_off_dead(const struct cache *c, uint64_t off,
                                uint32_t now);
 uint64_t cache_off_cas(const struct cache *c, uint64_t off);
 uint32_t cache_off_exptime(const struct cache *c, uint64_t off);
+
+/*
+ * The CAS floor (c->cas_floor, 32 KiB of DRAM, used with the packed store
+ * only): a packed item's CAS is its place in its segment's block, taken
+ * when the segment opened, so a key created again into an older open
+ * segment would get a CAS below the one of its version that was removed
+ * (delete, eviction, expiry's reap or sweep) and memcached's CAS only
+ * grows (meta I compares them). Every such removal raises the floor word of the
+ * key's hash bits to the removed item's CAS, under the key's bucket lock; a
+ * packed store that finds no version to replace compares its CAS with
+ * that word under the same lock (store.c's publish) and is stored again
+ * with a CAS of the counter (cas64) when not above it. A replacement
+ * needs none of it: the store compares with the version it replaces.
+ * Flush_all needs none either: a packed item is never stored at or below
+ * the watermark (packed_reserve_at), which is the counter at the flush,
+ * above every CAS given before it. Keys sharing a word share its floor:
+ * at worst a few more sets lifted (8 bytes each).
+ *
+ * Restart: the table starts empty. The counter resumes above every CAS
+ * the scan finds, every segment's whole block and where a clean close
+ * left it (restart.c, resume_counters), so every block opened after it is
+ * above those. A removed item no longer in the pool is above that only
+ * after a crash that lost the newest version of a key, when the counter
+ * itself may give a slab item a CAS again: the same case, not the
+ * floor's.
+ */
+
+/* The word of hash's key: the top bits, one shift (the slot tag's too;
+ * any bits would do) */
+#define CACHE_FLOOR_IDX(hash) ((hash) >> (64 - CACHE_FLOOR_BITS))
+
+/* The floor of hash's key. Locks: its bucket lock held. */
+static inline uint64_t
+cache_floor_of(const struct cache *c, uint64_t hash)
+{
+    return atomic_load_explicit(&c->cas_floor[CACHE_FLOOR_IDX(hash)],
+                                memory_order_relaxed);
+}
+
+/* Raise the floor of hash's key to cas (an atomic max). Locks: the
+ * key's bucket lock held, the item still in the index. DRAM only. */
+static inline void
+cache_floor_raise(struct cache *c, uint64_t hash, uint64_t cas)
+{
+    _Atomic uint64_t *w = &c->cas_floor[CACHE_FLOOR_IDX(hash)];
+    uint64_t cur = atomic_load_explicit(w, memory_order_relaxed);
+    while (cur < cas &&
+           !atomic_compare_exchange_weak_explicit(
+               w, &cur, cas, memory_order_relaxed, memory_order_relaxed))
+        ;
+}
+
+/* A removal (not a replacement) of the item at engine offset off, of any
+ * kind, from hash's key: the floor raised to its CAS, when there is a
+ * packed store. Locks: the key's bucket lock held, before the slot is
+ * removed (the item is live for the caller). Reads its PMEM header. */
+static inline void
+cache_floor_unlink(struct cache *c, uint64_t hash, uint64_t off)
+{
+    if (c->seg)
+        cache_floor_raise(c, hash, cache_off_cas(c, off));
+}

@@ -43,6 +43,7 @@
 #include "src/engine/hotkey.h"
 
 #include "src/engine/cache.h"
+#include "src/engine/cache_packed.h"
 #include "src/engine/reclaim.h"
 #include "src/engine/topk.h"
 
@@ -520,9 +521,10 @@ drop_dead(struct cache_thread *t, const struct cand *cd)
     if (slot) {
         /* the index holds it, so it is not freed under us */
         dead = cache_item_dead(c, cache_item_at(c, cd->off), clock_now());
-        if (dead != CACHE_LIVE)
+        if (dead != CACHE_LIVE) {
+            cache_floor_unlink(c, cd->hash, cd->off);
             htab_remove_locked(c->htab, slot);
-        else
+        } else
             slot = NULL;
     }
     htab_unlock(b);

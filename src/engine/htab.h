@@ -250,6 +250,49 @@ struct htab_hint {
  * matches (their slot words in hint->word). */
 unsigned htab_peek_hint(struct htab *h, uint64_t hash, struct htab_hint *hint);
 
+/* htab_lookup_rcu_inline that also fills hint as htab_peek_hint does (the
+ * home bucket and its tag matches), the matching entry's first, so that a
+ * writer that looks before it writes (a packed set's peek at the CAS of
+ * the version it replaces) neither scans the bucket again for its hint nor
+ * misses it under the lock (htab_find_hinted_locked tries the first).
+ * Context: inside an RCU read-side section (the location: valid only
+ * there; the hint: checked again under the lock, as any). */
+static inline __attribute__((always_inline)) uint64_t
+htab_lookup_hint_rcu_inline(struct htab *h, uint64_t hash, htab_match_fn *match,
+                            void *arg, struct htab_hint *hint)
+{
+    const uint64_t tag = (uint64_t)htab_tag(hash) << HTAB_LOC_BITS;
+    struct htab_bucket *b = htab_home_bucket_rcu(h, hash);
+    unsigned n = 0;
+
+#pragma GCC unroll 8 /* every slot (HTAB_SLOTS): no loop counter */
+    for (int i = 0; i < HTAB_SLOTS; i++) {
+        /* Acquire: as htab_chain_lookup_rcu (match reads the item) */
+        uint64_t w = atomic_load_explicit(&b->slot[i], memory_order_acquire);
+        if ((w ^ tag) <= HTAB_LOC_MASK) {
+            hint->idx[n] = (uint8_t)i;
+            hint->word[n++] = w;
+        }
+    }
+    hint->home = b;
+    hint->n = n;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t w = hint->word[i];
+        if (likely(match(arg, w & HTAB_LOC_MASK))) {
+            if (i) { /* first, for the find under the lock */
+                uint8_t x = hint->idx[i];
+                hint->word[i] = hint->word[0];
+                hint->idx[i] = hint->idx[0];
+                hint->word[0] = w;
+                hint->idx[0] = x;
+            }
+            return w & HTAB_LOC_MASK;
+        }
+    }
+    b = atomic_load_explicit(&b->next, memory_order_acquire);
+    return b ? htab_chain_lookup_rcu(b, hash, match, arg) : 0;
+}
+
 /* Writers. htab_lock() returns the home bucket, locked (in the doubled
  * table once the key's old bucket moved); it holds an RCU read-side
  * section of its own until htab_unlock, which keeps the bucket's table

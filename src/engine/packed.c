@@ -168,15 +168,58 @@ int
 packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
                uint64_t *head)
 {
-    return packed_reserve_at(t, size, exptime, clock_now(), head);
+    return packed_reserve_at(t, size, exptime, clock_now(), head, NULL);
 }
+
+/* Whether a span at pool offset off (just reserved) lies at or below the
+ * flush watermark: its segment opened before a flush_all. */
+static inline bool
+span_flushed(const struct cache *c, uint64_t off)
+{
+    return seg_rec_seq_base(c->seg_rec, off) +
+               (off & (POOL_PAGE_SIZE - 1)) / 4 <=
+           atomic_load_explicit(&c->flush_cas, memory_order_acquire);
+}
+
+static int reserve_slow(struct cache_thread *t, unsigned b, uint32_t size,
+                        uint32_t exptime, uint32_t now, uint64_t *head,
+                        uint32_t *span);
 
 int
 packed_reserve_at(struct cache_thread *t, uint32_t size, uint32_t exptime,
-                  uint32_t now, uint64_t *head)
+                  uint32_t now, uint64_t *head, uint32_t *span)
 {
     struct cache *c = t->cache;
     unsigned b = ttl_bucket(exptime, now);
+    uint32_t page = t->so.page[b];
+    uint64_t off;
+
+    /* the usual case inline: b's own open segment (the one seg_reserve
+     * picks first), the form its exp_base gives, the span fits and the
+     * segment is not older than a flush_all; the rest in reserve_slow */
+    if (likely(page != SEG_NO_PAGE)) {
+        uint64_t poff = (uint64_t)page << POOL_PAGE_SHIFT;
+        uint32_t n = exptime && span_exp16(c, poff, exptime) ? size - 4 : size;
+        if (likely(seg_reserve_open(c->seg_rec, &t->so, b, n, &off) == 0)) {
+            if (likely(!span_flushed(c, off))) {
+                *head = cache_packed_off(off);
+                if (span)
+                    *span = n;
+                return 0;
+            }
+            seg_unreserve(c->seg, &t->so, off, n);
+        }
+    }
+    return reserve_slow(t, b, size, exptime, now, head, span);
+}
+
+/* packed_reserve_at past its fast path: a new segment, another bucket's,
+ * eviction, the cap, a flush_all's seal. */
+static __attribute__((noinline)) int
+reserve_slow(struct cache_thread *t, unsigned b, uint32_t size,
+             uint32_t exptime, uint32_t now, uint64_t *head, uint32_t *span)
+{
+    struct cache *c = t->cache;
     /* size has exp32 when the item expires; exp16 takes 4 bytes less.
      * The form follows the segment the span lands in (its exp_base), so
      * the span's size is guessed from the segment it would take now and
@@ -205,10 +248,7 @@ packed_reserve_at(struct cache_thread *t, uint32_t size, uint32_t exptime,
         if (rc)
             return rc;
         /* opened before a flush_all: later sequences would read flushed */
-        if (unlikely(
-                seg_rec_seq_base(c->seg_rec, off) +
-                    (off & (POOL_PAGE_SIZE - 1)) / 4 <=
-                atomic_load_explicit(&c->flush_cas, memory_order_acquire))) {
+        if (unlikely(span_flushed(c, off))) {
             seg_seal_page(c->seg, &t->so, (uint32_t)(off >> POOL_PAGE_SHIFT));
             rc = -ENOSPC;
             continue;
@@ -221,6 +261,8 @@ packed_reserve_at(struct cache_thread *t, uint32_t size, uint32_t exptime,
             continue;
         }
         *head = cache_packed_off(off);
+        if (span)
+            *span = n;
         return 0;
     }
     return rc;
@@ -256,7 +298,7 @@ write_item_at(struct cache *c, uint64_t head, const struct packed_item *it,
     uint16_t check =
         pitem_write(c->base + page, POOL_PAGE_SIZE, in, seq_base, &d, pending);
     /* DRAM: the segment lasts as long as its latest item */
-    seg_exp_raise(c->seg, poff, it->exptime ? it->exptime : UINT32_MAX);
+    seg_rec_exp_raise(c->seg_rec, poff, it->exptime ? it->exptime : UINT32_MAX);
     cache_packed_touch(c, poff, now); /* a store is an access */
     return check;
 }
@@ -323,11 +365,15 @@ packed_wait_dead(char *seg, uint32_t off)
 uint64_t
 packed_unlink_named(struct cache *c, const struct pitem_view *v, uint64_t off)
 {
-    struct htab_bucket *b = htab_lock(c->htab, cache_hash(c, v->key, v->klen));
+    uint64_t hash = cache_hash(c, v->key, v->klen);
+    struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(off));
     uint64_t word = slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
-    if (slot)
+    if (slot) {
+        /* the walk's view has its CAS: no second look at it */
+        cache_floor_raise(c, hash, v->cas);
         htab_remove_locked(c->htab, slot);
+    }
     htab_unlock(b);
     return word;
 }

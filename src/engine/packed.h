@@ -50,9 +50,11 @@ bool packed_cas_below(struct cache_thread *t, uint32_t exptime, uint32_t now,
 int packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
                    uint64_t *head);
 /* packed_reserve at now, the caller's clock_now() (a store's: one read
- * of the clock a store, not one a step). */
+ * of the clock a store, not one a step); *span (optional): the span's
+ * bytes, the item's size in the form its segment takes (size, or 4 less
+ * with exp16). */
 int packed_reserve_at(struct cache_thread *t, uint32_t size, uint32_t exptime,
-                      uint32_t now, uint64_t *head);
+                      uint32_t now, uint64_t *head, uint32_t *span);
 
 /* What packed_write stores. */
 struct packed_item {

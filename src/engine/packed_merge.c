@@ -60,6 +60,8 @@
  * at the end of a merge, from the pages it freed) and puts it back into
  * the pool just before its segment needs a new page. A pool shrink gets
  * it back at the next merge when it lies above the target, and at close.
+ * An eviction that finds no sealed segment takes back what the merge
+ * holds (merge_give_back): the spare, else its open segments, sealed.
  *
  * Concurrency:
  *   m->lock        a plain mutex, the merge's ownership token (as
@@ -117,6 +119,7 @@ struct merge_run {
     unsigned bucket; /* its TTL bucket: the copies' */
     uint32_t now;
     uint32_t budget; /* bytes the merge may still copy */
+    bool compact;    /* every live item copied, REF kept (merge_compact) */
 };
 
 /* The victims: the oldest n sealed segments, each out of the age list and
@@ -222,12 +225,13 @@ copy_item(struct merge_run *r, const struct pitem_view *v, uint64_t off,
      * not published, the item dropped by the caller */
     bool flushed =
         slot && !cache_flush_spares_copy(c, cache_packed_seq(c, off));
-    /* REF clear in the new location, FETCHED and WIN kept */
+    /* REF clear in the new location (a compaction's keeps it: the item
+     * was not judged), FETCHED and WIN kept */
+    uint64_t bits =
+        CACHE_LOC_FETCHED | CACHE_LOC_WIN | (r->compact ? CACHE_LOC_REF : 0);
     if (slot && !flushed)
-        htab_replace_locked(
-            slot, hash,
-            cache_loc(head) |
-                (htab_slot_loc(word) & (CACHE_LOC_FETCHED | CACHE_LOC_WIN)));
+        htab_replace_locked(slot, hash,
+                            cache_loc(head) | (htab_slot_loc(word) & bits));
     htab_unlock(b);
     if (flushed) {
         cache_account(t, head, -1);
@@ -266,10 +270,12 @@ merge_item(struct merge_run *r, const struct pitem_view *v)
     struct htab_bucket *b = htab_lock(c->htab, hash);
     _Atomic uint64_t *slot = htab_find_loc_locked(b, cache_loc(off));
     uint64_t word = slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
-    bool keep =
-        slot && (word & CACHE_LOC_REF) && dead == CACHE_LIVE && r->budget > 0;
-    if (slot && !keep)
+    bool keep = slot && (r->compact || (word & CACHE_LOC_REF)) &&
+                dead == CACHE_LIVE && r->budget > 0;
+    if (slot && !keep) {
+        cache_floor_raise(c, hash, v->cas); /* a removal: cache_packed.h */
         htab_remove_locked(c->htab, slot);
+    }
     htab_unlock(b);
     if (!slot) {
         /* replaced or deleted: its unlinker counts and invalidates it */
@@ -355,7 +361,55 @@ merge_segment(struct merge_run *r, uint32_t page)
     cache_rcu_synced();
     fix_expiries(c, r->m);
     seg_free(c->seg, page);
-    cache_stat_inc(t, ST_PACKED_SEGS_EVICTED);
+    cache_stat_inc(t, r->compact ? ST_PACKED_SEGS_COMPACTED
+                                 : ST_PACKED_SEGS_EVICTED);
+}
+
+/* Compaction: up to n segments, each the one with the fewest live bytes
+ * of the PACKED_MERGE_WINDOW oldest sealed ones (seg_evict_emptiest), when
+ * those are at most PACKED_COMPACT_LIVE_PCT percent of its payload, walked
+ * as victims whose live items are all copied, REF kept: each costs at most
+ * that share of a page written for a page freed, and drops no item the
+ * index holds (unless no page is left for the copies). Without it a
+ * rewritten item's bytes stay dead until its segment is the oldest: under
+ * an overwrite-heavy load, about two thirds of a segment by then. How
+ * many it compacted. */
+static unsigned
+merge_compact(struct merge_run *r, unsigned n)
+{
+    uint32_t page;
+    unsigned k = 0;
+    r->compact = true;
+    while (k < n &&
+           seg_evict_emptiest(r->t->cache->seg, PACKED_MERGE_WINDOW,
+                              SEG_PAYLOAD / 100u * PACKED_COMPACT_LIVE_PCT,
+                              &page) == 0) {
+        r->budget = SEG_PAYLOAD;
+        merge_segment(r, page);
+        k++;
+    }
+    r->compact = false;
+    return k;
+}
+
+/* No sealed segment to take: the pages the merge holds go back, so that
+ * a slab class that needs a page is not refused while the merge keeps
+ * one idle (a small pool: its spare and a segment of few copies can be a
+ * third of it). The spare to the pool first; else its open segments
+ * sealed, the next call's victims. How many it gave (0 or 1). Under
+ * m->lock. */
+static unsigned
+merge_give_back(struct cache *c, struct packed_merge *m)
+{
+    if (m->spare != SEG_NO_PAGE) {
+        pool_page_put(c->pool, m->spare);
+        m->spare = SEG_NO_PAGE;
+        return 1;
+    }
+    if (m->so.nopen == 0)
+        return 0;
+    seg_seal_all(c->seg, &m->so);
+    return 1;
 }
 
 /* Takes m->lock: true when this thread waited for another's merge, which
@@ -392,18 +446,30 @@ packed_merge_evict(struct cache_thread *t)
         m->spare = SEG_NO_PAGE;
     }
 
-    unsigned n = merge_victims(c->seg, pages, PACKED_MERGE_N);
     struct merge_run r = {
         .t = t,
         .m = m,
         .now = clock_now(),
         .budget = SEG_PAYLOAD,
     };
-    for (unsigned i = 0; i < n; i++)
-        merge_segment(&r, pages[i]);
+    /* mostly dead segments first: their pages cost no item. One alone
+     * may free no page at all (its copies can take the page it frees,
+     * through the spare), and a caller that waits for a page would loop
+     * on it: with fewer than two, the oldest merge as well (at least
+     * three pages for one page of copies). */
+    unsigned n = merge_compact(&r, PACKED_MERGE_N);
+    if (n < 2) {
+        unsigned k = merge_victims(c->seg, pages, PACKED_MERGE_N);
+        r.budget = SEG_PAYLOAD;
+        for (unsigned i = 0; i < k; i++)
+            merge_segment(&r, pages[i]);
+        n += k;
+    }
+    if (n == 0)
+        n = merge_give_back(c, m);
     /* a page for the next merge's first copies: it starts with no free
      * page, and its first victim's kept items need one */
-    if (m->spare == SEG_NO_PAGE && pool_page_get(c->pool, &m->spare) != 0)
+    else if (m->spare == SEG_NO_PAGE && pool_page_get(c->pool, &m->spare) != 0)
         m->spare = SEG_NO_PAGE;
     pthread_mutex_unlock(&m->lock);
     return n > 0;

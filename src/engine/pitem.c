@@ -137,22 +137,18 @@ pitem_check(const struct pitem_desc *d, uint64_t seq_base, uint32_t off)
     return check_of(seq_base, off, b, PITEM_CHECKED_HDR, b + ko, n - ko);
 }
 
-uint16_t
-pitem_write(char *seg, uint32_t seg_size, uint32_t off, uint64_t seq_base,
-            const struct pitem_desc *d, bool pending)
+/* pitem_write's bytes but the commit, staged: header, exp32, key and
+ * the opt fields after it (flags32, cas64) copied from a buffer, then
+ * the value's pieces. Returns check16. */
+static uint16_t
+write_staged(char *it, uint32_t off, uint64_t seq_base,
+             const struct pitem_desc *d)
 {
     char b[sizeof(struct pitem_hdr) + PITEM_KLEN_MAX + PITEM_OPT_MAX];
-    uint32_t size = pitem_size(d);
-    assert(d->klen >= 1 && d->klen <= PITEM_KLEN_MAX);
-    assert(d->vlen <= PITEM_VLEN_MAX);
-    assert(off >= PITEM_SEG_START && off % PITEM_ALIGN == 0);
-    assert(size <= seg_size && off <= seg_size - size);
-
     uint32_t ko, n = stage(b, d, &ko);
     uint16_t check =
         check_of(seq_base, off, b, PITEM_CHECKED_HDR, b + ko, n - ko);
 
-    char *it = seg + off;
     pm_copy(it, b, n);
     uint32_t at = n;
     for (unsigned i = 0; i < d->nvalue; i++) {
@@ -162,6 +158,55 @@ pitem_write(char *seg, uint32_t seg_size, uint32_t off, uint64_t seq_base,
         }
     }
     assert(at == n + d->vlen);
+    return check;
+}
+
+/* write_staged for an item with nothing after its key but the value (no
+ * flags32, no cas64: a plain set's) and a value in one piece: each part
+ * written once into the span, from where it is (no staging, no second
+ * copy), and check16 taken over the caller's key. The same bytes. */
+static inline uint16_t
+write_direct(char *it, uint32_t off, uint64_t seq_base,
+             const struct pitem_desc *d, unsigned iflags)
+{
+    struct pitem_hdr h = {
+        .klen = (uint8_t)d->klen,
+        .fl = (uint8_t)(iflags | d->flags),
+        .vlen = (uint16_t)d->vlen,
+        .exp16 = d->has_exp32 ? 0 : d->exp16,
+        .commit = PITEM_COMMIT_NONE,
+    };
+    uint32_t at = sizeof(h);
+
+    assert(d->nvalue == 1 && d->value[0].iov_len == d->vlen);
+    pm_copy(it, &h, sizeof(h));
+    if (iflags & PITEM_HAS_EXP) {
+        pm_copy(it + at, &d->exp32, 4);
+        at += 4;
+    }
+    pm_copy(it + at, d->key, d->klen);
+    at += d->klen;
+    if (d->vlen)
+        pm_copy(it + at, d->value[0].iov_base, d->vlen);
+    return check_of(seq_base, off, &h, PITEM_CHECKED_HDR, d->key, d->klen);
+}
+
+uint16_t
+pitem_write(char *seg, uint32_t seg_size, uint32_t off, uint64_t seq_base,
+            const struct pitem_desc *d, bool pending)
+{
+    unsigned iflags = pitem_iflags(d);
+    uint32_t size = pitem_size_of(d->klen, d->vlen, iflags);
+    assert(d->klen >= 1 && d->klen <= PITEM_KLEN_MAX);
+    assert(d->vlen <= PITEM_VLEN_MAX);
+    assert(off >= PITEM_SEG_START && off % PITEM_ALIGN == 0);
+    assert(size <= seg_size && off <= seg_size - size);
+
+    char *it = seg + off;
+    uint16_t check =
+        likely(!(iflags & (PITEM_HAS_FLAGS | PITEM_HAS_CAS)) && d->nvalue == 1)
+            ? write_direct(it, off, seq_base, d, iflags)
+            : write_staged(it, off, seq_base, d);
     /* The next slot's exp16 and commit: 0 before this item commits, so a
      * walk ends there until the next item commits (pitem_layout.h). */
     if (seg_size - off - size >= PITEM_SIZE_MIN)

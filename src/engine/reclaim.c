@@ -41,6 +41,7 @@
 #include "src/base/crashpoint.h"
 #include "src/base/clock.h"
 #include "src/engine/cache.h"
+#include "src/engine/cache_packed.h"
 #include "src/engine/packed.h"
 #include "tier/pm.h"
 
@@ -357,6 +358,7 @@ unlink_victim(struct cache *c, const struct victim *v, bool dead_only,
     if (slot) {
         *dead = cache_item_dead(c, item_at(c->base, v->head), clock_now());
         if (!dead_only || *dead != CACHE_LIVE) {
+            cache_floor_unlink(c, v->hash, v->head);
             htab_remove_locked(c->htab, slot);
             taken = true;
         }

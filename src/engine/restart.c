@@ -655,6 +655,7 @@ account_segment(struct scan_part *p, struct cache_thread *t, uint32_t pg)
     cache_stat_add(t, ST_PACKED_ITEMS, n);
     cache_stat_add(t, ST_PACKED_BYTES_LIVE, bytes);
     cache_stat_add(t, ST_PACKED_BYTES_DEAD, dead);
+    seg_dead_add(c->seg, pbase, (uint32_t)dead);
     p->items += n;
     p->bytes += bytes;
     p->pitems += n;

@@ -31,6 +31,7 @@
 #include "src/base/num.h"
 #include "tier/pm.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,21 @@ old_cas(const struct cache *c, uint64_t off)
     if (unlikely(off & CACHE_SPECIAL_OFF))
         return cache_off_cas(c, off);
     return item_cas(item_at(c->base, off));
+}
+
+/* The CAS of old, the version a packed store replaces: the peek's when
+ * old is the packed version it read (the same location in the same
+ * incarnation of its segment: a segment reopened on that page has
+ * another sequence block; a packed item's CAS never changes in place),
+ * else read again. */
+static inline __attribute__((always_inline)) uint64_t
+replaced_cas(const struct cache *c, const struct store_req *r, uint64_t old)
+{
+    uint64_t off = cache_off(old);
+    if (r->peek_loc && htab_loc_same(r->peek_loc, old) &&
+        cache_off_packed(off) && cache_packed_seq(c, off) == r->peek_seq)
+        return r->peek_cas;
+    return old_cas(c, off);
 }
 
 /* Decide under the bucket lock whether the new item may replace what the
@@ -136,10 +152,12 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
     int rc = decide_locked(c, r, old, now);
     /* a packed item's derived CAS comes from its segment's block, taken
      * when the segment opened: the version it replaces may have a higher
-     * one (a slab store, a segment opened later); a key's CAS only grows
-     * (memcached's, which meta's I mode compares) */
-    if (unlikely(cache_off_packed(head)) && rc == TC_OK && old && !r->cas_new &&
-        old_cas(c, cache_off(old)) >= r->hdr.cas)
+     * one (a slab store, a segment opened later), and so may one removed
+     * before it (the key's CAS floor, cache_packed.h); a key's CAS only
+     * grows (memcached's, which meta's I mode compares) */
+    if (unlikely(cache_off_packed(head)) && rc == TC_OK && !r->cas_new &&
+        (old ? replaced_cas(c, r, old) : cache_floor_of(c, r->hash)) >=
+            r->hdr.cas)
         rc = STORE_CAS_LOW;
     if (rc == TC_OK) {
         if (slot)
@@ -188,42 +206,70 @@ alloc_item(struct cache_thread *t, const struct item_plan *plan, uint64_t *head,
 
 /* A span in the packed store for a plain store's small item: 0 with
  * *head, else -1 (it goes to a slab). */
-/* The CAS of the version a store would replace, 0 when none: a hint read
- * before the write (publish decides). Context: takes and leaves an RCU
- * read section, as allocation allows before it starts. */
+/* Start loading the items the publish step will compare keys with: their
+ * misses then overlap the item copy instead of stalling under the bucket
+ * lock; the peek is kept in hint, so that publish looks at those slots
+ * first instead of scanning the bucket again. */
+static inline __attribute__((always_inline)) void
+prefetch_old(struct cache *c, uint64_t hash, struct htab_hint *hint)
+{
+    unsigned n = htab_peek_hint(c->htab, hash, hint);
+    for (unsigned i = 0; i < n; i++)
+        __builtin_prefetch(
+            cache_item_at(c, cache_off(htab_slot_loc(hint->word[i]))), 0, 3);
+}
+
+/* The CAS of the version a store would replace, or with none the key's
+ * CAS floor (cache_packed.h): a hint read before the write (publish
+ * decides). The home bucket's tag matches go to
+ * hint, for publish's find under the lock (prefetch_old's peek, not made
+ * again). Context: takes and leaves an RCU read section, as allocation
+ * allows before it starts. */
 static uint64_t
-peek_cas(struct cache_thread *t, const struct store_req *r)
+peek_cas(struct cache_thread *t, struct store_req *r, struct htab_hint *hint)
 {
     struct cache *c = t->cache;
     struct cache_key k = {c, r->key, r->klen};
     uint64_t cas = 0;
+    r->peek_loc = 0; /* none seen (yet) */
     /* the scan and compare inline (cache_match_key_store: no prefetch of
      * a chunk's word, which nothing here reads), as is a packed item's
      * CAS, an overwrite's usual case */
     cache_read_lock();
-    uint64_t loc =
-        htab_lookup_rcu_inline(c->htab, r->hash, cache_match_key_store, &k);
+    uint64_t loc = htab_lookup_hint_rcu_inline(c->htab, r->hash,
+                                               cache_match_key_store, &k, hint);
     if (loc) {
         uint64_t off = cache_off(loc);
-        if (cache_off_packed(off))
+        if (cache_off_packed(off)) {
             (void)cache_packed_state(c, off, 0, &cas);
-        else
+            r->peek_loc = loc; /* for publish: replaced_cas */
+            r->peek_seq = cache_packed_seq(c, off);
+            r->peek_cas = cas;
+        } else
             cas = cache_off_cas(c, off);
+    } else {
+        /* none: the CAS of one removed (publish checks it again) */
+        cas = cache_floor_of(c, r->hash);
     }
     cache_read_unlock();
     return cas;
 }
 
+/* hint: filled whenever this returns 0 (by the peek at the replaced
+ * version's CAS, or by prefetch_old's peek when there is none to make). */
+/* plan->total: the span's bytes (the item's size, for its books). */
 static __attribute__((noinline)) int
-prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head)
+prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head,
+               struct item_plan *plan, struct htab_hint *hint)
 {
     if (r->mode > TC_CAS || r->mode == TC_APPEND || r->mode == TC_PREPEND ||
         r->claim_win || r->recache || r->in_place ||
         (r->hdr.iflags & ITEM_STALE))
         return -1;
     uint64_t lift = 0;
-    if (!r->cas_new &&
-        packed_cas_below(t, r->hdr.exptime, r->now, peek_cas(t, r)))
+    if (r->cas_new) /* a chosen CAS: no peek, the hint as a slab store's */
+        prefetch_old(t->cache, r->hash, hint);
+    else if (packed_cas_below(t, r->hdr.exptime, r->now, peek_cas(t, r, hint)))
         lift = cache_seq_next(t->cache);
     uint32_t size = packed_size(t->cache, r->klen, r->hdr.vlen, r->hdr.flags,
                                 r->hdr.exptime, r->cas_new | lift);
@@ -233,8 +279,10 @@ prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head)
      * (commit's check would be too late: the span's sequence is fixed at
      * its segment's open, so packed_reserve seals a segment it covers) */
     cache_flush_check(t->cache, r->now);
-    if (packed_reserve_at(t, size, r->hdr.exptime, r->now, head) != 0)
+    uint32_t span;
+    if (packed_reserve_at(t, size, r->hdr.exptime, r->now, head, &span) != 0)
         return -1;
+    plan->total = span;
     if (lift) { /* only now: a slab item takes its CAS as prepare planned */
         r->cas_new = lift;
         cache_stat_inc(t, ST_PACKED_CAS_LIFTED);
@@ -254,10 +302,12 @@ commit_packed(struct cache *c, const struct store_req *r, uint64_t head)
 
 /* Memory for the item r describes. 0, -E2BIG or -ENOMEM. Context: no lock
  * and no RCU read section (allocation may wait for a grace period).
- * Inlined, as commit(), into store_one and its two other callers. */
+ * Inlined, as commit(), into store_one and its two other callers. hint:
+ * filled (hint->home) when a packed store's peek already read the bucket
+ * (else left as it was). */
 static inline __attribute__((always_inline)) int
 prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
-        uint64_t *head, uint64_t *tails)
+        uint64_t *head, uint64_t *tails, struct htab_hint *hint)
 {
     struct cache *c = t->cache;
 
@@ -281,7 +331,7 @@ prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
             hotkey_place(t, r->hash, r->key, r->klen, plan, head) == 0)
             return 0;
         /* a small one to the packed store */
-        if (c->seg && prepare_packed(t, r, head) == 0)
+        if (c->seg && prepare_packed(t, r, head, plan, hint) == 0)
             return 0;
     }
     if (alloc_item(t, plan, head, tails, &r->cls) != 0) {
@@ -318,6 +368,25 @@ store_cas_above(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     cache_stat_inc(t, ST_PACKED_CAS_LIFTED);
     r->cas_new = cache_seq_next(t->cache);
     return store_one(t, r, cas_out);
+}
+
+/* commit's books for an item that is not a one-chunk slab item of
+ * prepare's class: a packed item's from its span's size (prepare_packed's
+ * plan->total: no parse of the header just written), the others' by
+ * cache_account, with the class of a DRAM item's size. */
+static inline __attribute__((always_inline)) void
+account_special(struct cache_thread *t, struct store_req *r,
+                const struct item_plan *plan, uint64_t head)
+{
+    if (cache_off_packed(head)) { /* a packed item has no class */
+        assert(plan->total ==
+               pitem_size_at(t->cache->base + cache_packed_pool(head)));
+        cache_account_packed(t, (int64_t)plan->total, 1);
+        return;
+    }
+    r->cls = cache_account(t, head, 1);
+    if (unlikely(r->cls == SLAB_NO_CLASS)) /* DRAM: the class of its size */
+        r->cls = cache_class_of(t->cache, head);
 }
 
 /* Write the prepared item and publish it; on failure its chunks go back.
@@ -374,9 +443,7 @@ commit(struct cache_thread *t, struct store_req *r,
                !cache_off_dram(head)))
         cache_account_new(t, r->cls, plan->total); /* prepare's class */
     else
-        r->cls = cache_account(t, head, 1);
-    if (unlikely(r->cls == SLAB_NO_CLASS)) /* DRAM: the class of its size */
-        r->cls = cache_class_of(c, head);
+        account_special(t, r, plan, head);
     int rc = publish(t, r, head, now, hint, old);
     if (rc != TC_OK) {
         cache_account(t, head, -1);
@@ -426,19 +493,6 @@ retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
     cache_defer_free(t, off);
 }
 
-/* Start loading the items the publish step will compare keys with: their
- * misses then overlap the item copy instead of stalling under the bucket
- * lock; the peek is kept in hint, so that publish looks at those slots
- * first instead of scanning the bucket again. */
-static inline __attribute__((always_inline)) void
-prefetch_old(struct cache *c, uint64_t hash, struct htab_hint *hint)
-{
-    unsigned n = htab_peek_hint(c->htab, hash, hint);
-    for (unsigned i = 0; i < n; i++)
-        __builtin_prefetch(
-            cache_item_at(c, cache_off(htab_slot_loc(hint->word[i]))), 0, 3);
-}
-
 /* Prepare, commit and retire: one whole store. Inlined into store_plain
  * (every set's path); the other callers share store_one's copy. */
 static inline __attribute__((always_inline)) int
@@ -447,12 +501,13 @@ store_one_inline(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     struct item_plan plan;
     uint64_t head, tails[ITEM_MAX_TAILS], old = 0;
 
+    struct htab_hint hint;
     htab_prefetch(t->cache->htab, r->hash);
-    int rc = prepare(t, r, &plan, &head, tails);
+    int rc = prepare(t, r, &plan, &head, tails, &hint);
     if (rc)
         return rc;
-    struct htab_hint hint;
-    prefetch_old(t->cache, r->hash, &hint);
+    if (likely(!cache_off_packed(head))) /* else prepare_packed filled it */
+        prefetch_old(t->cache, r->hash, &hint);
     rc = commit(t, r, &plan, head, tails, &hint, &old, cas_out);
     TC_CRASH_POINT("set.published");
     retire_old(t, old, r->now);
@@ -543,6 +598,7 @@ store_plain_inline(struct cache_thread *t, enum tc_store_mode mode,
     r.claim_win = r.keep_fetched = r.check_exptime = false;
     r.recache = r.in_place = false;
     r.xloc = (struct nvs_loc){0};
+    /* peek_loc, peek_seq, peek_cas: a packed store's, set by its peek */
     int rc = vlen > UINT32_MAX ? -E2BIG : precheck(t, &r);
     if (rc == TC_OK)
         rc = store_one_inline(t, &r, cas_out);
@@ -659,7 +715,8 @@ rewrite(struct cache_thread *t, struct store_req *r,
         (rc = ext_read_copy(t, r->key, r->klen, r->hash, r->expect, &r->xloc,
                             &fbuf)) != 0)
         return rc == -ENOMEM ? rc : -EAGAIN;
-    rc = prepare(t, r, &plan, &head, tails);
+    struct htab_hint unused; /* a rewrite goes to a slab: no peek */
+    rc = prepare(t, r, &plan, &head, tails, &unused);
     if (rc) {
         free(fbuf);
         return rc;
@@ -909,7 +966,8 @@ recache_one(struct cache_thread *t, struct store_req *r)
     uint32_t word = 0;
     uint32_t now = r->now;
 
-    int rc = prepare(t, r, &plan, &head, tails);
+    struct htab_hint unused; /* a recache goes to a slab: no peek */
+    int rc = prepare(t, r, &plan, &head, tails, &unused);
     if (rc)
         return rc;
     cache_flush_check(c, now);
@@ -1032,6 +1090,8 @@ delete_key(struct cache_thread *t, const void *key, uint32_t klen,
             rc = TC_EXISTS;
             loc = 0;
         } else {
+            /* a set that recreates the key compares with it (publish) */
+            cache_floor_unlink(c, hash, cache_off(loc));
             htab_remove_locked(c->htab, slot);
             rc = dead == CACHE_LIVE ? TC_OK : TC_NOT_FOUND;
         }

@@ -55,9 +55,19 @@ struct store_req {
     bool in_place;       /* what memcached rewrites in place (an incr that
                             fits): not counted in total_items */
     struct nvs_loc xloc; /* snapshot of a flash item: its locator */
+    /* a packed store's peek (store.c, peek_cas) at the packed version it
+     * replaces: its location (0: none seen), its derived sequence (which
+     * tells a reopened segment on the same page) and CAS; publish takes
+     * that CAS again while the same version is there. Set by the peek
+     * (store_plain_inline leaves them unset: publish reads them only for
+     * a packed item stored with no chosen CAS, which peeked); peek_seq
+     * and peek_cas are read only when peek_loc is not 0. */
+    uint64_t peek_loc;
+    uint64_t peek_seq;
+    uint64_t peek_cas;
 };
 /* store_plain_inline writes each field by hand: one added must be there */
-_Static_assert(sizeof(struct store_req) == 144,
+_Static_assert(sizeof(struct store_req) == 168,
                "store_plain_inline writes every field of struct store_req");
 
 /* Inline: the hash and the clock read are then the caller's own code. */

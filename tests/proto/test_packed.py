@@ -195,6 +195,27 @@ def test_cas_grows_per_key(c):
     c.cmd(b"mg gk v\r\n", b"VA 3 X W\r\nold\r\n")
 
 
+def test_cas_grows_across_delete(c):
+    """A key deleted and stored again gets a CAS above the deleted one's,
+    though its worker's segment (whose block gives a packed item its CAS)
+    opened before it (the CAS floor; the memcached differential test,
+    seed 20261125, sequence 1525)."""
+    big = b"d" * 2000
+    # the connection's worker opens its segment (takes its CAS block) first
+    c.cmd(b"set fk_open 0 0 1\r\no\r\n", b"STORED\r\n")
+    for rm, answer in ((b"delete fk\r\n", b"DELETED\r\n"),
+                       (b"md fk\r\n", b"HD\r\n")):
+        # a slab item: a CAS of the counter, above the open block
+        c.cmd(b"set fk 0 0 2000\r\n" + big + b"\r\n", b"STORED\r\n")
+        older = gets(c, b"fk")[2]
+        c.cmd(rm, answer)
+        c.cmd(b"ma fk J5 MI N2592000 v\r\n", b"VA 1\r\n5\r\n")
+        assert gets(c, b"fk")[2] > older
+        # older than the item's: stored marked stale (memcached: HD)
+        c.cmd(b"ms fk 3 C%d I\r\nold\r\n" % older, b"HD\r\n")
+        c.cmd(b"mg fk v\r\n", b"VA 3 X W\r\nold\r\n")
+
+
 def test_delete(c):
     c.cmd(b"set dk 0 0 3\r\nval\r\n", b"STORED\r\n")
     c.cmd(b"delete dk\r\n", b"DELETED\r\n")

@@ -778,6 +778,9 @@ test_small_pool_threads(void **state)
         tc_clock_advance(1);
         tc_maintain(f->c);
     }
+    /* about to block: what the sweep freed goes back (a page move waits
+     * for a sleeping thread's deferred frees, as for a server worker's) */
+    tc_thread_quiesce(f->c);
     for (unsigned i = 0; i < SMALL_THREADS; i++)
         assert_int_equal(pthread_join(th[i], NULL), 0);
     atomic_store(&small_done, 0);

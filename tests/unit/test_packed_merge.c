@@ -138,6 +138,108 @@ test_fifo_drops_referenced(void **state)
     check_ok(f->c);
 }
 
+/* Compaction: under rewrites of a few keys every sealed segment but the
+ * first is almost all dead, so each page a store needs comes from one of
+ * those (their few live items copied) and the unread keys of the first
+ * outlive the pool written over three times (a merge of the oldest would
+ * have dropped them at once). */
+static void
+test_compact_keeps_unread(void **state)
+{
+    struct fx *f = *state;
+    uint64_t cas[NA];
+    char k[24];
+    unsigned char v[VLEN];
+    write_a(f->c, cas);
+    memset(v, 'h', sizeof(v));
+    size_t rounds = 3 * f->cfg.pool_size / (VLEN + 24);
+    unsigned cold = 0;
+    for (size_t i = 0; i < rounds; i++) {
+        if (i % 1000 == 999) /* a few live ones in every segment */
+            snprintf(k, sizeof(k), "cold%05u", cold++);
+        else
+            snprintf(k, sizeof(k), "hot%03zu", i % 64);
+        put(f->c, k, v, sizeof(v), 0, 0);
+    }
+    struct tc_stats s = pstats(f->c);
+    print_message("compacted %" PRIu64 " evicted %" PRIu64 " copies %" PRIu64
+                  "\n",
+                  s.packed_segments_compacted, s.packed_segments_evicted,
+                  s.packed_copies);
+    assert_true(s.packed_segments_compacted > 0);
+    assert_int_equal(s.packed_segments_evicted, 0);
+    assert_true(s.packed_copies > 0);
+    for (unsigned i = 0; i < cold; i++) {
+        snprintf(k, sizeof(k), "cold%05u", i);
+        check_val(f->c, k, v, VLEN);
+    }
+    for (unsigned i = 0; i < NA; i++) {
+        akey(k, sizeof(k), i);
+        aval(v, i);
+        struct tc_item_info in = check_val(f->c, k, v, VLEN);
+        assert_int_equal(in.cas, cas[i]);
+        assert_int_equal(in.flags, i % 40);
+    }
+    check_ok(f->c);
+}
+
+/* Sealed segments of c: the ones an eviction may take. */
+static uint64_t
+sealed(struct tc_cache *c)
+{
+    struct tc_stats s = pstats(c);
+    return s.packed_segments - s.packed_segments_open;
+}
+
+/* With no sealed segment to take, an eviction gets the pages the merge
+ * holds back: its spare page first, then its open segment of copies,
+ * sealed and merged by the next call. Else a slab class that needs a
+ * page waits while they sit idle (a small pool with every other page in
+ * the slabs: they were a third of it). */
+static void
+test_merge_gives_back(void **state)
+{
+    struct fx *f = *state;
+    uint64_t cas[NA];
+    write_a(f->c, cas);
+    read_even(f->c);
+    fill_until_evicted(f->c); /* the copies went to the merge's segment */
+    assert_int_equal(tc_flush_all(f->c, 0), 0);
+    struct cache_thread *t = cache_thread_get((struct cache *)f->c);
+    for (unsigned i = 0; i < 1000 && sealed(f->c) > 0; i++)
+        packed_evict_expired(t, PACKED_EXPIRE_LOOK);
+    struct tc_stats s0 = pstats(f->c);
+    assert_int_equal(sealed(f->c), 0);
+    assert_true(s0.packed_segments_open >= 2); /* the merge's, this thread's */
+
+    assert_int_equal(packed_evict_oldest(t), 1);
+    struct tc_stats s1 = pstats(f->c);
+    STAT_EQ(s1, pmem_pages_free, s0.pmem_pages_free + 1);
+    STAT_EQ(s1, packed_segments_open, s0.packed_segments_open);
+
+    assert_int_equal(packed_evict_oldest(t), 1);
+    struct tc_stats s2 = pstats(f->c);
+    STAT_EQ(s2, packed_segments_open, s0.packed_segments_open - 1);
+    assert_int_equal(sealed(f->c), 1);
+
+    assert_int_equal(packed_evict_oldest(t), 1); /* flushed: no copy */
+    struct tc_stats s3 = pstats(f->c);
+    /* few copies: compacted rather than merged */
+    assert_int_equal(s3.packed_segments_evicted + s3.packed_segments_compacted,
+                     s2.packed_segments_evicted + s2.packed_segments_compacted +
+                         1);
+    STAT_EQ(s3, packed_copies, s2.packed_copies);
+    assert_int_equal(sealed(f->c), 0);
+    /* what it freed is the next merge's spare; then nothing is left */
+    assert_int_equal(packed_evict_oldest(t), 1);
+    assert_int_equal(packed_evict_oldest(t), 0);
+    STAT_EQ(pstats(f->c), pmem_pages_free, s1.pmem_pages_free + 1);
+    check_miss(f->c, "a00000");
+    puts_(f->c, "after", "give back");
+    check_str(f->c, "after", "give back");
+    check_ok(f->c);
+}
+
 #ifdef TC_CRASHPOINTS
 /* What the hook does at its point, once: the set or delete runs on a
  * thread of its own, as a racing client's would. Past publication it
@@ -334,7 +436,7 @@ test_merge_threads(void **state)
     /* how many merges ran beside the threads depends on where their sets
      * landed (a set that finds no segment page goes to a slab chunk): the
      * merge path runs at least once here, and the index still checks */
-    if (s.packed_segments_evicted == 0)
+    if (s.packed_segments_evicted + s.packed_segments_compacted == 0)
         fill_until_evicted(f->c);
     check_ok(f->c);
 }
@@ -343,8 +445,8 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        PTEST(test_merge_keeps_referenced),
-        PTEST(test_fifo_drops_referenced),
+        PTEST(test_merge_keeps_referenced), PTEST(test_fifo_drops_referenced),
+        PTEST(test_compact_keeps_unread),   PTEST(test_merge_gives_back),
 #ifdef TC_CRASHPOINTS
         PTEST(test_merge_races_set_delete),
 #endif

@@ -996,6 +996,51 @@ test_evict_expired(void **state)
     check(f);
 }
 
+/* seg_reserve_open, the inline fast path: -EAGAIN with nothing changed
+ * when b has no open segment or the span does not fit (seg_reserve then
+ * opens one), else the span seg_reserve would have given, the bump seen by
+ * seg_info; seg_rec_exp_raise raises exp_max as seg_exp_raise does. */
+static void
+test_reserve_open_inline(void **state)
+{
+    struct fixture *f = fixture_new(4, 0);
+    char *recs = seg_records(f->seg);
+    struct seg_open o;
+    struct seg_info si;
+    uint64_t a = 0, b = 0, x = 77;
+
+    *state = f;
+    seg_open_init(&o, 1);
+    assert_int_equal(seg_reserve_open(recs, &o, 2, 8, &x), -EAGAIN);
+    assert_int_equal(x, 77);
+    assert_int_equal(seg_reserve(f->seg, &o, 2, 8, &a), 0);
+    uint32_t tick = o.tick;
+    assert_int_equal(seg_reserve_open(recs, &o, 2, 10, &b), 0);
+    assert_int_equal(b, a + 8);
+    assert_int_equal(o.tick, tick + 1);
+    assert_int_equal(o.used[2], o.tick);
+    seg_info(f->seg, page_of(a), &si);
+    assert_int_equal(si.write_off, SEG_HEADER_SIZE + 8 + 12);
+    assert_int_equal(seg_reserve_open(recs, &o, 3, 8, &x), -EAGAIN);
+    assert_int_equal(seg_reserve_open(recs, &o, 2, 0, &x), -EAGAIN);
+    /* the rest of the page fits exactly; then nothing does */
+    uint32_t rest = POOL_PAGE_SIZE - si.write_off;
+    assert_int_equal(seg_reserve_open(recs, &o, 2, rest + 4, &x), -EAGAIN);
+    seg_info(f->seg, page_of(a), &si);
+    assert_int_equal(si.write_off, SEG_HEADER_SIZE + 20);
+    assert_int_equal(seg_reserve_open(recs, &o, 2, rest, &x), 0);
+    assert_int_equal(x, b + 12);
+    assert_int_equal(seg_reserve_open(recs, &o, 2, 4, &x), -EAGAIN);
+    seg_info(f->seg, page_of(a), &si);
+    assert_int_equal(si.write_off, POOL_PAGE_SIZE);
+    assert_int_equal(si.exp_max, 0);
+    seg_rec_exp_raise(recs, a, FAKE_NOW + 20);
+    seg_rec_exp_raise(recs, a, FAKE_NOW + 10); /* never lowered */
+    seg_info(f->seg, page_of(a), &si);
+    assert_int_equal(si.exp_max, FAKE_NOW + 20);
+    check(f);
+}
+
 int
 main(void)
 {
@@ -1015,6 +1060,7 @@ main(void)
         cmocka_unit_test_teardown(test_adopt, teardown),
         cmocka_unit_test_teardown(test_two_threads, teardown),
         cmocka_unit_test_teardown(test_evict_while_reserving, teardown),
+        cmocka_unit_test_teardown(test_reserve_open_inline, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
