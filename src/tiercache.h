@@ -175,8 +175,8 @@ struct tc_config {
      * or cas whose item takes at most this many bytes (8 + flags above 15
      * (4) + an expiry (4) + a chosen CAS (8) + key + value) is appended to
      * a 1 MiB segment instead of a slab chunk; segments are evicted whole,
-     * oldest first; they survive a restart as slab items do. 0 = off
-     * (default). */
+     * oldest first; they survive a restart as slab items do. Default
+     * 1024; 0 = off (every item in a slab chunk). */
     uint32_t packed_item_max;
     /* How the packed store makes room: TC_PACKED_EVICT_MERGE (default)
      * merges the oldest 4 segments into one, keeping the items read since

@@ -100,6 +100,7 @@ tc_config_init(struct tc_config *cfg)
     cfg->ext_max_frag = 0.8;
     cfg->ext_read_timeout_ms = 1000;
     cfg->ext_threads = 2;
+    cfg->packed_item_max = 1024; /* doc/design/small-items.md, slice 8 */
 }
 
 TC_API int

@@ -867,9 +867,9 @@ test_no_evict_enomem(void **state)
     check_ok(f->c);
 }
 
-/* Off (the default): nothing is packed. */
+/* On by default (1024, slice 8); 0 turns it off: nothing is packed. */
 static void
-test_off_by_default(void **state)
+test_default_and_off(void **state)
 {
     struct fx *f = *state;
     f->cfg.packed_item_max = 0;
@@ -881,7 +881,7 @@ test_off_by_default(void **state)
     STAT_EQ(s, curr_items, 1);
     struct tc_config d;
     tc_config_init(&d);
-    assert_int_equal(d.packed_item_max, 0);
+    assert_int_equal(d.packed_item_max, 1024);
 }
 
 int
@@ -905,7 +905,7 @@ main(void)
         PTEST(test_shrink),
         PTEST(test_small_pool_threads),
         PTEST(test_flush_delay_then_set),
-        PTEST(test_off_by_default),
+        PTEST(test_default_and_off),
     };
     const char *filter = getenv("TC_TEST_FILTER");
     if (filter != NULL && *filter != '\0')
