@@ -867,6 +867,12 @@ finish(struct settings *s)
         rc = resolve_memcached_opts(s);
     if (rc)
         return rc;
+    /* -M: items stay in slab chunks unless packed_item_max is given. A
+     * deleted packed item's bytes come back only when its segment goes,
+     * by eviction, which -M turns off: a full cache would refuse stores
+     * after deletes, where memcached's takes them into the freed room. */
+    if (s->no_evict && !given_sub(s, "packed_item_max"))
+        s->packed_item_max = 0;
     /* memcached: -s turns the network off; tiercached keeps TCP when -p is
      * also given */
     if (s->unix_path && !s->port_given)

@@ -815,6 +815,41 @@ def test_no_evictions_flag(spawn, connect, key):
     assert mc.get_value(f"{key}-0") == val
 
 
+def test_no_evictions_small_items(spawn, connect, key):
+    """-M with small items: once full, a delete frees room for an item of
+    the same size, as memcached's freed chunk does (with -M tiercached
+    keeps items in slab chunks unless packed_item_max is given: a packed
+    item's room comes back only by eviction)."""
+    srv = spawn("-M", "-m", "8")
+    mc = connect(srv)
+    if not IS_MEMCACHED:
+        assert mc.stats("settings")["packed_item_max"] == "0"
+    val = b"s" * 100
+    n = 0
+    full = None
+    for _ in range(200):  # 2,000 a batch: 400,000 at most, 8 MB is ~60,000
+        req = b"".join(b"set %s-%d 0 0 %d noreply\r\n%s\r\n"
+                       % (b(key), i, len(val), val)
+                       for i in range(n, n + 2000))
+        mc.send(req)
+        n += 2000
+        mc.send(b"set %s-%d 0 0 %d\r\n%s\r\n" % (b(key), n, len(val), val))
+        n += 1
+        line = mc.readline(timeout=60)
+        if line != b"STORED\r\n":
+            full = line
+            break
+    assert full == b"SERVER_ERROR out of memory storing object\r\n", full
+    assert int(mc.stats()["evictions"]) == 0
+    assert mc.get_value(f"{key}-0") == val, "item evicted"
+    for i in range(100):
+        mc.cmd(b"delete %s-%d\r\n" % (b(key), i), b"DELETED\r\n")
+    for i in range(100):
+        mc.cmd(b"set %s-new%d 0 0 %d\r\n%s\r\n" % (b(key), i, len(val), val),
+               b"STORED\r\n")
+    assert mc.get_value(f"{key}-new99") == val
+
+
 def test_unix_socket(spawn, tmp_path, key):
     path = str(tmp_path / "tc.sock")
     srv = spawn("-s", path, wait=False)

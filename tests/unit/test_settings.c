@@ -636,6 +636,15 @@ test_engine_config(void **state)
     assert_string_equal(got.ext_path[1], "/tmp/b");
     assert_true(got.ext_size[1] == 2ull << 30);
     assert_true(got.ext_max_frag > 0.49 && got.ext_max_frag < 0.51);
+    /* -M keeps items in slab chunks unless the packed store is asked for */
+    assert_int_equal(got.packed_item_max, 0);
+    assert_int_equal(f->s.packed_item_max, 0); /* as stats settings shows */
+    expect_ok(f, "-M -o packed_item_max=512");
+    settings_to_config(&f->s, &got);
+    assert_int_equal(got.packed_item_max, 512);
+    expect_ok(f, "-m 100");
+    settings_to_config(&f->s, &got);
+    assert_int_equal(got.packed_item_max, lib.packed_item_max);
 }
 
 /* Render "stats settings" and return the value of one line (static). */
