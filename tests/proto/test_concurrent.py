@@ -8,12 +8,14 @@ small items gets its pages only through `slabs reassign` from the large
 class: each such page leaves a class of few chunks for one of many, and
 gets new DRAM tables while other workers' multigets prefetch through
 location hints (their buckets' tag matches) into the small class's pages.
+Slab classes only: the server runs with the packed store off (small items
+would not take a slab chunk).
 """
 
 import re
 import threading
 
-from conftest import Conn
+from conftest import SLAB_OPTS, Conn
 
 BIG = 100 * 1024  # one class of a few chunks a page
 SMALL = b"v" * 10
@@ -50,7 +52,7 @@ def sync(c):
 
 
 def test_multiget_while_pages_move(spawn):
-    srv = spawn(mem=64, threads=4)
+    srv = spawn(*SLAB_OPTS, mem=64, threads=4)
     w = Conn(srv.host, srv.port)
     # the whole pool to the large class (evictions past it are fine)
     big = b"b" * BIG
