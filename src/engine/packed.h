@@ -84,6 +84,15 @@ uint64_t packed_write(struct cache *c, uint64_t head,
 uint64_t packed_write_at(struct cache *c, uint64_t head,
                          const struct packed_item *it, uint32_t now);
 
+/* packed_write_at of a plain set's item (pitem_plain: no flags32, no
+ * cas64, the value in one piece; its key, value, lengths and client flags
+ * filled, its expiry's form filled here from exptime and the span's
+ * segment): its derived CAS. */
+struct pitem_plain;
+uint64_t packed_write_plain(struct cache *c, uint64_t head,
+                            struct pitem_plain *p, uint32_t exptime,
+                            uint32_t now);
+
 /* Make room: c->packed_evict's (merge eviction, packed_merge.c) when
  * registered, else packed_evict_fifo. 1 when pages were freed (or another
  * thread's merge just made some), 0 when nothing is sealed. Context: no

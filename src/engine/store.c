@@ -290,10 +290,22 @@ prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head,
     return 0;
 }
 
-/* Write a packed item (prepare_packed's span): its CAS. */
+/* Write a packed item (prepare_packed's span): its CAS. A plain set's
+ * (no CAS of its own, flags that fit the header, the value in one piece)
+ * by packed_write_plain. */
 static __attribute__((noinline)) uint64_t
 commit_packed(struct cache *c, const struct store_req *r, uint64_t head)
 {
+    if (likely(!r->cas_new && r->hdr.flags <= PITEM_CFLAGS_MASK &&
+               r->val.niov == 1)) {
+        struct pitem_plain p = {.key = r->key,
+                                .value = r->val.iov[0].iov_base,
+                                .klen = r->klen,
+                                .vlen = r->hdr.vlen,
+                                .fl = r->hdr.flags};
+        assert(r->val.iov[0].iov_len == r->hdr.vlen);
+        return packed_write_plain(c, head, &p, r->hdr.exptime, r->now);
+    }
     struct packed_item it = {r->key,         r->klen,     r->val.iov,
                              r->val.niov,    r->hdr.vlen, r->hdr.flags,
                              r->hdr.exptime, r->cas_new,  false};
