@@ -499,15 +499,31 @@ cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
     account_unlink(t, head, dead, why);
 }
 
+static void wait_not_pending(struct cache *c, uint64_t head);
+
 void
 cache_retire_packed(struct cache_thread *t, uint64_t head, uint32_t now)
 {
-    /* cache_account_unlink's packed case with why REPLACED: the counters
-     * of expired_unfetched and evictions do not apply */
-    if (cache_packed_state(t->cache, head, now, NULL) != CACHE_LIVE)
+    struct cache *c = t->cache;
+    uint64_t poff = cache_packed_pool(head);
+    uint32_t size;
+    /* cache_account_unlink's packed case with why REPLACED (the counters
+     * of expired_unfetched and evictions do not apply), then
+     * cache_defer_free_special's: one look at the header gives the state
+     * and the size (account_packed's), no call */
+    if (cache_packed_state_size(c, head, now, NULL, &size) != CACHE_LIVE)
         cache_stat_inc(t, ST_RECLAIMED);
-    account_packed(t, head, -1);
-    cache_defer_free_special(t, head);
+    cache_account_packed(t, size, -1);
+    seg_rec_dead_add(c->seg_rec, poff, size); /* seg_dead_add's */
+    _Atomic uint16_t *commit =
+        (_Atomic uint16_t *)(void *)(c->base + poff + PITEM_COMMIT_OFFSET);
+    if (unlikely(atomic_load_explicit(commit, memory_order_acquire) ==
+                 PITEM_COMMIT_PENDING))
+        wait_not_pending(c, head);
+    /* PMEM: commit = 1 (cache_packed_invalidate's store), as in
+     * cache_defer_free_special */
+    TSAN_RELEASE((void *)commit);
+    pm_store16((uint16_t *)(void *)commit, PITEM_COMMIT_DEAD);
 }
 
 void

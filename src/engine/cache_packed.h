@@ -59,19 +59,25 @@ cache_packed_dead(const struct cache *c, uint64_t off,
 
 /* cache_packed_view and cache_packed_dead from one look at the header
  * (pitem_peek): the state of the packed item at off, and its CAS (*cas,
- * when cas is not NULL and the item is not CACHE_LOST). A store's checks
+ * when cas is not NULL and the item is not CACHE_LOST) and size (*size,
+ * pitem_size_at's, when size is not NULL: any state). A store's checks
  * of the version it replaces and its retirement. */
 static inline __attribute__((always_inline)) enum cache_dead
-cache_packed_state(const struct cache *c, uint64_t off, uint32_t now,
-                   uint64_t *cas)
+cache_packed_state_size(const struct cache *c, uint64_t off, uint32_t now,
+                        uint64_t *cas, uint32_t *size)
 {
     uint64_t poff = cache_packed_pool(off);
     uint32_t in = (uint32_t)(poff & (POOL_PAGE_SIZE - 1));
     const char *it = c->base + poff;
     uint32_t vat, vlen, exp;
     if (!pitem_peek(it, POOL_PAGE_SIZE - in, seg_rec_exp_base(c->seg_rec, poff),
-                    &vat, &vlen, &exp))
+                    &vat, &vlen, &exp)) {
+        if (size)
+            *size = pitem_size_at(it);
         return CACHE_LOST;
+    }
+    if (size) /* the value's end, padded: pitem_size_of's */
+        *size = (vat + vlen + PITEM_ALIGN - 1) & ~(PITEM_ALIGN - 1);
     uint64_t seq = seg_rec_seq_base(c->seg_rec, poff) + in / 4;
     if (cas) {
         *cas = seq; /* derived, or cas64: the 8 bytes before the value */
@@ -83,6 +89,13 @@ cache_packed_state(const struct cache *c, uint64_t off, uint32_t now,
     if (seq <= atomic_load_explicit(&c->flush_cas, memory_order_acquire))
         return CACHE_FLUSHED;
     return CACHE_LIVE;
+}
+
+static inline __attribute__((always_inline)) enum cache_dead
+cache_packed_state(const struct cache *c, uint64_t off, uint32_t now,
+                   uint64_t *cas)
+{
+    return cache_packed_state_size(c, off, now, cas, NULL);
 }
 
 /* commit = 1 for the packed item at off (pitem_invalidate on its

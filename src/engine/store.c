@@ -474,15 +474,10 @@ commit(struct cache_thread *t, struct store_req *r,
     return TC_OK;
 }
 
-/* retire_old of a DRAM or packed item (a packed one is invalidated now:
- * packed_evict_oldest waits for that before it frees its segment). */
+/* retire_old of a DRAM item. */
 static __attribute__((noinline)) void
 retire_special(struct cache_thread *t, uint64_t off, uint32_t now)
 {
-    if (cache_off_packed(off)) {
-        cache_retire_packed(t, off, now);
-        return;
-    }
     int dead = cache_off_dead(t->cache, off, now);
     cache_account_unlink(t, off, dead, UNLINK_REPLACED);
     cache_defer_free(t, off);
@@ -497,7 +492,12 @@ retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
         return;
     uint64_t off = cache_off(old);
     if (unlikely(off & CACHE_SPECIAL_OFF)) {
-        retire_special(t, off, now);
+        /* a packed one is invalidated now: packed_evict_oldest waits for
+         * that before it frees its segment */
+        if (cache_off_packed(off))
+            cache_retire_packed(t, off, now);
+        else
+            retire_special(t, off, now);
         return;
     }
     int dead = cache_item_dead(c, item_at(c->base, off), now);
