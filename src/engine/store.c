@@ -267,9 +267,10 @@ prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head,
         (r->hdr.iflags & ITEM_STALE))
         return -1;
     uint64_t lift = 0;
+    unsigned b = packed_bucket(r->hdr.exptime, r->now);
     if (r->cas_new) /* a chosen CAS: no peek, the hint as a slab store's */
         prefetch_old(t->cache, r->hash, hint);
-    else if (packed_cas_below(t, r->hdr.exptime, r->now, peek_cas(t, r, hint)))
+    else if (packed_cas_below_b(t, b, peek_cas(t, r, hint)))
         lift = cache_seq_next(t->cache);
     uint32_t size = packed_size(t->cache, r->klen, r->hdr.vlen, r->hdr.flags,
                                 r->hdr.exptime, r->cas_new | lift);
@@ -280,7 +281,7 @@ prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head,
      * its segment's open, so packed_reserve seals a segment it covers) */
     cache_flush_check(t->cache, r->now);
     uint32_t span;
-    if (packed_reserve_at(t, size, r->hdr.exptime, r->now, head, &span) != 0)
+    if (packed_reserve_b(t, b, size, r->hdr.exptime, r->now, head, &span) != 0)
         return -1;
     plan->total = span;
     if (lift) { /* only now: a slab item takes its CAS as prepare planned */
