@@ -98,6 +98,28 @@ cache_packed_state(const struct cache *c, uint64_t off, uint32_t now,
     return cache_packed_state_size(c, off, now, cas, NULL);
 }
 
+/* The CAS of the packed item at off whose key the caller just compared
+ * (cache_packed_key_equals read its header and key: its lengths are an
+ * item's): its derived CAS, or its cas64 right after its key and flags32.
+ * cache_packed_state's *cas without the rest of the header's parse (a
+ * set's peek at the version it replaces). */
+static inline __attribute__((always_inline)) uint64_t
+cache_packed_cas_keyed(const struct cache *c, uint64_t off)
+{
+    uint64_t poff = cache_packed_pool(off);
+    const char *it = c->base + poff;
+    uint64_t cas =
+        seg_rec_seq_base(c->seg_rec, poff) + (poff & (POOL_PAGE_SIZE - 1)) / 4;
+    uint8_t fl = (uint8_t)it[1];
+    if (unlikely(fl & PITEM_HAS_CAS)) {
+        uint32_t at = (uint32_t)sizeof(struct pitem_hdr) + (uint8_t)it[0] +
+                      (fl & PITEM_HAS_EXP ? 4u : 0u) +
+                      (fl & PITEM_HAS_FLAGS ? 4u : 0u);
+        __builtin_memcpy(&cas, it + at, 8);
+    }
+    return cas;
+}
+
 /* commit = 1 for the packed item at off (pitem_invalidate on its
  * segment). PMEM: one 2-byte store, no lock held. */
 void cache_packed_invalidate(struct cache *c, uint64_t off);

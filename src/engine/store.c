@@ -241,7 +241,7 @@ peek_cas(struct cache_thread *t, struct store_req *r, struct htab_hint *hint)
     if (loc) {
         uint64_t off = cache_off(loc);
         if (cache_off_packed(off)) {
-            (void)cache_packed_state(c, off, 0, &cas);
+            cas = cache_packed_cas_keyed(c, off); /* the match read it */
             r->peek_loc = loc; /* for publish: replaced_cas */
             r->peek_seq = cache_packed_seq(c, off);
             r->peek_cas = cas;
