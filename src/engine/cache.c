@@ -1027,6 +1027,10 @@ open_packed(struct cache *c)
         return rc;
     c->seg_rec = seg_records(c->seg);
     c->packed_max = c->cfg.packed_item_max;
+    for (uint32_t n = 0; n < CACHE_PACKED_CLS_N; n++) {
+        int cls = slab_class_for(c->slab, n);
+        c->packed_cls[n] = cls < 0 ? SLAB_NO_CLASS : (uint8_t)cls;
+    }
     return 0;
 }
 

@@ -189,6 +189,16 @@ next_cas(struct cache *c, uint64_t explicit_cas, uint64_t *store_seq)
     return explicit_cas;
 }
 
+/* The bytes of r's item in one slab chunk (header, key, opt, value), for
+ * the class of its counters. */
+static inline uint32_t
+slab_item_size(const struct store_req *r)
+{
+    uint8_t opt = (uint8_t)((r->hdr.flags ? ITEM_HAS_FLAGS : 0) |
+                            (r->cas_new ? ITEM_HAS_CAS : 0));
+    return item_hko_size(r->klen, opt) + r->hdr.vlen;
+}
+
 /* reclaim_alloc_item_cls with a one-chunk item's first attempt inline
  * (its class, then its stash): the calls into reclaim.c only when the
  * stash is empty or the item chained. */
@@ -288,6 +298,12 @@ prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head,
         r->cas_new = lift;
         cache_stat_inc(t, ST_PACKED_CAS_LIFTED);
     }
+    /* its counters' class (count_outcome): its would-be slab item's, as
+     * req_class would find it (a packed item's books have none:
+     * account_special does not look at r->cls) */
+    uint32_t n = slab_item_size(r);
+    if (likely(n < CACHE_PACKED_CLS_N))
+        r->cls = t->cache->packed_cls[n];
     return 0;
 }
 
@@ -541,10 +557,7 @@ req_class(struct cache *c, const struct store_req *r)
 {
     if (r->cls != SLAB_NO_CLASS)
         return r->cls;
-    uint8_t opt = (uint8_t)((r->hdr.flags ? ITEM_HAS_FLAGS : 0) |
-                            (r->cas_new ? ITEM_HAS_CAS : 0));
-    int cls =
-        slab_class_for(c->slab, item_hko_size(r->klen, opt) + r->hdr.vlen);
+    int cls = slab_class_for(c->slab, slab_item_size(r));
     return cls < 0 ? SLAB_NO_CLASS : (unsigned)cls;
 }
 
