@@ -242,27 +242,6 @@ packed_write_at(struct cache *c, uint64_t head, const struct packed_item *it,
 }
 
 uint64_t
-packed_write_plain(struct cache *c, uint64_t head, struct pitem_plain *p,
-                   uint32_t exptime, uint32_t now)
-{
-    uint64_t poff = cache_packed_pool(head);
-    uint64_t page = poff & ~(uint64_t)(POOL_PAGE_SIZE - 1);
-    uint32_t in = (uint32_t)(poff - page);
-    uint64_t seq_base = seg_rec_seq_base(c->seg_rec, page);
-    uint32_t exp_base = seg_rec_exp_base(c->seg_rec, page);
-    /* the form packed_reserve_at sized the span for (write_item_at's) */
-    bool fits = pitem_exp16_fits(exp_base, exptime);
-    p->exp16 = fits ? pitem_exp16_of(exp_base, exptime) : 0;
-    p->exp32 = fits ? 0 : exptime;
-    /* PMEM: the item, a fence, the commit: no lock held */
-    (void)pitem_write_plain(c->base + page, POOL_PAGE_SIZE, in, seq_base, p);
-    /* DRAM: the segment lasts as long as its latest item */
-    seg_rec_exp_raise(c->seg_rec, poff, exptime ? exptime : UINT32_MAX);
-    cache_packed_touch(c, poff, now); /* a store is an access */
-    return seq_base + in / 4;
-}
-
-uint64_t
 packed_write(struct cache *c, uint64_t head, const struct packed_item *it)
 {
     return packed_write_at(c, head, it, clock_now());
