@@ -510,8 +510,9 @@ cache_retire_packed(struct cache_thread *t, uint64_t head, uint32_t now)
     /* cache_account_unlink's packed case with why REPLACED (the counters
      * of expired_unfetched and evictions do not apply), then
      * cache_defer_free_special's: one look at the header gives the state
-     * and the size (account_packed's), no call */
-    if (cache_packed_state_size(c, head, now, NULL, &size) != CACHE_LIVE)
+     * and the size (account_packed's), no call; the item was the index's
+     * (the caller unlinked it): its lengths need no checks */
+    if (cache_packed_state_held(c, head, now, &size) != CACHE_LIVE)
         cache_stat_inc(t, ST_RECLAIMED);
     cache_account_packed(t, size, -1);
     seg_rec_dead_add(c->seg_rec, poff, size); /* seg_dead_add's */

@@ -59,25 +59,19 @@ cache_packed_dead(const struct cache *c, uint64_t off,
 
 /* cache_packed_view and cache_packed_dead from one look at the header
  * (pitem_peek): the state of the packed item at off, and its CAS (*cas,
- * when cas is not NULL and the item is not CACHE_LOST) and size (*size,
- * pitem_size_at's, when size is not NULL: any state). A store's checks
- * of the version it replaces and its retirement. */
+ * when cas is not NULL and the item is not CACHE_LOST). A store's checks
+ * of the version it replaces. */
 static inline __attribute__((always_inline)) enum cache_dead
-cache_packed_state_size(const struct cache *c, uint64_t off, uint32_t now,
-                        uint64_t *cas, uint32_t *size)
+cache_packed_state(const struct cache *c, uint64_t off, uint32_t now,
+                   uint64_t *cas)
 {
     uint64_t poff = cache_packed_pool(off);
     uint32_t in = (uint32_t)(poff & (POOL_PAGE_SIZE - 1));
     const char *it = c->base + poff;
     uint32_t vat, vlen, exp;
     if (!pitem_peek(it, POOL_PAGE_SIZE - in, seg_rec_exp_base(c->seg_rec, poff),
-                    &vat, &vlen, &exp)) {
-        if (size)
-            *size = pitem_size_at(it);
+                    &vat, &vlen, &exp))
         return CACHE_LOST;
-    }
-    if (size) /* the value's end, padded: pitem_size_of's */
-        *size = (vat + vlen + PITEM_ALIGN - 1) & ~(PITEM_ALIGN - 1);
     uint64_t seq = seg_rec_seq_base(c->seg_rec, poff) + in / 4;
     if (cas) {
         *cas = seq; /* derived, or cas64: the 8 bytes before the value */
@@ -91,11 +85,36 @@ cache_packed_state_size(const struct cache *c, uint64_t off, uint32_t now,
     return CACHE_LIVE;
 }
 
+/* cache_packed_state's state, and the size, of a packed item its caller
+ * unlinked from the index (a replaced version): its header is an item's
+ * (its writer's, committed), so its lengths are read without
+ * pitem_peek's checks, as pitem_size_at reads them; exp16 or exp32
+ * (which a touch may store) with a relaxed atomic load. */
 static inline __attribute__((always_inline)) enum cache_dead
-cache_packed_state(const struct cache *c, uint64_t off, uint32_t now,
-                   uint64_t *cas)
+cache_packed_state_held(const struct cache *c, uint64_t off, uint32_t now,
+                        uint32_t *size)
 {
-    return cache_packed_state_size(c, off, now, cas, NULL);
+    uint64_t poff = cache_packed_pool(off);
+    const char *it = c->base + poff;
+    uint8_t fl = (uint8_t)it[1];
+    uint32_t exp;
+    *size = pitem_size_at(it);
+    if (fl & PITEM_HAS_EXP) {
+        exp = __atomic_load_n((const uint32_t *)(const void *)(
+                                  it + sizeof(struct pitem_hdr)),
+                              __ATOMIC_RELAXED);
+    } else {
+        uint32_t e = __atomic_load_n(
+            (const uint16_t *)(const void *)(it + PITEM_EXP16_OFFSET),
+            __ATOMIC_RELAXED);
+        exp = e ? seg_rec_exp_base(c->seg_rec, poff) + e - 1u : 0;
+    }
+    if (exp != 0 && exp <= now)
+        return CACHE_EXPIRED;
+    if (cache_packed_seq(c, off) <=
+        atomic_load_explicit(&c->flush_cas, memory_order_acquire))
+        return CACHE_FLUSHED;
+    return CACHE_LIVE;
 }
 
 /* The CAS of the packed item at off whose key the caller just compared
