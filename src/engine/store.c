@@ -286,7 +286,7 @@ peek_cas(struct cache_thread *t, struct store_req *r, struct htab_hint *hint)
 /* hint: filled whenever this returns 0 (by the peek at the replaced
  * version's CAS, or by prefetch_old's peek when there is none to make). */
 /* plan->total: the span's bytes (the item's size, for its books). */
-static __attribute__((noinline)) int
+static inline __attribute__((always_inline)) int
 prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head,
                struct item_plan *plan, struct htab_hint *hint)
 {
@@ -347,14 +347,24 @@ write_packed(struct cache *c, const struct store_req *r, uint64_t head)
     return packed_write_at(c, head, &it, r->now);
 }
 
-/* Memory for the item r describes. 0, -E2BIG or -ENOMEM. Context: no lock
- * and no RCU read section (allocation may wait for a grace period).
- * Inlined, as commit(), into store_one and its two other callers. hint:
- * filled (hint->home) when a packed store's peek already read the bucket
- * (else left as it was). */
+/* prepare(): the item was stored whole in the packed store (done: its
+ * outcome). */
+#define STORE_PACKED_DONE 1
+
+/* Memory for the item r describes. 0, -E2BIG or -ENOMEM; or, with done
+ * (store_one's), STORE_PACKED_DONE: a small item went to the packed store
+ * and was stored there whole (store_packed), *done its outcome (cas_out
+ * set as commit() sets it). Context: no lock and no RCU read section
+ * (allocation may wait for a grace period). Inlined, as commit(), into
+ * store_one and its two other callers (no done: theirs go to a slab). */
+static int store_packed(struct cache_thread *t, struct store_req *r,
+                        struct item_plan *plan, struct htab_hint *hint,
+                        uint64_t *cas_out, int *rc);
+
 static inline __attribute__((always_inline)) int
 prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
-        uint64_t *head, uint64_t *tails, struct htab_hint *hint)
+        uint64_t *head, uint64_t *tails, struct htab_hint *hint,
+        uint64_t *cas_out, int *done)
 {
     struct cache *c = t->cache;
 
@@ -377,9 +387,11 @@ prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
         if (c->hot &&
             hotkey_place(t, r->hash, r->key, r->klen, plan, head) == 0)
             return 0;
-        /* a small one to the packed store */
-        if (c->seg && prepare_packed(t, r, head, plan, hint) == 0)
-            return 0;
+        /* a small one to the packed store, stored there whole (*done:
+         * its outcome) */
+        if (c->seg && done &&
+            store_packed(t, r, plan, hint, cas_out, done) == 0)
+            return STORE_PACKED_DONE;
     }
     if (alloc_item(t, plan, head, tails, &r->cls) != 0) {
         r->cls = SLAB_NO_CLASS;
@@ -529,10 +541,10 @@ retire_old(struct cache_thread *t, uint64_t old, uint32_t now)
 
 /* commit() of a packed item (prepare_packed's span), then the crash point
  * and retire_old() as store_one_inline's: written, accounted and
- * published as commit() does a slab item, out of line (a slab store's
+ * published as commit() does a slab item, in store_packed (a slab store's
  * path carries none of its steps, nor it a slab item's: no counter
  * value, no chunk word to make fresh, its books from its span's size). */
-static __attribute__((noinline)) int
+static inline __attribute__((always_inline)) int
 store_packed_tail(struct cache_thread *t, struct store_req *r,
                   const struct item_plan *plan, uint64_t head,
                   const struct htab_hint *hint, uint64_t *cas_out)
@@ -578,6 +590,22 @@ store_packed_tail(struct cache_thread *t, struct store_req *r,
     return rc;
 }
 
+/* A store into the packed store, whole: prepare_packed, then
+ * store_packed_tail, in one call from prepare() (one frame, the request's
+ * fields loaded once). -1 when the item does not go there (prepare goes
+ * on to a slab), else 0 with *rc, the store's outcome. */
+static __attribute__((noinline)) int
+store_packed(struct cache_thread *t, struct store_req *r,
+             struct item_plan *plan, struct htab_hint *hint, uint64_t *cas_out,
+             int *rc)
+{
+    uint64_t head;
+    if (prepare_packed(t, r, &head, plan, hint) != 0)
+        return -1;
+    *rc = store_packed_tail(t, r, plan, head, hint, cas_out);
+    return 0;
+}
+
 /* Prepare, commit and retire: one whole store. Inlined into store_plain
  * (every set's path); the other callers share store_one's copy. */
 static inline __attribute__((always_inline)) int
@@ -588,11 +616,10 @@ store_one_inline(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
 
     struct htab_hint hint;
     htab_prefetch(t->cache->htab, r->hash);
-    int rc = prepare(t, r, &plan, &head, tails, &hint);
+    int done;
+    int rc = prepare(t, r, &plan, &head, tails, &hint, cas_out, &done);
     if (rc)
-        return rc;
-    if (unlikely(cache_off_packed(head))) /* prepare_packed filled hint */
-        return store_packed_tail(t, r, &plan, head, &hint, cas_out);
+        return rc == STORE_PACKED_DONE ? done : rc;
     prefetch_old(t->cache, r->hash, &hint);
     rc = commit(t, r, &plan, head, tails, &hint, &old, cas_out);
     TC_CRASH_POINT("set.published");
@@ -799,7 +826,7 @@ rewrite(struct cache_thread *t, struct store_req *r,
                             &fbuf)) != 0)
         return rc == -ENOMEM ? rc : -EAGAIN;
     struct htab_hint unused; /* a rewrite goes to a slab: no peek */
-    rc = prepare(t, r, &plan, &head, tails, &unused);
+    rc = prepare(t, r, &plan, &head, tails, &unused, NULL, NULL);
     if (rc) {
         free(fbuf);
         return rc;
@@ -1050,7 +1077,7 @@ recache_one(struct cache_thread *t, struct store_req *r)
     uint32_t now = r->now;
 
     struct htab_hint unused; /* a recache goes to a slab: no peek */
-    int rc = prepare(t, r, &plan, &head, tails, &unused);
+    int rc = prepare(t, r, &plan, &head, tails, &unused, NULL, NULL);
     if (rc)
         return rc;
     cache_flush_check(c, now);
