@@ -553,9 +553,10 @@ store_packed_tail(struct cache_thread *t, struct store_req *r,
     uint32_t now = r->now;
     uint64_t old = 0;
 
-    /* a delayed flush due now: as commit()'s (prepare_packed applied one
-     * before the span) */
-    cache_flush_check(c, now);
+    /* no cache_flush_check as commit()'s: prepare_packed's, before the
+     * span, is the one that matters (the item's sequence is its span's);
+     * one another thread fires from here on covers the item, as any flush
+     * running beside a set (packed.c, "Flush") */
     /* a packed item's CAS and sequence are its place in its segment's
      * block: no value of the counter, unless a chosen CAS (meta E, a
      * lift) must lift it */
