@@ -319,7 +319,10 @@ prepare_packed(struct cache_thread *t, struct store_req *r, uint64_t *head,
     /* its counters' class (count_outcome): its would-be slab item's, as
      * req_class would find it (a packed item's books have none:
      * account_special does not look at r->cls) */
-    uint32_t n = slab_item_size(r);
+    uint32_t n = likely(plan->nchain == 0) /* prepare's item_plan */
+                     ? plan->head_size + (lift ? item_opt_len(ITEM_HAS_CAS) : 0)
+                     : slab_item_size(r);
+    assert(n == slab_item_size(r));
     if (likely(n < CACHE_PACKED_CLS_N))
         r->cls = t->cache->packed_cls[n];
     return 0;
