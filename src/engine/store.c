@@ -142,7 +142,6 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
         bool packed)
 {
     struct cache *c = t->cache;
-    struct cache_key k = {c, r->key, r->klen};
     uint64_t loc = cache_loc(head);
 
     assert(packed == cache_off_packed(head));
@@ -159,10 +158,12 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
         htab_slot_loc(hint->word[0]) == r->peek_loc &&
         cache_packed_seq(c, cache_off(r->peek_loc)) == r->peek_seq)
         peeked = true;
-    else
+    else {
+        struct cache_key k = {c, r->key, r->klen};
         slot = hint ? htab_find_hinted_locked(b, r->hash, cache_match_key_store,
                                               &k, hint)
                     : htab_find_locked(b, r->hash, cache_match_key_store, &k);
+    }
     uint64_t old =
         slot ? htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed))
              : 0;
