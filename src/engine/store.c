@@ -362,13 +362,11 @@ write_packed(struct cache *c, const struct store_req *r, uint64_t head)
  * (allocation may wait for a grace period). Inlined, as commit(), into
  * store_one and its two other callers (no done: theirs go to a slab). */
 static int store_packed(struct cache_thread *t, struct store_req *r,
-                        struct item_plan *plan, struct htab_hint *hint,
-                        uint64_t *cas_out, int *rc);
+                        struct item_plan *plan, uint64_t *cas_out, int *rc);
 
 static inline __attribute__((always_inline)) int
 prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
-        uint64_t *head, uint64_t *tails, struct htab_hint *hint,
-        uint64_t *cas_out, int *done)
+        uint64_t *head, uint64_t *tails, uint64_t *cas_out, int *done)
 {
     struct cache *c = t->cache;
 
@@ -394,7 +392,7 @@ prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
         /* a small one to the packed store, stored there whole (*done:
          * its outcome) */
         if (c->seg && done &&
-            store_packed(t, r, plan, hint, cas_out, done) == 0)
+            store_packed(t, r, plan, cas_out, done) == 0)
             return STORE_PACKED_DONE;
     }
     if (alloc_item(t, plan, head, tails, &r->cls) != 0) {
@@ -601,13 +599,13 @@ store_packed_tail(struct cache_thread *t, struct store_req *r,
  * on to a slab), else 0 with *rc, the store's outcome. */
 static __attribute__((noinline)) int
 store_packed(struct cache_thread *t, struct store_req *r,
-             struct item_plan *plan, struct htab_hint *hint, uint64_t *cas_out,
-             int *rc)
+             struct item_plan *plan, uint64_t *cas_out, int *rc)
 {
+    struct htab_hint hint; /* its own: a slab store peeks again */
     uint64_t head;
-    if (prepare_packed(t, r, &head, plan, hint) != 0)
+    if (prepare_packed(t, r, &head, plan, &hint) != 0)
         return -1;
-    *rc = store_packed_tail(t, r, plan, head, hint, cas_out);
+    *rc = store_packed_tail(t, r, plan, head, &hint, cas_out);
     return 0;
 }
 
@@ -622,7 +620,7 @@ store_one_inline(struct cache_thread *t, struct store_req *r, uint64_t *cas_out)
     struct htab_hint hint;
     htab_prefetch(t->cache->htab, r->hash);
     int done;
-    int rc = prepare(t, r, &plan, &head, tails, &hint, cas_out, &done);
+    int rc = prepare(t, r, &plan, &head, tails, cas_out, &done);
     if (rc)
         return rc == STORE_PACKED_DONE ? done : rc;
     prefetch_old(t->cache, r->hash, &hint);
@@ -830,8 +828,7 @@ rewrite(struct cache_thread *t, struct store_req *r,
         (rc = ext_read_copy(t, r->key, r->klen, r->hash, r->expect, &r->xloc,
                             &fbuf)) != 0)
         return rc == -ENOMEM ? rc : -EAGAIN;
-    struct htab_hint unused; /* a rewrite goes to a slab: no peek */
-    rc = prepare(t, r, &plan, &head, tails, &unused, NULL, NULL);
+    rc = prepare(t, r, &plan, &head, tails, NULL, NULL);
     if (rc) {
         free(fbuf);
         return rc;
@@ -1081,8 +1078,7 @@ recache_one(struct cache_thread *t, struct store_req *r)
     uint32_t word = 0;
     uint32_t now = r->now;
 
-    struct htab_hint unused; /* a recache goes to a slab: no peek */
-    int rc = prepare(t, r, &plan, &head, tails, &unused, NULL, NULL);
+    int rc = prepare(t, r, &plan, &head, tails, NULL, NULL);
     if (rc)
         return rc;
     cache_flush_check(c, now);
