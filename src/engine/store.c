@@ -77,12 +77,13 @@ replaced_cas(const struct cache *c, const struct store_req *r, uint64_t old)
  * Inlined into publish(), as publish() into commit(). */
 static inline __attribute__((always_inline)) int
 decide_locked(struct cache *c, const struct store_req *r, uint64_t old,
-              uint32_t now)
+              uint32_t now, bool packed)
 {
     /* a plain set (any mode but these, no CAS to check) replaces what is
-     * there whatever its state: not looked at (a call for a packed item) */
+     * there whatever its state: not looked at (a call for a packed item);
+     * a packed store is never a swap (prepare_packed) */
     if (!r->cas_check && r->mode != TC_ADD && r->mode != TC_REPLACE &&
-        r->mode != TC_CAS && r->mode != STORE_SWAP)
+        r->mode != TC_CAS && (packed || r->mode != STORE_SWAP))
         return TC_OK;
     bool live = old && old_dead(c, cache_off(old), now) == CACHE_LIVE;
     if (r->cas_check && r->mode != STORE_SWAP) {
@@ -167,7 +168,7 @@ publish(struct cache_thread *t, const struct store_req *r, uint64_t head,
     uint64_t old =
         slot ? htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed))
              : 0;
-    int rc = decide_locked(c, r, old, now);
+    int rc = decide_locked(c, r, old, now, packed);
     /* a packed item's derived CAS comes from its segment's block, taken
      * when the segment opened: the version it replaces may have a higher
      * one (a slab store, a segment opened later), and so may one removed
@@ -581,8 +582,9 @@ store_packed_tail(struct cache_thread *t, struct store_req *r,
         if (unlikely(rc == STORE_CAS_LOW))
             rc = store_cas_above(t, r, cas_out);
     } else {
-        if (!r->recache && !r->in_place)
-            cache_stat_inc(t, ST_TOTAL_ITEMS);
+        /* never a recache's or an in-place rewrite's (prepare_packed) */
+        assert(!r->recache && !r->in_place);
+        cache_stat_inc(t, ST_TOTAL_ITEMS);
         if (c->hot)
             hotkey_count_store(t, old ? cache_off(old) : 0, head, r->hdr.vlen);
         if (cas_out)
