@@ -100,9 +100,9 @@ cache_packed_state_held(const struct cache *c, uint64_t off, uint32_t now,
     uint32_t exp;
     *size = pitem_size_at(it);
     if (fl & PITEM_HAS_EXP) {
-        exp = __atomic_load_n((const uint32_t *)(const void *)(
-                                  it + sizeof(struct pitem_hdr)),
-                              __ATOMIC_RELAXED);
+        exp = __atomic_load_n(
+            (const uint32_t *)(const void *)(it + sizeof(struct pitem_hdr)),
+            __ATOMIC_RELAXED);
     } else {
         uint32_t e = __atomic_load_n(
             (const uint16_t *)(const void *)(it + PITEM_EXP16_OFFSET),

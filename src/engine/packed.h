@@ -80,11 +80,10 @@ packed_cas_below_b(struct cache_thread *t, unsigned b, uint64_t old_cas)
     /* seg_open_seq_base: the bucket's own open segment's block when it
      * has one (seg_pick_bucket takes it first), else seg.c's choice */
     uint32_t page = t->so.page[b];
-    uint64_t base =
-        page != SEG_NO_PAGE
-            ? seg_rec_seq_base(t->cache->seg_rec, (uint64_t)page
-                                                      << POOL_PAGE_SHIFT)
-            : seg_open_seq_base(t->cache->seg, &t->so, b);
+    uint64_t base = page != SEG_NO_PAGE
+                        ? seg_rec_seq_base(t->cache->seg_rec,
+                                           (uint64_t)page << POOL_PAGE_SHIFT)
+                        : seg_open_seq_base(t->cache->seg, &t->so, b);
     return old_cas >= base;
 }
 static inline bool

@@ -254,8 +254,7 @@ write_plain(char *seg, uint32_t seg_size, uint32_t off, uint64_t seq_base,
                          ? (uint16_t)((uint16_t)c32 + PITEM_COMMIT_MIN)
                          : (uint16_t)c32;
     if (seg_size - off - size >= PITEM_SIZE_MIN) /* pitem_zero_slot */
-        pm_store32((uint32_t *)(void *)(it + size + PITEM_SLOT_WORD_OFFSET),
-                   0);
+        pm_store32((uint32_t *)(void *)(it + size + PITEM_SLOT_WORD_OFFSET), 0);
     pm_fence();
     TC_CRASH_POINT("pitem.written"); /* all but the commit */
     pm_store16((uint16_t *)(void *)(it + PITEM_COMMIT_OFFSET), check);
@@ -276,8 +275,8 @@ check_crc_sw(uint64_t seq_base, uint32_t off, const void *p, const void *q,
 }
 
 static __attribute__((noinline)) uint16_t
-write_plain_sw(char *seg, uint32_t seg_size, uint32_t off,
-               uint64_t seq_base, const struct pitem_plain *p)
+write_plain_sw(char *seg, uint32_t seg_size, uint32_t off, uint64_t seq_base,
+               const struct pitem_plain *p)
 {
     return write_plain(seg, seg_size, off, seq_base, p, check_crc_sw);
 }
@@ -285,16 +284,16 @@ write_plain_sw(char *seg, uint32_t seg_size, uint32_t off,
 #if defined(__x86_64__)
 /* flatten: check_crc_hw inline (the same target) */
 __attribute__((target("sse4.2"), flatten)) static uint16_t
-write_plain_hw(char *seg, uint32_t seg_size, uint32_t off,
-               uint64_t seq_base, const struct pitem_plain *p)
+write_plain_hw(char *seg, uint32_t seg_size, uint32_t off, uint64_t seq_base,
+               const struct pitem_plain *p)
 {
     return write_plain(seg, seg_size, off, seq_base, p, check_crc_hw);
 }
 #endif
 
 uint16_t
-pitem_write_plain(char *seg, uint32_t seg_size, uint32_t off,
-                  uint64_t seq_base, const struct pitem_plain *p)
+pitem_write_plain(char *seg, uint32_t seg_size, uint32_t off, uint64_t seq_base,
+                  const struct pitem_plain *p)
 {
 #if defined(__x86_64__)
     if (likely(__builtin_cpu_supports("sse4.2")))

@@ -392,8 +392,7 @@ prepare(struct cache_thread *t, struct store_req *r, struct item_plan *plan,
             return 0;
         /* a small one to the packed store, stored there whole (*done:
          * its outcome) */
-        if (c->seg && done &&
-            store_packed(t, r, plan, cas_out, done) == 0)
+        if (c->seg && done && store_packed(t, r, plan, cas_out, done) == 0)
             return STORE_PACKED_DONE;
     }
     if (alloc_item(t, plan, head, tails, &r->cls) != 0) {
