@@ -1,7 +1,9 @@
 /*
  * The write path: set, add, replace, cas, append, prepend, incr, decr,
- * invalidate, vivify, the flash tier's recache, and delete (an unlink is a
- * write of the index like any other).
+ * invalidate, vivify, the flash tier's recache (incr and decr in
+ * src/engine/store_arith.c, delete, an unlink, in src/engine/
+ * store_delete.c). A small plain store goes to the packed store whole, in
+ * one call (store_packed: peek, span, write, publish, retire).
  *
  * Every write is copy-on-write: the new item is written into fresh chunks
  * with no lock held (PMEM writes happen only here, before publication), then
@@ -37,25 +39,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <urcu/urcu-memb.h>
-
-/* The state of the item a store replaces or rewrites, at engine offset
- * off, of any kind: inline for a slab chunk's (the DRAM test that
- * cache_item_at would make, widened to packed items). */
-static inline __attribute__((always_inline)) enum cache_dead
-old_dead(const struct cache *c, uint64_t off, uint32_t now)
-{
-    if (unlikely(off & CACHE_SPECIAL_OFF))
-        return cache_off_dead(c, off, now);
-    return cache_item_dead(c, item_at(c->base, off), now);
-}
-
-static inline __attribute__((always_inline)) uint64_t
-old_cas(const struct cache *c, uint64_t off)
-{
-    if (unlikely(off & CACHE_SPECIAL_OFF))
-        return cache_off_cas(c, off);
-    return item_cas(item_at(c->base, off));
-}
 
 /* The CAS of old, the version a packed store replaces: the peek's when
  * old is the packed version it read (the same location in the same
@@ -1175,66 +1158,4 @@ store_vivify(struct cache_thread *t, const void *key, uint32_t klen,
     r.claim_win = true;
     r.cas_new = cas_new;
     return store_one(t, &r, cas_out);
-}
-
-/* --- delete --- */
-
-static int
-delete_key(struct cache_thread *t, const void *key, uint32_t klen,
-           uint64_t cas_in, bool count)
-{
-    struct cache *c = t->cache;
-    struct cache_key k = {c, key, klen};
-    uint64_t hash = cache_hash(c, key, klen);
-    uint32_t now = clock_now();
-    int rc = TC_NOT_FOUND;
-    uint64_t loc = 0;
-    enum cache_dead dead = CACHE_LIVE;
-
-    cache_flush_check(c, now);
-    struct htab_bucket *b = htab_lock(c->htab, hash);
-    _Atomic uint64_t *slot = htab_find_locked(b, hash, cache_match_key, &k);
-    if (slot) {
-        loc = htab_slot_loc(atomic_load_explicit(slot, memory_order_relaxed));
-        dead = old_dead(c, cache_off(loc), now);
-        if (dead == CACHE_LIVE && cas_in &&
-            old_cas(c, cache_off(loc)) != cas_in) {
-            rc = TC_EXISTS;
-            loc = 0;
-        } else {
-            /* a set that recreates the key compares with it (publish) */
-            cache_floor_unlink(c, hash, cache_off(loc));
-            htab_remove_locked(c->htab, slot);
-            rc = dead == CACHE_LIVE ? TC_OK : TC_NOT_FOUND;
-        }
-    }
-    htab_unlock(b);
-
-    unsigned cls = SLAB_NO_CLASS;
-    TC_CRASH_POINT("delete.unlinked");
-    if (loc) {
-        /* unlinked by this thread, freed after a grace period: still ours */
-        cls = cache_class_at(c, cache_off(loc));
-        cache_account_unlink(t, cache_off(loc), dead, UNLINK_DELETED);
-        cache_defer_free(t, cache_off(loc));
-    }
-
-    if (count && rc == TC_OK)
-        cache_cls_inc(t, cls, CLS_DELETE_HITS);
-    else if (count)
-        cache_stat_inc(t, ST_DELETE_MISSES);
-    return rc;
-}
-
-int
-store_delete(struct cache_thread *t, const void *key, uint32_t klen,
-             uint64_t cas_in)
-{
-    return delete_key(t, key, klen, cas_in, true);
-}
-
-int
-store_drop(struct cache_thread *t, const void *key, uint32_t klen)
-{
-    return delete_key(t, key, klen, 0, false);
 }
