@@ -957,11 +957,7 @@ void cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
 /* cache_account_unlink(UNLINK_REPLACED), its tests of why folded: every
  * replacing set's path. Not for a packed item (cache_account_unlink). */
 void cache_account_replaced(struct cache_thread *t, uint64_t head, int dead);
-/* A store replaced the packed item at head (engine offset): its state
- * looked at once, then as cache_account_unlink(UNLINK_REPLACED) and
- * cache_defer_free (commit = 1 before the store answers). PMEM: a 2-byte
- * store, no lock held. */
-void cache_retire_packed(struct cache_thread *t, uint64_t head, uint32_t now);
+/* cache_retire_packed: src/engine/cache_packed.h. */
 
 /* Bytes an item accounts for in the "bytes" stat. */
 uint64_t cache_item_bytes(const struct cache *c, const struct item_hdr *it);

@@ -139,6 +139,18 @@ cache_packed_cas_keyed(const struct cache *c, uint64_t off)
     return cas;
 }
 
+/* Until the packed item at head (a writer unlinked it) is not a pending
+ * copy: its publisher commits it a few instructions after the index
+ * switch (packed_rewrite_exp), and an answer after the unlinker's commit
+ * = 1 must not leave the copy's source valid behind. Bounded. */
+void cache_packed_wait_not_pending(struct cache *c, uint64_t head);
+
+/* A store replaced the packed item at head (engine offset): its state
+ * and size looked at once, then as cache_account_unlink(UNLINK_REPLACED)
+ * and cache_defer_free (commit = 1 before the store answers), with no
+ * call. PMEM: a 2-byte store, no lock held. */
+void cache_retire_packed(struct cache_thread *t, uint64_t head, uint32_t now);
+
 /* commit = 1 for the packed item at off (pitem_invalidate on its
  * segment). PMEM: one 2-byte store, no lock held. */
 void cache_packed_invalidate(struct cache *c, uint64_t off);
