@@ -16,10 +16,11 @@
  * shorter when the expiry fits the segment's exp16 (the span's size is
  * guessed from the segment the reserve would take, given back and taken
  * again when it took another: packed_write finds the form from the span's
- * segment), pitem_write (the 2-byte commit last), the segment's exp_max
- * raised (DRAM), then store.c's publication under the bucket lock, then
- * the replaced item's invalidation (commit = 1 for a packed one) before
- * the answer.
+ * segment), pitem_write (the 2-byte commit last; a plain set's by
+ * packed_write_plain and pitem_write_plain, the same bytes), the
+ * segment's exp_max raised (DRAM), then store.c's publication under the
+ * bucket lock, then the replaced item's invalidation (commit = 1 for a
+ * packed one) before the answer.
  *
  * Flush: a packed item's sequence (seq_base + offset / 4) is fixed when
  * its segment opens, so a segment opened before a flush_all would give

@@ -57,21 +57,12 @@ packed_bucket(uint32_t exptime, uint32_t now)
  * checks the flush (cache_flush_spares_copy), past which it is dropped. */
 #define PACKED_FLUSH_WAIT 64u
 
-/* A span for an item of size bytes (packed_size's: with exp32 when
- * exptime, the absolute expiry, is not 0) in one of the calling thread's
- * open segments, the one of exptime's TTL bucket where it can: 0 with
- * *head (the engine offset, see cache_packed_off), or -ENOSPC when the
- * pool has no page and no sealed segment to evict (the caller uses a
- * slab). The span is 4 bytes shorter when exptime fits its segment's
- * exp16 (packed_write writes that form). Evicts an expired segment, else
- * the oldest sealed one, when the pool has no page. Context: no lock, no
- * RCU read section (eviction waits for a grace period). */
 /* Whether a packed store of expiry exptime replacing a version whose CAS
  * is old_cas should carry a CAS of its own: the thread's open segment for
  * it took its sequence block before old_cas was given (a derived CAS
  * would not be above it). A hint, read before the span is reserved: the
- * publication checks again (store.c). Context: the calling thread's. */
-/* b: packed_bucket(exptime, now). */
+ * publication checks again (store.c). Context: the calling thread's.
+ * packed_cas_below_b: for bucket b, packed_bucket(exptime, now). */
 static inline bool
 packed_cas_below_b(struct cache_thread *t, unsigned b, uint64_t old_cas)
 {
@@ -93,6 +84,15 @@ packed_cas_below(struct cache_thread *t, uint32_t exptime, uint32_t now,
     return packed_cas_below_b(t, packed_bucket(exptime, now), old_cas);
 }
 
+/* A span for an item of size bytes (packed_size's: with exp32 when
+ * exptime, the absolute expiry, is not 0) in one of the calling thread's
+ * open segments, the one of exptime's TTL bucket where it can: 0 with
+ * *head (the engine offset, see cache_packed_off), or -ENOSPC when the
+ * pool has no page and no sealed segment to evict (the caller uses a
+ * slab). The span is 4 bytes shorter when exptime fits its segment's
+ * exp16 (packed_write writes that form). Evicts an expired segment, else
+ * the oldest sealed one, when the pool has no page. Context: no lock, no
+ * RCU read section (eviction waits for a grace period). */
 int packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
                    uint64_t *head);
 
