@@ -101,9 +101,10 @@ _Static_assert(sizeof(struct seg_rec) == SEG_REC_SIZE &&
                    offsetof(struct seg_rec, seq_base) == SEG_REC_SEQ_BASE &&
                    offsetof(struct seg_rec, exp_base) == SEG_REC_EXP_BASE &&
                    offsetof(struct seg_rec, write_off) == SEG_REC_WRITE_OFF &&
-                   offsetof(struct seg_rec, exp_max) == SEG_REC_EXP_MAX,
+                   offsetof(struct seg_rec, exp_max) == SEG_REC_EXP_MAX &&
+                   offsetof(struct seg_rec, dead) == SEG_REC_DEAD,
                "a record is one line; seg.h reads seq_base and exp_base, "
-               "bumps write_off and raises exp_max");
+               "bumps write_off, raises exp_max and adds to dead");
 
 struct seg {
     struct lock lock;

@@ -190,6 +190,7 @@ uint32_t seg_exp_base(const struct seg *s, uint64_t off);
 #define SEG_REC_EXP_BASE 8u
 #define SEG_REC_WRITE_OFF 16u /* _Atomic uint32_t, the owner's while open */
 #define SEG_REC_EXP_MAX 20u   /* _Atomic uint32_t, seg_exp_raise's */
+#define SEG_REC_DEAD 24u      /* _Atomic uint32_t, seg_dead_add's */
 char *seg_records(const struct seg *s);
 
 /* seg_seq_of's segment part: the seq_base of the segment holding pool
@@ -265,6 +266,18 @@ seg_reserve_open(char *recs, struct seg_open *o, unsigned b, uint32_t n,
     o->used[b] = ++o->tick;
     *off = ((uint64_t)page << POOL_PAGE_SHIFT) | woff;
     return 0;
+}
+
+/* seg_dead_add on seg_records' array, inline (a packed set's replaced
+ * item: the call cost it some 10 instructions). */
+static inline void
+seg_rec_dead_add(char *recs, uint64_t off, uint32_t n)
+{
+    atomic_fetch_add_explicit(
+        (_Atomic uint32_t *)(void *)(recs +
+                                     (off >> POOL_PAGE_SHIFT) * SEG_REC_SIZE +
+                                     SEG_REC_DEAD),
+        n, memory_order_relaxed);
 }
 
 /* Take a sealed segment whose items have all expired (exp_max <= now) or

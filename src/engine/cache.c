@@ -500,17 +500,6 @@ cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
 }
 
 void
-cache_retire_packed(struct cache_thread *t, uint64_t head, uint32_t now)
-{
-    /* cache_account_unlink's packed case with why REPLACED: the counters
-     * of expired_unfetched and evictions do not apply */
-    if (cache_packed_state(t->cache, head, now, NULL) != CACHE_LIVE)
-        cache_stat_inc(t, ST_RECLAIMED);
-    account_packed(t, head, -1);
-    cache_defer_free_special(t, head);
-}
-
-void
 cache_account_replaced(struct cache_thread *t, uint64_t head, int dead)
 {
     account_unlink(t, head, dead, UNLINK_REPLACED);
@@ -821,33 +810,12 @@ cache_match_key(void *arg, uint64_t loc)
     return item_key_equals(item_at(k->c->base, off), k->key, k->klen);
 }
 
-/* Until the packed item at head is not a pending copy: one a writer
- * unlinked may be a touch's copy whose publisher has yet to invalidate its
- * source and commit it (packed_rewrite_exp), a few instructions away. An
- * answer after its invalidation must not leave that source valid behind
- * (a restart would bring it back). Bounded, in case. */
-static void
-wait_not_pending(struct cache *c, uint64_t head)
-{
-    const _Atomic uint16_t *commit =
-        (const _Atomic uint16_t *)(void *)(c->base + cache_packed_pool(head) +
-                                           PITEM_COMMIT_OFFSET);
-    for (unsigned i = 0; i < (1u << 24); i++) {
-        /* acquire: pairs with the publisher's compare-and-swap, after
-         * its store over the source */
-        if (atomic_load_explicit(commit, memory_order_acquire) !=
-            PITEM_COMMIT_PENDING)
-            return;
-        sched_yield();
-    }
-}
-
 void
 cache_defer_free_special(struct cache_thread *t, uint64_t head)
 {
     struct cache *c = t->cache;
     if (cache_off_packed(head)) {
-        wait_not_pending(c, head);
+        cache_packed_wait_not_pending(c, head);
         /* PMEM: commit = 1 before the unlink is answered; the span is
          * reclaimed with its segment. The unlinker's last touch of the
          * item: FIFO eviction waits for it (the release orders this
@@ -1011,6 +979,10 @@ open_packed(struct cache *c)
         return rc;
     c->seg_rec = seg_records(c->seg);
     c->packed_max = c->cfg.packed_item_max;
+    for (uint32_t n = 0; n < CACHE_PACKED_CLS_N; n++) {
+        int cls = slab_class_for(c->slab, n);
+        c->packed_cls[n] = cls < 0 ? SLAB_NO_CLASS : (uint8_t)cls;
+    }
     return 0;
 }
 

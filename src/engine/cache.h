@@ -212,6 +212,10 @@ struct cache_thread {
 #define CACHE_FLOOR_BITS 12
 #define CACHE_FLOOR_N (1u << CACHE_FLOOR_BITS)
 
+/* Sizes struct cache's packed_cls covers: the slab item of a packed item
+ * up to 1 KiB and more (larger ones look their class up by a call). */
+#define CACHE_PACKED_CLS_N 1536u
+
 struct cache {
     uint64_t id; /* unique per open, so a stale thread slot never matches */
     struct tc_config cfg;
@@ -314,6 +318,13 @@ struct cache {
      * cache_floor_*); raised and read under the key's bucket lock,
      * relaxed. Inline: a set reads it with no pointer to load. */
     _Atomic uint64_t cas_floor[CACHE_FLOOR_N] CACHE_ALIGNED;
+
+    /* the slab class of a slab item of n bytes (item_plan's head_size),
+     * slab_class_for's, for n below CACHE_PACKED_CLS_N: a packed set's
+     * counters are its would-be slab item's class's (store.c), looked
+     * up here with no call. Filled at open with the packed store;
+     * read-only after. */
+    uint8_t packed_cls[CACHE_PACKED_CLS_N];
 };
 
 /* --- cache.c --- */
@@ -946,11 +957,7 @@ void cache_account_unlink(struct cache_thread *t, uint64_t head, int dead,
 /* cache_account_unlink(UNLINK_REPLACED), its tests of why folded: every
  * replacing set's path. Not for a packed item (cache_account_unlink). */
 void cache_account_replaced(struct cache_thread *t, uint64_t head, int dead);
-/* A store replaced the packed item at head (engine offset): its state
- * looked at once, then as cache_account_unlink(UNLINK_REPLACED) and
- * cache_defer_free (commit = 1 before the store answers). PMEM: a 2-byte
- * store, no lock held. */
-void cache_retire_packed(struct cache_thread *t, uint64_t head, uint32_t now);
+/* cache_retire_packed: src/engine/cache_packed.h. */
 
 /* Bytes an item accounts for in the "bytes" stat. */
 uint64_t cache_item_bytes(const struct cache *c, const struct item_hdr *it);

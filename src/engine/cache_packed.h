@@ -60,7 +60,7 @@ cache_packed_dead(const struct cache *c, uint64_t off,
 /* cache_packed_view and cache_packed_dead from one look at the header
  * (pitem_peek): the state of the packed item at off, and its CAS (*cas,
  * when cas is not NULL and the item is not CACHE_LOST). A store's checks
- * of the version it replaces and its retirement. */
+ * of the version it replaces. */
 static inline __attribute__((always_inline)) enum cache_dead
 cache_packed_state(const struct cache *c, uint64_t off, uint32_t now,
                    uint64_t *cas)
@@ -84,6 +84,72 @@ cache_packed_state(const struct cache *c, uint64_t off, uint32_t now,
         return CACHE_FLUSHED;
     return CACHE_LIVE;
 }
+
+/* cache_packed_state's state, and the size, of a packed item its caller
+ * unlinked from the index (a replaced version): its header is an item's
+ * (its writer's, committed), so its lengths are read without
+ * pitem_peek's checks, as pitem_size_at reads them; exp16 or exp32
+ * (which a touch may store) with a relaxed atomic load. */
+static inline __attribute__((always_inline)) enum cache_dead
+cache_packed_state_held(const struct cache *c, uint64_t off, uint32_t now,
+                        uint32_t *size)
+{
+    uint64_t poff = cache_packed_pool(off);
+    const char *it = c->base + poff;
+    uint8_t fl = (uint8_t)it[1];
+    uint32_t exp;
+    *size = pitem_size_at(it);
+    if (fl & PITEM_HAS_EXP) {
+        exp = __atomic_load_n(
+            (const uint32_t *)(const void *)(it + sizeof(struct pitem_hdr)),
+            __ATOMIC_RELAXED);
+    } else {
+        uint32_t e = __atomic_load_n(
+            (const uint16_t *)(const void *)(it + PITEM_EXP16_OFFSET),
+            __ATOMIC_RELAXED);
+        exp = e ? seg_rec_exp_base(c->seg_rec, poff) + e - 1u : 0;
+    }
+    if (exp != 0 && exp <= now)
+        return CACHE_EXPIRED;
+    if (cache_packed_seq(c, off) <=
+        atomic_load_explicit(&c->flush_cas, memory_order_acquire))
+        return CACHE_FLUSHED;
+    return CACHE_LIVE;
+}
+
+/* The CAS of the packed item at off whose key the caller just compared
+ * (cache_packed_key_equals read its header and key: its lengths are an
+ * item's): its derived CAS, or its cas64 right after its key and flags32.
+ * cache_packed_state's *cas without the rest of the header's parse (a
+ * set's peek at the version it replaces). */
+static inline __attribute__((always_inline)) uint64_t
+cache_packed_cas_keyed(const struct cache *c, uint64_t off)
+{
+    uint64_t poff = cache_packed_pool(off);
+    const char *it = c->base + poff;
+    uint64_t cas =
+        seg_rec_seq_base(c->seg_rec, poff) + (poff & (POOL_PAGE_SIZE - 1)) / 4;
+    uint8_t fl = (uint8_t)it[1];
+    if (unlikely(fl & PITEM_HAS_CAS)) {
+        uint32_t at = (uint32_t)sizeof(struct pitem_hdr) + (uint8_t)it[0] +
+                      (fl & PITEM_HAS_EXP ? 4u : 0u) +
+                      (fl & PITEM_HAS_FLAGS ? 4u : 0u);
+        __builtin_memcpy(&cas, it + at, 8);
+    }
+    return cas;
+}
+
+/* Until the packed item at head (a writer unlinked it) is not a pending
+ * copy: its publisher commits it a few instructions after the index
+ * switch (packed_rewrite_exp), and an answer after the unlinker's commit
+ * = 1 must not leave the copy's source valid behind. Bounded. */
+void cache_packed_wait_not_pending(struct cache *c, uint64_t head);
+
+/* A store replaced the packed item at head (engine offset): its state
+ * and size looked at once, then as cache_account_unlink(UNLINK_REPLACED)
+ * and cache_defer_free (commit = 1 before the store answers), with no
+ * call. PMEM: a 2-byte store, no lock held. */
+void cache_retire_packed(struct cache_thread *t, uint64_t head, uint32_t now);
 
 /* commit = 1 for the packed item at off (pitem_invalidate on its
  * segment). PMEM: one 2-byte store, no lock held. */

@@ -372,6 +372,23 @@ htab_slot_set_bits_rcu(_Atomic uint64_t *slot, uint64_t loc, uint64_t bits)
         ;
 }
 
+/* The first slot a peek found (hint), when the locked bucket is the one
+ * peeked and that slot still holds the word the peek saw (hint->word[0]);
+ * else NULL. Whose entry that is, is the caller's to know: its key, or a
+ * location that names one item only (a packed item's, in its segment's
+ * incarnation: store.c). Inline. Locks: b. */
+static inline __attribute__((always_inline)) _Atomic uint64_t *
+htab_hinted_slot_locked(struct htab_bucket *b, const struct htab_hint *hint)
+{
+    if (hint->n && hint->home == b) {
+        _Atomic uint64_t *slot = &b->slot[hint->idx[0]];
+        /* Relaxed: the bucket lock orders us after every writer. */
+        if (atomic_load_explicit(slot, memory_order_relaxed) == hint->word[0])
+            return slot;
+    }
+    return NULL;
+}
+
 /* htab_find_locked, trying first the first slot a peek found (hint): when
  * the locked bucket is the one peeked and that slot still holds what the
  * peek saw, match() decides without a scan (an overwrite's usual case:

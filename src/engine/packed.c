@@ -16,10 +16,11 @@
  * shorter when the expiry fits the segment's exp16 (the span's size is
  * guessed from the segment the reserve would take, given back and taken
  * again when it took another: packed_write finds the form from the span's
- * segment), pitem_write (the 2-byte commit last), the segment's exp_max
- * raised (DRAM), then store.c's publication under the bucket lock, then
- * the replaced item's invalidation (commit = 1 for a packed one) before
- * the answer.
+ * segment), pitem_write (the 2-byte commit last; a plain set's by
+ * packed_write_plain and pitem_write_plain, the same bytes), the
+ * segment's exp_max raised (DRAM), then store.c's publication under the
+ * bucket lock, then the replaced item's invalidation (commit = 1 for a
+ * packed one) before the answer.
  *
  * Flush: a packed item's sequence (seq_base + offset / 4) is fixed when
  * its segment opens, so a segment opened before a flush_all would give
@@ -111,31 +112,6 @@
 #include <string.h>
 #include <urcu/urcu-memb.h>
 
-uint32_t
-packed_size(const struct cache *c, uint32_t klen, uint64_t vlen, uint32_t flags,
-            uint32_t exptime, uint64_t cas_new)
-{
-    if (vlen > PITEM_VLEN_MAX || klen == 0 || klen > PITEM_KLEN_MAX)
-        return 0;
-    /* a value the flash tier could spill stays in a slab */
-    if (c->ext && vlen >= c->cfg.ext_item_size)
-        return 0;
-    unsigned iflags = (flags > PITEM_CFLAGS_MASK ? PITEM_HAS_FLAGS : 0u) |
-                      (exptime ? PITEM_HAS_EXP : 0u) |
-                      (cas_new ? PITEM_HAS_CAS : 0u);
-    uint32_t size = pitem_size_of(klen, (uint32_t)vlen, iflags);
-    return size <= c->packed_max ? size : 0;
-}
-
-/* The TTL bucket of a set whose expiry is exptime (absolute, 0 never). */
-static unsigned
-ttl_bucket(uint32_t exptime, uint32_t now)
-{
-    if (exptime == 0)
-        return 0;
-    return seg_bucket_of(exptime > now ? exptime - now : 1);
-}
-
 /* Whether the span at pool offset poff takes exptime as exp16. */
 static inline bool
 span_exp16(const struct cache *c, uint64_t poff, uint32_t exptime)
@@ -154,16 +130,6 @@ evict_one(struct cache_thread *t)
            (t->cache->cfg.evict && packed_evict_oldest(t));
 }
 
-bool
-packed_cas_below(struct cache_thread *t, uint32_t exptime, uint32_t now,
-                 uint64_t old_cas)
-{
-    if (!old_cas)
-        return false;
-    unsigned b = ttl_bucket(exptime, now);
-    return old_cas >= seg_open_seq_base(t->cache->seg, &t->so, b);
-}
-
 int
 packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
                uint64_t *head)
@@ -171,53 +137,10 @@ packed_reserve(struct cache_thread *t, uint32_t size, uint32_t exptime,
     return packed_reserve_at(t, size, exptime, clock_now(), head, NULL);
 }
 
-/* Whether a span at pool offset off (just reserved) lies at or below the
- * flush watermark: its segment opened before a flush_all. */
-static inline bool
-span_flushed(const struct cache *c, uint64_t off)
-{
-    return seg_rec_seq_base(c->seg_rec, off) +
-               (off & (POOL_PAGE_SIZE - 1)) / 4 <=
-           atomic_load_explicit(&c->flush_cas, memory_order_acquire);
-}
-
-static int reserve_slow(struct cache_thread *t, unsigned b, uint32_t size,
-                        uint32_t exptime, uint32_t now, uint64_t *head,
-                        uint32_t *span);
-
 int
-packed_reserve_at(struct cache_thread *t, uint32_t size, uint32_t exptime,
-                  uint32_t now, uint64_t *head, uint32_t *span)
-{
-    struct cache *c = t->cache;
-    unsigned b = ttl_bucket(exptime, now);
-    uint32_t page = t->so.page[b];
-    uint64_t off;
-
-    /* the usual case inline: b's own open segment (the one seg_reserve
-     * picks first), the form its exp_base gives, the span fits and the
-     * segment is not older than a flush_all; the rest in reserve_slow */
-    if (likely(page != SEG_NO_PAGE)) {
-        uint64_t poff = (uint64_t)page << POOL_PAGE_SHIFT;
-        uint32_t n = exptime && span_exp16(c, poff, exptime) ? size - 4 : size;
-        if (likely(seg_reserve_open(c->seg_rec, &t->so, b, n, &off) == 0)) {
-            if (likely(!span_flushed(c, off))) {
-                *head = cache_packed_off(off);
-                if (span)
-                    *span = n;
-                return 0;
-            }
-            seg_unreserve(c->seg, &t->so, off, n);
-        }
-    }
-    return reserve_slow(t, b, size, exptime, now, head, span);
-}
-
-/* packed_reserve_at past its fast path: a new segment, another bucket's,
- * eviction, the cap, a flush_all's seal. */
-static __attribute__((noinline)) int
-reserve_slow(struct cache_thread *t, unsigned b, uint32_t size,
-             uint32_t exptime, uint32_t now, uint64_t *head, uint32_t *span)
+packed_reserve_slow(struct cache_thread *t, unsigned b, uint32_t size,
+                    uint32_t exptime, uint32_t now, uint64_t *head,
+                    uint32_t *span)
 {
     struct cache *c = t->cache;
     /* size has exp32 when the item expires; exp16 takes 4 bytes less.
@@ -248,7 +171,7 @@ reserve_slow(struct cache_thread *t, unsigned b, uint32_t size,
         if (rc)
             return rc;
         /* opened before a flush_all: later sequences would read flushed */
-        if (unlikely(span_flushed(c, off))) {
+        if (unlikely(packed_span_flushed(c, off))) {
             seg_seal_page(c->seg, &t->so, (uint32_t)(off >> POOL_PAGE_SHIFT));
             rc = -ENOSPC;
             continue;

@@ -220,6 +220,88 @@ pitem_write(char *seg, uint32_t seg_size, uint32_t off, uint64_t seq_base,
     return check;
 }
 
+/* pitem_write_plain's body: header (commit 0), exp32, key, value, the
+ * next slot's zero word, a fence, the commit. check16 by crc (the CPU's
+ * CRC32C instruction where there is one: check_crc_hw inline). */
+static inline __attribute__((always_inline)) uint16_t
+write_plain(char *seg, uint32_t seg_size, uint32_t off, uint64_t seq_base,
+            const struct pitem_plain *p,
+            uint32_t (*crc)(uint64_t, uint32_t, const void *, const void *,
+                            size_t))
+{
+    uint32_t iflags = p->exp32 ? PITEM_HAS_EXP : 0u;
+    uint32_t h32 = p->klen | (iflags | p->fl) << 8 | p->vlen << 16;
+    uint64_t h = h32 | (uint64_t)p->exp16 << 32; /* commit 0 */
+    uint32_t size = pitem_size_of(p->klen, p->vlen, iflags);
+    char *it = seg + off;
+    uint32_t at = sizeof(struct pitem_hdr);
+
+    assert(p->klen >= 1 && p->klen <= PITEM_KLEN_MAX);
+    assert(p->fl <= PITEM_CFLAGS_MASK && (!p->exp32 || !p->exp16));
+    assert(off >= PITEM_SEG_START && off % PITEM_ALIGN == 0);
+    assert(size <= seg_size && off <= seg_size - size);
+    pm_copy(it, &h, sizeof(h));
+    if (iflags) {
+        pm_copy(it + at, &p->exp32, 4);
+        at += 4;
+    }
+    pm_copy_short(it + at, p->key, p->klen);
+    at += p->klen;
+    if (p->vlen)
+        pm_copy(it + at, p->value, p->vlen);
+    uint32_t c32 = crc(seq_base, off, &h32, p->key, p->klen);
+    uint16_t check = (uint16_t)c32 < PITEM_COMMIT_MIN
+                         ? (uint16_t)((uint16_t)c32 + PITEM_COMMIT_MIN)
+                         : (uint16_t)c32;
+    if (seg_size - off - size >= PITEM_SIZE_MIN) /* pitem_zero_slot */
+        pm_store32((uint32_t *)(void *)(it + size + PITEM_SLOT_WORD_OFFSET), 0);
+    pm_fence();
+    TC_CRASH_POINT("pitem.written"); /* all but the commit */
+    pm_store16((uint16_t *)(void *)(it + PITEM_COMMIT_OFFSET), check);
+    return check;
+}
+
+/* check_of's CRC with a portable CRC32C (check_crc_hw's signature). */
+static uint32_t
+check_crc_sw(uint64_t seq_base, uint32_t off, const void *p, const void *q,
+             size_t m)
+{
+    char pre[12];
+    memcpy(pre, &seq_base, 8);
+    memcpy(pre + 8, &off, 4);
+    uint32_t crc = nvs_crc32c(0, pre, sizeof(pre));
+    crc = nvs_crc32c(crc, p, PITEM_CHECKED_HDR);
+    return nvs_crc32c(crc, q, m);
+}
+
+static __attribute__((noinline)) uint16_t
+write_plain_sw(char *seg, uint32_t seg_size, uint32_t off, uint64_t seq_base,
+               const struct pitem_plain *p)
+{
+    return write_plain(seg, seg_size, off, seq_base, p, check_crc_sw);
+}
+
+#if defined(__x86_64__)
+/* flatten: check_crc_hw inline (the same target) */
+__attribute__((target("sse4.2"), flatten)) static uint16_t
+write_plain_hw(char *seg, uint32_t seg_size, uint32_t off, uint64_t seq_base,
+               const struct pitem_plain *p)
+{
+    return write_plain(seg, seg_size, off, seq_base, p, check_crc_hw);
+}
+#endif
+
+uint16_t
+pitem_write_plain(char *seg, uint32_t seg_size, uint32_t off, uint64_t seq_base,
+                  const struct pitem_plain *p)
+{
+#if defined(__x86_64__)
+    if (likely(__builtin_cpu_supports("sse4.2")))
+        return write_plain_hw(seg, seg_size, off, seq_base, p);
+#endif
+    return write_plain_sw(seg, seg_size, off, seq_base, p);
+}
+
 void
 pitem_zero_slot(char *seg, uint32_t off)
 {

@@ -7,6 +7,7 @@
  */
 
 #include "src/engine/cache.h"
+#include "src/engine/cache_packed.h"
 #include "src/engine/item.h"
 
 #include "src/base/clock.h"
@@ -24,6 +25,26 @@
 /* publish(): a packed item's derived CAS is not above the replaced
  * version's; stored again with a CAS of its own (store_cas_above) */
 #define STORE_CAS_LOW (-ERANGE)
+
+/* The state and the CAS of the item a store replaces or rewrites (or a
+ * delete removes), at engine offset off, of any kind: inline for a slab
+ * chunk's (the DRAM test that cache_item_at would make, widened to
+ * packed items). */
+static inline __attribute__((always_inline)) enum cache_dead
+old_dead(const struct cache *c, uint64_t off, uint32_t now)
+{
+    if (unlikely(off & CACHE_SPECIAL_OFF))
+        return cache_off_dead(c, off, now);
+    return cache_item_dead(c, item_at(c->base, off), now);
+}
+
+static inline __attribute__((always_inline)) uint64_t
+old_cas(const struct cache *c, uint64_t off)
+{
+    if (unlikely(off & CACHE_SPECIAL_OFF))
+        return cache_off_cas(c, off);
+    return item_cas(item_at(c->base, off));
+}
 
 /* Laid out without holes (8-byte fields, then 4-byte, then flags) so
  * that req_init zeroes 144 bytes, not 176 (a set's path). */
