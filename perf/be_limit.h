@@ -31,7 +31,9 @@ be_pick(uint64_t *s, uint64_t n)
  * on 2 MiB page-table entries; *rss its resident bytes; -1 without smaps. */
 int64_t be_huge_bytes(const void *addr, const char *path, int64_t *rss);
 
-/* Print "# limit:" and "RESULT bench=limit ..." for this machine. */
-void be_limits(uint64_t seed);
+/* Print "# limit:" and "RESULT bench=limit ..." for this machine; with
+ * index_bytes (the engine's index size), also "RESULT bench=limit_lookup":
+ * the two reads of a lookup alone, single and in batches. */
+void be_limits(uint64_t seed, uint64_t index_bytes);
 
 #endif

@@ -1045,8 +1045,11 @@ main(int argc, char **argv)
         pthread_create(&w[t].tid, NULL, be_worker_main, &w[t]);
     }
 
-    if (o.limit)
-        be_limits(o.seed);
+    if (o.limit) {
+        struct tc_stats st;
+        tc_stats(sh.cache, &st); /* the index as sized for the keys */
+        be_limits(o.seed, st.dram_index_bytes);
+    }
     be_print_header();
     for (int ph = BE_LOAD; ph < BE_NPHASES; ph++) {
         if (!o.run[ph])
