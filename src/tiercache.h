@@ -129,11 +129,15 @@ struct tc_config {
     bool background;         /* run the maintenance thread (expiry sweep, page
                                 reassignment); default true. Off, the embedder
                                 calls tc_maintain(). */
-    bool large_pages;        /* memcached's -L: log which pages the pool
-                                got, a warning with the remedy when not
-                                2 MiB ones; default false. The pool is
-                                always mapped 2 MiB-aligned and advised
-                                for huge pages. */
+    bool large_pages;        /* memcached's -L: a pool on tmpfs is copied
+                                onto 2 MiB pages at open where the kernel
+                                does that (MADV_COLLAPSE, Linux 6.1; about
+                                2 s a GiB the first time, the pages then
+                                stay with the file), and one line says
+                                which pages the pool got, with the remedy
+                                when not 2 MiB ones; default false. The
+                                pool is always mapped 2 MiB-aligned and
+                                advised for huge pages. */
     uint32_t sweep_budget;   /* chunks the expiry sweep looks at per step;
                                 default 1024 */
     /* Write-hotspot tracking and PMEM latency emulation (doc/hotspots.md,

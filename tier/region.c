@@ -20,6 +20,7 @@
 
 #include "tier/region.h"
 
+#include "src/base/clock.h"
 #include "src/base/compiler.h"
 #include "src/base/err.h"
 #include "src/base/hugemap.h"
@@ -272,6 +273,58 @@ region_ask_huge(const struct region *r)
     (void)madvise(r->base, r->mapped_len, MADV_HUGEPAGE);
 }
 
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
+#define REGION_COLLAPSE_STEP (64ull * MIB)
+
+/*
+ * -L on a tmpfs pool the system gives 4 KiB pages (/dev/shm is mounted
+ * without huge=): MADV_COLLAPSE copies the file's pages onto 2 MiB pages
+ * whatever the mount says (only shmem_enabled=deny refuses it). The file is
+ * wholly allocated at open (posix_fallocate), so this takes no more memory
+ * than the pool already has; the 2 MiB pages belong to the file, so a
+ * later open maps them again with nothing to copy. Worth it where 4 KiB
+ * pages cost more than a page walk (in a VM whose pages the host shadows:
+ * perf/RESULTS.md, "The pool collapsed onto 2 MiB pages"). In steps, so
+ * that a step the kernel cannot do now (EAGAIN: a page busy; ENOMEM: no
+ * free 2 MiB page) leaves the rest collapsed; a refusal (EINVAL: a kernel
+ * without it, or a file system it does not cover) stops at once. A pool
+ * already on 2 MiB pages costs a check (20 ms for 256 MiB). Runs
+ * before any thread uses the pool; safe beside one anyway (the kernel
+ * locks each page while it copies). Logs one line: what it got, how long
+ * (region_advise_huge's line then says which pages the pool is on).
+ */
+static void
+region_collapse(const struct region *r)
+{
+    uint64_t t0 = clock_nsec();
+    int refused = 0;
+
+    if (r->is_pmem || (uintptr_t)r->base % HUGEMAP_BYTES != 0)
+        return;
+    for (uint64_t off = 0; off < r->mapped_len; off += REGION_COLLAPSE_STEP) {
+        uint64_t len = MIN(REGION_COLLAPSE_STEP, r->mapped_len - off);
+        int rc = madvise(r->base + off, len, MADV_COLLAPSE);
+        if (rc != 0 && errno == EAGAIN) /* a page was busy: once more */
+            rc = madvise(r->base + off, len, MADV_COLLAPSE);
+        if (rc != 0 && errno != EAGAIN && errno != ENOMEM) {
+            refused = errno;
+            break;
+        }
+    }
+    long long huge = hugemap_huge_bytes(r->base, r->mapped_len);
+    if (refused != 0 && huge <= 0)
+        log_info("pool %s: the kernel would not copy it onto 2 MiB pages "
+                 "(MADV_COLLAPSE: %s)",
+                 r->path, strerror(refused));
+    else
+        log_info("pool %s: copied onto 2 MiB pages (MADV_COLLAPSE), %lld "
+                 "of %zu MiB on them, in %.2f s",
+                 r->path, huge >> 20, r->mapped_len >> 20,
+                 (double)(clock_nsec() - t0) / 1e9);
+}
+
 static int
 region_map(struct region *r)
 {
@@ -430,6 +483,8 @@ region_open(const struct region_config *cfg, struct region **out)
     rc = region_map(r);
     if (rc != 0)
         goto err_undo_file;
+    if (cfg->large_pages)
+        region_collapse(r);
     rc = region_attach(r);
     if (rc != 0)
         goto err_unmap;

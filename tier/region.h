@@ -25,6 +25,10 @@ struct region_config {
      * exist and be at least REGION_MIN_SIZE). A regular file is created or
      * resized to this size. */
     uint64_t size;
+    /* memcached's -L: where the pool is on a tmpfs that gives 4 KiB pages,
+     * copy it onto 2 MiB pages at open (MADV_COLLAPSE); see
+     * region_collapse() in region.c. */
+    bool large_pages;
 };
 
 struct region;

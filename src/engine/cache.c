@@ -989,7 +989,8 @@ open_packed(struct cache *c)
 static int
 open_memory(struct cache *c)
 {
-    struct region_config rc = {c->cfg.pool_path, c->cfg.pool_size};
+    struct region_config rc = {c->cfg.pool_path, c->cfg.pool_size,
+                               c->cfg.large_pages};
     int rcode = region_open(&rc, &c->region);
     if (rcode)
         return rcode;

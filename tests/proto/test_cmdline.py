@@ -312,8 +312,8 @@ def test_lock_memory(spawn):
 
 @pytest.mark.tiercache_only
 def test_large_pages_one_line(spawn):
-    """-L: transparent huge pages for the pool, or one line saying why
-    not; with -v, the line either way."""
+    """-L: the pool copied onto 2 MiB pages where the kernel does that,
+    or one line saying why not; with -v, the line either way."""
     srv = spawn("-L", "-v")
     lines = [ln for ln in srv.stderr_text().splitlines()
              if "large pages: " in ln]
@@ -325,6 +325,14 @@ def test_large_pages_one_line(spawn):
     huge = "is on 2 MiB pages" in lines[0]
     assert huge or "DAX" in lines[0] or "page size" in lines[0], lines[0]
     assert huge == opened[0].endswith("on 2 MiB pages"), srv.stderr_text()
+    # a tmpfs pool is first copied onto 2 MiB pages where the kernel will
+    # (MADV_COLLAPSE), one line either way; copied means on them
+    copy = [ln for ln in srv.stderr_text().splitlines()
+            if "onto 2 MiB pages" in ln]
+    if "DAX" not in lines[0]:
+        assert len(copy) == 1, srv.stderr_text()
+        if "copied onto 2 MiB pages" in copy[0]:
+            assert huge and " 0 of " not in copy[0], srv.stderr_text()
 
 
 # --- flags a client sees -----------------------------------------------------

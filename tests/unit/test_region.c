@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -548,6 +549,92 @@ test_mapping_ready_for_2m_pages(void **state)
     }
 }
 
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
+
+/* Whether this kernel copies a file of path's file system onto 2 MiB pages
+ * when asked (MADV_COLLAPSE on a 2 MiB-aligned shared mapping of it). */
+static bool
+collapse_works(const char *path)
+{
+    const size_t two = HUGEMAP_BYTES;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    bool ok = false;
+
+    if (fd < 0)
+        return false;
+    if (posix_fallocate(fd, 0, (off_t)two) == 0) {
+        char *raw =
+            mmap(NULL, 2 * two, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (raw != MAP_FAILED) {
+            char *at = (char *)(((uintptr_t)raw + two - 1) & ~(two - 1));
+            char *p = mmap(at, two, PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_FIXED, fd, 0);
+            if (p != MAP_FAILED) {
+                p[0] = 1;
+                ok = madvise(p, two, MADV_COLLAPSE) == 0 &&
+                     hugemap_huge_bytes(p, two) == (long long)two;
+            }
+            munmap(raw, 2 * two);
+        }
+    }
+    close(fd);
+    unlink(path);
+    return ok;
+}
+
+static struct region *
+open_large(const char *path, uint64_t size)
+{
+    struct region_config cfg = {
+        .path = path, .size = size, .large_pages = true};
+    struct region *r = NULL;
+
+    if (region_open(&cfg, &r) != 0)
+        fail_msg("region_open(%s, large pages): %s", path, err_msg());
+    return r;
+}
+
+/* -L: a pool on a tmpfs that gives 4 KiB pages is copied onto 2 MiB pages
+ * at open (where the kernel does that for this file system: checked on a
+ * file of its own), its contents unchanged; the pages stay with the file,
+ * so the next open without -L finds them. Where the kernel will not, the
+ * open still succeeds with the contents unchanged. */
+static void
+test_large_pages_collapse(void **state)
+{
+    struct fx *fx = *state;
+    bool can = collapse_works(fx->other);
+    struct region *r = open_ok(fx->path, POOL_SIZE);
+    uint8_t *data = region_data(r);
+    uint64_t size = region_data_size(r);
+
+    for (uint64_t i = 0; i < size; i += 4096)
+        pm_store64((uint64_t *)(data + i), i * 0x9E3779B97F4A7C15ull);
+    region_close(r);
+
+    r = open_large(fx->path, POOL_SIZE);
+    data = region_data(r);
+    for (uint64_t i = 0; i < size; i += 4096)
+        assert_int_equal(*(uint64_t *)(data + i), i * 0x9E3779B97F4A7C15ull);
+    assert_true(region_was_clean(r));
+    if (can)
+        assert_int_equal(hugemap_huge_bytes(region_data(r), size),
+                         (long long)POOL_SIZE); /* the whole mapping */
+    else
+        printf("# MADV_COLLAPSE refused on %s: only the contents are "
+               "checked\n",
+               fx->path);
+    region_close(r);
+
+    r = open_ok(fx->path, POOL_SIZE);
+    assert_int_equal(region_huge(r), can);
+    assert_int_equal(*(uint64_t *)((char *)region_data(r) + 4096),
+                     4096 * 0x9E3779B97F4A7C15ull);
+    region_close(r);
+}
+
 static void
 test_discard(void **state)
 {
@@ -725,6 +812,7 @@ main(void)
         T(test_resize_gives_fresh_pool),
         T(test_data_alignment),
         T(test_mapping_ready_for_2m_pages),
+        T(test_large_pages_collapse),
         T(test_discard),
         T(test_map_failure_new_file),
         T(test_map_failure_keeps_existing_pool),
