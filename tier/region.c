@@ -284,16 +284,16 @@ region_ask_huge(const struct region *r)
  * whatever the mount says (only shmem_enabled=deny refuses it). The file is
  * wholly allocated at open (posix_fallocate), so this takes no more memory
  * than the pool already has; the 2 MiB pages belong to the file, so a
- * later open maps them again with nothing to copy. Worth it where 4 KiB
- * pages cost more than a page walk (in a VM whose pages the host shadows:
- * perf/RESULTS.md, "The pool collapsed onto 2 MiB pages"). In steps, so
- * that a step the kernel cannot do now (EAGAIN: a page busy; ENOMEM: no
- * free 2 MiB page) leaves the rest collapsed; a refusal (EINVAL: a kernel
- * without it, or a file system it does not cover) stops at once. A pool
- * already on 2 MiB pages costs a check (20 ms for 256 MiB). Runs
- * before any thread uses the pool; safe beside one anyway (the kernel
- * locks each page while it copies). Logs one line: what it got, how long
- * (region_advise_huge's line then says which pages the pool is on).
+ * later open maps them again with nothing to copy (a check: 20 ms for 256
+ * MiB). Worth it where 4 KiB pages cost more than a page walk (in a VM
+ * whose host shadows the page tables: perf/RESULTS.md, "The pool copied
+ * onto 2 MiB pages with -L"). In steps, so that a step the kernel cannot
+ * do now (EAGAIN: a page busy; ENOMEM: no free 2 MiB page) leaves the rest
+ * copied; a refusal (EINVAL: a kernel without it, or a file system it does
+ * not cover) stops at once. Runs before any thread uses the pool (safe
+ * beside one anyway: the kernel locks each page while it copies). Logs one
+ * line: what it got, how long (region_advise_huge's line then says which
+ * pages the pool is on).
  */
 static void
 region_collapse(const struct region *r)
