@@ -599,8 +599,9 @@ open_large(const char *path, uint64_t size)
 /* -L: a pool on a tmpfs that gives 4 KiB pages is copied onto 2 MiB pages
  * at open (where the kernel does that for this file system: checked on a
  * file of its own), its contents unchanged; the pages stay with the file,
- * so the next open without -L finds them. Where the kernel will not, the
- * open still succeeds with the contents unchanged. */
+ * so the next open without -L finds them (a pool on a huge= tmpfs is on
+ * them before: the copy is then not what is checked). Where the kernel
+ * will not, the open still succeeds with the contents unchanged. */
 static void
 test_large_pages_collapse(void **state)
 {
@@ -619,17 +620,18 @@ test_large_pages_collapse(void **state)
     for (uint64_t i = 0; i < size; i += 4096)
         assert_int_equal(*(uint64_t *)(data + i), i * 0x9E3779B97F4A7C15ull);
     assert_true(region_was_clean(r));
+    /* Some of it at least: a 2 MiB page the kernel cannot find at this
+     * moment (ENOMEM) leaves its step on 4 KiB pages; the probe got one. */
     if (can)
-        assert_int_equal(hugemap_huge_bytes(region_data(r), size),
-                         (long long)POOL_SIZE); /* the whole mapping */
+        assert_true(hugemap_huge_bytes(region_data(r), size) > 0);
     else
         printf("# MADV_COLLAPSE refused on %s: only the contents are "
                "checked\n",
                fx->path);
     region_close(r);
 
-    r = open_ok(fx->path, POOL_SIZE);
-    assert_int_equal(region_huge(r), can);
+    r = open_ok(fx->path, POOL_SIZE); /* without -L: the pages kept */
+    assert_int_equal(hugemap_huge_bytes(region_data(r), size) > 0, can);
     assert_int_equal(*(uint64_t *)((char *)region_data(r) + 4096),
                      4096 * 0x9E3779B97F4A7C15ull);
     region_close(r);
