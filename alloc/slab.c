@@ -772,6 +772,20 @@ slab_touch_word(struct slab *s, uint64_t off, void *word, uint32_t now)
     touch_bump(s, off, w, atomic_load_explicit(w, memory_order_relaxed), now);
 }
 
+void
+slab_touch_seen_word(struct slab *s, uint64_t off, void *word, unsigned cls,
+                     uint32_t now, bool bump, struct slab_seen *out)
+{
+    _Atomic uint16_t *w = word;
+    uint16_t v = atomic_load_explicit(w, memory_order_relaxed);
+    out->age = atime_age(word_time(v), now);
+    out->cls = (uint8_t)cls;
+    out->fetched = v & BIT_FETCHED;
+    out->claimed = v & BIT_WIN;
+    if (bump)
+        touch_bump(s, off, w, v, now);
+}
+
 unsigned
 slab_touch_cls(struct slab *s, uint64_t off, uint32_t now)
 {

@@ -88,9 +88,9 @@ store_exptime(struct item_hdr *it, uint64_t off, uint32_t exptime)
  * Inlined, as serve_rcu, and written straight into *out (built aside and
  * copied, the description cost a get some 30 instructions more). */
 static inline __attribute__((always_inline)) void
-describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
-             const struct tc_get_opts *o, uint32_t now,
-             struct tc_item_info *out)
+describe_word_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
+                  const struct tc_get_opts *o, uint32_t now, void *word,
+                  unsigned wcls, struct tc_item_info *out)
 {
     struct slab_seen seen;
 
@@ -99,8 +99,12 @@ describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
         store_exptime(it, off, cache_exptime(o->exptime, now));
     /* one call on one DRAM word: the fetched and win bits and the age
      * before this access (memcached's h, l and la=), then the CLOCK bit
-     * and the time set */
-    cache_touch(c, off, now, !o->no_bump, &seen);
+     * and the time set; through the chunk's word when the caller found it
+     * already (word: a batch's bucket pass, class wcls) */
+    if (word)
+        slab_touch_seen_word(c->slab, off, word, wcls, now, !o->no_bump, &seen);
+    else
+        cache_touch(c, off, now, !o->no_bump, &seen);
     out->fetched = seen.fetched;
     out->win = win_state(c, it, off, o, now, seen.claimed, out->exptime_before);
     out->last_access = seen.age;
@@ -112,6 +116,14 @@ describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
     out->slab_class = seen.cls;
     out->flash = it->kind == ITEM_KIND_FLASH;
     out->pending = 0;
+}
+
+static inline __attribute__((always_inline)) void
+describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
+             const struct tc_get_opts *o, uint32_t now,
+             struct tc_item_info *out)
+{
+    describe_word_rcu(c, it, off, o, now, NULL, 0, out);
 }
 
 /* Copy the value's pieces into a->buf, up to a->cap bytes. */
@@ -630,9 +642,8 @@ key_ok(const struct tc_key *k)
     return k->klen != 0 && k->klen <= TC_KEY_MAX;
 }
 
-/* Prefetch the items the home bucket's tag matches point at. Returns the
- * location when there is exactly one match, else 0. */
-static uint64_t
+/* Prefetch the items the home bucket's tag matches point at (tc_prefetch). */
+static void
 prefetch_items(struct cache *c, uint64_t hash)
 {
     uint64_t locs[HTAB_SLOTS];
@@ -647,7 +658,192 @@ prefetch_items(struct cache *c, uint64_t hash)
         if (likely(!(off & CACHE_SPECIAL_OFF)))
             slab_prefetch(c->slab, off);
     }
-    return n == 1 ? locs[0] : 0;
+}
+
+/* What the bucket pass keeps of a key for the serving pass, beside its
+ * home bucket's first tag match (struct htab_first): a slab chunk's DRAM
+ * word and class, so that serving neither scans the bucket again nor finds
+ * the word again (the single get's copy path does the same). */
+struct many_word {
+    void *word; /* NULL: not a slab chunk (or none to touch) */
+    unsigned cls;
+};
+
+/* The bucket pass's prefetch of the item at loc: its first lines and, for
+ * a slab chunk, its DRAM word (kept in *w). */
+static inline __attribute__((always_inline)) void
+many_prefetch(struct cache *c, uint64_t loc, struct many_word *w)
+{
+    uint64_t off = cache_off(loc);
+    const char *it;
+
+    if (likely(!(off & CACHE_SPECIAL_OFF))) {
+        it = (const char *)item_at(c->base, off);
+        w->word = slab_prefetch_word(c->slab, off, &w->cls);
+    } else if (cache_off_packed(off)) {
+        it = c->base + cache_packed_pool(off);
+    } else {
+        it = (const char *)cache_dram_ptr(off);
+    }
+    for (int l = 0; l < FETCH_ITEM_LINES; l++)
+        __builtin_prefetch(it + l * CACHE_LINE, 0, 3);
+}
+
+/* Whether the item at loc (the bucket pass's, read in this section) has
+ * the key: a slab chunk's and a packed item's compare inline. */
+static inline __attribute__((always_inline)) bool
+many_key_equals(struct cache *c, uint64_t loc, const void *key, uint32_t klen)
+{
+    uint64_t off = cache_off(loc);
+    if (unlikely(off & CACHE_SPECIAL_OFF)) {
+        if (cache_off_packed(off))
+            return cache_packed_key_equals(c, off, key, klen);
+        struct cache_key k = {c, key, klen};
+        return cache_match_special(&k, off);
+    }
+    return item_key_equals(item_at(c->base, off), key, klen);
+}
+
+/* A live slab item a batch key found (its chunk word w, its key compared
+ * equal), served: described (the touch through w), handed to the
+ * caller's callback (no many_value), its hit counted. False, with nothing
+ * done, for an item the slow path must serve (dead, on flash). Context:
+ * inside the read section its bucket pass ran in. */
+static inline __attribute__((always_inline)) bool
+many_slab_rcu(struct cache_thread *t, uint64_t off, const struct many_word *w,
+              const struct tc_get_opts *o, uint32_t now, struct many_call *call,
+              size_t at)
+{
+    struct cache *c = t->cache;
+    struct item_hdr *it = (struct item_hdr *)item_at(c->base, off);
+    struct tc_item_info info;
+    struct iovec iov[ITEM_MAX_TAILS + 1];
+
+    if (unlikely(cache_item_dead(c, it, now) != CACHE_LIVE ||
+                 it->kind == ITEM_KIND_FLASH))
+        return false;
+    describe_word_rcu(c, it, off, o, now, w->word, w->cls, &info);
+    if (call->fn) {
+        int n = item_value_iov(c->base, it, c->chunk_max, iov);
+        if (unlikely(pm_reads_noted())) /* latency emulation: the read */
+            for (int j = 0; j < n; j++)
+                pm_note_read(iov[j].iov_base, iov[j].iov_len);
+        if (!call->fn(call->arg, at, &info, iov, n))
+            call->stop = true;
+    }
+    cache_cls_inc(t, info.slab_class, o->touch ? CLS_TOUCH_HITS : CLS_GET_HITS);
+    return true;
+}
+
+/* The same for a live packed item, without a touch (a touch may need a
+ * rewrite: the slow path's): its state and description from one look at
+ * its header (pitem_peek, the flags and CAS beside the value), its REF
+ * and FETCHED bits set through the slot the bucket pass read, as
+ * fetch_packed_rcu does with the slot. */
+static inline __attribute__((always_inline)) bool
+many_packed_rcu(struct cache_thread *t, uint64_t loc, _Atomic uint64_t *slot,
+                uint64_t hash, const struct tc_get_opts *o, uint32_t now,
+                struct many_call *call, size_t at)
+{
+    struct cache *c = t->cache;
+    uint64_t poff = cache_packed_pool(cache_off(loc));
+    uint32_t in = (uint32_t)(poff & (POOL_PAGE_SIZE - 1));
+    const char *it = c->base + poff;
+    uint32_t vat, vlen, exp;
+    struct tc_item_info info;
+
+    if (unlikely(!pitem_peek(it, POOL_PAGE_SIZE - in,
+                             seg_rec_exp_base(c->seg_rec, poff), &vat, &vlen,
+                             &exp)))
+        return false;
+    /* cache_packed_dead */
+    uint64_t seq = seg_rec_seq_base(c->seg_rec, poff) + in / 4;
+    if (unlikely((exp != 0 && exp <= now) ||
+                 seq <=
+                     atomic_load_explicit(&c->flush_cas, memory_order_acquire)))
+        return false;
+    /* as packed_info, before the bump: the age before this access */
+    uint8_t fl = (uint8_t)it[1];
+    uint32_t tail = vat - ((fl & PITEM_HAS_CAS) ? 8u : 0u);
+    info.flags = fl & PITEM_CFLAGS_MASK;
+    if (fl & PITEM_HAS_FLAGS)
+        __builtin_memcpy(&info.flags, it + tail - 4, 4);
+    info.cas = seq;
+    if (fl & PITEM_HAS_CAS)
+        __builtin_memcpy(&info.cas, it + tail, 8);
+    info.exptime = exp;
+    info.exptime_before = exp;
+    info.vlen = vlen;
+    info.fetched = (loc & CACHE_LOC_FETCHED) != 0;
+    info.stale = (fl & PITEM_STALE) != 0;
+    info.slab_class = 0;
+    info.last_access = cache_packed_age(c, poff, now);
+    info.flash = false;
+    info.pending = 0;
+    info.win = TC_WIN_NONE;
+    if (loc & CACHE_LOC_WIN) {
+        info.win = TC_WIN_TAKEN;
+    } else if (!o->no_win) {
+        bool due = info.stale || (o->recache_below && exp != 0 &&
+                                  (exp <= now || exp - now < o->recache_below));
+        if (due)
+            info.win = htab_set_bits_rcu(c->htab, hash, loc, CACHE_LOC_WIN)
+                           ? TC_WIN_YOU
+                           : TC_WIN_TAKEN;
+    }
+    if (!o->no_bump) {
+        const uint64_t bits = CACHE_LOC_REF | CACHE_LOC_FETCHED;
+        if ((loc & bits) != bits)
+            htab_slot_set_bits_rcu(slot, loc, bits);
+        cache_packed_touch(c, poff, now);
+    }
+    if (call->fn) {
+        struct iovec iov = {(void *)(it + vat), vlen};
+        if (unlikely(pm_reads_noted())) /* latency emulation: the read */
+            pm_note_read(iov.iov_base, vlen);
+        if (!call->fn(call->arg, at, &info, &iov, 1))
+            call->stop = true;
+    }
+    cache_cls_inc(t, SLAB_NO_CLASS, CLS_GET_HITS);
+    return true;
+}
+
+/* A batch key the fast paths did not serve: looked up in full (loc 0),
+ * or served from loc (the bucket pass's, its key compared equal) as a
+ * single get serves it, then counted, a flash read or the unlink of a
+ * dead item done with the section closed (and a new one opened: *fresh
+ * false). Returns the key's code. Out of line: the group's loop keeps
+ * only the fast paths. */
+static __attribute__((noinline)) int
+many_slow(struct cache_thread *t, const struct tc_key *key, uint64_t hash,
+          uint64_t loc, _Atomic uint64_t *slot, const struct tc_get_opts *o,
+          uint32_t now, struct many_call *call, size_t at, bool *fresh,
+          bool *noted)
+{
+    struct cache *c = t->cache;
+    tc_value_fn *vfn = call->fn ? many_value : NULL;
+    struct fetch_res r;
+    int rc;
+
+    call->i = at; /* for many_value */
+    if (loc) {
+        fetch_rcu_loc(c, loc, hash, slot, o, now, vfn, call, NULL, &r);
+    } else {
+        struct cache_key k = {c, key->key, (uint32_t)key->klen};
+        fetch_rcu(c, &k, hash, cache_match_key, o, now, vfn, call, NULL, &r);
+    }
+    *noted = c->hot && r.loc && r.dead == CACHE_LIVE;
+    if (fetch_after_heavy(&r)) {
+        cache_read_unlock();
+        rc = fetch_after(t, key->key, (uint32_t)key->klen, hash, o, vfn, call,
+                         &r);
+        cache_read_lock();
+        *fresh = false;
+    } else {
+        rc = fetch_after(t, key->key, (uint32_t)key->klen, hash, o, vfn, call,
+                         &r);
+    }
+    return rc;
 }
 
 /* One group: the number of keys done (m unless the callback stopped).
@@ -660,55 +856,77 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
 {
     struct cache *c = t->cache;
     uint64_t hash[FETCH_GROUP];
-    uint64_t hint[FETCH_GROUP]; /* the one tag match seen, or 0 */
-    bool fresh = true; /* still in the section the hints were read in */
+    struct htab_first first[FETCH_GROUP];
+    struct many_word w[FETCH_GROUP];
+    uint32_t bad = 0;  /* keys that are not keys (-EINVAL) */
+    bool fresh = true; /* still in the section the bucket pass ran in */
     uint32_t note = 0; /* keys whose hits the hot-key tracker samples */
     uint32_t now = clock_now();
-    tc_value_fn *vfn = call->fn ? many_value : NULL;
-    struct fetch_res r;
+    uint64_t mask;
+    int64_t gets = 0;
     size_t i;
 
+    const struct htab_bucket *tb = htab_prefetch_table(c->htab, &mask);
     for (i = 0; i < m; i++) {
-        if (!key_ok(&keys[i]))
+        if (unlikely(!key_ok(&keys[i]))) {
+            bad |= 1u << i;
+            hash[i] = 0; /* looked at in the bucket pass, not used */
             continue;
+        }
         hash[i] = cache_hash(c, keys[i].key, (uint32_t)keys[i].klen);
-        htab_prefetch_read(c->htab, hash[i]);
+        __builtin_prefetch(&tb[hash[i] & mask], 0, 3);
     }
     cache_flush_check(c, now);
     cache_read_lock();
-    for (i = 0; i < m; i++)
-        if (key_ok(&keys[i]))
-            hint[i] = prefetch_items(c, hash[i]);
+    /* one pass over the buckets (one call), then the items' prefetches */
+    htab_first_many_rcu(c->htab, hash, (unsigned)m, first);
+    for (i = 0; i < m; i++) {
+        w[i].word = NULL;
+        if (first[i].loc && !(bad & (1u << i)))
+            many_prefetch(c, first[i].loc, &w[i]);
+    }
     for (i = 0; i < m && !call->stop; i++) {
-        const void *key = keys[i].key;
-        uint32_t klen = (uint32_t)keys[i].klen;
         int rc = -EINVAL;
 
-        call->i = base + i;
-        if (key_ok(&keys[i])) {
-            struct cache_key k = {c, key, klen};
-            fetch_count(t, o);
-            if (fresh && hint[i] && cache_match_key_warm(&k, hint[i]))
-                fetch_rcu_loc(c, hint[i], hash[i], NULL, o, now, vfn, call,
-                              NULL, &r);
-            else
-                fetch_rcu(c, &k, hash[i], cache_match_key_warm, o, now, vfn,
-                          call, NULL, &r);
-            if (c->hot && r.loc && r.dead == CACHE_LIVE)
-                note |= 1u << i;
-            if (fetch_after_heavy(&r)) {
-                cache_read_unlock();
-                rc = fetch_after(t, key, klen, hash[i], o, vfn, call, &r);
-                cache_read_lock();
-                fresh = false;
+        if (likely(!(bad & (1u << i)))) {
+            uint64_t loc = first[i].loc;
+            uint64_t off = cache_off(loc);
+            bool hit = false, noted = false;
+
+            gets++;
+            if (likely(fresh) && loc &&
+                many_key_equals(c, loc, keys[i].key, (uint32_t)keys[i].klen)) {
+                if (likely(w[i].word != NULL))
+                    hit = many_slab_rcu(t, off, &w[i], o, now, call, base + i);
+                else if (cache_off_packed(off) && !o->touch)
+                    hit = many_packed_rcu(t, loc, first[i].slot, hash[i], o,
+                                          now, call, base + i);
+                if (hit) {
+                    rc = TC_OK;
+                    noted = c->hot != NULL;
+                } else {
+                    rc = many_slow(t, &keys[i], hash[i], loc, first[i].slot, o,
+                                   now, call, base + i, &fresh, &noted);
+                }
+            } else if (likely(fresh) && !loc) {
+                /* not in the index as the bucket pass saw it */
+                cache_stat_inc(t, o->touch ? ST_TOUCH_MISSES : ST_GET_MISSES);
+                rc = TC_NOT_FOUND;
             } else {
-                rc = fetch_after(t, key, klen, hash[i], o, vfn, call, &r);
+                rc = many_slow(t, &keys[i], hash[i], 0, NULL, o, now, call,
+                               base + i, &fresh, &noted);
             }
+            if (unlikely(noted))
+                note |= 1u << i;
         }
         if (rcs)
             rcs[base + i] = rc;
     }
     cache_read_unlock();
+    /* the keys' get (and touch) commands, counted once for the group */
+    cache_stat_add(t, ST_CMD_GET, gets);
+    if (o->touch)
+        cache_stat_add(t, ST_CMD_TOUCH, gets);
     for (size_t j = 0; note && j < i; j++)
         if (note & (1u << j))
             hotkey_note_read(t, hash[j], keys[j].key, (uint32_t)keys[j].klen);
@@ -758,7 +976,7 @@ fetch_prefetch(struct cache_thread *t, const struct tc_key *keys, size_t n)
         cache_read_lock();
         for (size_t i = 0; i < m; i++)
             if (key_ok(&k[i]))
-                (void)prefetch_items(c, hash[i]);
+                prefetch_items(c, hash[i]);
         cache_read_unlock();
         done += m;
     }
