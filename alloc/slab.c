@@ -766,6 +766,23 @@ slab_prefetch_word(const struct slab *s, uint64_t off, unsigned *cls)
 }
 
 void
+slab_prefetch_words(const struct slab *s, const uint64_t *off, unsigned n,
+                    void **word, unsigned *cls)
+{
+    for (unsigned i = 0; i < n; i++) {
+        if (off[i] == SLAB_NO_OFF) {
+            word[i] = NULL;
+            cls[i] = SLAB_NO_CLASS;
+            continue;
+        }
+        _Atomic uint16_t *w = chunk_word(s, off[i], &cls[i]);
+        if (w)
+            __builtin_prefetch((const void *)w, 1, 3);
+        word[i] = (void *)w;
+    }
+}
+
+void
 slab_touch_word(struct slab *s, uint64_t off, void *word, uint32_t now)
 {
     _Atomic uint16_t *w = word;
@@ -773,13 +790,12 @@ slab_touch_word(struct slab *s, uint64_t off, void *word, uint32_t now)
 }
 
 void
-slab_touch_seen_word(struct slab *s, uint64_t off, void *word, unsigned cls,
-                     uint32_t now, bool bump, struct slab_seen *out)
+slab_touch_seen_word(struct slab *s, uint64_t off, void *word, uint32_t now,
+                     bool bump, struct slab_seen *out)
 {
     _Atomic uint16_t *w = word;
     uint16_t v = atomic_load_explicit(w, memory_order_relaxed);
     out->age = atime_age(word_time(v), now);
-    out->cls = (uint8_t)cls;
     out->fetched = v & BIT_FETCHED;
     out->claimed = v & BIT_WIN;
     if (bump)

@@ -215,12 +215,19 @@ unsigned slab_touch_cls(struct slab *s, uint64_t off, uint32_t now);
  * class and the word its table. */
 void *slab_prefetch_word(const struct slab *s, uint64_t off, unsigned *cls);
 void slab_touch_word(struct slab *s, uint64_t off, void *word, uint32_t now);
-/* slab_touch through a word slab_prefetch_word returned (not NULL) with
- * class cls: a batched get's touch, which found the word in its bucket
- * pass. Context: as slab_touch_word. */
+/* slab_prefetch_word of n chunks in one call (a batched get's bucket
+ * pass): word[i] and cls[i] for off[i]; an off of SLAB_NO_OFF (not a
+ * slab chunk) gets NULL and SLAB_NO_CLASS. Context: as slab_prefetch_word
+ * for each. */
+#define SLAB_NO_OFF UINT64_MAX
+void slab_prefetch_words(const struct slab *s, const uint64_t *off, unsigned n,
+                         void **word, unsigned *cls);
+/* slab_touch through a word slab_prefetch_word returned (not NULL), but
+ * for out->cls (the caller has it from slab_prefetch_word): a batched
+ * get's touch, which found the word in its bucket pass. Context: as
+ * slab_touch_word. */
 void slab_touch_seen_word(struct slab *s, uint64_t off, void *word,
-                          unsigned cls, uint32_t now, bool bump,
-                          struct slab_seen *out);
+                          uint32_t now, bool bump, struct slab_seen *out);
 
 /* A store's fresh chunk (the engine's set path): what slab_reset_bits,
  * slab_atime_set and, with SLAB_FRESH_WIN, slab_claim do, in one store;

@@ -101,10 +101,12 @@ describe_word_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
      * before this access (memcached's h, l and la=), then the CLOCK bit
      * and the time set; through the chunk's word when the caller found it
      * already (word: a batch's bucket pass, class wcls) */
-    if (word)
-        slab_touch_seen_word(c->slab, off, word, wcls, now, !o->no_bump, &seen);
-    else
+    if (word) { /* six arguments: all in registers */
+        slab_touch_seen_word(c->slab, off, word, now, !o->no_bump, &seen);
+        seen.cls = (uint8_t)wcls;
+    } else {
         cache_touch(c, off, now, !o->no_bump, &seen);
+    }
     out->fetched = seen.fetched;
     out->win = win_state(c, it, off, o, now, seen.claimed, out->exptime_before);
     out->last_access = seen.age;
@@ -660,26 +662,22 @@ prefetch_items(struct cache *c, uint64_t hash)
     }
 }
 
-/* What the bucket pass keeps of a key for the serving pass, beside its
- * home bucket's first tag match (struct htab_first): a slab chunk's DRAM
- * word and class, so that serving neither scans the bucket again nor finds
- * the word again (the single get's copy path does the same). */
-struct many_word {
-    void *word; /* NULL: not a slab chunk (or none to touch) */
-    unsigned cls;
-};
-
-/* The bucket pass's prefetch of the item at loc: its first lines and, for
- * a slab chunk, its DRAM word (kept in *w). */
-static inline __attribute__((always_inline)) void
-many_prefetch(struct cache *c, uint64_t loc, struct many_word *w)
+/* The bucket pass's prefetch of the item at loc (0: none) for the key
+ * whose compare and value read follow: its first lines. Returns its
+ * offset if it is a slab chunk, whose DRAM word the caller prefetches
+ * (slab_prefetch_words), else SLAB_NO_OFF. */
+static inline __attribute__((always_inline)) uint64_t
+many_prefetch(struct cache *c, uint64_t loc)
 {
     uint64_t off = cache_off(loc);
+    uint64_t slab_off = SLAB_NO_OFF;
     const char *it;
 
+    if (!loc)
+        return SLAB_NO_OFF;
     if (likely(!(off & CACHE_SPECIAL_OFF))) {
         it = (const char *)item_at(c->base, off);
-        w->word = slab_prefetch_word(c->slab, off, &w->cls);
+        slab_off = off;
     } else if (cache_off_packed(off)) {
         it = c->base + cache_packed_pool(off);
     } else {
@@ -687,6 +685,7 @@ many_prefetch(struct cache *c, uint64_t loc, struct many_word *w)
     }
     for (int l = 0; l < FETCH_ITEM_LINES; l++)
         __builtin_prefetch(it + l * CACHE_LINE, 0, 3);
+    return slab_off;
 }
 
 /* Whether the item at loc (the bucket pass's, read in this section) has
@@ -704,15 +703,16 @@ many_key_equals(struct cache *c, uint64_t loc, const void *key, uint32_t klen)
     return item_key_equals(item_at(c->base, off), key, klen);
 }
 
-/* A live slab item a batch key found (its chunk word w, its key compared
- * equal), served: described (the touch through w), handed to the
- * caller's callback (no many_value), its hit counted. False, with nothing
- * done, for an item the slow path must serve (dead, on flash). Context:
- * inside the read section its bucket pass ran in. */
+/* A live slab item a batch key found (its chunk word and class from the
+ * bucket pass, its key compared equal), served: described (the touch
+ * through the word), handed to the caller's callback (no many_value; a
+ * callback that says stop sets *stop and call->stop), its hit counted.
+ * False, with nothing done, for an item the slow path must serve (dead,
+ * on flash). Context: inside the read section its bucket pass ran in. */
 static inline __attribute__((always_inline)) bool
-many_slab_rcu(struct cache_thread *t, uint64_t off, const struct many_word *w,
+many_slab_rcu(struct cache_thread *t, uint64_t off, void *word, unsigned cls,
               const struct tc_get_opts *o, uint32_t now, struct many_call *call,
-              size_t at)
+              size_t at, bool *stop)
 {
     struct cache *c = t->cache;
     struct item_hdr *it = (struct item_hdr *)item_at(c->base, off);
@@ -722,14 +722,14 @@ many_slab_rcu(struct cache_thread *t, uint64_t off, const struct many_word *w,
     if (unlikely(cache_item_dead(c, it, now) != CACHE_LIVE ||
                  it->kind == ITEM_KIND_FLASH))
         return false;
-    describe_word_rcu(c, it, off, o, now, w->word, w->cls, &info);
+    describe_word_rcu(c, it, off, o, now, word, cls, &info);
     if (call->fn) {
         int n = item_value_iov(c->base, it, c->chunk_max, iov);
         if (unlikely(pm_reads_noted())) /* latency emulation: the read */
             for (int j = 0; j < n; j++)
                 pm_note_read(iov[j].iov_base, iov[j].iov_len);
         if (!call->fn(call->arg, at, &info, iov, n))
-            call->stop = true;
+            *stop = call->stop = true;
     }
     cache_cls_inc(t, info.slab_class, o->touch ? CLS_TOUCH_HITS : CLS_GET_HITS);
     return true;
@@ -743,7 +743,7 @@ many_slab_rcu(struct cache_thread *t, uint64_t off, const struct many_word *w,
 static inline __attribute__((always_inline)) bool
 many_packed_rcu(struct cache_thread *t, uint64_t loc, _Atomic uint64_t *slot,
                 uint64_t hash, const struct tc_get_opts *o, uint32_t now,
-                struct many_call *call, size_t at)
+                struct many_call *call, size_t at, bool *stop)
 {
     struct cache *c = t->cache;
     uint64_t poff = cache_packed_pool(cache_off(loc));
@@ -792,9 +792,17 @@ many_packed_rcu(struct cache_thread *t, uint64_t loc, _Atomic uint64_t *slot,
                            : TC_WIN_TAKEN;
     }
     if (!o->no_bump) {
+        /* one compare-and-swap from the word the bucket pass saw, as
+         * copy_packed_rcu's: a slot changed meanwhile keeps what it has
+         * (the bits are hints) */
         const uint64_t bits = CACHE_LOC_REF | CACHE_LOC_FETCHED;
-        if ((loc & bits) != bits)
-            htab_slot_set_bits_rcu(slot, loc, bits);
+        if ((loc & bits) != bits) {
+            uint64_t sw = atomic_load_explicit(slot, memory_order_relaxed);
+            if ((sw & HTAB_LOC_MASK) == loc)
+                atomic_compare_exchange_strong_explicit(slot, &sw, sw | bits,
+                                                        memory_order_relaxed,
+                                                        memory_order_relaxed);
+        }
         cache_packed_touch(c, poff, now);
     }
     if (call->fn) {
@@ -802,7 +810,7 @@ many_packed_rcu(struct cache_thread *t, uint64_t loc, _Atomic uint64_t *slot,
         if (unlikely(pm_reads_noted())) /* latency emulation: the read */
             pm_note_read(iov.iov_base, vlen);
         if (!call->fn(call->arg, at, &info, &iov, 1))
-            call->stop = true;
+            *stop = call->stop = true;
     }
     cache_cls_inc(t, SLAB_NO_CLASS, CLS_GET_HITS);
     return true;
@@ -857,13 +865,15 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
     struct cache *c = t->cache;
     uint64_t hash[FETCH_GROUP];
     struct htab_first first[FETCH_GROUP];
-    struct many_word w[FETCH_GROUP];
+    uint64_t soff[FETCH_GROUP];
+    void *word[FETCH_GROUP];
+    unsigned wcls[FETCH_GROUP];
     uint32_t bad = 0;  /* keys that are not keys (-EINVAL) */
     bool fresh = true; /* still in the section the bucket pass ran in */
+    bool stop = false; /* the callback said so (call->stop) */
     uint32_t note = 0; /* keys whose hits the hot-key tracker samples */
     uint32_t now = clock_now();
     uint64_t mask;
-    int64_t gets = 0;
     size_t i;
 
     const struct htab_bucket *tb = htab_prefetch_table(c->htab, &mask);
@@ -878,52 +888,58 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
     }
     cache_flush_check(c, now);
     cache_read_lock();
-    /* one pass over the buckets (one call), then the items' prefetches */
+    /* one pass over the buckets (one call), the items' prefetches, then
+     * their chunk words' (one call) */
     htab_first_many_rcu(c->htab, hash, (unsigned)m, first);
-    for (i = 0; i < m; i++) {
-        w[i].word = NULL;
-        if (first[i].loc && !(bad & (1u << i)))
-            many_prefetch(c, first[i].loc, &w[i]);
-    }
-    for (i = 0; i < m && !call->stop; i++) {
-        int rc = -EINVAL;
+    for (uint32_t b = bad; unlikely(b); b &= b - 1)
+        first[__builtin_ctz(b)].loc = 0; /* no item: tested as a miss is */
+    for (i = 0; i < m; i++)
+        soff[i] = many_prefetch(c, first[i].loc);
+    slab_prefetch_words(c->slab, soff, (unsigned)m, word, wcls);
+    for (i = 0; i < m && !stop; i++) {
+        uint64_t loc = first[i].loc;
+        uint64_t off = cache_off(loc);
+        bool noted = false;
+        int rc;
 
-        if (likely(!(bad & (1u << i)))) {
-            uint64_t loc = first[i].loc;
-            uint64_t off = cache_off(loc);
-            bool hit = false, noted = false;
-
-            gets++;
-            if (likely(fresh) && loc &&
-                many_key_equals(c, loc, keys[i].key, (uint32_t)keys[i].klen)) {
-                if (likely(w[i].word != NULL))
-                    hit = many_slab_rcu(t, off, &w[i], o, now, call, base + i);
-                else if (cache_off_packed(off) && !o->touch)
-                    hit = many_packed_rcu(t, loc, first[i].slot, hash[i], o,
-                                          now, call, base + i);
-                if (hit) {
-                    rc = TC_OK;
-                    noted = c->hot != NULL;
-                } else {
-                    rc = many_slow(t, &keys[i], hash[i], loc, first[i].slot, o,
-                                   now, call, base + i, &fresh, &noted);
-                }
-            } else if (likely(fresh) && !loc) {
-                /* not in the index as the bucket pass saw it */
-                cache_stat_inc(t, o->touch ? ST_TOUCH_MISSES : ST_GET_MISSES);
-                rc = TC_NOT_FOUND;
+        if (likely(fresh && loc) &&
+            many_key_equals(c, loc, keys[i].key, (uint32_t)keys[i].klen)) {
+            bool hit = false;
+            if (likely(word[i] != NULL))
+                hit = many_slab_rcu(t, off, word[i], wcls[i], o, now, call,
+                                    base + i, &stop);
+            else if (cache_off_packed(off) && !o->touch)
+                hit = many_packed_rcu(t, loc, first[i].slot, hash[i], o, now,
+                                      call, base + i, &stop);
+            if (hit) {
+                rc = TC_OK;
+                noted = c->hot != NULL;
             } else {
-                rc = many_slow(t, &keys[i], hash[i], 0, NULL, o, now, call,
-                               base + i, &fresh, &noted);
+                rc = many_slow(t, &keys[i], hash[i], loc, first[i].slot, o, now,
+                               call, base + i, &fresh, &noted);
+                stop = call->stop;
             }
-            if (unlikely(noted))
-                note |= 1u << i;
+        } else if (unlikely(bad & (1u << i))) {
+            rc = -EINVAL;
+        } else if (likely(fresh && !loc)) {
+            /* not in the index as the bucket pass saw it */
+            cache_stat_inc(t, o->touch ? ST_TOUCH_MISSES : ST_GET_MISSES);
+            rc = TC_NOT_FOUND;
+        } else {
+            rc = many_slow(t, &keys[i], hash[i], 0, NULL, o, now, call,
+                           base + i, &fresh, &noted);
+            stop = call->stop;
         }
+        if (unlikely(noted))
+            note |= 1u << i;
         if (rcs)
             rcs[base + i] = rc;
     }
     cache_read_unlock();
-    /* the keys' get (and touch) commands, counted once for the group */
+    /* the keys' get (and touch) commands, counted once for the group: the
+     * keys done that are keys */
+    int64_t gets =
+        (int64_t)i - __builtin_popcount(bad & (uint32_t)((1ull << i) - 1));
     cache_stat_add(t, ST_CMD_GET, gets);
     if (o->touch)
         cache_stat_add(t, ST_CMD_TOUCH, gets);
