@@ -777,7 +777,12 @@ many_packed_rcu(struct cache_thread *t, uint64_t loc, _Atomic uint64_t *slot,
     info.fetched = (loc & CACHE_LOC_FETCHED) != 0;
     info.stale = (fl & PITEM_STALE) != 0;
     info.slab_class = 0;
-    info.last_access = cache_packed_age(c, poff, now);
+    /* the segment's time read once for the age and the bump below (as
+     * cache_packed_age and cache_packed_touch) */
+    _Atomic uint32_t *ptime = &c->packed_time[poff >> POOL_PAGE_SHIFT];
+    uint32_t then = atomic_load_explicit(ptime, memory_order_relaxed);
+    uint32_t age = now > then ? now - then : 0;
+    info.last_access = age < TC_LAST_ACCESS_CAP ? age : TC_LAST_ACCESS_CAP;
     info.flash = false;
     info.pending = 0;
     info.win = TC_WIN_NONE;
@@ -803,7 +808,8 @@ many_packed_rcu(struct cache_thread *t, uint64_t loc, _Atomic uint64_t *slot,
                                                         memory_order_relaxed,
                                                         memory_order_relaxed);
         }
-        cache_packed_touch(c, poff, now);
+        if (then != now)
+            atomic_store_explicit(ptime, now, memory_order_relaxed);
     }
     if (call->fn) {
         struct iovec iov = {(void *)(it + vat), vlen};
@@ -872,6 +878,8 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
     bool fresh = true; /* still in the section the bucket pass ran in */
     bool stop = false; /* the callback said so (call->stop) */
     uint32_t note = 0; /* keys whose hits the hot-key tracker samples */
+    int spare[FETCH_GROUP];
+    int *rc_at = rcs ? rcs + base : spare; /* no test a key */
     uint32_t now = clock_now();
     uint64_t mask;
     size_t i;
@@ -893,9 +901,15 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
     htab_first_many_rcu(c->htab, hash, (unsigned)m, first);
     for (uint32_t b = bad; unlikely(b); b &= b - 1)
         first[__builtin_ctz(b)].loc = 0; /* no item: tested as a miss is */
-    for (i = 0; i < m; i++)
+    bool slab = false; /* any slab chunk (none in a packed store) */
+    for (i = 0; i < m; i++) {
         soff[i] = many_prefetch(c, first[i].loc);
-    slab_prefetch_words(c->slab, soff, (unsigned)m, word, wcls);
+        slab |= soff[i] != SLAB_NO_OFF;
+    }
+    if (slab)
+        slab_prefetch_words(c->slab, soff, (unsigned)m, word, wcls);
+    else
+        memset(word, 0, m * sizeof(word[0]));
     for (i = 0; i < m && !stop; i++) {
         uint64_t loc = first[i].loc;
         uint64_t off = cache_off(loc);
@@ -932,8 +946,7 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
         }
         if (unlikely(noted))
             note |= 1u << i;
-        if (rcs)
-            rcs[base + i] = rc;
+        rc_at[i] = rc;
     }
     cache_read_unlock();
     /* the keys' get (and touch) commands, counted once for the group: the
