@@ -766,19 +766,20 @@ slab_prefetch_word(const struct slab *s, uint64_t off, unsigned *cls)
 }
 
 void
-slab_prefetch_words(const struct slab *s, const uint64_t *off, unsigned n,
-                    void **word, unsigned *cls)
+slab_prefetch_words(const struct slab *s, struct slab_word_ref *r, unsigned n,
+                    size_t stride)
 {
-    for (unsigned i = 0; i < n; i++) {
-        if (off[i] == SLAB_NO_OFF) {
-            word[i] = NULL;
-            cls[i] = SLAB_NO_CLASS;
+    for (unsigned i = 0; i < n;
+         i++, r = (struct slab_word_ref *)(void *)((char *)r + stride)) {
+        if (r->off == SLAB_NO_OFF) {
+            r->word = NULL;
+            r->cls = SLAB_NO_CLASS;
             continue;
         }
-        _Atomic uint16_t *w = chunk_word(s, off[i], &cls[i]);
+        _Atomic uint16_t *w = chunk_word(s, r->off, &r->cls);
         if (w)
             __builtin_prefetch((const void *)w, 1, 3);
-        word[i] = (void *)w;
+        r->word = (void *)w;
     }
 }
 

@@ -35,6 +35,7 @@
  *   lock order         class -> pool. Never two classes at once.
  */
 
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -216,12 +217,18 @@ unsigned slab_touch_cls(struct slab *s, uint64_t off, uint32_t now);
 void *slab_prefetch_word(const struct slab *s, uint64_t off, unsigned *cls);
 void slab_touch_word(struct slab *s, uint64_t off, void *word, uint32_t now);
 /* slab_prefetch_word of n chunks in one call (a batched get's bucket
- * pass): word[i] and cls[i] for off[i]; an off of SLAB_NO_OFF (not a
- * slab chunk) gets NULL and SLAB_NO_CLASS. Context: as slab_prefetch_word
- * for each. */
+ * pass): the i-th at (char *)r + i * stride (the caller's per-key records
+ * hold one each), its word and class for its off; an off of SLAB_NO_OFF
+ * (not a slab chunk) gets NULL and SLAB_NO_CLASS. Context: as
+ * slab_prefetch_word for each. */
 #define SLAB_NO_OFF UINT64_MAX
-void slab_prefetch_words(const struct slab *s, const uint64_t *off, unsigned n,
-                         void **word, unsigned *cls);
+struct slab_word_ref {
+    uint64_t off; /* in */
+    void *word;
+    unsigned cls;
+};
+void slab_prefetch_words(const struct slab *s, struct slab_word_ref *r,
+                         unsigned n, size_t stride);
 /* slab_touch through a word slab_prefetch_word returned (not NULL), but
  * for out->cls (the caller has it from slab_prefetch_word): a batched
  * get's touch, which found the word in its bucket pass. Context: as

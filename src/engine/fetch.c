@@ -860,6 +860,16 @@ many_slow(struct cache_thread *t, const struct tc_key *key, uint64_t hash,
     return rc;
 }
 
+/* A batch key's record through the three passes: its hash and the first
+ * tag match in its chain (f, htab_first_many_rcu), then a slab chunk's
+ * DRAM word and class (w, slab_prefetch_words), so that serving neither
+ * scans the bucket again nor finds the word again (the single get's copy
+ * path does the same). One array of them: one index for the passes. */
+struct many_key {
+    struct htab_first f;
+    struct slab_word_ref w; /* w.word NULL: not a slab chunk */
+};
+
 /* One group: the number of keys done (m unless the callback stopped).
  * Inlined into fetch_get_many's two cases (any options, and tc_get_many's
  * without options, whose tests then fold away). */
@@ -869,11 +879,7 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
             int *rcs)
 {
     struct cache *c = t->cache;
-    uint64_t hash[FETCH_GROUP];
-    struct htab_first first[FETCH_GROUP];
-    uint64_t soff[FETCH_GROUP];
-    void *word[FETCH_GROUP];
-    unsigned wcls[FETCH_GROUP];
+    struct many_key mk[FETCH_GROUP];
     uint32_t bad = 0;  /* keys that are not keys (-EINVAL) */
     bool fresh = true; /* still in the section the bucket pass ran in */
     bool stop = false; /* the callback said so (call->stop) */
@@ -888,30 +894,31 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
     for (i = 0; i < m; i++) {
         if (unlikely(!key_ok(&keys[i]))) {
             bad |= 1u << i;
-            hash[i] = 0; /* looked at in the bucket pass, not used */
+            mk[i].f.hash = 0; /* looked at in the bucket pass, not used */
             continue;
         }
-        hash[i] = cache_hash(c, keys[i].key, (uint32_t)keys[i].klen);
-        __builtin_prefetch(&tb[hash[i] & mask], 0, 3);
+        uint64_t h = cache_hash(c, keys[i].key, (uint32_t)keys[i].klen);
+        mk[i].f.hash = h;
+        __builtin_prefetch(&tb[h & mask], 0, 3);
     }
     cache_flush_check(c, now);
     cache_read_lock();
     /* one pass over the buckets (one call), the items' prefetches, then
      * their chunk words' (one call) */
-    htab_first_many_rcu(c->htab, hash, (unsigned)m, first);
+    htab_first_many_rcu(c->htab, &mk[0].f, (unsigned)m, sizeof(mk[0]));
     for (uint32_t b = bad; unlikely(b); b &= b - 1)
-        first[__builtin_ctz(b)].loc = 0; /* no item: tested as a miss is */
+        mk[__builtin_ctz(b)].f.loc = 0; /* no item: tested as a miss is */
     bool slab = false; /* any slab chunk (none in a packed store) */
     for (i = 0; i < m; i++) {
-        soff[i] = many_prefetch(c, first[i].loc);
-        slab |= soff[i] != SLAB_NO_OFF;
+        mk[i].w.off = many_prefetch(c, mk[i].f.loc);
+        mk[i].w.word = NULL;
+        slab |= mk[i].w.off != SLAB_NO_OFF;
     }
     if (slab)
-        slab_prefetch_words(c->slab, soff, (unsigned)m, word, wcls);
-    else
-        memset(word, 0, m * sizeof(word[0]));
+        slab_prefetch_words(c->slab, &mk[0].w, (unsigned)m, sizeof(mk[0]));
     for (i = 0; i < m && !stop; i++) {
-        uint64_t loc = first[i].loc;
+        const struct many_key *k = &mk[i];
+        uint64_t loc = k->f.loc;
         uint64_t off = cache_off(loc);
         bool noted = false;
         int rc;
@@ -919,17 +926,17 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
         if (likely(fresh && loc) &&
             many_key_equals(c, loc, keys[i].key, (uint32_t)keys[i].klen)) {
             bool hit = false;
-            if (likely(word[i] != NULL))
-                hit = many_slab_rcu(t, off, word[i], wcls[i], o, now, call,
+            if (likely(k->w.word != NULL))
+                hit = many_slab_rcu(t, off, k->w.word, k->w.cls, o, now, call,
                                     base + i, &stop);
             else if (cache_off_packed(off) && !o->touch)
-                hit = many_packed_rcu(t, loc, first[i].slot, hash[i], o, now,
+                hit = many_packed_rcu(t, loc, k->f.slot, k->f.hash, o, now,
                                       call, base + i, &stop);
             if (hit) {
                 rc = TC_OK;
                 noted = c->hot != NULL;
             } else {
-                rc = many_slow(t, &keys[i], hash[i], loc, first[i].slot, o, now,
+                rc = many_slow(t, &keys[i], k->f.hash, loc, k->f.slot, o, now,
                                call, base + i, &fresh, &noted);
                 stop = call->stop;
             }
@@ -940,7 +947,7 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
             cache_stat_inc(t, o->touch ? ST_TOUCH_MISSES : ST_GET_MISSES);
             rc = TC_NOT_FOUND;
         } else {
-            rc = many_slow(t, &keys[i], hash[i], 0, NULL, o, now, call,
+            rc = many_slow(t, &keys[i], k->f.hash, 0, NULL, o, now, call,
                            base + i, &fresh, &noted);
             stop = call->stop;
         }
@@ -958,7 +965,8 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
         cache_stat_add(t, ST_CMD_TOUCH, gets);
     for (size_t j = 0; note && j < i; j++)
         if (note & (1u << j))
-            hotkey_note_read(t, hash[j], keys[j].key, (uint32_t)keys[j].klen);
+            hotkey_note_read(t, mk[j].f.hash, keys[j].key,
+                             (uint32_t)keys[j].klen);
     return i;
 }
 

@@ -914,27 +914,29 @@ htab_prefetch_table(struct htab *h, uint64_t *mask)
 }
 
 void
-htab_first_many_rcu(struct htab *h, const uint64_t *hash, unsigned n,
-                    struct htab_first *out)
+htab_first_many_rcu(struct htab *h, struct htab_first *f, unsigned n,
+                    size_t stride)
 {
     /* one table for the group: a doubling that moves a bucket after this
      * load sets its moved flag, which the walk below follows */
     const struct htab_table *t0 = htab_cur(h);
 
-    for (unsigned i = 0; i < n; i++) {
-        const uint64_t tag = htab_tag(hash[i]);
+    for (unsigned i = 0; i < n;
+         i++, f = (struct htab_first *)(void *)((char *)f + stride)) {
+        const uint64_t hash = f->hash;
+        const uint64_t tag = htab_tag(hash);
         const struct htab_table *t = t0;
-        struct htab_bucket *b = &t->buckets[hash[i] & t->mask];
+        struct htab_bucket *b = &t->buckets[hash & t->mask];
+        uint64_t loc = 0;
+        _Atomic uint64_t *slot = NULL;
 
         /* as htab_home_rcu */
         while (
             unlikely(atomic_load_explicit(&b->moved, memory_order_acquire))) {
             t = atomic_load_explicit(&((struct htab_table *)t)->next,
                                      memory_order_acquire);
-            b = &t->buckets[hash[i] & t->mask];
+            b = &t->buckets[hash & t->mask];
         }
-        out[i].loc = 0;
-        out[i].slot = NULL;
         /* as htab_chain_lookup_rcu with a match that is always true:
          * acquire loads (the caller reads the item at loc), unrolled */
         do {
@@ -943,14 +945,16 @@ htab_first_many_rcu(struct htab *h, const uint64_t *hash, unsigned n,
                 uint64_t w =
                     atomic_load_explicit(&b->slot[j], memory_order_acquire);
                 if ((w >> HTAB_LOC_BITS) == tag) {
-                    out[i].loc = w & HTAB_LOC_MASK;
-                    out[i].slot = &b->slot[j];
-                    goto next_key;
+                    loc = w & HTAB_LOC_MASK;
+                    slot = &b->slot[j];
+                    goto found;
                 }
             }
             b = atomic_load_explicit(&b->next, memory_order_acquire);
         } while (b != NULL);
-    next_key:;
+    found:
+        f->loc = loc;
+        f->slot = slot;
     }
 }
 
