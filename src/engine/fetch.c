@@ -731,8 +731,7 @@ many_slab_rcu(struct cache_thread *t, uint64_t off, void *word, unsigned cls,
         if (!call->fn(call->arg, at, &info, iov, n))
             *stop = call->stop = true;
     }
-    cache_cls_inc(t, info.slab_class, o->touch ? CLS_TOUCH_HITS : CLS_GET_HITS);
-    return true;
+    return true; /* counted in its class by the caller (many_hits) */
 }
 
 /* The same for a live packed item, without a touch (a touch may need a
@@ -818,8 +817,7 @@ many_packed_rcu(struct cache_thread *t, uint64_t loc, _Atomic uint64_t *slot,
         if (!call->fn(call->arg, at, &info, &iov, 1))
             *stop = call->stop = true;
     }
-    cache_cls_inc(t, SLAB_NO_CLASS, CLS_GET_HITS);
-    return true;
+    return true; /* counted by the caller (many_hits) */
 }
 
 /* A batch key the fast paths did not serve: looked up in full (loc 0),
@@ -860,6 +858,23 @@ many_slow(struct cache_thread *t, const struct tc_key *key, uint64_t hash,
     return rc;
 }
 
+/* n more hits of class cls (SLAB_NO_CLASS: the total's slot), as n calls
+ * of cache_cls_inc: a group's fast-path hits, counted in runs of one class
+ * (one load and store a run, not a key). */
+static inline void
+many_hits(struct cache_thread *t, unsigned cls, enum cache_cls_stat s,
+          int64_t n)
+{
+    if (n == 0)
+        return;
+    if (unlikely(cls >= SLAB_MAX_CLASSES)) {
+        cache_stat_add(t, cache_cls_total[s], n);
+        return;
+    }
+    int64_t v = atomic_load_explicit(&t->cls_cmd[cls][s], memory_order_relaxed);
+    atomic_store_explicit(&t->cls_cmd[cls][s], v + n, memory_order_relaxed);
+}
+
 /* A batch key's record through the three passes: its hash and the first
  * tag match in its chain (f, htab_first_many_rcu), then a slab chunk's
  * DRAM word and class (w, slab_prefetch_words), so that serving neither
@@ -889,6 +904,10 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
     uint32_t now = clock_now();
     uint64_t mask;
     size_t i;
+    /* the fast paths' hits: a run of one slab class, and packed ones */
+    const enum cache_cls_stat hs = o->touch ? CLS_TOUCH_HITS : CLS_GET_HITS;
+    unsigned run_cls = SLAB_NO_CLASS;
+    int64_t run = 0, packed_hits = 0;
 
     const struct htab_bucket *tb = htab_prefetch_table(c->htab, &mask);
     for (i = 0; i < m; i++) {
@@ -926,12 +945,22 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
         if (likely(fresh && loc) &&
             many_key_equals(c, loc, keys[i].key, (uint32_t)keys[i].klen)) {
             bool hit = false;
-            if (likely(k->w.word != NULL))
+            if (likely(k->w.word != NULL)) {
                 hit = many_slab_rcu(t, off, k->w.word, k->w.cls, o, now, call,
                                     base + i, &stop);
-            else if (cache_off_packed(off) && !o->touch)
+                if (likely(hit)) {
+                    if (unlikely(k->w.cls != run_cls)) {
+                        many_hits(t, run_cls, hs, run);
+                        run_cls = k->w.cls;
+                        run = 0;
+                    }
+                    run++;
+                }
+            } else if (cache_off_packed(off) && !o->touch) {
                 hit = many_packed_rcu(t, loc, k->f.slot, k->f.hash, o, now,
                                       call, base + i, &stop);
+                packed_hits += hit;
+            }
             if (hit) {
                 rc = TC_OK;
                 noted = c->hot != NULL;
@@ -956,6 +985,8 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
         rc_at[i] = rc;
     }
     cache_read_unlock();
+    many_hits(t, run_cls, hs, run);
+    many_hits(t, SLAB_NO_CLASS, CLS_GET_HITS, packed_hits);
     /* the keys' get (and touch) commands, counted once for the group: the
      * keys done that are keys */
     int64_t gets =
