@@ -791,16 +791,9 @@ slab_touch_word(struct slab *s, uint64_t off, void *word, uint32_t now)
 }
 
 void
-slab_touch_seen_word(struct slab *s, uint64_t off, void *word, uint32_t now,
-                     bool bump, struct slab_seen *out)
+slab_pmeta_touched(struct slab *s, uint64_t off)
 {
-    _Atomic uint16_t *w = word;
-    uint16_t v = atomic_load_explicit(w, memory_order_relaxed);
-    out->age = atime_age(word_time(v), now);
-    out->fetched = v & BIT_FETCHED;
-    out->claimed = v & BIT_WIN;
-    if (bump)
-        touch_bump(s, off, w, v, now);
+    pmeta_ref_at(s, off, true);
 }
 
 unsigned

@@ -90,7 +90,7 @@ store_exptime(struct item_hdr *it, uint64_t off, uint32_t exptime)
 static inline __attribute__((always_inline)) void
 describe_word_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
                   const struct tc_get_opts *o, uint32_t now, void *word,
-                  unsigned wcls, struct tc_item_info *out)
+                  unsigned wcls, bool pmeta, struct tc_item_info *out)
 {
     struct slab_seen seen;
 
@@ -101,8 +101,9 @@ describe_word_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
      * before this access (memcached's h, l and la=), then the CLOCK bit
      * and the time set; through the chunk's word when the caller found it
      * already (word: a batch's bucket pass, class wcls) */
-    if (word) { /* six arguments: all in registers */
-        slab_touch_seen_word(c->slab, off, word, now, !o->no_bump, &seen);
+    if (word) { /* inline: no call */
+        slab_touch_seen_word(c->slab, off, word, now, !o->no_bump, pmeta,
+                             &seen);
         seen.cls = (uint8_t)wcls;
     } else {
         cache_touch(c, off, now, !o->no_bump, &seen);
@@ -125,7 +126,7 @@ describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
              const struct tc_get_opts *o, uint32_t now,
              struct tc_item_info *out)
 {
-    describe_word_rcu(c, it, off, o, now, NULL, 0, out);
+    describe_word_rcu(c, it, off, o, now, NULL, 0, false, out);
 }
 
 /* Copy the value's pieces into a->buf, up to a->cap bytes. */
@@ -711,8 +712,8 @@ many_key_equals(struct cache *c, uint64_t loc, const void *key, uint32_t klen)
  * on flash). Context: inside the read section its bucket pass ran in. */
 static inline __attribute__((always_inline)) bool
 many_slab_rcu(struct cache_thread *t, uint64_t off, void *word, unsigned cls,
-              const struct tc_get_opts *o, uint32_t now, struct many_call *call,
-              size_t at, bool *stop)
+              bool pmeta, const struct tc_get_opts *o, uint32_t now,
+              struct many_call *call, size_t at, bool *stop)
 {
     struct cache *c = t->cache;
     struct item_hdr *it = (struct item_hdr *)item_at(c->base, off);
@@ -722,7 +723,7 @@ many_slab_rcu(struct cache_thread *t, uint64_t off, void *word, unsigned cls,
     if (unlikely(cache_item_dead(c, it, now) != CACHE_LIVE ||
                  it->kind == ITEM_KIND_FLASH))
         return false;
-    describe_word_rcu(c, it, off, o, now, word, cls, &info);
+    describe_word_rcu(c, it, off, o, now, word, cls, pmeta, &info);
     if (call->fn) {
         int n = item_value_iov(c->base, it, c->chunk_max, iov);
         if (unlikely(pm_reads_noted())) /* latency emulation: the read */
@@ -885,56 +886,37 @@ struct many_key {
     struct slab_word_ref w; /* w.word NULL: not a slab chunk */
 };
 
-/* One group: the number of keys done (m unless the callback stopped).
- * Inlined into fetch_get_many's two cases (any options, and tc_get_many's
- * without options, whose tests then fold away). */
+/* What a group's serving pass leaves for after its read section: the
+ * hot-key samples and the fast paths' hits (a run of one slab class, and
+ * packed ones). */
+struct many_tally {
+    uint32_t note; /* keys whose hits the hot-key tracker samples */
+    unsigned run_cls;
+    int64_t run, packed_hits;
+};
+
+/* The store kinds a serving pass is built for (many_serve): a group's
+ * loop without the other kind's fast path keeps its registers for its
+ * own (an item of a kind left out goes the slow way, served the same). */
+#define MANY_SLAB 1u
+#define MANY_PACKED 2u
+
+/* A group's serving pass (the third), inside the read section the bucket
+ * pass ran in (closed and opened again by a key whose work needs it
+ * closed: fresh false from there on). Returns the keys done. Inlined
+ * with kinds a constant. */
 static inline __attribute__((always_inline)) size_t
-fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
-            size_t m, const struct tc_get_opts *o, struct many_call *call,
-            int *rcs)
+many_serve(struct cache_thread *t, const struct tc_key *keys, size_t base,
+           size_t m, const struct tc_get_opts *o, struct many_call *call,
+           const struct many_key *mk, uint32_t bad, int *rc_at, uint32_t now,
+           bool pmeta, unsigned kinds, struct many_tally *y)
 {
     struct cache *c = t->cache;
-    struct many_key mk[FETCH_GROUP];
-    uint32_t bad = 0;  /* keys that are not keys (-EINVAL) */
+    const enum cache_cls_stat hs = o->touch ? CLS_TOUCH_HITS : CLS_GET_HITS;
     bool fresh = true; /* still in the section the bucket pass ran in */
     bool stop = false; /* the callback said so (call->stop) */
-    uint32_t note = 0; /* keys whose hits the hot-key tracker samples */
-    int spare[FETCH_GROUP];
-    int *rc_at = rcs ? rcs + base : spare; /* no test a key */
-    uint32_t now = clock_now();
-    uint64_t mask;
     size_t i;
-    /* the fast paths' hits: a run of one slab class, and packed ones */
-    const enum cache_cls_stat hs = o->touch ? CLS_TOUCH_HITS : CLS_GET_HITS;
-    unsigned run_cls = SLAB_NO_CLASS;
-    int64_t run = 0, packed_hits = 0;
 
-    const struct htab_bucket *tb = htab_prefetch_table(c->htab, &mask);
-    for (i = 0; i < m; i++) {
-        if (unlikely(!key_ok(&keys[i]))) {
-            bad |= 1u << i;
-            mk[i].f.hash = 0; /* looked at in the bucket pass, not used */
-            continue;
-        }
-        uint64_t h = cache_hash(c, keys[i].key, (uint32_t)keys[i].klen);
-        mk[i].f.hash = h;
-        __builtin_prefetch(&tb[h & mask], 0, 3);
-    }
-    cache_flush_check(c, now);
-    cache_read_lock();
-    /* one pass over the buckets (one call), the items' prefetches, then
-     * their chunk words' (one call) */
-    htab_first_many_rcu(c->htab, &mk[0].f, (unsigned)m, sizeof(mk[0]));
-    for (uint32_t b = bad; unlikely(b); b &= b - 1)
-        mk[__builtin_ctz(b)].f.loc = 0; /* no item: tested as a miss is */
-    bool slab = false; /* any slab chunk (none in a packed store) */
-    for (i = 0; i < m; i++) {
-        mk[i].w.off = many_prefetch(c, mk[i].f.loc);
-        mk[i].w.word = NULL;
-        slab |= mk[i].w.off != SLAB_NO_OFF;
-    }
-    if (slab)
-        slab_prefetch_words(c->slab, &mk[0].w, (unsigned)m, sizeof(mk[0]));
     for (i = 0; i < m && !stop; i++) {
         const struct many_key *k = &mk[i];
         uint64_t loc = k->f.loc;
@@ -945,21 +927,22 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
         if (likely(fresh && loc) &&
             many_key_equals(c, loc, keys[i].key, (uint32_t)keys[i].klen)) {
             bool hit = false;
-            if (likely(k->w.word != NULL)) {
-                hit = many_slab_rcu(t, off, k->w.word, k->w.cls, o, now, call,
-                                    base + i, &stop);
+            if ((kinds & MANY_SLAB) && likely(k->w.word != NULL)) {
+                hit = many_slab_rcu(t, off, k->w.word, k->w.cls, pmeta, o, now,
+                                    call, base + i, &stop);
                 if (likely(hit)) {
-                    if (unlikely(k->w.cls != run_cls)) {
-                        many_hits(t, run_cls, hs, run);
-                        run_cls = k->w.cls;
-                        run = 0;
+                    if (unlikely(k->w.cls != y->run_cls)) {
+                        many_hits(t, y->run_cls, hs, y->run);
+                        y->run_cls = k->w.cls;
+                        y->run = 0;
                     }
-                    run++;
+                    y->run++;
                 }
-            } else if (cache_off_packed(off) && !o->touch) {
+            } else if ((kinds & MANY_PACKED) && cache_off_packed(off) &&
+                       !o->touch) {
                 hit = many_packed_rcu(t, loc, k->f.slot, k->f.hash, o, now,
                                       call, base + i, &stop);
-                packed_hits += hit;
+                y->packed_hits += hit;
             }
             if (hit) {
                 rc = TC_OK;
@@ -981,12 +964,78 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
             stop = call->stop;
         }
         if (unlikely(noted))
-            note |= 1u << i;
+            y->note |= 1u << i;
         rc_at[i] = rc;
     }
+    return i;
+}
+
+/* One group: the number of keys done (m unless the callback stopped).
+ * Inlined into fetch_get_many's two cases (any options, and tc_get_many's
+ * without options, whose tests then fold away; with split, its serving
+ * pass is built three times: a group of slab items only, of packed items
+ * only, and any other). */
+static inline __attribute__((always_inline)) size_t
+fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
+            size_t m, const struct tc_get_opts *o, struct many_call *call,
+            int *rcs, bool split)
+{
+    struct cache *c = t->cache;
+    struct many_key mk[FETCH_GROUP];
+    uint32_t bad = 0; /* keys that are not keys (-EINVAL) */
+    int spare[FETCH_GROUP];
+    int *rc_at = rcs ? rcs + base : spare; /* no test a key */
+    uint32_t now = clock_now();
+    uint64_t mask;
+    size_t i;
+
+    const struct htab_bucket *tb = htab_prefetch_table(c->htab, &mask);
+    for (i = 0; i < m; i++) {
+        if (unlikely(!key_ok(&keys[i]))) {
+            bad |= 1u << i;
+            mk[i].f.hash = 0; /* looked at in the bucket pass, not used */
+            continue;
+        }
+        uint64_t h = cache_hash(c, keys[i].key, (uint32_t)keys[i].klen);
+        mk[i].f.hash = h;
+        __builtin_prefetch(&tb[h & mask], 0, 3);
+    }
+    cache_flush_check(c, now);
+    cache_read_lock();
+    /* one pass over the buckets (one call), the items' prefetches, then
+     * their chunk words' (one call) */
+    htab_first_many_rcu(c->htab, &mk[0].f, (unsigned)m, sizeof(mk[0]));
+    for (uint32_t b = bad; unlikely(b); b &= b - 1)
+        mk[__builtin_ctz(b)].f.loc = 0; /* no item: tested as a miss is */
+    bool slab = false; /* any slab chunk */
+    uint64_t any = 0;  /* the locations or'ed: any packed one's bit */
+    for (i = 0; i < m; i++) {
+        uint64_t loc = mk[i].f.loc;
+        mk[i].w.off = many_prefetch(c, loc);
+        mk[i].w.word = NULL;
+        slab |= mk[i].w.off != SLAB_NO_OFF;
+        any |= loc;
+    }
+    unsigned kinds = (slab ? MANY_SLAB : 0) | /* of the group's items */
+                     (cache_loc_packed(any) ? MANY_PACKED : 0);
+    bool pmeta = false; /* the slab's ablation (slab_touch_seen_word) */
+    if (kinds & MANY_SLAB) {
+        slab_prefetch_words(c->slab, &mk[0].w, (unsigned)m, sizeof(mk[0]));
+        pmeta = slab_pmeta_on(c->slab);
+    }
+    struct many_tally y = {0, SLAB_NO_CLASS, 0, 0};
+    if (split && kinds == MANY_SLAB)
+        i = many_serve(t, keys, base, m, o, call, mk, bad, rc_at, now, pmeta,
+                       MANY_SLAB, &y);
+    else if (split && kinds == MANY_PACKED)
+        i = many_serve(t, keys, base, m, o, call, mk, bad, rc_at, now, pmeta,
+                       MANY_PACKED, &y);
+    else
+        i = many_serve(t, keys, base, m, o, call, mk, bad, rc_at, now, pmeta,
+                       MANY_SLAB | MANY_PACKED, &y);
     cache_read_unlock();
-    many_hits(t, run_cls, hs, run);
-    many_hits(t, SLAB_NO_CLASS, CLS_GET_HITS, packed_hits);
+    many_hits(t, y.run_cls, o->touch ? CLS_TOUCH_HITS : CLS_GET_HITS, y.run);
+    many_hits(t, SLAB_NO_CLASS, CLS_GET_HITS, y.packed_hits);
     /* the keys' get (and touch) commands, counted once for the group: the
      * keys done that are keys */
     int64_t gets =
@@ -994,6 +1043,7 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
     cache_stat_add(t, ST_CMD_GET, gets);
     if (o->touch)
         cache_stat_add(t, ST_CMD_TOUCH, gets);
+    uint32_t note = c->hot ? y.note : 0;
     for (size_t j = 0; note && j < i; j++)
         if (note & (1u << j))
             hotkey_note_read(t, mk[j].f.hash, keys[j].key,
@@ -1011,14 +1061,14 @@ fetch_get_many(struct cache_thread *t, const struct tc_key *keys, size_t n,
     if (!o) { /* tc_get_many without options: a plain get's */
         while (done < n && !call.stop) {
             size_t m = MIN(n - done, (size_t)FETCH_GROUP);
-            done +=
-                fetch_group(t, keys + done, done, m, &fetch_plain, &call, rcs);
+            done += fetch_group(t, keys + done, done, m, &fetch_plain, &call,
+                                rcs, true);
         }
         return done;
     }
     while (done < n && !call.stop) {
         size_t m = MIN(n - done, (size_t)FETCH_GROUP);
-        done += fetch_group(t, keys + done, done, m, o, &call, rcs);
+        done += fetch_group(t, keys + done, done, m, o, &call, rcs, false);
     }
     return done;
 }
