@@ -245,10 +245,10 @@ void slab_pmeta_touched(struct slab *s, uint64_t off);
 static inline uint16_t
 slab_word_bumped(uint16_t v, uint32_t now)
 {
-    return (uint16_t)((v & (SLAB_WORD_REF | SLAB_WORD_FETCHED |
-                            SLAB_WORD_WIN)) |
-                      SLAB_WORD_REF | SLAB_WORD_FETCHED |
-                      (now & (SLAB_ATIME_WRAP - 1)) << SLAB_WORD_TIME_SHIFT);
+    return (
+        uint16_t)((v & (SLAB_WORD_REF | SLAB_WORD_FETCHED | SLAB_WORD_WIN)) |
+                  SLAB_WORD_REF | SLAB_WORD_FETCHED |
+                  (now & (SLAB_ATIME_WRAP - 1)) << SLAB_WORD_TIME_SHIFT);
 }
 
 /* slab_touch through a word slab_prefetch_word(s) returned (not NULL),
@@ -262,8 +262,8 @@ slab_touch_seen_word(struct slab *s, uint64_t off, void *word, uint32_t now,
 {
     _Atomic uint16_t *w = word;
     uint16_t v = atomic_load_explicit(w, memory_order_relaxed);
-    uint32_t age = (now - (uint32_t)(v >> SLAB_WORD_TIME_SHIFT)) &
-                   (SLAB_ATIME_WRAP - 1);
+    uint32_t age =
+        (now - (uint32_t)(v >> SLAB_WORD_TIME_SHIFT)) & (SLAB_ATIME_WRAP - 1);
     out->age = age > SLAB_ATIME_CAP ? SLAB_ATIME_CAP : age;
     out->fetched = (v & SLAB_WORD_FETCHED) != 0;
     out->claimed = (v & SLAB_WORD_WIN) != 0;
@@ -279,7 +279,7 @@ slab_touch_seen_word(struct slab *s, uint64_t off, void *word, uint32_t now,
         want = slab_word_bumped(v, now);
     if (__builtin_expect(pmeta, 0) &&
         (v & (SLAB_WORD_REF | SLAB_WORD_FETCHED)) !=
-                               (SLAB_WORD_REF | SLAB_WORD_FETCHED))
+            (SLAB_WORD_REF | SLAB_WORD_FETCHED))
         slab_pmeta_touched(s, off);
 }
 

@@ -735,14 +735,23 @@ many_slab_rcu(struct cache_thread *t, uint64_t off, void *word, unsigned cls,
     return true; /* counted in its class by the caller (many_hits) */
 }
 
-/* The same for a live packed item, without a touch (a touch may need a
- * rewrite: the slow path's): its state and description from one look at
- * its header (pitem_peek, the flags and CAS beside the value), its REF
- * and FETCHED bits set through the slot the bucket pass read, as
- * fetch_packed_rcu does with the slot. */
-static inline __attribute__((always_inline)) bool
+/* What a fast path did with a key at its bucket pass's location. */
+enum many_how {
+    MANY_LOOKUP, /* not its key there: a full lookup (or a miss) */
+    MANY_AT_LOC, /* its key, for the slow path to serve from there */
+    MANY_SERVED, /* served and counted (but for its hit: the caller's) */
+};
+
+/* The same for a packed item, without a touch (a touch may need a
+ * rewrite: the slow path's), its key compared here too (as
+ * cache_packed_key_equals) so that its header is decoded once: its state
+ * and description from one look at that header (pitem_peek, the flags and
+ * CAS beside the value), its REF and FETCHED bits set through the slot
+ * the bucket pass read, as fetch_packed_rcu does with the slot. */
+static inline __attribute__((always_inline)) enum many_how
 many_packed_rcu(struct cache_thread *t, uint64_t loc, _Atomic uint64_t *slot,
-                uint64_t hash, const struct tc_get_opts *o, uint32_t now,
+                uint64_t hash, const struct tc_key *key,
+                const struct tc_get_opts *o, uint32_t now,
                 struct many_call *call, size_t at, bool *stop)
 {
     struct cache *c = t->cache;
@@ -751,19 +760,25 @@ many_packed_rcu(struct cache_thread *t, uint64_t loc, _Atomic uint64_t *slot,
     const char *it = c->base + poff;
     uint32_t vat, vlen, exp;
     struct tc_item_info info;
+    uint8_t fl = (uint8_t)it[1];
 
+    if ((uint8_t)it[0] != key->klen ||
+        !item_key_bytes_equal((const unsigned char *)it +
+                                  sizeof(struct pitem_hdr) +
+                                  ((fl & PITEM_HAS_EXP) ? 4u : 0u),
+                              key->key, (uint32_t)key->klen))
+        return MANY_LOOKUP;
     if (unlikely(!pitem_peek(it, POOL_PAGE_SIZE - in,
                              seg_rec_exp_base(c->seg_rec, poff), &vat, &vlen,
                              &exp)))
-        return false;
+        return MANY_AT_LOC;
     /* cache_packed_dead */
     uint64_t seq = seg_rec_seq_base(c->seg_rec, poff) + in / 4;
     if (unlikely((exp != 0 && exp <= now) ||
                  seq <=
                      atomic_load_explicit(&c->flush_cas, memory_order_acquire)))
-        return false;
+        return MANY_AT_LOC;
     /* as packed_info, before the bump: the age before this access */
-    uint8_t fl = (uint8_t)it[1];
     uint32_t tail = vat - ((fl & PITEM_HAS_CAS) ? 8u : 0u);
     info.flags = fl & PITEM_CFLAGS_MASK;
     if (fl & PITEM_HAS_FLAGS)
@@ -818,7 +833,7 @@ many_packed_rcu(struct cache_thread *t, uint64_t loc, _Atomic uint64_t *slot,
         if (!call->fn(call->arg, at, &info, &iov, 1))
             *stop = call->stop = true;
     }
-    return true; /* counted by the caller (many_hits) */
+    return MANY_SERVED; /* its hit counted by the caller (many_hits) */
 }
 
 /* A batch key the fast paths did not serve: looked up in full (loc 0),
@@ -924,34 +939,40 @@ many_serve(struct cache_thread *t, const struct tc_key *keys, size_t base,
         bool noted = false;
         int rc;
 
-        if (likely(fresh && loc) &&
-            many_key_equals(c, loc, keys[i].key, (uint32_t)keys[i].klen)) {
-            bool hit = false;
-            if ((kinds & MANY_SLAB) && likely(k->w.word != NULL)) {
-                hit = many_slab_rcu(t, off, k->w.word, k->w.cls, pmeta, o, now,
-                                    call, base + i, &stop);
-                if (likely(hit)) {
-                    if (unlikely(k->w.cls != y->run_cls)) {
-                        many_hits(t, y->run_cls, hs, y->run);
-                        y->run_cls = k->w.cls;
-                        y->run = 0;
+        enum many_how how = MANY_LOOKUP;
+        if (likely(fresh && loc)) {
+            if ((kinds & MANY_PACKED) && cache_off_packed(off) && !o->touch) {
+                how = many_packed_rcu(t, loc, k->f.slot, k->f.hash, &keys[i], o,
+                                      now, call, base + i, &stop);
+                y->packed_hits += how == MANY_SERVED;
+            } else if ((kinds & MANY_SLAB) && likely(k->w.word != NULL)) {
+                /* a slab chunk (a word only for one): its compare inline */
+                if (item_key_equals(item_at(c->base, off), keys[i].key,
+                                    (uint32_t)keys[i].klen)) {
+                    how = MANY_AT_LOC;
+                    if (likely(many_slab_rcu(t, off, k->w.word, k->w.cls, pmeta,
+                                             o, now, call, base + i, &stop))) {
+                        how = MANY_SERVED;
+                        if (unlikely(k->w.cls != y->run_cls)) {
+                            many_hits(t, y->run_cls, hs, y->run);
+                            y->run_cls = k->w.cls;
+                            y->run = 0;
+                        }
+                        y->run++;
                     }
-                    y->run++;
                 }
-            } else if ((kinds & MANY_PACKED) && cache_off_packed(off) &&
-                       !o->touch) {
-                hit = many_packed_rcu(t, loc, k->f.slot, k->f.hash, o, now,
-                                      call, base + i, &stop);
-                y->packed_hits += hit;
+            } else if (many_key_equals(c, loc, keys[i].key,
+                                       (uint32_t)keys[i].klen)) {
+                how = MANY_AT_LOC; /* in DRAM, or packed with a touch */
             }
-            if (hit) {
-                rc = TC_OK;
-                noted = c->hot != NULL;
-            } else {
-                rc = many_slow(t, &keys[i], k->f.hash, loc, k->f.slot, o, now,
-                               call, base + i, &fresh, &noted);
-                stop = call->stop;
-            }
+        }
+        if (likely(how == MANY_SERVED)) {
+            rc = TC_OK;
+            noted = c->hot != NULL;
+        } else if (how == MANY_AT_LOC) {
+            rc = many_slow(t, &keys[i], k->f.hash, loc, k->f.slot, o, now, call,
+                           base + i, &fresh, &noted);
+            stop = call->stop;
         } else if (unlikely(bad & (1u << i))) {
             rc = -EINVAL;
         } else if (likely(fresh && !loc)) {
@@ -1007,8 +1028,8 @@ fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
     htab_first_many_rcu(c->htab, &mk[0].f, (unsigned)m, sizeof(mk[0]));
     for (uint32_t b = bad; unlikely(b); b &= b - 1)
         mk[__builtin_ctz(b)].f.loc = 0; /* no item: tested as a miss is */
-    bool slab = false; /* any slab chunk */
-    uint64_t any = 0;  /* the locations or'ed: any packed one's bit */
+    bool slab = false;                  /* any slab chunk */
+    uint64_t any = 0; /* the locations or'ed: any packed one's bit */
     for (i = 0; i < m; i++) {
         uint64_t loc = mk[i].f.loc;
         mk[i].w.off = many_prefetch(c, loc);
