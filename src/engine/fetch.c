@@ -605,18 +605,29 @@ fetch_get_copy(struct cache_thread *t, const void *key, uint32_t klen,
 /*
  * Batched gets. A group of up to FETCH_GROUP keys goes through three passes
  * so that the DRAM misses of different keys overlap: hash every key and
- * prefetch its home bucket; then, inside the read section, read each bucket
- * (by now arriving), keep the location its tag matches and prefetch that
- * item and its chunk's DRAM word; then serve each key in order as fetch_get
- * does. A key with one tag match in its home bucket is served from that
- * location once the key compares equal: the location was read (with
- * acquire) in this same read section, so the item cannot be freed under
- * it, and the get takes effect when the bucket was read. Any other key (no
- * match, several, a key that differs) is looked up in full, as are all the
- * keys after the section was closed. A key whose work needs the section
- * closed (a flash read, the unlink of a dead item) closes it, does that
- * work, and opens a new one; the hot-key samples of a group's hits are
- * taken after its section.
+ * prefetch its home bucket; then, inside the read section, read each chain
+ * (by now arriving: one call for the group, htab_first_many_rcu) and keep
+ * the first location its tag matches and its slot, prefetch that item and,
+ * for a slab chunk, its DRAM word (one call: slab_prefetch_words), kept
+ * too; then serve each key in order. A key whose first tag match has its
+ * key is served from that location: the location was read (with acquire)
+ * in this same read section, so the item cannot be freed under it, and the
+ * get takes effect when the bucket was read (a key deleted or set again
+ * after that answers the value the bucket held). A live slab or packed
+ * item is served inline, as the single get's copy path serves it: the
+ * compare and the touch through what the pass kept (the chunk word, the
+ * slot for a packed item's bits), no second scan, the callback called
+ * directly; a key with no tag match in its chain is a miss without a
+ * second look. Anything else (a key that differs from its first match, a
+ * DRAM or dead item, a flash item, a touch of a packed one, every key
+ * after the section was closed) goes out of line (many_slow) through
+ * fetch_get's own code. A key whose work needs the section closed (a flash
+ * read, the unlink of a dead item) closes it, does that work, and opens a
+ * new one; the commands, the fast paths' hits and the hot-key samples of
+ * a group are counted after its section. The serving pass is built apart
+ * for a group of slab items only and of packed items only (the plain
+ * options): with both stores' fast paths in one loop, either's registers
+ * spilled (cachegrind: some 10 instructions a key).
  */
 #define FETCH_GROUP 16
 /* Item lines prefetched per tag match: the header, key and the start of
