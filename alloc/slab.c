@@ -766,10 +766,34 @@ slab_prefetch_word(const struct slab *s, uint64_t off, unsigned *cls)
 }
 
 void
+slab_prefetch_words(const struct slab *s, struct slab_word_ref *r, unsigned n,
+                    size_t stride)
+{
+    for (unsigned i = 0; i < n;
+         i++, r = (struct slab_word_ref *)(void *)((char *)r + stride)) {
+        if (r->off == SLAB_NO_OFF) {
+            r->word = NULL;
+            r->cls = SLAB_NO_CLASS;
+            continue;
+        }
+        _Atomic uint16_t *w = chunk_word(s, r->off, &r->cls);
+        if (w)
+            __builtin_prefetch((const void *)w, 1, 3);
+        r->word = (void *)w;
+    }
+}
+
+void
 slab_touch_word(struct slab *s, uint64_t off, void *word, uint32_t now)
 {
     _Atomic uint16_t *w = word;
     touch_bump(s, off, w, atomic_load_explicit(w, memory_order_relaxed), now);
+}
+
+void
+slab_pmeta_touched(struct slab *s, uint64_t off)
+{
+    pmeta_ref_at(s, off, true);
 }
 
 unsigned

@@ -35,6 +35,8 @@
  *   lock order         class -> pool. Never two classes at once.
  */
 
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -215,6 +217,71 @@ unsigned slab_touch_cls(struct slab *s, uint64_t off, uint32_t now);
  * class and the word its table. */
 void *slab_prefetch_word(const struct slab *s, uint64_t off, unsigned *cls);
 void slab_touch_word(struct slab *s, uint64_t off, void *word, uint32_t now);
+/* slab_prefetch_word of n chunks in one call (a batched get's bucket
+ * pass): the i-th at (char *)r + i * stride (the caller's per-key records
+ * hold one each), its word and class for its off; an off of SLAB_NO_OFF
+ * (not a slab chunk) gets NULL and SLAB_NO_CLASS. Context: as
+ * slab_prefetch_word for each. */
+#define SLAB_NO_OFF UINT64_MAX
+struct slab_word_ref {
+    uint64_t off; /* in */
+    void *word;
+    unsigned cls;
+};
+void slab_prefetch_words(const struct slab *s, struct slab_word_ref *r,
+                         unsigned n, size_t stride);
+/* A chunk's DRAM word (see the access time above): its reference,
+ * fetched and win bits, then the time. Stated here for
+ * slab_touch_seen_word, the one reader outside slab.c. */
+#define SLAB_WORD_REF 1u
+#define SLAB_WORD_FETCHED 2u
+#define SLAB_WORD_WIN 4u
+#define SLAB_WORD_TIME_SHIFT 3
+/* Ablation only (slab_pmeta_on): a touch set the chunk's reference or
+ * fetched bit; the page's PMEM header follows. */
+void slab_pmeta_touched(struct slab *s, uint64_t off);
+
+/* The bump of a read hit's touch of word v (as slab_touch_word). */
+static inline uint16_t
+slab_word_bumped(uint16_t v, uint32_t now)
+{
+    return (
+        uint16_t)((v & (SLAB_WORD_REF | SLAB_WORD_FETCHED | SLAB_WORD_WIN)) |
+                  SLAB_WORD_REF | SLAB_WORD_FETCHED |
+                  (now & (SLAB_ATIME_WRAP - 1)) << SLAB_WORD_TIME_SHIFT);
+}
+
+/* slab_touch through a word slab_prefetch_word(s) returned (not NULL),
+ * inline, but for out->cls (the caller has it from the prefetch): a
+ * batched get's touch, which found the word in its bucket pass, and for
+ * which a call a key cost some 30 instructions. pmeta: slab_pmeta_on(s)
+ * (asked once for many). Context: as slab_touch_word. */
+static inline __attribute__((always_inline)) void
+slab_touch_seen_word(struct slab *s, uint64_t off, void *word, uint32_t now,
+                     bool bump, bool pmeta, struct slab_seen *out)
+{
+    _Atomic uint16_t *w = word;
+    uint16_t v = atomic_load_explicit(w, memory_order_relaxed);
+    uint32_t age =
+        (now - (uint32_t)(v >> SLAB_WORD_TIME_SHIFT)) & (SLAB_ATIME_WRAP - 1);
+    out->age = age > SLAB_ATIME_CAP ? SLAB_ATIME_CAP : age;
+    out->fetched = (v & SLAB_WORD_FETCHED) != 0;
+    out->claimed = (v & SLAB_WORD_WIN) != 0;
+    if (!bump)
+        return;
+    /* as slab_touch: no write when nothing changes, else one
+     * compare-exchange that keeps bits set meanwhile */
+    uint16_t want = slab_word_bumped(v, now);
+    if (want == v)
+        return;
+    while (!atomic_compare_exchange_weak_explicit(
+        w, &v, want, memory_order_relaxed, memory_order_relaxed))
+        want = slab_word_bumped(v, now);
+    if (__builtin_expect(pmeta, 0) &&
+        (v & (SLAB_WORD_REF | SLAB_WORD_FETCHED)) !=
+            (SLAB_WORD_REF | SLAB_WORD_FETCHED))
+        slab_pmeta_touched(s, off);
+}
 
 /* A store's fresh chunk (the engine's set path): what slab_reset_bits,
  * slab_atime_set and, with SLAB_FRESH_WIN, slab_claim do, in one store;

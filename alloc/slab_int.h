@@ -28,12 +28,13 @@
  * 2^22 (Granlund-Montgomery), and it avoids a divide on the read path. */
 #define RECIP_SHIFT 42
 
-/* a chunk's 16-bit DRAM word in page->chunk_word: 3 bits, then the time */
-#define BIT_REF 1u
-#define BIT_FETCHED 2u
-#define BIT_WIN 4u
+/* a chunk's 16-bit DRAM word in page->chunk_word: 3 bits, then the time
+ * (slab.h states it for slab_touch_seen_word) */
+#define BIT_REF SLAB_WORD_REF
+#define BIT_FETCHED SLAB_WORD_FETCHED
+#define BIT_WIN SLAB_WORD_WIN
 #define BITS_ALL 7u
-#define TIME_SHIFT 3
+#define TIME_SHIFT SLAB_WORD_TIME_SHIFT
 #define TIME_MASK (SLAB_ATIME_WRAP - 1)
 _Static_assert(TIME_SHIFT + SLAB_ATIME_BITS == 16, "one 16-bit word a chunk");
 /* 64-bit words of one page's DRAM tables per free-bit word (64 chunks):

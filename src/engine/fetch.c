@@ -88,9 +88,9 @@ store_exptime(struct item_hdr *it, uint64_t off, uint32_t exptime)
  * Inlined, as serve_rcu, and written straight into *out (built aside and
  * copied, the description cost a get some 30 instructions more). */
 static inline __attribute__((always_inline)) void
-describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
-             const struct tc_get_opts *o, uint32_t now,
-             struct tc_item_info *out)
+describe_word_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
+                  const struct tc_get_opts *o, uint32_t now, void *word,
+                  unsigned wcls, bool pmeta, struct tc_item_info *out)
 {
     struct slab_seen seen;
 
@@ -99,8 +99,15 @@ describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
         store_exptime(it, off, cache_exptime(o->exptime, now));
     /* one call on one DRAM word: the fetched and win bits and the age
      * before this access (memcached's h, l and la=), then the CLOCK bit
-     * and the time set */
-    cache_touch(c, off, now, !o->no_bump, &seen);
+     * and the time set; through the chunk's word when the caller found it
+     * already (word: a batch's bucket pass, class wcls) */
+    if (word) { /* inline: no call */
+        slab_touch_seen_word(c->slab, off, word, now, !o->no_bump, pmeta,
+                             &seen);
+        seen.cls = (uint8_t)wcls;
+    } else {
+        cache_touch(c, off, now, !o->no_bump, &seen);
+    }
     out->fetched = seen.fetched;
     out->win = win_state(c, it, off, o, now, seen.claimed, out->exptime_before);
     out->last_access = seen.age;
@@ -112,6 +119,14 @@ describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
     out->slab_class = seen.cls;
     out->flash = it->kind == ITEM_KIND_FLASH;
     out->pending = 0;
+}
+
+static inline __attribute__((always_inline)) void
+describe_rcu(struct cache *c, struct item_hdr *it, uint64_t off,
+             const struct tc_get_opts *o, uint32_t now,
+             struct tc_item_info *out)
+{
+    describe_word_rcu(c, it, off, o, now, NULL, 0, false, out);
 }
 
 /* Copy the value's pieces into a->buf, up to a->cap bytes. */
@@ -590,18 +605,29 @@ fetch_get_copy(struct cache_thread *t, const void *key, uint32_t klen,
 /*
  * Batched gets. A group of up to FETCH_GROUP keys goes through three passes
  * so that the DRAM misses of different keys overlap: hash every key and
- * prefetch its home bucket; then, inside the read section, read each bucket
- * (by now arriving), keep the location its tag matches and prefetch that
- * item and its chunk's DRAM word; then serve each key in order as fetch_get
- * does. A key with one tag match in its home bucket is served from that
- * location once the key compares equal: the location was read (with
- * acquire) in this same read section, so the item cannot be freed under
- * it, and the get takes effect when the bucket was read. Any other key (no
- * match, several, a key that differs) is looked up in full, as are all the
- * keys after the section was closed. A key whose work needs the section
- * closed (a flash read, the unlink of a dead item) closes it, does that
- * work, and opens a new one; the hot-key samples of a group's hits are
- * taken after its section.
+ * prefetch its home bucket; then, inside the read section, read each chain
+ * (by now arriving: one call for the group, htab_first_many_rcu) and keep
+ * the first location its tag matches and its slot, prefetch that item and,
+ * for a slab chunk, its DRAM word (one call: slab_prefetch_words), kept
+ * too; then serve each key in order. A key whose first tag match has its
+ * key is served from that location: the location was read (with acquire)
+ * in this same read section, so the item cannot be freed under it, and the
+ * get takes effect when the bucket was read (a key deleted or set again
+ * after that answers the value the bucket held). A live slab or packed
+ * item is served inline, as the single get's copy path serves it: the
+ * compare and the touch through what the pass kept (the chunk word, the
+ * slot for a packed item's bits), no second scan, the callback called
+ * directly; a key with no tag match in its chain is a miss without a
+ * second look. Anything else (a key that differs from its first match, a
+ * DRAM or dead item, a flash item, a touch of a packed one, every key
+ * after the section was closed) goes out of line (many_slow) through
+ * fetch_get's own code. A key whose work needs the section closed (a flash
+ * read, the unlink of a dead item) closes it, does that work, and opens a
+ * new one; the commands, the fast paths' hits and the hot-key samples of
+ * a group are counted after its section. The serving pass is built apart
+ * for a group of slab items only and of packed items only (the plain
+ * options): with both stores' fast paths in one loop, either's registers
+ * spilled (cachegrind: some 10 instructions a key).
  */
 #define FETCH_GROUP 16
 /* Item lines prefetched per tag match: the header, key and the start of
@@ -630,9 +656,8 @@ key_ok(const struct tc_key *k)
     return k->klen != 0 && k->klen <= TC_KEY_MAX;
 }
 
-/* Prefetch the items the home bucket's tag matches point at. Returns the
- * location when there is exactly one match, else 0. */
-static uint64_t
+/* Prefetch the items the home bucket's tag matches point at (tc_prefetch). */
+static void
 prefetch_items(struct cache *c, uint64_t hash)
 {
     uint64_t locs[HTAB_SLOTS];
@@ -647,71 +672,414 @@ prefetch_items(struct cache *c, uint64_t hash)
         if (likely(!(off & CACHE_SPECIAL_OFF)))
             slab_prefetch(c->slab, off);
     }
-    return n == 1 ? locs[0] : 0;
+}
+
+/* The bucket pass's prefetch of the item at loc (0: none) for the key
+ * whose compare and value read follow: its first lines. Returns its
+ * offset if it is a slab chunk, whose DRAM word the caller prefetches
+ * (slab_prefetch_words), else SLAB_NO_OFF. */
+static inline __attribute__((always_inline)) uint64_t
+many_prefetch(struct cache *c, uint64_t loc)
+{
+    uint64_t off = cache_off(loc);
+    uint64_t slab_off = SLAB_NO_OFF;
+    const char *it;
+
+    if (!loc)
+        return SLAB_NO_OFF;
+    if (likely(!(off & CACHE_SPECIAL_OFF))) {
+        it = (const char *)item_at(c->base, off);
+        slab_off = off;
+    } else if (cache_off_packed(off)) {
+        it = c->base + cache_packed_pool(off);
+    } else {
+        it = (const char *)cache_dram_ptr(off);
+    }
+    for (int l = 0; l < FETCH_ITEM_LINES; l++)
+        __builtin_prefetch(it + l * CACHE_LINE, 0, 3);
+    return slab_off;
+}
+
+/* Whether the item at loc (the bucket pass's, read in this section) has
+ * the key: a slab chunk's and a packed item's compare inline. */
+static inline __attribute__((always_inline)) bool
+many_key_equals(struct cache *c, uint64_t loc, const void *key, uint32_t klen)
+{
+    uint64_t off = cache_off(loc);
+    if (unlikely(off & CACHE_SPECIAL_OFF)) {
+        if (cache_off_packed(off))
+            return cache_packed_key_equals(c, off, key, klen);
+        struct cache_key k = {c, key, klen};
+        return cache_match_special(&k, off);
+    }
+    return item_key_equals(item_at(c->base, off), key, klen);
+}
+
+/* A live slab item a batch key found (its chunk word and class from the
+ * bucket pass, its key compared equal), served: described (the touch
+ * through the word), handed to the caller's callback (no many_value; a
+ * callback that says stop sets *stop and call->stop), its hit counted.
+ * False, with nothing done, for an item the slow path must serve (dead,
+ * on flash). Context: inside the read section its bucket pass ran in. */
+static inline __attribute__((always_inline)) bool
+many_slab_rcu(struct cache_thread *t, uint64_t off, void *word, unsigned cls,
+              bool pmeta, const struct tc_get_opts *o, uint32_t now,
+              struct many_call *call, size_t at, bool *stop)
+{
+    struct cache *c = t->cache;
+    struct item_hdr *it = (struct item_hdr *)item_at(c->base, off);
+    struct tc_item_info info;
+    struct iovec iov[ITEM_MAX_TAILS + 1];
+
+    if (unlikely(cache_item_dead(c, it, now) != CACHE_LIVE ||
+                 it->kind == ITEM_KIND_FLASH))
+        return false;
+    describe_word_rcu(c, it, off, o, now, word, cls, pmeta, &info);
+    if (call->fn) {
+        int n = item_value_iov(c->base, it, c->chunk_max, iov);
+        if (unlikely(pm_reads_noted())) /* latency emulation: the read */
+            for (int j = 0; j < n; j++)
+                pm_note_read(iov[j].iov_base, iov[j].iov_len);
+        if (!call->fn(call->arg, at, &info, iov, n))
+            *stop = call->stop = true;
+    }
+    return true; /* counted in its class by the caller (many_hits) */
+}
+
+/* What a fast path did with a key at its bucket pass's location. */
+enum many_how {
+    MANY_LOOKUP, /* not its key there: a full lookup (or a miss) */
+    MANY_AT_LOC, /* its key, for the slow path to serve from there */
+    MANY_SERVED, /* served and counted (but for its hit: the caller's) */
+};
+
+/* The same for a packed item, without a touch (a touch may need a
+ * rewrite: the slow path's), its key compared here too (as
+ * cache_packed_key_equals) so that its header is decoded once: its state
+ * and description from one look at that header (pitem_peek, the flags and
+ * CAS beside the value), its REF and FETCHED bits set through the slot
+ * the bucket pass read, as fetch_packed_rcu does with the slot. */
+static inline __attribute__((always_inline)) enum many_how
+many_packed_rcu(struct cache_thread *t, uint64_t loc, _Atomic uint64_t *slot,
+                uint64_t hash, const struct tc_key *key,
+                const struct tc_get_opts *o, uint32_t now,
+                struct many_call *call, size_t at, bool *stop)
+{
+    struct cache *c = t->cache;
+    uint64_t poff = cache_packed_pool(cache_off(loc));
+    uint32_t in = (uint32_t)(poff & (POOL_PAGE_SIZE - 1));
+    const char *it = c->base + poff;
+    uint32_t vat, vlen, exp;
+    struct tc_item_info info;
+    uint8_t fl = (uint8_t)it[1];
+
+    if ((uint8_t)it[0] != key->klen ||
+        !item_key_bytes_equal((const unsigned char *)it +
+                                  sizeof(struct pitem_hdr) +
+                                  ((fl & PITEM_HAS_EXP) ? 4u : 0u),
+                              key->key, (uint32_t)key->klen))
+        return MANY_LOOKUP;
+    if (unlikely(!pitem_peek(it, POOL_PAGE_SIZE - in,
+                             seg_rec_exp_base(c->seg_rec, poff), &vat, &vlen,
+                             &exp)))
+        return MANY_AT_LOC;
+    /* cache_packed_dead */
+    uint64_t seq = seg_rec_seq_base(c->seg_rec, poff) + in / 4;
+    if (unlikely((exp != 0 && exp <= now) ||
+                 seq <=
+                     atomic_load_explicit(&c->flush_cas, memory_order_acquire)))
+        return MANY_AT_LOC;
+    /* as packed_info, before the bump: the age before this access */
+    uint32_t tail = vat - ((fl & PITEM_HAS_CAS) ? 8u : 0u);
+    info.flags = fl & PITEM_CFLAGS_MASK;
+    if (fl & PITEM_HAS_FLAGS)
+        __builtin_memcpy(&info.flags, it + tail - 4, 4);
+    info.cas = seq;
+    if (fl & PITEM_HAS_CAS)
+        __builtin_memcpy(&info.cas, it + tail, 8);
+    info.exptime = exp;
+    info.exptime_before = exp;
+    info.vlen = vlen;
+    info.fetched = (loc & CACHE_LOC_FETCHED) != 0;
+    info.stale = (fl & PITEM_STALE) != 0;
+    info.slab_class = 0;
+    /* the segment's time read once for the age and the bump below (as
+     * cache_packed_age and cache_packed_touch) */
+    _Atomic uint32_t *ptime = &c->packed_time[poff >> POOL_PAGE_SHIFT];
+    uint32_t then = atomic_load_explicit(ptime, memory_order_relaxed);
+    uint32_t age = now > then ? now - then : 0;
+    info.last_access = age < TC_LAST_ACCESS_CAP ? age : TC_LAST_ACCESS_CAP;
+    info.flash = false;
+    info.pending = 0;
+    info.win = TC_WIN_NONE;
+    if (loc & CACHE_LOC_WIN) {
+        info.win = TC_WIN_TAKEN;
+    } else if (!o->no_win) {
+        bool due = info.stale || (o->recache_below && exp != 0 &&
+                                  (exp <= now || exp - now < o->recache_below));
+        if (due)
+            info.win = htab_set_bits_rcu(c->htab, hash, loc, CACHE_LOC_WIN)
+                           ? TC_WIN_YOU
+                           : TC_WIN_TAKEN;
+    }
+    if (!o->no_bump) {
+        /* one compare-and-swap from the word the bucket pass saw, as
+         * copy_packed_rcu's: a slot changed meanwhile keeps what it has
+         * (the bits are hints) */
+        const uint64_t bits = CACHE_LOC_REF | CACHE_LOC_FETCHED;
+        if ((loc & bits) != bits) {
+            uint64_t sw = atomic_load_explicit(slot, memory_order_relaxed);
+            if ((sw & HTAB_LOC_MASK) == loc)
+                atomic_compare_exchange_strong_explicit(slot, &sw, sw | bits,
+                                                        memory_order_relaxed,
+                                                        memory_order_relaxed);
+        }
+        if (then != now)
+            atomic_store_explicit(ptime, now, memory_order_relaxed);
+    }
+    if (call->fn) {
+        struct iovec iov = {(void *)(it + vat), vlen};
+        if (unlikely(pm_reads_noted())) /* latency emulation: the read */
+            pm_note_read(iov.iov_base, vlen);
+        if (!call->fn(call->arg, at, &info, &iov, 1))
+            *stop = call->stop = true;
+    }
+    return MANY_SERVED; /* its hit counted by the caller (many_hits) */
+}
+
+/* A batch key the fast paths did not serve: looked up in full (loc 0),
+ * or served from loc (the bucket pass's, its key compared equal) as a
+ * single get serves it, then counted, a flash read or the unlink of a
+ * dead item done with the section closed (and a new one opened: *fresh
+ * false). Returns the key's code. Out of line: the group's loop keeps
+ * only the fast paths. */
+static __attribute__((noinline)) int
+many_slow(struct cache_thread *t, const struct tc_key *key, uint64_t hash,
+          uint64_t loc, _Atomic uint64_t *slot, const struct tc_get_opts *o,
+          uint32_t now, struct many_call *call, size_t at, bool *fresh,
+          bool *noted)
+{
+    struct cache *c = t->cache;
+    tc_value_fn *vfn = call->fn ? many_value : NULL;
+    struct fetch_res r;
+    int rc;
+
+    call->i = at; /* for many_value */
+    if (loc) {
+        fetch_rcu_loc(c, loc, hash, slot, o, now, vfn, call, NULL, &r);
+    } else {
+        struct cache_key k = {c, key->key, (uint32_t)key->klen};
+        fetch_rcu(c, &k, hash, cache_match_key, o, now, vfn, call, NULL, &r);
+    }
+    *noted = c->hot && r.loc && r.dead == CACHE_LIVE;
+    if (fetch_after_heavy(&r)) {
+        cache_read_unlock();
+        rc = fetch_after(t, key->key, (uint32_t)key->klen, hash, o, vfn, call,
+                         &r);
+        cache_read_lock();
+        *fresh = false;
+    } else {
+        rc = fetch_after(t, key->key, (uint32_t)key->klen, hash, o, vfn, call,
+                         &r);
+    }
+    return rc;
+}
+
+/* n more hits of class cls (SLAB_NO_CLASS: the total's slot), as n calls
+ * of cache_cls_inc: a group's fast-path hits, counted in runs of one class
+ * (one load and store a run, not a key). */
+static inline void
+many_hits(struct cache_thread *t, unsigned cls, enum cache_cls_stat s,
+          int64_t n)
+{
+    if (n == 0)
+        return;
+    if (unlikely(cls >= SLAB_MAX_CLASSES)) {
+        cache_stat_add(t, cache_cls_total[s], n);
+        return;
+    }
+    int64_t v = atomic_load_explicit(&t->cls_cmd[cls][s], memory_order_relaxed);
+    atomic_store_explicit(&t->cls_cmd[cls][s], v + n, memory_order_relaxed);
+}
+
+/* A batch key's record through the three passes: its hash and the first
+ * tag match in its chain (f, htab_first_many_rcu), then a slab chunk's
+ * DRAM word and class (w, slab_prefetch_words), so that serving neither
+ * scans the bucket again nor finds the word again (the single get's copy
+ * path does the same). One array of them: one index for the passes. */
+struct many_key {
+    struct htab_first f;
+    struct slab_word_ref w; /* w.word NULL: not a slab chunk */
+};
+
+/* What a group's serving pass leaves for after its read section: the
+ * hot-key samples and the fast paths' hits (a run of one slab class, and
+ * packed ones). */
+struct many_tally {
+    uint32_t note; /* keys whose hits the hot-key tracker samples */
+    unsigned run_cls;
+    int64_t run, packed_hits;
+};
+
+/* The store kinds a serving pass is built for (many_serve): a group's
+ * loop without the other kind's fast path keeps its registers for its
+ * own (an item of a kind left out goes the slow way, served the same). */
+#define MANY_SLAB 1u
+#define MANY_PACKED 2u
+
+/* A group's serving pass (the third), inside the read section the bucket
+ * pass ran in (closed and opened again by a key whose work needs it
+ * closed: fresh false from there on). Returns the keys done. Inlined
+ * with kinds a constant. */
+static inline __attribute__((always_inline)) size_t
+many_serve(struct cache_thread *t, const struct tc_key *keys, size_t base,
+           size_t m, const struct tc_get_opts *o, struct many_call *call,
+           const struct many_key *mk, uint32_t bad, int *rc_at, uint32_t now,
+           bool pmeta, unsigned kinds, struct many_tally *y)
+{
+    struct cache *c = t->cache;
+    const enum cache_cls_stat hs = o->touch ? CLS_TOUCH_HITS : CLS_GET_HITS;
+    bool fresh = true; /* still in the section the bucket pass ran in */
+    bool stop = false; /* the callback said so (call->stop) */
+    size_t i;
+
+    for (i = 0; i < m && !stop; i++) {
+        const struct many_key *k = &mk[i];
+        uint64_t loc = k->f.loc;
+        uint64_t off = cache_off(loc);
+        bool noted = false;
+        int rc;
+
+        enum many_how how = MANY_LOOKUP;
+        if (likely(fresh && loc)) {
+            if ((kinds & MANY_PACKED) && cache_off_packed(off) && !o->touch) {
+                how = many_packed_rcu(t, loc, k->f.slot, k->f.hash, &keys[i], o,
+                                      now, call, base + i, &stop);
+                y->packed_hits += how == MANY_SERVED;
+            } else if ((kinds & MANY_SLAB) && likely(k->w.word != NULL)) {
+                /* a slab chunk (a word only for one): its compare inline */
+                if (item_key_equals(item_at(c->base, off), keys[i].key,
+                                    (uint32_t)keys[i].klen)) {
+                    how = MANY_AT_LOC;
+                    if (likely(many_slab_rcu(t, off, k->w.word, k->w.cls, pmeta,
+                                             o, now, call, base + i, &stop))) {
+                        how = MANY_SERVED;
+                        if (unlikely(k->w.cls != y->run_cls)) {
+                            many_hits(t, y->run_cls, hs, y->run);
+                            y->run_cls = k->w.cls;
+                            y->run = 0;
+                        }
+                        y->run++;
+                    }
+                }
+            } else if (many_key_equals(c, loc, keys[i].key,
+                                       (uint32_t)keys[i].klen)) {
+                how = MANY_AT_LOC; /* in DRAM, or packed with a touch */
+            }
+        }
+        if (likely(how == MANY_SERVED)) {
+            rc = TC_OK;
+            noted = c->hot != NULL;
+        } else if (how == MANY_AT_LOC) {
+            rc = many_slow(t, &keys[i], k->f.hash, loc, k->f.slot, o, now, call,
+                           base + i, &fresh, &noted);
+            stop = call->stop;
+        } else if (unlikely(bad & (1u << i))) {
+            rc = -EINVAL;
+        } else if (likely(fresh && !loc)) {
+            /* not in the index as the bucket pass saw it */
+            cache_stat_inc(t, o->touch ? ST_TOUCH_MISSES : ST_GET_MISSES);
+            rc = TC_NOT_FOUND;
+        } else {
+            rc = many_slow(t, &keys[i], k->f.hash, 0, NULL, o, now, call,
+                           base + i, &fresh, &noted);
+            stop = call->stop;
+        }
+        if (unlikely(noted))
+            y->note |= 1u << i;
+        rc_at[i] = rc;
+    }
+    return i;
 }
 
 /* One group: the number of keys done (m unless the callback stopped).
  * Inlined into fetch_get_many's two cases (any options, and tc_get_many's
- * without options, whose tests then fold away). */
+ * without options, whose tests then fold away; with split, its serving
+ * pass is built three times: a group of slab items only, of packed items
+ * only, and any other). */
 static inline __attribute__((always_inline)) size_t
 fetch_group(struct cache_thread *t, const struct tc_key *keys, size_t base,
             size_t m, const struct tc_get_opts *o, struct many_call *call,
-            int *rcs)
+            int *rcs, bool split)
 {
     struct cache *c = t->cache;
-    uint64_t hash[FETCH_GROUP];
-    uint64_t hint[FETCH_GROUP]; /* the one tag match seen, or 0 */
-    bool fresh = true; /* still in the section the hints were read in */
-    uint32_t note = 0; /* keys whose hits the hot-key tracker samples */
+    struct many_key mk[FETCH_GROUP];
+    uint32_t bad = 0; /* keys that are not keys (-EINVAL) */
+    int spare[FETCH_GROUP];
+    int *rc_at = rcs ? rcs + base : spare; /* no test a key */
     uint32_t now = clock_now();
-    tc_value_fn *vfn = call->fn ? many_value : NULL;
-    struct fetch_res r;
+    uint64_t mask;
     size_t i;
 
+    const struct htab_bucket *tb = htab_prefetch_table(c->htab, &mask);
     for (i = 0; i < m; i++) {
-        if (!key_ok(&keys[i]))
+        if (unlikely(!key_ok(&keys[i]))) {
+            bad |= 1u << i;
+            mk[i].f.hash = 0; /* looked at in the bucket pass, not used */
             continue;
-        hash[i] = cache_hash(c, keys[i].key, (uint32_t)keys[i].klen);
-        htab_prefetch_read(c->htab, hash[i]);
+        }
+        uint64_t h = cache_hash(c, keys[i].key, (uint32_t)keys[i].klen);
+        mk[i].f.hash = h;
+        __builtin_prefetch(&tb[h & mask], 0, 3);
     }
     cache_flush_check(c, now);
     cache_read_lock();
-    for (i = 0; i < m; i++)
-        if (key_ok(&keys[i]))
-            hint[i] = prefetch_items(c, hash[i]);
-    for (i = 0; i < m && !call->stop; i++) {
-        const void *key = keys[i].key;
-        uint32_t klen = (uint32_t)keys[i].klen;
-        int rc = -EINVAL;
-
-        call->i = base + i;
-        if (key_ok(&keys[i])) {
-            struct cache_key k = {c, key, klen};
-            fetch_count(t, o);
-            if (fresh && hint[i] && cache_match_key_warm(&k, hint[i]))
-                fetch_rcu_loc(c, hint[i], hash[i], NULL, o, now, vfn, call,
-                              NULL, &r);
-            else
-                fetch_rcu(c, &k, hash[i], cache_match_key_warm, o, now, vfn,
-                          call, NULL, &r);
-            if (c->hot && r.loc && r.dead == CACHE_LIVE)
-                note |= 1u << i;
-            if (fetch_after_heavy(&r)) {
-                cache_read_unlock();
-                rc = fetch_after(t, key, klen, hash[i], o, vfn, call, &r);
-                cache_read_lock();
-                fresh = false;
-            } else {
-                rc = fetch_after(t, key, klen, hash[i], o, vfn, call, &r);
-            }
-        }
-        if (rcs)
-            rcs[base + i] = rc;
+    /* one pass over the buckets (one call), the items' prefetches, then
+     * their chunk words' (one call) */
+    htab_first_many_rcu(c->htab, &mk[0].f, (unsigned)m, sizeof(mk[0]));
+    for (uint32_t b = bad; unlikely(b); b &= b - 1)
+        mk[__builtin_ctz(b)].f.loc = 0; /* no item: tested as a miss is */
+    bool slab = false;                  /* any slab chunk */
+    uint64_t any = 0; /* the locations or'ed: any packed one's bit */
+    for (i = 0; i < m; i++) {
+        uint64_t loc = mk[i].f.loc;
+        mk[i].w.off = many_prefetch(c, loc);
+        mk[i].w.word = NULL;
+        slab |= mk[i].w.off != SLAB_NO_OFF;
+        any |= loc;
     }
+    unsigned kinds = (slab ? MANY_SLAB : 0) | /* of the group's items */
+                     (cache_loc_packed(any) ? MANY_PACKED : 0);
+    bool pmeta = false; /* the slab's ablation (slab_touch_seen_word) */
+    if (kinds & MANY_SLAB) {
+        slab_prefetch_words(c->slab, &mk[0].w, (unsigned)m, sizeof(mk[0]));
+        pmeta = slab_pmeta_on(c->slab);
+    }
+    struct many_tally y = {0, SLAB_NO_CLASS, 0, 0};
+    if (split && kinds == MANY_SLAB)
+        i = many_serve(t, keys, base, m, o, call, mk, bad, rc_at, now, pmeta,
+                       MANY_SLAB, &y);
+    else if (split && kinds == MANY_PACKED)
+        i = many_serve(t, keys, base, m, o, call, mk, bad, rc_at, now, pmeta,
+                       MANY_PACKED, &y);
+    else
+        i = many_serve(t, keys, base, m, o, call, mk, bad, rc_at, now, pmeta,
+                       MANY_SLAB | MANY_PACKED, &y);
     cache_read_unlock();
+    many_hits(t, y.run_cls, o->touch ? CLS_TOUCH_HITS : CLS_GET_HITS, y.run);
+    many_hits(t, SLAB_NO_CLASS, CLS_GET_HITS, y.packed_hits);
+    /* the keys' get (and touch) commands, counted once for the group: the
+     * keys done that are keys */
+    int64_t gets =
+        (int64_t)i - __builtin_popcount(bad & (uint32_t)((1ull << i) - 1));
+    cache_stat_add(t, ST_CMD_GET, gets);
+    if (o->touch)
+        cache_stat_add(t, ST_CMD_TOUCH, gets);
+    uint32_t note = c->hot ? y.note : 0;
     for (size_t j = 0; note && j < i; j++)
         if (note & (1u << j))
-            hotkey_note_read(t, hash[j], keys[j].key, (uint32_t)keys[j].klen);
+            hotkey_note_read(t, mk[j].f.hash, keys[j].key,
+                             (uint32_t)keys[j].klen);
     return i;
 }
 
@@ -725,14 +1093,14 @@ fetch_get_many(struct cache_thread *t, const struct tc_key *keys, size_t n,
     if (!o) { /* tc_get_many without options: a plain get's */
         while (done < n && !call.stop) {
             size_t m = MIN(n - done, (size_t)FETCH_GROUP);
-            done +=
-                fetch_group(t, keys + done, done, m, &fetch_plain, &call, rcs);
+            done += fetch_group(t, keys + done, done, m, &fetch_plain, &call,
+                                rcs, true);
         }
         return done;
     }
     while (done < n && !call.stop) {
         size_t m = MIN(n - done, (size_t)FETCH_GROUP);
-        done += fetch_group(t, keys + done, done, m, o, &call, rcs);
+        done += fetch_group(t, keys + done, done, m, o, &call, rcs, false);
     }
     return done;
 }
@@ -758,7 +1126,7 @@ fetch_prefetch(struct cache_thread *t, const struct tc_key *keys, size_t n)
         cache_read_lock();
         for (size_t i = 0; i < m; i++)
             if (key_ok(&k[i]))
-                (void)prefetch_items(c, hash[i]);
+                prefetch_items(c, hash[i]);
         cache_read_unlock();
         done += m;
     }

@@ -904,6 +904,60 @@ htab_prefetch_read(struct htab *h, uint64_t hash)
     __builtin_prefetch(htab_home_hint(h, hash), 0, 3);
 }
 
+const struct htab_bucket *
+htab_prefetch_table(struct htab *h, uint64_t *mask)
+{
+    const struct htab_table *t = htab_cur(h);
+
+    *mask = t->mask;
+    return t->buckets;
+}
+
+void
+htab_first_many_rcu(struct htab *h, struct htab_first *f, unsigned n,
+                    size_t stride)
+{
+    /* one table for the group: a doubling that moves a bucket after this
+     * load sets its moved flag, which the walk below follows */
+    const struct htab_table *t0 = htab_cur(h);
+
+    for (unsigned i = 0; i < n;
+         i++, f = (struct htab_first *)(void *)((char *)f + stride)) {
+        const uint64_t hash = f->hash;
+        const uint64_t tag = htab_tag(hash);
+        const struct htab_table *t = t0;
+        struct htab_bucket *b = &t->buckets[hash & t->mask];
+        uint64_t loc = 0;
+        _Atomic uint64_t *slot = NULL;
+
+        /* as htab_home_rcu */
+        while (
+            unlikely(atomic_load_explicit(&b->moved, memory_order_acquire))) {
+            t = atomic_load_explicit(&((struct htab_table *)t)->next,
+                                     memory_order_acquire);
+            b = &t->buckets[hash & t->mask];
+        }
+        /* as htab_chain_lookup_rcu with a match that is always true:
+         * acquire loads (the caller reads the item at loc), unrolled */
+        do {
+#pragma GCC unroll 8
+            for (int j = 0; j < HTAB_SLOTS; j++) {
+                uint64_t w =
+                    atomic_load_explicit(&b->slot[j], memory_order_acquire);
+                if ((w >> HTAB_LOC_BITS) == tag) {
+                    loc = w & HTAB_LOC_MASK;
+                    slot = &b->slot[j];
+                    goto found;
+                }
+            }
+            b = atomic_load_explicit(&b->next, memory_order_acquire);
+        } while (b != NULL);
+    found:
+        f->loc = loc;
+        f->slot = slot;
+    }
+}
+
 unsigned
 htab_peek(struct htab *h, uint64_t hash, uint64_t locs[HTAB_SLOTS])
 {

@@ -228,6 +228,34 @@ void htab_prefetch(struct htab *h, uint64_t hash);
  * get prefetches every key's bucket before it looks any of them up, so the
  * DRAM misses overlap). */
 void htab_prefetch_read(struct htab *h, uint64_t hash);
+/* The current table's buckets and (*mask) its mask, for a batch of
+ * readers that prefetches each key's home bucket inline, as
+ * htab_prefetch_read does (&buckets[hash & mask], prefetched, never read
+ * through: a doubling may retire the table meanwhile, whose range stays
+ * mapped). One call a group instead of one a key. */
+const struct htab_bucket *htab_prefetch_table(struct htab *h, uint64_t *mask);
+
+/* A batched get's bucket pass for one key: hash (in), and the first tag
+ * match in its chain (home bucket, then overflow buckets), as
+ * htab_lookup_rcu meets it: loc (0: no tag match in the whole chain, so
+ * the key is not in the index as this read section sees it) and the slot
+ * it was read from. A key whose compare with loc fails is looked up in
+ * full (htab_lookup_rcu: another tag match may follow). */
+struct htab_first {
+    uint64_t hash;
+    uint64_t loc;
+    _Atomic uint64_t *slot;
+};
+/* htab_first of n keys, the i-th at (char *)f + i * stride (the caller's
+ * per-key records hold one each), each slot read with acquire as
+ * htab_lookup_rcu's, so that a location found here may be used as a
+ * lookup's once its key compared equal (the first tag match, if its key
+ * is the caller's, is the entry htab_lookup_rcu returns). One call for the
+ * group: a call a key cost a batch some ten instructions. Context: inside
+ * an RCU read-side section; loc and slot are valid only there. */
+void htab_first_many_rcu(struct htab *h, struct htab_first *f, unsigned n,
+                         size_t stride);
+
 /* Locations in the home bucket (not the overflow chain) whose tag
  * matches, read without the lock and never dereferenced here: for a writer,
  * a hint for prefetching the items it will compare keys with; for a reader

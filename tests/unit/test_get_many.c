@@ -187,6 +187,26 @@ gsetup_small_index(void **state)
     return gsetup_index(state, 1);
 }
 
+/* The slab store only (packed_item_max 0): small values in slab chunks,
+ * which a batch serves through its own path (the chunk word its bucket
+ * pass found), not the packed one. */
+static int
+gsetup_slab(void **state)
+{
+    if (gsetup(state) != 0)
+        return -1;
+    struct gfx *g = *state;
+    struct fx *fs[2] = {&g->a, &g->b};
+    for (int j = 0; j < 2; j++) {
+        tc_close(fs[j]->c);
+        unlink(fs[j]->path);
+        fs[j]->cfg.packed_item_max = 0;
+        if (fx_open(fs[j]) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int
 gteardown(void **state)
 {
@@ -327,6 +347,114 @@ test_stop_early(void **state)
     assert_int_equal(stats(c).cmd_get - before, 19);
     assert_int_equal(rcs[18], TC_OK);
     assert_int_equal(rcs[17], TC_NOT_FOUND);
+}
+
+/* A key changed after its group's bucket pass: the callback of the key
+ * before it (served after that pass, in the same read section) deletes it
+ * or sets it again. The batch answers the value the pass saw or the new
+ * one, whole, or a miss after a delete; never another item's bytes or a
+ * reused chunk's. In both stores, in one group (keys 0..15) and in the
+ * next (the change made from the last key of the first group). */
+struct change {
+    struct tc_cache *c;
+    unsigned at;  /* the key whose callback changes the next one */
+    unsigned how; /* 0 delete, 1 set again (same size), 2 (larger) */
+    char names[20][32];
+    size_t vlen[20]; /* what each key holds before */
+    unsigned seen;   /* callbacks */
+    unsigned bad;    /* values that are neither the old nor the new */
+    bool got_next;   /* the changed key was answered with a value */
+};
+
+static size_t
+change_new_len(const struct change *ch, unsigned k)
+{
+    return ch->how == 2 ? ch->vlen[k] + 300 : ch->vlen[k];
+}
+
+static bool
+change_fn(void *arg, size_t i, const struct tc_item_info *info,
+          const struct iovec *iov, int niov)
+{
+    struct change *ch = arg;
+    unsigned char want[1024];
+    (void)info;
+    ch->seen++;
+    if (i == ch->at + 1)
+        ch->got_next = true;
+    /* the old value (seed i) or, for the changed key, the new (seed
+     * 5000 + i, its new length) */
+    bool ok = false;
+    for (int pass = 0; pass < 2 && !ok; pass++) {
+        if (pass == 1 && i != ch->at + 1)
+            break;
+        size_t n = pass ? change_new_len(ch, (unsigned)i) : ch->vlen[i];
+        fill_pattern(want, n, pass ? 5000 + i : i);
+        size_t at = 0;
+        bool same = niov >= 1;
+        for (int j = 0; j < niov && same; j++) {
+            if (at + iov[j].iov_len > n ||
+                memcmp(want + at, iov[j].iov_base, iov[j].iov_len) != 0)
+                same = false;
+            at += iov[j].iov_len;
+        }
+        ok = same && at == n;
+    }
+    if (!ok)
+        ch->bad++;
+    if (i == ch->at) { /* change the next key now */
+        const char *k = ch->names[i + 1];
+        if (ch->how == 0) {
+            assert_int_equal(tc_delete(ch->c, k, strlen(k), 0), TC_OK);
+        } else {
+            size_t n = change_new_len(ch, (unsigned)i + 1);
+            fill_pattern(want, n, 5000 + i + 1);
+            put(ch->c, k, want, n, 0, 0);
+        }
+    }
+    return true;
+}
+
+static void
+test_changed_between_passes(void **state)
+{
+    struct gfx *g = *state;
+    struct tc_cache *c = g->a.c;
+    unsigned char v[1024];
+
+    for (unsigned at = 0; at <= 15; at += 15)
+        for (unsigned how = 0; how < 3; how++) {
+            struct change ch = {.c = c, .at = at, .how = how};
+            struct tc_key keys[20];
+            int rcs[20];
+            for (unsigned i = 0; i < 20; i++) {
+                snprintf(ch.names[i], 32, "gc:%u:%u:%02u", at, how, i);
+                keys[i] = (struct tc_key){ch.names[i], strlen(ch.names[i])};
+                ch.vlen[i] = 20 + (i * 53) % 400;
+                fill_pattern(v, ch.vlen[i], i);
+                put(c, ch.names[i], v, ch.vlen[i], 0, 0);
+            }
+            assert_int_equal(
+                tc_get_many(c, keys, 20, NULL, change_fn, &ch, rcs), 20);
+            if (ch.bad)
+                fail_msg("at %u, how %u: %u values neither old nor new", at,
+                         how, ch.bad);
+            for (unsigned i = 0; i < 20; i++)
+                if (i != at + 1)
+                    assert_int_equal(rcs[i], TC_OK);
+            /* the changed key: a value (checked above) or, deleted, a miss */
+            if (ch.got_next)
+                assert_int_equal(rcs[at + 1], TC_OK);
+            else
+                assert_true(how == 0 && rcs[at + 1] == TC_NOT_FOUND);
+            assert_int_equal(ch.seen, ch.got_next ? 20 : 19);
+            /* and after the batch, the change is what a get sees */
+            int rc =
+                tc_get_many(c, &keys[at + 1], 1, NULL, change_fn, &ch, rcs);
+            assert_int_equal(rc, 1);
+            assert_int_equal(rcs[0], how == 0 ? TC_NOT_FOUND : TC_OK);
+        }
+    assert_int_equal(tc_check(c), 0);
 }
 
 /* Arguments refused as a whole; an empty batch; no callback. */
@@ -524,6 +652,14 @@ main(void)
         cmocka_unit_test_setup_teardown(test_prefetch_hint, gsetup, gteardown),
         cmocka_unit_test_setup_teardown(test_concurrent_writers, gsetup,
                                         gteardown),
+        cmocka_unit_test_setup_teardown(test_batches_match_single_gets,
+                                        gsetup_slab, gteardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_writers, gsetup_slab,
+                                        gteardown),
+        cmocka_unit_test_setup_teardown(test_changed_between_passes, gsetup,
+                                        gteardown),
+        cmocka_unit_test_setup_teardown(test_changed_between_passes,
+                                        gsetup_slab, gteardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
