@@ -31,30 +31,47 @@ cache_packed_seq(const struct cache *c, uint64_t off)
            (poff & (POOL_PAGE_SIZE - 1)) / 4;
 }
 
+/* The absolute expiry (0 never) of exp16 e (0 never) of the packed item
+ * at pool offset poff: counted from its segment's exp_base, which is read
+ * only for an item that has one. */
+static inline __attribute__((always_inline)) uint32_t
+cache_packed_exp16(const struct cache *c, uint64_t poff, uint32_t e)
+{
+    return e ? seg_rec_exp_base(c->seg_rec, poff) + e - 1u : 0;
+}
+
 /* The absolute expiry (0 never) of a packed item cache_packed_view read:
  * its exp32, or its exp16 counted from its segment's exp_base. */
 static inline uint32_t
 cache_packed_exp(const struct cache *c, uint64_t off,
                  const struct pitem_view *v)
 {
-    if (v->iflags & PITEM_HAS_EXP || !v->exp16)
-        return v->exp32; /* exp32, or 0: never */
-    return seg_rec_exp_base(c->seg_rec, cache_packed_pool(off)) + v->exp16 - 1u;
+    if (v->iflags & PITEM_HAS_EXP)
+        return v->exp32;
+    return cache_packed_exp16(c, cache_packed_pool(off), v->exp16);
+}
+
+/* A packed item's state from its absolute expiry exp (0 never) and its
+ * derived sequence seq (whatever CAS it carries, as a slab item's seq):
+ * expired, else flushed (at or below the flush watermark; acquire as in
+ * cache_item_dead), else live. */
+static inline __attribute__((always_inline)) enum cache_dead
+cache_packed_judge(const struct cache *c, uint32_t exp, uint64_t seq,
+                   uint32_t now)
+{
+    if (exp != 0 && exp <= now)
+        return CACHE_EXPIRED;
+    if (seq <= atomic_load_explicit(&c->flush_cas, memory_order_acquire))
+        return CACHE_FLUSHED;
+    return CACHE_LIVE;
 }
 
 static inline enum cache_dead
 cache_packed_dead(const struct cache *c, uint64_t off,
                   const struct pitem_view *v, uint32_t now)
 {
-    uint32_t exp = cache_packed_exp(c, off, v);
-    if (exp != 0 && exp <= now)
-        return CACHE_EXPIRED;
-    /* the derived sequence, whatever CAS the item carries (as a slab
-     * item's seq); acquire as in cache_item_dead */
-    if (cache_packed_seq(c, off) <=
-        atomic_load_explicit(&c->flush_cas, memory_order_acquire))
-        return CACHE_FLUSHED;
-    return CACHE_LIVE;
+    return cache_packed_judge(c, cache_packed_exp(c, off, v),
+                              cache_packed_seq(c, off), now);
 }
 
 /* cache_packed_view and cache_packed_dead from one look at the header
@@ -78,11 +95,7 @@ cache_packed_state(const struct cache *c, uint64_t off, uint32_t now,
         if ((uint8_t)it[1] & PITEM_HAS_CAS)
             __builtin_memcpy(cas, it + vat - 8, 8);
     }
-    if (exp != 0 && exp <= now)
-        return CACHE_EXPIRED;
-    if (seq <= atomic_load_explicit(&c->flush_cas, memory_order_acquire))
-        return CACHE_FLUSHED;
-    return CACHE_LIVE;
+    return cache_packed_judge(c, exp, seq, now);
 }
 
 /* cache_packed_state's state, and the size, of a packed item its caller
@@ -104,17 +117,13 @@ cache_packed_state_held(const struct cache *c, uint64_t off, uint32_t now,
             (const uint32_t *)(const void *)(it + sizeof(struct pitem_hdr)),
             __ATOMIC_RELAXED);
     } else {
-        uint32_t e = __atomic_load_n(
-            (const uint16_t *)(const void *)(it + PITEM_EXP16_OFFSET),
-            __ATOMIC_RELAXED);
-        exp = e ? seg_rec_exp_base(c->seg_rec, poff) + e - 1u : 0;
+        exp = cache_packed_exp16(
+            c, poff,
+            __atomic_load_n(
+                (const uint16_t *)(const void *)(it + PITEM_EXP16_OFFSET),
+                __ATOMIC_RELAXED));
     }
-    if (exp != 0 && exp <= now)
-        return CACHE_EXPIRED;
-    if (cache_packed_seq(c, off) <=
-        atomic_load_explicit(&c->flush_cas, memory_order_acquire))
-        return CACHE_FLUSHED;
-    return CACHE_LIVE;
+    return cache_packed_judge(c, exp, cache_packed_seq(c, off), now);
 }
 
 /* The CAS of the packed item at off whose key the caller just compared

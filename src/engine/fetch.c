@@ -399,17 +399,10 @@ copy_packed_rcu(struct cache *c, uint64_t loc, _Atomic uint64_t *slot,
         r->dead = CACHE_LOST;
         return;
     }
-    /* cache_packed_dead: the expiry, then the derived sequence against
-     * the flush watermark */
-    if (exp != 0 && exp <= now) {
-        r->dead = CACHE_EXPIRED;
+    r->dead = cache_packed_judge(
+        c, exp, seg_rec_seq_base(c->seg_rec, poff) + in / 4, now);
+    if (r->dead != CACHE_LIVE)
         return;
-    }
-    if (seg_rec_seq_base(c->seg_rec, poff) + in / 4 <=
-        atomic_load_explicit(&c->flush_cas, memory_order_acquire)) {
-        r->dead = CACHE_FLUSHED;
-        return;
-    }
     /* one compare-and-swap from the word the lookup saw: a slot changed
      * meanwhile keeps what it has (the bits are hints) */
     const uint64_t bits = CACHE_LOC_REF | CACHE_LOC_FETCHED;
@@ -783,11 +776,8 @@ many_packed_rcu(struct cache_thread *t, uint64_t loc, _Atomic uint64_t *slot,
                              seg_rec_exp_base(c->seg_rec, poff), &vat, &vlen,
                              &exp)))
         return MANY_AT_LOC;
-    /* cache_packed_dead */
     uint64_t seq = seg_rec_seq_base(c->seg_rec, poff) + in / 4;
-    if (unlikely((exp != 0 && exp <= now) ||
-                 seq <=
-                     atomic_load_explicit(&c->flush_cas, memory_order_acquire)))
+    if (unlikely(cache_packed_judge(c, exp, seq, now) != CACHE_LIVE))
         return MANY_AT_LOC;
     /* as packed_info, before the bump: the age before this access */
     uint32_t tail = vat - ((fl & PITEM_HAS_CAS) ? 8u : 0u);
